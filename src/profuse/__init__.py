@@ -1,0 +1,22 @@
+"""profuse: where PyTorch inference spends its time, on any device, and proof of the fix."""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ProfuseError, TraceError, UserError
+from .trace import Trace, load
+
+__version__ = "0.1.0"
+__all__ = ["ProfileConfig", "Exporter", "ProfuseError", "Trace", "TraceError", "UserError",
+           "load", "profile", "__version__"]
+
+_CAPTURE = {"ProfileConfig", "Exporter", "profile"}
+
+
+def __getattr__(name: str) -> Any:
+    # Capture needs torch; importing profuse for reading traces must not.
+    if name in _CAPTURE:
+        from . import capture
+
+        return getattr(capture, name)
+    raise AttributeError(name)

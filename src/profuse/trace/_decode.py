@@ -1,0 +1,279 @@
+"""Typed decoding of Kineto JSON: bytes in, column chunks out.
+
+The trace is decoded in chunks of whole events (split where a raw newline sits between two events,
+which can only happen outside a JSON string) so memory stays bounded and progress can be shown.
+Each chunk is decoded by msgspec straight into Structs holding only the fields profuse uses; the
+rest of ``args`` is skipped by the decoder. No per-event dicts are built on the fast path.
+"""
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+from msgspec import Raw, Struct
+
+from ..errors import TraceError
+
+CHUNK_BYTES = 16 << 20
+_EVENT_GAP = re.compile(rb",\s*\n\s*\{")
+_MSGSPEC_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$\[(?P<idx>\d+)\](?P<rest>[^`]*)`)?$", re.S)
+
+
+class Args(Struct, gc=False, frozen=True):
+    """The ``args`` keys profuse reads; every other key is skipped by the decoder."""
+
+    external_id: int | str | None = msgspec.field(name="External id", default=None)
+    external_id_lc: int | str | None = msgspec.field(name="external id", default=None)
+    correlation: int | str | None = None
+    device: Any = None
+    stream: Any = None
+    stream_id: Any = None
+    input_dims: Raw = msgspec.field(name="Input Dims", default=Raw(b""))
+    input_type: Raw = msgspec.field(name="Input type", default=Raw(b""))
+    grid: Raw = Raw(b"")
+    block: Raw = Raw(b"")
+    python_id: Any = msgspec.field(name="Python id", default=None)
+    python_parent_id: Any = msgspec.field(name="Python parent id", default=None)
+    seq: Any = msgspec.field(name="Sequence number", default=None)
+    fwd_tid: Any = msgspec.field(name="Fwd thread id", default=None)
+    nbytes: Any = msgspec.field(name="bytes", default=None)
+    flops: Any = msgspec.field(name="flops", default=None)
+    name: Any = None
+    labels: Any = None
+
+
+_NO_ARGS = Args()
+
+
+class Event(Struct, gc=False):
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    id: int | str | None = None
+    bp: str | None = None
+    args: Args = _NO_ARGS
+
+
+_events_decoder = msgspec.json.Decoder(list[Event])
+_event_decoder = msgspec.json.Decoder(Event)
+_raw_list_decoder = msgspec.json.Decoder(list[Raw])
+
+
+# --- reading bytes --------------------------------------------------------------------------
+
+
+def read_bytes(path: str) -> bytes:
+    """Read a ``.json`` or ``.json.gz`` file whole, with gzip detected by its magic bytes."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a folder with no trace in it") from None
+    except OSError as err:
+        raise TraceError(path, f"cannot be read ({err.strerror})") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as err:
+            raise TraceError(path, f"gzip data is truncated or corrupt ({err})") from None
+    if not data.strip():
+        raise TraceError(path, "file is empty")
+    return data
+
+
+# --- splitting ------------------------------------------------------------------------------
+
+
+@dataclass
+class Document:
+    """The top level of a trace file: its events array as raw bytes and the other keys."""
+
+    events: memoryview
+    top: dict[str, Raw]
+
+
+def split_document(path: str, data: bytes) -> Document:
+    head = data[:4096].lstrip()[:1]
+    if head == b"[":
+        return Document(events=memoryview(data), top={})
+    if head != b"{":
+        raise TraceError(path, "not JSON (it does not start with '{' or '[')")
+    try:
+        top = msgspec.json.decode(data, type=dict[str, Raw])
+    except msgspec.DecodeError as err:
+        raise TraceError(path, _json_problem(str(err))) from None
+    except msgspec.ValidationError:
+        raise TraceError(path, "not a trace: the top level is not an object") from None
+    raw = top.pop("traceEvents", None)
+    if raw is None:
+        raise TraceError(path, "JSON but not a trace: no 'traceEvents' key")
+    view = memoryview(raw)
+    if view[:1] != b"[":
+        raise TraceError(path, "JSON but not a trace: 'traceEvents' is not a list")
+    return Document(events=view, top=top)
+
+
+def _json_problem(msg: str) -> str:
+    if "truncated" in msg.lower():
+        return "JSON is truncated (the file ends in the middle of the data)"
+    if "utf-8" in msg.lower():
+        return f"not valid UTF-8 ({msg})"
+    return f"not valid JSON ({msg})"
+
+
+def chunk_spans(events: memoryview, chunk_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
+    """Split the events array ``[ ... ]`` into (start, end) spans of whole events."""
+    end = len(events)
+    while end > 0 and events[end - 1 : end] in (b" ", b"\n", b"\r", b"\t"):
+        end -= 1
+    inner_start, inner_end = 1, end - 1  # drop the brackets
+    spans: list[tuple[int, int]] = []
+    pos = inner_start
+    while inner_end - pos > chunk_bytes:
+        m = _EVENT_GAP.search(events, pos + chunk_bytes, inner_end)
+        if m is None:
+            break
+        spans.append((pos, m.start()))
+        pos = m.start() + 1  # past the comma
+    spans.append((pos, inner_end))
+    return spans
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+@dataclass
+class Skipped:
+    """Events dropped under ``--lenient``, counted by reason."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, reason: str, example: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if len(self.examples) < 5:
+            self.examples.append(example)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def decode_chunk(
+    path: str, buf: memoryview, base_index: int, lenient: bool, skipped: Skipped
+) -> list[Event]:
+    """Decode one span of whole events. Strict: the first bad event raises a TraceError."""
+    body = b"[" + bytes(buf) + b"]"
+    try:
+        return _events_decoder.decode(body)
+    except msgspec.ValidationError as err:
+        if not lenient:
+            raise TraceError(path, _validation_problem(str(err), base_index)) from None
+    except msgspec.DecodeError as err:
+        if not lenient:
+            raise TraceError(path, _json_problem(str(err))) from None
+        body = bytes(buf).decode("utf-8", "replace").encode()
+        body = b"[" + body + b"]"
+    return _decode_one_by_one(path, body, base_index, skipped)
+
+
+def _decode_one_by_one(path: str, body: bytes, base_index: int, skipped: Skipped) -> list[Event]:
+    try:
+        raws = _raw_list_decoder.decode(body)
+    except msgspec.DecodeError as err:
+        raise TraceError(path, _json_problem(str(err)) + "; --lenient cannot recover it") from None
+    out: list[Event] = []
+    for i, raw in enumerate(raws):
+        try:
+            out.append(_event_decoder.decode(raw))
+        except (msgspec.ValidationError, msgspec.DecodeError) as err:
+            msg = _MSGSPEC_AT.match(str(err))
+            reason = msg.group("msg") if msg else str(err)
+            skipped.add(f"bad field: {reason}", f"event #{base_index + i}: {err}")
+    return out
+
+
+def _validation_problem(msg: str, base_index: int) -> str:
+    m = _MSGSPEC_AT.match(msg)
+    if not m or m.group("idx") is None:
+        return f"not a trace ({msg})"
+    where = m.group("rest").lstrip(".") or "the event"
+    index = base_index + int(m.group("idx"))
+    return f"event #{index}: {where}: {m.group('msg')} (use --lenient to skip such events)"
+
+
+def iter_chunks(
+    path: str,
+    doc: Document,
+    *,
+    lenient: bool,
+    skipped: Skipped,
+    on_progress: Callable[[int], None] | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[tuple[int, list[Event]]]:
+    """Yield (index of first event, events) for each chunk, falling back to one chunk if needed."""
+    spans = chunk_spans(doc.events, chunk_bytes)
+    base = 0
+    for n, (start, end) in enumerate(spans):
+        try:
+            events = decode_chunk(path, doc.events[start:end], base, lenient, skipped)
+        except TraceError:
+            if len(spans) > 1 and n == 0:
+                # A split landed inside a nested value: decode the whole array in one go.
+                yield from iter_chunks(
+                    path, doc, lenient=lenient, skipped=skipped,
+                    on_progress=on_progress, chunk_bytes=len(doc.events) + 1,
+                )
+                return
+            raise
+        if on_progress:
+            on_progress(end - start)
+        yield base, events
+        base += len(events)
+
+
+# --- columns --------------------------------------------------------------------------------
+
+_get_args = attrgetter("args")
+
+
+def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str) -> np.ndarray:
+    """Optional ints to int64 with -1 for absent; strings of digits are accepted (MTIA streams)."""
+    vals = values if isinstance(values, list) else list(values)
+    try:
+        f = np.array(vals, dtype=np.float64)  # None -> nan, at C speed
+        if not np.any(np.abs(f) >= 2.0**53):
+            return np.where(np.isnan(f), -1, f).astype(np.int64)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.full(n, -1, dtype=np.int64)
+    for i, v in enumerate(vals):
+        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue  # absent or not a number: treated as absent
+        if not -(2**63) <= v < 2**63:
+            raise TraceError(path, f"event {what} value {v} does not fit in 64 bits")
+        out[i] = int(v)
+    return out
+
+
+def raw_text(raw: Raw) -> str | None:
+    return bytes(raw).decode() if raw else None
+
+
+def args_of(events: list[Event]) -> list[Args]:
+    return list(map(_get_args, events))

@@ -1,0 +1,202 @@
+"""Correlation: nesting on each thread, device event -> launch -> op -> module, time attribution.
+
+All of it is vectorised numpy over whole columns; no per-event Python on the hot path.
+Conventions: ids are row positions; -1 means none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, TABLE_KINDS, K, codes
+
+NONE = -1
+
+
+def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parent and depth of each masked event among the masked events on its thread.
+
+    Intervals are assumed to nest (Kineto's host events do); zero-length events count as 1 ns so
+    that an event ending exactly where the next starts is its sibling, not its parent.
+    """
+    n = len(ts)
+    parent = np.full(n, NONE, dtype=np.int64)
+    depth = np.full(n, NONE, dtype=np.int32)
+    idx = np.flatnonzero(mask)
+    if idx.size == 0:
+        return parent, depth
+    th, start = thread[idx].astype(np.int64), ts[idx]
+    end = start + np.maximum(dur[idx], 1)
+    order = np.lexsort((idx, -end, start, th))
+    th, start, end, ids = th[order], start[order], end[order], idx[order]
+    t0 = start.min()
+    span = int(max(end.max() - t0, 1)) + 1
+    if (int(th.max()) + 1) * span >= 2**62:
+        raise OverflowError("trace spans too long to nest in one pass")
+    key_start = th * span + (start - t0)
+    key_end = np.sort(th * span + (end - t0))
+    first_of_thread = np.searchsorted(th, th, side="left")
+    started_before = np.arange(len(ids)) - first_of_thread
+    ended_before = np.searchsorted(key_end, key_start, side="right") - np.searchsorted(key_end, th * span, side="left")
+    d = (started_before - ended_before).astype(np.int64)
+    d = np.maximum(d, 0)
+    # parent = the latest earlier event on the same thread one level up
+    dmax = int(d.max()) + 1
+    m = len(ids)
+    key = (th * dmax + d) * m + np.arange(m)
+    sorted_key = np.sort(key)
+    probe = (th * dmax + (d - 1)) * m + np.arange(m)
+    pos = np.searchsorted(sorted_key, probe, side="left") - 1
+    ok = (d > 0) & (pos >= 0)
+    cand = np.where(ok, sorted_key[np.clip(pos, 0, None)], 0)
+    ok &= (cand // m) == (th * dmax + d - 1)
+    par_sorted = np.where(ok, ids[cand % m], NONE)
+    parent[ids] = par_sorted
+    depth[ids] = d.astype(np.int32)
+    return parent, depth
+
+
+def nearest_ancestor(parent: np.ndarray, accept: np.ndarray, include_self: bool) -> np.ndarray:
+    """For each event, the closest ancestor (or itself) for which ``accept`` holds, else -1."""
+    n = len(parent)
+    cur = np.arange(n) if include_self else parent.copy()
+    out = np.full(n, NONE, dtype=np.int64)
+    active = np.flatnonzero(cur >= 0)
+    while active.size:
+        c = cur[active]
+        hit = accept[c]
+        out[active[hit]] = c[hit]
+        active = active[~hit]
+        nxt = parent[cur[active]]
+        cur[active] = nxt
+        active = active[nxt >= 0]
+    return out
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """values[i] where keys[i] == q, for each q in query (first match), else -1."""
+    if keys.size == 0 or query.size == 0:
+        return np.full(query.shape, NONE, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    pos = np.clip(np.searchsorted(sk, query, side="left"), 0, len(sk) - 1)
+    found = sk[pos] == query
+    return np.where(found, values[order][pos], NONE)
+
+
+@dataclass
+class Links:
+    launch: np.ndarray   # device event -> runtime event
+    op: np.ndarray       # device event -> op (cpu_op or annotation)
+    how: np.ndarray      # object: correlation / flow / external_id / None
+    unlinked: np.ndarray  # object: reason or None
+
+
+def link_device_events(
+    *, kind: np.ndarray, graph_launch: np.ndarray, thread: np.ndarray, ts: np.ndarray,
+    correlation: np.ndarray, external_id: np.ndarray, op_of_host: np.ndarray,
+    flows: list[tuple[str, str | None, str, int, int]], has_host_ops: bool,
+) -> Links:
+    n = len(kind)
+    launch = np.full(n, NONE, dtype=np.int64)
+    how = np.full(n, None, dtype=object)
+    dev = np.flatnonzero(np.isin(kind, codes(*DEVICE_KINDS)))
+    runtime = np.flatnonzero(kind == K["runtime"])
+    # 1. correlation id
+    rt_corr = correlation[runtime]
+    has = rt_corr >= 0
+    got = _lookup(rt_corr[has], runtime[has], correlation[dev])
+    got[correlation[dev] < 0] = NONE
+    launch[dev] = got
+    how[dev[got >= 0]] = "correlation"
+    # 2. flows (ac2g / async_gpu): start on the launch, finish on the device event, same id
+    todo = dev[launch[dev] < 0]
+    if todo.size and flows:
+        launch_flow = _flow_links(flows, thread, ts, runtime, todo)
+        launch[todo] = launch_flow
+        how[todo[launch_flow >= 0]] = "flow"
+    op = np.where(launch >= 0, op_of_host[np.clip(launch, 0, None)], NONE)
+    op[launch < 0] = NONE
+    # 3. external id straight to an op
+    todo = dev[(launch[dev] < 0) & (external_id[dev] >= 0)]
+    if todo.size:
+        ops = np.flatnonzero((kind == K["cpu_op"]) & (external_id >= 0))
+        hit = _lookup(external_id[ops], ops, external_id[todo])
+        op[todo] = hit
+        how[todo[hit >= 0]] = "external_id"
+    unlinked = np.full(n, None, dtype=object)
+    timed = dev[np.isin(kind[dev], codes(*DEVICE_TIME_KINDS))]
+    graph = graph_launch & (kind == K["runtime"])
+    lost = timed[op[timed] < 0]
+    has_launch = launch[lost] >= 0
+    no_ids = (correlation[lost] < 0) & (external_id[lost] < 0)
+    unlinked[lost] = np.where(
+        has_launch, "launch_outside_op",
+        np.where(not has_host_ops, "gpu_only_trace", np.where(no_ids, "no_correlation", "no_launch_in_trace")))
+    # graph replays: the launch op did not run these kernels one by one; count them apart
+    replay = timed[(launch[timed] >= 0) & graph[np.clip(launch[timed], 0, None)]]
+    op[replay] = NONE
+    unlinked[replay] = "graph_replay"
+    return Links(launch=launch, op=op, how=how, unlinked=unlinked)
+
+
+def _flow_links(flows, thread, ts, runtime, todo) -> np.ndarray:
+    starts: dict[str, tuple[int, int]] = {}
+    finish: dict[tuple[int, int], str] = {}
+    for fid, _cat, ph, fts, fthread in flows:
+        if ph == "s":
+            starts[fid] = (fthread, fts)
+        elif ph == "f":
+            finish[(fthread, fts)] = fid
+    rt_at = {(int(thread[r]), int(ts[r])): int(r) for r in runtime}
+    out = np.full(len(todo), NONE, dtype=np.int64)
+    for j, i in enumerate(todo):
+        fid = finish.get((int(thread[i]), int(ts[i])))
+        if fid is not None and fid in starts:
+            out[j] = rt_at.get(starts[fid], NONE)
+    return out
+
+
+def unmatched_flows(flows: list[tuple[str, str | None, str, int, int]]) -> int:
+    s = {f[0] for f in flows if f[2] == "s"}
+    f = {f[0] for f in flows if f[2] == "f"}
+    return len(s ^ f)
+
+
+@dataclass
+class Attribution:
+    self_cpu: np.ndarray
+    self_device: np.ndarray
+    device_total: np.ndarray
+    kernels: np.ndarray
+    kernels_total: np.ndarray
+
+
+def attribute(
+    *, kind: np.ndarray, dur: np.ndarray, parent: np.ndarray, device_op: np.ndarray,
+) -> Attribution:
+    """Self CPU time over the op-table tree, and device time per op (self and inclusive)."""
+    n = len(kind)
+    in_table = np.isin(kind, codes(*TABLE_KINDS))
+    table_parent = nearest_ancestor(parent, in_table, include_self=False)
+    child = np.flatnonzero(in_table & (table_parent >= 0))
+    children_dur = np.bincount(table_parent[child], weights=dur[child], minlength=n)
+    self_cpu = np.where(in_table, dur - children_dur.astype(np.int64), 0)
+    timed = np.flatnonzero(np.isin(kind, codes(*DEVICE_TIME_KINDS)) & (device_op >= 0))
+    owner = device_op[timed]
+    self_device = np.bincount(owner, weights=dur[timed], minlength=n).astype(np.int64)
+    kernels = np.bincount(owner, minlength=n).astype(np.int64)
+    device_total = self_device.copy()
+    kernels_total = kernels.copy()
+    w = dur[timed].astype(np.int64)
+    cur = table_parent[owner]
+    while True:
+        live = cur >= 0
+        if not live.any():
+            break
+        cur, w = cur[live], w[live]
+        device_total += np.bincount(cur, weights=w, minlength=n).astype(np.int64)
+        kernels_total += np.bincount(cur, minlength=n).astype(np.int64)
+        cur = table_parent[cur]
+    return Attribution(self_cpu, self_device, device_total, kernels, kernels_total)

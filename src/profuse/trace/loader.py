@@ -1,0 +1,291 @@
+"""``profuse.load(path)``: a Kineto trace (or a profuse bundle) into DuckDB tables, cached."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgspec
+import numpy as np
+
+from ..errors import TraceError
+from . import _decode
+from ._build import Columns, add_chunk, flow_times, kinds_of
+from .cache import CacheSlot, cache_slot, fingerprint
+from .correlate import attribute, link_device_events, nearest_ancestor, nesting, unmatched_flows
+from .schema import DDL, DEVICE_KINDS, GRAPH_LAUNCHES, KINDS, SCHEMA_VERSION, K, codes
+from .trace import Trace
+
+_MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
+TRACE_NAMES = ("trace.json.gz", "trace.json")
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """A trace file, or the trace inside a bundle folder."""
+    p = Path(path)
+    if p.is_dir():
+        for name in TRACE_NAMES:
+            if (p / name).is_file():
+                return p / name
+        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json")))
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise TraceError(p, "is a folder with no trace in it (expected trace.json.gz or one *.json[.gz])")
+        raise TraceError(p, f"holds {len(found)} traces; name one of them: {', '.join(q.name for q in found[:4])}")
+    if not p.exists():
+        raise TraceError(p, "no such file")
+    return p
+
+
+def load(
+    path: str | os.PathLike[str], *, lenient: bool = False, cache: bool = True,
+    progress: Progress | None = None,
+) -> Trace:
+    """Load a trace: from its cache when the file is unchanged, else decode and cache it."""
+    src = resolve(path)
+    fp = fingerprint(src)
+    slot = cache_slot(src) if cache and not lenient else None
+    if slot is not None:
+        cached = slot.open_if_valid(fp)
+        if cached is not None:
+            return Trace(src, cached, from_cache=True)
+    try:
+        final = _build_into(slot or CacheSlot.temporary(src), str(src), fp, lenient, progress)
+    except (OSError, duckdb.IOException, duckdb.PermissionException):
+        if slot is None:
+            raise
+        final = _build_into(CacheSlot.temporary(src), str(src), fp, lenient, progress)
+    temp = final if slot is None or final != slot.path else None
+    return Trace(src, duckdb.connect(str(final), read_only=True), from_cache=False, temp_file=temp)
+
+
+def _build_into(slot: CacheSlot, src: str, fp: dict[str, Any], lenient: bool, progress: Progress | None) -> Path:
+    work = slot.begin()
+    try:
+        con = duckdb.connect(str(work))
+        try:
+            _build(con, src, fp, lenient=lenient, progress=progress)
+        finally:
+            con.close()
+    except BaseException:
+        slot.abort(work)
+        raise
+    return slot.commit(work)
+
+
+def _build(con: duckdb.DuckDBPyConnection, path: str, fp: dict[str, Any], *, lenient: bool,
+           progress: Progress | None) -> None:
+    data = _decode.read_bytes(path)
+    doc = _decode.split_document(path, data)
+    skipped = _decode.Skipped()
+    cols = Columns()
+    total, done = len(doc.events), 0
+
+    def on_chunk(nbytes: int) -> None:
+        nonlocal done
+        done += nbytes
+        if progress:
+            progress(done, total)
+
+    for base, events in _decode.iter_chunks(path, doc, lenient=lenient, skipped=skipped, on_progress=on_chunk):
+        add_chunk(cols, path, base, events, doc.events, lenient=lenient, skipped=skipped)
+    top = {k: _safe_json(v) for k, v in doc.top.items()}
+    del data, doc
+    con.execute(DDL)
+    _write_tables(con, path, cols, top, fp, skipped)
+
+
+def _safe_json(raw: msgspec.Raw) -> Any:
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _lookup_list(table: dict[Any, int]) -> np.ndarray:
+    out = np.empty(len(table), dtype=object)
+    for v, i in table.items():
+        out[i] = v
+    return out
+
+
+def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, Any], skipped) -> None:
+    n = cols.n
+    name_list, cat_list = _lookup_list(cols.names), _lookup_list(cols.cats)
+    name_id, cat_id = cols.column("name"), cols.column("cat")
+    names = name_list[name_id] if n else np.empty(0, dtype=object)
+    kind = kinds_of(cols, name_list, name_id, cat_id) if n else np.empty(0, dtype=np.int8)
+    flow_times(cols)
+    thread = cols.column("thread").astype(np.int64)
+    base_ns = top.get("baseTimeNanoseconds")
+    base_ns = base_ns if isinstance(base_ns, int) else 0
+    ts, dur = cols.column("ts") + base_ns, cols.column("dur")
+    cols.flows = [(f, c, ph, t + base_ns, th) for f, c, ph, t, th in cols.flows]
+    cols.instants = [(nm, c, t + base_ns, p, tid) for nm, c, t, p, tid in cols.instants]
+    is_device_evt = np.isin(kind, codes(*DEVICE_KINDS))
+    thread_keys = [_thread_key(*k) for k in _lookup_list(cols.threads)]
+    device_threads = np.zeros(len(thread_keys), dtype=bool)
+    device_threads[np.unique(thread[is_device_evt])] = True
+    host = ~is_device_evt & ~device_threads[thread] if n else np.zeros(0, dtype=bool)
+    parent, depth = nesting(thread, ts, dur, host)
+    is_op = np.isin(kind, codes("cpu_op", "annotation"))
+    op_of_host = nearest_ancestor(parent, is_op, include_self=True)
+    has_host_ops = bool(np.any(host & is_op))
+    corr, ext = cols.column("correlation"), cols.column("external_id")
+    graph_launch = _flag_names(name_list, lambda s: s in GRAPH_LAUNCHES)[name_id] if n else np.zeros(0, bool)
+    links = link_device_events(kind=kind, graph_launch=graph_launch, thread=thread, ts=ts, correlation=corr,
+                               external_id=ext, op_of_host=op_of_host, flows=cols.flows,
+                               has_host_ops=has_host_ops)
+    op = np.where(host, op_of_host, links.op)
+    module_name = _flag_names(name_list, lambda s: s.startswith("nn.Module: "))
+    is_module = (kind == K["python"]) & (module_name[name_id] if n else np.zeros(0, bool))
+    module_of_host = nearest_ancestor(parent, is_module, include_self=False)
+    module = np.where(host, module_of_host, np.where(links.op >= 0, module_of_host[np.clip(links.op, 0, None)], -1))
+    attr = attribute(kind=kind, dur=dur, parent=parent, device_op=links.op)
+    device = cols.column("device")
+    pid_int = np.array([_int_or(k[0]) for k in thread_keys] or [-1], dtype=np.int64)
+    tid_int = np.array([_int_or(k[1]) for k in thread_keys] or [-1], dtype=np.int64)
+    device = np.where(is_device_evt & (device < 0), pid_int[thread] if n else device, device)
+    stream = cols.column("stream")
+    stream = np.where(is_device_evt & (stream < 0), tid_int[thread] if n else stream, stream)
+    frame = {
+        "id": np.arange(n, dtype=np.int64), "kind": np.array(KINDS, dtype=object)[kind],
+        "cat": cat_list[cat_id] if n else names,
+        "name": names, "ts": ts, "dur": dur,
+        "pid": np.array([k[0] for k in thread_keys], dtype=object)[thread] if n else names,
+        "tid": np.array([k[1] for k in thread_keys], dtype=object)[thread] if n else names,
+        "thread": thread.astype(np.int32),
+        "device": _nullable(np.where(is_device_evt, device, -1)), "stream": _nullable(np.where(is_device_evt, stream, -1)),
+        "correlation": _nullable(corr), "external_id": _nullable(ext),
+        "parent": _nullable(parent), "depth": _nullable(depth.astype(np.int64)), "op": _nullable(op),
+        "module": _nullable(module), "launch": _nullable(links.launch), "link": links.how,
+        "unlinked": links.unlinked, "self_cpu": attr.self_cpu, "self_device": attr.self_device,
+        "device_total": attr.device_total, "kernels": attr.kernels, "kernels_total": attr.kernels_total,
+        "seq": _nullable(cols.column("seq")), "python_id": _nullable(cols.column("python_id")),
+        "python_parent_id": _nullable(cols.column("python_parent_id")),
+        "bytes": _nullable(cols.column("nbytes")), "flops": cols.column("flops") if n else np.empty(0),
+    }
+    con.register("_frame", frame)
+    con.execute("INSERT INTO events SELECT * FROM _frame ORDER BY id")
+    con.unregister("_frame")
+    _write_side_tables(con, cols, kind, names, parent, is_module, module_of_host, ts, dur, thread,
+                       thread_keys, device_threads)
+    meta = _meta(path, cols, kind, names, ts, dur, top, fp, skipped, links.unlinked, host)
+    _insert_rows(con, "meta", [(k, json.dumps(v)) for k, v in meta.items()], 2)
+
+
+def _flag_names(name_list: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
+    """A boolean per distinct name, so per-event tests cost one index instead of a string op."""
+    return np.array([isinstance(s, str) and test(s) for s in name_list] or [False], dtype=bool)
+
+
+def _thread_key(pid: Any, tid: Any) -> tuple[str, str]:
+    return ("" if pid is None else str(pid), "" if tid is None else str(tid))
+
+
+def _int_or(s: str) -> int:
+    try:
+        return int(s)
+    except ValueError:
+        return -1
+
+
+def _nullable(a: np.ndarray) -> np.ndarray:
+    """int64 with -1 for none -> a masked column DuckDB reads as NULL."""
+    return np.ma.masked_array(a, mask=a < 0) if a.size else a
+
+
+def _write_side_tables(con, cols, kind, names, parent, is_module, module_of_host, ts, dur, thread,
+                       thread_keys, device_threads) -> None:
+    _insert_rows(con, "shapes", cols.shapes, 5)
+    scope_ids = np.flatnonzero(is_module | (kind == K["annotation"]))
+    if scope_ids.size:
+        labels = names[scope_ids]
+        scope_kind = np.where(is_module[scope_ids], "module", "annotation")
+        clean = [(_MODULE.match(s).group("cls") if k == "module" else s) for s, k in zip(labels, scope_kind)]
+        is_scope = is_module | (kind == K["annotation"])
+        scope_parent = nearest_ancestor(parent, is_scope, include_self=False)[scope_ids]
+        con.register("_scopes", {
+            "id": scope_ids.astype(np.int64), "kind": scope_kind.astype(object), "name": np.array(clean, dtype=object),
+            "label": labels, "parent": _nullable(scope_parent), "ts": ts[scope_ids], "dur": dur[scope_ids],
+            "thread": thread[scope_ids].astype(np.int32)})
+        con.execute("INSERT INTO scopes SELECT * FROM _scopes")
+        con.unregister("_scopes")
+    rows = []
+    for i, (pid, tid) in enumerate(thread_keys):
+        pm = cols.thread_meta.get((pid, ""), {})
+        tm = cols.thread_meta.get((pid, tid), {})
+        rows.append((i, pid, tid, pm.get("process_name"), tm.get("thread_name"), pm.get("process_labels"),
+                     bool(device_threads[i])))
+    _insert_rows(con, "threads", rows, 7)
+    _insert_rows(con, "instants", cols.instants, 5)
+    _insert_rows(con, "flows", cols.flows, 5)
+
+
+def _insert_rows(con, table: str, rows: list[tuple[Any, ...]], width: int) -> None:
+    """Insert Python rows column-wise (DuckDB's executemany is row-at-a-time and slow)."""
+    if not rows:
+        return
+    columns = list(zip(*rows))
+    frame = {f"c{i}": np.array(columns[i], dtype=object) for i in range(width)}
+    con.register("_rows", frame)
+    con.execute(f"INSERT INTO {table} SELECT * FROM _rows")
+    con.unregister("_rows")
+
+
+def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict[str, Any]) -> tuple[str, str | None]:
+    """The device kind (CUDA, ROCm, MTIA, CPU, or the backend's name) and the device's name."""
+    props = top.get("deviceProperties") or []
+    dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
+    has_device = bool(np.isin(kind, codes("kernel", "memcpy", "memset", "device_other")).any())
+    lower = {c.lower() for c in cats if c}
+    if "mtia_runtime" in lower or "mtia_ccp_events" in lower:
+        return "MTIA", dev_name
+    if any(k in top for k in ("roctracer_version", "hip_runtime_version")) or any(
+        isinstance(s, str) and s.startswith("hip") for s in names[kind == K["runtime"]][:2000]
+    ):
+        return "ROCm", dev_name
+    if any(c.startswith("privateuse1") for c in lower):
+        return "PrivateUse1", dev_name
+    if has_device or props or any(c in lower for c in ("cuda_runtime", "cuda_driver", "runtime", "kernel")):
+        return "CUDA", dev_name
+    return "CPU", None
+
+
+def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, host) -> dict[str, Any]:
+    device_kind, device_name = detect_device(kind, {c for c in cols.cats if c}, names, top)
+    span = int((ts + dur).max() - ts.min()) if len(ts) else 0
+    reasons: dict[str, int] = {}
+    for r in unlinked[unlinked != None]:  # noqa: E711 - object array compare
+        reasons[r] = reasons.get(r, 0) + 1
+    codes_, counts = np.unique(kind, return_counts=True) if len(kind) else ([], [])
+    kinds = [KINDS[c] for c in codes_]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "source": fp,
+        "path": path,
+        "device_kind": device_kind,
+        "device_name": device_name,
+        "events": int(len(ts)),
+        "span_us": span / 1000,
+        "kinds": {str(k): int(c) for k, c in zip(kinds, counts)},
+        "other_phases": cols.phase_counts,
+        "unlinked": reasons,
+        "unmatched_flows": unmatched_flows(cols.flows),
+        "skipped": skipped.counts,
+        "skipped_examples": skipped.examples,
+        "imprecise_ts_events": cols.imprecise_ts,
+        "base_time_ns": top.get("baseTimeNanoseconds"),
+        "trace_meta": {k: v for k, v in top.items() if k in ("schemaVersion", "distributedInfo", "deviceProperties",
+                                                            "traceName", "displayTimeUnit", "record_shapes",
+                                                            "with_stack", "with_modules", "with_flops",
+                                                            "profile_memory", "cuda_runtime_version",
+                                                            "hip_runtime_version")},
+    }

@@ -1,0 +1,118 @@
+"""Table layout of a loaded trace, and how Kineto categories map onto event kinds.
+
+docs/schema.md describes every table and column for users; keep the two in step.
+"""
+from __future__ import annotations
+
+SCHEMA_VERSION = 3  # bump when tables change: caches with another version are rebuilt
+
+# Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
+CATEGORY_KIND: dict[str, str] = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "annotation",
+    "python_function": "python",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "runtime",
+    "hip_runtime": "runtime",
+    "mtia_runtime": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "gpu_user_annotation": "gpu_annotation",
+    "cuda_sync": "sync",
+    "mtia_ccp_events": "device_other",
+}
+# MTIA command-processor events: DMA is a copy, PE execution is compute, the rest is bookkeeping.
+MTIA_DEVICE_KIND = {"dma_request": "memcpy", "pe_exe": "kernel", "merge": "kernel", "remote": "kernel"}
+
+HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "sync", "other")
+KINDS = HOST_KINDS + ("kernel", "memcpy", "memset", "gpu_annotation", "device_other")
+DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "device_other")
+# Device events whose time counts as device time of the op that launched them.
+DEVICE_TIME_KINDS = ("kernel", "memcpy", "memset")
+# Host events that torch's key_averages() lists as rows (what the op table shows).
+TABLE_KINDS = ("cpu_op", "annotation", "runtime", "sync")
+
+
+
+K = {k: i for i, k in enumerate(KINDS)}
+
+
+def codes(*kinds: str) -> list[int]:
+    """Integer codes of kinds, for fast vector tests on the ``kind`` column while building."""
+    return [KINDS.index(k) for k in kinds]
+
+
+UNLINKED_REASONS = {
+    "no_launch_in_trace": "its launch call is not in the trace (launched before the capture window)",
+    "graph_replay": "launched by a CUDA/HIP graph replay, not by one op",
+    "gpu_only_trace": "the trace has no CPU-side events",
+    "no_correlation": "the event carries no correlation id, flow or external id",
+    "launch_outside_op": "its launch call ran outside any op",
+}
+
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+
+DDL = """
+CREATE TABLE events (
+    id BIGINT PRIMARY KEY,    -- position among the trace's complete ('X') events, file order
+    kind VARCHAR,             -- cpu_op annotation python runtime sync kernel memcpy memset gpu_annotation device_other other
+    cat VARCHAR,              -- the category as written in the trace
+    name VARCHAR,
+    ts BIGINT,                -- start, integer ns since the epoch of the trace's clock
+    dur BIGINT,               -- ns
+    pid VARCHAR,
+    tid VARCHAR,
+    thread INTEGER,           -- dense id of (pid, tid)
+    device INTEGER,           -- device index for device events (NULL on the host)
+    stream BIGINT,            -- device stream / queue for device events
+    correlation BIGINT,
+    external_id BIGINT,
+    parent BIGINT,            -- innermost enclosing host event on the same thread
+    depth INTEGER,            -- 0 for top-level host events
+    op BIGINT,                -- host: innermost enclosing-or-self cpu_op / annotation; device: the op that launched it
+    module BIGINT,            -- innermost enclosing nn.Module scope (id of a `scopes` row)
+    launch BIGINT,            -- device events: id of the runtime call that launched it
+    link VARCHAR,             -- device events: how `launch` was found (correlation, flow, external_id) or NULL
+    unlinked VARCHAR,         -- device events that could not be linked: the reason
+    self_cpu BIGINT,          -- host: dur minus direct children listed in the op table (ns)
+    self_device BIGINT,       -- host: device time of events it launched itself (ns)
+    device_total BIGINT,      -- host: device time of events it or its descendants launched (ns)
+    kernels INTEGER,          -- host: device events it launched itself
+    kernels_total INTEGER,    -- host: device events it or its descendants launched
+    seq BIGINT,               -- autograd sequence number
+    python_id BIGINT,
+    python_parent_id BIGINT,
+    bytes BIGINT,             -- memcpy/memset size when recorded
+    flops DOUBLE
+);
+CREATE TABLE shapes (
+    id BIGINT,                -- events.id
+    input_dims VARCHAR,       -- JSON list of input shapes as recorded ("Input Dims")
+    input_types VARCHAR,      -- JSON list of input dtypes ("Input type")
+    grid VARCHAR,             -- device events: launch grid as JSON
+    block VARCHAR
+);
+CREATE TABLE scopes (
+    id BIGINT,                -- events.id of the python_function / user_annotation event
+    kind VARCHAR,             -- module | annotation
+    name VARCHAR,             -- module class (e.g. LlamaRMSNorm) or annotation name
+    label VARCHAR,            -- the event name as recorded (e.g. 'nn.Module: LlamaRMSNorm_0')
+    parent BIGINT,            -- enclosing scope
+    ts BIGINT, dur BIGINT, thread INTEGER
+);
+CREATE TABLE threads (thread INTEGER, pid VARCHAR, tid VARCHAR, process_name VARCHAR,
+                      thread_name VARCHAR, labels VARCHAR, is_device BOOLEAN);
+CREATE TABLE instants (name VARCHAR, cat VARCHAR, ts BIGINT, pid VARCHAR, tid VARCHAR);
+CREATE TABLE flows (id VARCHAR, cat VARCHAR, ph VARCHAR, ts BIGINT, thread INTEGER);
+CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);  -- JSON values
+CREATE VIEW links AS
+    SELECT d.id AS device_event, d.kind, d.name, d.dur, d.launch, d.op, d.module, d.link, d.unlinked
+    FROM events d WHERE d.kind IN ('kernel', 'memcpy', 'memset');
+"""
