@@ -43,7 +43,8 @@ def _writable(folder: Path) -> bool:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return False
-    return os.access(folder, os.W_OK)
+    # root passes os.access on anything; a folder with no write bits is read-only to us too
+    return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & 0o222)
 
 
 @dataclass
@@ -63,7 +64,8 @@ class CacheSlot:
             return None
         try:
             con = duckdb.connect(str(self.path), read_only=True)
-            row = con.execute("SELECT value FROM meta WHERE key = 'source'").fetchone()
+            rows = con.execute("SELECT value FROM meta WHERE key = 'source'").fetchall()
+            row = rows[0] if rows else None
         except duckdb.Error:
             return None
         if row is None or json.loads(row[0]) != fp:

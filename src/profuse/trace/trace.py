@@ -39,10 +39,11 @@ class Trace:
     def cpu_only(self) -> bool:
         return self.device_kind == "CPU"
 
-    def sql(self, query: str, params: list[Any] | None = None) -> duckdb.DuckDBPyRelation:
-        """Run read-only SQL against the trace's tables."""
+    def sql(self, query: str, params: list[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run SQL against the trace's tables: (column names, rows). Errors are user errors."""
         try:
-            return self.con.sql(query, params=params) if params else self.con.sql(query)
+            cur = self.con.execute(query, params or [])
+            return [d[0] for d in cur.description or []], cur.fetchall()
         except duckdb.Error as err:
             first = str(err).strip().splitlines()[0]
             raise UserError(f"SQL error: {first}") from None

@@ -1,0 +1,28 @@
+"""Atomic file writes: a reader never sees half a file, a failed write leaves nothing behind."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import UserError
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
+    target = Path(path)
+    folder = target.parent.resolve()
+    if not folder.is_dir():
+        raise UserError(f"{target}: cannot write: folder {folder} does not exist")
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as err:
+        raise UserError(f"{target}: cannot write ({err.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,133 @@
+"""The op table: torch's ``key_averages()`` with device time correlated, grouped four ways."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UserError
+from ..trace import Trace
+from ..trace.schema import DEVICE_TIME_KINDS, TABLE_KINDS
+
+GROUPS = ("op", "shape", "module", "kernel")
+SORT_KEYS = ("self_device", "device_total", "self_cpu", "cpu_total", "calls", "kernels", "name")
+
+_KINDS = ", ".join(f"'{k}'" for k in TABLE_KINDS)
+_DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
+
+
+@dataclass(frozen=True)
+class OpRow:
+    name: str
+    calls: int
+    self_cpu_us: float
+    cpu_total_us: float
+    self_device_us: float
+    device_total_us: float
+    kernels: int
+    shape: str | None = None
+
+    @property
+    def avg_device_us(self) -> float:
+        return self.device_total_us / self.calls if self.calls else 0.0
+
+
+@dataclass(frozen=True)
+class OpTable:
+    group_by: str
+    device_label: str           # CUDA, ROCm, MTIA, CPU, ...
+    cpu_only: bool              # device time is the CPU's own self time
+    device_us: float            # total device time in the trace (denominator of %)
+    rows: list[OpRow] = field(default_factory=list)
+
+    def pct(self, row: OpRow) -> float:
+        base = self.device_us
+        return 100.0 * row.self_device_us / base if base else 0.0
+
+
+def total_device_us(trace: Trace) -> float:
+    if trace.cpu_only:
+        q = f"SELECT sum(self_cpu) FROM events WHERE kind IN ({_KINDS}) AND depth IS NOT NULL"
+    else:
+        q = f"SELECT sum(dur) FROM events WHERE kind IN ({_DEVICE})"
+    (v,) = trace.con.execute(q).fetchall()[0]
+    return (v or 0) / 1000.0
+
+
+def op_table(trace: Trace, *, group_by: str = "op", sort: str = "self_device") -> OpTable:
+    if group_by not in GROUPS:
+        raise UserError(f"--group-by must be one of {', '.join(GROUPS)} (got {group_by!r})")
+    if sort not in SORT_KEYS:
+        raise UserError(f"--sort must be one of {', '.join(SORT_KEYS)} (got {sort!r})")
+    rows = {"op": _by_op, "shape": _by_shape, "module": _by_module, "kernel": _by_kernel}[group_by](trace)
+    rows.sort(key=_sort_key(sort))
+    return OpTable(group_by=group_by, device_label=trace.device_label, cpu_only=trace.cpu_only,
+                   device_us=total_device_us(trace), rows=rows)
+
+
+def _sort_key(sort: str) -> Any:
+    attr = {"self_device": "self_device_us", "device_total": "device_total_us", "self_cpu": "self_cpu_us",
+            "cpu_total": "cpu_total_us", "calls": "calls", "kernels": "kernels"}.get(sort)
+    if attr is None:
+        return lambda r: r.name
+    return lambda r: (-getattr(r, attr), r.name)
+
+
+def _device_cols(trace: Trace) -> tuple[str, str]:
+    # In a CPU-only trace the CPU is the device: device time is self CPU time.
+    if trace.cpu_only:
+        return "self_cpu", "dur"
+    return "self_device", "device_total"
+
+
+def _rows(trace: Trace, query: str, with_shape: bool = False) -> list[OpRow]:
+    out = []
+    for r in trace.con.execute(query).fetchall():
+        name, calls, self_cpu, cpu_total, self_dev, dev_total, kernels = r[:7]
+        out.append(OpRow(name=name or "", calls=int(calls), self_cpu_us=(self_cpu or 0) / 1000,
+                         cpu_total_us=(cpu_total or 0) / 1000, self_device_us=(self_dev or 0) / 1000,
+                         device_total_us=(dev_total or 0) / 1000, kernels=int(kernels or 0),
+                         shape=r[7] if with_shape else None))
+    return out
+
+
+def _by_op(trace: Trace) -> list[OpRow]:
+    sd, dt = _device_cols(trace)
+    return _rows(trace, f"""
+        SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels)
+        FROM events WHERE kind IN ({_KINDS}) AND depth IS NOT NULL GROUP BY name""")
+
+
+def _by_shape(trace: Trace) -> list[OpRow]:
+    sd, dt = _device_cols(trace)
+    return _rows(trace, f"""
+        SELECT e.name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels),
+               coalesce(s.input_dims, '')
+        FROM events e LEFT JOIN shapes s USING (id)
+        WHERE kind IN ({_KINDS}) AND depth IS NOT NULL GROUP BY e.name, s.input_dims""", with_shape=True)
+
+
+def _by_module(trace: Trace) -> list[OpRow]:
+    """Per nn.Module class: instances, CPU time of the scope, device time under it (self and total)."""
+    dev = "self_cpu" if trace.cpu_only else "dur"
+    kinds = _KINDS if trace.cpu_only else _DEVICE
+    return _rows(trace, f"""
+        WITH RECURSIVE up(scope, anc) AS (
+            SELECT id, id FROM scopes WHERE kind = 'module'
+            UNION ALL
+            SELECT up.scope, s.parent FROM up JOIN scopes s ON s.id = up.anc WHERE s.parent IS NOT NULL
+        ),
+        timed AS (SELECT module, {dev} AS t FROM events WHERE kind IN ({kinds}) AND module IS NOT NULL),
+        self_t AS (SELECT module AS scope, sum(t) AS t, count(*) AS k FROM timed GROUP BY 1),
+        total_t AS (SELECT u.anc AS scope, sum(st.t) AS t FROM up u JOIN self_t st ON st.scope = u.scope
+                    JOIN scopes a ON a.id = u.anc AND a.kind = 'module' GROUP BY 1)
+        SELECT s.name, count(*), 0, sum(s.dur), sum(coalesce(st.t, 0)), sum(coalesce(tt.t, 0)), sum(coalesce(st.k, 0))
+        FROM scopes s LEFT JOIN self_t st ON st.scope = s.id LEFT JOIN total_t tt ON tt.scope = s.id
+        WHERE s.kind = 'module' GROUP BY s.name""")
+
+
+def _by_kernel(trace: Trace) -> list[OpRow]:
+    if trace.cpu_only:
+        return _by_op(trace)
+    return _rows(trace, f"""
+        SELECT name, count(*), 0, 0, sum(dur), sum(dur), count(*)
+        FROM events WHERE kind IN ({_DEVICE}) GROUP BY name""")

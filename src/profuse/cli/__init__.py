@@ -1,0 +1,50 @@
+"""``profuse`` command line: one module per subcommand, ``main(argv) -> int`` callable in-process."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import UserError
+from . import report, sql
+
+COMMANDS = {"report": report, "sql": sql}
+
+EPILOG = """examples:
+  profuse report trace.json.gz                  the op table with device time per op
+  profuse report trace.json.gz --group-by module --top 20
+  profuse sql trace.json.gz "SELECT name, sum(dur)/1e3 AS us FROM events WHERE kind='kernel' GROUP BY 1 ORDER BY 2 DESC LIMIT 5"
+  profuse run --out prof -- python my_script.py --batch 8
+  profuse study rmsnorm
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="profuse", description="Where PyTorch inference spends its time, on any device, and proof of the fix.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"profuse {__version__}")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, mod in COMMANDS.items():
+        mod.add_parser(subs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"profuse: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("profuse: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

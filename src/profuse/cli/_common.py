@@ -1,0 +1,52 @@
+"""Pieces shared by subcommands: loading with a progress bar, the console."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+from ..trace import Trace, load
+
+
+def add_load_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lenient", action="store_true",
+                   help="load what can be read; skip bad events and report how many")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the table cache")
+
+
+class _LazyBar:
+    """A progress bar that appears only once a load has taken more than a second."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self.start, self.bar, self.task = label, time.monotonic(), None, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if time.monotonic() - self.start < 1.0:
+                return
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                                TransferSpeedColumn(), TimeRemainingColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def load_trace(path: str, args: argparse.Namespace) -> Trace:
+    bar = _LazyBar(f"loading {path}")
+    try:
+        return load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),
+                    progress=bar)
+    finally:
+        bar.close()
+
+
+def console() -> Console:
+    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)

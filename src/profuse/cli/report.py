@@ -1,0 +1,46 @@
+"""``profuse report``: the correlated op table of a trace or bundle."""
+from __future__ import annotations
+
+import argparse
+
+from ..analysis import GROUPS, SORT_KEYS, op_table, summarize
+from ..report.console import print_report
+from ..report.json_report import render_json
+from .._io import atomic_write
+from ._common import add_load_args, console, load_trace
+
+HELP = """examples:
+  profuse report trace.json.gz
+  profuse report trace.json.gz --group-by kernel --top 10
+  profuse report prof/ --format json > report.json     (a bundle folder works too)
+"""
+
+
+def add_parser(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("report", help="op table with device time correlated", epilog=HELP,
+                        description="Show where time goes: every op with its CPU time and the device time "
+                                    "of the kernels it launched.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", help="a Kineto trace (.json / .json.gz) or a profuse bundle folder")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--group-by", choices=GROUPS, default="op")
+    p.add_argument("--sort", choices=SORT_KEYS, default="self_device")
+    p.add_argument("--top", type=int, default=25, help="rows in the table format (default 25; 0 = all)")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    add_load_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with load_trace(args.path, args) as trace:
+        table = op_table(trace, group_by=args.group_by, sort=args.sort)
+        summary = summarize(trace)
+    if args.format == "json":
+        text = render_json(summary, table)
+        if args.output:
+            atomic_write(args.output, text + "\n")
+        else:
+            print(text)
+        return 0
+    print_report(console(), summary, table, args.top or None)
+    return 0

@@ -1,0 +1,49 @@
+"""``profuse sql``: run SQL on a trace's tables (events, links, scopes, shapes, threads, meta, ...)."""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+import msgspec
+from rich.table import Table
+from rich.text import Text
+
+from ._common import add_load_args, console, load_trace
+
+HELP = """examples:
+  profuse sql trace.json.gz "SELECT kind, count(*), sum(dur)/1e3 AS us FROM events GROUP BY kind"
+  profuse sql trace.json.gz "SELECT name, device_total/1e3 AS us FROM events WHERE kind='cpu_op' ORDER BY us DESC LIMIT 10"
+  profuse sql trace.json.gz "SELECT * FROM links WHERE unlinked IS NOT NULL" --format csv
+tables: events, links (view), scopes, shapes, threads, flows, instants, meta   (docs/schema.md)
+"""
+
+
+def add_parser(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("sql", help="query a trace's tables with SQL (DuckDB)", epilog=HELP,
+                        description="Run one SQL query against the tables of a loaded trace.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", help="a Kineto trace or a profuse bundle folder")
+    p.add_argument("query", help="the SQL to run (DuckDB dialect)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    add_load_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with load_trace(args.path, args) as trace:
+        cols, rows = trace.sql(args.query)
+    if args.format == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        w.writerows(rows)
+    elif args.format == "json":
+        sys.stdout.write(msgspec.json.encode([dict(zip(cols, r)) for r in rows], enc_hook=str).decode() + "\n")
+    else:
+        t = Table(show_edge=False, header_style="bold")
+        for c in cols:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*(Text("" if v is None else str(v)) for v in r))
+        console().print(t)
+    return 0

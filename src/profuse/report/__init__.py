@@ -1,0 +1,1 @@
+"""Renderers: they read analysis results and write text, JSON or HTML; they compute nothing."""

@@ -1,0 +1,106 @@
+"""The table cache: beside the trace, in the user cache when read-only, temporary as a last resort."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+import duckdb
+
+import profuse
+from conftest import trace_path
+
+SMALL = "a100_event_sync.json.gz"
+
+
+def test_second_load_reads_the_cache(tmp_path):
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path(SMALL), src)
+    first = profuse.load(src)
+    assert not first.from_cache
+    n = first.meta["events"]
+    first.close()
+    cache = tmp_path / "t.json.gz.profuse.duckdb"
+    assert cache.is_file()
+    # the cache is a real DuckDB file anyone can open
+    con = duckdb.connect(str(cache), read_only=True)
+    assert con.execute("SELECT count(*) FROM events").fetchall()[0][0] == n
+    con.close()
+    second = profuse.load(src)
+    assert second.from_cache and second.meta["events"] == n
+    second.close()
+
+
+def test_changed_trace_is_reloaded(tmp_path):
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path(SMALL), src)
+    profuse.load(src).close()
+    shutil.copy(trace_path("a100_alexnet.json.gz"), src)
+    t = profuse.load(src)
+    assert not t.from_cache and t.meta["events"] > 100
+    t.close()
+
+
+def test_read_only_folder_uses_user_cache(tmp_path, _cache_dir):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    shutil.copy(trace_path(SMALL), ro / "t.json.gz")
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        profuse.load(ro / "t.json.gz").close()
+        assert list(ro.iterdir()) == [ro / "t.json.gz"]
+        assert list(_cache_dir.glob("t.json.gz-*.profuse.duckdb"))
+        again = profuse.load(ro / "t.json.gz")
+        assert again.from_cache
+        again.close()
+    finally:
+        ro.chmod(0o755)
+
+
+def test_unwritable_cache_falls_back_to_a_temporary_file(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    shutil.copy(trace_path(SMALL), ro / "t.json.gz")
+    nocache = tmp_path / "nocache"
+    nocache.mkdir()
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    nocache.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    monkeypatch.setenv("PROFUSE_CACHE_DIR", str(nocache))
+    try:
+        t = profuse.load(ro / "t.json.gz")
+        assert not t.from_cache and t.meta["events"] > 0
+        temp = t._temp_file
+        assert temp is not None and temp.exists()
+        t.close()
+        assert not temp.exists(), "the temporary cache is removed on close"
+        assert list(nocache.iterdir()) == []
+    finally:
+        ro.chmod(0o755)
+        nocache.chmod(0o755)
+
+
+def test_bundle_folder_loads_its_trace(tmp_path):
+    b = tmp_path / "bundle"
+    b.mkdir()
+    shutil.copy(trace_path(SMALL), b / "trace.json.gz")
+    t = profuse.load(b)
+    assert t.path.name == "trace.json.gz"
+    t.close()
+
+
+def test_loads_without_torch(tmp_path):
+    # The trace layer must work on a laptop without torch: run it in a child with torch hidden.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import profuse\n"
+        f"t = profuse.load({str(trace_path(SMALL))!r}, cache=False)\n"
+        "from profuse.analysis import op_table\n"
+        "print(len(op_table(t).rows))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PROFUSE_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 0

@@ -1,0 +1,78 @@
+"""`profuse report` on every shared trace, and the JSON contract."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ALL_TRACES
+from profuse.cli import main
+
+TRACE_KEYS = {"path", "device_kind", "device_name", "events", "span_us"}
+TOTAL_KEYS = {"device_us", "kernels", "kernels_linked", "unlinked"}
+OP_KEYS = {"name", "calls", "self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us", "kernels"}
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+def test_report_json_contract(path, capsys):
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "profuse.report/1"
+    assert TRACE_KEYS <= doc["trace"].keys()
+    assert TOTAL_KEYS <= doc["totals"].keys()
+    assert doc["trace"]["events"] > 0
+    assert doc["trace"]["device_kind"] in {"CUDA", "ROCm", "MTIA", "CPU"}
+    totals = doc["totals"]
+    assert 0 <= totals["kernels_linked"] <= totals["kernels"]
+    # every device event is either linked or counted under a reason: nothing silently dropped
+    assert totals["kernels_linked"] + sum(totals["unlinked"].values()) == totals["kernels"]
+    assert doc["ops"], "every trace has ops"
+    names = [o["name"] for o in doc["ops"]]
+    assert len(names) == len(set(names)), "ops lists each name once"
+    for op in doc["ops"]:
+        assert OP_KEYS <= op.keys()
+        assert op["calls"] >= 1
+        assert op["cpu_total_us"] >= op["self_cpu_us"] - 1e-6
+        assert op["device_total_us"] >= op["self_device_us"] - 1e-6
+    if doc["trace"]["device_kind"] != "CPU":
+        linked_device = sum(o["self_device_us"] for o in doc["ops"])
+        assert linked_device <= totals["device_us"] + 1e-3
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+def test_report_table_renders(path, capsys):
+    assert main(["report", str(path), "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "Calls" in out and "Self CPU" in out
+
+
+@pytest.mark.parametrize("name,kind", [
+    ("a100_alexnet.json.gz", "CUDA"), ("mi250_rocm_toy_train.json.gz", "ROCm"),
+    ("mtia_inference.json.gz", "MTIA"), ("cpu_only_gloo_rank34.json.gz", "CPU"),
+    ("legacy_capitalized_categories.json.gz", "CUDA"), ("mi210_gpu_only.json.gz", "ROCm"),
+])
+def test_device_kind_names_the_column(name, kind, capsys):
+    from conftest import trace_path
+    assert main(["report", str(trace_path(name)), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert f"Self {kind}" in out and f"{kind} total" in out
+    if kind == "CPU":
+        assert "CPU-only trace" in out
+
+
+def test_every_group_by(capsys):
+    from conftest import trace_path
+    p = str(trace_path("h100_bert_small.json.gz"))
+    for g in ("op", "shape", "module", "kernel"):
+        assert main(["report", p, "--group-by", g, "--format", "json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["group_by"] == g and doc["ops"]
+    # modules: BERT's Linear layers carry the addmm kernels
+    main(["report", p, "--group-by", "module", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    mods = {o["name"]: o for o in doc["ops"]}
+    assert mods["Linear"]["kernels"] == 26
+    # the outermost module holds every kernel; its children hold less
+    assert mods["BertLMHeadModel"]["device_total_us"] == pytest.approx(doc["totals"]["device_us"])
+    assert mods["BertModel"]["device_total_us"] < mods["BertLMHeadModel"]["device_total_us"]
+    assert mods["BertModel"]["device_total_us"] >= mods["BertEncoder"]["device_total_us"]
