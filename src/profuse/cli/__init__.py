@@ -6,9 +6,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import UserError
-from . import report, sql
+from . import peaks, report, run, sql, study
 
-COMMANDS = {"report": report, "sql": sql}
+COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "peaks": peaks}
 
 EPILOG = """examples:
   profuse report trace.json.gz                  the op table with device time per op

@@ -1,0 +1,71 @@
+"""What ran per profiler step: ops, kernels and device time per call, from a loaded trace."""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from ..trace import Trace
+
+# Ops that allocate, view or dispatch but do no arithmetic: not "kernels" on the CPU.
+NO_WORK = ("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::as_strided",
+           "aten::result_type", "aten::reshape", "aten::expand", "aten::t", "aten::transpose",
+           "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select",
+           "aten::detach", "aten::alias", "aten::_unsafe_view", "aten::lift_fresh", "aten::resize_",
+           "TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher Runtime Wrapper Prologue",
+           "aten::to", "aten::type_as", "aten::_to_copy")
+
+
+SELF_SHARE = 0.25  # an op whose own (self) time is under this share of its total is a wrapper
+
+
+@dataclass(frozen=True)
+class StepStats:
+    steps: int
+    ops_per_call: float          # top-level ops in each step: what the code called
+    kernels_per_call: float      # device events (GPU) or, on the CPU, the median count per step of ops
+                                 # doing their own work, compiled graph calls included
+    device_us_per_call: float
+    op_names: tuple[str, ...]    # distinct top-level op names, in first-seen order
+    leaf_names: tuple[str, ...]  # what actually computed (CPU) or kernel names (GPU)
+
+
+def _no_work_list() -> str:
+    return ", ".join("'" + n.replace("'", "''") + "'" for n in NO_WORK)
+
+
+def step_stats(trace: Trace) -> StepStats:
+    con = trace.con
+    steps = con.execute("SELECT count(*) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'"
+                        ).fetchall()[0][0] or 1
+    top = con.execute("""
+        SELECT e.name, e.dur, e.id FROM events e JOIN events p ON p.id = e.parent
+        WHERE p.kind = 'annotation' AND p.name LIKE 'ProfilerStep#%' AND e.kind IN ('cpu_op', 'annotation')
+        ORDER BY e.ts""").fetchall()
+    op_names = tuple(dict.fromkeys(r[0] for r in top))
+    if trace.cpu_only:
+        # A CPU "kernel" is an op that does its own work: not a view or allocation, not a wrapper
+        # whose children take most of its time. A compiled graph's call counts as its kernels.
+        leaves = con.execute(f"""
+            WITH RECURSIVE inside(id, step) AS (
+                SELECT e.id, p.id FROM events e JOIN events p ON p.id = e.parent
+                WHERE p.kind = 'annotation' AND p.name LIKE 'ProfilerStep#%'
+                UNION ALL SELECT c.id, i.step FROM events c JOIN inside i ON c.parent = i.id)
+            SELECT e.name, inside.step FROM events e JOIN inside USING (id)
+            WHERE (e.kind = 'cpu_op' AND e.name NOT IN ({_no_work_list()})
+                   AND e.name NOT LIKE 'Torch-Compiled Region%' AND e.self_cpu >= {SELF_SHARE} * e.dur)
+               OR (e.kind = 'annotation' AND e.name LIKE '## Call CompiledFxGraph%')
+            ORDER BY e.ts""").fetchall()
+        leaf_names = [r[0] for r in leaves]
+        per_step = Counter(r[1] for r in leaves)
+        kernels = statistics.median(per_step.values()) if per_step else 0.0
+        device_us = sum(r[1] for r in top) / 1000
+    else:
+        rows = con.execute("SELECT name, dur FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') "
+                           "AND op IS NOT NULL ORDER BY ts").fetchall()
+        leaf_names = [r[0] for r in rows]
+        kernels = len(leaf_names) / steps
+        device_us = sum(r[1] for r in rows) / 1000
+    return StepStats(steps=int(steps), ops_per_call=len(top) / steps, kernels_per_call=float(kernels),
+                     device_us_per_call=device_us / steps, op_names=op_names,
+                     leaf_names=tuple(dict.fromkeys(leaf_names)))

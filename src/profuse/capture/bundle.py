@@ -1,0 +1,149 @@
+"""Bundles: one folder per capture, written atomically.
+
+    trace.json.gz                 the Kineto trace as torch wrote it (opens in Perfetto / TensorBoard)
+    meta.json                     config, versions, device, host, command line, times, peaks, status
+    trace.json.gz.profuse.duckdb  the engine's tables, so the first report is instant
+    artifacts/inductor/*.py       code torch.compile generated in this process, where there was some
+
+The folder is assembled under a hidden temporary name and renamed into place at the end, so an
+interrupted capture never leaves a folder that looks complete.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import UserError
+
+META = "meta.json"
+TRACE = "trace.json.gz"
+
+
+def is_bundle(path: Path) -> bool:
+    return (path / META).is_file() and (path / TRACE).is_file()
+
+
+def device_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+                            "cpu_count": os.cpu_count()}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info["cuda"] = {"name": p.name, "total_memory": p.total_memory,
+                        "multi_processor_count": p.multi_processor_count,
+                        "hip": getattr(torch.version, "hip", None), "cuda": torch.version.cuda,
+                        "count": torch.cuda.device_count()}
+    return info
+
+
+def _filter_events(raw: bytes, *, keep_device_ids: dict[str, tuple[int, ...] | None], drop_runtime: bool,
+                   max_events: int) -> tuple[bytes, dict[str, int]]:
+    """Apply the config's device choice, stream choice and event cap to an exported trace."""
+    doc = msgspec.json.decode(raw)
+    events = doc.get("traceEvents", [])
+    ids = keep_device_ids.get("cuda")
+    dropped = {"other_devices": 0, "runtime": 0, "over_max_events": 0}
+    kept = []
+    for e in events:
+        cat = str(e.get("cat", "")).lower()
+        if ids is not None and cat in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"):
+            dev = (e.get("args") or {}).get("device", e.get("pid"))
+            if dev not in ids:
+                dropped["other_devices"] += 1
+                continue
+        if drop_runtime and cat in ("cuda_runtime", "cuda_driver"):
+            dropped["runtime"] += 1
+            continue
+        kept.append(e)
+    if max_events and len(kept) > max_events:
+        kept.sort(key=lambda e: (e.get("ph") != "M", e.get("ts", 0)))
+        dropped["over_max_events"] = len(kept) - max_events
+        kept = kept[:max_events]
+    doc["traceEvents"] = kept
+    return msgspec.json.encode(doc), {k: v for k, v in dropped.items() if v}
+
+
+def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], status: str,
+                 extra: dict[str, Any] | None = None, filters: dict[str, Any] | None = None,
+                 build_cache: bool = True) -> Path:
+    """Assemble a bundle at ``out`` from an exported trace file. Returns the final folder."""
+    out = Path(out)
+    if out.exists() and not is_bundle(out) and any(out.iterdir()):
+        raise UserError(f"{out}: exists and is not a profuse bundle; choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        meta = {"schema": "profuse.bundle/1", "status": status, "config": config,
+                "profuse": _version(), "python": sys.version.split()[0], "host": socket.gethostname(),
+                "command": sys.argv, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        meta["device"] = device_info()
+        meta.update(extra or {})
+        if trace_json is not None:
+            raw = trace_json.read_bytes()
+            if filters:
+                raw, dropped = _filter_events(raw, **filters)
+                meta["dropped_events"] = dropped
+            with gzip.open(work / TRACE, "wb", compresslevel=6) as fh:
+                fh.write(raw)
+        _copy_inductor_code(work)
+        (work / META).write_text(json.dumps(meta, indent=2, default=str))
+        if build_cache and trace_json is not None:
+            from ..trace import load
+
+            load(work / TRACE).close()
+            # the cache fingerprints the trace file; the rename below keeps size and mtime
+        _replace(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return out
+
+
+def _replace(work: Path, out: Path) -> None:
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(work, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(work, out)
+
+
+def _copy_inductor_code(work: Path) -> None:
+    """Save the Python/C++ code torch.compile generated in this process (device-level view)."""
+    mods = sys.modules.get("torch._inductor.codecache")
+    if mods is None:
+        return
+    cache = getattr(mods, "PyCodeCache", None)
+    files = {getattr(m, "__file__", None) for m in getattr(cache, "modules", [])} if cache else set()
+    files |= {getattr(m, "__file__", None) for m in getattr(cache, "modules_no_attr", {}).values()} if cache else set()
+    files = {f for f in files if f and os.path.isfile(f)}
+    if not files:
+        return
+    dest = work / "artifacts" / "inductor"
+    dest.mkdir(parents=True)
+    for f in sorted(files):
+        shutil.copy2(f, dest / Path(f).name)
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def read_meta(bundle: Path) -> dict[str, Any]:
+    return json.loads((Path(bundle) / META).read_text())

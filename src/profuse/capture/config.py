@@ -1,0 +1,130 @@
+"""``ProfileConfig``: what to record, on which devices, where to. Validated on construction."""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STREAMS = ("ops", "device", "runtime", "python", "shapes", "memory", "flops")
+DEFAULT_STREAMS = ("ops", "device", "runtime", "shapes")
+_DEVICE_SPEC = re.compile(r"^(?P<type>[a-z][a-z0-9_]*)(?::(?P<ids>\d+(?:,\d+)*))?$")
+
+
+def _split(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(s.strip() for s in items if s.strip())
+
+
+def parse_devices(spec: str) -> dict[str, tuple[int, ...] | None]:
+    """``"cuda:0,1"`` -> {"cuda": (0, 1)}; ``"cpu"`` -> {"cpu": None}; ``"cpu;cuda"`` for several types."""
+    out: dict[str, tuple[int, ...] | None] = {}
+    for part in [p.strip() for p in spec.split(";") if p.strip()] or ["cpu"]:
+        m = _DEVICE_SPEC.match(part)
+        if not m:
+            raise ValueError(f"ProfileConfig.devices: cannot read {part!r}; use e.g. 'cpu', 'cuda', 'cuda:0,1' "
+                             "(several types: 'cpu;cuda:0')")
+        ids = tuple(int(i) for i in m.group("ids").split(",")) if m.group("ids") else None
+        out[m.group("type")] = ids
+    return out
+
+
+def available_device_types() -> dict[str, int]:
+    """Device types torch can use here, with their device counts."""
+    import torch
+
+    found = {"cpu": 1}
+    if torch.cuda.is_available():
+        found["cuda"] = torch.cuda.device_count()  # ROCm builds answer here too
+    if hasattr(torch, "mtia") and torch.mtia.is_available():
+        found["mtia"] = torch.mtia.device_count()
+    backend = torch._C._get_privateuse1_backend_name()
+    mod = getattr(torch, backend, None) if backend != "privateuseone" else None
+    if mod is not None and getattr(mod, "is_available", lambda: False)():
+        found[backend] = getattr(mod, "device_count", lambda: 1)()
+    return found
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """What to record. ``streams``: ops, device, runtime, python, shapes, memory, flops.
+
+    ``devices`` picks which devices' events to keep (``"cpu"``, ``"cuda"``, ``"cuda:0,1"``).
+    ``warmup`` steps run with the profiler off; ``steps`` are recorded. ``max_events`` caps the
+    trace (0 = no cap); events past the cap are dropped and counted in the bundle's meta.json.
+    """
+
+    streams: tuple[str, ...] = DEFAULT_STREAMS
+    devices: str = "auto"
+    out: str | Path = "profuse-out"
+    warmup: int = 1
+    steps: int = 5
+    max_events: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        streams = _split(self.streams)
+        bad = [s for s in streams if s not in STREAMS]
+        if bad or not streams:
+            raise ValueError(f"ProfileConfig.streams: unknown {', '.join(map(repr, bad)) or 'empty list'}; "
+                             f"allowed: {', '.join(STREAMS)}")
+        object.__setattr__(self, "streams", streams)
+        for name in ("warmup", "steps", "max_events"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"ProfileConfig.{name}: must be a whole number >= 0 (got {v!r})")
+        if self.steps == 0:
+            raise ValueError("ProfileConfig.steps: must be at least 1 (got 0)")
+        if not str(self.out):
+            raise ValueError("ProfileConfig.out: must name a folder")
+        if self.devices != "auto":
+            parse_devices(self.devices)
+
+    # --- resolved views -------------------------------------------------------------------
+
+    def device_map(self) -> dict[str, tuple[int, ...] | None]:
+        """The devices to record, checked against what torch sees here."""
+        have = available_device_types()
+        if self.devices == "auto":
+            return {"cpu": None} | {t: None for t in have if t != "cpu"}
+        wanted = parse_devices(self.devices)
+        for dtype, ids in wanted.items():
+            if dtype not in have:
+                raise ValueError(f"ProfileConfig.devices: {dtype!r} is not available here "
+                                 f"(available: {', '.join(sorted(have))})")
+            for i in ids or ():
+                if i >= have[dtype]:
+                    raise ValueError(f"ProfileConfig.devices: {dtype}:{i} does not exist "
+                                     f"({have[dtype]} {dtype} device(s) here)")
+        return wanted
+
+    def activities(self) -> list[Any]:
+        from torch.profiler import ProfilerActivity
+
+        acts = [ProfilerActivity.CPU]
+        if "device" in self.streams or "runtime" in self.streams:
+            for dtype in self.device_map():
+                if dtype == "cuda":
+                    acts.append(ProfilerActivity.CUDA)
+                elif dtype == "mtia" and hasattr(ProfilerActivity, "MTIA"):
+                    acts.append(ProfilerActivity.MTIA)
+                elif dtype != "cpu" and hasattr(ProfilerActivity, "PrivateUse1"):
+                    acts.append(ProfilerActivity.PrivateUse1)
+        return list(dict.fromkeys(acts))
+
+    def torch_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``torch.profiler.profile`` (add ``on_trace_ready=Exporter(cfg)``)."""
+        return {
+            "activities": self.activities(),
+            "record_shapes": "shapes" in self.streams,
+            "profile_memory": "memory" in self.streams,
+            "with_stack": "python" in self.streams,
+            "with_modules": "python" in self.streams,
+            "with_flops": "flops" in self.streams,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out"] = str(self.out)
+        d["streams"] = list(self.streams)
+        return d

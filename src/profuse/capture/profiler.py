@@ -1,0 +1,111 @@
+"""``profuse.profile(cfg)`` and ``profuse.Exporter(cfg)``: torch.profiler in, a bundle out."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .bundle import write_bundle
+from .config import ProfileConfig
+
+
+def _filters(cfg: ProfileConfig) -> dict[str, Any] | None:
+    dmap = cfg.device_map()
+    drop_runtime = "runtime" not in cfg.streams
+    if not drop_runtime and not cfg.max_events and all(v is None for v in dmap.values()):
+        return None  # keep the trace exactly as torch wrote it
+    return {"keep_device_ids": dmap, "drop_runtime": drop_runtime, "max_events": cfg.max_events}
+
+
+class Exporter:
+    """An ``on_trace_ready`` callback writing a bundle: two lines for a torch.profiler user.
+
+        cfg = profuse.ProfileConfig(out="prof")
+        with torch.profiler.profile(**cfg.torch_kwargs(), on_trace_ready=profuse.Exporter(cfg)) as p: ...
+    """
+
+    def __init__(self, cfg: ProfileConfig, *, status: str = "complete", extra: dict[str, Any] | None = None) -> None:
+        self.cfg = cfg
+        self.status = status
+        self.extra = dict(extra or {})
+        self.bundles: list[Path] = []
+
+    @property
+    def bundle(self) -> Path | None:
+        return self.bundles[-1] if self.bundles else None
+
+    def __call__(self, prof: Any) -> None:
+        out = Path(self.cfg.out)
+        if self.bundles:  # a repeating schedule: one bundle per cycle
+            out = out.with_name(f"{out.name}-{len(self.bundles) + 1}")
+        with tempfile.TemporaryDirectory(prefix="profuse-export-") as tmp:
+            raw = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(raw))
+            self.bundles.append(write_bundle(out, raw, config=self.cfg.as_dict(), status=self.status,
+                                             extra=self.extra, filters=_filters(self.cfg)))
+
+
+class Profile:
+    """Context manager returned by :func:`profile`. ``step()`` after each iteration."""
+
+    def __init__(self, cfg: ProfileConfig) -> None:
+        import torch.profiler
+
+        self.cfg = cfg
+        self.exporter = Exporter(cfg)
+        self.steps_done = 0
+        sched = torch.profiler.schedule(skip_first=max(cfg.warmup - 1, 0), wait=0, warmup=min(cfg.warmup, 1),
+                                        active=cfg.steps, repeat=1)
+        self._prof = torch.profiler.profile(**cfg.torch_kwargs(), schedule=sched, on_trace_ready=self._ready)
+        self._failed: BaseException | None = None
+
+    def _ready(self, prof: Any) -> None:
+        self.exporter.extra.update(steps_recorded=min(max(self.steps_done - self.cfg.warmup, 0), self.cfg.steps),
+                                   warmup=self.cfg.warmup)
+        if self._failed is not None:
+            self.exporter.status = "failed"
+            self.exporter.extra["error"] = f"{type(self._failed).__name__}: {self._failed}"
+        self.exporter(prof)
+
+    def __enter__(self) -> Profile:
+        self._prof.__enter__()
+        return self
+
+    def step(self) -> None:
+        self.steps_done += 1
+        self._prof.step()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        if isinstance(ev, KeyboardInterrupt):
+            # interrupted: stop recording and write nothing, so no folder looks complete
+            self._prof.on_trace_ready = None
+        elif ev is not None:
+            self._failed = ev
+        self._prof.__exit__(et, ev, tb)
+
+    @property
+    def bundle(self) -> Path | None:
+        return self.exporter.bundle
+
+    @property
+    def profiler(self) -> Any:
+        return self._prof
+
+    def table(self, *, top: int = 20, group_by: str = "op") -> None:
+        """Print the correlated op table of the bundle just written."""
+        from rich.console import Console
+
+        from ..analysis import op_table, summarize
+        from ..report.console import print_report
+        from ..trace import load
+
+        if self.bundle is None:
+            raise RuntimeError("no bundle yet: the profiled block recorded no complete step")
+        with load(self.bundle) as trace:
+            print_report(Console(), summarize(trace), op_table(trace, group_by=group_by), top)
+
+
+def profile(cfg: ProfileConfig | None = None, **kwargs: Any) -> Profile:
+    """Profile a block: ``with profuse.profile(cfg) as p: ...; p.step()``. ``p.bundle`` is the folder."""
+    return Profile(cfg or ProfileConfig(**kwargs))

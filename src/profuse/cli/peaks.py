@@ -1,0 +1,29 @@
+"""``profuse peaks``: measure and cache the device's copy bandwidth and matmul rate."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import UserError
+
+
+def add_parser(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("peaks", help="measure copy bandwidth and matmul rate of a device (cached)",
+                        epilog="examples:\n  profuse peaks\n  profuse peaks --device cuda --refresh",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--refresh", action="store_true", help="measure again instead of using the cache")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from ..capture.peaks import peaks
+    except ImportError:
+        raise UserError("profuse peaks needs torch: pip install 'profuse[capture]'") from None
+    try:
+        result = peaks(args.device, refresh=args.refresh)
+    except (RuntimeError, ValueError) as e:
+        raise UserError(f"--device {args.device}: {str(e).splitlines()[0]}") from None
+    print(json.dumps(result, indent=2))
+    return 0

@@ -1,0 +1,70 @@
+"""``profuse run``: profile an unmodified Python script."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import UserError
+from ._common import console
+
+HELP = """examples:
+  profuse run -- python infer.py --batch 8
+  profuse run --out prof --warmup 2 --steps 10 -- python -m mypkg.serve
+  profuse run --streams ops,device,runtime,python -- python infer.py
+
+Each call of the outermost nn.Module is one step; the first --warmup calls are not recorded.
+A script with no nn.Module is profiled whole. The script's output and exit code are kept.
+"""
+
+
+def add_parser(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("run", help="profile an unmodified script: profuse run -- python script.py", epilog=HELP,
+                        description="Run a Python script under the profiler and write a bundle.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="profuse-out/run", help="bundle folder (default profuse-out/run)")
+    p.add_argument("--warmup", type=int, default=1, help="outermost forward calls to skip (default 1)")
+    p.add_argument("--steps", type=int, default=5, help="outermost forward calls to record (default 5)")
+    p.add_argument("--streams", default="ops,device,runtime,shapes",
+                   help="ops,device,runtime,python,shapes,memory,flops (default ops,device,runtime,shapes)")
+    p.add_argument("--devices", default="auto", help="cpu, cuda, cuda:0,1 (default: every device present)")
+    p.add_argument("--top", type=int, default=15, help="op table rows to print after the run")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from ..capture import ProfileConfig, run_script
+    except ImportError:
+        raise UserError("profuse run needs torch: pip install 'profuse[capture]'") from None
+    try:
+        cfg = ProfileConfig(out=args.out, warmup=args.warmup, steps=args.steps, streams=args.streams,
+                            devices=args.devices)
+        cfg.device_map()
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    result = run_script(args.command, cfg)
+    sys.stdout.flush()
+    con = console()
+    err = console_err()
+    for note in result.notes:
+        err.print(f"profuse: {note}", style="yellow", markup=False)
+    if result.bundle is None:
+        err.print(f"profuse: no bundle written ({result.status})", style="yellow", markup=False)
+        return result.exit_code
+    from ..analysis import op_table, summarize
+    from ..report.console import print_report
+    from ..trace import load
+
+    with load(result.bundle) as trace:
+        print_report(con, summarize(trace), op_table(trace), args.top)
+    err.print(f"profuse: bundle {result.bundle} ({result.status}, {result.steps_recorded} step(s) recorded, "
+              f"{result.forwards} forward call(s) seen)", markup=False)
+    err.print(f"profuse: explore it with: profuse report {result.bundle} --group-by module", markup=False)
+    return result.exit_code
+
+
+def console_err():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(stderr=True)

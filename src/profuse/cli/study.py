@@ -1,0 +1,70 @@
+"""``profuse study rmsnorm``: the RMSNorm case study on whatever device is present."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import UserError
+from ._common import console
+
+HELP = """examples:
+  profuse study rmsnorm                                   CPU, default size (about a minute)
+  profuse study rmsnorm --device cuda --shape 8,2048,4096 --dtype bfloat16
+  profuse study rmsnorm --format json > rmsnorm.json
+"""
+
+
+def add_parser(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("study", help="case studies: rmsnorm (op by op vs fused vs compiled)", epilog=HELP,
+                        description="Record, compare and explain variants of a model piece.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", choices=("rmsnorm",))
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if present, else cpu)")
+    p.add_argument("--shape", default="4,256,2048", help="B,S,H (default 4,256,2048)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16", "float64"))
+    p.add_argument("--iters", type=int, default=20, help="profiled calls per variant (default 20)")
+    p.add_argument("--out", default="profuse-out/rmsnorm", help="folder for the bundles and study.json")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=run)
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        dims = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) <= 0:
+        raise UserError(f"--shape: expected three positive sizes B,S,H (got {text!r})")
+    return dims  # type: ignore[return-value]
+
+
+def run(args: argparse.Namespace) -> int:
+    shape = _shape(args.shape)
+    if args.iters < 1:
+        raise UserError("--iters must be at least 1")
+    try:
+        import torch
+    except ImportError:
+        raise UserError("profuse study needs torch: pip install 'profuse[capture]'") from None
+    from ..report.study import print_study
+    from ..studies.rmsnorm import run_study
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    err = console() if args.format == "table" else None
+    status = err.status("RMSNorm study") if err else None
+    if status:
+        status.start()
+    try:
+        result = run_study(device=device, shape=shape, dtype=args.dtype, iters=args.iters, out=args.out,
+                           progress=(lambda n: status.update(f"RMSNorm study: profiling {n}")) if status else None)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    finally:
+        if status:
+            status.stop()
+    if args.format == "json":
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        print_study(console(), result)
+    return 0

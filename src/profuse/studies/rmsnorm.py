@@ -1,0 +1,184 @@
+"""The RMSNorm case study: op by op vs ``torch.rms_norm`` vs ``torch.compile``, on any device.
+
+Each variant is warmed up (compilation stays out), profiled into its own bundle, and read back
+through the trace engine, so the figures are what the profiler saw, not a stopwatch around a loop.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..analysis.steps import StepStats, step_stats
+from ..capture import ProfileConfig, peaks, profile
+from ..trace import load
+
+VARIANTS = ("op_by_op", "torch.rms_norm", "torch.compile")
+DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+SCHEMA = "profuse.study/1"
+
+
+def rms_norm_op_by_op(x: Any, weight: Any, eps: float = 1e-6) -> Any:
+    """RMSNorm written the way many model files write it: six ops, five intermediates."""
+    import torch
+
+    x_sq = x.pow(2)
+    mean_sq = x_sq.mean(-1, keepdim=True)
+    denom = mean_sq + eps
+    inv = torch.rsqrt(denom)
+    y = x * inv
+    return y * weight
+
+
+@dataclass
+class VariantResult:
+    name: str
+    ops_per_call: float
+    kernels_per_call: float
+    device_us_per_call: float
+    speedup_vs_op_by_op: float
+    bytes_per_call: int
+    roofline_pct: float
+    max_abs_err: float
+    bundle: str
+    ran: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StudyResult:
+    device_kind: str
+    device_name: str
+    shape: tuple[int, int, int]
+    dtype: str
+    iters: int
+    copy_bandwidth_gbps: float
+    variants: list[VariantResult]
+    out: str
+    peak_copy_bandwidth_gbps: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "study": "rmsnorm", "device_kind": self.device_kind,
+                "device_name": self.device_name, "shape": list(self.shape), "dtype": self.dtype,
+                "iters": self.iters, "copy_bandwidth_gbps": round(self.copy_bandwidth_gbps, 2),
+                "peak_copy_bandwidth_gbps": round(self.peak_copy_bandwidth_gbps, 2),
+                "variants": [asdict(v) for v in self.variants]}
+
+
+def traffic_bytes(shape: tuple[int, int, int], elem: int, fused: bool) -> int:
+    """Bytes a variant reads and writes per call: the memory-traffic model of the study.
+
+    Fused: read x and weight, write y. Op by op: every op reads its inputs and writes its output
+    (pow 2N, mean N+M, add 2M, rsqrt 2M, mul N+M+N, mul N+H+N), with N = B*S*H and M = B*S.
+    """
+    b, s, h = shape
+    n, m = b * s * h, b * s
+    return elem * ((2 * n + h) if fused else (7 * n + 6 * m + h))
+
+
+def copy_bandwidth(x: Any, repeats: int = 15) -> float:
+    """GB/s of copying the study's own input (read + write): the roofline the variants are held to.
+
+    Measured at the study's size rather than with a huge buffer, so a working set that fits in
+    cache is compared with what the cache delivers (``profuse peaks`` has the large-buffer figure).
+    """
+    import statistics
+    import time
+
+    import torch
+
+    dst = torch.empty_like(x)
+    on_gpu = x.device.type == "cuda"
+    times = []
+    for i in range(repeats + 3):
+        if on_gpu:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        dst.copy_(x)
+        if on_gpu:
+            torch.cuda.synchronize()
+        if i >= 3:
+            times.append(time.perf_counter() - t)
+    return 2 * x.numel() * x.element_size() / statistics.median(times) / 1e9
+
+
+def device_kind_of(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        return "ROCm" if getattr(torch.version, "hip", None) else "CUDA"
+    return device.split(":")[0].upper()
+
+
+def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 2048), dtype: str = "float32",
+              iters: int = 20, out: str | Path = "profuse-out/rmsnorm", eps: float = 1e-6,
+              progress: Any = None) -> StudyResult:
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    out = Path(out)
+    tdtype = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    w = 1 + 0.1 * torch.randn(shape[-1], generator=gen, dtype=torch.float64)
+    ref = rms_norm_op_by_op(x, w, eps)
+    xd, wd = x.to(device=device, dtype=tdtype), w.to(device=device, dtype=tdtype)
+    fns = {
+        "op_by_op": lambda: rms_norm_op_by_op(xd, wd, eps),
+        "torch.rms_norm": lambda: torch.rms_norm(xd, (shape[-1],), wd, eps),
+        "torch.compile": (lambda c: lambda: c(xd, wd, eps))(torch.compile(rms_norm_op_by_op)),
+    }
+    peak = peaks(device)
+    bw = copy_bandwidth(xd)
+    results: list[VariantResult] = []
+    for name in VARIANTS:
+        if progress:
+            progress(name)
+        fn = fns[name]
+        with torch.no_grad():
+            y = fn()  # first call: compilation and caches stay out of the profile
+            for _ in range(2):
+                fn()
+            err = float((y.double().cpu() - ref).abs().max())
+            cfg = ProfileConfig(out=out / name, warmup=1, steps=iters, devices=device.split(":")[0],
+                                streams=("ops", "device", "runtime", "shapes"))
+            with profile(cfg) as p:
+                for _ in range(iters + 1):
+                    fn()
+                    if device.startswith("cuda"):
+                        torch.cuda.synchronize()
+                    p.step()
+        assert p.bundle is not None
+        with load(p.bundle) as trace:
+            stats = step_stats(trace)
+        results.append(_variant(name, stats, shape, DTYPES[dtype], bw, err, p.bundle))
+    base = results[0].device_us_per_call
+    for r in results:
+        r.speedup_vs_op_by_op = round(base / r.device_us_per_call, 2) if r.device_us_per_call else 0.0
+    result = StudyResult(device_kind=device_kind_of(device), device_name=_device_name(device), shape=shape,
+                         dtype=dtype, iters=iters, copy_bandwidth_gbps=bw, variants=results, out=str(out),
+                         peak_copy_bandwidth_gbps=float(peak["copy_bandwidth_gbps"]))
+    from .._io import atomic_write
+
+    atomic_write(out / "study.json", json.dumps(result.to_json(), indent=2))
+    return result
+
+
+def _variant(name: str, stats: StepStats, shape: tuple[int, int, int], elem: int, bw: float, err: float,
+             bundle: Path) -> VariantResult:
+    fused = stats.kernels_per_call <= 1.0
+    nbytes = traffic_bytes(shape, elem, fused)
+    at_roofline_us = nbytes / (bw * 1e9) * 1e6
+    pct = 100.0 * at_roofline_us / stats.device_us_per_call if stats.device_us_per_call else 0.0
+    return VariantResult(name=name, ops_per_call=round(stats.ops_per_call, 2),
+                         kernels_per_call=round(stats.kernels_per_call, 2),
+                         device_us_per_call=round(stats.device_us_per_call, 2), speedup_vs_op_by_op=1.0,
+                         bytes_per_call=nbytes, roofline_pct=round(pct, 1), max_abs_err=err, bundle=str(bundle),
+                         ran=list(stats.leaf_names))
+
+
+def _device_name(device: str) -> str:
+    from ..capture.peaks import device_name
+
+    return device_name(device)
