@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..trace import Trace
@@ -25,7 +26,8 @@ class StepStats:
     ops_per_call: float          # top-level ops in each step: what the code called
     kernels_per_call: float      # device events (GPU) or, on the CPU, the median count per step of ops
                                  # doing their own work, compiled graph calls included
-    device_us_per_call: float
+    device_us_per_call: float    # median over steps
+    spread_pct: float            # inter-quartile range of per-step time over its median
     op_names: tuple[str, ...]    # distinct top-level op names, in first-seen order
     leaf_names: tuple[str, ...]  # what actually computed (CPU) or kernel names (GPU)
 
@@ -34,12 +36,29 @@ def _no_work_list() -> str:
     return ", ".join("'" + n.replace("'", "''") + "'" for n in NO_WORK)
 
 
+def _per_step(pairs: Iterable[tuple[int, int]]) -> list[float]:
+    """Summed µs per step, sorted."""
+    per: dict[int, int] = {}
+    for step, ns in pairs:
+        per[step] = per.get(step, 0) + ns
+    return sorted(v / 1000 for v in per.values())
+
+
+def _spread_pct(values: list[float]) -> float:
+    """Inter-quartile range over the median, in %: how steady the steps were."""
+    if len(values) < 4:
+        return 0.0
+    q = statistics.quantiles(values, n=4)
+    med = statistics.median(values)
+    return 100.0 * (q[2] - q[0]) / med if med else 0.0
+
+
 def step_stats(trace: Trace) -> StepStats:
     con = trace.con
     steps = con.execute("SELECT count(*) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'"
                         ).fetchall()[0][0] or 1
     top = con.execute("""
-        SELECT e.name, e.dur, e.id FROM events e JOIN events p ON p.id = e.parent
+        SELECT e.name, e.dur, e.id, p.id FROM events e JOIN events p ON p.id = e.parent
         WHERE p.kind = 'annotation' AND p.name LIKE 'ProfilerStep#%' AND e.kind IN ('cpu_op', 'annotation')
         ORDER BY e.ts""").fetchall()
     op_names = tuple(dict.fromkeys(r[0] for r in top))
@@ -59,13 +78,17 @@ def step_stats(trace: Trace) -> StepStats:
         leaf_names = [r[0] for r in leaves]
         per_step = Counter(r[1] for r in leaves)
         kernels = statistics.median(per_step.values()) if per_step else 0.0
-        device_us = sum(r[1] for r in top) / 1000
+        per_step_us = _per_step((r[3], r[1]) for r in top)
     else:
-        rows = con.execute("SELECT name, dur FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') "
-                           "AND op IS NOT NULL ORDER BY ts").fetchall()
+        rows = con.execute("""
+            SELECT k.name, k.dur, s.id FROM events k JOIN events o ON o.id = k.op
+            JOIN events s ON s.kind = 'annotation' AND s.name LIKE 'ProfilerStep#%'
+                 AND s.thread = o.thread AND o.ts >= s.ts AND o.ts < s.ts + s.dur
+            WHERE k.kind IN ('kernel', 'memcpy', 'memset') ORDER BY k.ts""").fetchall()
         leaf_names = [r[0] for r in rows]
         kernels = len(leaf_names) / steps
-        device_us = sum(r[1] for r in rows) / 1000
+        per_step_us = _per_step((r[2], r[1]) for r in rows)
     return StepStats(steps=int(steps), ops_per_call=len(top) / steps, kernels_per_call=float(kernels),
-                     device_us_per_call=device_us / steps, op_names=op_names,
+                     device_us_per_call=statistics.median(per_step_us) if per_step_us else 0.0,
+                     spread_pct=_spread_pct(per_step_us), op_names=op_names,
                      leaf_names=tuple(dict.fromkeys(leaf_names)))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -55,8 +56,10 @@ class Profile:
         self.cfg = cfg
         self.exporter = Exporter(cfg)
         self.steps_done = 0
-        sched = torch.profiler.schedule(skip_first=max(cfg.warmup - 1, 0), wait=0, warmup=min(cfg.warmup, 1),
-                                        active=cfg.steps, repeat=1)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*warmup.*")  # warmup=0 is the user's choice
+            sched = torch.profiler.schedule(skip_first=max(cfg.warmup - 1, 0), wait=0,
+                                            warmup=min(cfg.warmup, 1), active=cfg.steps, repeat=1)
         self._prof = torch.profiler.profile(**cfg.torch_kwargs(), schedule=sched, on_trace_ready=self._ready)
         self._failed: BaseException | None = None
 
@@ -94,16 +97,14 @@ class Profile:
 
     def table(self, *, top: int = 20, group_by: str = "op") -> None:
         """Print the correlated op table of the bundle just written."""
-        from rich.console import Console
-
         from ..analysis import op_table, summarize
-        from ..report.console import print_report
+        from ..report.console import make_console, print_report
         from ..trace import load
 
         if self.bundle is None:
             raise RuntimeError("no bundle yet: the profiled block recorded no complete step")
         with load(self.bundle) as trace:
-            print_report(Console(), summarize(trace), op_table(trace, group_by=group_by), top)
+            print_report(make_console(), summarize(trace), op_table(trace, group_by=group_by), top)
 
 
 def profile(cfg: ProfileConfig | None = None, **kwargs: Any) -> Profile:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from rich.console import Console
@@ -48,5 +47,4 @@ def load_trace(path: str, args: argparse.Namespace) -> Trace:
         bar.close()
 
 
-def console() -> Console:
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+from ..report.console import make_console as console  # noqa: E402,F401 - re-exported for subcommands

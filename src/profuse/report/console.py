@@ -1,12 +1,19 @@
 """Rich tables for the terminal."""
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ..analysis import OpTable, Summary
 from ..trace.schema import UNLINKED_REASONS
+
+
+def make_console() -> Console:
+    """Stdout console; wide when piped so names are not folded into unreadable columns."""
+    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
 
 
 def fmt_us(us: float) -> str:

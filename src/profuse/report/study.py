@@ -27,6 +27,10 @@ def print_study(console: Console, r: StudyResult) -> None:
     for v in r.variants:
         ran = ", ".join(v.ran[:8]) + (" ..." if len(v.ran) > 8 else "")
         console.print(Text(f"  {v.name}: ran {ran}", style="dim"))
+    noisy = [v.name for v in r.variants if v.spread_pct > 50]
+    if noisy:
+        console.print(Text(f"  warning: per-call times of {', '.join(noisy)} varied by more than 50% "
+                           "(a busy machine?); rerun for steadier figures", style="yellow"))
     first = r.variants[0].bundle
     console.print(Text("\nExplore the result:", style="bold"))
     console.print(Text(f"  profuse report {first}              the op table of one variant"))

@@ -43,6 +43,7 @@ class VariantResult:
     max_abs_err: float
     bundle: str
     ran: list[str] = field(default_factory=list)
+    spread_pct: float = 0.0
 
 
 @dataclass
@@ -175,7 +176,7 @@ def _variant(name: str, stats: StepStats, shape: tuple[int, int, int], elem: int
                          kernels_per_call=round(stats.kernels_per_call, 2),
                          device_us_per_call=round(stats.device_us_per_call, 2), speedup_vs_op_by_op=1.0,
                          bytes_per_call=nbytes, roofline_pct=round(pct, 1), max_abs_err=err, bundle=str(bundle),
-                         ran=list(stats.leaf_names))
+                         ran=list(stats.leaf_names), spread_pct=round(stats.spread_pct, 1))
 
 
 def _device_name(device: str) -> str:

@@ -1,0 +1,69 @@
+"""The RMSNorm study at a tiny size: JSON contract, bundles, and numerics of every variant."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from profuse.capture import is_bundle  # noqa: E402
+from profuse.cli import main  # noqa: E402
+from profuse.studies.rmsnorm import rms_norm_op_by_op, traffic_bytes  # noqa: E402
+
+VARIANT_KEYS = {"name", "ops_per_call", "kernels_per_call", "device_us_per_call", "speedup_vs_op_by_op",
+                "bytes_per_call", "roofline_pct", "max_abs_err", "bundle"}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["study", "rmsnorm", "--device", "cpu", "--shape", "2,8,64", "--iters", "4",
+                     "--out", str(out), "--format", "json"])
+    assert code == 0
+    return json.loads(buf.getvalue()), out
+
+
+def test_study_json_contract(study):
+    doc, out = study
+    assert doc["schema"] == "profuse.study/1" and doc["study"] == "rmsnorm"
+    assert doc["device_kind"] == "CPU" and doc["shape"] == [2, 8, 64] and doc["dtype"] == "float32"
+    assert doc["copy_bandwidth_gbps"] > 0
+    names = [v["name"] for v in doc["variants"]]
+    assert names == ["op_by_op", "torch.rms_norm", "torch.compile"]
+    for v in doc["variants"]:
+        assert VARIANT_KEYS <= v.keys()
+        assert v["device_us_per_call"] > 0 and v["kernels_per_call"] >= 1
+        assert is_bundle(__import__("pathlib").Path(v["bundle"]))
+    assert json.loads((out / "study.json").read_text())["variants"][0]["name"] == "op_by_op"
+
+
+def test_op_by_op_runs_six_ops_and_compile_one_kernel(study):
+    doc, _ = study
+    v = {x["name"]: x for x in doc["variants"]}
+    assert v["op_by_op"]["ops_per_call"] == 6
+    assert v["op_by_op"]["speedup_vs_op_by_op"] == 1.0
+    assert v["torch.compile"]["kernels_per_call"] == 1
+    # what ran is shown, not assumed: on CPU torch.rms_norm still runs several ops
+    assert v["torch.rms_norm"]["kernels_per_call"] > 1
+    assert v["op_by_op"]["bytes_per_call"] == traffic_bytes((2, 8, 64), 4, fused=False)
+    assert v["torch.compile"]["bytes_per_call"] == traffic_bytes((2, 8, 64), 4, fused=True)
+
+
+def test_every_variant_matches_the_float64_reference(study):
+    doc, _ = study
+    for v in doc["variants"]:
+        assert v["max_abs_err"] < 1e-5, v["name"]
+
+
+def test_compiled_output_matches_reference_directly():
+    x = torch.randn(2, 8, 64)
+    w = torch.randn(64)
+    ref = rms_norm_op_by_op(x.double(), w.double())
+    got = torch.compile(rms_norm_op_by_op)(x, w)
+    assert (got.double() - ref).abs().max() < 1e-5
