@@ -15,7 +15,7 @@ from .schema import CATEGORY_KIND, KINDS, MTIA_DEVICE_KIND
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?\d+)(?:\.(\d+))?')
 _PRECISE_ABOVE_US = float(2**33)  # above this many µs a double no longer holds whole ns
 
-_get = {k: attrgetter(k) for k in ("ph", "name", "cat", "ts", "dur")}
+_get = {k: attrgetter(k) for k in ("ph", "name", "cat", "ts", "dur", "pid", "tid", "id")}
 _ARG_INTS = ("correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes")
 
 
@@ -30,12 +30,14 @@ class Columns:
 
     names: dict[str | None, int] = field(default_factory=dict)
     cats: dict[str | None, int] = field(default_factory=dict)
-    threads: dict[tuple[Any, Any], int] = field(default_factory=dict)
+    pids: dict[Any, int] = field(default_factory=dict)
+    tids: dict[Any, int] = field(default_factory=dict)
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
     shapes: list[tuple[int, str | None, str | None, str | None, str | None]] = field(default_factory=list)
     thread_meta: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     instants: list[tuple[str | None, str | None, int, str, str]] = field(default_factory=list)
-    flows: list[tuple[str, str | None, str, float, int]] = field(default_factory=list)
+    flow_ids: list[str] = field(default_factory=list)
+    flow_cats: list[str | None] = field(default_factory=list)
     phase_counts: dict[str, int] = field(default_factory=dict)
     n: int = 0
     imprecise_ts: int = 0
@@ -48,10 +50,17 @@ class Columns:
         return np.concatenate(parts)
 
 
-_pid_tid = attrgetter("pid", "tid")
+THREAD_SHIFT = 1 << 24  # thread key = pid id * THREAD_SHIFT + tid id
 
 
-def _thread_key(pid: Any, tid: Any) -> tuple[str, str]:
+def _thread_keys(cols: Columns, events: list[Event]) -> np.ndarray:
+    """Interned (pid, tid) pairs as one int64 key each; pids and tids may be ints or strings."""
+    pid = _intern(cols.pids, list(map(_get["pid"], events))).astype(np.int64)
+    tid = _intern(cols.tids, list(map(_get["tid"], events))).astype(np.int64)
+    return pid * THREAD_SHIFT + tid
+
+
+def thread_key(pid: Any, tid: Any) -> tuple[str, str]:
     return ("" if pid is None else str(pid), "" if tid is None else str(tid))
 
 
@@ -112,7 +121,7 @@ def add_chunk(
     cols.add("name", _intern(cols.names, list(map(_get["name"], xs))))
     cat_ids = _intern(cols.cats, list(map(_get["cat"], xs)))
     cols.add("cat", cat_ids)
-    cols.add("thread", _intern(cols.threads, list(map(_pid_tid, xs))))
+    cols.add("thread_key", _thread_keys(cols, xs))
     args = args_of(xs)
     where = f"in {path}"
     for key in _ARG_INTS:
@@ -131,28 +140,29 @@ def add_chunk(
 
 
 def _add_other_phases(cols: Columns, events: list[Event], phases: list[str]) -> None:
-    for e, ph in zip(events, phases):
-        if ph == "X":
-            continue
+    others = [i for i, ph in enumerate(phases) if ph != "X"]
+    for i in others:
+        ph = phases[i]
         cols.phase_counts[ph] = cols.phase_counts.get(ph, 0) + 1
-        if ph == "M":
-            key = _thread_key(e.pid, e.tid if e.name and e.name.startswith("thread") else "")
-            value = e.args.name if e.args.name is not None else e.args.labels
-            if value is not None and e.name:
-                cols.thread_meta.setdefault(key, {})[e.name] = value
-        elif ph in ("i", "I"):
-            ts = 0 if e.ts is None else int(round(e.ts * 1000))
-            cols.instants.append((e.name, e.cat, ts, *_thread_key(e.pid, e.tid)))
-        elif ph in ("s", "f", "t") and e.id is not None and e.ts is not None:
-            thread = cols.threads.setdefault((e.pid, e.tid), len(cols.threads))
-            cols.flows.append((str(e.id), e.cat, ph, e.ts, thread))
+    for e in (events[i] for i in others if phases[i] == "M"):
+        key = thread_key(e.pid, e.tid if e.name and e.name.startswith("thread") else "")
+        value = e.args.name if e.args.name is not None else e.args.labels
+        if value is not None and e.name:
+            cols.thread_meta.setdefault(key, {})[e.name] = str(value)
+    for e in (events[i] for i in others if phases[i] in ("i", "I")):
+        ts = 0 if e.ts is None else int(round(e.ts * 1000))
+        cols.instants.append((e.name, e.cat, ts, *thread_key(e.pid, e.tid)))
+    flows = [events[i] for i in others if phases[i] in ("s", "f", "t")]
+    flows = [e for e in flows if e.id is not None and e.ts is not None]
+    if flows:
+        cols.flow_ids.extend(map(str, map(_get["id"], flows)))
+        cols.flow_cats.extend(map(_get["cat"], flows))
+        cols.add("flow_ph", np.array([FLOW_PHASES.index(e.ph) for e in flows], dtype=np.int8))
+        cols.add("flow_ts", _ns(np.array(list(map(_get["ts"], flows)), dtype=np.float64)))
+        cols.add("flow_thread_key", _thread_keys(cols, flows))
 
 
-def flow_times(cols: Columns) -> None:
-    """Flow timestamps (µs floats as read) to integer ns, in one vector pass."""
-    if cols.flows:
-        ns = _ns(np.array([f[3] for f in cols.flows], dtype=np.float64))
-        cols.flows = [(f[0], f[1], f[2], int(t), f[4]) for f, t in zip(cols.flows, ns.tolist())]
+FLOW_PHASES = ("s", "f", "t")
 
 
 def kinds_of(cols: Columns, name_list: np.ndarray, name_id: np.ndarray, cat_ids: np.ndarray) -> np.ndarray:

@@ -85,22 +85,35 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarr
     return np.where(found, values[order][pos], NONE)
 
 
+LINK_HOW = (None, "correlation", "flow", "external_id")
+UNLINKED = (None, "no_launch_in_trace", "graph_replay", "gpu_only_trace", "no_correlation", "launch_outside_op")
+_U = {r: i for i, r in enumerate(UNLINKED)}
+
+
+@dataclass
+class Flows:
+    ids: np.ndarray      # object: flow id as text
+    ph: np.ndarray       # int8: 0 start, 1 finish, 2 step
+    ts: np.ndarray       # int64 ns
+    thread: np.ndarray   # int64 thread index
+
+
 @dataclass
 class Links:
-    launch: np.ndarray   # device event -> runtime event
-    op: np.ndarray       # device event -> op (cpu_op or annotation)
-    how: np.ndarray      # object: correlation / flow / external_id / None
-    unlinked: np.ndarray  # object: reason or None
+    launch: np.ndarray    # device event -> runtime event
+    op: np.ndarray        # device event -> op (cpu_op or annotation)
+    how: np.ndarray       # int8 code into LINK_HOW
+    unlinked: np.ndarray  # int8 code into UNLINKED
 
 
 def link_device_events(
     *, kind: np.ndarray, graph_launch: np.ndarray, thread: np.ndarray, ts: np.ndarray,
     correlation: np.ndarray, external_id: np.ndarray, op_of_host: np.ndarray,
-    flows: list[tuple[str, str | None, str, int, int]], has_host_ops: bool,
+    flows: Flows, has_host_ops: bool, has_host: bool,
 ) -> Links:
     n = len(kind)
     launch = np.full(n, NONE, dtype=np.int64)
-    how = np.full(n, None, dtype=object)
+    how = np.zeros(n, dtype=np.int8)
     dev = np.flatnonzero(np.isin(kind, codes(*DEVICE_KINDS)))
     runtime = np.flatnonzero(kind == K["runtime"])
     # 1. correlation id
@@ -109,13 +122,13 @@ def link_device_events(
     got = _lookup(rt_corr[has], runtime[has], correlation[dev])
     got[correlation[dev] < 0] = NONE
     launch[dev] = got
-    how[dev[got >= 0]] = "correlation"
+    how[dev[got >= 0]] = 1
     # 2. flows (ac2g / async_gpu): start on the launch, finish on the device event, same id
     todo = dev[launch[dev] < 0]
-    if todo.size and flows:
+    if todo.size and flows.ids.size:
         launch_flow = _flow_links(flows, thread, ts, runtime, todo)
         launch[todo] = launch_flow
-        how[todo[launch_flow >= 0]] = "flow"
+        how[todo[launch_flow >= 0]] = 2
     op = np.where(launch >= 0, op_of_host[np.clip(launch, 0, None)], NONE)
     op[launch < 0] = NONE
     # 3. external id straight to an op
@@ -124,43 +137,53 @@ def link_device_events(
         ops = np.flatnonzero((kind == K["cpu_op"]) & (external_id >= 0))
         hit = _lookup(external_id[ops], ops, external_id[todo])
         op[todo] = hit
-        how[todo[hit >= 0]] = "external_id"
-    unlinked = np.full(n, None, dtype=object)
+        how[todo[hit >= 0]] = 3
+    unlinked = np.zeros(n, dtype=np.int8)
     timed = dev[np.isin(kind[dev], codes(*DEVICE_TIME_KINDS))]
     graph = graph_launch & (kind == K["runtime"])
     lost = timed[op[timed] < 0]
     has_launch = launch[lost] >= 0
     no_ids = (correlation[lost] < 0) & (external_id[lost] < 0)
     unlinked[lost] = np.where(
-        has_launch, "launch_outside_op",
-        np.where(not has_host_ops, "gpu_only_trace", np.where(no_ids, "no_correlation", "no_launch_in_trace")))
+        has_launch, _U["launch_outside_op"],
+        np.where(not has_host, _U["gpu_only_trace"],
+                 np.where(no_ids, _U["no_correlation"], _U["no_launch_in_trace"])))
     # graph replays: the launch op did not run these kernels one by one; count them apart
     replay = timed[(launch[timed] >= 0) & graph[np.clip(launch[timed], 0, None)]]
     op[replay] = NONE
-    unlinked[replay] = "graph_replay"
+    unlinked[replay] = _U["graph_replay"]
     return Links(launch=launch, op=op, how=how, unlinked=unlinked)
 
 
-def _flow_links(flows, thread, ts, runtime, todo) -> np.ndarray:
-    starts: dict[str, tuple[int, int]] = {}
-    finish: dict[tuple[int, int], str] = {}
-    for fid, _cat, ph, fts, fthread in flows:
-        if ph == "s":
-            starts[fid] = (fthread, fts)
-        elif ph == "f":
-            finish[(fthread, fts)] = fid
-    rt_at = {(int(thread[r]), int(ts[r])): int(r) for r in runtime}
+def _flow_links(flows: Flows, thread: np.ndarray, ts: np.ndarray, runtime: np.ndarray,
+                todo: np.ndarray) -> np.ndarray:
+    """Device event -> launch through a flow: finish at (thread, ts) of the event, start on the launch."""
+    span = int(max(ts.max(initial=0), flows.ts.max(initial=0)) - min(ts.min(initial=0), flows.ts.min(initial=0))) + 1
+    t0 = min(ts.min(initial=0), flows.ts.min(initial=0))
+
+    def key(th: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return th.astype(np.int64) * span + (t - t0)
+
+    fin, start = flows.ph == 1, flows.ph == 0
+    fid = _lookup(key(flows.thread[fin], flows.ts[fin]), np.flatnonzero(fin), key(thread[todo], ts[todo]))
     out = np.full(len(todo), NONE, dtype=np.int64)
-    for j, i in enumerate(todo):
-        fid = finish.get((int(thread[i]), int(ts[i])))
-        if fid is not None and fid in starts:
-            out[j] = rt_at.get(starts[fid], NONE)
+    has = fid >= 0
+    if not has.any():
+        return out
+    ids = flows.ids
+    start_idx = np.flatnonzero(start)
+    by_id = {ids[i]: i for i in start_idx}
+    s = np.array([by_id.get(ids[f], NONE) for f in fid[has]], dtype=np.int64)
+    ok = s >= 0
+    launch = np.full(len(s), NONE, dtype=np.int64)
+    launch[ok] = _lookup(key(thread[runtime], ts[runtime]), runtime, key(flows.thread[s[ok]], flows.ts[s[ok]]))
+    out[np.flatnonzero(has)] = launch
     return out
 
 
-def unmatched_flows(flows: list[tuple[str, str | None, str, int, int]]) -> int:
-    s = {f[0] for f in flows if f[2] == "s"}
-    f = {f[0] for f in flows if f[2] == "f"}
+def unmatched_flows(flows: Flows) -> int:
+    s = set(flows.ids[flows.ph == 0].tolist())
+    f = set(flows.ids[flows.ph == 1].tolist())
     return len(s ^ f)
 
 

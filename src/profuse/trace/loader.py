@@ -14,9 +14,10 @@ import numpy as np
 
 from ..errors import TraceError
 from . import _decode
-from ._build import Columns, add_chunk, flow_times, kinds_of
+from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key, add_chunk, kinds_of
 from .cache import CacheSlot, cache_slot, fingerprint
-from .correlate import attribute, link_device_events, nearest_ancestor, nesting, unmatched_flows
+from .correlate import (LINK_HOW, UNLINKED, Flows, attribute, link_device_events, nearest_ancestor, nesting,
+                        unmatched_flows)
 from .schema import DDL, DEVICE_KINDS, GRAPH_LAUNCHES, KINDS, SCHEMA_VERSION, K, codes
 from .trace import Trace
 
@@ -122,72 +123,83 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     name_id, cat_id = cols.column("name"), cols.column("cat")
     names = name_list[name_id] if n else np.empty(0, dtype=object)
     kind = kinds_of(cols, name_list, name_id, cat_id) if n else np.empty(0, dtype=np.int8)
-    flow_times(cols)
-    thread = cols.column("thread").astype(np.int64)
     base_ns = top.get("baseTimeNanoseconds")
     base_ns = base_ns if isinstance(base_ns, int) else 0
+    # threads: every (pid, tid) seen on complete events and flows, numbered densely
+    keys, flow_keys = cols.column("thread_key"), cols.column("flow_thread_key")
+    uniq, inverse = np.unique(np.concatenate([keys, flow_keys]), return_inverse=True)
+    thread, flow_thread = inverse[:n].astype(np.int64), inverse[n:].astype(np.int64)
+    pid_list, tid_list = _lookup_list(cols.pids), _lookup_list(cols.tids)
+    thread_keys = [thread_key(pid_list[k // THREAD_SHIFT], tid_list[k % THREAD_SHIFT]) for k in uniq.tolist()]
     ts, dur = cols.column("ts") + base_ns, cols.column("dur")
-    cols.flows = [(f, c, ph, t + base_ns, th) for f, c, ph, t, th in cols.flows]
+    flows = Flows(ids=np.array(cols.flow_ids, dtype=object), ph=cols.column("flow_ph").astype(np.int8),
+                  ts=cols.column("flow_ts") + base_ns, thread=flow_thread)
     cols.instants = [(nm, c, t + base_ns, p, tid) for nm, c, t, p, tid in cols.instants]
     is_device_evt = np.isin(kind, codes(*DEVICE_KINDS))
-    thread_keys = [_thread_key(*k) for k in _lookup_list(cols.threads)]
     device_threads = np.zeros(len(thread_keys), dtype=bool)
     device_threads[np.unique(thread[is_device_evt])] = True
     host = ~is_device_evt & ~device_threads[thread] if n else np.zeros(0, dtype=bool)
     parent, depth = nesting(thread, ts, dur, host)
     is_op = np.isin(kind, codes("cpu_op", "annotation"))
     op_of_host = nearest_ancestor(parent, is_op, include_self=True)
-    has_host_ops = bool(np.any(host & is_op))
     corr, ext = cols.column("correlation"), cols.column("external_id")
     graph_launch = _flag_names(name_list, lambda s: s in GRAPH_LAUNCHES)[name_id] if n else np.zeros(0, bool)
     links = link_device_events(kind=kind, graph_launch=graph_launch, thread=thread, ts=ts, correlation=corr,
-                               external_id=ext, op_of_host=op_of_host, flows=cols.flows,
-                               has_host_ops=has_host_ops)
+                               external_id=ext, op_of_host=op_of_host, flows=flows,
+                               has_host_ops=bool(np.any(host & is_op)), has_host=bool(host.any()))
     op = np.where(host, op_of_host, links.op)
     module_name = _flag_names(name_list, lambda s: s.startswith("nn.Module: "))
     is_module = (kind == K["python"]) & (module_name[name_id] if n else np.zeros(0, bool))
     module_of_host = nearest_ancestor(parent, is_module, include_self=False)
     module = np.where(host, module_of_host, np.where(links.op >= 0, module_of_host[np.clip(links.op, 0, None)], -1))
     attr = attribute(kind=kind, dur=dur, parent=parent, device_op=links.op)
-    device = cols.column("device")
     pid_int = np.array([_int_or(k[0]) for k in thread_keys] or [-1], dtype=np.int64)
     tid_int = np.array([_int_or(k[1]) for k in thread_keys] or [-1], dtype=np.int64)
-    device = np.where(is_device_evt & (device < 0), pid_int[thread] if n else device, device)
-    stream = cols.column("stream")
-    stream = np.where(is_device_evt & (stream < 0), tid_int[thread] if n else stream, stream)
-    frame = {
-        "id": np.arange(n, dtype=np.int64), "kind": np.array(KINDS, dtype=object)[kind],
-        "cat": cat_list[cat_id] if n else names,
-        "name": names, "ts": ts, "dur": dur,
-        "pid": np.array([k[0] for k in thread_keys], dtype=object)[thread] if n else names,
-        "tid": np.array([k[1] for k in thread_keys], dtype=object)[thread] if n else names,
-        "thread": thread.astype(np.int32),
-        "device": _nullable(np.where(is_device_evt, device, -1)), "stream": _nullable(np.where(is_device_evt, stream, -1)),
-        "correlation": _nullable(corr), "external_id": _nullable(ext),
-        "parent": _nullable(parent), "depth": _nullable(depth.astype(np.int64)), "op": _nullable(op),
-        "module": _nullable(module), "launch": _nullable(links.launch), "link": links.how,
-        "unlinked": links.unlinked, "self_cpu": attr.self_cpu, "self_device": attr.self_device,
+    device, stream = cols.column("device"), cols.column("stream")
+    if n:
+        device = np.where(is_device_evt & (device < 0), pid_int[thread], device)
+        stream = np.where(is_device_evt & (stream < 0), tid_int[thread], stream)
+    _write_threads(con, cols, thread_keys, device_threads)
+    _lookup_table(con, "_names", name_list)
+    _lookup_table(con, "_cats", cat_list)
+    _lookup_table(con, "_kinds", np.array(KINDS, dtype=object))
+    _lookup_table(con, "_how", np.array(LINK_HOW, dtype=object))
+    _lookup_table(con, "_why", np.array(UNLINKED, dtype=object))
+    con.register("_frame", {
+        "id": np.arange(n, dtype=np.int64), "kind": kind.astype(np.int32), "cat": cat_id, "name": name_id,
+        "ts": ts, "dur": dur, "thread": thread.astype(np.int32),
+        "device": np.where(is_device_evt, device, -1), "stream": np.where(is_device_evt, stream, -1),
+        "correlation": corr, "external_id": ext, "parent": parent, "depth": depth.astype(np.int64), "op": op,
+        "module": module, "launch": links.launch, "link": links.how.astype(np.int32),
+        "unlinked": links.unlinked.astype(np.int32), "self_cpu": attr.self_cpu, "self_device": attr.self_device,
         "device_total": attr.device_total, "kernels": attr.kernels, "kernels_total": attr.kernels_total,
-        "seq": _nullable(cols.column("seq")), "python_id": _nullable(cols.column("python_id")),
-        "python_parent_id": _nullable(cols.column("python_parent_id")),
-        "bytes": _nullable(cols.column("nbytes")), "flops": cols.column("flops") if n else np.empty(0),
-    }
-    con.register("_frame", frame)
-    con.execute("INSERT INTO events SELECT * FROM _frame ORDER BY id")
-    con.unregister("_frame")
-    _write_side_tables(con, cols, kind, names, parent, is_module, module_of_host, ts, dur, thread,
-                       thread_keys, device_threads)
-    meta = _meta(path, cols, kind, names, ts, dur, top, fp, skipped, links.unlinked, host)
+        "seq": cols.column("seq"), "python_id": cols.column("python_id"),
+        "python_parent_id": cols.column("python_parent_id"), "bytes": cols.column("nbytes"),
+        "flops": cols.column("flops") if n else np.empty(0)})
+    nul = "NULLIF(f.{0}, -1)".format
+    con.execute(f"""
+        INSERT INTO events SELECT f.id, k.v, c.v, nm.v, f.ts, f.dur, t.pid, t.tid, f.thread,
+            {nul('device')}, {nul('stream')}, {nul('correlation')}, {nul('external_id')}, {nul('parent')},
+            {nul('depth')}, {nul('op')}, {nul('module')}, {nul('launch')}, h.v, w.v, f.self_cpu, f.self_device,
+            f.device_total, f.kernels, f.kernels_total, {nul('seq')}, {nul('python_id')},
+            {nul('python_parent_id')}, {nul('bytes')}, CASE WHEN isnan(f.flops) THEN NULL ELSE f.flops END
+        FROM _frame f JOIN _kinds k ON k.i = f.kind JOIN _cats c ON c.i = f.cat JOIN _names nm ON nm.i = f.name
+        JOIN threads t ON t.thread = f.thread JOIN _how h ON h.i = f.link JOIN _why w ON w.i = f.unlinked
+        ORDER BY f.id""")
+    for t in ("_frame", "_names", "_cats", "_kinds", "_how", "_why"):
+        con.unregister(t)
+    _write_side_tables(con, cols, kind, names, parent, is_module, ts, dur, thread, flows)
+    meta = _meta(path, cols, kind, names, ts, dur, top, fp, skipped, links.unlinked, flows)
     _insert_rows(con, "meta", [(k, json.dumps(v)) for k, v in meta.items()], 2)
+
+
+def _lookup_table(con, name: str, values: np.ndarray) -> None:
+    con.register(name, {"i": np.arange(len(values), dtype=np.int32), "v": values})
 
 
 def _flag_names(name_list: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
     """A boolean per distinct name, so per-event tests cost one index instead of a string op."""
     return np.array([isinstance(s, str) and test(s) for s in name_list] or [False], dtype=bool)
-
-
-def _thread_key(pid: Any, tid: Any) -> tuple[str, str]:
-    return ("" if pid is None else str(pid), "" if tid is None else str(tid))
 
 
 def _int_or(s: str) -> int:
@@ -197,13 +209,17 @@ def _int_or(s: str) -> int:
         return -1
 
 
-def _nullable(a: np.ndarray) -> np.ndarray:
-    """int64 with -1 for none -> a masked column DuckDB reads as NULL."""
-    return np.ma.masked_array(a, mask=a < 0) if a.size else a
+def _write_threads(con, cols: Columns, thread_keys: list[tuple[str, str]], device_threads: np.ndarray) -> None:
+    rows = []
+    for i, (pid, tid) in enumerate(thread_keys):
+        pm = cols.thread_meta.get((pid, ""), {})
+        tm = cols.thread_meta.get((pid, tid), {})
+        rows.append((i, pid, tid, pm.get("process_name"), tm.get("thread_name"), pm.get("process_labels"),
+                     bool(device_threads[i])))
+    _insert_rows(con, "threads", rows, 7)
 
 
-def _write_side_tables(con, cols, kind, names, parent, is_module, module_of_host, ts, dur, thread,
-                       thread_keys, device_threads) -> None:
+def _write_side_tables(con, cols, kind, names, parent, is_module, ts, dur, thread, flows: Flows) -> None:
     _insert_rows(con, "shapes", cols.shapes, 5)
     scope_ids = np.flatnonzero(is_module | (kind == K["annotation"]))
     if scope_ids.size:
@@ -214,19 +230,18 @@ def _write_side_tables(con, cols, kind, names, parent, is_module, module_of_host
         scope_parent = nearest_ancestor(parent, is_scope, include_self=False)[scope_ids]
         con.register("_scopes", {
             "id": scope_ids.astype(np.int64), "kind": scope_kind.astype(object), "name": np.array(clean, dtype=object),
-            "label": labels, "parent": _nullable(scope_parent), "ts": ts[scope_ids], "dur": dur[scope_ids],
+            "label": labels, "parent": scope_parent, "ts": ts[scope_ids], "dur": dur[scope_ids],
             "thread": thread[scope_ids].astype(np.int32)})
-        con.execute("INSERT INTO scopes SELECT * FROM _scopes")
+        con.execute("INSERT INTO scopes SELECT id, kind, name, label, NULLIF(parent, -1), ts, dur, thread "
+                    "FROM _scopes")
         con.unregister("_scopes")
-    rows = []
-    for i, (pid, tid) in enumerate(thread_keys):
-        pm = cols.thread_meta.get((pid, ""), {})
-        tm = cols.thread_meta.get((pid, tid), {})
-        rows.append((i, pid, tid, pm.get("process_name"), tm.get("thread_name"), pm.get("process_labels"),
-                     bool(device_threads[i])))
-    _insert_rows(con, "threads", rows, 7)
     _insert_rows(con, "instants", cols.instants, 5)
-    _insert_rows(con, "flows", cols.flows, 5)
+    if flows.ids.size:
+        con.register("_flows", {"id": flows.ids, "cat": np.array(cols.flow_cats, dtype=object),
+                                "ph": np.array(FLOW_PHASES, dtype=object)[flows.ph], "ts": flows.ts,
+                                "thread": flows.thread.astype(np.int32)})
+        con.execute("INSERT INTO flows SELECT * FROM _flows")
+        con.unregister("_flows")
 
 
 def _insert_rows(con, table: str, rows: list[tuple[Any, ...]], width: int) -> None:
@@ -259,12 +274,11 @@ def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict
     return "CPU", None
 
 
-def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, host) -> dict[str, Any]:
+def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, flows) -> dict[str, Any]:
     device_kind, device_name = detect_device(kind, {c for c in cols.cats if c}, names, top)
     span = int((ts + dur).max() - ts.min()) if len(ts) else 0
-    reasons: dict[str, int] = {}
-    for r in unlinked[unlinked != None]:  # noqa: E711 - object array compare
-        reasons[r] = reasons.get(r, 0) + 1
+    codes_u, counts_u = np.unique(unlinked[unlinked > 0], return_counts=True)
+    reasons = {UNLINKED[c]: int(k) for c, k in zip(codes_u, counts_u)}
     codes_, counts = np.unique(kind, return_counts=True) if len(kind) else ([], [])
     kinds = [KINDS[c] for c in codes_]
     return {
@@ -278,7 +292,7 @@ def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, host) ->
         "kinds": {str(k): int(c) for k, c in zip(kinds, counts)},
         "other_phases": cols.phase_counts,
         "unlinked": reasons,
-        "unmatched_flows": unmatched_flows(cols.flows),
+        "unmatched_flows": unmatched_flows(flows),
         "skipped": skipped.counts,
         "skipped_examples": skipped.examples,
         "imprecise_ts_events": cols.imprecise_ts,

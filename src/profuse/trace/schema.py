@@ -4,7 +4,7 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 3  # bump when tables change: caches with another version are rebuilt
+SCHEMA_VERSION = 4  # bump when tables change: caches with another version are rebuilt
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
@@ -61,7 +61,7 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
 
 DDL = """
 CREATE TABLE events (
-    id BIGINT PRIMARY KEY,    -- position among the trace's complete ('X') events, file order
+    id BIGINT,                -- position among the trace's complete ('X') events, file order
     kind VARCHAR,             -- cpu_op annotation python runtime sync kernel memcpy memset gpu_annotation device_other other
     cat VARCHAR,              -- the category as written in the trace
     name VARCHAR,
