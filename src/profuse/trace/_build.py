@@ -35,7 +35,6 @@ class Columns:
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
     shapes: list[tuple[int, str | None, str | None, str | None, str | None]] = field(default_factory=list)
     thread_meta: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
-    instants: list[tuple[str | None, str | None, int, str, str]] = field(default_factory=list)
     flow_ids: list[str] = field(default_factory=list)
     flow_cats: list[str | None] = field(default_factory=list)
     phase_counts: dict[str, int] = field(default_factory=dict)
@@ -82,6 +81,17 @@ def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
     return out
 
 
+_get_flops, _get_dims, _get_grid = attrgetter("flops"), attrgetter("input_dims"), attrgetter("grid")
+
+
+def _float_column(values: list[Any]) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values],
+                        dtype=np.float64)
+
+
 def add_chunk(
     cols: Columns, path: str, base: int, events: list[Event], chunk: memoryview,
     *, lenient: bool, skipped: Skipped,
@@ -94,8 +104,8 @@ def add_chunk(
     xs = [events[i] for i in x_idx]
     if not xs:
         return
-    ts = np.array([np.nan if v is None else v for v in map(_get["ts"], xs)], dtype=np.float64)
-    dur = np.array([np.nan if v is None else v for v in map(_get["dur"], xs)], dtype=np.float64)
+    ts = np.array(list(map(_get["ts"], xs)), dtype=np.float64)  # None -> nan
+    dur = np.array(list(map(_get["dur"], xs)), dtype=np.float64)
     if np.any(np.abs(ts[~np.isnan(ts)]) >= _PRECISE_ABOVE_US) and np.any(ts % 1 != 0):
         precise = _precise_ts(chunk, events)
         if precise is None:
@@ -131,11 +141,12 @@ def add_chunk(
     cols.add("device", int_column(map(attrgetter("device"), args), n, "device", where))
     stream = [a.stream if a.stream is not None else a.stream_id for a in args]
     cols.add("stream", int_column(stream, n, "stream", where))
-    cols.add("flops", np.array([np.nan if a.flops is None else a.flops for a in args], dtype=np.float64))
-    for j, a in enumerate(args):
-        if a.input_dims or a.grid:
-            cols.shapes.append((cols.n + j, raw_text(a.input_dims), raw_text(a.input_type),
-                                raw_text(a.grid), raw_text(a.block)))
+    cols.add("flops", _float_column(list(map(_get_flops, args))))
+    dims, grids = list(map(_get_dims, args)), list(map(_get_grid, args))
+    for j in [j for j, (d, g) in enumerate(zip(dims, grids)) if d or g]:
+        a = args[j]
+        cols.shapes.append((cols.n + j, raw_text(a.input_dims), raw_text(a.input_type),
+                            raw_text(a.grid), raw_text(a.block)))
     cols.n += n
 
 
@@ -149,9 +160,12 @@ def _add_other_phases(cols: Columns, events: list[Event], phases: list[str]) -> 
         value = e.args.name if e.args.name is not None else e.args.labels
         if value is not None and e.name:
             cols.thread_meta.setdefault(key, {})[e.name] = str(value)
-    for e in (events[i] for i in others if phases[i] in ("i", "I")):
-        ts = 0 if e.ts is None else int(round(e.ts * 1000))
-        cols.instants.append((e.name, e.cat, ts, *thread_key(e.pid, e.tid)))
+    inst = [events[i] for i in others if phases[i] in ("i", "I")]
+    if inst:
+        cols.add("inst_name", _intern(cols.names, list(map(_get["name"], inst))))
+        cols.add("inst_cat", _intern(cols.cats, list(map(_get["cat"], inst))))
+        cols.add("inst_ts", _ns(np.nan_to_num(np.array(list(map(_get["ts"], inst)), dtype=np.float64))))
+        cols.add("inst_thread_key", _thread_keys(cols, inst))
     flows = [events[i] for i in others if phases[i] in ("s", "f", "t")]
     flows = [e for e in flows if e.id is not None and e.ts is not None]
     if flows:

@@ -223,8 +223,8 @@ def iter_chunks(
     skipped: Skipped,
     on_progress: Callable[[int], None] | None = None,
     chunk_bytes: int = CHUNK_BYTES,
-) -> Iterator[tuple[int, list[Event]]]:
-    """Yield (index of first event, events) for each chunk, falling back to one chunk if needed."""
+) -> Iterator[tuple[int, list[Event], memoryview]]:
+    """Yield (index of first event, events, the chunk's bytes) for each chunk, falling back to one chunk if needed."""
     spans = chunk_spans(doc.events, chunk_bytes)
     base = 0
     for n, (start, end) in enumerate(spans):
@@ -241,7 +241,7 @@ def iter_chunks(
             raise
         if on_progress:
             on_progress(end - start)
-        yield base, events
+        yield base, events, doc.events[start:end]
         base += len(events)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import TraceError
 from . import _decode
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key, add_chunk, kinds_of
+from ._parallel import decode_parallel, worker_count
 from .cache import CacheSlot, cache_slot, fingerprint
 from .correlate import (LINK_HOW, UNLINKED, Flows, attribute, link_device_events, nearest_ancestor, nesting,
                         unmatched_flows)
@@ -68,11 +69,13 @@ def load(
 
 
 def _build_into(slot: CacheSlot, src: str, fp: dict[str, Any], lenient: bool, progress: Progress | None) -> Path:
+    cols, top, skipped = decode(src, lenient=lenient, progress=progress)
     work = slot.begin()
     try:
         con = duckdb.connect(str(work))
         try:
-            _build(con, src, fp, lenient=lenient, progress=progress)
+            con.execute(DDL)
+            _write_tables(con, src, cols, top, fp, skipped)
         finally:
             con.close()
     except BaseException:
@@ -81,12 +84,12 @@ def _build_into(slot: CacheSlot, src: str, fp: dict[str, Any], lenient: bool, pr
     return slot.commit(work)
 
 
-def _build(con: duckdb.DuckDBPyConnection, path: str, fp: dict[str, Any], *, lenient: bool,
-           progress: Progress | None) -> None:
+def decode(path: str, *, lenient: bool = False,
+           progress: Progress | None = None) -> tuple[Columns, dict[str, Any], _decode.Skipped]:
+    """Read and decode a trace into columns (all cores for big files), before any table is written."""
     data = _decode.read_bytes(path)
     doc = _decode.split_document(path, data)
     skipped = _decode.Skipped()
-    cols = Columns()
     total, done = len(doc.events), 0
 
     def on_chunk(nbytes: int) -> None:
@@ -95,12 +98,15 @@ def _build(con: duckdb.DuckDBPyConnection, path: str, fp: dict[str, Any], *, len
         if progress:
             progress(done, total)
 
-    for base, events in _decode.iter_chunks(path, doc, lenient=lenient, skipped=skipped, on_progress=on_chunk):
-        add_chunk(cols, path, base, events, doc.events, lenient=lenient, skipped=skipped)
+    workers = 1 if lenient else worker_count(total)
+    cols = decode_parallel(path, doc, workers=workers, on_progress=on_chunk) if workers > 1 else None
+    if cols is None:
+        cols, done = Columns(), 0
+        for base, events, span in _decode.iter_chunks(path, doc, lenient=lenient, skipped=skipped,
+                                                      on_progress=on_chunk):
+            add_chunk(cols, path, base, events, span, lenient=lenient, skipped=skipped)
     top = {k: _safe_json(v) for k, v in doc.top.items()}
-    del data, doc
-    con.execute(DDL)
-    _write_tables(con, path, cols, top, fp, skipped)
+    return cols, top, skipped
 
 
 def _safe_json(raw: msgspec.Raw) -> Any:
@@ -126,15 +132,22 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     base_ns = top.get("baseTimeNanoseconds")
     base_ns = base_ns if isinstance(base_ns, int) else 0
     # threads: every (pid, tid) seen on complete events and flows, numbered densely
-    keys, flow_keys = cols.column("thread_key"), cols.column("flow_thread_key")
-    uniq, inverse = np.unique(np.concatenate([keys, flow_keys]), return_inverse=True)
-    thread, flow_thread = inverse[:n].astype(np.int64), inverse[n:].astype(np.int64)
+    keys, flow_keys, inst_keys = (cols.column(k) for k in ("thread_key", "flow_thread_key", "inst_thread_key"))
+    uniq, inverse = np.unique(np.concatenate([keys, flow_keys, inst_keys]), return_inverse=True)
     pid_list, tid_list = _lookup_list(cols.pids), _lookup_list(cols.tids)
     thread_keys = [thread_key(pid_list[k // THREAD_SHIFT], tid_list[k % THREAD_SHIFT]) for k in uniq.tolist()]
+    # number threads in (pid, tid) order, numbers before names, whatever order they were met in
+    order = sorted(range(len(thread_keys)), key=lambda i: tuple(_natural(v) for v in thread_keys[i]))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    thread_keys = [thread_keys[i] for i in order]
+    inverse = rank[inverse] if len(order) else inverse
+    thread = inverse[:n].astype(np.int64)
+    flow_thread = inverse[n:n + len(flow_keys)].astype(np.int64)
+    inst_thread = inverse[n + len(flow_keys):].astype(np.int64)
     ts, dur = cols.column("ts") + base_ns, cols.column("dur")
     flows = Flows(ids=np.array(cols.flow_ids, dtype=object), ph=cols.column("flow_ph").astype(np.int8),
                   ts=cols.column("flow_ts") + base_ns, thread=flow_thread)
-    cols.instants = [(nm, c, t + base_ns, p, tid) for nm, c, t, p, tid in cols.instants]
     is_device_evt = np.isin(kind, codes(*DEVICE_KINDS))
     device_threads = np.zeros(len(thread_keys), dtype=bool)
     device_threads[np.unique(thread[is_device_evt])] = True
@@ -189,6 +202,15 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     for t in ("_frame", "_names", "_cats", "_kinds", "_how", "_why"):
         con.unregister(t)
     _write_side_tables(con, cols, kind, names, parent, is_module, ts, dur, thread, flows)
+    if len(inst_thread):
+        con.register("_inst", {"name": cols.column("inst_name"), "cat": cols.column("inst_cat"),
+                               "ts": cols.column("inst_ts") + base_ns, "thread": inst_thread.astype(np.int32)})
+        _lookup_table(con, "_names", name_list)
+        _lookup_table(con, "_cats", cat_list)
+        con.execute("INSERT INTO instants SELECT n.v, c.v, i.ts, t.pid, t.tid FROM _inst i "
+                    "JOIN _names n ON n.i = i.name JOIN _cats c ON c.i = i.cat JOIN threads t ON t.thread = i.thread")
+        for t in ("_inst", "_names", "_cats"):
+            con.unregister(t)
     meta = _meta(path, cols, kind, names, ts, dur, top, fp, skipped, links.unlinked, flows)
     _insert_rows(con, "meta", [(k, json.dumps(v)) for k, v in meta.items()], 2)
 
@@ -200,6 +222,11 @@ def _lookup_table(con, name: str, values: np.ndarray) -> None:
 def _flag_names(name_list: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
     """A boolean per distinct name, so per-event tests cost one index instead of a string op."""
     return np.array([isinstance(s, str) and test(s) for s in name_list] or [False], dtype=bool)
+
+
+def _natural(s: str) -> tuple[int, int, str]:
+    v = _int_or(s)
+    return (0, v, "") if v >= 0 or s.lstrip("-").isdigit() else (1, 0, s)
 
 
 def _int_or(s: str) -> int:
@@ -235,7 +262,6 @@ def _write_side_tables(con, cols, kind, names, parent, is_module, ts, dur, threa
         con.execute("INSERT INTO scopes SELECT id, kind, name, label, NULLIF(parent, -1), ts, dur, thread "
                     "FROM _scopes")
         con.unregister("_scopes")
-    _insert_rows(con, "instants", cols.instants, 5)
     if flows.ids.size:
         con.register("_flows", {"id": flows.ids, "cat": np.array(cols.flow_cats, dtype=object),
                                 "ph": np.array(FLOW_PHASES, dtype=object)[flows.ph], "ts": flows.ts,

@@ -1,0 +1,102 @@
+"""Decode a trace's chunks on every core: forked workers build columns, the parent merges them.
+
+Workers see the file's bytes through fork (no copy) and send back numpy columns with their own
+string tables; the parent remaps those ids into one table. Any problem in a worker (a bad event,
+a split inside a nested value) sends the whole trace down the sequential path, which produces the
+exact error message or recovers, so results never depend on how the work was split.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ..errors import TraceError
+from . import _decode
+from ._build import THREAD_SHIFT, Columns, add_chunk
+
+_DOC: _decode.Document | None = None  # set in the parent before forking; read by the workers
+_PATH = ""
+PARALLEL_MIN_BYTES = 24 << 20
+MIN_CHUNK = 1 << 20
+
+
+def _work(span: tuple[int, int]) -> Columns | None:
+    assert _DOC is not None
+    start, end = span
+    cols = Columns()
+    try:
+        events = _decode.decode_chunk(_PATH, _DOC.events[start:end], 0, False, _decode.Skipped())
+        add_chunk(cols, _PATH, 0, events, _DOC.events[start:end], lenient=False, skipped=_decode.Skipped())
+    except TraceError:
+        return None
+    return cols
+
+
+def _remap(table: dict[Any, int], local: dict[Any, int]) -> np.ndarray:
+    out = np.empty(max(len(local), 1), dtype=np.int64)
+    for value, i in local.items():
+        out[i] = table.setdefault(value, len(table))
+    return out
+
+
+def merge(dst: Columns, src: Columns) -> None:
+    """Append a chunk's columns to ``dst``, remapping its interned ids into ``dst``'s tables."""
+    names, cats = _remap(dst.names, src.names), _remap(dst.cats, src.cats)
+    pids, tids = _remap(dst.pids, src.pids), _remap(dst.tids, src.tids)
+
+    def threads(keys: np.ndarray) -> np.ndarray:
+        return pids[keys // THREAD_SHIFT] * THREAD_SHIFT + tids[keys % THREAD_SHIFT]
+
+    remap = {"name": names, "cat": cats, "inst_name": names, "inst_cat": cats}
+    for key, parts in src.parts.items():
+        for arr in parts:
+            if key in remap:
+                arr = remap[key][arr].astype(np.int32)
+            elif key.endswith("thread_key"):
+                arr = threads(arr)
+            dst.add(key, arr)
+    dst.shapes.extend((dst.n + i, *rest) for i, *rest in src.shapes)
+    for k, v in src.thread_meta.items():
+        dst.thread_meta.setdefault(k, {}).update(v)
+    dst.flow_ids.extend(src.flow_ids)
+    dst.flow_cats.extend(src.flow_cats)
+    for ph, c in src.phase_counts.items():
+        dst.phase_counts[ph] = dst.phase_counts.get(ph, 0) + c
+    dst.n += src.n
+    dst.imprecise_ts += src.imprecise_ts
+
+
+def decode_parallel(path: str, doc: _decode.Document, *, workers: int,
+                    on_progress: Callable[[int], None] | None) -> Columns | None:
+    """Columns of every chunk, decoded in ``workers`` processes; None if any chunk needs the slow path."""
+    global _DOC, _PATH
+    size = len(doc.events)
+    spans = _decode.chunk_spans(doc.events, max(MIN_CHUNK, min(_decode.CHUNK_BYTES, size // (workers * 4) + 1)))
+    if len(spans) < 2:
+        return None
+    _DOC, _PATH = doc, path
+    cols = Columns()
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            for span, part in zip(spans, pool.map(_work, spans)):
+                if part is None:
+                    return None
+                merge(cols, part)
+                if on_progress:
+                    on_progress(span[1] - span[0])
+    finally:
+        _DOC = None
+    return cols
+
+
+def worker_count(nbytes: int) -> int:
+    if nbytes < PARALLEL_MIN_BYTES or os.environ.get("PROFUSE_WORKERS") == "1":
+        return 1
+    want = int(os.environ.get("PROFUSE_WORKERS", "0")) or (os.cpu_count() or 1)
+    return max(1, min(want, 8))
