@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import atexit
+import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,14 +52,6 @@ def _writable(folder: Path) -> bool:
 @dataclass
 class CacheSlot:
     path: Path
-    temporary: bool = False
-
-    @classmethod
-    def temporary(cls, src: Path) -> CacheSlot:
-        fd, name = tempfile.mkstemp(prefix=f"profuse-{src.name}-", suffix=SUFFIX)
-        os.close(fd)
-        os.unlink(name)
-        return cls(Path(name), temporary=True)
 
     def open_if_valid(self, fp: dict[str, Any]) -> duckdb.DuckDBPyConnection | None:
         if not self.path.is_file():
@@ -85,6 +79,43 @@ class CacheSlot:
     def commit(self, work: Path) -> Path:
         os.replace(work, self.path)
         return self.path
+
+
+_live: weakref.WeakSet[CacheWriter] = weakref.WeakSet()
+
+
+class CacheWriter:
+    """Copies an in-memory trace database to its cache file on a background thread."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, slot: CacheSlot) -> None:
+        self.slot = slot
+        self.error: str | None = None
+        self._cursor = con.cursor()
+        self._thread = threading.Thread(target=self._run, name="profuse-cache-writer", daemon=True)
+        _live.add(self)
+        self._thread.start()
+
+    def _run(self) -> None:
+        work = self.slot.begin()
+        try:
+            self._cursor.execute(f"ATTACH '{work}' AS profuse_cache")
+            self._cursor.execute("COPY FROM DATABASE memory TO profuse_cache")
+            self._cursor.execute("DETACH profuse_cache")
+            self.slot.commit(work)
+        except (duckdb.Error, OSError) as err:
+            self.error = str(err).splitlines()[0]
+            self.slot.abort(work)
+        finally:
+            self._cursor.close()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+
+@atexit.register
+def _finish_writes() -> None:
+    for w in list(_live):
+        w.wait()
 
 
 def cache_slot(src: Path) -> CacheSlot | None:

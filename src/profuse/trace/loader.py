@@ -16,7 +16,7 @@ from ..errors import TraceError
 from . import _decode
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key, add_chunk, kinds_of
 from ._parallel import decode_parallel, worker_count
-from .cache import CacheSlot, cache_slot, fingerprint
+from .cache import CacheWriter, cache_slot, fingerprint
 from .correlate import (LINK_HOW, UNLINKED, Flows, attribute, link_device_events, nearest_ancestor, nesting,
                         unmatched_flows)
 from .schema import DDL, DEVICE_KINDS, GRAPH_LAUNCHES, KINDS, SCHEMA_VERSION, K, codes
@@ -50,7 +50,12 @@ def load(
     path: str | os.PathLike[str], *, lenient: bool = False, cache: bool = True,
     progress: Progress | None = None,
 ) -> Trace:
-    """Load a trace: from its cache when the file is unchanged, else decode and cache it."""
+    """Load a trace: from its cache when the file is unchanged, else decode it and write the cache.
+
+    The tables are built in memory and returned at once; the cache file is written behind, on
+    another core, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that cannot be
+    written costs only the next load's time: the tables in memory are complete either way.
+    """
     src = resolve(path)
     fp = fingerprint(src)
     slot = cache_slot(src) if cache and not lenient else None
@@ -58,30 +63,17 @@ def load(
         cached = slot.open_if_valid(fp)
         if cached is not None:
             return Trace(src, cached, from_cache=True)
+    cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
+    con = duckdb.connect()
     try:
-        final = _build_into(slot or CacheSlot.temporary(src), str(src), fp, lenient, progress)
-    except (OSError, duckdb.IOException, duckdb.PermissionException):
-        if slot is None:
-            raise
-        final = _build_into(CacheSlot.temporary(src), str(src), fp, lenient, progress)
-    temp = final if slot is None or final != slot.path else None
-    return Trace(src, duckdb.connect(str(final), read_only=True), from_cache=False, temp_file=temp)
-
-
-def _build_into(slot: CacheSlot, src: str, fp: dict[str, Any], lenient: bool, progress: Progress | None) -> Path:
-    cols, top, skipped = decode(src, lenient=lenient, progress=progress)
-    work = slot.begin()
-    try:
-        con = duckdb.connect(str(work))
-        try:
-            con.execute(DDL)
-            _write_tables(con, src, cols, top, fp, skipped)
-        finally:
-            con.close()
+        con.execute(DDL)
+        _write_tables(con, str(src), cols, top, fp, skipped)
     except BaseException:
-        slot.abort(work)
+        con.close()
         raise
-    return slot.commit(work)
+    del cols
+    writer = CacheWriter(con, slot) if slot is not None else None
+    return Trace(src, con, from_cache=False, writer=writer)
 
 
 def decode(path: str, *, lenient: bool = False,

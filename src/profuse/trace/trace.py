@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -10,17 +9,18 @@ from typing import Any
 import duckdb
 
 from ..errors import UserError
+from .cache import CacheWriter
 
 
 class Trace:
     """Tables of one trace. Query them with :meth:`sql`; see docs/schema.md for the columns."""
 
     def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, *, from_cache: bool,
-                 temp_file: Path | None = None) -> None:
+                 writer: CacheWriter | None = None) -> None:
         self.path = path
         self.con = con
         self.from_cache = from_cache
-        self._temp_file = temp_file
+        self.writer = writer  # the cache being written behind, if any
 
     @cached_property
     def meta(self) -> dict[str, Any]:
@@ -53,14 +53,16 @@ class Trace:
         cols = [d[0] for d in rel.description]
         return [dict(zip(cols, r)) for r in rel.fetchall()]
 
+    def wait_for_cache(self) -> str | None:
+        """Wait until the cache file is written; returns why it could not be, or None."""
+        if self.writer is None:
+            return None
+        self.writer.wait()
+        return self.writer.error
+
     def close(self) -> None:
+        self.wait_for_cache()
         self.con.close()
-        if self._temp_file is not None:
-            for p in (self._temp_file, Path(str(self._temp_file) + ".wal")):
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
 
     def __enter__(self) -> Trace:
         return self
