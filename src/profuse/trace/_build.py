@@ -45,8 +45,11 @@ class Columns:
         self.parts.setdefault(key, []).append(arr)
 
     def column(self, key: str) -> np.ndarray:
-        parts = self.parts.get(key) or [np.empty(0, dtype=np.int64)]
-        return np.concatenate(parts)
+        """The whole column; its chunks are released as it is joined (each column is read once)."""
+        parts = self.parts.pop(key, None) or [np.empty(0, dtype=np.int64)]
+        out = np.concatenate(parts)
+        parts.clear()
+        return out
 
 
 THREAD_SHIFT = 1 << 24  # thread key = pid id * THREAD_SHIFT + tid id

@@ -89,7 +89,7 @@ def read_bytes(path: str) -> bytes:
             data = gzip.decompress(data)
         except (EOFError, OSError, zlib.error) as err:
             raise TraceError(path, f"gzip data is truncated or corrupt ({err})") from None
-    if not data.strip():
+    if not data or data.isspace():
         raise TraceError(path, "file is empty")
     return data
 

@@ -99,7 +99,7 @@ class CacheWriter:
         work = self.slot.begin()
         try:
             self._cursor.execute(f"ATTACH '{work}' AS profuse_cache")
-            self._cursor.execute("COPY FROM DATABASE memory TO profuse_cache")
+            self._cursor.execute("COPY FROM DATABASE trace TO profuse_cache")
             self._cursor.execute("DETACH profuse_cache")
             self.slot.commit(work)
         except (duckdb.Error, OSError) as err:

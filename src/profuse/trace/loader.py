@@ -24,6 +24,7 @@ from .trace import Trace
 
 _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
 TRACE_NAMES = ("trace.json.gz", "trace.json")
+INSERT_BATCH = 1 << 20
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
@@ -66,6 +67,8 @@ def load(
     cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
     con = duckdb.connect()
     try:
+        # compressed in memory: repeated kernel names and sparse columns would otherwise cost GBs
+        con.execute("ATTACH ':memory:' AS trace (COMPRESS); USE trace")
         con.execute(DDL)
         _write_tables(con, str(src), cols, top, fp, skipped)
     except BaseException:
@@ -170,7 +173,7 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     _lookup_table(con, "_kinds", np.array(KINDS, dtype=object))
     _lookup_table(con, "_how", np.array(LINK_HOW, dtype=object))
     _lookup_table(con, "_why", np.array(UNLINKED, dtype=object))
-    con.register("_frame", {
+    frame = {
         "id": np.arange(n, dtype=np.int64), "kind": kind.astype(np.int32), "cat": cat_id, "name": name_id,
         "ts": ts, "dur": dur, "thread": thread.astype(np.int32),
         "device": np.where(is_device_evt, device, -1), "stream": np.where(is_device_evt, stream, -1),
@@ -180,9 +183,9 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
         "device_total": attr.device_total, "kernels": attr.kernels, "kernels_total": attr.kernels_total,
         "seq": cols.column("seq"), "python_id": cols.column("python_id"),
         "python_parent_id": cols.column("python_parent_id"), "bytes": cols.column("nbytes"),
-        "flops": cols.column("flops") if n else np.empty(0)})
+        "flops": cols.column("flops") if n else np.empty(0)}
     nul = "NULLIF(f.{0}, -1)".format
-    con.execute(f"""
+    insert = f"""
         INSERT INTO events SELECT f.id, k.v, c.v, nm.v, f.ts, f.dur, t.pid, t.tid, f.thread,
             {nul('device')}, {nul('stream')}, {nul('correlation')}, {nul('external_id')}, {nul('parent')},
             {nul('depth')}, {nul('op')}, {nul('module')}, {nul('launch')}, h.v, w.v, f.self_cpu, f.self_device,
@@ -190,7 +193,13 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
             {nul('python_parent_id')}, {nul('bytes')}, CASE WHEN isnan(f.flops) THEN NULL ELSE f.flops END
         FROM _frame f JOIN _kinds k ON k.i = f.kind JOIN _cats c ON c.i = f.cat JOIN _names nm ON nm.i = f.name
         JOIN threads t ON t.thread = f.thread JOIN _how h ON h.i = f.link JOIN _why w ON w.i = f.unlinked
-        ORDER BY f.id""")
+        ORDER BY f.id"""
+    # In batches, each checkpointed (compressed), so DuckDB's copy never sits uncompressed beside ours.
+    for lo in range(0, max(n, 1), INSERT_BATCH):
+        con.register("_frame", {k: v[lo:lo + INSERT_BATCH] for k, v in frame.items()})
+        con.execute(insert)
+        con.execute("CHECKPOINT trace")
+    del frame
     for t in ("_frame", "_names", "_cats", "_kinds", "_how", "_why"):
         con.unregister(t)
     _write_side_tables(con, cols, kind, names, parent, is_module, ts, dur, thread, flows)
