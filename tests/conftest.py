@@ -12,6 +12,13 @@ ALL_TRACES = sorted(TRACES.glob("*.json.gz")) + sorted((TRACES / "multirank").gl
 FIXTURES = REPO / "tests" / "fixtures"
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The engine's tests read the real traces in ../shared/traces; without them most would be
+    # skipped and a green run would prove nothing, so refuse to run.
+    if not ALL_TRACES:
+        pytest.exit(f"no shared traces under {TRACES}: clone next to shared/ or set PROFUSE_SHARED", 2)
+
+
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own user cache folder; shared/ is read-only and must stay untouched."""
@@ -22,6 +29,5 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 def trace_path(name: str) -> Path:
     p = TRACES / name
-    if not p.exists():
-        pytest.skip(f"shared trace {name} not present")
+    assert p.exists(), f"shared trace {name} is missing from {TRACES}"
     return p
