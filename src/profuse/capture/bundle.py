@@ -90,6 +90,7 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], 
                 "profuse": _version(), "python": sys.version.split()[0], "host": socket.gethostname(),
                 "command": sys.argv, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         meta["device"] = device_info()
+        meta["peaks"] = _known_peaks()
         meta.update(extra or {})
         if trace_json is not None:
             raw = trace_json.read_bytes()
@@ -120,6 +121,15 @@ def _replace(work: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(work, out)
+
+
+def _known_peaks() -> dict[str, Any] | None:
+    """This machine's measured peaks (``profuse peaks``) for its main device, when already known."""
+    import torch
+
+    from .peaks import cached_peaks
+
+    return cached_peaks("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _copy_inductor_code(work: Path) -> None:

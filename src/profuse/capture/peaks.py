@@ -69,9 +69,21 @@ def _cache_file() -> Path:
     return user_cache_dir() / "peaks.json"
 
 
+def _key(device: str) -> str:
+    return f"{socket.gethostname()}|{device}|{device_name(device)}"
+
+
+def cached_peaks(device: str = "cpu") -> dict[str, Any] | None:
+    """Peaks measured earlier on this machine, without measuring now."""
+    try:
+        return json.loads(_cache_file().read_text()).get(_key(device))
+    except (OSError, ValueError):
+        return None
+
+
 def peaks(device: str = "cpu", *, refresh: bool = False) -> dict[str, Any]:
     """Cached peaks for this machine and device; measured on first use or with ``refresh``."""
-    key = f"{socket.gethostname()}|{device}|{device_name(device)}"
+    key = _key(device)
     path = _cache_file()
     try:
         cached = json.loads(path.read_text())

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import GROUPS, SORT_KEYS, op_table, summarize
-from ..report.console import print_report
+from ..analysis.advice import advise_trace
+from ..report.console import print_advice, print_report
 from ..report.json_report import render_json
 from .._io import atomic_write
 from ._common import add_load_args, console, load_trace
@@ -27,6 +28,8 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     p.add_argument("--sort", choices=SORT_KEYS, default="self_device")
     p.add_argument("--top", type=int, default=25, help="rows in the table format (default 25; 0 = all)")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--no-advice", action="store_true",
+                   help="the op table only: no hotspots, interruptions, fusion candidates, roofline")
     add_load_args(p)
     p.set_defaults(func=run)
 
@@ -35,12 +38,16 @@ def run(args: argparse.Namespace) -> int:
     with load_trace(args.path, args) as trace:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
+        advice = None if args.no_advice else advise_trace(trace)
     if args.format == "json":
-        text = render_json(summary, table)
+        text = render_json(summary, table, advice)
         if args.output:
             atomic_write(args.output, text + "\n")
         else:
             print(text)
         return 0
-    print_report(console(), summary, table, args.top or None)
+    con = console()
+    print_report(con, summary, table, args.top or None)
+    if advice is not None:
+        print_advice(con, advice, table.device_label)
     return 0

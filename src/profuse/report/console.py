@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis import OpTable, Summary
+from ..analysis.advice import Advice
 from ..trace.schema import UNLINKED_REASONS
 
 
@@ -79,3 +80,72 @@ def print_report(console: Console, summary: Summary, table: OpTable, top: int | 
     if shown < len(table.rows):
         console.print(Text(f"{shown} of {len(table.rows)} rows; --top N shows more, --format json shows all.",
                            style="dim"))
+
+
+def _section(title: str) -> Text:
+    return Text(f"\n{title}", style="bold underline")
+
+
+def print_advice(console: Console, advice: Advice, device: str, top: int = 8) -> None:
+    """Hotspots, interruptions, fusion candidates, compiled regions and roofline, most useful first."""
+    if advice.fusion_candidates:
+        console.print(_section("Fusion candidates"))
+        t = Table(show_edge=False, header_style="bold", pad_edge=False)
+        for c in ("Pattern", "Scope", "Calls", "Kernels/call", f"{device} time", "Bytes now -> fused",
+                  "Predicted saving", "Confidence"):
+            t.add_column(c, justify="left" if c in ("Pattern", "Scope", "Confidence") else "right",
+                         overflow="fold", max_width=44)
+        for c in advice.fusion_candidates[:top]:
+            t.add_row(Text(c.pattern), Text(c.scope), str(c.instances), f"{c.kernels_per_instance:g}",
+                      fmt_us(c.device_us), f"{c.bytes_now / 1e6:.1f} -> {c.bytes_fused / 1e6:.1f} MB",
+                      fmt_us(c.predicted_saving_us), c.confidence)
+        console.print(t)
+        for c in advice.fusion_candidates[:3]:
+            console.print(Text(f"  {c.pattern} in {c.scope}: {c.recommendation}", style="cyan"))
+    bound = [i for i in advice.interruptions if i.launch_bound]
+    if advice.interruptions:
+        console.print(_section("Interruptions (device idle between a scope's kernels)"))
+        t = Table(show_edge=False, header_style="bold", pad_edge=False)
+        for c in ("Scope", "Calls", "Kernels/call", "Busy", "Idle", "Busy %", "Launch CPU", "Queue delay", ""):
+            t.add_column(c, justify="left" if c in ("Scope", "") else "right", overflow="fold", max_width=50)
+        for i in advice.interruptions[:top]:
+            t.add_row(Text(i.scope), str(i.instances), f"{i.kernels_per_instance:g}", fmt_us(i.busy_us),
+                      fmt_us(i.idle_us), f"{i.busy_pct:.0f}%", fmt_us(i.launch_us), fmt_us(i.queue_delay_us),
+                      Text("launch-bound", style="yellow") if i.launch_bound else "")
+        console.print(t)
+        if bound:
+            console.print(Text(f"  {len(bound)} launch-bound scope(s): many short kernels with gaps; fusing "
+                               "them removes the gaps.", style="yellow"))
+    comp = advice.compiled
+    if comp.regions:
+        console.print(_section("Compiled regions"))
+        for r in comp.regions:
+            console.print(Text(f"  {r.name}: {r.calls} call(s), {fmt_us(r.device_us)} {device}, "
+                               f"{len(r.kernels)} compiled kernel(s)"))
+            for k in r.kernels[:top]:
+                console.print(Text(f"    {k.name}  {fmt_us(k.device_us)}  fuses {', '.join(k.fused_ops)}"))
+            if r.eager_ops_inside:
+                console.print(Text(f"    extern (not fused): {', '.join(r.eager_ops_inside)}", style="dim"))
+        if comp.generated_kernels:
+            console.print(Text(f"  generated code saved in the bundle: {', '.join(comp.generated_kernels[:6])}",
+                               style="dim"))
+        console.print(Text(f"  graph breaks: {comp.graph_breaks}"
+                           + (f" (eager between regions: {', '.join(comp.eager_between[:6])})"
+                              if comp.eager_between else "")))
+    if advice.roofline:
+        src = advice.peaks.source if advice.peaks else ""
+        console.print(_section(f"Roofline ({src})"))
+        t = Table(show_edge=False, header_style="bold", pad_edge=False)
+        for c in ("Op", "Calls", "Time", "GFLOP", "MB", "FLOP/byte", "Bound", "% of roofline"):
+            t.add_column(c, justify="left" if c in ("Op", "Bound") else "right", overflow="fold", max_width=44)
+        for r in advice.roofline[:top]:
+            t.add_row(Text(r.name), str(r.calls), fmt_us(r.time_us), f"{r.gflop:.3f}", f"{r.mbytes:.1f}",
+                      f"{r.intensity:.2f}", r.bound, f"{r.pct_of_roofline:.0f}%")
+        console.print(t)
+    if advice.hotspots:
+        console.print(_section("Hotspots"))
+        for kind in ("op", "module", "kernel"):
+            hs = [h for h in advice.hotspots if h.kind == kind][:5]
+            if hs:
+                line = "; ".join(f"{h.name[:60]} {h.share_pct:.0f}%" for h in hs)
+                console.print(Text(f"  {kind}s: {line}"))

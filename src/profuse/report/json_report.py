@@ -6,6 +6,7 @@ from typing import Any, TypedDict
 import msgspec
 
 from ..analysis import OpTable, Summary
+from ..analysis.advice import Advice
 
 SCHEMA = "profuse.report/1"
 
@@ -25,7 +26,32 @@ class Totals(TypedDict):
     unlinked: dict[str, int]
 
 
-def report_dict(summary: Summary, table: OpTable) -> dict[str, Any]:
+def advice_dict(advice: Advice) -> dict[str, Any]:
+    """The advisor's sections of the report (keys added by the advisor; never renamed)."""
+    def plain(obj: Any) -> Any:
+        return msgspec.to_builtins(obj)
+
+    cands = []
+    for c in advice.fusion_candidates:
+        d = {k: plain(getattr(c, k)) for k in ("pattern", "scope", "instances", "kernels_per_instance",
+                                                "recommendation", "confidence", "ops", "intermediates",
+                                                "intermediate_bytes", "bytes_now", "bytes_fused")}
+        d["device_us"] = round(c.device_us, 3)
+        d["predicted_saving_us"] = round(c.predicted_saving_us, 3)
+        cands.append(d)
+    comp = advice.compiled
+    return {
+        "hotspots": [plain(h) for h in advice.hotspots],
+        "interruptions": [plain(i) for i in advice.interruptions],
+        "fusion_candidates": cands,
+        "peaks": plain(advice.peaks) if advice.peaks else None,
+        "roofline": [plain(r) for r in advice.roofline],
+        "compiled": {"regions": [plain(r) for r in comp.regions], "graph_breaks": comp.graph_breaks,
+                     "eager_between": comp.eager_between, "generated_kernels": comp.generated_kernels},
+    }
+
+
+def report_dict(summary: Summary, table: OpTable, advice: Advice | None = None) -> dict[str, Any]:
     trace: TraceInfo = {"path": summary.path, "device_kind": summary.device_kind,
                         "device_name": summary.device_name, "events": summary.events,
                         "span_us": round(summary.span_us, 3)}
@@ -38,8 +64,9 @@ def report_dict(summary: Summary, table: OpTable) -> dict[str, Any]:
            for r in table.rows]
     return {"schema": SCHEMA, "trace": trace, "totals": totals, "group_by": table.group_by,
             "device_label": table.device_label, "cpu_only": table.cpu_only,
-            "skipped": summary.skipped, "unmatched_flows": summary.unmatched_flows, "ops": ops}
+            "skipped": summary.skipped, "unmatched_flows": summary.unmatched_flows, "ops": ops} \
+        | (advice_dict(advice) if advice is not None else {})
 
 
-def render_json(summary: Summary, table: OpTable) -> str:
-    return msgspec.json.format(msgspec.json.encode(report_dict(summary, table)), indent=2).decode()
+def render_json(summary: Summary, table: OpTable, advice: Advice | None = None) -> str:
+    return msgspec.json.format(msgspec.json.encode(report_dict(summary, table, advice)), indent=2).decode()

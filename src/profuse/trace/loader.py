@@ -159,6 +159,10 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     module_name = _flag_names(name_list, lambda s: s.startswith("nn.Module: "))
     is_module = (kind == K["python"]) & (module_name[name_id] if n else np.zeros(0, bool))
     module_of_host = nearest_ancestor(parent, is_module, include_self=False)
+    is_scope = is_module | (kind == K["annotation"])
+    scope_of_host = nearest_ancestor(parent, is_scope, include_self=False)
+    parent_op = nearest_ancestor(parent, kind == K["cpu_op"], include_self=False)
+    scope = np.where(host, scope_of_host, np.where(links.op >= 0, scope_of_host[np.clip(links.op, 0, None)], -1))
     module = np.where(host, module_of_host, np.where(links.op >= 0, module_of_host[np.clip(links.op, 0, None)], -1))
     attr = attribute(kind=kind, dur=dur, parent=parent, device_op=links.op)
     pid_int = np.array([_int_or(k[0]) for k in thread_keys] or [-1], dtype=np.int64)
@@ -178,7 +182,7 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
         "ts": ts, "dur": dur, "thread": thread.astype(np.int32),
         "device": np.where(is_device_evt, device, -1), "stream": np.where(is_device_evt, stream, -1),
         "correlation": corr, "external_id": ext, "parent": parent, "depth": depth.astype(np.int64), "op": op,
-        "module": module, "launch": links.launch, "link": links.how.astype(np.int32),
+        "module": module, "scope": scope, "parent_op": parent_op, "launch": links.launch, "link": links.how.astype(np.int32),
         "unlinked": links.unlinked.astype(np.int32), "self_cpu": attr.self_cpu, "self_device": attr.self_device,
         "device_total": attr.device_total, "kernels": attr.kernels, "kernels_total": attr.kernels_total,
         "seq": cols.column("seq"), "python_id": cols.column("python_id"),
@@ -188,7 +192,7 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     insert = f"""
         INSERT INTO events SELECT f.id, k.v, c.v, nm.v, f.ts, f.dur, t.pid, t.tid, f.thread,
             {nul('device')}, {nul('stream')}, {nul('correlation')}, {nul('external_id')}, {nul('parent')},
-            {nul('depth')}, {nul('op')}, {nul('module')}, {nul('launch')}, h.v, w.v, f.self_cpu, f.self_device,
+            {nul('depth')}, {nul('op')}, {nul('module')}, {nul('scope')}, {nul('parent_op')}, {nul('launch')}, h.v, w.v, f.self_cpu, f.self_device,
             f.device_total, f.kernels, f.kernels_total, {nul('seq')}, {nul('python_id')},
             {nul('python_parent_id')}, {nul('bytes')}, CASE WHEN isnan(f.flops) THEN NULL ELSE f.flops END
         FROM _frame f JOIN _kinds k ON k.i = f.kind JOIN _cats c ON c.i = f.cat JOIN _names nm ON nm.i = f.name

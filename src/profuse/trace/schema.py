@@ -4,7 +4,7 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 4  # bump when tables change: caches with another version are rebuilt
+SCHEMA_VERSION = 5  # bump when tables change: caches with another version are rebuilt
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
@@ -78,6 +78,8 @@ CREATE TABLE events (
     depth INTEGER,            -- 0 for top-level host events
     op BIGINT,                -- host: innermost enclosing-or-self cpu_op / annotation; device: the op that launched it
     module BIGINT,            -- innermost enclosing nn.Module scope (id of a `scopes` row)
+    scope BIGINT,             -- innermost enclosing scope of either kind: nn.Module or annotation
+    parent_op BIGINT,         -- host: innermost enclosing cpu_op, not counting itself
     launch BIGINT,            -- device events: id of the runtime call that launched it
     link VARCHAR,             -- device events: how `launch` was found (correlation, flow, external_id) or NULL
     unlinked VARCHAR,         -- device events that could not be linked: the reason
@@ -113,6 +115,6 @@ CREATE TABLE instants (name VARCHAR, cat VARCHAR, ts BIGINT, pid VARCHAR, tid VA
 CREATE TABLE flows (id VARCHAR, cat VARCHAR, ph VARCHAR, ts BIGINT, thread INTEGER);
 CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);  -- JSON values
 CREATE VIEW links AS
-    SELECT d.id AS device_event, d.kind, d.name, d.dur, d.launch, d.op, d.module, d.link, d.unlinked
+    SELECT d.id AS device_event, d.kind, d.name, d.dur, d.launch, d.op, d.module, d.scope, d.link, d.unlinked
     FROM events d WHERE d.kind IN ('kernel', 'memcpy', 'memset');
 """

@@ -1,0 +1,169 @@
+"""What kind of work an op does, and how many bytes it moves, from its name and recorded shapes.
+
+Classes come from a table shipped here (so traces read on a laptop without torch are classified the
+same way); where torch is installed, ops it tags ``pointwise`` that the table lacks are added.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+POINTWISE = set("""
+abs add add_ addcmul addcdiv clamp clamp_ clamp_min cos cosh div div_ elu erf erfc exp exp2 expm1 fill_ floor
+gelu gelu_ hardsigmoid hardswish hardtanh leaky_relu log log1p log2 logical_not maximum minimum mish mul mul_
+neg pow reciprocal relu relu_ round rsqrt rsub sigmoid sigmoid_ sign silu silu_ sin sinh softplus sqrt square
+sub sub_ tanh tanh_ threshold where masked_fill masked_fill_ lerp zero_ eq ne lt le gt ge bitwise_and
+bitwise_or logical_and logical_or true_divide floor_divide remainder fmod nan_to_num dropout native_dropout
+""".split())
+REDUCTION = set("""
+mean sum amax amin max min var var_mean std std_mean norm linalg_vector_norm logsumexp prod argmax argmin
+""".split())
+NORM = set("""
+layer_norm native_layer_norm rms_norm _fused_rms_norm group_norm native_group_norm batch_norm
+native_batch_norm _batch_norm_impl_index cudnn_batch_norm instance_norm _native_batch_norm_legit
+_native_batch_norm_legit_no_training
+""".split())
+SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"}
+COPY = {"to", "_to_copy", "copy_", "contiguous", "clone", "type_as", "cat", "stack", "_unsafe_view", "index_select"}
+MATMUL = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "conv2d", "convolution", "_convolution",
+          "conv1d", "conv3d", "einsum", "_scaled_mm"}
+ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+             "_flash_attention_forward", "_efficient_attention_forward", "_scaled_dot_product_attention_math"}
+VIEW = set("""
+view reshape expand expand_as t transpose permute unsqueeze squeeze slice select narrow as_strided alias
+detach empty empty_like empty_strided zeros zeros_like ones ones_like full result_type lift_fresh chunk split
+split_with_sizes unbind flatten unflatten
+""".split())
+ACTIVATIONS = {"relu", "gelu", "silu", "sigmoid", "tanh", "leaky_relu", "elu", "hardswish", "mish", "softplus"}
+REDUCE_FUSIBLE = {"mean", "sum", "amax", "max", "var", "var_mean", "std", "norm", "linalg_vector_norm",
+                  "logsumexp"}
+
+ELEM_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8, "int": 4,
+              "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1,
+              "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
+
+
+def short(name: str) -> str:
+    """``aten::add_`` -> ``add_``; other namespaces keep their name."""
+    return name.split("::", 1)[1] if name.startswith("aten::") else name
+
+
+def base(name: str) -> str:
+    """In-place and out variants share a class: ``add_`` -> ``add``."""
+    s = short(name)
+    return s[:-1] if s.endswith("_") and not s.startswith("_") else s
+
+
+@lru_cache(maxsize=1)
+def _torch_pointwise() -> frozenset[str]:
+    try:
+        import torch
+    except ImportError:
+        return frozenset()
+    out = set()
+    for name in dir(torch.ops.aten):
+        try:
+            packet = getattr(torch.ops.aten, name)
+            for ov in packet.overloads():
+                if torch.Tag.pointwise in getattr(packet, ov).tags:
+                    out.add(name)
+                    break
+        except Exception:  # noqa: BLE001 - some packets cannot be introspected; the table covers them
+            continue
+    return frozenset(out)
+
+
+def op_class(name: str, *, use_torch: bool = False) -> str:
+    """pointwise | reduction | norm | softmax | copy | matmul | attention | view | other."""
+    s, b = short(name), base(name)
+    for cls, names in (("view", VIEW), ("attention", ATTENTION), ("matmul", MATMUL), ("norm", NORM),
+                       ("softmax", SOFTMAX), ("reduction", REDUCTION), ("copy", COPY), ("pointwise", POINTWISE)):
+        if s in names or b in names:
+            return cls
+    if name.startswith("triton_") or name.startswith("cpp_fused"):
+        return "compiled"
+    if use_torch and b in _torch_pointwise():
+        return "pointwise"
+    return "other"
+
+
+FUSIBLE = {"pointwise", "reduction", "norm", "softmax", "copy"}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    dims: tuple[int, ...]
+    elem: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.dims) if self.dims else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.elem
+
+
+def tensors(input_dims: str | None, input_types: str | None) -> list[Tensor]:
+    """The tensor inputs of an op from its recorded ``Input Dims`` / ``Input type`` JSON."""
+    if not input_dims:
+        return []
+    try:
+        dims = json.loads(input_dims)
+        types = json.loads(input_types) if input_types else []
+    except ValueError:
+        return []
+    out = []
+    for i, d in enumerate(dims):
+        t = types[i] if i < len(types) else ""
+        if t in ("", "Scalar", "ScalarList", "GenericList", "TensorList", "None") or not isinstance(d, list):
+            continue
+        if d and not all(isinstance(x, int) for x in d):
+            continue
+        out.append(Tensor(tuple(d), ELEM_BYTES.get(t, 4)))
+    return out
+
+
+def output_numel(name: str, ins: list[Tensor]) -> int:
+    """Elements an op writes, estimated from its inputs (reductions over the last dim)."""
+    if not ins:
+        return 0
+    b = base(name)
+    big = max(ins, key=lambda t: t.numel)
+    if b in REDUCTION:
+        return max(big.numel // (big.dims[-1] if big.dims and big.dims[-1] else 1), 1)
+    if b in ("cat", "stack"):
+        return sum(t.numel for t in ins)
+    if b in MATMUL and len(ins) >= 2:
+        a, w = ins[-2], ins[-1]
+        if b == "addmm" and len(ins) >= 3:
+            a, w = ins[1], ins[2]
+        if len(a.dims) >= 2 and len(w.dims) >= 2:
+            n = w.dims[0] if b == "linear" else w.dims[-1]
+            return math.prod(a.dims[:-1]) * n
+    return big.numel
+
+
+def io_bytes(name: str, ins: list[Tensor]) -> tuple[int, int]:
+    """(bytes read, bytes written) by one op, from its inputs."""
+    if not ins or op_class(name) == "view":
+        return 0, 0
+    reads = sum(t.nbytes for t in ins)
+    elem = max(ins, key=lambda t: t.numel).elem
+    return reads, output_numel(name, ins) * elem
+
+
+def flops(name: str, ins: list[Tensor]) -> float:
+    """Floating-point operations of one op: 2*M*N*K for matmuls, one per output element otherwise."""
+    b = base(name)
+    if b in MATMUL and len(ins) >= 2:
+        a, w = (ins[1], ins[2]) if b == "addmm" and len(ins) >= 3 else (ins[0], ins[1])
+        if len(a.dims) >= 2 and len(w.dims) >= 2:
+            k = a.dims[-1]
+            return 2.0 * output_numel(name, ins) * k
+    if op_class(name) in FUSIBLE:
+        return float(output_numel(name, ins))
+    return 0.0

@@ -1,0 +1,83 @@
+"""Roofline: FLOPs and bytes per op from recorded shapes against the device's peaks.
+
+Peaks come from ``profuse peaks`` (measured, cached per machine) when the trace was recorded here,
+else from a table of datasheet numbers for known devices, marked as such.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..trace import Trace
+from .opclass import flops, io_bytes, tensors
+
+# name fragment -> (dense bf16/fp16 TFLOP/s, fp32 TFLOP/s, memory GB/s); vendor datasheets
+DATASHEET: dict[str, tuple[float, float, float]] = {
+    "V100": (125.0, 15.7, 900.0), "A100": (312.0, 19.5, 2039.0), "H100": (989.0, 67.0, 3350.0),
+    "H200": (989.0, 67.0, 4800.0), "B200": (2250.0, 80.0, 8000.0), "L4": (121.0, 30.3, 300.0),
+    "A10G": (70.0, 31.2, 600.0), "MI210": (181.0, 22.6, 1638.0), "MI250": (362.0, 47.9, 3277.0),
+    "MI300X": (1307.0, 163.4, 5300.0), "MI325X": (1307.0, 163.4, 6000.0),
+}
+
+
+@dataclass(frozen=True)
+class Peaks:
+    tflops_half: float
+    tflops_fp32: float
+    gbps: float
+    source: str          # "datasheet: H100" or "measured"
+
+
+@dataclass(frozen=True)
+class RooflineRow:
+    name: str
+    calls: int
+    time_us: float
+    gflop: float
+    mbytes: float
+    intensity: float     # FLOP per byte
+    bound: str           # compute | memory
+    roofline_us: float
+    pct_of_roofline: float
+
+
+def device_peaks(trace: Trace, measured: dict | None = None) -> Peaks | None:
+    name = trace.meta.get("device_name") or ""
+    for key, (half, fp32, bw) in DATASHEET.items():
+        if key.lower() in name.lower():
+            return Peaks(half, fp32, bw, f"datasheet: {key}")
+    if measured:
+        tf = float(measured.get("matmul_tflops_fp32", 0.0))
+        return Peaks(tf, tf, float(measured["copy_bandwidth_gbps"]), "measured")
+    return None
+
+
+def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[RooflineRow]:
+    if peaks is None:
+        return []
+    time_col = "e.dur" if trace.cpu_only else "e.device_total"
+    rows = trace.con.execute(f"""
+        SELECT e.name, {time_col}, s.input_dims, s.input_types FROM events e JOIN shapes s USING (id)
+        WHERE e.kind = 'cpu_op' AND e.parent_op IS NULL""").fetchall()
+    agg: dict[str, list[float]] = {}
+    for name, t, dims, types in rows:
+        ins = tensors(dims, types)
+        if not ins or not t:
+            continue
+        r, w = io_bytes(name, ins)
+        half = any(x.elem == 2 for x in ins)
+        a = agg.setdefault(name, [0, 0.0, 0.0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += t / 1e3
+        f = flops(name, ins)
+        a[2] += f
+        a[3] += r + w
+        a[4] += f / ((peaks.tflops_half if half else peaks.tflops_fp32) * 1e12) * 1e6
+    out = []
+    for name, (calls, t, f, b, compute_us) in agg.items():
+        mem_us = b / (peaks.gbps * 1e9) * 1e6
+        roof = max(compute_us, mem_us)
+        out.append(RooflineRow(name, int(calls), round(t, 3), round(f / 1e9, 4), round(b / 1e6, 3),
+                               round(f / b, 3) if b else 0.0, "compute" if compute_us > mem_us else "memory",
+                               round(roof, 3), round(100.0 * roof / t, 1) if t else 0.0))
+    out.sort(key=lambda r: -r.time_us)
+    return out[:top]

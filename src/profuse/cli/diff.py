@@ -1,0 +1,66 @@
+"""``profuse diff A B``: what changed between two runs."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.table import Table
+from rich.text import Text
+
+from ..analysis.diff import DiffRow, diff
+from ..report.console import fmt_us
+from ._common import add_load_args, console, load_trace
+
+HELP = """examples:
+  profuse diff before/ after/                   two bundles
+  profuse diff base.json.gz test.json.gz --format json
+Ops and modules are matched by name, so a CUDA run and a ROCm run compare; kernels are matched by
+name only between runs on the same kind of device.
+"""
+
+
+def add_parser(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("diff", help="compare two runs: time deltas, kernels removed/added, speedup",
+                        epilog=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", help="the baseline trace or bundle")
+    p.add_argument("b", help="the trace or bundle to compare with it")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--top", type=int, default=15)
+    add_load_args(p)
+    p.set_defaults(func=run)
+
+
+def _row(r: DiffRow) -> dict[str, object]:
+    return {"name": r.name, "a_calls": r.a_calls, "b_calls": r.b_calls, "a_us": round(r.a_us, 3),
+            "b_us": round(r.b_us, 3), "delta_us": round(r.delta_us, 3)}
+
+
+def run(args: argparse.Namespace) -> int:
+    with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
+        d = diff(a, b)
+    if args.format == "json":
+        print(json.dumps({"schema": "profuse.diff/1", "a": d.a_label, "b": d.b_label,
+                          "a_device_us": round(d.a_device_us, 3), "b_device_us": round(d.b_device_us, 3),
+                          "speedup": round(d.speedup, 3), "same_device": d.same_device,
+                          "ops": [_row(r) for r in d.ops], "modules": [_row(r) for r in d.modules],
+                          "kernels_removed": [_row(r) for r in d.kernels_removed],
+                          "kernels_added": [_row(r) for r in d.kernels_added],
+                          "kernels": [_row(r) for r in d.kernels]}, indent=2))
+        return 0
+    con = console()
+    con.print(Text(f"A: {d.a_label}\nB: {d.b_label}", style="bold"))
+    con.print(Text(f"device time {fmt_us(d.a_device_us)} -> {fmt_us(d.b_device_us)}: "
+                   f"{d.speedup:.2f}x" + ("" if d.same_device else "  (different device kinds: kernels not matched)")))
+    for title, rows in (("Ops", d.ops), ("Modules", d.modules), ("Kernels", d.kernels)):
+        if not rows:
+            continue
+        t = Table(title=title, show_edge=False, header_style="bold", title_justify="left")
+        for c in ("Name", "Calls A", "Calls B", "Time A", "Time B", "Delta"):
+            t.add_column(c, justify="left" if c == "Name" else "right", overflow="fold", max_width=70)
+        for r in rows[:args.top]:
+            t.add_row(Text(r.name), str(r.a_calls), str(r.b_calls), fmt_us(r.a_us), fmt_us(r.b_us),
+                      Text(f"{r.delta_us:+.1f} µs", style="green" if r.delta_us < 0 else "red"))
+        con.print(t)
+    if d.kernels:
+        con.print(Text(f"{len(d.kernels_removed)} kernel name(s) removed, {len(d.kernels_added)} added"))
+    return 0
