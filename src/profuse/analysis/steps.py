@@ -57,9 +57,11 @@ def step_stats(trace: Trace) -> StepStats:
     con = trace.con
     steps = con.execute("SELECT count(*) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'"
                         ).fetchall()[0][0] or 1
+    # top-level ops of a step: their nearest enclosing op is the step (python frames may sit between)
     top = con.execute("""
-        SELECT e.name, e.dur, e.id, p.id FROM events e JOIN events p ON p.id = e.parent
-        WHERE p.kind = 'annotation' AND p.name LIKE 'ProfilerStep#%' AND e.kind IN ('cpu_op', 'annotation')
+        SELECT e.name, e.dur, e.id, p.op FROM events e JOIN events p ON p.id = e.parent
+        JOIN events s ON s.id = p.op
+        WHERE s.kind = 'annotation' AND s.name LIKE 'ProfilerStep#%' AND e.kind IN ('cpu_op', 'annotation')
         ORDER BY e.ts""").fetchall()
     op_names = tuple(dict.fromkeys(r[0] for r in top))
     if trace.cpu_only:

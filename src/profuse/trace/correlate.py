@@ -52,8 +52,46 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     cand = np.where(ok, sorted_key[np.clip(pos, 0, None)], 0)
     ok &= (cand // m) == (th * dmax + d - 1)
     par_sorted = np.where(ok, ids[cand % m], NONE)
+    # Improper overlaps (a record_function that starts inside a Python call and outlives it) break
+    # the counting above: an event then gets a parent that ended before it started. Redo those
+    # threads with an explicit stack, which handles them.
+    pos_of = np.full(n, -1, dtype=np.int64)
+    pos_of[ids] = np.arange(m)
+    has = par_sorted >= 0
+    bad = np.zeros(m, dtype=bool)
+    bad[has] = start[has] >= end[pos_of[par_sorted[has]]]
+    for t in np.unique(th[bad]):
+        sel = np.flatnonzero(th == t)
+        p_loc, d_loc = _stack_nesting(start[sel], end[sel])
+        par_sorted[sel] = np.where(p_loc >= 0, ids[sel][np.clip(p_loc, 0, None)], NONE)
+        d[sel] = d_loc
     parent[ids] = par_sorted
     depth[ids] = d.astype(np.int32)
+    return parent, depth
+
+
+def _stack_nesting(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parent (local index) and depth by a stack, for one thread's events in start order."""
+    n = len(start)
+    parent = np.full(n, NONE, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    stack: list[int] = []
+    s_list, e_list = start.tolist(), end.tolist()
+    for i in range(n):
+        si = s_list[i]
+        while stack and e_list[stack[-1]] <= si:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        depth[i] = len(stack)
+        stack.append(i)
+    # an event that outlives its parent belongs to the nearest ancestor that holds it
+    for i in range(n):
+        p = parent[i]
+        while p >= 0 and e_list[i] > e_list[p] + 1000:
+            p = parent[p]
+        parent[i] = p
+        depth[i] = depth[p] + 1 if p >= 0 else 0  # parents start earlier, so are already final
     return parent, depth
 
 

@@ -1,0 +1,105 @@
+"""The Llama study: a small Llama-style decoder (transformers' LlamaConfig, random weights, nothing
+downloaded) with Hugging Face's hand-written RMSNorm. The advisor finds the RMSNorm pattern in every
+layer, recommends a fix, verifies it on a copy of the model and measures time per token before/after.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..analysis.fusion import Candidate
+from ..analysis.verify import AdviseResult, FixResult, advise
+
+SIZES = {
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 256, "seq": 16, "new_tokens": 4},
+    "small": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 12,
+              "num_key_value_heads": 4, "vocab_size": 4096, "seq": 512, "new_tokens": 8},
+}
+SCHEMA = "profuse.study/1"
+
+
+@dataclass
+class LlamaStudy:
+    size: str
+    config: dict[str, Any]
+    device_kind: str
+    rmsnorm: Candidate | None
+    candidates: list[Candidate]
+    fixes: list[FixResult]
+    before_step_us: float
+    ms_per_token_before: float
+    ms_per_token_after: float
+    max_abs_err: float
+    out: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        c = self.rmsnorm
+        return {"schema": SCHEMA, "study": "llama", "size": self.size, "config": self.config,
+                "device_kind": self.device_kind,
+                "rmsnorm_candidate": None if c is None else {
+                    "pattern": c.pattern, "scope": c.scope, "instances": c.instances,
+                    "kernels_per_instance": c.kernels_per_instance, "device_us": round(c.device_us, 3),
+                    "predicted_saving_us": round(c.predicted_saving_us, 3), "recommendation": c.recommendation},
+                "candidates": [{"pattern": k.pattern, "scope": k.scope, "instances": k.instances}
+                               for k in self.candidates],
+                "fixes": [asdict(f) for f in self.fixes], "before_step_us": round(self.before_step_us, 2),
+                "ms_per_token_before": round(self.ms_per_token_before, 3),
+                "ms_per_token_after": round(self.ms_per_token_after, 3),
+                "speedup": round(self.ms_per_token_before / self.ms_per_token_after, 3)
+                if self.ms_per_token_after else 0.0,
+                "max_abs_err": self.max_abs_err, "notes": self.notes}
+
+
+def build_model(size: str = "tiny", seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    spec = dict(SIZES[size])
+    seq, _ = spec.pop("seq"), spec.pop("new_tokens")
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(max_position_embeddings=max(256, 2 * seq), **spec)
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, seq), generator=torch.Generator().manual_seed(seed))
+    return model, ids, spec | {"seq": seq}
+
+
+def ms_per_token(model: Any, ids: Any, new_tokens: int, repeats: int = 3) -> float:
+    """Wall time of greedy generation per new token (median of ``repeats`` after one warm-up)."""
+    import torch
+
+    def gen() -> float:
+        t = time.perf_counter()
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                           pad_token_id=0)
+        return (time.perf_counter() - t) * 1e3 / new_tokens
+
+    gen()
+    return statistics.median(gen() for _ in range(repeats))
+
+
+def run_llama_study(*, size: str = "tiny", steps: int = 5, out: str | Path = "profuse-out/llama",
+                    all_patterns: bool = False) -> LlamaStudy:
+    model, ids, cfg = build_model(size)
+    new_tokens = SIZES[size]["new_tokens"]
+    res: AdviseResult = advise(model, (ids,), verify=True, steps=steps, out=out,
+                               patterns=None if all_patterns else {"RMSNorm"})
+    rms = next((c for c in res.candidates if c.pattern == "RMSNorm"), None)
+    notes = []
+    if rms is None:
+        notes.append("no RMSNorm candidate found")
+    before = ms_per_token(model, ids, new_tokens)
+    after = ms_per_token(res.best, ids, new_tokens) if res.best is not None else before
+    if res.best is None:
+        notes.append("no fix made the model faster here; the model is unchanged")
+    err = max((f.max_abs_err for f in res.fixes), default=0.0)
+    return LlamaStudy(size=size, config=cfg, device_kind=res.device_kind, rmsnorm=rms, candidates=res.candidates,
+                      fixes=res.fixes, before_step_us=res.before_us, ms_per_token_before=before,
+                      ms_per_token_after=after, max_abs_err=err, out=str(out), notes=notes)
