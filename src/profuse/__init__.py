@@ -8,7 +8,7 @@ from .trace import Trace, load
 
 __version__ = "0.1.0"
 __all__ = ["ProfileConfig", "Exporter", "ProfuseError", "Trace", "TraceError", "UserError",
-           "load", "profile", "__version__"]
+           "advise", "load", "profile", "__version__"]
 
 _CAPTURE = {"ProfileConfig", "Exporter", "profile"}
 
@@ -19,4 +19,8 @@ def __getattr__(name: str) -> Any:
         from . import capture
 
         return getattr(capture, name)
+    if name == "advise":
+        from .analysis.verify import advise
+
+        return advise
     raise AttributeError(name)

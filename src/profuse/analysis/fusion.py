@@ -13,6 +13,7 @@ so fused time = time now x bytes fused / bytes now. Bytes come from the recorded
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -323,7 +324,9 @@ def fusion_candidates(trace: Trace) -> list[Candidate]:
             kernels_per_instance=round(sum(sum(max(u.kernels, 1) for u in m.units) for m in ms) / len(ms), 2),
             device_us=sum(m.device_ns for m in ms) / 1000, bytes_now=sum(m.bytes_now for m in ms),
             bytes_fused=sum(m.bytes_fused for m in ms),
-            predicted_saving_us=sum(m.saving_ns for m in ms) / 1000, recommendation=RECOMMEND[pattern],
+            # median per instance times instances: one slow call on a busy machine does not set the figure
+            predicted_saving_us=statistics.median(m.saving_ns for m in ms) * len(ms) / 1000,
+            recommendation=RECOMMEND[pattern],
             confidence=first.confidence, ops=[u.name for u in first.units],
             intermediate_bytes=sum(b for m in ms for _, b in m.intermediates),
             intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],

@@ -54,10 +54,12 @@ def device_peaks(trace: Trace, measured: dict | None = None) -> Peaks | None:
 def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[RooflineRow]:
     if peaks is None:
         return []
-    time_col = "e.dur" if trace.cpu_only else "e.device_total"
+    # the ops that did the work: top-level ops on the CPU, ops that launched kernels on a device
+    where = "e.parent_op IS NULL" if trace.cpu_only else "e.kernels > 0"
+    time_col = "e.dur" if trace.cpu_only else "e.self_device"
     rows = trace.con.execute(f"""
         SELECT e.name, {time_col}, s.input_dims, s.input_types FROM events e JOIN shapes s USING (id)
-        WHERE e.kind = 'cpu_op' AND e.parent_op IS NULL""").fetchall()
+        WHERE e.kind = 'cpu_op' AND {where}""").fetchall()
     agg: dict[str, list[float]] = {}
     for name, t, dims, types in rows:
         ins = tensors(dims, types)

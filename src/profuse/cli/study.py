@@ -12,6 +12,8 @@ HELP = """examples:
   profuse study rmsnorm                                   CPU, default size (about a minute)
   profuse study rmsnorm --device cuda --shape 8,2048,4096 --dtype bfloat16
   profuse study rmsnorm --format json > rmsnorm.json
+  profuse study llama                                     tiny Llama, RMSNorm found, fixed, verified
+  profuse study llama --size small --all-patterns         every candidate the advisor finds
 """
 
 
@@ -19,12 +21,16 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     p = subs.add_parser("study", help="case studies: rmsnorm (op by op vs fused vs compiled)", epilog=HELP,
                         description="Record, compare and explain variants of a model piece.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", choices=("rmsnorm",))
+    p.add_argument("name", choices=("rmsnorm", "llama"))
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if present, else cpu)")
     p.add_argument("--shape", default="4,256,2048", help="B,S,H (default 4,256,2048)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16", "float64"))
     p.add_argument("--iters", type=int, default=20, help="profiled calls per variant (default 20)")
-    p.add_argument("--out", default="profuse-out/rmsnorm", help="folder for the bundles and study.json")
+    p.add_argument("--out", default=None, help="folder for the bundles and study.json (profuse-out/NAME)")
+    p.add_argument("--size", choices=("tiny", "small"), default="tiny", help="llama: model size (default tiny)")
+    p.add_argument("--steps", type=int, default=6, help="llama: profiled steps per measurement (default 6)")
+    p.add_argument("--all-patterns", action="store_true",
+                   help="llama: verify every candidate, not only RMSNorm (slower: compiles more modules)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
 
@@ -50,13 +56,16 @@ def run(args: argparse.Namespace) -> int:
     from ..report.study import print_study
     from ..studies.rmsnorm import run_study
 
+    out = args.out or f"profuse-out/{args.name}"
+    if args.name == "llama":
+        return _llama(args, out)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     err = console() if args.format == "table" else None
     status = err.status("RMSNorm study") if err else None
     if status:
         status.start()
     try:
-        result = run_study(device=device, shape=shape, dtype=args.dtype, iters=args.iters, out=args.out,
+        result = run_study(device=device, shape=shape, dtype=args.dtype, iters=args.iters, out=out,
                            progress=(lambda n: status.update(f"RMSNorm study: profiling {n}")) if status else None)
     except ValueError as e:
         raise UserError(str(e)) from None
@@ -67,4 +76,31 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
         print_study(console(), result)
+    return 0
+
+
+def _llama(args: argparse.Namespace, out: str) -> int:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise UserError("profuse study llama needs transformers: pip install transformers") from None
+    from .._io import atomic_write
+    from ..report.study import print_llama
+    from ..studies.llama import run_llama_study
+
+    con = console()
+    status = con.status("Llama study: profiling, fixing and verifying") if args.format == "table" else None
+    if status:
+        status.start()
+    try:
+        result = run_llama_study(size=args.size, steps=args.steps, out=out, all_patterns=args.all_patterns)
+    finally:
+        if status:
+            status.stop()
+    doc = result.to_json()
+    atomic_write(f"{out}/study.json", json.dumps(doc, indent=2))
+    if args.format == "json":
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        print_llama(con, result)
     return 0

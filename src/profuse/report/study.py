@@ -5,6 +5,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..studies.llama import LlamaStudy
 from ..studies.rmsnorm import StudyResult
 from .console import fmt_us
 
@@ -36,3 +37,36 @@ def print_study(console: Console, r: StudyResult) -> None:
     console.print(Text(f"  profuse report {first}              the op table of one variant"))
     console.print(Text(f"  profuse report {first} --group-by kernel"))
     console.print(Text(f"  summary JSON: {r.out}/study.json"))
+
+
+def print_llama(console: Console, r: LlamaStudy) -> None:
+    c = r.config
+    console.print(Text(f"Llama study on {r.device_kind} · {r.size}: {c['num_hidden_layers']} layers, hidden "
+                       f"{c['hidden_size']}, {c['num_attention_heads']} heads, prompt {c['seq']} tokens, "
+                       "random weights", style="bold"))
+    if r.rmsnorm is not None:
+        k = r.rmsnorm
+        console.print(Text(f"Advisor: {k.pattern} in {k.scope}: {k.instances} calls, {k.kernels_per_instance:g} "
+                           f"kernels per call, {fmt_us(k.device_us)} -> predicted saving "
+                           f"{fmt_us(k.predicted_saving_us)} ({k.confidence} confidence)"))
+        console.print(Text(f"  recommendation: {k.recommendation}", style="cyan"))
+    others = [k for k in r.candidates if k is not r.rmsnorm]
+    for k in others[:6]:
+        console.print(Text(f"  also: {k.pattern} in {k.scope} ({k.instances} calls, predicted "
+                           f"{fmt_us(k.predicted_saving_us)})", style="dim"))
+    t = Table(show_edge=False, header_style="bold", title="Fixes applied to a copy of the model",
+              title_justify="left")
+    for col in ("Fix", "Scope", "Modules", "Scope time/step before -> after", "Measured saving/step",
+                "Predicted saving/step", "Max abs err", "Verified"):
+        t.add_column(col, justify="left" if col in ("Fix", "Scope") else "right")
+    for f in r.fixes:
+        t.add_row(Text(f.fix), Text(f.scope), str(f.modules_changed),
+                  f"{fmt_us(f.scope_before_us)} -> {fmt_us(f.scope_after_us)}", fmt_us(f.measured_saving_us),
+                  fmt_us(f.predicted_saving_us), f"{f.max_abs_err:.1e}", "yes" if f.ok else "NO")
+    console.print(t)
+    speed = r.ms_per_token_before / r.ms_per_token_after if r.ms_per_token_after else 0.0
+    console.print(Text(f"End to end (greedy generation, wall clock): {r.ms_per_token_before:.2f} ms/token before, "
+                       f"{r.ms_per_token_after:.2f} ms/token after ({speed:.2f}x)", style="bold"))
+    for n in r.notes:
+        console.print(Text(f"  note: {n}", style="yellow"))
+    console.print(Text(f"Bundles and study.json in {r.out}; try: profuse report {r.out}/analysis", style="dim"))

@@ -1,0 +1,100 @@
+"""The advisor on real traces from other machines: it finds what is there and invents nothing."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import profuse
+from conftest import trace_path
+from profuse.analysis.compiled import compiled_regions, source_ops
+from profuse.analysis.fusion import fusion_candidates
+from profuse.analysis.roofline import device_peaks, roofline
+from profuse.cli import main
+
+NORM_OR_ACT = {"RMSNorm", "LayerNorm", "softmax", "GELU (tanh)", "GELU (erf)", "multi-kernel norm",
+               "attention (matmul-softmax-matmul)", "SiLU x mul (SwiGLU)", "bias + activation"}
+
+
+def cands(name):
+    with profuse.load(trace_path(name)) as t:
+        return fusion_candidates(t)
+
+
+def test_multi_kernel_norm_modules_of_mi300():
+    found = {c.scope: c for c in cands("mi300_normalization_layers.json.gz")}
+    for module in ("BatchNorm2d", "GroupNorm", "InstanceNorm2d"):
+        c = found[f"nn.Module: {module}"]
+        assert c.pattern == "multi-kernel norm" and c.kernels_per_instance >= 2 and c.instances == 6
+    # LayerNorm and RMSNorm run as one kernel each there: nothing to fuse
+    assert "nn.Module: LayerNorm" not in found and "nn.Module: RMSNorm" not in found
+
+
+@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "mi300_bert_small.json.gz",
+                                  "h100_vit_falconsai.json.gz", "mi300_torch_compile_triton.json.gz"])
+def test_no_norm_or_activation_candidate_where_modules_are_one_kernel(name):
+    for c in cands(name):
+        assert c.pattern not in NORM_OR_ACT, (c.pattern, c.scope)
+        assert not any(m in c.scope for m in ("LayerNorm", "GELU", "Attention")), c.scope
+
+
+def test_compiled_region_kernels_and_their_source_ops():
+    with profuse.load(trace_path("mi300_torch_compile_triton.json.gz")) as t:
+        s = compiled_regions(t)
+    assert [r.name for r in s.regions] == ["Torch-Compiled Region: 0/0"]
+    kernels = {k.name: k for k in s.regions[0].kernels}
+    assert len(kernels) == 4
+    assert kernels["triton_red_fused_add_mean_mul_pow_rsqrt_0"].fused_ops == ["add", "mean", "mul", "pow", "rsqrt"]
+    assert "aten::mm" in s.regions[0].eager_ops_inside
+    assert s.graph_breaks == 0
+    assert source_ops("triton_poi_fused__unsafe_view_mul_silu_2") == ["_unsafe_view", "mul", "silu"]
+
+
+def test_roofline_uses_datasheet_peaks_and_shapes():
+    with profuse.load(trace_path("h100_bert_small.json.gz")) as t:
+        peaks = device_peaks(t)
+        rows = {r.name: r for r in roofline(t, peaks)}
+    assert peaks is not None and peaks.source == "datasheet: H100"
+    addmm = rows["aten::addmm"]
+    assert addmm.gflop > 0 and addmm.mbytes > 0 and 0 < addmm.pct_of_roofline <= 100
+
+
+def test_report_json_carries_the_advisor_sections(capsys):
+    assert main(["report", str(trace_path("mi300_normalization_layers.json.gz")), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("hotspots", "interruptions", "fusion_candidates"):
+        assert key in doc and isinstance(doc[key], list)
+    keys = {"pattern", "scope", "instances", "kernels_per_instance", "device_us", "bytes_now", "bytes_fused",
+            "predicted_saving_us", "recommendation", "confidence"}
+    assert doc["fusion_candidates"] and all(keys <= c.keys() for c in doc["fusion_candidates"])
+    assert {h["kind"] for h in doc["hotspots"]} == {"op", "module", "kernel"}
+    assert all(0 <= h["share_pct"] <= 100 for h in doc["hotspots"])
+    for i in doc["interruptions"]:
+        assert i["busy_us"] >= 0 and i["idle_us"] >= 0 and 0 <= i["busy_pct"] <= 100
+
+
+def test_report_table_shows_advice(capsys):
+    assert main(["report", str(trace_path("mi300_normalization_layers.json.gz"))]) == 0
+    out = capsys.readouterr().out
+    assert "Fusion candidates" in out and "multi-kernel norm" in out and "Hotspots" in out
+
+
+def test_diff_same_device(capsys):
+    assert main(["diff", str(trace_path("compare_base.json.gz")), str(trace_path("compare_test.json.gz")),
+                 "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == "profuse.diff/1" and d["same_device"] is True
+    assert d["speedup"] > 0
+    ops = {o["name"]: o for o in d["ops"]}
+    assert ops["All2All_Pooled_Req"]["a_calls"] == 0 and ops["All2All_Pooled_Req"]["b_calls"] == 1
+    assert any(k["a_calls"] != k["b_calls"] for k in d["kernels"])
+
+
+def test_diff_across_devices_matches_ops_and_modules(capsys):
+    assert main(["diff", str(trace_path("h100_bert_small.json.gz")), str(trace_path("mi300_bert_small.json.gz")),
+                 "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["same_device"] is False and d["kernels"] == []
+    mods = {m["name"]: m for m in d["modules"]}
+    assert mods["BertSelfOutput"]["a_calls"] == mods["BertSelfOutput"]["b_calls"] == 4
+    assert mods["BertSelfOutput"]["a_us"] > 0 and mods["BertSelfOutput"]["b_us"] > 0

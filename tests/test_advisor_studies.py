@@ -1,0 +1,90 @@
+"""The advisor against measurements: the RMSNorm study's saving, and the Llama study's verified fix."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import profuse  # noqa: E402
+from profuse.analysis.fusion import fusion_candidates  # noqa: E402
+from profuse.cli import main  # noqa: E402
+
+
+def run_json(argv):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(argv) == 0
+    return json.loads(buf.getvalue())
+
+
+def test_rmsnorm_prediction_within_2x_of_measured(tmp_path):
+    # GIVEN the study at its default size (where the work, not dispatch, dominates)
+    doc = run_json(["study", "rmsnorm", "--iters", "15", "--out", str(tmp_path), "--format", "json"])
+    v = {x["name"]: x for x in doc["variants"]}
+    measured = v["op_by_op"]["device_us_per_call"] - v["torch.compile"]["device_us_per_call"]
+    # WHEN the advisor reads the op-by-op bundle alone
+    with profuse.load(v["op_by_op"]["bundle"]) as trace:
+        c = next(c for c in fusion_candidates(trace) if c.pattern == "RMSNorm")
+    predicted = c.predicted_saving_us / c.instances
+    # THEN it names RMSNorm once per call and predicts the saving the study measured, within 2x
+    assert c.instances == 15 and c.kernels_per_instance == 6
+    assert measured > 0
+    assert 0.5 <= predicted / measured <= 2.0, (predicted, measured)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("llama")
+    return run_json(["study", "llama", "--size", "tiny", "--steps", "3", "--out", str(out), "--format", "json"])
+
+
+def test_llama_rmsnorm_found_in_every_layer(llama):
+    c = llama["rmsnorm_candidate"]
+    assert c["pattern"] == "RMSNorm" and c["scope"] == "nn.Module: LlamaRMSNorm"
+    layers = llama["config"]["num_hidden_layers"]
+    # two norms per decoder layer and the final one, in each of the 3 analysed steps
+    assert c["instances"] == (2 * layers + 1) * 3
+    assert c["kernels_per_instance"] >= 6
+
+
+def test_llama_fix_verified(llama):
+    fixes = llama["fixes"]
+    assert {f["fix"] for f in fixes} == {"swap in torch.nn.functional.rms_norm", "torch.compile the module"}
+    for f in fixes:
+        assert f["ok"] and f["max_abs_err"] < 1e-4
+        assert f["modules_changed"] == 2 * llama["config"]["num_hidden_layers"] + 1
+        assert f["scope_before_us"] > 0 and f["scope_after_us"] > 0
+    assert llama["ms_per_token_before"] > 0 and llama["ms_per_token_after"] > 0
+
+
+def test_advise_never_modifies_the_users_model(tmp_path):
+    import naive_models as nm
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), nm.NaiveRMSNorm(64))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fwd = model[1].forward
+    res = profuse.advise(model, (torch.randn(4, 32, 64),), verify=True, steps=3, out=tmp_path)
+    assert any(c.pattern == "RMSNorm" for c in res.candidates)
+    assert res.fixes and all(f.ok for f in res.fixes)
+    assert model[1].forward == fwd and "forward" not in model[1].__dict__
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_fix_that_changes_numerics_fails_loudly(tmp_path, monkeypatch):
+    import naive_models as nm
+
+    from profuse.analysis import verify
+
+    def broken(module):
+        module.forward = lambda x: x * 2.0
+        return True
+
+    monkeypatch.setitem(verify.EXACT_SWAPS, "RMSNorm", ("a broken swap", broken))
+    model = nm.NaiveRMSNorm(64)
+    with pytest.raises(verify.VerificationError, match="a broken swap .* changed the output"):
+        profuse.advise(model, (torch.randn(4, 32, 64),), verify=True, steps=3, out=tmp_path)
