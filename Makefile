@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint bench clean
+.PHONY: demo test venv browser lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,8 +18,12 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/profuse study rmsnorm
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+# Browser tests drive Debian's Chromium through Playwright's client (no browser download).
+browser:
+	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser
+	$(BIN)/python -m pytest -q -p no:logging
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -27,6 +31,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_load.py
+	$(BIN)/python benchmarks/bench_explorer.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

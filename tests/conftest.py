@@ -31,3 +31,12 @@ def trace_path(name: str) -> Path:
     p = TRACES / name
     assert p.exists(), f"shared trace {name} is missing from {TRACES}"
     return p
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    # lets fixtures see whether the test failed (browser tests save a screenshot then)
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+    return rep

@@ -21,6 +21,9 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

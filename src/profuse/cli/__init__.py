@@ -6,9 +6,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import UserError
-from . import diff, peaks, report, run, sql, study
+from . import diff, explore, peaks, report, run, sql, study
 
-COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "peaks": peaks}
+COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "explore": explore, "peaks": peaks}
 
 EPILOG = """examples:
   profuse report trace.json.gz                  the op table with device time per op

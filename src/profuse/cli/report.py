@@ -8,12 +8,14 @@ from ..analysis.advice import advise_trace
 from ..report.console import print_advice, print_report
 from ..report.json_report import render_json
 from .._io import atomic_write
+from ..errors import UserError
 from ._common import add_load_args, console, load_trace
 
 HELP = """examples:
   profuse report trace.json.gz
   profuse report trace.json.gz --group-by kernel --top 10
   profuse report prof/ --format json > report.json     (a bundle folder works too)
+  profuse report prof/ --format html -o report.html    (one file, opens offline)
 """
 
 
@@ -23,11 +25,14 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
                                     "of the kernels it launched.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", help="a Kineto trace (.json / .json.gz) or a profuse bundle folder")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json", "html"), default="table",
+                   help="html: one self-contained file (needs -o), viewable offline")
     p.add_argument("--group-by", choices=GROUPS, default="op")
     p.add_argument("--sort", choices=SORT_KEYS, default="self_device")
     p.add_argument("--top", type=int, default=25, help="rows in the table format (default 25; 0 = all)")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--keep-metadata", action="store_true",
+                   help="html: keep trace metadata that looks secret (tokens, environment variables)")
     p.add_argument("--no-advice", action="store_true",
                    help="the op table only: no hotspots, interruptions, fusion candidates, roofline")
     add_load_args(p)
@@ -35,6 +40,15 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.format == "html":
+        if not args.output:
+            raise UserError("--format html writes a file: add -o report.html")
+        from ..report.html import render_html
+
+        with load_trace(args.path, args) as trace:
+            atomic_write(args.output, render_html(trace, keep_metadata=args.keep_metadata))
+        print(f"wrote {args.output}")
+        return 0
     with load_trace(args.path, args) as trace:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)

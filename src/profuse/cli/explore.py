@@ -1,0 +1,46 @@
+"""``profuse explore``: the browser explorer over one trace, or two to compare."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import UserError
+from ._common import add_load_args, load_trace
+
+HELP = """examples:
+  profuse explore prof/                       open the explorer on a bundle
+  profuse explore before/ after/              two runs: the Compare view diffs them
+  profuse explore trace.json.gz --no-browser --port 8765
+The server listens on 127.0.0.1 only; Ctrl-C stops it.
+"""
+
+
+def add_parser(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("explore", help="browser explorer: timeline, ops, modules, compare", epilog=HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", metavar="PATH", help="one trace or bundle, or two to compare")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--no-browser", action="store_true", help="print the URL, do not open a browser")
+    p.add_argument("--keep-metadata", action="store_true", help="show trace metadata that looks secret")
+    add_load_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if len(args.paths) > 2:
+        raise UserError("profuse explore takes one trace, or two to compare")
+    try:
+        from ..explorer.server import serve
+    except ImportError as e:
+        raise UserError(f"profuse explore needs its server packages ({e.name}): pip install profuse") from None
+    traces = [load_trace(p, args) for p in args.paths]
+    try:
+        serve(traces, port=args.port, open_browser=not args.no_browser, keep_metadata=args.keep_metadata,
+              on_ready=lambda url: print(f"profuse explorer: {url}  (Ctrl-C to stop)", flush=True))
+    except OSError as e:
+        raise UserError(f"cannot listen on 127.0.0.1:{args.port} ({e.strerror})") from None
+    finally:
+        for t in traces:
+            t.close()
+    print("profuse explorer stopped", file=sys.stderr)
+    return 0

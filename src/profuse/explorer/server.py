@@ -1,0 +1,158 @@
+"""``profuse explore``: a local web app over one or two traces (Starlette on uvicorn, 127.0.0.1 only).
+
+The server reads two things only: its own front-end files (a fixed list taken at start-up) and the
+traces it was started with. No request parameter ever reaches a file path.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..trace import Trace
+from . import data
+
+STATIC = Path(__file__).parent / "static"
+TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                               "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def assets() -> dict[str, tuple[bytes, str]]:
+    """Every front-end file, read once: the only files the server will ever send."""
+    return {p.name: (p.read_bytes(), TYPES.get(p.suffix, "application/octet-stream"))
+            for p in STATIC.iterdir() if p.is_file() and p.suffix in TYPES}
+
+
+class Run:
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.lock = threading.Lock()
+        data.prepare(trace)
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        with self.lock:
+            return fn(self.trace, *args, **kw)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return JSONResponse(obj, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _not_found() -> Response:
+    return Response("not found\n", status_code=404, media_type="text/plain", headers=SECURITY_HEADERS)
+
+
+def create_app(traces: list[Trace], *, keep_metadata: bool = False) -> Starlette:
+    runs = [Run(t) for t in traces]
+    files = assets()
+
+    def static(request: Request) -> Response:
+        name = request.path_params.get("name", "index.html")
+        if name not in files:  # a fixed table lookup: nothing from the request touches the disk
+            return _not_found()
+        body, mime = files[name]
+        return Response(body, media_type=mime, headers=SECURITY_HEADERS | {"Cache-Control": "no-cache"})
+
+    def run_of(request: Request) -> Run | None:
+        i = request.path_params["run"]
+        return runs[i] if 0 <= i < len(runs) else None
+
+    def api_runs(request: Request) -> Response:
+        return _json([{"run": i, "path": str(r.trace.path), "device_label": r.trace.device_label,
+                       "events": r.trace.meta["events"]} for i, r in enumerate(runs)])
+
+    def api(view: str) -> Callable[[Request], Response]:
+        def handler(request: Request) -> Response:
+            run = run_of(request)
+            if run is None:
+                return _not_found()
+            q = request.query_params
+            try:
+                if view == "lanes":
+                    return _json(run.call(data.lanes))
+                if view == "timeline":
+                    t0 = float(q["t0"]) if "t0" in q else None
+                    t1 = float(q["t1"]) if "t1" in q else None
+                    width = min(max(int(q.get("width", 1600)), 1), 8000)
+                    return _json(run.call(data.timeline, t0, t1, width))
+                if view == "event":
+                    found = run.call(data.event, request.path_params["id"])
+                    return _json(found) if found else _not_found()
+                if view == "overview":
+                    return _json(run.call(data.overview, keep_metadata=keep_metadata))
+                if view == "ops":
+                    group = q.get("group_by", "op")
+                    if group not in ("op", "shape", "module", "kernel"):
+                        return _json({"error": "group_by must be op, shape, module or kernel"}, 400)
+                    return _json(run.call(data.ops, group))
+                if view == "modules":
+                    return _json(run.call(data.modules))
+                if view == "compiled":
+                    return _json(run.call(data.compiled))
+            except ValueError:
+                return _json({"error": "bad query parameter"}, 400)
+            return _not_found()
+        return handler
+
+    def api_compare(request: Request) -> Response:
+        if len(runs) < 2:
+            return _json({"error": "start profuse explore with two traces to compare them"}, 404)
+        with runs[0].lock, runs[1].lock:
+            return _json(data.compare(runs[0].trace, runs[1].trace))
+
+    routes = [
+        Route("/", static),
+        Route("/assets/{name}", static),
+        Route("/api/runs", api_runs),
+        Route("/api/compare", api_compare),
+        Route("/api/{run:int}/event/{id:int}", api("event")),
+    ] + [Route(f"/api/{{run:int}}/{v}", api(v)) for v in ("lanes", "timeline", "overview", "ops", "modules",
+                                                            "compiled")]
+    async def nf(request: Request, exc: Exception) -> Response:
+        return _not_found()
+
+    return Starlette(routes=routes, exception_handlers={404: nf, 405: nf})
+
+
+def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep_metadata: bool = False,
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve until Ctrl-C, on 127.0.0.1 (a free port unless ``port``)."""
+    import socket
+    import webbrowser
+
+    import uvicorn
+
+    app = create_app(traces, keep_metadata=keep_metadata)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    if on_ready:
+        on_ready(url)
+    if open_browser:
+        threading.Timer(0.5, lambda: webbrowser.open(url)).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def payload_json(obj: Any) -> str:
+    """JSON safe to embed in an HTML <script type="application/json"> block."""
+    return json.dumps(obj, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e") \
+        .replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

@@ -1,0 +1,63 @@
+// Building DOM from data: every string goes through textContent, never innerHTML.
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k === "on") for (const [ev, fn] of Object.entries(v)) node.addEventListener(ev, fn);
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k === "style") {  // through CSSOM: the page's CSP forbids style attributes
+      for (const decl of String(v).split(";")) {
+        const i = decl.indexOf(":");
+        if (i > 0) node.style.setProperty(decl.slice(0, i).trim(), decl.slice(i + 1).trim());
+      }
+    }
+    else node.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+export function fmtUs(us) {
+  if (us === null || us === undefined) return "";
+  const a = Math.abs(us);
+  if (a >= 1e6) return (us / 1e6).toFixed(2) + " s";
+  if (a >= 1e3) return (us / 1e3).toFixed(2) + " ms";
+  return us.toFixed(1) + " µs";
+}
+
+export function fmtBytes(b) {
+  if (b >= 1e9) return (b / 1e9).toFixed(2) + " GB";
+  if (b >= 1e6) return (b / 1e6).toFixed(1) + " MB";
+  if (b >= 1e3) return (b / 1e3).toFixed(1) + " kB";
+  return b + " B";
+}
+
+export function table(columns, rows, { onRow, selected, sortable = true } = {}) {
+  // columns: [{key, label, name?: bool, fmt?: fn}]; rows: array of objects
+  let sortKey = null, asc = false;
+  const tbody = el("tbody");
+  const render = () => {
+    tbody.replaceChildren();
+    const data = sortKey === null ? rows : [...rows].sort((a, b) => {
+      const x = a[sortKey], y = b[sortKey];
+      const c = typeof x === "number" ? x - y : String(x).localeCompare(String(y));
+      return asc ? c : -c;
+    });
+    for (const r of data) {
+      const tr = el("tr", {}, columns.map(c => el("td", { class: c.name ? "name" : "" },
+        c.fmt ? c.fmt(r[c.key], r) : r[c.key])));
+      if (selected && selected(r)) tr.className = "sel";
+      if (onRow) { tr.style.cursor = "pointer"; tr.addEventListener("click", () => onRow(r)); }
+      tbody.appendChild(tr);
+    }
+  };
+  const head = el("tr", {}, columns.map(c => el("th", {
+    class: c.name ? "name" : "",
+    on: sortable ? { click: () => { asc = sortKey === c.key ? !asc : false; sortKey = c.key; render(); } } : {},
+  }, c.label)));
+  render();
+  return el("table", {}, el("thead", {}, head), tbody);
+}

@@ -1,0 +1,138 @@
+// The explorer's views. Each renders into `main` from JSON; strings go in as text only.
+import { get, isReport } from "./api.js";
+import { el, fmtBytes, fmtUs, table } from "./dom.js";
+import { Timeline } from "./timeline.js";
+
+export async function overview(main, st) {
+  const o = await get(`/api/${st.run}/overview`);
+  if (!o) return main.append(el("p", {}, "no data"));
+  const s = o.summary, dev = o.device_label;
+  const total = Object.values(o.categories).reduce((a, b) => a + b, 0) || 1;
+  main.append(
+    el("h2", {}, s.path),
+    el("p", { class: "muted" }, `${s.device_kind}${s.device_name ? " (" + s.device_name + ")" : ""} · ${s.events} events · span ${fmtUs(s.span_us)} · ${dev} time ${fmtUs(s.device_us)} · ${s.kernels_linked} of ${s.kernels} device events linked`),
+    el("h2", {}, `${dev} time by category`),
+    el("div", { class: "cards" }, Object.entries(o.categories).map(([k, v]) =>
+      el("div", { class: "card", dataset: { category: k } }, el("div", { class: "muted" }, k), el("div", { class: "big" }, fmtUs(v)),
+        el("span", { class: "bar", style: `width:${Math.round(180 * v / total)}px` })))),
+    el("h2", {}, "Advice"),
+    o.advice.length ? el("div", { class: "cards", id: "advice" }, o.advice.map(c => el("div", { class: "card advice" },
+      el("div", {}, el("b", {}, c.pattern), " in ", c.scope),
+      el("div", { class: "muted" }, `${c.instances} calls · ${c.kernels_per_instance} kernels per call · ${fmtUs(c.device_us)} · ${fmtBytes(c.bytes_now)} → ${fmtBytes(c.bytes_fused)}`),
+      el("div", { class: "big" }, "save ~" + fmtUs(c.predicted_saving_us)),
+      el("div", { class: "muted" }, `confidence: ${c.confidence}`),
+      el("div", { class: "rec" }, c.recommendation)))) : el("p", { class: "muted" }, "no fusion candidates"),
+    el("h2", {}, "Hotspots"),
+    table([{ key: "kind", label: "Kind" }, { key: "name", label: "Name", name: true },
+      { key: "calls", label: "Calls" }, { key: "device_us", label: dev, fmt: fmtUs },
+      { key: "share_pct", label: "Share", fmt: v => v.toFixed(1) + "%" }], o.hotspots),
+  );
+  if (o.interruptions.length) {
+    main.append(el("h2", {}, "Interruptions"), table([
+      { key: "scope", label: "Scope", name: true }, { key: "instances", label: "Calls" },
+      { key: "kernels_per_instance", label: "Kernels/call" }, { key: "busy_us", label: "Busy", fmt: fmtUs },
+      { key: "idle_us", label: "Idle", fmt: fmtUs }, { key: "busy_pct", label: "Busy %", fmt: v => v + "%" },
+      { key: "launch_bound", label: "", fmt: v => v ? "launch-bound" : "" }], o.interruptions));
+  }
+}
+
+export async function ops(main, st, go) {
+  const group = st.group || "op";
+  const d = await get(`/api/${st.run}/ops?group_by=${group}`);
+  if (!d) return main.append(el("p", {}, "no data (the report embeds the op grouping only)"));
+  const rows = d.name.map((n, i) => Object.fromEntries(Object.keys(d).filter(k => Array.isArray(d[k])).map(k => [k, d[k][i]])));
+  const dev = d.device_label;
+  const filter = el("input", { placeholder: "filter by name", id: "ops-filter", value: st.q || "" });
+  const select = el("select", { id: "group-by" }, ["op", "shape", "module", "kernel"].map(g =>
+    el("option", g === group ? { value: g, selected: "" } : { value: g }, g)));
+  select.addEventListener("change", () => go({ ...st, group: select.value }));
+  const holder = el("div");
+  const cols = [{ key: "name", label: "Name", name: true }];
+  if (group === "shape") cols.push({ key: "shape", label: "Input shapes", name: true });
+  cols.push({ key: "calls", label: "Calls" }, { key: "self_cpu", label: "Self CPU", fmt: fmtUs },
+    { key: "cpu_total", label: "CPU total", fmt: fmtUs }, { key: "self_device", label: `Self ${dev}`, fmt: fmtUs },
+    { key: "device_total", label: `${dev} total`, fmt: fmtUs }, { key: "pct", label: `${dev} %`, fmt: v => v.toFixed(1) + "%" },
+    { key: "kernels", label: "Kernels" });
+  const render = () => {
+    const q = filter.value.toLowerCase();
+    holder.replaceChildren(table(cols, rows.filter(r => r.name.toLowerCase().includes(q))));
+  };
+  filter.addEventListener("input", render);
+  main.append(el("div", { class: "toolbar" }, "Group by ", select, filter, el("span", { class: "muted" }, `${rows.length} rows`)), holder);
+  render();
+}
+
+function details(box, ev, st) {
+  box.replaceChildren();
+  if (!ev) return box.append(el("span", { class: "muted" }, "click an op or a kernel"));
+  box.append(el("div", {}, el("b", {}, ev.name), el("span", { class: "muted" }, ` · ${ev.kind} · starts ${fmtUs(ev.ts)} · lasts ${fmtUs(ev.dur)}`)));
+  if (ev.kernels && ev.kernels.length) {
+    box.append(el("div", {}, `${ev.kernels.length} kernel(s) launched:`), el("ul", { id: "kernel-list" },
+      ev.kernels.map(k => el("li", { dataset: { id: k.id } }, `${k.name} — at ${fmtUs(k.ts)}, ${fmtUs(k.dur)}`))));
+  }
+  if (ev.launches && ev.launches.length) box.append(el("div", { class: "muted" }, `${ev.launches.length} launch call(s)`));
+  if (ev.launch) box.append(el("div", {}, "launched by ", el("b", {}, ev.launch.name), ` at ${fmtUs(ev.launch.ts)}`));
+  if (ev.ops && ev.ops.length) box.append(el("div", { id: "op-chain" }, "op: ", ev.ops.map(o => o.name).join("  ←  ")));
+  if (ev.modules && ev.modules.length) box.append(el("div", { id: "module-chain" }, "module: ", ev.modules.map(m => m.name).join("  ←  ")));
+  if (ev.unlinked) box.append(el("div", { class: "warn" }, `not linked: ${ev.unlinked}`));
+}
+
+export async function timeline(main, st, go) {
+  const wrap = el("div", { id: "tl-wrap" });
+  const box = el("div", { id: "details" });
+  main.append(el("div", { class: "toolbar muted" }, "wheel or W/S to zoom · drag or A/D to pan · 0 to reset · click to select"), wrap, box);
+  const tl = new Timeline(wrap, st.run, {
+    onSelect: (ev, id) => { details(box, ev, st); go({ ...st, sel: id ?? "" }, { replace: true, rerender: false }); },
+    onView: v => go({ ...st, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
+  });
+  window.profuseTimeline = tl;
+  await tl.init(st.t0 && st.t1 ? [parseFloat(st.t0), parseFloat(st.t1)] : null);
+  details(box, null, st);
+  if (st.sel !== undefined && st.sel !== "") details(box, await tl.select(parseInt(st.sel, 10)), st);
+}
+
+export async function modules(main, st) {
+  const d = await get(`/api/${st.run}/modules`);
+  if (!d || !d.nodes.length) return main.append(el("p", { class: "muted" }, "no nn.Module scopes in this trace (record with the python stream)"));
+  main.append(table([
+    { key: "name", label: "Module", name: true, fmt: (v, r) => el("span", { style: `padding-left:${r.depth * 14}px` }, v) },
+    { key: "calls", label: "Calls" }, { key: "device_us", label: `${d.device_label} time`, fmt: fmtUs },
+    { key: "cpu_us", label: "CPU time", fmt: fmtUs }], d.nodes, { sortable: false }));
+}
+
+export async function compiled(main, st) {
+  const d = await get(`/api/${st.run}/compiled`);
+  if (!d || !d.regions.length) return main.append(el("p", { class: "muted" }, "no torch.compile regions in this trace"));
+  main.append(el("p", {}, `graph breaks: ${d.graph_breaks}`));
+  for (const r of d.regions) {
+    main.append(el("h2", {}, `${r.name} — ${r.calls} call(s), ${fmtUs(r.device_us)}`),
+      table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
+        { key: "device_us", label: "Time", fmt: fmtUs }, { key: "fused_ops", label: "Fuses", name: true, fmt: v => v.join(", ") }],
+        r.kernels));
+    if (r.eager_ops_inside.length) main.append(el("p", { class: "muted" }, "extern, not fused: " + r.eager_ops_inside.join(", ")));
+  }
+  for (const [name, code] of Object.entries(d.code || {})) main.append(el("h2", {}, name), el("pre", { class: "code" }, code));
+}
+
+export async function compare(main, st) {
+  const d = await get(`/api/compare`);
+  if (!d || d.error) return main.append(el("p", { class: "muted" }, (d && d.error) || "compare needs two runs: profuse explore A B"));
+  main.append(el("h2", { id: "compare-title" }, `${fmtUs(d.a_device_us)} → ${fmtUs(d.b_device_us)}: ${d.speedup.toFixed(2)}x`),
+    el("p", { class: "muted" }, `A: ${d.a}`), el("p", { class: "muted" }, `B: ${d.b}`));
+  const cols = [{ key: "name", label: "Name", name: true }, { key: "a_calls", label: "Calls A" }, { key: "b_calls", label: "Calls B" },
+    { key: "a_us", label: "Time A", fmt: fmtUs }, { key: "b_us", label: "Time B", fmt: fmtUs }, { key: "delta_us", label: "Delta", fmt: fmtUs }];
+  main.append(el("h2", {}, "Ops"), el("div", { id: "diff-ops" }, table(cols, d.ops.slice(0, 200))));
+  if (d.modules.length) main.append(el("h2", {}, "Modules"), table(cols, d.modules.slice(0, 100)));
+  if (d.kernels_removed.length || d.kernels_added.length)
+    main.append(el("p", {}, `${d.kernels_removed.length} kernel name(s) removed, ${d.kernels_added.length} added`));
+  if (isReport) return;
+  main.append(el("h2", {}, "Both timelines, one time scale"));
+  const wa = el("div", { id: "tl-a" }), wb = el("div", { id: "tl-b" });
+  main.append(el("div", { class: "split" }, el("div", { class: "muted" }, "A"), wa, el("div", { class: "muted" }, "B"), wb));
+  const a = new Timeline(wa, 0), b = new Timeline(wb, 1);
+  await Promise.all([a.init(null), b.init(null)]);
+  const lo = Math.min(a.span[0], b.span[0]), hi = Math.max(a.span[1], b.span[1]);
+  const sync = (src, dst) => { src.onView = v => dst.setView(v[0], v[1], { silent: true }); };
+  sync(a, b); sync(b, a);
+  a.setView(lo, hi, { silent: true }); b.setView(lo, hi, { silent: true });
+}

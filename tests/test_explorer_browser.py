@@ -1,0 +1,169 @@
+"""End to end in a real browser: Debian's Chromium driven by Playwright's client."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import profuse
+from conftest import REPO, trace_path
+from explorer_util import running
+from profuse.cli import main
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"),
+                                reason="Debian chromium not installed (make test installs it)")
+ARTIFACTS = REPO / "test-artifacts"
+HOSTILE = ['<img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2</script>",
+           "a&b<c>d \" onmouseover=window.__pwned=3"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+    ctx.close()
+    assert not errors, errors
+
+
+def open_view(page, url, view, extra=""):
+    page.goto(f"{url}/#view={view}{extra}")
+    page.wait_for_selector(f"body[data-ready={view}]", timeout=15000)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    t = profuse.load(trace_path("h100_bert_small.json.gz"))
+    yield t
+    t.close()
+
+
+def test_click_an_op_highlights_and_lists_its_kernels(page, bert):
+    (op_id, ts, dur, kernels), = bert.con.execute("""
+        SELECT e.id, e.ts - (SELECT min(ts) FROM events), e.dur, e.kernels_total FROM events e
+        WHERE e.name = 'aten::linear' ORDER BY e.ts LIMIT 1""").fetchall()
+    kernel_ids = {r[0] for r in bert.con.execute(
+        "SELECT k.id FROM events k JOIN events l ON l.id = k.launch WHERE l.thread = (SELECT thread FROM events "
+        "WHERE id = ?) AND l.ts >= ? AND l.ts < ?", [op_id, ts + bert.con.execute(
+            "SELECT min(ts) FROM events").fetchall()[0][0], ts + dur + bert.con.execute(
+            "SELECT min(ts) FROM events").fetchall()[0][0]]).fetchall()}
+    assert kernels >= 1 and len(kernel_ids) == kernels
+    with running([bert]) as url:
+        # GIVEN the timeline zoomed around the op
+        t0, t1 = (ts - dur) / 1e3, (ts + 3 * dur) / 1e3
+        open_view(page, url, "timeline", f"&t0={t0}&t1={t1}")
+        page.wait_for_function(f"window.profuseTimeline && window.profuseTimeline.positions "
+                               f"&& window.profuseTimeline.positions.has({op_id})")
+        x, y, w = page.evaluate(f"window.profuseTimeline.positions.get({op_id})")
+        box = page.locator("canvas").first.bounding_box()
+        # WHEN the op is clicked
+        page.mouse.click(box["x"] + x + min(w / 2, 20), box["y"] + y + 6)
+        page.wait_for_selector("#kernel-list li")
+        # THEN its kernels are listed with times and highlighted on the timeline
+        items = page.locator("#kernel-list li")
+        assert items.count() == kernels
+        assert "µs" in items.first.inner_text()
+        highlighted = set(page.evaluate("[...window.profuseTimeline.highlight]"))
+        assert kernel_ids <= highlighted
+        assert f"sel={op_id}" in page.url, "the URL carries the selection"
+        # AND reopening that URL restores the same place
+        page.goto(page.url)
+        page.reload()
+        page.wait_for_selector("#kernel-list li")
+        assert page.locator("#kernel-list li").count() == kernels
+
+
+def test_click_a_kernel_walks_back_to_op_and_module(page, bert):
+    (kid,), = bert.con.execute("""SELECT k.id FROM events k JOIN events o ON o.id = k.op
+        WHERE k.kind = 'kernel' AND o.name = 'aten::addmm' ORDER BY k.ts LIMIT 1""").fetchall()
+    with running([bert]) as url:
+        open_view(page, url, "timeline", f"&sel={kid}")
+        page.wait_for_selector("#op-chain")
+        assert "aten::addmm" in page.locator("#op-chain").inner_text()
+        assert "Linear" in page.locator("#module-chain").inner_text()
+
+
+def test_every_view_renders(page, bert):
+    with running([bert]) as url:
+        for view in ("overview", "ops", "timeline", "modules", "compiled"):
+            open_view(page, url, view)
+        open_view(page, url, "ops")
+        page.select_option("#group-by", "kernel")
+        page.wait_for_selector("body[data-ready=ops] table tbody tr")
+        assert "Kernel" in page.inner_text("main") or page.locator("tbody tr").count() > 0
+
+
+def test_compare_two_runs(page):
+    a, b = profuse.load(trace_path("compare_base.json.gz")), profuse.load(trace_path("compare_test.json.gz"))
+    with running([a, b]) as url:
+        open_view(page, url, "compare")
+        page.wait_for_selector("#diff-ops tbody tr")
+        assert "x" in page.inner_text("#compare-title")
+        assert "All2All_Pooled_Req" in page.inner_text("#diff-ops")
+        page.wait_for_function("document.querySelectorAll('#tl-a canvas, #tl-b canvas').length === 2")
+    a.close()
+    b.close()
+
+
+def hostile_trace(tmp_path: Path) -> Path:
+    doc = json.load(gzip.open(trace_path("a100_event_sync.json.gz")))
+    ops = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu_op", "kernel")]
+    for e, name in zip(ops, HOSTILE * 10):
+        e["name"] = name
+    doc["deviceProperties"][0]["name"] = "<b onmouseover=alert(1)>GPU</b>"
+    p = tmp_path / "hostile.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_names_with_html_render_as_text(page, tmp_path):
+    t = profuse.load(hostile_trace(tmp_path))
+    with running([t]) as url:
+        for view in ("overview", "ops", "timeline"):
+            open_view(page, url, view)
+            page.wait_for_timeout(200)
+            assert page.evaluate("window.__pwned") is None
+        open_view(page, url, "ops")
+        text = page.inner_text("main")
+        assert HOSTILE[0] in text and HOSTILE[1] in text
+        assert page.locator("main img").count() == 0 and page.locator("main script").count() == 0
+    t.close()
+
+
+def test_html_report_is_self_contained_and_safe(page, tmp_path):
+    out = tmp_path / "report.html"
+    assert main(["report", str(hostile_trace(tmp_path)), "--format", "html", "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "http://" not in html and "https://" not in html, "nothing to fetch from a network"
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(out.as_uri() + "#view=ops")
+    page.wait_for_selector("body[data-ready=ops] tbody tr")
+    assert HOSTILE[0] in page.inner_text("main")
+    assert page.evaluate("window.__pwned") is None
+    assert all(u.startswith(("file:", "data:")) for u in requests), requests
+    open_view_file = out.as_uri() + "#view=timeline"
+    page.goto(open_view_file)
+    page.wait_for_selector("body[data-ready=timeline] canvas")

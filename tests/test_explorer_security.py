@@ -1,0 +1,68 @@
+"""The explorer serves its own assets and the traces it was given, nothing else; it binds 127.0.0.1."""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+import profuse
+from conftest import trace_path
+from explorer_util import running
+
+
+def status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+@pytest.fixture(scope="module")
+def base():
+    t = profuse.load(trace_path("a100_alexnet.json.gz"))
+    with running([t]) as url:
+        yield url
+    t.close()
+
+
+@pytest.mark.parametrize("path", [
+    "/assets/../server.py", "/assets/..%2Fserver.py", "/assets/%2e%2e%2f%2e%2e%2fpyproject.toml",
+    "/assets/server.py", "/assets/data.py", "/assets//etc/passwd", "/etc/passwd", "/../../../../etc/passwd",
+    "/api/0/../../../etc/passwd", "/api/1/overview", "/api/-1/overview", "/api/0/event/999999999",
+    "/api/0/nope", "/static/app.js", "/assets/.%2e/__init__.py", "/api/compare",
+    "/api/0/ops?group_by=../../etc/passwd",
+])
+def test_everything_outside_assets_and_traces_is_refused(base, path):
+    assert status(base + path) in (400, 404)
+
+
+@pytest.mark.parametrize("path", ["/", "/assets/app.js", "/assets/style.css", "/api/runs", "/api/0/overview",
+                                  "/api/0/ops?group_by=kernel", "/api/0/lanes", "/api/0/timeline?width=800",
+                                  "/api/0/modules", "/api/0/compiled"])
+def test_assets_and_api_are_served(base, path):
+    assert status(base + path) == 200
+
+
+def test_binds_loopback_only(base):
+    assert base.startswith("http://127.0.0.1:")
+
+
+def test_pages_forbid_inline_script_and_other_origins(base):
+    with urllib.request.urlopen(base + "/") as r:
+        csp = r.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "default-src 'self'" in csp and "unsafe-inline" not in csp
+
+
+def test_timeline_level_of_detail(base):
+    with urllib.request.urlopen(base + "/api/0/timeline?width=200") as r:
+        coarse = json.load(r)
+    with urllib.request.urlopen(base + f"/api/0/timeline?t0={coarse['span'][0]}&t1={coarse['span'][0] + 50}"
+                                f"&width=2000") as r:
+        fine = json.load(r)
+    # zoomed out, short events merge into blocks with counts; zoomed in they come one by one
+    assert any(n > 1 for n in coarse["n"]) and -1 in coarse["id"]
+    assert len(coarse["id"]) < 2000
+    assert all(i >= 0 for i, n in zip(fine["id"], fine["n"]) if n == 1)
