@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bench_load  # noqa: E402
+import bench_load
 
 
 def main() -> int:

@@ -5,9 +5,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import naive_models as nm  # noqa: E402
-import profuse  # noqa: E402
-from profuse.analysis.fusion import fusion_candidates  # noqa: E402
+import naive_models as nm
+
+import profuse
+from profuse.analysis.fusion import fusion_candidates
 
 X = (2, 16, 64)
 

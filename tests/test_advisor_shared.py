@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import trace_path
 
 import profuse
-from conftest import trace_path
 from profuse.analysis.compiled import compiled_regions, source_ops
 from profuse.analysis.fusion import fusion_candidates
 from profuse.analysis.roofline import device_peaks, roofline

@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import profuse  # noqa: E402
-from profuse.analysis.fusion import fusion_candidates  # noqa: E402
-from profuse.cli import main  # noqa: E402
+import profuse
+from profuse.analysis.fusion import fusion_candidates
+from profuse.cli import main
 
 
 def run_json(argv):
@@ -86,5 +86,5 @@ def test_a_fix_that_changes_numerics_fails_loudly(tmp_path, monkeypatch):
 
     monkeypatch.setitem(verify.EXACT_SWAPS, "RMSNorm", ("a broken swap", broken))
     model = nm.NaiveRMSNorm(64)
-    with pytest.raises(verify.VerificationError, match="a broken swap .* changed the output"):
+    with pytest.raises(verify.VerificationError, match=r"a broken swap .* changed the output"):
         profuse.advise(model, (torch.randn(4, 32, 64),), verify=True, steps=3, out=tmp_path)

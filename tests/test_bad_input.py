@@ -5,9 +5,8 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
-
 from conftest import trace_path
+
 from profuse.cli import main
 
 SMALL = "a100_event_sync.json.gz"

@@ -6,9 +6,9 @@ import shutil
 import stat
 
 import duckdb
+from conftest import trace_path
 
 import profuse
-from conftest import trace_path
 
 SMALL = "a100_event_sync.json.gz"
 

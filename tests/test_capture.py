@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import profuse  # noqa: E402
-from profuse.capture import is_bundle, read_meta  # noqa: E402
-from profuse.cli import main  # noqa: E402
+import profuse
+from profuse.capture import is_bundle, read_meta
+from profuse.cli import main
 
 
 @pytest.mark.parametrize("kwargs,field", [
@@ -78,11 +78,10 @@ def test_exporter_is_an_on_trace_ready_callback(tmp_path, capsys):
 def test_keyboard_interrupt_leaves_no_complete_bundle(tmp_path):
     m, x = model_and_input()
     cfg = profuse.ProfileConfig(out=tmp_path / "k", warmup=0, steps=5)
-    with pytest.raises(KeyboardInterrupt):
-        with profuse.profile(cfg) as p:
-            m(x)
-            p.step()
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), profuse.profile(cfg) as p:
+        m(x)
+        p.step()
+        raise KeyboardInterrupt
     assert not (tmp_path / "k").exists()
     assert list(tmp_path.iterdir()) == [], "no temporary folder left behind either"
 
@@ -90,11 +89,10 @@ def test_keyboard_interrupt_leaves_no_complete_bundle(tmp_path):
 def test_error_in_block_leaves_a_failed_bundle(tmp_path):
     m, x = model_and_input()
     cfg = profuse.ProfileConfig(out=tmp_path / "f", warmup=0, steps=5)
-    with pytest.raises(ZeroDivisionError):
-        with profuse.profile(cfg) as p:
-            m(x)
-            p.step()
-            1 / 0
+    with pytest.raises(ZeroDivisionError), profuse.profile(cfg) as p:
+        m(x)
+        p.step()
+        1 / 0
     meta = read_meta(tmp_path / "f")
     assert meta["status"] == "failed" and "ZeroDivisionError" in meta["error"]
 

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from profuse.cli import main  # noqa: E402
+from profuse.cli import main
 
 
 def test_op_table_matches_key_averages(tmp_path, capsys):

@@ -11,8 +11,8 @@ import json
 from collections import defaultdict
 
 import pytest
-
 from conftest import trace_path
+
 from profuse.cli import main
 
 CUDA_TRACES = ["a100_alexnet.json.gz", "a100_event_sync.json.gz", "a100_event_sync_multistream.json.gz",

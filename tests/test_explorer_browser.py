@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-
-import profuse
 from conftest import REPO, trace_path
 from explorer_util import running
+
+import profuse
 from profuse.cli import main
 
 CHROMIUM = "/usr/bin/chromium"

@@ -6,10 +6,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-
-import profuse
 from conftest import trace_path
 from explorer_util import running
+
+import profuse
 
 
 def status(url: str) -> int:

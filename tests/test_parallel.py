@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import trace_path
 
 import profuse
-from conftest import trace_path
 from profuse.trace import _parallel
 
 Q = ("SELECT id, kind, name, ts, dur, pid, tid, parent, depth, op, module, launch, link, unlinked, self_cpu, "

@@ -5,6 +5,7 @@ import io
 import json
 
 from conftest import trace_path
+
 from profuse.cli import main
 
 Q = "SELECT kind, count(*) AS n FROM events GROUP BY kind ORDER BY kind"

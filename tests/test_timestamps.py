@@ -4,8 +4,9 @@ from __future__ import annotations
 import gzip
 import json
 
-import profuse
 from conftest import trace_path
+
+import profuse
 
 
 def test_ns_resolution_text_is_exact():

@@ -7,8 +7,18 @@ from .errors import ProfuseError, TraceError, UserError
 from .trace import Trace, load
 
 __version__ = "0.1.0"
-__all__ = ["ProfileConfig", "Exporter", "ProfuseError", "Trace", "TraceError", "UserError",
-           "advise", "load", "profile", "__version__"]
+__all__ = [
+    "Exporter",
+    "ProfileConfig",
+    "ProfuseError",
+    "Trace",
+    "TraceError",
+    "UserError",
+    "__version__",
+    "advise",
+    "load",
+    "profile",
+]
 
 _CAPTURE = {"ProfileConfig", "Exporter", "profile"}
 

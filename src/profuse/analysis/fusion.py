@@ -172,7 +172,7 @@ def chains(inst: ScopeInstance, cpu: bool) -> list[list[Unit]]:
         if not _work(u, cpu):
             continue
         prev = next((v for v in reversed(run) if v.kind == "op"), None)
-        if run and (run[-1].kind == "scope" and u.kind == "scope" or prev is not None and not _flows_into(prev, u)):
+        if run and ((run[-1].kind == "scope" and u.kind == "scope") or (prev is not None and not _flows_into(prev, u))):
             close()
         run.append(u)
     close()
@@ -213,7 +213,7 @@ def _swiglu(inst: ScopeInstance) -> list[list[Unit]]:
             if w.kind == "op" and base(w.name) == "mul":
                 found.append([u, w])
                 break
-            if w.kind == "op" and op_class(w.name) != "matmul" or w.kind == "scope" and w.cls != "scope":
+            if (w.kind == "op" and op_class(w.name) != "matmul") or (w.kind == "scope" and w.cls != "scope"):
                 break
     return found
 

@@ -71,7 +71,7 @@ def _torch_pointwise() -> frozenset[str]:
                 if torch.Tag.pointwise in getattr(packet, ov).tags:
                     out.add(name)
                     break
-        except Exception:  # noqa: BLE001 - some packets cannot be introspected; the table covers them
+        except Exception:
             continue
     return frozenset(out)
 

@@ -98,6 +98,6 @@ def peaks(device: str = "cpu", *, refresh: bool = False) -> dict[str, Any]:
         from .._io import atomic_write
 
         atomic_write(path, json.dumps(cached, indent=2))
-    except Exception:  # noqa: BLE001 - a cache that cannot be written only costs a re-measure
+    except Exception:
         pass
     return dict(result, cached=False)

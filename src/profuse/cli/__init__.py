@@ -13,7 +13,7 @@ COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": di
 EPILOG = """examples:
   profuse report trace.json.gz                  the op table with device time per op
   profuse report trace.json.gz --group-by module --top 20
-  profuse sql trace.json.gz "SELECT name, sum(dur)/1e3 AS us FROM events WHERE kind='kernel' GROUP BY 1 ORDER BY 2 DESC LIMIT 5"
+  profuse sql trace.json.gz "SELECT name, sum(dur)/1e3 AS us FROM events WHERE kind='kernel' GROUP BY 1"
   profuse run --out prof -- python my_script.py --batch 8
   profuse study rmsnorm
 """
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"profuse {__version__}")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, mod in COMMANDS.items():
+    for mod in COMMANDS.values():
         mod.add_parser(subs)
     return parser
 

@@ -7,6 +7,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
+from ..report.console import make_console as console  # noqa: F401 - re-exported for subcommands
 from ..trace import Trace, load
 
 
@@ -46,5 +47,3 @@ def load_trace(path: str, args: argparse.Namespace) -> Trace:
     finally:
         bar.close()
 
-
-from ..report.console import make_console as console  # noqa: E402,F401 - re-exported for subcommands

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import argparse
 
+from .._io import atomic_write
 from ..analysis import GROUPS, SORT_KEYS, op_table, summarize
 from ..analysis.advice import advise_trace
+from ..errors import UserError
 from ..report.console import print_advice, print_report
 from ..report.json_report import render_json
-from .._io import atomic_write
-from ..errors import UserError
 from ._common import add_load_args, console, load_trace
 
 HELP = """examples:

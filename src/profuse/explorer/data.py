@@ -14,8 +14,8 @@ from ..analysis.scopes import scope_instances
 from ..trace import Trace
 
 DEVICE = "('kernel', 'memcpy', 'memset', 'gpu_annotation', 'device_other')"
-COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|broadcast|sendrecv", re.I)
-SECRET_KEYS = re.compile(r"token|secret|password|passwd|key|auth|cred|env|cookie", re.I)
+COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|broadcast|sendrecv", re.IGNORECASE)
+SECRET_KEYS = re.compile(r"token|secret|password|passwd|key|auth|cred|env|cookie", re.IGNORECASE)
 
 
 class Interner:
@@ -82,7 +82,7 @@ def lanes(trace: Trace) -> list[dict[str, Any]]:
         if lk == 3:
             label = f"{trace.device_label} {a} · stream {b}"
         else:
-            pid, tid, tname = threads.get(a, ("?", "?", None))
+            _pid, tid, tname = threads.get(a, ("?", "?", None))
             label = f"{tname or 'thread ' + str(tid)} · {names[lk]}"
         out.append({"lane": lane, "kind": names[lk], "label": label, "events": n, "rows": rows})
     return out
@@ -134,7 +134,7 @@ def event(trace: Trace, eid: int) -> dict[str, Any] | None:
                            FROM events e JOIN tl t USING (id) WHERE e.id = ?""", [eid]).fetchall()
     if not found:
         return None
-    (i, kind, name, ts, dur, thread, launch, op, module, link, unlinked, sdev, tdev, parent), = found
+    (i, kind, name, ts, dur, _thread, launch, op, module, link, unlinked, sdev, tdev, parent), = found
     out: dict[str, Any] = {"id": i, "kind": kind, "name": name, "ts": ts, "dur": dur, "self_device_us": sdev,
                            "device_total_us": tdev, "link": link, "unlinked": unlinked}
     if kind in ("cpu_op", "annotation", "python"):

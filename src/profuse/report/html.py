@@ -12,8 +12,8 @@ STATIC = Path(__file__).resolve().parent.parent / "explorer" / "static"
 ORDER = ("dom.js", "api.js", "timeline.js", "views.js", "app.js")
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
        "base-uri 'none'; form-action 'none'")
-_IMPORT = re.compile(r"^import .*?;\s*$", re.M)
-_EXPORT = re.compile(r"^export (?=(async )?(function|class|const|let))", re.M)
+_IMPORT = re.compile(r"^import .*?;\s*$", re.MULTILINE)
+_EXPORT = re.compile(r"^export (?=(async )?(function|class|const|let))", re.MULTILINE)
 
 
 def bundle_js() -> str:

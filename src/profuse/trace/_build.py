@@ -117,7 +117,8 @@ def add_chunk(
     keep = ~bad
     if bad.any():
         first = int(np.argmax(bad))
-        what = "has no ts" if np.isnan(ts[first]) else "has no dur" if np.isnan(dur[first]) else f"has a negative dur ({dur[first]:g})"
+        what = ("has no ts" if np.isnan(ts[first]) else "has no dur" if np.isnan(dur[first])
+                else f"has a negative dur ({dur[first]:g})")
         if not lenient:
             e = xs[first]
             raise TraceError(path, f"event #{base + x_idx[first]} ({e.name!r}) {what} (use --lenient to skip such events)")

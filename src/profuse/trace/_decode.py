@@ -23,7 +23,7 @@ from ..errors import TraceError
 
 CHUNK_BYTES = 16 << 20
 _EVENT_GAP = re.compile(rb",\s*\n\s*\{")
-_MSGSPEC_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$\[(?P<idx>\d+)\](?P<rest>[^`]*)`)?$", re.S)
+_MSGSPEC_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$\[(?P<idx>\d+)\](?P<rest>[^`]*)`)?$", re.DOTALL)
 
 
 class Args(Struct, gc=False, frozen=True):

@@ -6,10 +6,10 @@ Files are built under a temporary name and renamed into place, so a reader never
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
-import atexit
 import threading
 import weakref
 from dataclasses import dataclass

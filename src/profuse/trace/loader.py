@@ -14,11 +14,19 @@ import numpy as np
 
 from ..errors import TraceError
 from . import _decode
-from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key, add_chunk, kinds_of
+from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, add_chunk, kinds_of, thread_key
 from ._parallel import decode_parallel, worker_count
 from .cache import CacheWriter, cache_slot, fingerprint
-from .correlate import (LINK_HOW, UNLINKED, Flows, attribute, link_device_events, nearest_ancestor, nesting,
-                        unmatched_flows)
+from .correlate import (
+    LINK_HOW,
+    UNLINKED,
+    Flows,
+    attribute,
+    link_device_events,
+    nearest_ancestor,
+    nesting,
+    unmatched_flows,
+)
 from .schema import DDL, DEVICE_KINDS, GRAPH_LAUNCHES, KINDS, SCHEMA_VERSION, K, codes
 from .trace import Trace
 
@@ -192,7 +200,8 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     insert = f"""
         INSERT INTO events SELECT f.id, k.v, c.v, nm.v, f.ts, f.dur, t.pid, t.tid, f.thread,
             {nul('device')}, {nul('stream')}, {nul('correlation')}, {nul('external_id')}, {nul('parent')},
-            {nul('depth')}, {nul('op')}, {nul('module')}, {nul('scope')}, {nul('parent_op')}, {nul('launch')}, h.v, w.v, f.self_cpu, f.self_device,
+            {nul('depth')}, {nul('op')}, {nul('module')}, {nul('scope')}, {nul('parent_op')}, {nul('launch')},
+            h.v, w.v, f.self_cpu, f.self_device,
             f.device_total, f.kernels, f.kernels_total, {nul('seq')}, {nul('python_id')},
             {nul('python_parent_id')}, {nul('bytes')}, CASE WHEN isnan(f.flops) THEN NULL ELSE f.flops END
         FROM _frame f JOIN _kinds k ON k.i = f.kind JOIN _cats c ON c.i = f.cat JOIN _names nm ON nm.i = f.name
@@ -318,7 +327,7 @@ def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, flows) -
         "path": path,
         "device_kind": device_kind,
         "device_name": device_name,
-        "events": int(len(ts)),
+        "events": len(ts),
         "span_us": span / 1000,
         "kinds": {str(k): int(c) for k, c in zip(kinds, counts)},
         "other_phases": cols.phase_counts,

@@ -32,7 +32,7 @@ CATEGORY_KIND: dict[str, str] = {
 MTIA_DEVICE_KIND = {"dma_request": "memcpy", "pe_exe": "kernel", "merge": "kernel", "remote": "kernel"}
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "sync", "other")
-KINDS = HOST_KINDS + ("kernel", "memcpy", "memset", "gpu_annotation", "device_other")
+KINDS = (*HOST_KINDS, "kernel", "memcpy", "memset", "gpu_annotation", "device_other")
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "device_other")
 # Device events whose time counts as device time of the op that launched them.
 DEVICE_TIME_KINDS = ("kernel", "memcpy", "memset")
