@@ -86,7 +86,7 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
-        meta = {"schema": "profuse.bundle/1", "status": status, "config": config,
+        meta: dict[str, Any] = {"schema": "profuse.bundle/1", "status": status, "config": config,
                 "profuse": _version(), "python": sys.version.split()[0], "host": socket.gethostname(),
                 "command": sys.argv, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         meta["device"] = device_info()
@@ -138,9 +138,8 @@ def _copy_inductor_code(work: Path) -> None:
     if mods is None:
         return
     cache = getattr(mods, "PyCodeCache", None)
-    files = {getattr(m, "__file__", None) for m in getattr(cache, "modules", [])} if cache else set()
-    files |= {getattr(m, "__file__", None) for m in getattr(cache, "modules_no_attr", {}).values()} if cache else set()
-    files = {f for f in files if f and os.path.isfile(f)}
+    mods_ = list(getattr(cache, "modules", [])) + list(getattr(cache, "modules_no_attr", {}).values())
+    files: set[str] = {f for f in (getattr(m, "__file__", None) for m in mods_) if f and os.path.isfile(f)}
     if not files:
         return
     dest = work / "artifacts" / "inductor"

@@ -54,7 +54,7 @@ class ProfileConfig:
     trace (0 = no cap); events past the cap are dropped and counted in the bundle's meta.json.
     """
 
-    streams: tuple[str, ...] = DEFAULT_STREAMS
+    streams: tuple[str, ...] | str = DEFAULT_STREAMS  # a tuple, or "ops,device" as one string
     devices: str = "auto"
     out: str | Path = "profuse-out"
     warmup: int = 1
@@ -86,7 +86,8 @@ class ProfileConfig:
         """The devices to record, checked against what torch sees here."""
         have = available_device_types()
         if self.devices == "auto":
-            return {"cpu": None} | {t: None for t in have if t != "cpu"}
+            auto: dict[str, tuple[int, ...] | None] = {t: None for t in have}
+            return auto
         wanted = parse_devices(self.devices)
         for dtype, ids in wanted.items():
             if dtype not in have:

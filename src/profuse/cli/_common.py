@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import time
 
 from rich.console import Console
@@ -21,7 +22,9 @@ class _LazyBar:
     """A progress bar that appears only once a load has taken more than a second."""
 
     def __init__(self, label: str) -> None:
-        self.label, self.start, self.bar, self.task = label, time.monotonic(), None, None
+        self.label, self.start = label, time.monotonic()
+        self.bar: Progress | None = None
+        self.task: Any = None
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:

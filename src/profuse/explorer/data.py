@@ -178,7 +178,7 @@ def _chain(trace: Trace, eid: int | None, kinds: tuple[str, ...]) -> list[dict[s
 
 
 def _modules(trace: Trace, sid: int | None) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     while sid is not None and len(out) < 100:
         r = trace.con.execute("SELECT id, name, parent, kind FROM scopes WHERE id = ?", [sid]).fetchall()
         if not r:

@@ -62,7 +62,7 @@ def op_table_renderable(table: OpTable, top: int | None) -> Table:
     for col in ("Calls", "Self CPU", "CPU total", f"Self {dev}", f"{dev} total", f"{dev} %", f"Avg {dev}", "Kernels"):
         t.add_column(col, justify="right")
     for r in table.rows[:top] if top else table.rows:
-        cells = [Text(r.name)]  # Text(): names from traces are never parsed as markup
+        cells: list[Text | str] = [Text(r.name)]  # Text(): names from traces are never parsed as markup
         if table.group_by == "shape":
             cells.append(Text(r.shape or ""))
         cells += [f"{r.calls:,}", fmt_us(r.self_cpu_us), fmt_us(r.cpu_total_us), fmt_us(r.self_device_us),
@@ -91,17 +91,17 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
     if advice.fusion_candidates:
         console.print(_section("Fusion candidates"))
         t = Table(show_edge=False, header_style="bold", pad_edge=False)
-        for c in ("Pattern", "Scope", "Calls", "Kernels/call", f"{device} time", "Bytes now -> fused",
+        for col in ("Pattern", "Scope", "Calls", "Kernels/call", f"{device} time", "Bytes now -> fused",
                   "Predicted saving", "Confidence"):
-            t.add_column(c, justify="left" if c in ("Pattern", "Scope", "Confidence") else "right",
+            t.add_column(col, justify="left" if col in ("Pattern", "Scope", "Confidence") else "right",
                          overflow="fold", max_width=44)
-        for c in advice.fusion_candidates[:top]:
-            t.add_row(Text(c.pattern), Text(c.scope), str(c.instances), f"{c.kernels_per_instance:g}",
-                      fmt_us(c.device_us), f"{c.bytes_now / 1e6:.1f} -> {c.bytes_fused / 1e6:.1f} MB",
-                      fmt_us(c.predicted_saving_us), c.confidence)
+        for cand in advice.fusion_candidates[:top]:
+            t.add_row(Text(cand.pattern), Text(cand.scope), str(cand.instances), f"{cand.kernels_per_instance:g}",
+                      fmt_us(cand.device_us), f"{cand.bytes_now / 1e6:.1f} -> {cand.bytes_fused / 1e6:.1f} MB",
+                      fmt_us(cand.predicted_saving_us), cand.confidence)
         console.print(t)
-        for c in advice.fusion_candidates[:3]:
-            console.print(Text(f"  {c.pattern} in {c.scope}: {c.recommendation}", style="cyan"))
+        for cand in advice.fusion_candidates[:3]:
+            console.print(Text(f"  {cand.pattern} in {cand.scope}: {cand.recommendation}", style="cyan"))
     bound = [i for i in advice.interruptions if i.launch_bound]
     if advice.interruptions:
         console.print(_section("Interruptions (device idle between a scope's kernels)"))
@@ -136,11 +136,11 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
         src = advice.peaks.source if advice.peaks else ""
         console.print(_section(f"Roofline ({src})"))
         t = Table(show_edge=False, header_style="bold", pad_edge=False)
-        for c in ("Op", "Calls", "Time", "GFLOP", "MB", "FLOP/byte", "Bound", "% of roofline"):
-            t.add_column(c, justify="left" if c in ("Op", "Bound") else "right", overflow="fold", max_width=44)
-        for r in advice.roofline[:top]:
-            t.add_row(Text(r.name), str(r.calls), fmt_us(r.time_us), f"{r.gflop:.3f}", f"{r.mbytes:.1f}",
-                      f"{r.intensity:.2f}", r.bound, f"{r.pct_of_roofline:.0f}%")
+        for col in ("Op", "Calls", "Time", "GFLOP", "MB", "FLOP/byte", "Bound", "% of roofline"):
+            t.add_column(col, justify="left" if col in ("Op", "Bound") else "right", overflow="fold", max_width=44)
+        for row in advice.roofline[:top]:
+            t.add_row(Text(row.name), str(row.calls), fmt_us(row.time_us), f"{row.gflop:.3f}", f"{row.mbytes:.1f}",
+                      f"{row.intensity:.2f}", row.bound, f"{row.pct_of_roofline:.0f}%")
         console.print(t)
     if advice.hotspots:
         console.print(_section("Hotspots"))

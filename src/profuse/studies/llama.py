@@ -61,7 +61,7 @@ def build_model(size: str = "tiny", seed: int = 0) -> tuple[Any, Any, dict[str, 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    spec = dict(SIZES[size])
+    spec: dict[str, Any] = dict(SIZES[size])
     seq, _ = spec.pop("seq"), spec.pop("new_tokens")
     torch.manual_seed(seed)
     cfg = LlamaConfig(max_position_embeddings=max(256, 2 * seq), **spec)

@@ -147,9 +147,9 @@ def add_chunk(
     cols.add("stream", int_column(stream, n, "stream", where))
     cols.add("flops", _float_column(list(map(_get_flops, args))))
     dims, grids = list(map(_get_dims, args)), list(map(_get_grid, args))
-    for j in [j for j, (d, g) in enumerate(zip(dims, grids)) if d or g]:
-        a = args[j]
-        cols.shapes.append((cols.n + j, raw_text(a.input_dims), raw_text(a.input_type),
+    for k in [k for k, (d, g) in enumerate(zip(dims, grids)) if d or g]:
+        a = args[k]
+        cols.shapes.append((cols.n + k, raw_text(a.input_dims), raw_text(a.input_type),
                             raw_text(a.grid), raw_text(a.block)))
     cols.n += n
 
@@ -185,7 +185,7 @@ FLOW_PHASES = ("s", "f", "t")
 
 def kinds_of(cols: Columns, name_list: np.ndarray, name_id: np.ndarray, cat_ids: np.ndarray) -> np.ndarray:
     """The kind code (index into schema.KINDS) of each event, from its category and, for MTIA, name."""
-    cat_list = [None] * len(cols.cats)
+    cat_list: list[str | None] = [None] * len(cols.cats)
     for c, i in cols.cats.items():
         cat_list[i] = c
     cat_kind = np.array([KINDS.index(CATEGORY_KIND.get((c or "").lower(), "other")) for c in cat_list] or [0],

@@ -185,7 +185,7 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     _lookup_table(con, "_kinds", np.array(KINDS, dtype=object))
     _lookup_table(con, "_how", np.array(LINK_HOW, dtype=object))
     _lookup_table(con, "_why", np.array(UNLINKED, dtype=object))
-    frame = {
+    frame: dict[str, np.ndarray] = {
         "id": np.arange(n, dtype=np.int64), "kind": kind.astype(np.int32), "cat": cat_id, "name": name_id,
         "ts": ts, "dur": dur, "thread": thread.astype(np.int32),
         "device": np.where(is_device_evt, device, -1), "stream": np.where(is_device_evt, stream, -1),
@@ -229,6 +229,12 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     _insert_rows(con, "meta", [(k, json.dumps(v)) for k, v in meta.items()], 2)
 
 
+def _module_class(label: str) -> str:
+    """'nn.Module: LlamaRMSNorm_0' -> 'LlamaRMSNorm'."""
+    m = _MODULE.match(label)
+    return m.group("cls") if m else label
+
+
 def _lookup_table(con, name: str, values: np.ndarray) -> None:
     con.register(name, {"i": np.arange(len(values), dtype=np.int32), "v": values})
 
@@ -266,7 +272,7 @@ def _write_side_tables(con, cols, kind, names, parent, is_module, ts, dur, threa
     if scope_ids.size:
         labels = names[scope_ids]
         scope_kind = np.where(is_module[scope_ids], "module", "annotation")
-        clean = [(_MODULE.match(s).group("cls") if k == "module" else s) for s, k in zip(labels, scope_kind)]
+        clean = [(_module_class(s) if k == "module" else s) for s, k in zip(labels, scope_kind)]
         is_scope = is_module | (kind == K["annotation"])
         scope_parent = nearest_ancestor(parent, is_scope, include_self=False)[scope_ids]
         con.register("_scopes", {
@@ -319,8 +325,8 @@ def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, flows) -
     span = int((ts + dur).max() - ts.min()) if len(ts) else 0
     codes_u, counts_u = np.unique(unlinked[unlinked > 0], return_counts=True)
     reasons = {UNLINKED[c]: int(k) for c, k in zip(codes_u, counts_u)}
-    codes_, counts = np.unique(kind, return_counts=True) if len(kind) else ([], [])
-    kinds = [KINDS[c] for c in codes_]
+    codes_, counts = np.unique(kind, return_counts=True)
+    kinds = [KINDS[c] for c in codes_.tolist()]
     return {
         "schema_version": SCHEMA_VERSION,
         "source": fp,
