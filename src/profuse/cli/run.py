@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         print_report(con, summarize(trace), op_table(trace), args.top)
     err.print(f"profuse: bundle {result.bundle} ({result.status}, {result.steps_recorded} step(s) recorded, "
               f"{result.forwards} forward call(s) seen)", markup=False)
-    err.print(f"profuse: explore it with: profuse report {result.bundle} --group-by module", markup=False)
+    err.print(f"profuse: explore it with: profuse explore {result.bundle}   (or: profuse report {result.bundle})",
+              markup=False)
     return result.exit_code
 
 

@@ -34,8 +34,10 @@ def print_study(console: Console, r: StudyResult) -> None:
                            "(a busy machine?); rerun for steadier figures", style="yellow"))
     first = r.variants[0].bundle
     console.print(Text("\nExplore the result:", style="bold"))
-    console.print(Text(f"  profuse report {first}              the op table of one variant"))
-    console.print(Text(f"  profuse report {first} --group-by kernel"))
+    last = r.variants[-1].bundle
+    console.print(Text(f"  profuse explore {first} {last}    timelines and the diff of the two in the browser"))
+    console.print(Text(f"  profuse report {first}              the op table and advice of one variant"))
+    console.print(Text(f"  profuse diff {first} {last}"))
     console.print(Text(f"  summary JSON: {r.out}/study.json"))
 
 
