@@ -8,7 +8,7 @@ from typing import Any
 
 from ..analysis import op_table, summarize
 from ..analysis.advice import advise_trace
-from ..analysis.compiled import compiled_regions
+from ..analysis.compiled import compiled_regions, source_ops
 from ..analysis.diff import diff
 from ..analysis.scopes import scope_instances
 from ..trace import Trace
@@ -274,7 +274,8 @@ def compiled(trace: Trace) -> dict[str, Any]:
         for f in sorted(folder.glob("*.py"))[:20]:
             code[f.name] = f.read_text(errors="replace")[:200_000]
     return {"regions": [asdict(r) for r in s.regions], "graph_breaks": s.graph_breaks,
-            "eager_between": s.eager_between, "generated_kernels": s.generated_kernels, "code": code}
+            "eager_between": s.eager_between, "code": code,
+            "generated_kernels": [{"name": k, "fused_ops": source_ops(k)} for k in s.generated_kernels]}
 
 
 def compare(a: Trace, b: Trace) -> dict[str, Any]:

@@ -105,10 +105,14 @@ export async function compiled(main, st) {
   if (!d || !d.regions.length) return main.append(el("p", { class: "muted" }, "no torch.compile regions in this trace"));
   main.append(el("p", {}, `graph breaks: ${d.graph_breaks}`));
   for (const r of d.regions) {
-    main.append(el("h2", {}, `${r.name} — ${r.calls} call(s), ${fmtUs(r.device_us)}`),
-      table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
+    main.append(el("h2", {}, `${r.name} — ${r.calls} call(s), ${fmtUs(r.device_us)}`));
+    if (r.kernels.length) main.append(table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
         { key: "device_us", label: "Time", fmt: fmtUs }, { key: "fused_ops", label: "Fuses", name: true, fmt: v => v.join(", ") }],
         r.kernels));
+    else if (d.generated_kernels.length) main.append(
+      el("p", { class: "muted" }, "the profiler does not see these kernels one by one here; the bundle saved their code:"),
+      table([{ key: "name", label: "Generated kernel", name: true }, { key: "fused_ops", label: "Fuses", name: true,
+        fmt: v => v.join(", ") }], d.generated_kernels));
     if (r.eager_ops_inside.length) main.append(el("p", { class: "muted" }, "extern, not fused: " + r.eager_ops_inside.join(", ")));
   }
   for (const [name, code] of Object.entries(d.code || {})) main.append(el("h2", {}, name), el("pre", { class: "code" }, code));
