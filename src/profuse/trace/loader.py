@@ -207,11 +207,13 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
         FROM _frame f JOIN _kinds k ON k.i = f.kind JOIN _cats c ON c.i = f.cat JOIN _names nm ON nm.i = f.name
         JOIN threads t ON t.thread = f.thread JOIN _how h ON h.i = f.link JOIN _why w ON w.i = f.unlinked
         ORDER BY f.id"""
-    # In batches, each checkpointed (compressed), so DuckDB's copy never sits uncompressed beside ours.
+    # In batches, checkpointed (compressed) while more follow, so DuckDB's copy of a big trace never
+    # sits uncompressed beside ours; a small trace goes in at once and is compressed by the cache write.
     for lo in range(0, max(n, 1), INSERT_BATCH):
         con.register("_frame", {k: v[lo:lo + INSERT_BATCH] for k, v in frame.items()})
         con.execute(insert)
-        con.execute("CHECKPOINT trace")
+        if lo + INSERT_BATCH < n:
+            con.execute("CHECKPOINT trace")
     del frame
     for t in ("_frame", "_names", "_cats", "_kinds", "_how", "_why"):
         con.unregister(t)
