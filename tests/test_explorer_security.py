@@ -66,3 +66,43 @@ def test_timeline_level_of_detail(base):
     assert any(n > 1 for n in coarse["n"]) and -1 in coarse["id"]
     assert len(coarse["id"]) < 2000
     assert all(i >= 0 for i, n in zip(fine["id"], fine["n"]) if n == 1)
+
+
+def test_reports_drop_secret_looking_metadata(tmp_path):
+    import gzip
+
+    from profuse.cli import main
+
+    doc = json.load(gzip.open(trace_path("a100_event_sync.json.gz")))
+    doc["distributedInfo"] = {"rank": 0, "auth_token": "SECRET-123", "env": {"HF_TOKEN": "SECRET-456"}}
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps(doc))
+    out = tmp_path / "r.html"
+    assert main(["report", str(src), "--format", "html", "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "SECRET-123" not in html and "SECRET-456" not in html
+    assert '"rank":0' in html, "the rest of the metadata stays"
+    assert main(["report", str(src), "--format", "html", "-o", str(out), "--keep-metadata"]) == 0
+    assert "SECRET-123" in out.read_text()
+
+
+def test_explore_stops_cleanly_on_ctrl_c(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PROFUSE_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "profuse", "explore", str(trace_path("a100_event_sync.json.gz")),
+                             "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line
+        url = line.split()[2]
+        assert status(url + "api/runs") == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -139,6 +139,7 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
+    sock.listen(2048)  # connections made as soon as the URL is printed wait for the server
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     config = uvicorn.Config(app, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
@@ -148,6 +149,8 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
         threading.Timer(0.5, lambda: webbrowser.open(url)).start()
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn has shut down; Ctrl-C is how the explorer is meant to stop
     finally:
         sock.close()
 
