@@ -67,3 +67,14 @@ def test_rmsnorm_intermediates_are_what_fusion_avoids_writing(tmp_path):
     assert written["aten::pow"] == 4 * n          # x_sq
     assert written["aten::mean"] == 4 * rows      # mean_sq
     assert "aten::mul" in written and c.intermediate_bytes >= 4 * (n + rows)
+
+
+def test_op_classes_use_torch_tags_beyond_the_shipped_table():
+    from profuse.analysis.opclass import op_class
+
+    # aten::hypot is not in the shipped table; torch tags it pointwise
+    assert op_class("aten::hypot", use_torch=False) == "other"
+    assert op_class("aten::hypot", use_torch=True) == "pointwise"
+    # the table alone classifies the common ops the same way torch does
+    for name in ("aten::add", "aten::mul", "aten::rsqrt", "aten::silu", "aten::erf"):
+        assert op_class(name, use_torch=False) == op_class(name, use_torch=True) == "pointwise"

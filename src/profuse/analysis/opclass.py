@@ -1,12 +1,14 @@
 """What kind of work an op does, and how many bytes it moves, from its name and recorded shapes.
 
 Classes come from a table shipped here (so traces read on a laptop without torch are classified the
-same way); where torch is installed, ops it tags ``pointwise`` that the table lacks are added.
+same way); where torch is in use in the process (capture, advise, studies), ops it tags ``pointwise``
+that the table lacks are added. Reading a trace never imports torch just for this.
 """
 from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -76,7 +78,7 @@ def _torch_pointwise() -> frozenset[str]:
     return frozenset(out)
 
 
-def op_class(name: str, *, use_torch: bool = False) -> str:
+def op_class(name: str, *, use_torch: bool | None = None) -> str:
     """pointwise | reduction | norm | softmax | copy | matmul | attention | view | other."""
     s, b = short(name), base(name)
     for cls, names in (("view", VIEW), ("attention", ATTENTION), ("matmul", MATMUL), ("norm", NORM),
@@ -85,6 +87,8 @@ def op_class(name: str, *, use_torch: bool = False) -> str:
             return cls
     if name.startswith("triton_") or name.startswith("cpp_fused"):
         return "compiled"
+    if use_torch is None:
+        use_torch = "torch" in sys.modules
     if use_torch and b in _torch_pointwise():
         return "pointwise"
     return "other"
