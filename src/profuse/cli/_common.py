@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import time
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn

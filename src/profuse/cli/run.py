@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rich.console import Console
+
 from ..errors import UserError
 from ._common import console
 
@@ -65,7 +67,5 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def console_err():  # type: ignore[no-untyped-def]
-    from rich.console import Console
-
+def console_err() -> Console:
     return Console(stderr=True)

@@ -42,7 +42,7 @@ def _shape(text: str) -> tuple[int, int, int]:
         dims = ()
     if len(dims) != 3 or min(dims) <= 0:
         raise UserError(f"--shape: expected three positive sizes B,S,H (got {text!r})")
-    return dims  # type: ignore[return-value]
+    return dims[0], dims[1], dims[2]
 
 
 def run(args: argparse.Namespace) -> int:
