@@ -6,6 +6,8 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+
 from ..analysis import op_table, summarize
 from ..analysis.advice import advise_trace
 from ..analysis.compiled import compiled_regions, source_ops
@@ -52,15 +54,28 @@ def prepare(trace: Trace) -> None:
             FROM e WHERE lk IS NOT NULL GROUP BY ALL)
         ORDER BY lk = 3, a, lk, b""")
     con.execute("CREATE TEMP TABLE tl_lane_ids AS SELECT row_number() OVER () - 1 AS lane, * FROM tl_lanes")
+    # Rows: ops stack by how many ops enclose them (Python frames between do not add rows); runtime
+    # calls and kernels never nest, so one row each (device annotations get the row below).
+    parent_op = con.execute("SELECT coalesce(parent_op, -1) FROM events ORDER BY id").fetchnumpy()
+    po = next(iter(parent_op.values())).astype(np.int64)
+    level = np.zeros(len(po), dtype=np.int64)
+    cur = po.copy()
+    while (live := cur >= 0).any():
+        level[live] += 1
+        cur[live] = po[cur[live]]
+    con.register("_levels", {"id": np.arange(len(po), dtype=np.int64), "level": level})
     con.execute(f"""
         CREATE TEMP TABLE tl AS
         WITH e AS (
-            SELECT id, name, kind, ts, dur, depth, thread, device, stream,
+            SELECT id, name, kind, ts, dur, thread, device, stream,
+              CASE WHEN kind IN ('cpu_op', 'sync', 'other') THEN lv.level
+                   WHEN kind = 'gpu_annotation' THEN 1 WHEN kind IN {DEVICE} OR kind = 'runtime' THEN 0
+                   ELSE coalesce(depth, 0) END AS depth,
               CASE WHEN kind IN {DEVICE} THEN 3
                    WHEN kind IN ('python', 'annotation') THEN 0
                    WHEN kind IN ('cpu_op', 'sync', 'other') THEN 1
                    WHEN kind = 'runtime' THEN 2 END AS lk
-            FROM events),
+            FROM events JOIN _levels lv USING (id)),
         t0 AS (SELECT min(ts) AS t0 FROM events)
         SELECT e.id, e.name, e.kind, e.ts - t0.t0 AS ts, e.dur, l.lane,
                dense_rank() OVER (PARTITION BY l.lane ORDER BY coalesce(e.depth, 0)) - 1 AS row
@@ -68,6 +83,7 @@ def prepare(trace: Trace) -> None:
              AND l.a = CASE WHEN e.lk = 3 THEN e.device ELSE e.thread END
              AND l.b = CASE WHEN e.lk = 3 THEN e.stream ELSE 0 END
         ORDER BY e.ts""")
+    con.unregister("_levels")
 
 
 def lanes(trace: Trace) -> list[dict[str, Any]]:
