@@ -30,6 +30,7 @@ class StepStats:
     spread_pct: float            # inter-quartile range of per-step time over its median
     op_names: tuple[str, ...]    # distinct top-level op names, in first-seen order
     leaf_names: tuple[str, ...]  # what actually computed (CPU) or kernel names (GPU)
+    per_step_us: tuple[float, ...] = ()  # device time of each step, sorted
 
 
 def _no_work_list() -> str:
@@ -92,5 +93,5 @@ def step_stats(trace: Trace) -> StepStats:
         per_step_us = _per_step((r[2], r[1]) for r in rows)
     return StepStats(steps=int(steps), ops_per_call=len(top) / steps, kernels_per_call=float(kernels),
                      device_us_per_call=statistics.median(per_step_us) if per_step_us else 0.0,
-                     spread_pct=_spread_pct(per_step_us), op_names=op_names,
+                     spread_pct=_spread_pct(per_step_us), op_names=op_names, per_step_us=tuple(per_step_us),
                      leaf_names=tuple(dict.fromkeys(leaf_names)))

@@ -1,11 +1,16 @@
 """The RMSNorm case study: op by op vs ``torch.rms_norm`` vs ``torch.compile``, on any device.
 
-Each variant is warmed up (compilation stays out), profiled into its own bundle, and read back
-through the trace engine, so the figures are what the profiler saw, not a stopwatch around a loop.
+Each variant is warmed up (compilation stays out), profiled, and read back through the trace engine,
+so the figures are what the profiler saw, not a stopwatch around a loop. The calls are profiled in
+three interleaved rounds (op by op, rms_norm, compile, op by op, ...) so that a busy spell on a shared
+machine slows every variant rather than one; per-call figures are medians over all rounds' calls,
+and each variant's bundle holds its last round.
 """
 from __future__ import annotations
 
 import json
+import shutil
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,28 +137,40 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
     }
     peak = peaks(device)
     bw = copy_bandwidth(xd)
+    errors: dict[str, float] = {}
+    with torch.no_grad():
+        for name in VARIANTS:  # first calls (compilation, caches) stay out of every profile
+            if progress:
+                progress(f"warming up {name}")
+            y = fns[name]()
+            for _ in range(2):
+                fns[name]()
+            errors[name] = float((y.double().cpu() - ref).abs().max())
+    # Interleaved rounds: a busy spell on a shared machine then slows every variant, not one.
+    per_step: dict[str, list[float]] = {n: [] for n in VARIANTS}
+    stats: dict[str, StepStats] = {}
+    bundles: dict[str, Path] = {}
+    rounds = max(1, min(ROUNDS, iters // 3))
+    for rnd in range(rounds):
+        n_calls = iters // rounds + (1 if rnd < iters % rounds else 0)
+        for name in VARIANTS:
+            if progress:
+                progress(f"profiling {name} (round {rnd + 1} of {rounds})")
+            target = out / name if rnd == rounds - 1 else out / ".rounds" / f"{name}-{rnd}"
+            bundle = _profile_calls(fns[name], n_calls, target, device)
+            with load(bundle) as trace:
+                st = step_stats(trace)
+            per_step[name] += list(st.per_step_us)
+            stats[name], bundles[name] = st, bundle
+    shutil.rmtree(out / ".rounds", ignore_errors=True)
     results: list[VariantResult] = []
     for name in VARIANTS:
-        if progress:
-            progress(name)
-        fn = fns[name]
-        with torch.no_grad():
-            y = fn()  # first call: compilation and caches stay out of the profile
-            for _ in range(2):
-                fn()
-            err = float((y.double().cpu() - ref).abs().max())
-            cfg = ProfileConfig(out=out / name, warmup=1, steps=iters, devices=device.split(":")[0],
-                                streams=("ops", "device", "runtime", "shapes"))
-            with profile(cfg) as p:
-                for _ in range(iters + 1):
-                    fn()
-                    if device.startswith("cuda"):
-                        torch.cuda.synchronize()
-                    p.step()
-        assert p.bundle is not None
-        with load(p.bundle) as trace:
-            stats = step_stats(trace)
-        results.append(_variant(name, stats, shape, DTYPES[dtype], bw, err, p.bundle))
+        st = stats[name]
+        steps = sorted(per_step[name])
+        merged = StepStats(steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
+                           device_us_per_call=statistics.median(steps), spread_pct=_spread(steps),
+                           op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
+        results.append(_variant(name, merged, shape, DTYPES[dtype], bw, errors[name], bundles[name]))
     base = results[0].device_us_per_call
     for r in results:
         r.speedup_vs_op_by_op = round(base / r.device_us_per_call, 2) if r.device_us_per_call else 0.0
@@ -164,6 +181,32 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
 
     atomic_write(out / "study.json", json.dumps(result.to_json(), indent=2))
     return result
+
+
+ROUNDS = 3
+PROFILE_WARMUP = 3
+
+
+def _profile_calls(fn: Any, calls: int, out: Path, device: str) -> Path:
+    import torch
+
+    # the first calls after a profiler starts run slow (its threads and buffers warming): skip three
+    cfg = ProfileConfig(out=out, warmup=PROFILE_WARMUP, steps=calls, devices=device.split(":")[0],
+                        streams=("ops", "device", "runtime", "shapes"))
+    with torch.no_grad(), profile(cfg) as p:
+        for _ in range(calls + PROFILE_WARMUP):
+            fn()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            p.step()
+    assert p.bundle is not None
+    return p.bundle
+
+
+def _spread(values: list[float]) -> float:
+    from ..analysis.steps import _spread_pct
+
+    return _spread_pct(values)
 
 
 def _variant(name: str, stats: StepStats, shape: tuple[int, int, int], elem: int, bw: float, err: float,
