@@ -141,6 +141,8 @@ def test_run_script_that_raises_keeps_a_failed_bundle(tmp_path, capsys):
     assert "RuntimeError: boom" in capsys.readouterr().err
     meta = read_meta(tmp_path / "b")
     assert meta["status"] == "failed" and "boom" in meta["run"]["error"]
+    assert main(["report", str(tmp_path / "b")]) == 0
+    assert "This bundle's capture failed: RuntimeError: boom" in capsys.readouterr().out
 
 
 def test_run_without_a_module_profiles_the_whole_run(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """Trace-level totals: device time, how many device events were linked to ops, and why not."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ..trace import Trace
@@ -24,6 +25,8 @@ class Summary:
     skipped: dict[str, int] = field(default_factory=dict)
     unmatched_flows: int = 0
     from_cache: bool = False
+    bundle_status: str | None = None   # a profuse bundle's status (complete / failed), else None
+    bundle_error: str | None = None
 
 
 def summarize(trace: Trace) -> Summary:
@@ -34,4 +37,16 @@ def summarize(trace: Trace) -> Summary:
                    events=int(m["events"]), span_us=float(m["span_us"]), device_us=total_device_us(trace),
                    kernels=int(kernels), kernels_linked=int(linked), unlinked=dict(m.get("unlinked") or {}),
                    skipped=dict(m.get("skipped") or {}), unmatched_flows=int(m.get("unmatched_flows") or 0),
-                   from_cache=trace.from_cache)
+                   from_cache=trace.from_cache, **_bundle_status(trace))
+
+
+def _bundle_status(trace: Trace) -> dict[str, str | None]:
+    """A bundle's meta.json says whether the capture completed; plain traces have none."""
+    try:
+        meta = json.loads((trace.path.parent / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(meta, dict) or meta.get("schema") != "profuse.bundle/1":
+        return {}
+    run = meta.get("run") or {}
+    return {"bundle_status": meta.get("status"), "bundle_error": meta.get("error") or run.get("error")}
