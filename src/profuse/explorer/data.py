@@ -39,21 +39,6 @@ def prepare(trace: Trace) -> None:
     con = trace.con
     if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'tl' AND temporary").fetchall()[0][0]:
         return
-    con.execute(f"""
-        CREATE TEMP TABLE tl_lanes AS
-        WITH e AS (
-            SELECT id, thread, kind, depth, device, stream,
-              CASE WHEN kind IN {DEVICE} THEN 3
-                   WHEN kind IN ('python', 'annotation') THEN 0
-                   WHEN kind IN ('cpu_op', 'sync', 'other') THEN 1
-                   WHEN kind = 'runtime' THEN 2 END AS lk
-            FROM events)
-        SELECT * FROM (
-            SELECT lk, CASE WHEN lk = 3 THEN device ELSE thread END AS a,
-                   CASE WHEN lk = 3 THEN stream ELSE 0 END AS b, count(*) AS n
-            FROM e WHERE lk IS NOT NULL GROUP BY ALL)
-        ORDER BY lk = 3, a, lk, b""")
-    con.execute("CREATE TEMP TABLE tl_lane_ids AS SELECT row_number() OVER () - 1 AS lane, * FROM tl_lanes")
     # Rows: ops stack by how many ops enclose them (Python frames between do not add rows); runtime
     # calls and kernels never nest, so one row each (device annotations get the row below).
     parent_op = con.execute("SELECT coalesce(parent_op, -1) FROM events ORDER BY id").fetchnumpy()
@@ -64,8 +49,10 @@ def prepare(trace: Trace) -> None:
         level[live] += 1
         cur[live] = po[cur[live]]
     con.register("_levels", {"id": np.arange(len(po), dtype=np.int64), "level": level})
+    # each drawable event once, with its lane key (lk: 0 scopes, 1 ops, 2 runtime, 3 device stream;
+    # a, b: thread or device and stream) and its depth within the lane
     con.execute(f"""
-        CREATE TEMP TABLE tl AS
+        CREATE TEMP TABLE tl_e AS
         WITH e AS (
             SELECT id, name, kind, ts, dur, thread, device, stream,
               CASE WHEN kind IN ('cpu_op', 'sync', 'other') THEN lv.level
@@ -75,14 +62,21 @@ def prepare(trace: Trace) -> None:
                    WHEN kind IN ('python', 'annotation') THEN 0
                    WHEN kind IN ('cpu_op', 'sync', 'other') THEN 1
                    WHEN kind = 'runtime' THEN 2 END AS lk
-            FROM events JOIN _levels lv USING (id)),
-        t0 AS (SELECT min(ts) AS t0 FROM events)
-        SELECT e.id, e.name, e.kind, e.ts - t0.t0 AS ts, e.dur, l.lane,
-               dense_rank() OVER (PARTITION BY l.lane ORDER BY coalesce(e.depth, 0)) - 1 AS row
-        FROM e, t0 JOIN tl_lane_ids l ON l.lk = e.lk
-             AND l.a = CASE WHEN e.lk = 3 THEN e.device ELSE e.thread END
-             AND l.b = CASE WHEN e.lk = 3 THEN e.stream ELSE 0 END
+            FROM events JOIN _levels lv USING (id))
+        SELECT id, name, kind, ts, dur, depth, lk,
+               CASE WHEN lk = 3 THEN device ELSE thread END AS a, CASE WHEN lk = 3 THEN stream ELSE 0 END AS b
+        FROM e WHERE lk IS NOT NULL""")
+    con.execute("""
+        CREATE TEMP TABLE tl_lane_ids AS
+        SELECT row_number() OVER (ORDER BY lk = 3, a, lk, b) - 1 AS lane, lk, a, b, n
+        FROM (SELECT lk, a, b, count(*) AS n FROM tl_e GROUP BY ALL)""")
+    con.execute("""
+        CREATE TEMP TABLE tl AS
+        SELECT e.id, e.name, e.kind, e.ts - (SELECT min(ts) FROM events) AS ts, e.dur, l.lane,
+               dense_rank() OVER (PARTITION BY l.lane ORDER BY e.depth) - 1 AS row
+        FROM tl_e e JOIN tl_lane_ids l USING (lk, a, b)
         ORDER BY e.ts""")
+    con.execute("DROP TABLE tl_e")
     con.unregister("_levels")
 
 
