@@ -45,7 +45,7 @@ def _per_step(pairs: Iterable[tuple[int, int]]) -> list[float]:
     return sorted(v / 1000 for v in per.values())
 
 
-def _spread_pct(values: list[float]) -> float:
+def spread_pct(values: list[float]) -> float:
     """Inter-quartile range over the median, in %: how steady the steps were."""
     if len(values) < 4:
         return 0.0
@@ -93,5 +93,5 @@ def step_stats(trace: Trace) -> StepStats:
         per_step_us = _per_step((r[2], r[1]) for r in rows)
     return StepStats(steps=int(steps), ops_per_call=len(top) / steps, kernels_per_call=float(kernels),
                      device_us_per_call=statistics.median(per_step_us) if per_step_us else 0.0,
-                     spread_pct=_spread_pct(per_step_us), op_names=op_names, per_step_us=tuple(per_step_us),
+                     spread_pct=spread_pct(per_step_us), op_names=op_names, per_step_us=tuple(per_step_us),
                      leaf_names=tuple(dict.fromkeys(leaf_names)))

@@ -184,27 +184,19 @@ def _watch(model: Any, classes: set[str]) -> list[Any]:
 
 def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes: set[str]) -> Timing:
     """Profile ``model(*inputs)`` for ``steps`` steps: time per step and per watched module class."""
-    import torch
-
-    from ..capture import ProfileConfig, profile
+    from ..capture import ProfileConfig, profile_calls
     from ..trace import load
     from .scopes import scope_instances
     from .steps import step_stats
 
-    cfg = ProfileConfig(out=out, warmup=2, steps=steps, streams="ops,device,runtime")
     handles = _watch(model, classes)
     try:
-        with torch.no_grad(), profile(cfg) as p:
-            for _ in range(steps + 2):
-                model(*inputs)
-                if torch.cuda.is_available():
-                    torch.cuda.synchronize()
-                p.step()
+        bundle = profile_calls(lambda: model(*inputs),
+                               ProfileConfig(out=out, warmup=2, steps=steps, streams="ops,device,runtime"))
     finally:
         for h in handles:
             h.remove()
-    assert p.bundle is not None
-    with load(p.bundle) as trace:
+    with load(bundle) as trace:
         stats = step_stats(trace)
         per_class: dict[str, float] = {}
         for inst in scope_instances(trace).values():
@@ -277,14 +269,7 @@ def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, st
 
 
 def _profile_modules(model: Any, inputs: Sequence[Any], out: Path, steps: int) -> Path:
-    import torch
+    from ..capture import ProfileConfig, profile_calls
 
-    from ..capture import ProfileConfig, profile
-
-    cfg = ProfileConfig(out=out, warmup=1, steps=steps, streams="ops,device,runtime,shapes,python")
-    with torch.no_grad(), profile(cfg) as p:
-        for _ in range(steps + 1):
-            model(*inputs)
-            p.step()
-    assert p.bundle is not None
-    return p.bundle
+    return profile_calls(lambda: model(*inputs),
+                         ProfileConfig(out=out, warmup=1, steps=steps, streams="ops,device,runtime,shapes,python"))

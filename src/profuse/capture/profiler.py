@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -105,6 +106,22 @@ class Profile:
             raise RuntimeError("no bundle yet: the profiled block recorded no complete step")
         with load(self.bundle) as trace:
             print_report(make_console(), summarize(trace), op_table(trace, group_by=group_by), top)
+
+
+def profile_calls(fn: Callable[[], Any], cfg: ProfileConfig) -> Path:
+    """Call ``fn`` for the config's warm-up and steps, one step per call, without autograd (device
+    work synchronised at each step), and return the bundle written."""
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    with torch.no_grad(), profile(cfg) as p:
+        for _ in range(cfg.warmup + cfg.steps):
+            fn()
+            sync()
+            p.step()
+    if p.bundle is None:
+        raise RuntimeError("the profiler wrote no bundle")
+    return p.bundle
 
 
 def profile(cfg: ProfileConfig | None = None, **kwargs: Any) -> Profile:

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.steps import StepStats, step_stats
-from ..capture import ProfileConfig, peaks, profile
+from ..analysis.steps import StepStats, spread_pct, step_stats
+from ..capture import ProfileConfig, peaks, profile_calls
 from ..trace import load
 
 VARIANTS = ("op_by_op", "torch.rms_norm", "torch.compile")
@@ -88,7 +88,6 @@ def copy_bandwidth(x: Any, repeats: int = 15) -> float:
     Measured at the study's size rather than with a huge buffer, so a working set that fits in
     cache is compared with what the cache delivers (``profuse peaks`` has the large-buffer figure).
     """
-    import statistics
     import time
 
     import torch
@@ -168,7 +167,7 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
         st = stats[name]
         steps = sorted(per_step[name])
         merged = StepStats(steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
-                           device_us_per_call=statistics.median(steps), spread_pct=_spread(steps),
+                           device_us_per_call=statistics.median(steps), spread_pct=spread_pct(steps),
                            op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
         results.append(_variant(name, merged, shape, DTYPES[dtype], bw, errors[name], bundles[name]))
     base = results[0].device_us_per_call
@@ -188,25 +187,10 @@ PROFILE_WARMUP = 3
 
 
 def _profile_calls(fn: Any, calls: int, out: Path, device: str) -> Path:
-    import torch
-
     # the first calls after a profiler starts run slow (its threads and buffers warming): skip three
-    cfg = ProfileConfig(out=out, warmup=PROFILE_WARMUP, steps=calls, devices=device.split(":")[0],
-                        streams=("ops", "device", "runtime", "shapes"))
-    with torch.no_grad(), profile(cfg) as p:
-        for _ in range(calls + PROFILE_WARMUP):
-            fn()
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            p.step()
-    assert p.bundle is not None
-    return p.bundle
-
-
-def _spread(values: list[float]) -> float:
-    from ..analysis.steps import _spread_pct
-
-    return _spread_pct(values)
+    return profile_calls(fn, ProfileConfig(out=out, warmup=PROFILE_WARMUP, steps=calls,
+                                           devices=device.split(":")[0],
+                                           streams=("ops", "device", "runtime", "shapes")))
 
 
 def _variant(name: str, stats: StepStats, shape: tuple[int, int, int], elem: int, bw: float, err: float,
