@@ -217,7 +217,7 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     del frame
     for t in ("_frame", "_names", "_cats", "_kinds", "_how", "_why"):
         con.unregister(t)
-    _write_side_tables(con, cols, kind, names, parent, is_module, ts, dur, thread, flows)
+    _write_side_tables(con, cols, kind, names, is_module, is_scope, scope_of_host, ts, dur, thread, flows)
     if len(inst_thread):
         con.register("_inst", {"name": cols.column("inst_name"), "cat": cols.column("inst_cat"),
                                "ts": cols.column("inst_ts") + base_ns, "thread": inst_thread.astype(np.int32)})
@@ -268,15 +268,15 @@ def _write_threads(con, cols: Columns, thread_keys: list[tuple[str, str]], devic
     _insert_rows(con, "threads", rows, 7)
 
 
-def _write_side_tables(con, cols, kind, names, parent, is_module, ts, dur, thread, flows: Flows) -> None:
+def _write_side_tables(con, cols, kind, names, is_module, is_scope, scope_of_host, ts, dur, thread,
+                       flows: Flows) -> None:
     _insert_rows(con, "shapes", cols.shapes, 5)
-    scope_ids = np.flatnonzero(is_module | (kind == K["annotation"]))
+    scope_ids = np.flatnonzero(is_scope)
     if scope_ids.size:
         labels = names[scope_ids]
         scope_kind = np.where(is_module[scope_ids], "module", "annotation")
         clean = [(_module_class(s) if k == "module" else s) for s, k in zip(labels, scope_kind)]
-        is_scope = is_module | (kind == K["annotation"])
-        scope_parent = nearest_ancestor(parent, is_scope, include_self=False)[scope_ids]
+        scope_parent = scope_of_host[scope_ids]  # a scope's parent is the scope enclosing it
         con.register("_scopes", {
             "id": scope_ids.astype(np.int64), "kind": scope_kind.astype(object), "name": np.array(clean, dtype=object),
             "label": labels, "parent": scope_parent, "ts": ts[scope_ids], "dur": dur[scope_ids],

@@ -48,11 +48,6 @@ class Trace:
             first = str(err).strip().splitlines()[0]
             raise UserError(f"SQL error: {first}") from None
 
-    def rows(self, query: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        rel = self.con.execute(query, params or [])
-        cols = [d[0] for d in rel.description]
-        return [dict(zip(cols, r)) for r in rel.fetchall()]
-
     def wait_for_cache(self) -> str | None:
         """Wait until the cache file is written; returns why it could not be, or None."""
         if self.writer is None:
