@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..trace import Trace
-from .optable import op_table
+from .optable import op_table, total_device_us
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ def _rows(a: Trace, b: Trace, group: str, attr: str) -> list[DiffRow]:
 
 def diff(a: Trace, b: Trace) -> Diff:
     same = a.device_kind == b.device_kind
-    d = Diff(a_label=str(a.path), b_label=str(b.path), a_device_us=op_table(a).device_us,
-             b_device_us=op_table(b).device_us, same_device=same)
+    d = Diff(a_label=str(a.path), b_label=str(b.path), a_device_us=total_device_us(a),
+             b_device_us=total_device_us(b), same_device=same)
     d.ops = _rows(a, b, "op", "self_device_us")
     d.modules = _rows(a, b, "module", "device_total_us")
     if same and not a.cpu_only:
