@@ -10,6 +10,7 @@ import numpy as np
 
 from ..analysis import op_table, summarize
 from ..analysis.advice import advise_trace
+from ..report.json_report import advice_dict
 from ..analysis.compiled import compiled_regions, source_ops
 from ..analysis.diff import diff
 from ..analysis.scopes import scope_instances
@@ -224,10 +225,10 @@ def overview(trace: Trace, *, keep_metadata: bool = False) -> dict[str, Any]:
     meta = trace.meta.get("trace_meta", {})
     if not keep_metadata:
         meta = _scrub(meta)
+    sections = advice_dict(advice)  # the same payload as `profuse report --format json`
     return {"summary": asdict(s), "device_label": trace.device_label, "categories": cats,
-            "hotspots": [asdict(h) for h in advice.hotspots],
-            "advice": [{k: v for k, v in asdict(c).items() if k != "scope_ids"} for c in advice.fusion_candidates],
-            "interruptions": [asdict(i) for i in advice.interruptions], "metadata": meta}
+            "hotspots": sections["hotspots"], "advice": sections["fusion_candidates"],
+            "interruptions": sections["interruptions"], "metadata": meta}
 
 
 def _scrub(obj: Any) -> Any:
