@@ -10,10 +10,10 @@ import numpy as np
 
 from ..analysis import op_table, summarize
 from ..analysis.advice import advise_trace
-from ..report.json_report import advice_dict
 from ..analysis.compiled import compiled_regions, source_ops
 from ..analysis.diff import diff
 from ..analysis.scopes import scope_instances
+from ..report.json_report import advice_dict
 from ..trace import Trace
 
 DEVICE = "('kernel', 'memcpy', 'memset', 'gpu_annotation', 'device_other')"
