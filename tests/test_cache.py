@@ -1,29 +1,46 @@
-"""The table cache: beside the trace, in the user cache when read-only, temporary as a last resort."""
+"""The table cache: in the user cache folder, keyed by the trace's bytes, verified, healed, capped."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
+import subprocess
+import sys
 
 import duckdb
+import pytest
 from conftest import trace_path
 
 import profuse
+from profuse.cli import main
+from profuse.trace import cache
 
 SMALL = "a100_event_sync.json.gz"
 
 
-def test_second_load_reads_the_cache(tmp_path):
-    src = tmp_path / "t.json.gz"
+@pytest.fixture(autouse=True)
+def _always_cache(monkeypatch):
+    monkeypatch.setenv("PROFUSE_CACHE_MIN_SECONDS", "0")  # small traces are cached too, in these tests
+
+
+def caches(folder):
+    return sorted(folder.glob(f"*{cache.SUFFIX}"))
+
+
+def test_second_load_reads_the_cache_and_the_input_folder_is_untouched(tmp_path, _cache_dir):
+    src = tmp_path / "in" / "t.json.gz"
+    src.parent.mkdir()
     shutil.copy(trace_path(SMALL), src)
     first = profuse.load(src)
     assert not first.from_cache
     n = first.meta["events"]
     first.close()
-    cache = tmp_path / "t.json.gz.profuse.duckdb"
-    assert cache.is_file()
-    # the cache is a real DuckDB file anyone can open
-    con = duckdb.connect(str(cache), read_only=True)
+    assert list(src.parent.iterdir()) == [src], "the input folder is never written to"
+    (found,) = caches(_cache_dir)
+    # named by the SHA-1 of the trace's bytes, computed here independently
+    assert found.name.startswith(hashlib.sha1(src.read_bytes()).hexdigest())
+    con = duckdb.connect(str(found), read_only=True)  # a real DuckDB file anyone can open
     assert con.execute("SELECT count(*) FROM events").fetchall()[0][0] == n
     con.close()
     second = profuse.load(src)
@@ -31,17 +48,27 @@ def test_second_load_reads_the_cache(tmp_path):
     second.close()
 
 
-def test_changed_trace_is_reloaded(tmp_path):
-    src = tmp_path / "t.json.gz"
-    shutil.copy(trace_path(SMALL), src)
+def test_same_size_same_mtime_different_bytes_is_not_served_stale(tmp_path):
+    # GIVEN a cached trace whose middle byte then changes with its size and mtime kept
+    src = tmp_path / "t.json"
+    import gzip
+
+    raw = gzip.decompress(trace_path(SMALL).read_bytes())
+    src.write_bytes(raw)
     profuse.load(src).close()
-    shutil.copy(trace_path("a100_alexnet.json.gz"), src)
+    st = src.stat()
+    i = raw.index(b'"dur": ') + 7
+    changed = raw[:i] + (b"9" if raw[i:i + 1] != b"9" else b"8") + raw[i + 1:]
+    src.write_bytes(changed)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert src.stat().st_size == st.st_size and src.stat().st_mtime_ns == st.st_mtime_ns
+    # WHEN it is loaded again THEN the tables are rebuilt from the new bytes
     t = profuse.load(src)
-    assert not t.from_cache and t.meta["events"] > 100
+    assert not t.from_cache
     t.close()
 
 
-def test_read_only_folder_uses_user_cache(tmp_path, _cache_dir):
+def test_read_only_folder_is_fine(tmp_path, _cache_dir):
     ro = tmp_path / "ro"
     ro.mkdir()
     shutil.copy(trace_path(SMALL), ro / "t.json.gz")
@@ -49,7 +76,7 @@ def test_read_only_folder_uses_user_cache(tmp_path, _cache_dir):
     try:
         profuse.load(ro / "t.json.gz").close()
         assert list(ro.iterdir()) == [ro / "t.json.gz"]
-        assert list(_cache_dir.glob("t.json.gz-*.profuse.duckdb"))
+        assert caches(_cache_dir)
         again = profuse.load(ro / "t.json.gz")
         assert again.from_cache
         again.close()
@@ -79,17 +106,92 @@ def test_unwritable_cache_still_loads_in_memory(tmp_path, monkeypatch):
         nocache.chmod(0o755)
 
 
+def test_cache_dir_flag_and_env(tmp_path, capsys):
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path(SMALL), src)
+    chosen = tmp_path / "chosen"
+    assert main(["report", str(src), "--cache-dir", str(chosen), "--top", "1"]) == 0
+    assert caches(chosen)
+    assert main(["report", str(src), "--cache-dir", str(chosen), "--top", "1"]) == 0
+    assert "from cache" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "sum"])
+def test_damaged_cache_is_discarded_and_rebuilt_with_a_note(tmp_path, _cache_dir, capsys, damage):
+    # GIVEN a written cache, then damaged: bytes flipped in its middle, cut short, or its checksum gone
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path("a100_alexnet.json.gz"), src)
+    assert main(["report", str(src), "--format", "json", "-o", str(tmp_path / "a.json")]) == 0
+    (path,) = caches(_cache_dir)
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        for i in range(len(data) // 3, len(data) // 3 + 64):
+            data[i] ^= 0xFF
+        path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        path.with_name(path.name + cache.SUM).unlink()
+    capsys.readouterr()
+    # WHEN reported again THEN one note says the cache was not used, the result is the same, exit 0
+    assert main(["report", str(src), "--format", "json", "-o", str(tmp_path / "b.json")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "profuse: note: cache" in err and "Traceback" not in err
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+    # AND the rebuilt cache is good again: the next load is from it, silently
+    t = profuse.load(src)
+    assert t.from_cache and not t.notes
+    t.close()
+
+
+def test_stale_temporaries_of_dead_processes_are_removed(tmp_path, _cache_dir):
+    # GIVEN temporaries left by a killed process (a pid that exists no more) and by a live one
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = [_cache_dir / f".abc-1{cache.SUFFIX}.{dead}.tmp", _cache_dir / f".abc-1{cache.SUFFIX}.{dead}.tmp.wal"]
+    live = _cache_dir / f".abc-1{cache.SUFFIX}.{os.getppid()}.tmp"
+    for p in [*stale, live]:
+        p.write_bytes(b"x")
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path(SMALL), src)
+    profuse.load(src).close()
+    assert not any(p.exists() for p in stale) and live.exists()
+
+
+def test_least_recently_used_caches_are_evicted_past_the_cap(tmp_path, _cache_dir, monkeypatch):
+    names = ["a100_event_sync.json.gz", "a100_alexnet.json.gz", "mi250_rocm_toy_train.json.gz"]
+    for i, name in enumerate(names):
+        src = tmp_path / name
+        shutil.copy(trace_path(name), src)
+        profuse.load(src).close()
+        for p in caches(_cache_dir):  # make the order of use unambiguous on coarse clocks
+            if not p.name.startswith(hashlib.sha1(src.read_bytes()).hexdigest()):
+                os.utime(p, (p.stat().st_mtime - 10 * (i + 1),) * 2)
+    assert len(caches(_cache_dir)) == 3
+    first_sha = hashlib.sha1((tmp_path / names[0]).read_bytes()).hexdigest()
+    profuse.load(tmp_path / names[0]).close()  # used again: now the most recent
+    total = sum(p.stat().st_size for p in caches(_cache_dir))
+    monkeypatch.setenv("PROFUSE_CACHE_MAX_MB", "0")
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path("h100_bert_small.json.gz"), src)
+    t = profuse.load(src)
+    assert t.wait_for_cache() is None
+    t.close()
+    left = caches(_cache_dir)
+    assert len(left) == 1 and left[0].name.startswith(hashlib.sha1(src.read_bytes()).hexdigest()), \
+        "with a cap of 0 only the cache just written stays"
+    assert total > 0 and not any(p.name.startswith(first_sha) for p in left)
+    assert len(list(_cache_dir.glob(f"*{cache.SUM}"))) == 1, "evicted caches take their checksum files along"
+
+
 def test_cache_write_failure_is_reported_not_fatal(tmp_path, monkeypatch):
     src = tmp_path / "t.json.gz"
     shutil.copy(trace_path(SMALL), src)
-    from profuse.trace import cache
-
     monkeypatch.setattr(cache.CacheSlot, "begin", lambda self: tmp_path / "missing" / "x.tmp")
     t = profuse.load(src)
     assert t.wait_for_cache() is not None, "the writer says why it failed"
     assert t.meta["events"] > 0
     t.close()
-    assert not (tmp_path / "t.json.gz.profuse.duckdb").exists()
 
 
 def test_bundle_folder_loads_its_trace(tmp_path):
@@ -99,14 +201,12 @@ def test_bundle_folder_loads_its_trace(tmp_path):
     t = profuse.load(b)
     assert t.path.name == "trace.json.gz"
     t.close()
+    assert sorted(p.name for p in b.iterdir()) == ["trace.json.gz"]
 
 
 def test_reading_needs_no_torch(tmp_path):
     # A user reads a colleague's GPU trace on a laptop without torch: load, report (table, JSON with
     # the advisor's sections, HTML), sql and diff run in a child where importing torch fails.
-    import subprocess
-    import sys
-
     trace = str(trace_path("h100_bert_small.json.gz"))
     code = (
         "import sys; sys.modules['torch'] = None\n"

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..trace import Trace
+from ..trace.artifacts import read_artifacts
 
 _KERNEL = re.compile(r"^(?:triton|cpp)_(?:poi|red|per|tem|for)?_?fused_(?P<ops>.+?)(?:_\d+)?$")
 _CPP_DEF = re.compile(r"cpp_fused_[A-Za-z0-9_]+")
+_TRITON_DEF = re.compile(r"triton_[a-z]+_fused_[A-Za-z0-9_]+")
 KNOWN_OPS = sorted("""
 _unsafe_view _to_copy native_layer_norm native_group_norm native_batch_norm _softmax _log_softmax
 add sub mul div mean sum pow rsqrt sqrt exp log tanh erf relu gelu silu sigmoid neg cat clone copy
@@ -105,10 +107,8 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
 
 
 def _saved_kernels(trace_path: Path) -> list[str]:
-    folder = Path(trace_path).parent / "artifacts" / "inductor"
     names: set[str] = set()
-    if folder.is_dir():
-        for f in folder.glob("*.py"):
-            names |= set(_CPP_DEF.findall(f.read_text(errors="replace")))
-            names |= set(re.findall(r"triton_[a-z]+_fused_[A-Za-z0-9_]+", f.read_text(errors="replace")))
+    for text in read_artifacts(trace_path, max_files=200, max_bytes=4 << 20).values():
+        names |= set(_CPP_DEF.findall(text))
+        names |= set(_TRITON_DEF.findall(text))
     return sorted(names)

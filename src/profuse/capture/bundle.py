@@ -10,6 +10,7 @@ interrupted capture never leaves a folder that looks complete.
 """
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import os
@@ -24,6 +25,7 @@ from typing import Any
 import msgspec
 
 from ..errors import UserError
+from ..trace.cache import pid_alive
 
 META = "meta.json"
 TRACE = "trace.json.gz"
@@ -81,10 +83,14 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], 
     out = Path(out)
     if out.exists() and not is_bundle(out) and any(out.iterdir()):
         raise UserError(f"{out}: exists and is not a profuse bundle; choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(out)
+        work = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+    except OSError as err:
+        raise UserError(f"{out}: cannot write the bundle ({err.strerror or err})") from None
     try:
         meta: dict[str, Any] = {"schema": "profuse.bundle/1", "status": status, "config": config,
                 "profuse": _version(), "python": sys.version.split()[0], "host": socket.gethostname(),
@@ -103,9 +109,10 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], 
         (work / META).write_text(json.dumps(meta, indent=2, default=str))
         if build_cache and trace_json is not None:
             from ..trace import load
+            from ..trace.cache import SUFFIX
 
-            load(work / TRACE).close()
-            # the cache fingerprints the trace file; the rename below keeps size and mtime
+            # the bundle carries its own cache, keyed by the trace's bytes, which the rename keeps
+            load(work / TRACE, cache_path=work / (TRACE + SUFFIX)).close()
         _replace(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -114,13 +121,46 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], 
 
 
 def _replace(work: Path, out: Path) -> None:
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
+    """Move the finished bundle to ``out``; an old bundle there stays until the new one is in place."""
+    if not out.exists():
         os.replace(work, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(work, out)
+        return
+    if _exchange(work, out):  # one atomic step: out is the new bundle, work the old one
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    os.replace(out, old)  # a kill from here to the next line leaves the old bundle, restored next time
+    os.replace(work, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return bool(rc == 0)
+
+
+def clean_stale(out: Path) -> None:
+    """Remove what killed writers of ``out`` left: temporary folders, and restore an old bundle
+    that was moved aside when no bundle is at ``out``."""
+    for p in out.parent.glob(f".{glob.escape(out.name)}.*-*"):
+        kind, _, pid = p.name[len(out.name) + 2:].rpartition("-")
+        if kind not in ("tmp", "old") or not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        if kind == "old" and not out.exists() and is_bundle(p):
+            os.replace(p, out)
+        else:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _known_peaks() -> dict[str, Any] | None:

@@ -1,6 +1,7 @@
 """``profuse.profile(cfg)`` and ``profuse.Exporter(cfg)``: torch.profiler in, a bundle out."""
 from __future__ import annotations
 
+import os
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -32,12 +33,15 @@ class Exporter:
         self.status = status
         self.extra = dict(extra or {})
         self.bundles: list[Path] = []
+        self._owner = os.getpid()  # a process forked from the one that set up the profiler writes nothing
 
     @property
     def bundle(self) -> Path | None:
         return self.bundles[-1] if self.bundles else None
 
     def __call__(self, prof: Any) -> None:
+        if os.getpid() != self._owner:
+            return
         out = Path(self.cfg.out)
         if self.bundles:  # a repeating schedule: one bundle per cycle
             out = out.with_name(f"{out.name}-{len(self.bundles) + 1}")

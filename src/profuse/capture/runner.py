@@ -99,6 +99,7 @@ class _StepHooks:
 def run_script(argv: list[str], cfg: ProfileConfig) -> RunResult:
     """Run ``python script.py ARGS`` (or ``python -m module ARGS``) under the profiler."""
     script_argv = _script_argv(argv)
+    owner = os.getpid()
     hooks = _StepHooks(cfg)
     exit_code, error = 0, None
     old_argv, old_path = sys.argv[:], sys.path[:]
@@ -123,6 +124,12 @@ def run_script(argv: list[str], cfg: ProfileConfig) -> RunResult:
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
         prof = hooks.finish()
+    if os.getpid() != owner:
+        # The script forked and this is the child finishing: the parent alone writes the bundle. The
+        # profiler's state copied by fork can hang interpreter shutdown, so leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
     result = RunResult(exit_code=exit_code, bundle=None, status="failed" if exit_code else "complete",
                        forwards=hooks.forwards, steps_recorded=hooks.recorded)
     if interrupted:

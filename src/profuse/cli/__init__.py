@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import UserError
+from ..redact import redact_text
 from . import diff, explore, peaks, report, run, sql, study
 
 COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "explore": explore, "peaks": peaks}
@@ -41,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as err:
-        print(f"profuse: {err}", file=sys.stderr)
+        print(f"profuse: {redact_text(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("profuse: interrupted", file=sys.stderr)

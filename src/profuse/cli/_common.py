@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
+from ..redact import redact_text
 from ..report.console import make_console as console  # noqa: F401 - re-exported for subcommands
 from ..trace import Trace, load
 
@@ -16,6 +18,8 @@ def add_load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lenient", action="store_true",
                    help="load what can be read; skip bad events and report how many")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the table cache")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="where table caches go (default: $PROFUSE_CACHE_DIR, else ~/.cache/profuse)")
 
 
 class _LazyBar:
@@ -45,8 +49,11 @@ class _LazyBar:
 def load_trace(path: str, args: argparse.Namespace) -> Trace:
     bar = _LazyBar(f"loading {path}")
     try:
-        return load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),
-                    progress=bar)
+        trace = load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),
+                     progress=bar, cache_dir=getattr(args, "cache_dir", None))
     finally:
         bar.close()
+    for note in trace.notes:
+        print(f"profuse: note: {redact_text(note)}", file=sys.stderr)
+    return trace
 

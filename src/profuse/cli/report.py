@@ -32,7 +32,8 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=25, help="rows in the table format (default 25; 0 = all)")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument("--keep-metadata", action="store_true",
-                   help="html: keep trace metadata that looks secret (tokens, environment variables)")
+                   help="keep values that look secret (passwords, tokens, keys in command lines, URLs and "
+                        "trace metadata); by default they are shown as [redacted]")
     p.add_argument("--no-advice", action="store_true",
                    help="the op table only: no hotspots, interruptions, fusion candidates, roofline")
     add_load_args(p)
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         summary = summarize(trace)
         advice = None if args.no_advice else advise_trace(trace)
     if args.format == "json":
-        text = render_json(summary, table, advice)
+        text = render_json(summary, table, advice, keep_metadata=args.keep_metadata)
         if args.output:
             atomic_write(args.output, text + "\n")
         else:

@@ -13,12 +13,13 @@ from ..analysis.advice import advise_trace
 from ..analysis.compiled import compiled_regions, source_ops
 from ..analysis.diff import diff
 from ..analysis.scopes import scope_instances
-from ..report.json_report import advice_dict
+from ..redact import redact
+from ..report.json_report import advice_dict, capture_dict
 from ..trace import Trace
+from ..trace.artifacts import read_artifacts
 
 DEVICE = "('kernel', 'memcpy', 'memset', 'gpu_annotation', 'device_other')"
 COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|broadcast|sendrecv", re.IGNORECASE)
-SECRET_KEYS = re.compile(r"token|secret|password|passwd|key|auth|cred|env|cookie", re.IGNORECASE)
 
 
 class Interner:
@@ -224,20 +225,13 @@ def overview(trace: Trace, *, keep_metadata: bool = False) -> dict[str, Any]:
         cats["idle"] = max(span - sum(v for k, v in cats.items() if k != "idle"), 0.0)
     meta = trace.meta.get("trace_meta", {})
     if not keep_metadata:
-        meta = _scrub(meta)
+        meta = redact(meta)
     sections = advice_dict(advice)  # the same payload as `profuse report --format json`
-    return {"summary": asdict(s), "device_label": trace.device_label, "categories": cats,
+    capture = capture_dict(s, keep_metadata=keep_metadata)
+    return {"summary": asdict(s) | {"bundle_error": capture and capture["error"]}, "device_label": trace.device_label, "categories": cats,
             "hotspots": sections["hotspots"], "advice": sections["fusion_candidates"],
-            "interruptions": sections["interruptions"], "metadata": meta}
-
-
-def _scrub(obj: Any) -> Any:
-    """Drop secret-looking keys (tokens, environment variables) from trace metadata."""
-    if isinstance(obj, dict):
-        return {k: _scrub(v) for k, v in obj.items() if not SECRET_KEYS.search(str(k))}
-    if isinstance(obj, list):
-        return [_scrub(v) for v in obj]
-    return obj
+            "interruptions": sections["interruptions"], "metadata": meta,
+            "capture": capture}
 
 
 def ops(trace: Trace, group_by: str = "op") -> dict[str, Any]:
@@ -279,11 +273,7 @@ def modules(trace: Trace) -> dict[str, Any]:
 
 def compiled(trace: Trace) -> dict[str, Any]:
     s = compiled_regions(trace)
-    code = {}
-    folder = trace.path.parent / "artifacts" / "inductor"
-    if folder.is_dir():
-        for f in sorted(folder.glob("*.py"))[:20]:
-            code[f.name] = f.read_text(errors="replace")[:200_000]
+    code = read_artifacts(trace.path)
     return {"regions": [asdict(r) for r in s.regions], "graph_breaks": s.graph_breaks,
             "eager_between": s.eager_between, "code": code,
             "generated_kernels": [{"name": k, "fused_ops": source_ops(k)} for k in s.generated_kernels]}

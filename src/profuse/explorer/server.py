@@ -6,12 +6,14 @@ traces it was started with. No request parameter ever reaches a file path.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -53,6 +55,37 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 def _not_found() -> Response:
     return Response("not found\n", status_code=404, media_type="text/plain", headers=SECURITY_HEADERS)
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+class LoopbackHostOnly:
+    """ASGI middleware: answer only requests addressed to this server by a loopback name and its port.
+
+    A page on another site can point its own host name at 127.0.0.1 (DNS rebinding) and read the
+    explorer's API as same-origin; its requests still carry that foreign ``Host``, so they get 421.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and not self.allowed(scope):
+            if scope["type"] == "http":
+                await Response("misdirected request: use http://127.0.0.1:PORT/\n", status_code=421,
+                               media_type="text/plain", headers=SECURITY_HEADERS)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def allowed(scope: Any) -> bool:
+        hosts = [v for k, v in scope.get("headers", []) if k == b"host"]
+        server = scope.get("server")
+        if len(hosts) != 1 or not server:
+            return False
+        port = server[1]
+        return hosts[0].decode("latin-1").lower() in {f"{name}:{port}" for name in LOOPBACK_NAMES}
 
 
 def create_app(traces: list[Trace], *, keep_metadata: bool = False) -> Starlette:
@@ -124,7 +157,8 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False) -> Starlette
     async def nf(request: Request, exc: Exception) -> Response:
         return _not_found()
 
-    return Starlette(routes=routes, exception_handlers={404: nf, 405: nf})
+    return Starlette(routes=routes, exception_handlers={404: nf, 405: nf},
+                     middleware=[Middleware(LoopbackHostOnly)])
 
 
 def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep_metadata: bool = False,
@@ -141,18 +175,26 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
     sock.bind(("127.0.0.1", port))
     sock.listen(2048)  # connections made as soon as the URL is printed wait for the server
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    # a request still running after Ctrl-C / SIGTERM is cut after 2 s instead of holding the exit
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     if on_ready:
         on_ready(url)
     if open_browser:
         threading.Timer(0.5, lambda: webbrowser.open(url)).start()
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down on SIGTERM, then re-raises it; let that end here like Ctrl-C does
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass  # uvicorn has shut down; Ctrl-C is how the explorer is meant to stop
     finally:
         sock.close()
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def payload_json(obj: Any) -> str:

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..analysis import OpTable, Summary
 from ..analysis.advice import Advice
+from ..redact import redact_text
 from ..trace.schema import UNLINKED_REASONS
 
 
@@ -39,7 +40,7 @@ def header(summary: Summary) -> Text:
 def notes(summary: Summary, table: OpTable) -> list[Text]:
     out = []
     if summary.bundle_status not in (None, "complete"):
-        why = f": {summary.bundle_error}" if summary.bundle_error else ""
+        why = f": {redact_text(summary.bundle_error)}" if summary.bundle_error else ""
         out.append(Text(f"This bundle's capture {summary.bundle_status}{why}", style="red"))
     if table.cpu_only:
         out.append(Text("CPU-only trace: the CPU is the device, so device time is each op's self CPU time.",

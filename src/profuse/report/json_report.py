@@ -7,6 +7,7 @@ import msgspec
 
 from ..analysis import OpTable, Summary
 from ..analysis.advice import Advice
+from ..redact import redact_text
 
 SCHEMA = "profuse.report/1"
 
@@ -51,7 +52,17 @@ def advice_dict(advice: Advice) -> dict[str, Any]:
     }
 
 
-def report_dict(summary: Summary, table: OpTable, advice: Advice | None = None) -> dict[str, Any]:
+def capture_dict(summary: Summary, *, keep_metadata: bool = False) -> dict[str, str | None] | None:
+    """A bundle's capture status and error (secrets redacted); None for a plain trace."""
+    if summary.bundle_status is None:
+        return None
+    error = summary.bundle_error
+    return {"status": summary.bundle_status,
+            "error": error if keep_metadata or error is None else redact_text(error)}
+
+
+def report_dict(summary: Summary, table: OpTable, advice: Advice | None = None, *,
+                keep_metadata: bool = False) -> dict[str, Any]:
     trace: TraceInfo = {"path": summary.path, "device_kind": summary.device_kind,
                         "device_name": summary.device_name, "events": summary.events,
                         "span_us": round(summary.span_us, 3)}
@@ -64,9 +75,12 @@ def report_dict(summary: Summary, table: OpTable, advice: Advice | None = None) 
            for r in table.rows]
     return {"schema": SCHEMA, "trace": trace, "totals": totals, "group_by": table.group_by,
             "device_label": table.device_label, "cpu_only": table.cpu_only,
-            "skipped": summary.skipped, "unmatched_flows": summary.unmatched_flows, "ops": ops} \
+            "skipped": summary.skipped, "unmatched_flows": summary.unmatched_flows,
+            "capture": capture_dict(summary, keep_metadata=keep_metadata), "ops": ops} \
         | (advice_dict(advice) if advice is not None else {})
 
 
-def render_json(summary: Summary, table: OpTable, advice: Advice | None = None) -> str:
-    return msgspec.json.format(msgspec.json.encode(report_dict(summary, table, advice)), indent=2).decode()
+def render_json(summary: Summary, table: OpTable, advice: Advice | None = None, *,
+                keep_metadata: bool = False) -> str:
+    doc = report_dict(summary, table, advice, keep_metadata=keep_metadata)
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()

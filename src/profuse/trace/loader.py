@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from ..errors import TraceError
 from . import _decode
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, add_chunk, kinds_of, thread_key
 from ._parallel import decode_parallel, worker_count
-from .cache import CacheWriter, cache_slot, fingerprint
+from .cache import CacheSlot, CacheWriter, bundle_cache, cache_slot, fingerprint
 from .correlate import (
     LINK_HOW,
     UNLINKED,
@@ -57,21 +58,32 @@ def resolve(path: str | os.PathLike[str]) -> Path:
 
 def load(
     path: str | os.PathLike[str], *, lenient: bool = False, cache: bool = True,
-    progress: Progress | None = None,
+    progress: Progress | None = None, cache_dir: str | os.PathLike[str] | None = None,
+    cache_path: str | os.PathLike[str] | None = None,
 ) -> Trace:
-    """Load a trace: from its cache when the file is unchanged, else decode it and write the cache.
+    """Load a trace: from a verified cache when one matches the file's bytes, else decode it.
 
     The tables are built in memory and returned at once; the cache file is written behind, on
     another core, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that cannot be
-    written costs only the next load's time: the tables in memory are complete either way.
+    written costs only the next load's time: the tables in memory are complete either way. Caches go
+    to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`), or exactly to
+    ``cache_path`` (a bundle writing its own). A damaged cache is discarded and rebuilt, with a note.
     """
     src = resolve(path)
     fp = fingerprint(src)
-    slot = cache_slot(src) if cache and not lenient else None
-    if slot is not None:
-        cached = slot.open_if_valid(fp)
-        if cached is not None:
-            return Trace(src, cached, from_cache=True)
+    notes: list[str] = []
+    slot = None
+    if cache and not lenient:
+        slot = CacheSlot(Path(cache_path)) if cache_path is not None else cache_slot(fp, cache_dir)
+        for candidate in (slot, bundle_cache(src) if cache_path is None else None):
+            if candidate is None:
+                continue
+            cached, problem = candidate.open_if_valid(fp)
+            if cached is not None:
+                return Trace(src, cached, from_cache=True, notes=notes)
+            if problem is not None:
+                notes.append(f"cache {candidate.path} was not used: {problem}; tables rebuilt from the trace")
+    started = time.perf_counter()
     cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
     con = duckdb.connect()
     try:
@@ -83,8 +95,17 @@ def load(
         con.close()
         raise
     del cols
+    if cache_path is None and time.perf_counter() - started < _min_cache_seconds():
+        slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
-    return Trace(src, con, from_cache=False, writer=writer)
+    return Trace(src, con, from_cache=False, writer=writer, notes=notes)
+
+
+def _min_cache_seconds() -> float:
+    try:
+        return float(os.environ.get("PROFUSE_CACHE_MIN_SECONDS", "0.05"))
+    except ValueError:
+        return 0.05
 
 
 def decode(path: str, *, lenient: bool = False,

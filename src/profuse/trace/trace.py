@@ -1,6 +1,7 @@
 """A loaded trace: a read-only DuckDB connection over its tables, plus its metadata."""
 from __future__ import annotations
 
+import contextlib
 import json
 from functools import cached_property
 from pathlib import Path
@@ -11,16 +12,30 @@ import duckdb
 from ..errors import UserError
 from .cache import CacheWriter
 
+_READ_ONLY = {"SELECT", "EXPLAIN", "PRAGMA", "CALL"}
+
+
+def _statement_kind(query: str) -> str:
+    """The type of the one statement in ``query`` (SELECT, UPDATE, ...); more than one is an error."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as err:
+        raise UserError(f"SQL error: {str(err).strip().splitlines()[0]}") from None
+    if len(statements) != 1:
+        raise UserError(f"SQL error: give exactly one statement (got {len(statements)})")
+    return statements[0].type.name
+
 
 class Trace:
     """Tables of one trace. Query them with :meth:`sql`; see docs/schema.md for the columns."""
 
     def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, *, from_cache: bool,
-                 writer: CacheWriter | None = None) -> None:
+                 writer: CacheWriter | None = None, notes: list[str] | None = None) -> None:
         self.path = path
         self.con = con
         self.from_cache = from_cache
         self.writer = writer  # the cache being written behind, if any
+        self.notes = notes or []  # what the load did that a user should hear of (a cache discarded)
 
     @cached_property
     def meta(self) -> dict[str, Any]:
@@ -40,13 +55,28 @@ class Trace:
         return self.device_kind == "CPU"
 
     def sql(self, query: str, params: list[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run SQL against the trace's tables: (column names, rows). Errors are user errors."""
+        """Run one read-only SQL statement on the trace's tables: (column names, rows).
+
+        The statement sees complete tables (the cache, if one is being written, is finished first)
+        and can change nothing: only SELECT / EXPLAIN / PRAGMA / CALL are run, inside a transaction
+        that is always rolled back. Errors are user errors.
+        """
+        kind = _statement_kind(query)
+        if kind not in _READ_ONLY:
+            raise UserError(f"SQL error: profuse sql runs read-only queries (SELECT, DESCRIBE, EXPLAIN, ...), "
+                            f"not {kind}")
+        self.wait_for_cache()
+        cur = self.con
         try:
-            cur = self.con.execute(query, params or [])
+            cur.execute("BEGIN TRANSACTION")
+            cur.execute(query, params or [])
             return [d[0] for d in cur.description or []], cur.fetchall()
         except duckdb.Error as err:
             first = str(err).strip().splitlines()[0]
             raise UserError(f"SQL error: {first}") from None
+        finally:
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
 
     def wait_for_cache(self) -> str | None:
         """Wait until the cache file is written; returns why it could not be, or None."""
