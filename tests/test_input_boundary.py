@@ -331,7 +331,8 @@ def test_output_that_cannot_be_written_is_one_line(tmp_path):
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
             "from profuse.cli import main\n"
-            f"sys.exit(main(['report', {str(trace_path(SMALL))!r}, '--no-cache', '--format', 'html', '-o', {str(out)!r}]))\n")
+            f"sys.exit(main(['report', {str(trace_path(SMALL))!r}, '--no-cache', '--format', 'html',"
+            f" '-o', {str(out)!r}]))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PROFUSE_CACHE_DIR": str(tmp_path / "c")})
     # THEN one line names the file, exit 2, and nothing half-written is left

@@ -228,7 +228,8 @@ def overview(trace: Trace, *, keep_metadata: bool = False) -> dict[str, Any]:
         meta = redact(meta)
     sections = advice_dict(advice)  # the same payload as `profuse report --format json`
     capture = capture_dict(s, keep_metadata=keep_metadata)
-    return {"summary": asdict(s) | {"bundle_error": capture and capture["error"]}, "device_label": trace.device_label, "categories": cats,
+    summary = asdict(s) | {"bundle_error": capture and capture["error"]}
+    return {"summary": summary, "device_label": trace.device_label, "categories": cats,
             "hotspots": sections["hotspots"], "advice": sections["fusion_candidates"],
             "interruptions": sections["interruptions"], "metadata": meta,
             "capture": capture}
