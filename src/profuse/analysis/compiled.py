@@ -72,14 +72,15 @@ class CompiledSummary:
 def compiled_regions(trace: Trace) -> CompiledSummary:
     con = trace.con
     regions = []
-    for name, calls, cpu in con.execute("""
-            SELECT name, count(*), sum(dur) FROM events WHERE kind = 'cpu_op'
+    for name, calls, cpu, own_ns in con.execute("""
+            SELECT name, count(*), sum(dur), sum(coalesce(self_device, 0)) FROM events WHERE kind = 'cpu_op'
             AND name LIKE 'Torch-Compiled Region%' GROUP BY name ORDER BY name""").fetchall():
         rows = con.execute("""
             SELECT e.kind, e.name, count(*), sum(coalesce(e.device_total, 0)), sum(e.dur)
             FROM events e JOIN events r ON r.id = e.parent_op
             WHERE r.name = ? AND e.kind = 'cpu_op' GROUP BY 1, 2""", [name]).fetchall()
-        kernels, eager, dev = [], [], 0.0
+        # kernels the region launched itself: a CUDA graph it replays (cudagraph trees), or direct launches
+        kernels, eager, dev = [], [], 0.0 if trace.cpu_only else own_ns / 1e3
         for _kind, op, n, dev_ns, dur in rows:
             if op.startswith(("triton_", "cpp_fused")):
                 t = (dur if trace.cpu_only else dev_ns) / 1e3

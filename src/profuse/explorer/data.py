@@ -205,23 +205,21 @@ def overview(trace: Trace, *, keep_metadata: bool = False) -> dict[str, Any]:
     advice = advise_trace(trace)
     cats = {"compute": 0.0, "memory copy": 0.0, "communication": 0.0, "idle": 0.0}
     if trace.cpu_only:
-        (busy, span), = trace.con.execute(
+        (busy, _span), = trace.con.execute(
             "SELECT sum(dur), max(ts + dur) - min(ts) FROM events WHERE kind IN ('cpu_op', 'annotation') "
             "AND parent_op IS NULL AND (SELECT p.kind FROM events p WHERE p.id = events.parent) IS DISTINCT FROM "
             "'annotation'").fetchall()
         cats["compute"] = (busy or 0) / 1e3
-        cats["idle"] = max(((span or 0) - (busy or 0)) / 1e3, 0.0)
+        del cats["idle"]  # no device to be idle: the gaps are the host's own time, not a device's
     else:
         for name, kind, dur in trace.con.execute(
                 "SELECT name, kind, sum(dur) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') "
                 "GROUP BY ALL").fetchall():
             key = "memory copy" if kind != "kernel" else "communication" if COMM.search(name) else "compute"
             cats[key] += dur / 1e3
-        streams = trace.con.execute("""
-            SELECT device, stream, max(ts + dur) - min(ts) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')
-            GROUP BY ALL""").fetchall()
-        span = sum(r[2] for r in streams) / 1e3
-        cats["idle"] = max(span - sum(v for k, v in cats.items() if k != "idle"), 0.0)
+        # device-wide: window minus the union of activity on every stream (the report's device_busy)
+        busy = s.device_busy
+        cats["idle"] = busy.window_us - busy.busy_us if busy is not None else 0.0
     meta = trace.meta.get("trace_meta", {})
     if not keep_metadata:
         meta = _scrub(meta)

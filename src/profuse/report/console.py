@@ -142,8 +142,11 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
         for col in ("Op", "Calls", "Time", "GFLOP", "MB", "FLOP/byte", "Bound", "% of roofline"):
             t.add_column(col, justify="left" if col in ("Op", "Bound") else "right", overflow="fold", max_width=44)
         for row in advice.roofline[:top]:
-            t.add_row(Text(row.name), str(row.calls), fmt_us(row.time_us), f"{row.gflop:.3f}", f"{row.mbytes:.1f}",
-                      f"{row.intensity:.2f}", row.bound, f"{row.pct_of_roofline:.0f}%")
+            known = row.gflop is not None and row.mbytes is not None and row.intensity is not None
+            t.add_row(Text(row.name), str(row.calls), fmt_us(row.time_us),
+                      f"{row.gflop:.3f}" if known else "unknown", f"{row.mbytes:.1f}" if known else "unknown",
+                      f"{row.intensity:.2f}" if known else "unknown", row.bound,
+                      "unknown" if row.pct_of_roofline is None else f"{row.pct_of_roofline:.0f}%")
         console.print(t)
     if advice.hotspots:
         console.print(_section("Hotspots"))
