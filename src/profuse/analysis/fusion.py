@@ -12,8 +12,8 @@ so fused time = time now x bytes fused / bytes now. Bytes come from the recorded
 """
 from __future__ import annotations
 
+import json
 import re
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -73,6 +73,7 @@ class Candidate:
     intermediate_bytes: int
     intermediates: list[dict[str, object]]
     scope_ids: list[int]
+    shape: str = ""       # input shapes of the first op: instances that differ in shape are grouped apart
 
 
 # --- patterns ----------------------------------------------------------------------------------
@@ -308,13 +309,27 @@ def scope_title(inst: ScopeInstance) -> str:
     return _STEP.sub("#*", inst.name)
 
 
+def shape_key(units: list[Unit]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The recorded input shapes of a match's ops: instances that differ here are grouped apart."""
+    return tuple(tuple(t.dims for t in u.ins) for u in units if u.kind == "op")
+
+
 def fusion_candidates(trace: Trace) -> list[Candidate]:
-    """Matches grouped by (pattern, scope), largest predicted saving first."""
-    groups: dict[tuple[str, str], list[Match]] = {}
+    """Matches grouped by (pattern, scope, input shapes), largest predicted saving first.
+
+    A group's saving is the sum of its instances' savings, each at most the device time of the
+    units it fuses, so no prediction exceeds the time it comes from; a group that would save
+    nothing (the fused form moves no fewer bytes and launches no fewer kernels) is dropped.
+    """
+    groups: dict[tuple[str, str, tuple[tuple[tuple[int, ...], ...], ...]], list[Match]] = {}
     for m in find_matches(trace):
-        groups.setdefault((m.pattern, scope_title(m.scope)), []).append(m)
+        m.saving_ns = min(max(m.saving_ns, 0.0), float(m.device_ns))
+        groups.setdefault((m.pattern, scope_title(m.scope), shape_key(m.units)), []).append(m)
     out = []
-    for (pattern, scope), ms in groups.items():
+    for (pattern, scope, _shapes), ms in groups.items():
+        saving_ns = sum(m.saving_ns for m in ms)
+        if saving_ns <= 0:
+            continue
         first = ms[0]
         inter: dict[str, int] = {}
         for name, b in first.intermediates:
@@ -324,12 +339,12 @@ def fusion_candidates(trace: Trace) -> list[Candidate]:
             kernels_per_instance=round(sum(sum(max(u.kernels, 1) for u in m.units) for m in ms) / len(ms), 2),
             device_us=sum(m.device_ns for m in ms) / 1000, bytes_now=sum(m.bytes_now for m in ms),
             bytes_fused=sum(m.bytes_fused for m in ms),
-            # median per instance times instances: one slow call on a busy machine does not set the figure
-            predicted_saving_us=statistics.median(m.saving_ns for m in ms) * len(ms) / 1000,
+            predicted_saving_us=saving_ns / 1000,
             recommendation=RECOMMEND[pattern],
             confidence=first.confidence, ops=[u.name for u in first.units],
             intermediate_bytes=sum(b for m in ms for _, b in m.intermediates),
             intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
-            scope_ids=[m.scope.id for m in ms]))
+            scope_ids=[m.scope.id for m in ms],
+            shape=json.dumps([list(d) for d in _shapes[0]]) if _shapes else ""))
     out.sort(key=lambda c: -c.predicted_saving_us)
     return out

@@ -228,10 +228,13 @@ def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, st
     dtype = str(_tensor_out(reference).dtype).removeprefix("torch.")
     tol_abs, tol_rel = TOLERANCE.get(dtype, (1e-3, 1e-3))
     best_fixes: list[tuple[str, Callable[[Any], bool]]] = []
+    tried_scopes: set[tuple[str, str]] = set()
     for i, c in enumerate(cands):
         cls = _module_class(c.scope)
-        if cls is None:
+        # a scope whose instances differ in shape has one candidate per shape; its fix is one change
+        if cls is None or (c.pattern, c.scope) in tried_scopes:
             continue
+        tried_scopes.add((c.pattern, c.scope))
         # the model's fraction, applied to the scopes' time measured without the Python tracer
         fraction = c.predicted_saving_us / c.device_us if c.device_us else 0.0
         per_step_pred = fraction * before.scope_us.get(cls, c.device_us / analysis_steps)

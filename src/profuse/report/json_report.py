@@ -35,7 +35,7 @@ def advice_dict(advice: Advice) -> dict[str, Any]:
     for c in advice.fusion_candidates:
         d = {k: plain(getattr(c, k)) for k in ("pattern", "scope", "instances", "kernels_per_instance",
                                                 "recommendation", "confidence", "ops", "intermediates",
-                                                "intermediate_bytes", "bytes_now", "bytes_fused")}
+                                                "intermediate_bytes", "bytes_now", "bytes_fused", "shape")}
         d["device_us"] = round(c.device_us, 3)
         d["predicted_saving_us"] = round(c.predicted_saving_us, 3)
         cands.append(d)

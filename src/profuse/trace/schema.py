@@ -4,7 +4,7 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 6  # bump when tables change: caches with another version are rebuilt
+SCHEMA_VERSION = 7  # bump when tables change: caches with another version are rebuilt
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
@@ -28,8 +28,20 @@ CATEGORY_KIND: dict[str, str] = {
     "cuda_sync": "sync",
     "mtia_ccp_events": "device_other",
 }
-# MTIA command-processor events: DMA is a copy, PE execution is compute, the rest is bookkeeping.
+# MTIA command-processor events, classified by what they are rather than by a list of compute names:
+# DMA is a copy, event records/waits are stream bookkeeping, and everything else (pe_exe, merge,
+# remote, or an event named after the op it runs) is compute.
 MTIA_DEVICE_KIND = {"dma_request": "memcpy", "pe_exe": "kernel", "merge": "kernel", "remote": "kernel"}
+
+
+def mtia_device_kind(name: str) -> str:
+    """The kind of one ``mtia_ccp_events`` event from its name (see above)."""
+    low = name.lower()
+    if low.startswith("dma"):
+        return "memcpy"
+    if low.startswith("event_") or low in ("event", "barrier", "fence", "noop"):
+        return "device_other"
+    return MTIA_DEVICE_KIND.get(name, "kernel")
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "sync", "other")
 KINDS = (*HOST_KINDS, "kernel", "memcpy", "memset", "gpu_annotation", "device_other")
