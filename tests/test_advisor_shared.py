@@ -13,7 +13,8 @@ from profuse.analysis.roofline import device_peaks, roofline
 from profuse.cli import main
 
 NORM_OR_ACT = {"RMSNorm", "LayerNorm", "softmax", "GELU (tanh)", "GELU (erf)", "multi-kernel norm",
-               "attention (matmul-softmax-matmul)", "SiLU x mul (SwiGLU)", "bias + activation"}
+               "attention (matmul-softmax-matmul)", "SiLU x mul (SwiGLU)", "bias + activation",
+               "QuickGELU (x * sigmoid(1.702 x))", "SiLU (x * sigmoid(x))"}
 
 
 def cands(name):
