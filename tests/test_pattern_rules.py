@@ -27,9 +27,9 @@ def _attention_trace(tmp_path, child_kernels: bool):
     t = ["float"]
     ev = [_x("python_function", "nn.Module: Attn_0", 0, 200)]
     ev += _op_with_kernel("aten::bmm", 10, 1, [[8, 16, 32], [8, 32, 16]], ["float", "float"])
-    ev += _op_with_kernel("aten::_softmax", 30, 2, s + [[], []], t + ["Scalar", "Scalar"])
+    ev += _op_with_kernel("aten::_softmax", 30, 2, [*s, [], []], [*t, "Scalar", "Scalar"])
     ev += [_x("python_function", "nn.Module: Skip_0", 50, 20),
-           _x("cpu_op", "aten::dropout", 52, 4, **{"Input Dims": s + [[], []], "Input type": t + ["Scalar", "Scalar"]})]
+           _x("cpu_op", "aten::dropout", 52, 4, **{"Input Dims": [*s, [], []], "Input type": [*t, "Scalar", "Scalar"]})]
     if child_kernels:
         ev += [_x("cuda_runtime", "cudaLaunchKernel", 53, 2, correlation=9),
                _x("kernel", "mask_kernel", 60, 5, pid=0, tid=7, correlation=9, stream=7, device=0)]
