@@ -148,22 +148,41 @@ def event(trace: Trace, eid: int) -> dict[str, Any] | None:
     (i, kind, name, ts, dur, _thread, launch, op, module, link, unlinked, sdev, tdev, parent), = found
     out: dict[str, Any] = {"id": i, "kind": kind, "name": name, "ts": ts, "dur": dur, "self_device_us": sdev,
                            "device_total_us": tdev, "link": link, "unlinked": unlinked}
-    if kind in ("cpu_op", "annotation", "python"):
-        rel = con.execute("""
+    if kind in ("cpu_op", "annotation", "python", "runtime"):
+        # an op's launch calls and their device events; a launch call's own device events (a graph
+        # launch: every kernel of the replay)
+        within = "l.id = ?" if kind == "runtime" else (
+            "l.kind = 'runtime' AND l.thread = me.thread AND l.ts >= me.ts AND l.ts < me.ts + me.dur")
+        rel = con.execute(f"""
             WITH me AS (SELECT ts, dur, thread FROM events WHERE id = ?)
-            SELECT l.id, l.name, tl.ts / 1e3, l.dur / 1e3, k.id, k.name, tk.ts / 1e3, k.dur / 1e3
+            SELECT l.id, l.name, tl.ts / 1e3, l.dur / 1e3, k.id, k.name, tk.ts / 1e3, k.dur / 1e3, k.link
             FROM events l, me JOIN events k ON k.launch = l.id JOIN tl ON tl.id = l.id JOIN tl tk ON tk.id = k.id
-            WHERE l.kind = 'runtime' AND l.thread = me.thread AND l.ts >= me.ts AND l.ts < me.ts + me.dur
-            ORDER BY k.ts LIMIT 2000""", [i]).fetchall()
-        out["launches"] = [{"id": r[0], "name": r[1], "ts": r[2], "dur": r[3]} for r in {r[0]: r for r in rel}.values()]
-        out["kernels"] = [{"id": r[4], "name": r[5], "ts": r[6], "dur": r[7], "launch": r[0]} for r in rel]
+            WHERE {within} ORDER BY k.ts LIMIT 2000""", [i, i] if kind == "runtime" else [i]).fetchall()
+        if kind != "runtime":
+            out["launches"] = [{"id": r[0], "name": r[1], "ts": r[2], "dur": r[3]}
+                               for r in {r[0]: r for r in rel}.values()]
+        out["kernels"] = [{"id": r[4], "name": r[5], "ts": r[6], "dur": r[7], "launch": r[0],
+                           "graph": r[8] == "graph"} for r in rel]
+        out["replays"] = _replays(rel)
         if trace.cpu_only:
-            out["kernels"] = []
+            out["kernels"], out["replays"] = [], []
     chain_start = op if kind in ("kernel", "memcpy", "memset") else parent
     out["launch"] = _brief(trace, launch)
     out["ops"] = _chain(trace, chain_start, ("cpu_op", "annotation"))
     out["modules"] = _modules(trace, module)
     return out
+
+
+def _replays(rel: list[tuple]) -> list[dict[str, Any]]:
+    """One entry per graph launch among the rows: the replay drawn as one flow to its first kernel."""
+    out: dict[int, dict[str, Any]] = {}
+    for lid, _lname, _lts, _ldur, kid, _kname, kts, kdur, link in rel:  # rows come in kernel start order
+        if link != "graph":
+            continue
+        r = out.setdefault(lid, {"launch": lid, "first": kid, "kernels": 0, "ts": kts, "end": kts + kdur})
+        r["kernels"] += 1
+        r["end"] = max(r["end"], kts + kdur)
+    return list(out.values())
 
 
 def _brief(trace: Trace, eid: int | None) -> dict[str, Any] | None:
