@@ -93,6 +93,38 @@ def test_launch_bound_needs_host_launch_work_in_the_gaps(tmp_path, python_gap):
     assert step.launch_bound is (not python_gap)
 
 
+def test_a_blocking_copy_over_the_gap_is_not_launch_bound(tmp_path):
+    # GIVEN a step whose device sits idle while the host blocks in a synchronous copy for 500 µs
+    events = [
+        _x("user_annotation", "ProfilerStep#0", 0, 1000),
+        _x("cpu_op", "aten::add", 0, 5), _x("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1),
+        _x("kernel", "k0", 5, 10, pid=0, tid=7, correlation=1, stream=7, device=0),
+        _x("cpu_op", "aten::copy_", 20, 520),
+        _x("cuda_runtime", "cudaMemcpy", 22, 515, correlation=2),
+        _x("gpu_memcpy", "Memcpy DtoH", 530, 5, pid=0, tid=7, correlation=2, stream=7, device=0),
+        _x("cpu_op", "aten::mul", 545, 5), _x("cuda_runtime", "cudaLaunchKernel", 546, 2, correlation=3),
+        _x("kernel", "k1", 550, 10, pid=0, tid=7, correlation=3, stream=7, device=0),
+    ]
+    with profuse.load(_write(tmp_path, events)) as t:
+        (step,) = steps_busy(t)
+    assert step.busy_pct is not None and step.busy_pct < 50
+    assert not step.launch_bound, "waiting in a synchronous copy is not launch work"
+
+
+def test_a_long_stall_inside_an_op_is_not_launch_bound(tmp_path):
+    # GIVEN a conv op that autotunes on the host for 50 ms before its (async) launch
+    events = [_x("user_annotation", "ProfilerStep#0", 0, 60000)]
+    for i in range(3):
+        t0 = 20000 * i
+        events += [_x("cpu_op", "aten::cudnn_convolution", t0, 19990),
+                   _x("cuda_runtime", "cudaLaunchKernel", t0 + 19980, 5, correlation=i + 1),
+                   _x("kernel", f"conv{i}", t0 + 19990, 10, pid=0, tid=7, correlation=i + 1, stream=7, device=0)]
+    with profuse.load(_write(tmp_path, events)) as t:
+        (step,) = steps_busy(t)
+    assert step.busy_pct is not None and step.busy_pct < 1
+    assert not step.launch_bound, "a 20 ms host stall is not launch overhead"
+
+
 def test_graph_replay_step_is_busy(tmp_path):
     # GIVEN a step whose one graph launch replays kernels that keep the device busy
     events = [_x("user_annotation", "ProfilerStep#1", 0, 100),

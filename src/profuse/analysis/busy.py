@@ -9,9 +9,11 @@ The definitions (docs/advisor.md states them for users):
 - A profiler step's activities are those whose launching runtime call, on any thread, starts inside
   the step's CPU interval (so backward kernels launched from the autograd thread and kernels of a
   graph replay count). Its window runs from their first start to their last end.
-- ``launch_bound`` is claimed only where the device is idle for most of the window *and* the host
-  spent most of that idle time dispatching and launching work (inside cpu_op events or launch /
-  copy calls, any thread). Idle time spent in Python, data loading or sleeping is not launch-bound.
+- ``launch_bound`` is claimed only where the device is idle for most of the window *and* most of
+  that idle time is covered by launch work: the dispatch of an op that launched device work
+  asynchronously (from the op's start to the end of its launch call), on any thread, in gaps of at
+  most 1 ms. Idle time spent in Python between ops, in synchronous copies or synchronize calls,
+  data loading, sleeping, or any gap longer than 1 ms (a host stall) is not launch-bound.
 
 A CPU-only trace has no device, so none of this is claimed for it.
 """
@@ -26,6 +28,9 @@ from ..trace.schema import DEVICE_TIME_KINDS
 
 LAUNCH_BOUND_BUSY_PCT = 50.0   # the device must be idle for more than half the window ...
 LAUNCH_BOUND_WAIT_PCT = 50.0   # ... and the host must dispatch or launch for over half that idle time
+# A gap longer than this is a host stall (initialisation, autotuning, data loading, a blocking wait),
+# never launch overhead, which costs microseconds per kernel.
+LAUNCH_GAP_MAX_US = 1000.0
 _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 
 
@@ -67,8 +72,8 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
 
 @dataclass(frozen=True)
 class CpuWork:
-    """Host time spent dispatching and launching (cpu_op and launch calls, any thread), merged into
-    disjoint runs with a running total so the work inside any interval costs two searches."""
+    """Host launch work (see :func:`cpu_work`), merged into disjoint runs with a running total so
+    the work inside any interval costs two searches."""
     start: np.ndarray
     end: np.ndarray
     before: np.ndarray   # work in all runs before run i
@@ -117,9 +122,11 @@ def gaps_ns(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def launch_wait_ns(start: np.ndarray, end: np.ndarray, work: CpuWork) -> tuple[int, int]:
-    """(idle ns in the window, of which the host was dispatching or launching work)."""
+    """(idle ns in the window, of which the host was dispatching launches). Only gaps up to
+    ``LAUNCH_GAP_MAX_US`` count: a longer one is a host stall, not launch overhead."""
     lo, hi = gaps_ns(start, end)
-    return int((hi - lo).sum()), int(work.inside(lo, hi).sum())
+    short = (hi - lo) <= LAUNCH_GAP_MAX_US * 1000
+    return int((hi - lo).sum()), int(work.inside(lo[short], hi[short]).sum())
 
 
 def busy_of(start: np.ndarray, end: np.ndarray) -> Busy:
@@ -174,13 +181,21 @@ def activities(trace: Trace) -> Activities:
     return Activities(*(np.asarray(c, dtype=np.int64) for c in cols))
 
 
+# Runtime calls that hand work to the device and return (kernel and graph launches, async copies,
+# MTIA command submission); synchronous copies and synchronize calls are waiting, never launch work.
+_LAUNCH_CALL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name ILIKE 'runFunction%' "
+                "OR l.name ILIKE 'enqueue%')")
+
+
 def cpu_work(trace: Trace) -> CpuWork:
-    """The host's dispatch and launch work: cpu_op events and launch/copy calls, on every thread."""
-    rows = trace.con.execute("""
-        SELECT ts, ts + greatest(dur, 1) FROM events
-        WHERE kind = 'cpu_op' OR (kind = 'runtime' AND (name ILIKE '%launch%' OR name ILIKE '%memcpy%'
-                                                        OR name ILIKE '%memset%'))""").fetchnumpy()
-    start, end = (np.asarray(rows[k], dtype=np.int64) for k in rows)
+    """The host's launch work: for each device activity launched by an asynchronous launch call, the
+    time from the start of the op that made the call (or the call itself, outside any op) to the
+    call's end, i.e. the dispatch the device had to wait for. Any thread."""
+    rows = trace.con.execute(f"""
+        SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
+        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
+        WHERE d.kind IN ({_DEVICE}) AND {_LAUNCH_CALL}""").fetchnumpy()
+    _ids, start, end = (np.asarray(rows[k], dtype=np.int64) for k in rows)
     return CpuWork.of(start, end)
 
 
