@@ -120,3 +120,20 @@ def test_sglang_table_shows_the_owner(capsys):
     out = capsys.readouterr().out
     first_rows = out[:out.find("\n", out.find(owner[:20]))]
     assert owner[:20] in first_rows
+
+
+def test_graph_replayed_by_a_compiled_region_counts_in_compiled(tmp_path):
+    # GIVEN a compiled region (cudagraph trees) that replays a graph of two kernels directly
+    events = [
+        _x("cpu_op", "Torch-Compiled Region: 0/0", 0, 50),
+        _x("cuda_runtime", "cudaGraphLaunch", 5, 10, correlation=3),
+        _x("kernel", "triton_poi_fused_add_0", 20, 7, pid=0, tid=7, correlation=3, stream=7, device=0),
+        _x("kernel", "triton_red_fused_sum_1", 27, 9, pid=0, tid=7, correlation=3, stream=7, device=0),
+    ]
+    p = tmp_path / "compiled_graph.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    from profuse.analysis.compiled import compiled_regions
+
+    with profuse.load(p) as t:
+        (region,) = compiled_regions(t).regions
+    assert region.device_us == pytest.approx(16.0)
