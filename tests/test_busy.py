@@ -158,3 +158,39 @@ def test_cpu_only_trace_makes_no_device_idle_claims(tmp_path, capsys):
     assert main(["report", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["device_busy"] is None and doc["steps"] == []
+
+
+def _independent_busy(path):
+    """Window and union of kernel/memcpy/memset intervals, in µs, from plain gzip + json (decimals
+    parsed exactly: µs timestamps since the epoch with ns digits are beyond a float's precision)."""
+    import gzip
+    from decimal import Decimal
+
+    doc = json.load(gzip.open(path), parse_float=Decimal)
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"
+          and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")]
+    iv = sorted((Decimal(e["ts"]), Decimal(e["ts"]) + Decimal(e["dur"])) for e in ev)
+    busy, cur_s, cur_e = Decimal(0), None, None
+    for s, e in iv:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += (cur_e - cur_s) if cur_e is not None else 0
+    return float(max(e for _, e in iv) - iv[0][0]), float(busy)
+
+
+@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "a100_event_sync_multistream.json.gz",
+                                  "mi300_sglang_decode_cudagraph.json.gz", "v100_ns_timestamps.json.gz"])
+def test_device_busy_matches_an_independent_union(name, capsys):
+    from conftest import trace_path
+
+    path = trace_path(name)
+    window, busy = _independent_busy(path)
+    assert main(["report", str(path), "--format", "json", "--no-advice"]) == 0
+    got = json.loads(capsys.readouterr().out)["device_busy"]
+    assert got["window_us"] == pytest.approx(window, abs=0.01)
+    assert got["busy_us"] == pytest.approx(busy, abs=0.01)
+    assert got["busy_pct"] == pytest.approx(100 * busy / window, abs=0.01)

@@ -47,6 +47,16 @@ def notes(summary: Summary, table: OpTable) -> list[Text]:
     elif summary.kernels:
         out.append(Text(f"{summary.kernels_linked:,} of {summary.kernels:,} device events linked to the op "
                         "that launched them.", style="dim"))
+    busy = summary.device_busy
+    if busy is not None and busy.busy_pct is not None:
+        out.append(Text(f"Device busy {fmt_us(busy.busy_us)} of a {fmt_us(busy.window_us)} window "
+                        f"({busy.busy_pct:.1f}%, union over every stream).", style="dim"))
+    judged = [st for st in summary.steps if st.busy_pct is not None]
+    if judged:
+        pcts = sorted(st.busy_pct for st in judged if st.busy_pct is not None)
+        bound = sum(st.launch_bound for st in judged)
+        out.append(Text(f"{len(judged)} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}% of each "
+                        f"step's window" + (f"; {bound} launch-bound" if bound else ""), style="dim"))
     for reason, n in sorted(summary.unlinked.items(), key=lambda kv: -kv[1]):
         out.append(Text(f"  {n:,} not linked: {UNLINKED_REASONS.get(reason, reason)}", style="yellow"))
     if summary.skipped:
