@@ -80,6 +80,13 @@ def _torch_pointwise() -> frozenset[str]:
 
 def op_class(name: str, *, use_torch: bool | None = None) -> str:
     """pointwise | reduction | norm | softmax | copy | matmul | attention | view | other."""
+    if use_torch is None:
+        use_torch = "torch" in sys.modules
+    return _op_class(name, use_torch)
+
+
+@lru_cache(maxsize=65536)
+def _op_class(name: str, use_torch: bool) -> str:
     s, b = short(name), base(name)
     for cls, names in (("view", VIEW), ("attention", ATTENTION), ("matmul", MATMUL), ("norm", NORM),
                        ("softmax", SOFTMAX), ("reduction", REDUCTION), ("copy", COPY), ("pointwise", POINTWISE)):
@@ -87,8 +94,6 @@ def op_class(name: str, *, use_torch: bool | None = None) -> str:
             return cls
     if name.startswith("triton_") or name.startswith("cpp_fused"):
         return "compiled"
-    if use_torch is None:
-        use_torch = "torch" in sys.modules
     if use_torch and b in _torch_pointwise():
         return "pointwise"
     return "other"
