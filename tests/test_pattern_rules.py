@@ -59,5 +59,7 @@ def test_inductor_names_keep_multi_word_ops_whole():
         "_scaled_dot_product_flash_attention", "add"]
     assert source_ops("triton_red_fused__to_copy_add_embedding_native_layer_norm_1") == [
         "_to_copy", "add", "embedding", "native_layer_norm"]
+    assert source_ops("triton_poi_fused__native_batch_norm_legit_no_training_relu_0") == [
+        "_native_batch_norm_legit_no_training", "relu"]
     # a name outside the vocabulary stays one op up to the next known op, never split into words
     assert source_ops("triton_poi_fused_my_custom_thing_mul_5") == ["my_custom_thing", "mul"]

@@ -20,6 +20,10 @@ squeeze unsqueeze rand bernoulli scatter gather argmax constant_pad_nd native_dr
 scaled_dot_product_attention _scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention
 _scaled_dot_product_cudnn_attention flash_attention efficient_attention bitwise_and bitwise_or bitwise_xor
 bitwise_not logical_and logical_or logical_not full zeros ones arange iota copy clone cat fill
+_native_batch_norm_legit_functional _native_batch_norm_legit_no_training avg_pool2d max_pool2d_with_indices
+_adaptive_avg_pool2d adaptive_avg_pool2d upsample_nearest2d upsample_bilinear2d _unsafe_index
+_unsafe_index_put new_zeros new_ones new_empty scalar_tensor sort topk cumsum cumprod isnan isinf repeat
+roll flip tril triu any all erfinv split_with_sizes unbind constant_pad_nd reflection_pad2d
 """.split()
 
 
