@@ -52,22 +52,25 @@ class StepBusy:
     activities: int
 
 
-def union_ns(start: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of intervals [start, end), in the intervals' unit."""
+def merge_runs(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals [start, end) merged into disjoint runs, in start order."""
     if start.size == 0:
-        return 0
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
     order = np.argsort(start, kind="stable")
     s, e = start[order].astype(np.int64), end[order].astype(np.int64)
     reach = np.maximum.accumulate(e)
-    # an interval starts a new merged run when it begins after everything before it ended
-    new_run = np.empty(s.size, dtype=bool)
-    new_run[0] = True
+    # an interval starts a new run when it begins after everything before it ended
+    new_run = np.ones(s.size, dtype=bool)
     new_run[1:] = s[1:] > reach[:-1]
-    run_id = np.cumsum(new_run) - 1
-    run_start = s[new_run]
-    run_end = np.zeros(run_start.size, dtype=np.int64)
-    np.maximum.at(run_end, run_id, reach)
-    return int((run_end - run_start).sum())
+    last_of_run = np.append(new_run[1:], True)
+    return s[new_run], reach[last_of_run]
+
+
+def union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of intervals [start, end), in the intervals' unit."""
+    rs, re_ = merge_runs(start, end)
+    return int((re_ - rs).sum())
 
 
 @dataclass(frozen=True)
@@ -80,19 +83,8 @@ class CpuWork:
 
     @classmethod
     def of(cls, start: np.ndarray, end: np.ndarray) -> CpuWork:
-        if start.size == 0:
-            z = np.zeros(0, dtype=np.int64)
-            return cls(z, z, z)
-        order = np.argsort(start, kind="stable")
-        s, e = start[order].astype(np.int64), end[order].astype(np.int64)
-        reach = np.maximum.accumulate(e)
-        new_run = np.ones(s.size, dtype=bool)
-        new_run[1:] = s[1:] > reach[:-1]
-        run_id = np.cumsum(new_run) - 1
-        rs = s[new_run]
-        re_ = np.zeros(rs.size, dtype=np.int64)
-        np.maximum.at(re_, run_id, reach)
-        before = np.concatenate([[0], np.cumsum(re_ - rs)[:-1]]).astype(np.int64)
+        rs, re_ = merge_runs(start, end)
+        before = np.concatenate([[0], np.cumsum(re_ - rs)[:-1]]).astype(np.int64) if rs.size else rs
         return cls(rs, re_, before)
 
     def upto(self, t: np.ndarray) -> np.ndarray:
