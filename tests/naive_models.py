@@ -82,3 +82,41 @@ class NaiveResidualNorm(nn.Module):
 class NaiveAttention(nn.Module):
     def forward(self, q, k, v):
         return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+class NaiveQuickGELU(nn.Module):
+    """CLIP's QuickGELU: one input, scaled by a constant before the sigmoid."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+class NaiveSiLU(nn.Module):
+    """SiLU written out: one input, no scale."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+class NaiveSigmoidSwiGLU(nn.Module):
+    """A gated unit with the SiLU written out: silu(gate) * up, two inputs."""
+
+    def __init__(self, h):
+        super().__init__()
+        self.proj = nn.Linear(h, 4 * h, bias=False)
+
+    def forward(self, x):
+        gate, up = self.proj(x).chunk(2, dim=-1)
+        return gate * torch.sigmoid(gate) * up
+
+
+class NaiveAttentionDropout(nn.Module):
+    """Attention with an nn.Dropout module between softmax and the second matmul (eval: no work)."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, q, k, v):
+        p = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        return self.drop(p) @ v

@@ -28,6 +28,10 @@ def _cases():
         ("bias + activation", nm.NaiveBiasAct(64), (x,)),
         ("residual add + norm", nm.NaiveResidualNorm(64), (x, r)),
         ("attention (matmul-softmax-matmul)", nm.NaiveAttention(), (q, k, v)),
+        ("attention (matmul-softmax-matmul)", nm.NaiveAttentionDropout().eval(), (q, k, v)),
+        ("QuickGELU (x * sigmoid(1.702 x))", nm.NaiveQuickGELU(), (x,)),
+        ("SiLU (x * sigmoid(x))", nm.NaiveSiLU(), (x,)),
+        ("SiLU x mul (SwiGLU)", nm.NaiveSigmoidSwiGLU(64), (x,)),
     ]
 
 
@@ -52,6 +56,11 @@ def test_pattern_found_in_recorded_profile(pattern, module, args, tmp_path):
     assert 0 < c.predicted_saving_us <= c.device_us
     assert c.bytes_fused <= c.bytes_now
     assert c.recommendation and c.confidence in ("high", "medium", "low")
+    # and no other activation pattern claims the same scope (QuickGELU is not SwiGLU, SiLU is not GELU)
+    acts = {"QuickGELU (x * sigmoid(1.702 x))", "SiLU (x * sigmoid(x))", "SiLU x mul (SwiGLU)", "GELU (tanh)",
+            "GELU (erf)"}
+    others = {h.pattern for h in cands if h.scope == scope and h.pattern in acts} - {pattern}
+    assert not others, others
 
 
 def test_rmsnorm_intermediates_are_what_fusion_avoids_writing(tmp_path):

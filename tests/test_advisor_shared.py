@@ -13,7 +13,8 @@ from profuse.analysis.roofline import device_peaks, roofline
 from profuse.cli import main
 
 NORM_OR_ACT = {"RMSNorm", "LayerNorm", "softmax", "GELU (tanh)", "GELU (erf)", "multi-kernel norm",
-               "attention (matmul-softmax-matmul)", "SiLU x mul (SwiGLU)", "bias + activation"}
+               "attention (matmul-softmax-matmul)", "SiLU x mul (SwiGLU)", "bias + activation",
+               "QuickGELU (x * sigmoid(1.702 x))", "SiLU (x * sigmoid(x))"}
 
 
 def cands(name):
@@ -22,10 +23,13 @@ def cands(name):
 
 
 def test_multi_kernel_norm_modules_of_mi300():
-    found = {c.scope: c for c in cands("mi300_normalization_layers.json.gz")}
+    found: dict[str, list] = {}
+    for c in cands("mi300_normalization_layers.json.gz"):
+        found.setdefault(c.scope, []).append(c)
     for module in ("BatchNorm2d", "GroupNorm", "InstanceNorm2d"):
-        c = found[f"nn.Module: {module}"]
-        assert c.pattern == "multi-kernel norm" and c.kernels_per_instance >= 2 and c.instances == 6
+        groups = found[f"nn.Module: {module}"]  # one candidate per input shape
+        assert all(c.pattern == "multi-kernel norm" and c.kernels_per_instance >= 2 for c in groups)
+        assert sum(c.instances for c in groups) == 6
     # LayerNorm and RMSNorm run as one kernel each there: nothing to fuse
     assert "nn.Module: LayerNorm" not in found and "nn.Module: RMSNorm" not in found
 

@@ -68,6 +68,10 @@ def test_llama_fix_verified(llama):
         assert f["ok"] and f["max_abs_err"] < 1e-4
         assert f["modules_changed"] == 2 * llama["config"]["num_hidden_layers"] + 1
         assert f["scope_before_us"] > 0 and f["scope_after_us"] > 0
+        assert f["verdict"] in ("verified faster", "not significant", "slower")
+        assert f["scope_before_spread_us"] >= 0 and f["scope_after_spread_us"] >= 0 and f["samples"] >= 3
+        if f["verdict"] == "verified faster":
+            assert f["measured_saving_us"] > max(f["scope_before_spread_us"], f["scope_after_spread_us"])
     assert llama["ms_per_token_before"] > 0 and llama["ms_per_token_after"] > 0
 
 

@@ -59,7 +59,7 @@ def test_profile_writes_a_bundle_report_reads(tmp_path, capsys):
     ops = {o["name"]: o for o in doc["ops"]}
     assert ops["aten::addmm"]["calls"] == 2 * 3, "two Linear layers over three recorded steps"
     assert sum(1 for n in ops if n.startswith("ProfilerStep#")) == 3
-    p.table(top=3)
+    p.table(top=0)  # every row: with module scopes on by default, Python frames' timing reorders the top
     assert "aten::addmm" in capsys.readouterr().out
 
 
@@ -159,3 +159,41 @@ def test_run_without_a_module_profiles_the_whole_run(tmp_path, capsys):
 def test_run_needs_a_script(capsys):
     assert main(["run", "--", "python"]) == 2
     assert "name the script" in capsys.readouterr().err
+
+
+STDERR_SCRIPT = textwrap.dedent("""
+    import sys, torch
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    for i in range(4):
+        net(torch.randn(4, 8))
+        print(f"script stderr {i}", file=sys.stderr, flush=True)
+""")
+
+
+def test_run_defaults_record_steps_and_modules_and_keep_markers_off_stderr(tmp_path, capfd):
+    # GIVEN the plain torch profiler prints its USDT marker lines to fd 2 on this machine
+    import subprocess
+    import sys
+
+    probe = subprocess.run([sys.executable, "-c", "import torch\nwith torch.profiler.profile(): torch.ones(1)"],
+                           capture_output=True, text=True, check=True)
+    markers_here = "USDT:" in probe.stderr
+    script = tmp_path / "s.py"
+    script.write_text(STDERR_SCRIPT)
+    out = tmp_path / "b"
+    # WHEN profuse run profiles the script with its default streams
+    assert main(["run", "--out", str(out), "--warmup", "1", "--steps", "2", "--", "python", str(script)]) == 0
+    err = capfd.readouterr().err
+    # THEN the script's own stderr is all there, the profiler's markers are not
+    for i in range(4):
+        assert f"script stderr {i}" in err
+    assert "USDT:" not in err, err if markers_here else "markers never printed here"
+    # and the bundle has a ProfilerStep per recorded step and nn.Module scopes
+    with profuse.load(out) as t:
+        steps = t.sql("SELECT name FROM events WHERE name LIKE 'ProfilerStep#%' ORDER BY ts")[1]
+        modules = {r[0] for r in t.sql("SELECT name FROM scopes WHERE kind = 'module'")[1]}
+    assert len(steps) == 2
+    assert {"Sequential", "Linear", "ReLU"} <= modules
+    assert main(["report", str(out), "--format", "json"]) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert doc["steps"] == [] and doc["device_busy"] is None, "CPU-only: no device claims"

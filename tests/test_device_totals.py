@@ -34,7 +34,7 @@ def independent_device_time(path) -> dict[str, float]:
         if k.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
             continue
         launch = runtime.get(k.get("args", {}).get("correlation"))
-        if launch is None or launch["name"] in ("cudaGraphLaunch", "hipGraphLaunch"):
+        if launch is None:  # graph replays count under the op around their graph launch
             continue
         lo = launch["ts"]
         holders = [o for o in ops[(launch["pid"], launch["tid"])] if o["ts"] <= lo < o["ts"] + o["dur"]]

@@ -167,3 +167,34 @@ def test_html_report_is_self_contained_and_safe(page, tmp_path):
     open_view_file = out.as_uri() + "#view=timeline"
     page.goto(open_view_file)
     page.wait_for_selector("body[data-ready=timeline] canvas")
+
+
+def test_graph_replay_is_one_flow_and_its_kernels_are_selectable(page):
+    # GIVEN the sglang decode trace, whose one hipGraphLaunch replays hundreds of kernels
+    path = trace_path("mi300_sglang_decode_cudagraph.json.gz")
+    raw = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
+    (corr,) = [e["args"]["correlation"] for e in raw if e.get("name") == "hipGraphLaunch"]
+    n_replayed = sum(1 for e in raw if e.get("cat") == "kernel" and e["args"].get("correlation") == corr)
+    with profuse.load(path) as t:
+        (launch_id,), = t.con.execute("SELECT id FROM events WHERE name = 'hipGraphLaunch'").fetchall()
+        with running([t]) as url:
+            # WHEN the graph launch is selected
+            open_view(page, url, "timeline", f"&sel={launch_id}")
+            page.wait_for_selector("#kernel-list li")
+            # THEN every replayed kernel is listed and highlighted, with one flow arrow for the replay
+            assert page.locator("#kernel-list li").count() == n_replayed
+            assert f"graph replay: {n_replayed} kernel(s)" in page.locator(".replay").inner_text()
+            assert len(page.evaluate("window.profuseTimeline.highlight.size ? [...window.profuseTimeline.highlight]"
+                                     " : []")) >= n_replayed
+            assert page.evaluate("window.profuseTimeline.arrows.length") == 1
+            # AND clicking a listed kernel selects it, walking back to the annotation around the launch
+            from playwright.sync_api import expect
+
+            first = page.locator("#kernel-list li").first
+            kid = int(first.get_attribute("data-id"))
+            (kname,), = t.con.execute("SELECT name FROM events WHERE id = ?", [kid]).fetchall()
+            first.click()
+            expect(page.locator("#details b").first).to_have_text(kname)
+            assert f"sel={kid}" in page.url
+            assert "step[DECODE bs=32]" in page.locator("#op-chain").inner_text()
+            assert "launched by hipGraphLaunch" in page.locator("#details").inner_text()

@@ -16,33 +16,69 @@ from ..trace.artifacts import read_artifacts
 _KERNEL = re.compile(r"^(?:triton|cpp)_(?:poi|red|per|tem|for)?_?fused_(?P<ops>.+?)(?:_\d+)?$")
 _CPP_DEF = re.compile(r"cpp_fused_[A-Za-z0-9_]+")
 _TRITON_DEF = re.compile(r"triton_[a-z]+_fused_[A-Za-z0-9_]+")
-KNOWN_OPS = sorted("""
-_unsafe_view _to_copy native_layer_norm native_group_norm native_batch_norm _softmax _log_softmax
-add sub mul div mean sum pow rsqrt sqrt exp log tanh erf relu gelu silu sigmoid neg cat clone copy
-convert_element_type embedding index select slice view permute transpose expand squeeze unsqueeze
-amax amin max min var var_mean where masked_fill fill full zeros ones rand bernoulli gt lt ge le eq ne
-abs reciprocal clamp maximum minimum bmm mm addmm baddbmm scatter gather cos sin argmax logsumexp
-""".split(), key=len, reverse=True)
+_EXTRA_OPS = """
+_unsafe_view _to_copy convert_element_type embedding index select slice view permute transpose expand
+squeeze unsqueeze rand bernoulli scatter gather argmax constant_pad_nd native_dropout lift_fresh_copy
+scaled_dot_product_attention _scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention
+_scaled_dot_product_cudnn_attention flash_attention efficient_attention bitwise_and bitwise_or bitwise_xor
+bitwise_not logical_and logical_or logical_not full zeros ones arange iota copy clone cat fill
+_native_batch_norm_legit_functional _native_batch_norm_legit_no_training avg_pool2d max_pool2d_with_indices
+_adaptive_avg_pool2d adaptive_avg_pool2d upsample_nearest2d upsample_bilinear2d _unsafe_index
+_unsafe_index_put new_zeros new_ones new_empty scalar_tensor sort topk cumsum cumprod isnan isinf repeat
+roll flip tril triu any all erfinv split_with_sizes unbind constant_pad_nd reflection_pad2d
+""".split()
+
+
+def _vocabulary() -> list[str]:
+    """Op names inductor writes into kernel names: the op tables' names plus inductor's own, longest
+    first so multi-word ops (``bitwise_and``, ``native_layer_norm``) are kept whole."""
+    from .opclass import ATTENTION, CONV, COPY, INDEXED, MATMUL, NORM, POINTWISE, REDUCTION, SOFTMAX, VIEW
+
+    names = set(_EXTRA_OPS)
+    for table in (POINTWISE, REDUCTION, NORM, SOFTMAX, COPY, MATMUL, ATTENTION, VIEW, INDEXED, CONV):
+        names |= {n.rstrip("_") if not n.startswith("_") else n for n in table}
+    return sorted(names, key=len, reverse=True)
+
+
+KNOWN_OPS = _vocabulary()
 
 
 def source_ops(kernel: str) -> list[str]:
-    """The op names inductor put in a fused kernel's name, split with a vocabulary of op names."""
+    """The op names inductor put in a fused kernel's name, split with a vocabulary of op names.
+
+    Words outside the vocabulary are kept together up to the next known op, so an unknown
+    multi-word op stays one name instead of becoming nonsense words."""
     m = _KERNEL.match(kernel)
     if not m:
         return []
-    rest, out = m.group("ops"), []
-    while rest:
-        rest = rest.lstrip("_") if not any(rest.startswith(k) for k in KNOWN_OPS if k.startswith("_")) else rest
-        hit = next((k for k in KNOWN_OPS if rest.startswith(k) and (len(rest) == len(k) or rest[len(k)] == "_")),
-                   None)
+    words = m.group("ops").split("_")
+    # a leading underscore belongs to the op after it: '_to_copy' splits as ['', 'to', 'copy']
+    out: list[str] = []
+    unknown: list[str] = []
+    i = 0
+    while i < len(words):
+        hit = None
+        for j in range(len(words), i, -1):
+            cand = "_".join(words[i:j])
+            if cand in _KNOWN_SET and cand.strip("_"):
+                hit = (cand, j)
+                break
         if hit is None:
-            word, _, rest = rest.partition("_")
-            if word:
-                out.append(word)
+            if words[i]:
+                unknown.append(words[i])
+            i += 1
             continue
-        out.append(hit)
-        rest = rest[len(hit):]
+        if unknown:
+            out.append("_".join(unknown))
+            unknown = []
+        out.append(hit[0])
+        i = hit[1]
+    if unknown:
+        out.append("_".join(unknown))
     return out
+
+
+_KNOWN_SET = frozenset(KNOWN_OPS)
 
 
 @dataclass
@@ -74,14 +110,15 @@ class CompiledSummary:
 def compiled_regions(trace: Trace) -> CompiledSummary:
     con = trace.con
     regions = []
-    for name, calls, cpu in con.execute("""
-            SELECT name, count(*), sum(dur) FROM events WHERE kind = 'cpu_op'
+    for name, calls, cpu, own_ns in con.execute("""
+            SELECT name, count(*), sum(dur), sum(coalesce(self_device, 0)) FROM events WHERE kind = 'cpu_op'
             AND name LIKE 'Torch-Compiled Region%' GROUP BY name ORDER BY name""").fetchall():
         rows = con.execute("""
             SELECT e.kind, e.name, count(*), sum(coalesce(e.device_total, 0)), sum(e.dur)
             FROM events e JOIN events r ON r.id = e.parent_op
             WHERE r.name = ? AND e.kind = 'cpu_op' GROUP BY 1, 2""", [name]).fetchall()
-        kernels, eager, dev = [], [], 0.0
+        # kernels the region launched itself: a CUDA graph it replays (cudagraph trees), or direct launches
+        kernels, eager, dev = [], [], 0.0 if trace.cpu_only else own_ns / 1e3
         for _kind, op, n, dev_ns, dur in rows:
             if op.startswith(("triton_", "cpp_fused")):
                 t = (dur if trace.cpu_only else dev_ns) / 1e3

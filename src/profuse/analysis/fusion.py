@@ -12,8 +12,8 @@ so fused time = time now x bytes fused / bytes now. Bytes come from the recorded
 """
 from __future__ import annotations
 
+import json
 import re
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +29,9 @@ RECOMMEND = {
     "GELU (tanh)": "torch.nn.functional.gelu(x, approximate='tanh')",
     "GELU (erf)": "torch.nn.functional.gelu(x)",
     "SiLU x mul (SwiGLU)": "torch.compile the module: silu(gate) * up becomes one kernel",
+    "QuickGELU (x * sigmoid(1.702 x))": "torch.compile the module: the scale, sigmoid and product become one "
+                                        "kernel (F.gelu is a different function: check accuracy before swapping)",
+    "SiLU (x * sigmoid(x))": "torch.nn.functional.silu(x): one kernel",
     "rotary embedding": "torch.compile the module: the rotation becomes one kernel",
     "residual add + norm": "torch.compile the module: the residual add folds into the norm kernel",
     "bias + activation": "torch.compile the module (bias and activation fold into one kernel), or a "
@@ -73,6 +76,7 @@ class Candidate:
     intermediate_bytes: int
     intermediates: list[dict[str, object]]
     scope_ids: list[int]
+    shape: str = ""       # input shapes of the first op: instances that differ in shape are grouped apart
 
 
 # --- patterns ----------------------------------------------------------------------------------
@@ -95,6 +99,30 @@ def _residual_then_norm(units: list[Unit]) -> bool:
     return False
 
 
+def _scalar_mul(u: Unit) -> bool:
+    """A multiply by a constant: one tensor input (the other operand is a Scalar), or, without
+    shapes, a mul that feeds the sigmoid directly. A Python scalar may be recorded as a 0-dim tensor."""
+    return u.kind == "op" and base(u.name) == "mul" and sum(t.numel > 1 for t in u.ins) <= 1
+
+
+def _sigmoid_form(n: list[str], units: list[Unit]) -> str | None:
+    """Tell sigmoid-built activations apart by data flow, not by op counts:
+    QuickGELU  x * sigmoid(1.702 x): a constant multiply feeds the sigmoid, one product after it;
+    SiLU       x * sigmoid(x):       nothing scales the input, one product after it (one input);
+    gated      sigmoid(g) * g * up:  two products after the sigmoid (a second input)."""
+    if "sigmoid" not in n:
+        return None
+    i = n.index("sigmoid")
+    after = [u for u in units[i + 1:] if u.kind == "op" and base(u.name) == "mul" and not _scalar_mul(u)]
+    if not after and not any(base(u.name) == "mul" for u in units[i + 1:] if u.kind == "op"):
+        return None
+    before = units[i - 1] if i > 0 else None
+    if before is not None and before.kind == "op" and base(before.name) == "mul" and (
+            _scalar_mul(before) or not before.ins):
+        return "quick_gelu"
+    return "gated" if len(after) >= 2 else "silu"
+
+
 PATTERNS: list[tuple[str, Callable[[list[str], list[Unit]], bool]]] = [
     ("RMSNorm", lambda n, u: "mean" in n and ("rsqrt" in n or {"sqrt", "div"} <= set(n))
      and not ({"sub", "var", "var_mean"} & set(n)) and bool({"pow", "mul", "square"} & set(n))),
@@ -103,8 +131,9 @@ PATTERNS: list[tuple[str, Callable[[list[str], list[Unit]], bool]]] = [
     ("softmax", lambda n, u: {"exp", "sum", "div"} <= set(n)),
     ("GELU (tanh)", lambda n, u: "tanh" in n and "add" in n and ("pow" in n or n.count("mul") >= 3)),
     ("GELU (erf)", lambda n, u: "erf" in n and "mul" in n),
-    ("SiLU x mul (SwiGLU)", lambda n, u: ("silu" in n and "mul" in n)
-     or ("sigmoid" in n and n.count("mul") >= 2)),
+    ("QuickGELU (x * sigmoid(1.702 x))", lambda n, u: _sigmoid_form(n, u) == "quick_gelu"),
+    ("SiLU (x * sigmoid(x))", lambda n, u: _sigmoid_form(n, u) == "silu"),
+    ("SiLU x mul (SwiGLU)", lambda n, u: ("silu" in n and "mul" in n) or _sigmoid_form(n, u) == "gated"),
     ("rotary embedding", lambda n, u: {"neg", "cat", "mul", "add"} <= set(n)),
     ("residual add + norm", lambda n, u: _residual_then_norm(u)),
     ("bias + activation", lambda n, u: any(a == "add" and (b in ACTIVATIONS or b == "<activation_module>")
@@ -179,8 +208,19 @@ def chains(inst: ScopeInstance, cpu: bool) -> list[list[Unit]]:
     return out
 
 
-def _attention(inst: ScopeInstance) -> list[list[Unit]]:
-    """matmul -> (scale / mask) -> softmax -> matmul windows."""
+PASS_THROUGH_WORDS = ("Dropout", "Identity")
+
+
+def _transparent(u: Unit, cpu: bool) -> bool:
+    """A child scope that does no work of its own between two steps of a pattern: one that launched
+    no kernels (an eval-mode nn.Dropout on a device), or a dropout/identity module."""
+    if u.kind != "scope":
+        return False
+    return (not cpu and u.kernels == 0) or any(w in u.name for w in PASS_THROUGH_WORDS)
+
+
+def _attention(inst: ScopeInstance, cpu: bool = False) -> list[list[Unit]]:
+    """matmul -> (scale / mask) -> softmax -> (dropout) -> matmul windows."""
     units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
     found = []
     i = 0
@@ -188,10 +228,10 @@ def _attention(inst: ScopeInstance) -> list[list[Unit]]:
         if units[i].kind == "op" and op_class(units[i].name) == "matmul":
             j = i + 1
             saw_softmax = False
-            while j < len(units) and j - i <= 8 and (units[j].kind == "op" and
-                                                     op_class(units[j].name) in FUSIBLE):
-                n = base(units[j].name)
-                saw_softmax |= op_class(units[j].name) == "softmax" or n == "exp"
+            while j < len(units) and j - i <= 8 and ((units[j].kind == "op" and op_class(units[j].name) in FUSIBLE)
+                                                     or _transparent(units[j], cpu)):
+                n = base(units[j].name) if units[j].kind == "op" else ""
+                saw_softmax |= (units[j].kind == "op" and op_class(units[j].name) == "softmax") or n == "exp"
                 j += 1
             if saw_softmax and j < len(units) and units[j].kind == "op" and op_class(units[j].name) == "matmul":
                 found.append(units[i:j + 1])
@@ -283,7 +323,7 @@ def find_matches(trace: Trace) -> list[Match]:
     out: list[Match] = []
     for inst in scope_instances(trace).values():
         taken: set[int] = set()
-        for window in _attention(inst):
+        for window in _attention(inst, cpu):
             out.append(_match("attention (matmul-softmax-matmul)", inst, window, cpu))
             taken |= {u.id for u in window}
         for window in _swiglu(inst):
@@ -308,13 +348,27 @@ def scope_title(inst: ScopeInstance) -> str:
     return _STEP.sub("#*", inst.name)
 
 
+def shape_key(units: list[Unit]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The recorded input shapes of a match's ops: instances that differ here are grouped apart."""
+    return tuple(tuple(t.dims for t in u.ins) for u in units if u.kind == "op")
+
+
 def fusion_candidates(trace: Trace) -> list[Candidate]:
-    """Matches grouped by (pattern, scope), largest predicted saving first."""
-    groups: dict[tuple[str, str], list[Match]] = {}
+    """Matches grouped by (pattern, scope, input shapes), largest predicted saving first.
+
+    A group's saving is the sum of its instances' savings, each at most the device time of the
+    units it fuses, so no prediction exceeds the time it comes from; a group that would save
+    nothing (the fused form moves no fewer bytes and launches no fewer kernels) is dropped.
+    """
+    groups: dict[tuple[str, str, tuple[tuple[tuple[int, ...], ...], ...]], list[Match]] = {}
     for m in find_matches(trace):
-        groups.setdefault((m.pattern, scope_title(m.scope)), []).append(m)
+        m.saving_ns = min(max(m.saving_ns, 0.0), float(m.device_ns))
+        groups.setdefault((m.pattern, scope_title(m.scope), shape_key(m.units)), []).append(m)
     out = []
-    for (pattern, scope), ms in groups.items():
+    for (pattern, scope, _shapes), ms in groups.items():
+        saving_ns = sum(m.saving_ns for m in ms)
+        if saving_ns <= 0:
+            continue
         first = ms[0]
         inter: dict[str, int] = {}
         for name, b in first.intermediates:
@@ -324,12 +378,12 @@ def fusion_candidates(trace: Trace) -> list[Candidate]:
             kernels_per_instance=round(sum(sum(max(u.kernels, 1) for u in m.units) for m in ms) / len(ms), 2),
             device_us=sum(m.device_ns for m in ms) / 1000, bytes_now=sum(m.bytes_now for m in ms),
             bytes_fused=sum(m.bytes_fused for m in ms),
-            # median per instance times instances: one slow call on a busy machine does not set the figure
-            predicted_saving_us=statistics.median(m.saving_ns for m in ms) * len(ms) / 1000,
+            predicted_saving_us=saving_ns / 1000,
             recommendation=RECOMMEND[pattern],
             confidence=first.confidence, ops=[u.name for u in first.units],
             intermediate_bytes=sum(b for m in ms for _, b in m.intermediates),
             intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
-            scope_ids=[m.scope.id for m in ms]))
+            scope_ids=[m.scope.id for m in ms],
+            shape=json.dumps([list(d) for d in _shapes[0]]) if _shapes else ""))
     out.sort(key=lambda c: -c.predicted_saving_us)
     return out

@@ -80,6 +80,13 @@ def _torch_pointwise() -> frozenset[str]:
 
 def op_class(name: str, *, use_torch: bool | None = None) -> str:
     """pointwise | reduction | norm | softmax | copy | matmul | attention | view | other."""
+    if use_torch is None:
+        use_torch = "torch" in sys.modules
+    return _op_class(name, use_torch)
+
+
+@lru_cache(maxsize=65536)
+def _op_class(name: str, use_torch: bool) -> str:
     s, b = short(name), base(name)
     for cls, names in (("view", VIEW), ("attention", ATTENTION), ("matmul", MATMUL), ("norm", NORM),
                        ("softmax", SOFTMAX), ("reduction", REDUCTION), ("copy", COPY), ("pointwise", POINTWISE)):
@@ -87,8 +94,6 @@ def op_class(name: str, *, use_torch: bool | None = None) -> str:
             return cls
     if name.startswith("triton_") or name.startswith("cpp_fused"):
         return "compiled"
-    if use_torch is None:
-        use_torch = "torch" in sys.modules
     if use_torch and b in _torch_pointwise():
         return "pointwise"
     return "other"
@@ -131,6 +136,50 @@ def tensors(input_dims: str | None, input_types: str | None) -> list[Tensor]:
     return out
 
 
+# Ops that read or write only some elements of a tensor they take whole (a gather from a table, a
+# write into a slice of a KV cache): their bytes are not their tensors' sizes, so no model is claimed.
+INDEXED = set("""
+index index_select gather scatter scatter_add scatter_reduce index_put _index_put_impl index_copy index_add
+index_fill embedding embedding_bag take masked_select masked_scatter slice_scatter select_scatter
+diagonal_scatter put
+""".split())
+CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "cudnn_convolution",
+        "miopen_convolution", "mkldnn_convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
+# (batch, heads, sequence, head dim) axes of q/k/v per attention op; the flash/efficient kernels'
+# own forward ops take (batch, sequence, heads, head dim)
+_BSHD = {"_flash_attention_forward", "_efficient_attention_forward"}
+
+
+def _matmul_operands(name: str, ins: list[Tensor]) -> tuple[Tensor, Tensor, Tensor | None] | None:
+    """(a, b, bias) of a matmul-like op from its recorded inputs; an ``out=`` tensor is never an operand."""
+    b = base(name)
+    if b in ("addmm", "baddbmm", "addbmm", "addmv") and len(ins) >= 3:
+        return ins[1], ins[2], ins[0]
+    if b == "linear" and len(ins) >= 2:
+        return ins[0], ins[1], ins[2] if len(ins) >= 3 else None
+    if b in ("mm", "bmm", "matmul", "_scaled_mm") and len(ins) >= 2:
+        return ins[0], ins[1], None
+    return None
+
+
+def _matmul_mnk(name: str, ins: list[Tensor]) -> tuple[int, int, int] | None:
+    """(rows of the output incl. batch, columns, reduction length) of a matmul-like op."""
+    ops = _matmul_operands(name, ins)
+    if ops is None:
+        return None
+    a, w, _bias = ops
+    if len(a.dims) < 2 or not w.dims:
+        return None
+    k = a.dims[-1]
+    if base(name) == "linear":
+        n = w.dims[0] if len(w.dims) == 2 else 1
+    elif len(w.dims) >= 2:
+        n = w.dims[-1]
+    else:
+        return None
+    return math.prod(a.dims[:-1]), n, k
+
+
 def output_numel(name: str, ins: list[Tensor]) -> int:
     """Elements an op writes, estimated from its inputs (reductions over the last dim)."""
     if not ins:
@@ -141,33 +190,64 @@ def output_numel(name: str, ins: list[Tensor]) -> int:
         return max(big.numel // (big.dims[-1] if big.dims and big.dims[-1] else 1), 1)
     if b in ("cat", "stack"):
         return sum(t.numel for t in ins)
-    if b in MATMUL and len(ins) >= 2:
-        a, w = ins[-2], ins[-1]
-        if b == "addmm" and len(ins) >= 3:
-            a, w = ins[1], ins[2]
-        if len(a.dims) >= 2 and len(w.dims) >= 2:
-            n = w.dims[0] if b == "linear" else w.dims[-1]
-            return math.prod(a.dims[:-1]) * n
+    mnk = _matmul_mnk(name, ins)
+    if mnk is not None:
+        return mnk[0] * mnk[1]
+    if b in ATTENTION and ins:
+        return ins[0].numel
     return big.numel
+
+
+def modelled(name: str) -> bool:
+    """Whether io_bytes/flops below hold for this op: known classes only, no indexed or conv ops."""
+    b = base(name)
+    if b in INDEXED or b in CONV:
+        return False
+    return op_class(name) in FUSIBLE | {"matmul", "attention"}
 
 
 def io_bytes(name: str, ins: list[Tensor]) -> tuple[int, int]:
     """(bytes read, bytes written) by one op, from its inputs."""
     if not ins or op_class(name) == "view":
         return 0, 0
-    reads = sum(t.nbytes for t in ins)
-    elem = max(ins, key=lambda t: t.numel).elem
+    ops = _matmul_operands(name, ins)
+    if ops is not None:
+        reads = sum(t.nbytes for t in ops if t is not None)  # an out= tensor is written, not read
+        elem = ops[0].elem
+    elif base(name) in ATTENTION:
+        reads, elem = sum(t.nbytes for t in ins[:3]), ins[0].elem
+    else:
+        reads, elem = sum(t.nbytes for t in ins), max(ins, key=lambda t: t.numel).elem
     return reads, output_numel(name, ins) * elem
 
 
+def attention_flops(name: str, ins: list[Tensor]) -> float:
+    """4·B·H·Nq·Nkv·d for an attention forward (two matmuls): counted non-causal, as the tables do
+    not keep the is_causal flag, so a causal attention's figure is an upper bound (2x)."""
+    if len(ins) < 3 or len(ins[0].dims) != 4 or len(ins[1].dims) != 4:
+        return 0.0
+    q, k = ins[0].dims, ins[1].dims
+    if base(name) in _BSHD:
+        b_, nq, h, d = q
+        nkv = k[1]
+    else:
+        b_, h, nq, d = q
+        nkv = k[2]
+    return 4.0 * b_ * h * nq * nkv * d
+
+
 def flops(name: str, ins: list[Tensor]) -> float:
-    """Floating-point operations of one op: 2*M*N*K for matmuls, one per output element otherwise."""
+    """Floating-point operations of one op: 2·M·N·K for matmuls (+ M·N with a bias), attention from
+    q/k shapes, one per output element for pointwise and reductions; 0 where no model holds."""
     b = base(name)
-    if b in MATMUL and len(ins) >= 2:
-        a, w = (ins[1], ins[2]) if b == "addmm" and len(ins) >= 3 else (ins[0], ins[1])
-        if len(a.dims) >= 2 and len(w.dims) >= 2:
-            k = a.dims[-1]
-            return 2.0 * output_numel(name, ins) * k
-    if op_class(name) in FUSIBLE:
+    mnk = _matmul_mnk(name, ins)
+    if mnk is not None:
+        m, n, k = mnk
+        ops = _matmul_operands(name, ins)
+        bias = ops is not None and ops[2] is not None
+        return 2.0 * m * n * k + (m * n if bias else 0)
+    if b in ATTENTION:
+        return attention_flops(name, ins)
+    if op_class(name) in FUSIBLE and b not in INDEXED:
         return float(output_numel(name, ins))
     return 0.0

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_KINDS
+from .busy import Busy, StepBusy, device_busy, steps_busy
 from .optable import total_device_us
 
 _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
@@ -27,6 +28,8 @@ class Summary:
     from_cache: bool = False
     bundle_status: str | None = None   # a profuse bundle's status (complete / failed), else None
     bundle_error: str | None = None
+    device_busy: Busy | None = None    # union of device activity over every stream; None on CPU-only traces
+    steps: list[StepBusy] = field(default_factory=list)  # per ProfilerStep#N
 
 
 def summarize(trace: Trace) -> Summary:
@@ -37,7 +40,8 @@ def summarize(trace: Trace) -> Summary:
                    events=int(m["events"]), span_us=float(m["span_us"]), device_us=total_device_us(trace),
                    kernels=int(kernels), kernels_linked=int(linked), unlinked=dict(m.get("unlinked") or {}),
                    skipped=dict(m.get("skipped") or {}), unmatched_flows=int(m.get("unmatched_flows") or 0),
-                   from_cache=trace.from_cache, **_bundle_status(trace))
+                   from_cache=trace.from_cache, device_busy=device_busy(trace), steps=steps_busy(trace),
+                   **_bundle_status(trace))
 
 
 def _bundle_status(trace: Trace) -> dict[str, str | None]:

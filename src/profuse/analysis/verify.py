@@ -2,12 +2,15 @@
 
 Profiles the model, finds fusion candidates, applies each fix to a deep copy of the model (swap in
 the fused op where the pattern is exact, else ``torch.compile`` the scope), checks numerics against
-the original (failing loudly past a dtype-aware bound), re-profiles and reports measured against
-predicted saving. The user's model is never modified. Needs torch (imported lazily).
+the original (failing loudly past a dtype-aware bound), re-profiles before and after in interleaved
+rounds and reports the median saving with its spread: a fix is "verified faster" only when its gain
+exceeds the noise (the larger inter-quartile range of the two variants), else "not significant".
+The user's model is never modified. Needs torch (imported lazily).
 """
 from __future__ import annotations
 
 import copy
+import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +22,33 @@ from .fusion import Candidate
 
 # dtype -> (abs, rel) bounds a fix must stay within
 TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "bfloat16": (2e-2, 2e-2), "float16": (1e-2, 1e-2)}
+
+
+ROUNDS = 3              # interleaved before/after measurements per fix
+VERIFIED, NOT_SIGNIFICANT, SLOWER = "verified faster", "not significant", "slower"
+
+
+def spread_us(samples: Sequence[float]) -> float:
+    """Inter-quartile range of samples (the range when there are fewer than four)."""
+    if len(samples) < 2:
+        return 0.0
+    if len(samples) < 4:
+        return max(samples) - min(samples)
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return q[2] - q[0]
+
+
+def verdict(before: Sequence[float], after: Sequence[float]) -> tuple[float, str]:
+    """(median gain, verdict): a fix is faster only when its gain exceeds the noise of both variants."""
+    if not before or not after:
+        return 0.0, NOT_SIGNIFICANT
+    gain = statistics.median(before) - statistics.median(after)
+    noise = max(spread_us(before), spread_us(after))
+    if gain > noise and gain > 0:
+        return gain, VERIFIED
+    if -gain > noise and gain < 0:
+        return gain, SLOWER
+    return gain, NOT_SIGNIFICANT
 
 
 class VerificationError(ProfuseError):
@@ -39,6 +69,10 @@ class FixResult:
     max_abs_err: float
     max_rel_err: float
     ok: bool
+    scope_before_spread_us: float = 0.0   # inter-quartile range of the per-step samples before
+    scope_after_spread_us: float = 0.0
+    samples: int = 0                      # per-step samples per variant (rounds x steps)
+    verdict: str = ""                     # verified faster | not significant | slower
 
 
 @dataclass
@@ -52,7 +86,7 @@ class AdviseResult:
 
     @property
     def applied(self) -> list[FixResult]:
-        return [f for f in self.fixes if f.ok and f.measured_saving_us > 0]
+        return [f for f in self.fixes if f.ok and f.verdict == VERIFIED]
 
 
 def _module_class(scope: str) -> str | None:
@@ -154,6 +188,7 @@ def compare(a: Any, b: Any) -> tuple[float, float]:
 class Timing:
     step_us: float                     # median device time per step
     scope_us: dict[str, float]         # device time per step inside each watched nn.Module class
+    scope_samples: dict[str, list[float]] = field(default_factory=dict)  # per step, each class
 
 
 SCOPE_MARK = "profuse.scope: "
@@ -198,12 +233,19 @@ def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes:
             h.remove()
     with load(bundle) as trace:
         stats = step_stats(trace)
+        steps_at = trace.con.execute("""SELECT ts, ts + dur FROM events WHERE kind = 'annotation'
+                                        AND name LIKE 'ProfilerStep#%' ORDER BY ts""").fetchall()
         per_class: dict[str, float] = {}
+        per_step: dict[str, list[float]] = {}
         for inst in scope_instances(trace).values():
             if inst.kind == "annotation" and inst.name.startswith(SCOPE_MARK):
                 cls = inst.name[len(SCOPE_MARK):]
                 per_class[cls] = per_class.get(cls, 0.0) + inst.device_ns / 1e3 / stats.steps
-    return Timing(stats.device_us_per_call, per_class)
+                samples = per_step.setdefault(cls, [0.0] * len(steps_at))
+                k = next((i for i, (lo, hi) in enumerate(steps_at) if lo <= inst.ts < hi), None)
+                if k is not None:
+                    samples[k] += inst.device_ns / 1e3
+    return Timing(stats.device_us_per_call, per_class, per_step)
 
 
 def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, steps: int = 10,
@@ -228,10 +270,13 @@ def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, st
     dtype = str(_tensor_out(reference).dtype).removeprefix("torch.")
     tol_abs, tol_rel = TOLERANCE.get(dtype, (1e-3, 1e-3))
     best_fixes: list[tuple[str, Callable[[Any], bool]]] = []
+    tried_scopes: set[tuple[str, str]] = set()
     for i, c in enumerate(cands):
         cls = _module_class(c.scope)
-        if cls is None:
+        # a scope whose instances differ in shape has one candidate per shape; its fix is one change
+        if cls is None or (c.pattern, c.scope) in tried_scopes:
             continue
+        tried_scopes.add((c.pattern, c.scope))
         # the model's fraction, applied to the scopes' time measured without the Python tracer
         fraction = c.predicted_saving_us / c.device_us if c.device_us else 0.0
         per_step_pred = fraction * before.scope_us.get(cls, c.device_us / analysis_steps)
@@ -247,17 +292,30 @@ def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, st
             if not ok:
                 raise VerificationError(f"{label} on {c.scope} changed the output by {err_abs:.3g} (abs), "
                                         f"{err_rel:.3g} (rel); the bound for {dtype} is {tol_abs:g}/{tol_rel:g}")
-            after = timing(fixed, inputs, steps=steps, out=work / f"fix{i}-{j}", classes={cls})
-            saving = before.scope_us.get(cls, 0.0) - after.scope_us.get(cls, 0.0)
+            # interleaved rounds (before, after, before, after, ...) so a busy spell hits both alike
+            b_samples, a_samples, b_steps, a_steps = [], [], [], []
+            for r in range(ROUNDS):
+                b = before if r == 0 else timing(model, inputs, steps=steps, out=work / f"fix{i}-{j}-b{r}",
+                                                 classes={cls})
+                a = timing(fixed, inputs, steps=steps, out=work / f"fix{i}-{j}-a{r}", classes={cls})
+                b_samples += b.scope_samples.get(cls, [])
+                a_samples += a.scope_samples.get(cls, [])
+                b_steps.append(b.step_us)
+                a_steps.append(a.step_us)
+            saving, judged = verdict(b_samples, a_samples)
+            med_b = statistics.median(b_samples) if b_samples else 0.0
+            med_a = statistics.median(a_samples) if a_samples else 0.0
             fr = FixResult(c.pattern, c.scope, label, changed, round(per_step_pred, 2), round(saving, 2),
-                           round(before.scope_us.get(cls, 0.0), 2), round(after.scope_us.get(cls, 0.0), 2),
-                           round(before.step_us - after.step_us, 2), err_abs, err_rel, ok)
+                           round(med_b, 2), round(med_a, 2),
+                           round(statistics.median(b_steps) - statistics.median(a_steps), 2), err_abs, err_rel,
+                           ok, round(spread_us(b_samples), 2), round(spread_us(a_samples), 2),
+                           min(len(b_samples), len(a_samples)), judged)
             tried.append((-saving, fr, fn))
         if tried:
             tried.sort(key=lambda t: t[0])
             result.fixes.extend(fr for _, fr, _ in tried)
             _, fr, fn = tried[0]
-            if fr.measured_saving_us > 0:
+            if fr.verdict == VERIFIED:
                 best_fixes.append((cls, fn))
     if best_fixes:
         best = copy.deepcopy(model)

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 STREAMS = ("ops", "device", "runtime", "python", "shapes", "memory", "flops")
-DEFAULT_STREAMS = ("ops", "device", "runtime", "shapes")
+# "python" gives nn.Module scopes (torch records them with its Python tracer): on by default, since
+# the advisor scopes its advice by module
+DEFAULT_STREAMS = ("ops", "device", "runtime", "shapes", "python")
 _DEVICE_SPEC = re.compile(r"^(?P<type>[a-z][a-z0-9_]*)(?::(?P<ids>\d+(?:,\d+)*))?$")
 
 

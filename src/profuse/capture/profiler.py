@@ -9,6 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ._quiet import quiet_profiler_markers
 from .bundle import write_bundle
 from .config import ProfileConfig
 
@@ -77,12 +78,14 @@ class Profile:
         self.exporter(prof)
 
     def __enter__(self) -> Profile:
-        self._prof.__enter__()
+        with quiet_profiler_markers():
+            self._prof.__enter__()
         return self
 
     def step(self) -> None:
         self.steps_done += 1
-        self._prof.step()
+        with quiet_profiler_markers():  # the schedule starts and stops the trace inside step()
+            self._prof.step()
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         if isinstance(ev, KeyboardInterrupt):
@@ -90,7 +93,8 @@ class Profile:
             self._prof.on_trace_ready = None
         elif ev is not None:
             self._failed = ev
-        self._prof.__exit__(et, ev, tb)
+        with quiet_profiler_markers():
+            self._prof.__exit__(et, ev, tb)
 
     @property
     def bundle(self) -> Path | None:

@@ -1,6 +1,7 @@
 """``profuse run -- python script.py ...``: profile an unmodified script.
 
-Each call of the outermost ``nn.Module`` forward is one step. The first ``warmup`` such calls run
+Each call of the outermost ``nn.Module`` forward is one step, marked ``ProfilerStep#N`` in the trace
+as torch's own ``step()`` marks it. The first ``warmup`` such calls run
 with the profiler off (compilation and first-call costs stay out); the next ``steps`` are recorded.
 A script that never calls an ``nn.Module`` is profiled whole. The script runs in this process (so
 its modules can be hooked), with its own ``sys.argv``; its exit code and output are kept.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ._quiet import quiet_profiler_markers
 from .bundle import write_bundle
 from .config import ProfileConfig
 from .profiler import _filters
@@ -44,7 +46,8 @@ class _StepHooks:
         self.forwards = 0          # outermost forward calls finished
         self.recorded = 0
         self.prof: Any = self._new_profiler()  # whole-run profiler until a module shows up
-        self.prof.start()
+        with quiet_profiler_markers():
+            self.prof.start()
         self.whole_run = True
         self.done = False
         self._handles = [
@@ -53,7 +56,10 @@ class _StepHooks:
         ]
 
     def _new_profiler(self) -> Any:
-        return self.torch.profiler.profile(**self.cfg.torch_kwargs())
+        # A schedule that always records makes torch mark each step() as `ProfilerStep#N`, as its
+        # own loop does (without a schedule it records no step marks at all).
+        record = self.torch.profiler.ProfilerAction.RECORD
+        return self.torch.profiler.profile(**self.cfg.torch_kwargs(), schedule=lambda _step: record)
 
     def _pre(self, module: Any, args: Any) -> None:
         self.depth += 1
@@ -61,12 +67,14 @@ class _StepHooks:
             return
         if self.whole_run:
             # a model exists: drop the whole-run recording and go step by step
-            self.prof.stop()
+            with quiet_profiler_markers():
+                self.prof.stop()
             self.prof = None
             self.whole_run = False
         if self.forwards == self.cfg.warmup and self.prof is None:
             self.prof = self._new_profiler()
-            self.prof.start()
+            with quiet_profiler_markers():
+                self.prof.start()
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         self.depth -= 1
@@ -77,7 +85,8 @@ class _StepHooks:
             self.recorded += 1
             if self.recorded >= self.cfg.steps:
                 self._sync()
-                self.prof.stop()
+                with quiet_profiler_markers():
+                    self.prof.stop()
                 self.done = True
             else:
                 self.prof.step()
@@ -91,7 +100,8 @@ class _StepHooks:
             h.remove()
         if self.prof is not None and not self.done:
             self._sync()
-            self.prof.stop()
+            with quiet_profiler_markers():
+                self.prof.stop()
             self.done = True
         return self.prof
 

@@ -12,9 +12,10 @@ from ._common import console
 HELP = """examples:
   profuse run -- python infer.py --batch 8
   profuse run --out prof --warmup 2 --steps 10 -- python -m mypkg.serve
-  profuse run --streams ops,device,runtime,python -- python infer.py
+  profuse run --streams ops,device,runtime -- python infer.py   (no module scopes: less overhead)
 
-Each call of the outermost nn.Module is one step; the first --warmup calls are not recorded.
+Each call of the outermost nn.Module is one step (marked ProfilerStep#N); the first --warmup calls
+are not recorded. Module scopes are recorded by default.
 A script with no nn.Module is profiled whole. The script's output and exit code are kept.
 """
 
@@ -26,8 +27,9 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="profuse-out/run", help="bundle folder (default profuse-out/run)")
     p.add_argument("--warmup", type=int, default=1, help="outermost forward calls to skip (default 1)")
     p.add_argument("--steps", type=int, default=5, help="outermost forward calls to record (default 5)")
-    p.add_argument("--streams", default="ops,device,runtime,shapes",
-                   help="ops,device,runtime,python,shapes,memory,flops (default ops,device,runtime,shapes)")
+    p.add_argument("--streams", default="ops,device,runtime,shapes,python",
+                   help="ops,device,runtime,python,shapes,memory,flops (default ops,device,runtime,shapes,python:"
+                        " python records nn.Module scopes, which the advisor needs)")
     p.add_argument("--devices", default="auto", help="cpu, cuda, cuda:0,1 (default: every device present)")
     p.add_argument("--top", type=int, default=15, help="op table rows to print after the run")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")

@@ -149,22 +149,41 @@ def event(trace: Trace, eid: int) -> dict[str, Any] | None:
     (i, kind, name, ts, dur, _thread, launch, op, module, link, unlinked, sdev, tdev, parent), = found
     out: dict[str, Any] = {"id": i, "kind": kind, "name": name, "ts": ts, "dur": dur, "self_device_us": sdev,
                            "device_total_us": tdev, "link": link, "unlinked": unlinked}
-    if kind in ("cpu_op", "annotation", "python"):
-        rel = con.execute("""
+    if kind in ("cpu_op", "annotation", "python", "runtime"):
+        # an op's launch calls and their device events; a launch call's own device events (a graph
+        # launch: every kernel of the replay)
+        within = "l.id = ?" if kind == "runtime" else (
+            "l.kind = 'runtime' AND l.thread = me.thread AND l.ts >= me.ts AND l.ts < me.ts + me.dur")
+        rel = con.execute(f"""
             WITH me AS (SELECT ts, dur, thread FROM events WHERE id = ?)
-            SELECT l.id, l.name, tl.ts / 1e3, l.dur / 1e3, k.id, k.name, tk.ts / 1e3, k.dur / 1e3
+            SELECT l.id, l.name, tl.ts / 1e3, l.dur / 1e3, k.id, k.name, tk.ts / 1e3, k.dur / 1e3, k.link
             FROM events l, me JOIN events k ON k.launch = l.id JOIN tl ON tl.id = l.id JOIN tl tk ON tk.id = k.id
-            WHERE l.kind = 'runtime' AND l.thread = me.thread AND l.ts >= me.ts AND l.ts < me.ts + me.dur
-            ORDER BY k.ts LIMIT 2000""", [i]).fetchall()
-        out["launches"] = [{"id": r[0], "name": r[1], "ts": r[2], "dur": r[3]} for r in {r[0]: r for r in rel}.values()]
-        out["kernels"] = [{"id": r[4], "name": r[5], "ts": r[6], "dur": r[7], "launch": r[0]} for r in rel]
+            WHERE {within} ORDER BY k.ts LIMIT 2000""", [i, i] if kind == "runtime" else [i]).fetchall()
+        if kind != "runtime":
+            out["launches"] = [{"id": r[0], "name": r[1], "ts": r[2], "dur": r[3]}
+                               for r in {r[0]: r for r in rel}.values()]
+        out["kernels"] = [{"id": r[4], "name": r[5], "ts": r[6], "dur": r[7], "launch": r[0],
+                           "graph": r[8] == "graph"} for r in rel]
+        out["replays"] = _replays(rel)
         if trace.cpu_only:
-            out["kernels"] = []
+            out["kernels"], out["replays"] = [], []
     chain_start = op if kind in ("kernel", "memcpy", "memset") else parent
     out["launch"] = _brief(trace, launch)
     out["ops"] = _chain(trace, chain_start, ("cpu_op", "annotation"))
     out["modules"] = _modules(trace, module)
     return out
+
+
+def _replays(rel: list[tuple]) -> list[dict[str, Any]]:
+    """One entry per graph launch among the rows: the replay drawn as one flow to its first kernel."""
+    out: dict[int, dict[str, Any]] = {}
+    for lid, _lname, _lts, _ldur, kid, _kname, kts, kdur, link in rel:  # rows come in kernel start order
+        if link != "graph":
+            continue
+        r = out.setdefault(lid, {"launch": lid, "first": kid, "kernels": 0, "ts": kts, "end": kts + kdur})
+        r["kernels"] += 1
+        r["end"] = max(r["end"], kts + kdur)
+    return list(out.values())
 
 
 def _brief(trace: Trace, eid: int | None) -> dict[str, Any] | None:
@@ -206,23 +225,21 @@ def overview(trace: Trace, *, keep_metadata: bool = False) -> dict[str, Any]:
     advice = advise_trace(trace)
     cats = {"compute": 0.0, "memory copy": 0.0, "communication": 0.0, "idle": 0.0}
     if trace.cpu_only:
-        (busy, span), = trace.con.execute(
+        (busy, _span), = trace.con.execute(
             "SELECT sum(dur), max(ts + dur) - min(ts) FROM events WHERE kind IN ('cpu_op', 'annotation') "
             "AND parent_op IS NULL AND (SELECT p.kind FROM events p WHERE p.id = events.parent) IS DISTINCT FROM "
             "'annotation'").fetchall()
         cats["compute"] = (busy or 0) / 1e3
-        cats["idle"] = max(((span or 0) - (busy or 0)) / 1e3, 0.0)
+        del cats["idle"]  # no device to be idle: the gaps are the host's own time, not a device's
     else:
         for name, kind, dur in trace.con.execute(
                 "SELECT name, kind, sum(dur) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') "
                 "GROUP BY ALL").fetchall():
             key = "memory copy" if kind != "kernel" else "communication" if COMM.search(name) else "compute"
             cats[key] += dur / 1e3
-        streams = trace.con.execute("""
-            SELECT device, stream, max(ts + dur) - min(ts) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')
-            GROUP BY ALL""").fetchall()
-        span = sum(r[2] for r in streams) / 1e3
-        cats["idle"] = max(span - sum(v for k, v in cats.items() if k != "idle"), 0.0)
+        # device-wide: window minus the union of activity on every stream (the report's device_busy)
+        busy = s.device_busy
+        cats["idle"] = busy.window_us - busy.busy_us if busy is not None else 0.0
     meta = trace.meta.get("trace_meta", {})
     if not keep_metadata:
         meta = redact(meta)

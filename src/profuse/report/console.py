@@ -48,6 +48,16 @@ def notes(summary: Summary, table: OpTable) -> list[Text]:
     elif summary.kernels:
         out.append(Text(f"{summary.kernels_linked:,} of {summary.kernels:,} device events linked to the op "
                         "that launched them.", style="dim"))
+    busy = summary.device_busy
+    if busy is not None and busy.busy_pct is not None:
+        out.append(Text(f"Device busy {fmt_us(busy.busy_us)} of a {fmt_us(busy.window_us)} window "
+                        f"({busy.busy_pct:.1f}%, union over every stream).", style="dim"))
+    judged = [st for st in summary.steps if st.busy_pct is not None]
+    if judged:
+        pcts = sorted(st.busy_pct for st in judged if st.busy_pct is not None)
+        bound = sum(st.launch_bound for st in judged)
+        out.append(Text(f"{len(judged)} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}% of each "
+                        f"step's window" + (f"; {bound} launch-bound" if bound else ""), style="dim"))
     for reason, n in sorted(summary.unlinked.items(), key=lambda kv: -kv[1]):
         out.append(Text(f"  {n:,} not linked: {UNLINKED_REASONS.get(reason, reason)}", style="yellow"))
     if summary.skipped:
@@ -143,8 +153,11 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
         for col in ("Op", "Calls", "Time", "GFLOP", "MB", "FLOP/byte", "Bound", "% of roofline"):
             t.add_column(col, justify="left" if col in ("Op", "Bound") else "right", overflow="fold", max_width=44)
         for row in advice.roofline[:top]:
-            t.add_row(Text(row.name), str(row.calls), fmt_us(row.time_us), f"{row.gflop:.3f}", f"{row.mbytes:.1f}",
-                      f"{row.intensity:.2f}", row.bound, f"{row.pct_of_roofline:.0f}%")
+            known = row.gflop is not None and row.mbytes is not None and row.intensity is not None
+            t.add_row(Text(row.name), str(row.calls), fmt_us(row.time_us),
+                      f"{row.gflop:.3f}" if known else "unknown", f"{row.mbytes:.1f}" if known else "unknown",
+                      f"{row.intensity:.2f}" if known else "unknown", row.bound,
+                      "unknown" if row.pct_of_roofline is None else f"{row.pct_of_roofline:.0f}%")
         console.print(t)
     if advice.hotspots:
         console.print(_section("Hotspots"))

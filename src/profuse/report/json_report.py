@@ -1,4 +1,4 @@
-"""``profuse report --format json``: the stable ``profuse.report/1`` document."""
+"""``profuse report --format json``: the stable ``profuse.report/2`` document."""
 from __future__ import annotations
 
 from typing import Any, TypedDict
@@ -9,7 +9,7 @@ from ..analysis import OpTable, Summary
 from ..analysis.advice import Advice
 from ..redact import redact_text
 
-SCHEMA = "profuse.report/1"
+SCHEMA = "profuse.report/2"
 
 
 class TraceInfo(TypedDict):
@@ -36,7 +36,7 @@ def advice_dict(advice: Advice) -> dict[str, Any]:
     for c in advice.fusion_candidates:
         d = {k: plain(getattr(c, k)) for k in ("pattern", "scope", "instances", "kernels_per_instance",
                                                 "recommendation", "confidence", "ops", "intermediates",
-                                                "intermediate_bytes", "bytes_now", "bytes_fused")}
+                                                "intermediate_bytes", "bytes_now", "bytes_fused", "shape")}
         d["device_us"] = round(c.device_us, 3)
         d["predicted_saving_us"] = round(c.predicted_saving_us, 3)
         cands.append(d)
@@ -73,7 +73,10 @@ def report_dict(summary: Summary, table: OpTable, advice: Advice | None = None, 
             "device_total_us": round(r.device_total_us, 3), "kernels": r.kernels}
            | ({"shape": r.shape} if table.group_by == "shape" else {})
            for r in table.rows]
-    return {"schema": SCHEMA, "trace": trace, "totals": totals, "group_by": table.group_by,
+    busy = msgspec.to_builtins(summary.device_busy) if summary.device_busy is not None else None
+    steps = [msgspec.to_builtins(s) for s in summary.steps]
+    return {"schema": SCHEMA, "trace": trace, "totals": totals, "device_busy": busy, "steps": steps,
+            "group_by": table.group_by,
             "device_label": table.device_label, "cpu_only": table.cpu_only,
             "skipped": summary.skipped, "unmatched_flows": summary.unmatched_flows,
             "capture": capture_dict(summary, keep_metadata=keep_metadata), "ops": ops} \

@@ -58,13 +58,16 @@ def print_llama(console: Console, r: LlamaStudy) -> None:
                            f"{fmt_us(k.predicted_saving_us)})", style="dim"))
     t = Table(show_edge=False, header_style="bold", title="Fixes applied to a copy of the model",
               title_justify="left")
-    for col in ("Fix", "Scope", "Modules", "Scope time/step before -> after", "Measured saving/step",
-                "Predicted saving/step", "Max abs err", "Verified"):
-        t.add_column(col, justify="left" if col in ("Fix", "Scope") else "right")
+    for col in ("Fix", "Scope", "Modules", "Scope time/step before -> after (IQR)", "Measured saving/step",
+                "Predicted saving/step", "Max abs err", "Numerics", "Speed"):
+        t.add_column(col, justify="left" if col in ("Fix", "Scope", "Speed") else "right")
     for f in r.fixes:
         t.add_row(Text(f.fix), Text(f.scope), str(f.modules_changed),
-                  f"{fmt_us(f.scope_before_us)} -> {fmt_us(f.scope_after_us)}", fmt_us(f.measured_saving_us),
-                  fmt_us(f.predicted_saving_us), f"{f.max_abs_err:.1e}", "yes" if f.ok else "NO")
+                  f"{fmt_us(f.scope_before_us)} ±{fmt_us(f.scope_before_spread_us)} -> "
+                  f"{fmt_us(f.scope_after_us)} ±{fmt_us(f.scope_after_spread_us)}",
+                  fmt_us(f.measured_saving_us) if f.verdict != "not significant" else "not significant",
+                  fmt_us(f.predicted_saving_us), f"{f.max_abs_err:.1e}", "ok" if f.ok else "NO",
+                  Text(f.verdict))
     console.print(t)
     speed = r.ms_per_token_before / r.ms_per_token_after if r.ms_per_token_after else 0.0
     console.print(Text(f"End to end (greedy generation, wall clock): {r.ms_per_token_before:.2f} ms/token before, "

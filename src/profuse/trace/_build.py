@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ._decode import Event, Skipped, args_of, int_column, raw_text
-from .schema import CATEGORY_KIND, KINDS, MTIA_DEVICE_KIND
+from .schema import CATEGORY_KIND, KINDS, mtia_device_kind
 
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?\d+)(?:\.(\d+))?')
 _PRECISE_ABOVE_US = float(2**33)  # above this many µs a double no longer holds whole ns
@@ -193,7 +193,7 @@ def kinds_of(cols: Columns, name_list: np.ndarray, name_id: np.ndarray, cat_ids:
     kinds = cat_kind[cat_ids]
     mtia_cat = np.array([(c or "").lower() == "mtia_ccp_events" for c in cat_list] or [False])
     if mtia_cat.any():
-        by_name = np.array([KINDS.index(MTIA_DEVICE_KIND.get(str(nm), "device_other")) for nm in name_list], dtype=np.int8)
+        by_name = np.array([KINDS.index(mtia_device_kind(str(nm))) for nm in name_list], dtype=np.int8)
         sel = mtia_cat[cat_ids]
         kinds[sel] = by_name[name_id[sel]]
     return kinds

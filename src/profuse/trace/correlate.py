@@ -123,7 +123,8 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarr
     return np.where(found, values[order][pos], NONE)
 
 
-LINK_HOW = (None, "correlation", "flow", "external_id")
+LINK_HOW = (None, "correlation", "flow", "external_id", "graph")
+# "graph_replay" is kept so that code numbers stay stable; replays are linked (how = "graph") now.
 UNLINKED = (None, "no_launch_in_trace", "graph_replay", "gpu_only_trace", "no_correlation", "launch_outside_op")
 _U = {r: i for i, r in enumerate(UNLINKED)}
 
@@ -176,9 +177,13 @@ def link_device_events(
         hit = _lookup(external_id[ops], ops, external_id[todo])
         op[todo] = hit
         how[todo[hit >= 0]] = 3
+    # Graph replays: Kineto gives every replayed kernel the correlation id of its graph launch call,
+    # so the launch is found above; the kernels belong to the op or annotation around that launch.
+    graph = graph_launch & (kind == K["runtime"])
+    replay = dev[(launch[dev] >= 0) & graph[np.clip(launch[dev], 0, None)]]
+    how[replay] = LINK_HOW.index("graph")
     unlinked = np.zeros(n, dtype=np.int8)
     timed = dev[np.isin(kind[dev], codes(*DEVICE_TIME_KINDS))]
-    graph = graph_launch & (kind == K["runtime"])
     lost = timed[op[timed] < 0]
     has_launch = launch[lost] >= 0
     no_ids = (correlation[lost] < 0) & (external_id[lost] < 0)
@@ -186,10 +191,6 @@ def link_device_events(
         has_launch, _U["launch_outside_op"],
         np.where(not has_host, _U["gpu_only_trace"],
                  np.where(no_ids, _U["no_correlation"], _U["no_launch_in_trace"])))
-    # graph replays: the launch op did not run these kernels one by one; count them apart
-    replay = timed[(launch[timed] >= 0) & graph[np.clip(launch[timed], 0, None)]]
-    op[replay] = NONE
-    unlinked[replay] = _U["graph_replay"]
     return Links(launch=launch, op=op, how=how, unlinked=unlinked)
 
 

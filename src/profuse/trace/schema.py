@@ -4,7 +4,7 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 5  # bump when tables change: caches with another version are rebuilt
+SCHEMA_VERSION = 7  # bump when tables change: caches with another version are rebuilt
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
@@ -28,8 +28,20 @@ CATEGORY_KIND: dict[str, str] = {
     "cuda_sync": "sync",
     "mtia_ccp_events": "device_other",
 }
-# MTIA command-processor events: DMA is a copy, PE execution is compute, the rest is bookkeeping.
+# MTIA command-processor events, classified by what they are rather than by a list of compute names:
+# DMA is a copy, event records/waits are stream bookkeeping, and everything else (pe_exe, merge,
+# remote, or an event named after the op it runs) is compute.
 MTIA_DEVICE_KIND = {"dma_request": "memcpy", "pe_exe": "kernel", "merge": "kernel", "remote": "kernel"}
+
+
+def mtia_device_kind(name: str) -> str:
+    """The kind of one ``mtia_ccp_events`` event from its name (see above)."""
+    low = name.lower()
+    if low.startswith("dma"):
+        return "memcpy"
+    if low.startswith("event_") or low in ("event", "barrier", "fence", "noop"):
+        return "device_other"
+    return MTIA_DEVICE_KIND.get(name, "kernel")
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "sync", "other")
 KINDS = (*HOST_KINDS, "kernel", "memcpy", "memset", "gpu_annotation", "device_other")
@@ -51,7 +63,6 @@ def codes(*kinds: str) -> list[int]:
 
 UNLINKED_REASONS = {
     "no_launch_in_trace": "its launch call is not in the trace (launched before the capture window)",
-    "graph_replay": "launched by a CUDA/HIP graph replay, not by one op",
     "gpu_only_trace": "the trace has no CPU-side events",
     "no_correlation": "the event carries no correlation id, flow or external id",
     "launch_outside_op": "its launch call ran outside any op",
@@ -81,7 +92,7 @@ CREATE TABLE events (
     scope BIGINT,             -- innermost enclosing scope of either kind: nn.Module or annotation
     parent_op BIGINT,         -- host: innermost enclosing cpu_op, not counting itself
     launch BIGINT,            -- device events: id of the runtime call that launched it
-    link VARCHAR,             -- device events: how `launch` was found (correlation, flow, external_id) or NULL
+    link VARCHAR,             -- device events: how `launch` was found (correlation, flow, external_id, graph) or NULL
     unlinked VARCHAR,         -- device events that could not be linked: the reason
     self_cpu BIGINT,          -- host: dur minus direct children listed in the op table (ns)
     self_device BIGINT,       -- host: device time of events it launched itself (ns)

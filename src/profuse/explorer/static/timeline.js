@@ -121,7 +121,13 @@ export class Timeline {
     const ev = await get(`/api/${this.run}/event/${id}`);
     if (ev) {
       for (const l of ev.launches || []) { this.highlight.add(l.id); this.arrows.push([id, l.id]); }
-      for (const k of ev.kernels || []) { this.highlight.add(k.id); this.arrows.push([k.launch, k.id]); }
+      // a graph replay is one flow, launch -> its first kernel; every kernel of it is highlighted
+      const replayed = new Set((ev.replays || []).map(r => r.launch));
+      for (const k of ev.kernels || []) {
+        this.highlight.add(k.id);
+        if (!replayed.has(k.launch)) this.arrows.push([k.launch, k.id]);
+      }
+      for (const r of ev.replays || []) this.arrows.push([r.launch, r.first]);
       if (ev.launch) { this.highlight.add(ev.launch.id); this.arrows.push([ev.launch.id, id]); }
       for (const o of ev.ops || []) this.highlight.add(o.id);
       if (ev.ops && ev.ops[0] && ev.launch) this.arrows.push([ev.ops[0].id, ev.launch.id]);

@@ -62,13 +62,21 @@ export async function ops(main, st, go) {
   render();
 }
 
-function details(box, ev, st) {
+function details(box, ev, st, pick) {
   box.replaceChildren();
   if (!ev) return box.append(el("span", { class: "muted" }, "click an op or a kernel"));
   box.append(el("div", {}, el("b", {}, ev.name), el("span", { class: "muted" }, ` · ${ev.kind} · starts ${fmtUs(ev.ts)} · lasts ${fmtUs(ev.dur)}`)));
+  for (const r of ev.replays || []) {
+    box.append(el("div", { class: "replay" }, `graph replay: ${r.kernels} kernel(s) from ${fmtUs(r.ts)} to ${fmtUs(r.end)}`));
+  }
   if (ev.kernels && ev.kernels.length) {
+    // each kernel is selectable: a click selects it on the timeline
     box.append(el("div", {}, `${ev.kernels.length} kernel(s) launched:`), el("ul", { id: "kernel-list" },
-      ev.kernels.map(k => el("li", { dataset: { id: k.id } }, `${k.name} — at ${fmtUs(k.ts)}, ${fmtUs(k.dur)}`))));
+      ev.kernels.map(k => {
+        const li = el("li", { dataset: { id: k.id } }, `${k.name} — at ${fmtUs(k.ts)}, ${fmtUs(k.dur)}${k.graph ? " (graph)" : ""}`);
+        if (pick) { li.style.cursor = "pointer"; li.addEventListener("click", () => pick(k.id)); }
+        return li;
+      })));
   }
   if (ev.launches && ev.launches.length) box.append(el("div", { class: "muted" }, `${ev.launches.length} launch call(s)`));
   if (ev.launch) box.append(el("div", {}, "launched by ", el("b", {}, ev.launch.name), ` at ${fmtUs(ev.launch.ts)}`));
@@ -82,13 +90,14 @@ export async function timeline(main, st, go) {
   const box = el("div", { id: "details" });
   main.append(el("div", { class: "toolbar muted" }, "wheel or W/S to zoom · drag or A/D to pan · 0 to reset · click to select"), wrap, box);
   const tl = new Timeline(wrap, st.run, {
-    onSelect: (ev, id) => { details(box, ev, st); go({ ...st, sel: id ?? "" }, { replace: true, rerender: false }); },
+    onSelect: (ev, id) => { details(box, ev, st, pick); go({ ...st, sel: id ?? "" }, { replace: true, rerender: false }); },
     onView: v => go({ ...st, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
   });
+  const pick = id => tl.select(id);
   window.profuseTimeline = tl;
   await tl.init(st.t0 && st.t1 ? [parseFloat(st.t0), parseFloat(st.t1)] : null);
   details(box, null, st);
-  if (st.sel !== undefined && st.sel !== "") details(box, await tl.select(parseInt(st.sel, 10)), st);
+  if (st.sel !== undefined && st.sel !== "") details(box, await tl.select(parseInt(st.sel, 10)), st, pick);
 }
 
 export async function modules(main, st) {

@@ -1,0 +1,47 @@
+"""Keep the profiler's own ``USDT: ... profiler_start/stop`` lines off the user's terminal.
+
+Kineto prints them from C++ straight to file descriptor 2 when a trace starts or stops, so
+Python's ``sys.stderr`` never sees them. Around those calls only, fd 2 is pointed at a temporary
+file; afterwards every line that is not such a marker is written back to the real stderr. The
+script's own stderr outside those calls is untouched, and nothing written inside them is lost.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+
+MARKER = b"USDT:"
+
+
+def drop_markers(data: bytes) -> bytes:
+    """The bytes without the profiler's marker lines."""
+    return b"".join(line for line in data.splitlines(keepends=True) if not line.lstrip().startswith(MARKER))
+
+
+@contextlib.contextmanager
+def quiet_profiler_markers() -> Iterator[None]:
+    """Filter the profiler's marker lines out of fd 2 for the duration of the block."""
+    fd = 2  # the C++ side writes to fd 2 whatever sys.stderr is now (a test harness may replace it)
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    try:
+        saved = os.dup(fd)
+    except OSError:  # no real fd 2 (embedded interpreter): nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            rest = drop_markers(tmp.read())
+            if rest:
+                os.write(fd, rest)

@@ -1,0 +1,196 @@
+"""Device-wide busy time, per-step busy time and launch-bound claims on small hand-built traces."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import profuse
+from profuse.analysis.busy import CpuWork, device_busy, steps_busy, union_ns
+from profuse.analysis.interruptions import interruptions
+from profuse.cli import main
+
+
+def _x(cat, name, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _write(tmp_path, events, name="t.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps({"traceEvents": events}))
+    return p
+
+
+def test_union_of_overlapping_intervals():
+    s = np.array([0, 5, 20, 22, 30])
+    e = np.array([10, 8, 25, 24, 31])
+    assert union_ns(s, e) == 10 + 5 + 1
+    assert union_ns(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == 0
+
+
+def test_cpu_work_inside_intervals():
+    w = CpuWork.of(np.array([0, 5, 20]), np.array([10, 12, 30]))
+    assert w.inside(np.array([0, 11, 25]), np.array([100, 21, 26])).tolist() == [22, 2, 1]
+
+
+def test_two_streams_overlapping_count_once(tmp_path):
+    # GIVEN two streams whose kernels overlap: [0, 100) on one, [50, 150) and [300, 400) on the other
+    events = [
+        _x("cpu_op", "aten::mm", 0, 10), _x("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1),
+        _x("cuda_runtime", "cudaLaunchKernel", 4, 2, correlation=2),
+        _x("cuda_runtime", "cudaLaunchKernel", 7, 2, correlation=3),
+        _x("kernel", "k1", 100, 100, pid=0, tid=7, correlation=1, stream=7, device=0),
+        _x("kernel", "k2", 150, 100, pid=0, tid=8, correlation=2, stream=8, device=0),
+        _x("kernel", "k3", 400, 100, pid=0, tid=8, correlation=3, stream=8, device=0),
+    ]
+    with profuse.load(_write(tmp_path, events)) as t:
+        b = device_busy(t)
+    # THEN busy is the union (250 µs), never the per-stream spans summed (100 + 350)
+    assert b is not None
+    assert (b.window_us, b.busy_us, b.busy_pct) == (400.0, 250.0, 62.5)
+
+
+def test_step_counts_kernels_launched_from_another_thread(tmp_path):
+    # GIVEN a step on thread 1 whose backward kernels are launched from the autograd thread (tid 2)
+    events = [
+        _x("user_annotation", "ProfilerStep#3", 0, 1000),
+        _x("cpu_op", "aten::mm", 10, 20), _x("cuda_runtime", "cudaLaunchKernel", 12, 5, correlation=1),
+        _x("cpu_op", "MmBackward0", 40, 20, tid=2),
+        _x("cuda_runtime", "cudaLaunchKernel", 45, 5, tid=2, correlation=2),
+        _x("cuda_runtime", "cudaLaunchKernel", 1500, 5, tid=2, correlation=3),  # after the step
+        _x("kernel", "fwd", 20, 400, pid=0, tid=7, correlation=1, stream=7, device=0),
+        _x("kernel", "bwd", 420, 500, pid=0, tid=7, correlation=2, stream=7, device=0),
+        _x("kernel", "later", 1600, 10, pid=0, tid=7, correlation=3, stream=7, device=0),
+    ]
+    with profuse.load(_write(tmp_path, events)) as t:
+        (step,) = steps_busy(t)
+    assert step.name == "ProfilerStep#3"
+    assert step.activities == 2
+    assert (step.window_us, step.busy_us, step.idle_us) == (900.0, 900.0, 0.0)
+    assert step.busy_pct == 100.0 and not step.launch_bound
+
+
+def _launch_bound_trace(python_gap: bool):
+    """Ten 1 µs kernels 10 µs apart; between them the host is in an op (or in plain Python)."""
+    events = [_x("user_annotation", "ProfilerStep#0", 0, 200)]
+    for i in range(10):
+        t0 = 10 * i
+        if not python_gap:
+            events.append(_x("cpu_op", "aten::add", t0, 9))
+        events.append(_x("cuda_runtime", "cudaLaunchKernel", t0 + 7, 1, correlation=i + 1))
+        events.append(_x("kernel", f"k{i}", t0 + 9, 1, pid=0, tid=7, correlation=i + 1, stream=7, device=0))
+    return events
+
+
+@pytest.mark.parametrize("python_gap", [False, True])
+def test_launch_bound_needs_host_launch_work_in_the_gaps(tmp_path, python_gap):
+    with profuse.load(_write(tmp_path, _launch_bound_trace(python_gap))) as t:
+        (step,) = steps_busy(t)
+    assert step.busy_pct == pytest.approx(100 * 10 / 91, abs=0.01)
+    assert step.busy_us + step.idle_us == step.window_us
+    # in ops: launch-bound; in plain Python (no op, only the 1 µs launch call): not claimed
+    assert step.launch_bound is (not python_gap)
+
+
+def test_a_blocking_copy_over_the_gap_is_not_launch_bound(tmp_path):
+    # GIVEN a step whose device sits idle while the host blocks in a synchronous copy for 500 µs
+    events = [
+        _x("user_annotation", "ProfilerStep#0", 0, 1000),
+        _x("cpu_op", "aten::add", 0, 5), _x("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1),
+        _x("kernel", "k0", 5, 10, pid=0, tid=7, correlation=1, stream=7, device=0),
+        _x("cpu_op", "aten::copy_", 20, 520),
+        _x("cuda_runtime", "cudaMemcpy", 22, 515, correlation=2),
+        _x("gpu_memcpy", "Memcpy DtoH", 530, 5, pid=0, tid=7, correlation=2, stream=7, device=0),
+        _x("cpu_op", "aten::mul", 545, 5), _x("cuda_runtime", "cudaLaunchKernel", 546, 2, correlation=3),
+        _x("kernel", "k1", 550, 10, pid=0, tid=7, correlation=3, stream=7, device=0),
+    ]
+    with profuse.load(_write(tmp_path, events)) as t:
+        (step,) = steps_busy(t)
+    assert step.busy_pct is not None and step.busy_pct < 50
+    assert not step.launch_bound, "waiting in a synchronous copy is not launch work"
+
+
+def test_a_long_stall_inside_an_op_is_not_launch_bound(tmp_path):
+    # GIVEN a conv op that autotunes on the host for 50 ms before its (async) launch
+    events = [_x("user_annotation", "ProfilerStep#0", 0, 60000)]
+    for i in range(3):
+        t0 = 20000 * i
+        events += [_x("cpu_op", "aten::cudnn_convolution", t0, 19990),
+                   _x("cuda_runtime", "cudaLaunchKernel", t0 + 19980, 5, correlation=i + 1),
+                   _x("kernel", f"conv{i}", t0 + 19990, 10, pid=0, tid=7, correlation=i + 1, stream=7, device=0)]
+    with profuse.load(_write(tmp_path, events)) as t:
+        (step,) = steps_busy(t)
+    assert step.busy_pct is not None and step.busy_pct < 1
+    assert not step.launch_bound, "a 20 ms host stall is not launch overhead"
+
+
+def test_graph_replay_step_is_busy(tmp_path):
+    # GIVEN a step whose one graph launch replays kernels that keep the device busy
+    events = [_x("user_annotation", "ProfilerStep#1", 0, 100),
+              _x("cuda_runtime", "cudaGraphLaunch", 5, 10, correlation=9)]
+    events += [_x("kernel", f"g{i}", 20 + 10 * i, 10, pid=0, tid=7, correlation=9, stream=7, device=0)
+               for i in range(40)]
+    with profuse.load(_write(tmp_path, events)) as t:
+        (step,) = steps_busy(t)
+    assert step.activities == 40 and step.busy_pct == 100.0 and not step.launch_bound
+
+
+def test_cpu_only_trace_makes_no_device_idle_claims(tmp_path, capsys):
+    # GIVEN a CPU-only trace whose module calls a child module between two ops
+    events = [
+        _x("user_annotation", "ProfilerStep#0", 0, 100),
+        _x("python_function", "nn.Module: Block_0", 1, 98),
+        _x("cpu_op", "aten::add", 2, 8), _x("cpu_op", "aten::mul", 10, 5),
+        _x("python_function", "nn.Module: Inner_0", 16, 70),
+        _x("cpu_op", "aten::mm", 17, 60), _x("cpu_op", "aten::relu", 80, 5),
+        _x("cpu_op", "aten::add", 88, 8),
+    ]
+    path = _write(tmp_path, events)
+    with profuse.load(path) as t:
+        assert t.cpu_only
+        assert device_busy(t) is None and steps_busy(t) == []
+        rows = {i.scope: i for i in interruptions(t)}
+    block = rows["nn.Module: Block"]
+    # the child module's 70 µs are work, never the parent's idle: gaps are 10->10, 15->16, 86->88
+    assert block.idle_us == pytest.approx(1 + 2)
+    assert not block.launch_bound
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["device_busy"] is None and doc["steps"] == []
+
+
+def _independent_busy(path):
+    """Window and union of kernel/memcpy/memset intervals, in µs, from plain gzip + json (decimals
+    parsed exactly: µs timestamps since the epoch with ns digits are beyond a float's precision)."""
+    import gzip
+    from decimal import Decimal
+
+    doc = json.load(gzip.open(path), parse_float=Decimal)
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"
+          and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")]
+    iv = sorted((Decimal(e["ts"]), Decimal(e["ts"]) + Decimal(e["dur"])) for e in ev)
+    busy, cur_s, cur_e = Decimal(0), None, None
+    for s, e in iv:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += (cur_e - cur_s) if cur_e is not None else 0
+    return float(max(e for _, e in iv) - iv[0][0]), float(busy)
+
+
+@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "a100_event_sync_multistream.json.gz",
+                                  "mi300_sglang_decode_cudagraph.json.gz", "v100_ns_timestamps.json.gz"])
+def test_device_busy_matches_an_independent_union(name, capsys):
+    from conftest import trace_path
+
+    path = trace_path(name)
+    window, busy = _independent_busy(path)
+    assert main(["report", str(path), "--format", "json", "--no-advice"]) == 0
+    got = json.loads(capsys.readouterr().out)["device_busy"]
+    assert got["window_us"] == pytest.approx(window, abs=0.01)
+    assert got["busy_us"] == pytest.approx(busy, abs=0.01)
+    assert got["busy_pct"] == pytest.approx(100 * busy / window, abs=0.01)
