@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +13,10 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import _decode
+from . import _decode, framework_mapping
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, add_chunk, kinds_of, thread_key
 from ._parallel import decode_parallel, worker_count
+from ._privateuse1 import privateuse1_name
 from .cache import CacheWriter, cache_slot, fingerprint
 from .correlate import (
     LINK_HOW,
@@ -71,7 +72,7 @@ def load(
     if slot is not None:
         cached = slot.open_if_valid(fp)
         if cached is not None:
-            return Trace(src, cached, from_cache=True)
+            return _with_mapping(Trace(src, cached, from_cache=True))
     cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
     con = duckdb.connect()
     try:
@@ -84,7 +85,17 @@ def load(
         raise
     del cols
     writer = CacheWriter(con, slot) if slot is not None else None
-    return Trace(src, con, from_cache=False, writer=writer)
+    return _with_mapping(Trace(src, con, from_cache=False, writer=writer))
+
+
+def _with_mapping(trace: Trace) -> Trace:
+    """TorchNeuron's framework_mapping_*.json beside the trace, as the ``framework_mapping`` view."""
+    try:
+        trace.framework_mapping = framework_mapping.attach(trace.con, trace.path)
+    except BaseException:
+        trace.close()
+        raise
+    return trace
 
 
 def decode(path: str, *, lenient: bool = False,
@@ -303,7 +314,8 @@ def _insert_rows(con, table: str, rows: list[tuple[Any, ...]], width: int) -> No
     con.unregister("_rows")
 
 
-def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict[str, Any]) -> tuple[str, str | None]:
+def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict[str, Any],
+                  process_names: Iterable[str] = ()) -> tuple[str, str | None]:
     """The device kind (CUDA, ROCm, MTIA, CPU, or the backend's name) and the device's name."""
     props = top.get("deviceProperties") or []
     dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
@@ -316,14 +328,15 @@ def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict
     ):
         return "ROCm", dev_name
     if any(c.startswith("privateuse1") for c in lower):
-        return "PrivateUse1", dev_name
+        return privateuse1_name(names[kind == K["runtime"]][:2000], process_names), dev_name
     if has_device or props or any(c in lower for c in ("cuda_runtime", "cuda_driver", "runtime", "kernel")):
         return "CUDA", dev_name
     return "CPU", None
 
 
 def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, flows) -> dict[str, Any]:
-    device_kind, device_name = detect_device(kind, {c for c in cols.cats if c}, names, top)
+    procs = [m["process_name"] for m in cols.thread_meta.values() if "process_name" in m]
+    device_kind, device_name = detect_device(kind, {c for c in cols.cats if c}, names, top, procs)
     span = int((ts + dur).max() - ts.min()) if len(ts) else 0
     codes_u, counts_u = np.unique(unlinked[unlinked > 0], return_counts=True)
     reasons = {UNLINKED[c]: int(k) for c, k in zip(codes_u, counts_u)}

@@ -21,6 +21,7 @@ class Trace:
         self.con = con
         self.from_cache = from_cache
         self.writer = writer  # the cache being written behind, if any
+        self.framework_mapping: dict[str, Any] | None = None  # counts when framework_mapping_*.json was beside it
 
     @cached_property
     def meta(self) -> dict[str, Any]:
