@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import profuse  # noqa: E402
+import profuse
 
 
 @pytest.mark.parametrize("spec", ["neuron", "privateuse1", "cpu;neuron:0"])
