@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -45,8 +46,12 @@ class _LazyBar:
 def load_trace(path: str, args: argparse.Namespace) -> Trace:
     bar = _LazyBar(f"loading {path}")
     try:
-        return load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),
-                    progress=bar)
+        trace = load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),
+                     progress=bar)
     finally:
         bar.close()
+    source = trace.meta.get("source")
+    if isinstance(source, dict) and source.get("note"):  # e.g. neuron-explorer Parquet: say how far it is checked
+        print(f"profuse: note: {path} read as {source.get('format')}: {source['note']}", file=sys.stderr)
+    return trace
 

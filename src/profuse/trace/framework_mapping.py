@@ -104,6 +104,6 @@ def attach(con: duckdb.DuckDBPyConnection, trace_path: Path) -> dict[str, Any] |
                    AND (m.thread_id IS NULL OR e.tid = CAST(m.thread_id AS VARCHAR))
                  ORDER BY e.ts, e.dur DESC, e.id LIMIT 1) AS op
         FROM _framework_mapping m""")
-    linked = con.execute("SELECT count(op) FROM framework_mapping").fetchone()
+    linked = con.execute("SELECT count(op) FROM framework_mapping").fetchall()[0]
     info["linked"] = int(linked[0]) if linked else 0
     return info

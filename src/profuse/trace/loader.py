@@ -66,6 +66,12 @@ def load(
     another core, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that cannot be
     written costs only the next load's time: the tables in memory are complete either way.
     """
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / n).is_file() for n in TRACE_NAMES):
+        from ..neuron import explorer_parquet  # a neuron-explorer Parquet folder (imported late: it uses trace/)
+
+        if explorer_parquet.is_explorer_folder(folder):
+            return explorer_parquet.load_folder(folder)
     src = resolve(path)
     fp = fingerprint(src)
     slot = cache_slot(src) if cache and not lenient else None
