@@ -92,18 +92,18 @@ def _ints(a: np.ndarray, default: int = -1) -> np.ndarray:
     """Integers with NULLs as ``default``."""
     if not np.ma.isMaskedArray(a) and a.dtype.kind in "iu":
         return a.astype(np.int64)
-    vals = (a.astype(object).filled(None) if np.ma.isMaskedArray(a) else a).tolist()
+    vals = np.ma.filled(a.astype(object), None).tolist()
     return np.array([int(v) if isinstance(v, (int, np.integer)) or (isinstance(v, float) and v == v) else default
                      for v in vals], dtype=np.int64)
 
 
 def _strs(a: np.ndarray) -> np.ndarray:
-    vals = (a.astype(object).filled(None) if np.ma.isMaskedArray(a) else a).tolist()
+    vals = np.ma.filled(a.astype(object), None).tolist()
     return np.array([None if v is None else str(v) for v in vals], dtype=object)
 
 
 def _objects(a: np.ndarray) -> np.ndarray:
-    return a.astype(object).filled(None) if np.ma.isMaskedArray(a) else a.astype(object)
+    return np.ma.filled(a.astype(object), None)
 
 
 def _category(extra: Any) -> str | None:
@@ -194,7 +194,11 @@ def _write(con: duckdb.DuckDBPyConnection, folder: Path, r: dict[str, np.ndarray
                              "thread_name": np.array([None] * len(uniq), dtype=object),
                              "labels": np.array([None] * len(uniq), dtype=object),
                              "is_device": np.array([i in device_threads for i in range(len(uniq))], dtype=bool)})
-    nul = lambda a: np.where(a >= 0, a, None).astype(object)
+    def nul(a: np.ndarray) -> np.ndarray:
+        out = a.astype(object)
+        out[a < 0] = None
+        return out
+
     seq = np.array([None] * n, dtype=object)
     _insert(con, "events", {
         "id": np.arange(n, dtype=np.int64), "kind": r["kind"], "cat": r["cat"], "name": r["name"], "ts": ts,
@@ -210,11 +214,11 @@ def _write(con: duckdb.DuckDBPyConnection, folder: Path, r: dict[str, np.ndarray
         "bytes": r["bytes"], "flops": seq})
     why_list = [w for w in why.tolist() if w is not None]
     reasons = {w: why_list.count(w) for w in sorted(set(why_list))}
-    kinds, counts = np.unique(r["kind"].astype(str), return_counts=True) if n else ([], [])
+    kind_counts = dict(zip(*np.unique(r["kind"].astype(str), return_counts=True))) if n else {}
     meta = {"schema_version": SCHEMA_VERSION, "path": str(folder), "device_kind": "Neuron",
             "device_name": _instance_type(con, folder), "events": n,
             "span_us": float((ts + dur).max() - ts.min()) / 1000 if n else 0.0,
-            "kinds": {str(k): int(c) for k, c in zip(kinds, counts)}, "other_phases": {}, "unlinked": reasons,
+            "kinds": {str(k): int(c) for k, c in kind_counts.items()}, "other_phases": {}, "unlinked": reasons,
             "unmatched_flows": 0, "skipped": {}, "skipped_examples": {}, "imprecise_ts_events": 0,
             "base_time_ns": None, "source": {"format": "neuron-explorer parquet", "note": NOTE,
                                              "tables": sorted(p.name for p in folder.glob("*.parquet"))},

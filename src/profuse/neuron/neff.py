@@ -302,7 +302,8 @@ def _subgraph(path: Path, name: str, definition: str, index: int, sizes: dict[st
             mapping += got
             if missing:
                 unmapped[label] = missing
-    queues = d.get("dma_queue") if isinstance(d.get("dma_queue"), dict) else {}
+    raw_queues = d.get("dma_queue")
+    queues: dict[str, Any] = raw_queues if isinstance(raw_queues, dict) else {}
     dma = {str(q): int(v.get("num_queues", 0)) for q, v in queues.items()
            if isinstance(v, dict) and isinstance(v.get("num_queues"), int)}
     return Subgraph(name=name, engines=engines, tensors=_tensors(path, contents, member("tensor_map.json")),
