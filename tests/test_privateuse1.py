@@ -129,3 +129,12 @@ def test_broken_framework_mapping_is_one_line(tmp_path, capsys):
     assert main(["report", str(dst)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"profuse: {bad}:") and "not valid JSON" in err and "\n" not in err
+
+
+def test_folder_with_a_named_trace_and_its_mapping_resolves_to_the_trace(tmp_path, capsys):
+    # Neuron's per-rank folder: the Kineto trace under its own name, and framework_mapping_*.json beside it
+    dst = tmp_path / "i-0abc_pid_42" / "i-0abc_pid_42.pt.trace.json.gz"
+    rewrite(trace_path("a100_alexnet.json.gz"), dst, prefix="nrt_")
+    (dst.parent / "framework_mapping_0.json").write_text("[]")
+    doc = _report(dst.parent, capsys)
+    assert doc["trace"]["path"] == str(dst) and doc["trace"]["device_kind"] == "Neuron"

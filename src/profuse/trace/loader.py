@@ -45,7 +45,8 @@ def resolve(path: str | os.PathLike[str]) -> Path:
         for name in TRACE_NAMES:
             if (p / name).is_file():
                 return p / name
-        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json")))
+        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json"))
+                       and not q.match(framework_mapping.PATTERN))
         if len(found) == 1:
             return found[0]
         if not found:
