@@ -209,3 +209,39 @@ def test_oversized_member_is_refused_before_it_is_read(tmp_path: Path, monkeypat
     monkeypatch.setattr(neff_mod, "MAX_ARCHIVE", 1000)
     with pytest.raises(TraceError, match="refused"):
         read_neff(path)
+
+
+def _rebuilt(tmp_path: Path, keep, name: str, *, packaging: int = 2) -> Path:
+    """The real NEFF's archive with only the members ``keep`` accepts, under a valid header."""
+    with tarfile.open(fileobj=io.BytesIO(NEFF.read_bytes()[1024:]), mode="r:gz") as tf:
+        members = [(m, tf.extractfile(m).read() if m.isfile() else b"") for m in tf.getmembers() if keep(m.name)]
+    payload = _tar([(m, data) for m, data in members])
+    path = _with_payload(tmp_path, payload, name)
+    if packaging == 1:
+        raw = bytearray(path.read_bytes())
+        struct.pack_into("<Q", raw, 0, 1)
+        raw[172:204] = hashlib.sha256(payload).digest()
+        path.write_bytes(bytes(raw))
+    return path
+
+
+def test_without_debug_info_counts_are_unknown_not_guessed(tmp_path: Path, capsys) -> None:
+    path = _rebuilt(tmp_path, lambda n: ".dbg" not in n, "nodebug.neff")
+    n = read_neff(path)
+    files = _archive()
+    for sg in n.subgraphs:
+        assert {e.name: e.instructions for e in sg.engines} == dict.fromkeys(("PE", "Activation", "DVE", "Pool", "SP"))
+        assert all(e.bytes == len(files[e.file]) for e in sg.engines)  # sizes still known
+        assert sg.mapping == [] and sg.unmapped == {}
+    assert main(["neff", str(path)]) == 0
+    assert "unknown" in capsys.readouterr().out
+
+
+def test_packaging_1_sha256_is_checked_but_a_mismatch_only_reported(tmp_path: Path) -> None:
+    path = _rebuilt(tmp_path, lambda n: True, "sha.neff", packaging=1)
+    assert read_neff(path).header.checksum_ok is True
+    raw = bytearray(path.read_bytes())
+    raw[180] ^= 0xFF  # the stored digest, not the payload
+    path.write_bytes(bytes(raw))
+    h = read_neff(path).header
+    assert h.packaging == "tar.gz + SHA-256" and h.checksum_ok is False

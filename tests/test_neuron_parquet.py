@@ -155,3 +155,13 @@ def test_bad_parquet_is_one_line(tmp_path, capsys) -> None:
     assert main(["report", str(folder)]) == 2
     err = capsys.readouterr().err.strip()
     assert "has no column 'duration_ns', 'engine', 'opcode'" in err and "\n" not in err
+
+
+def test_required_column_with_nulls_is_one_line(profile, capsys) -> None:
+    folder, _ = profile
+    rows = [_instr(1, T0 + 2_000, 700, "tensor", "MATMUL"), _instr(2, T0, 300, "vector", "TENSOR_TENSOR")]
+    rows[1]["start_ts"] = None
+    write_table(folder, "Instruction", rows)
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"profuse: {folder / 'Instruction.parquet'}: 1 row(s) have no start_ts") and "\n" not in err

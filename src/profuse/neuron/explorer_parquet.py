@@ -79,6 +79,7 @@ def _read(con: duckdb.DuckDBPyConnection, folder: Path, table: str) -> dict[str,
     if missing:
         raise TraceError(path, f"has no column {', '.join(map(repr, missing))}: schema {SCHEMA_BUILT_FROM} "
                                f"requires it in {table}")
+    _no_nulls(con, path, table)
     cols = [*REQUIRED[table], *OPTIONAL[table]]
     select = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in cols)
     try:
@@ -86,6 +87,20 @@ def _read(con: duckdb.DuckDBPyConnection, folder: Path, table: str) -> dict[str,
     except duckdb.Error as err:
         raise TraceError(path, f"cannot be read ({str(err).strip().splitlines()[0]})") from None
     return {k: np.asarray(v) for k, v in data.items()}
+
+
+def _no_nulls(con: duckdb.DuckDBPyConnection, path: Path, table: str) -> None:
+    """A required column with NULLs is bad input: say which and how many, rather than invent values."""
+    req = REQUIRED[table]
+    nulls = ", ".join(f'count(*) - count("{c}")' for c in req)  # column names are ours, not the file's
+    try:
+        counts = con.execute(f"SELECT {nulls} FROM read_parquet(?)", [str(path)]).fetchall()[0]
+    except duckdb.Error as err:
+        raise TraceError(path, f"cannot be read ({str(err).strip().splitlines()[0]})") from None
+    bad = [(c, int(k)) for c, k in zip(req, counts) if k]
+    if bad:
+        c, k = bad[0]
+        raise TraceError(path, f"{k:,} row(s) have no {c}, which schema {SCHEMA_BUILT_FROM} requires in {table}")
 
 
 def _ints(a: np.ndarray, default: int = -1) -> np.ndarray:
