@@ -118,7 +118,7 @@ def test_report_on_explorer_parquet(profile, capsys) -> None:
     assert doc["totals"]["device_us"] == pytest.approx(want["device_us"])
     assert doc["totals"]["kernels"] == want["kernels"]
     assert doc["totals"]["kernels_linked"] == want["linked"]
-    assert doc["totals"]["unlinked"] == {"no_launch_in_trace": 1}
+    assert doc["totals"]["unlinked"] == {"outside_runtime_calls": 1}
 
 
 def test_rows_round_trip_into_events(profile) -> None:

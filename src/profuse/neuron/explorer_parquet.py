@@ -282,7 +282,7 @@ def _link_device(con: duckdb.DuckDBPyConnection, kind: np.ndarray, ts: np.ndarra
     how = np.array([None] * n, dtype=object)
     why = np.array([None] * n, dtype=object)
     how[timed[launch[timed] >= 0]] = "time_window"
-    why[timed[launch[timed] < 0]] = "no_launch_in_trace"
+    why[timed[launch[timed] < 0]] = "outside_runtime_calls"
     why[timed[(launch[timed] >= 0) & (op[timed] < 0)]] = "launch_outside_op"
     return launch, op, how, why
 
