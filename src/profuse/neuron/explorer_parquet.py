@@ -165,13 +165,13 @@ def _build(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
                  stream=np.where(hw, 0, -1), flows=_objects(spe["flow_id"]))
     if instr is not None:
         engine = _strs(instr["engine"])
-        names = sorted({e for e in engine if e is not None})
+        stream_of = {e: i for i, e in enumerate(sorted({e for e in engine.tolist() if e is not None}))}
         core = _ints(instr["pcore_idx"], 0)
         n = len(engine)
         rows.add(kind=np.full(n, "kernel", dtype=object), cat=np.full(n, "instruction", dtype=object),
                  name=_strs(instr["opcode"]), ts=_ints(instr["start_ts"]), dur=_ints(instr["duration_ns"]),
                  pid=np.array([f"nc{i}" for i in core], dtype=object), tid=engine, device=core,
-                 stream=np.array([names.index(e) if e is not None else -1 for e in engine], dtype=np.int64))
+                 stream=np.array([stream_of.get(e, -1) for e in engine.tolist()], dtype=np.int64))
     if dma is not None:
         core = _ints(dma["pcore_idx"], 0)
         queue = _strs(dma["queue_name"])
