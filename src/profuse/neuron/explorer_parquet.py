@@ -53,7 +53,7 @@ def load_folder(folder: Path) -> Trace:
     """Build the tables in memory (no cache: DuckDB reads Parquet about as fast as a cache)."""
     con = duckdb.connect()
     try:
-        con.execute("ATTACH ':memory:' AS trace; USE trace")
+        con.execute("SET enable_progress_bar = false; ATTACH ':memory:' AS trace; USE trace")
         con.execute(DDL)
         _build(con, folder)
     except BaseException:
@@ -105,11 +105,23 @@ def _no_nulls(con: duckdb.DuckDBPyConnection, path: Path, table: str) -> None:
 
 def _ints(a: np.ndarray, default: int = -1) -> np.ndarray:
     """Integers with NULLs as ``default``."""
-    if not np.ma.isMaskedArray(a) and a.dtype.kind in "iu":
+    if np.ma.isMaskedArray(a):
+        mask = np.ma.getmaskarray(a)
+        if mask.all():
+            return np.full(len(a), default, dtype=np.int64)
+        if a.dtype.kind in "iu":
+            return np.ma.filled(a, default).astype(np.int64)
+        a = np.ma.filled(a.astype(object), None)
+    if a.dtype.kind in "iu":
         return a.astype(np.int64)
-    vals = np.ma.filled(a.astype(object), None).tolist()
     return np.array([int(v) if isinstance(v, (int, np.integer)) or (isinstance(v, float) and v == v) else default
-                     for v in vals], dtype=np.int64)
+                     for v in a.tolist()], dtype=np.int64)
+
+
+def _labels(prefix: str, values: np.ndarray) -> np.ndarray:
+    """``prefix + str(v)`` per row, formatted once per distinct value."""
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return np.array([f"{prefix}{u}" for u in uniq.tolist()] or [""], dtype=object)[inverse.reshape(-1)]
 
 
 def _strs(a: np.ndarray) -> np.ndarray:
@@ -160,25 +172,24 @@ def _build(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
         nc = _ints(spe["nc_idx"], 0)
         rows.add(kind=kind, cat=np.array([c or s for s, c in zip(source, cats)], dtype=object),
                  name=_strs(spe["name"]), ts=_ints(spe["start_ts"]), dur=_ints(spe["duration_ns"]),
-                 pid=np.where(hw, np.array([f"nc{i}" for i in nc], dtype=object), _strs(spe["process_id"])),
+                 pid=np.where(hw, _labels("nc", nc), _strs(spe["process_id"])),
                  tid=np.where(hw, "neuron_hw", _strs(spe["thread_id"])), device=np.where(hw, nc, -1),
                  stream=np.where(hw, 0, -1), flows=_objects(spe["flow_id"]))
     if instr is not None:
-        engine = _strs(instr["engine"])
-        stream_of = {e: i for i, e in enumerate(sorted({e for e in engine.tolist() if e is not None}))}
+        engine = _strs(instr["engine"])  # required, so never NULL
+        _, stream = np.unique(engine.astype(str), return_inverse=True)
         core = _ints(instr["pcore_idx"], 0)
         n = len(engine)
         rows.add(kind=np.full(n, "kernel", dtype=object), cat=np.full(n, "instruction", dtype=object),
                  name=_strs(instr["opcode"]), ts=_ints(instr["start_ts"]), dur=_ints(instr["duration_ns"]),
-                 pid=np.array([f"nc{i}" for i in core], dtype=object), tid=engine, device=core,
-                 stream=np.array([stream_of.get(e, -1) for e in engine.tolist()], dtype=np.int64))
+                 pid=_labels("nc", core), tid=engine, device=core, stream=stream.reshape(-1).astype(np.int64))
     if dma is not None:
         core = _ints(dma["pcore_idx"], 0)
         queue = _strs(dma["queue_name"])
         n = len(queue)
         rows.add(kind=np.full(n, "memcpy", dtype=object), cat=np.full(n, "dma", dtype=object),
                  name=np.array([q or "dma" for q in queue], dtype=object), ts=_ints(dma["start_ts"]),
-                 dur=_ints(dma["duration_ns"]), pid=np.array([f"nc{i}" for i in core], dtype=object),
+                 dur=_ints(dma["duration_ns"]), pid=_labels("nc", core),
                  tid=np.array([f"dma {q or '?'}" for q in queue], dtype=object), device=core,
                  stream=1000 + _ints(dma["queue_idx"], 0), bytes=_ints(dma["transfer_bytes"]))
     _write(con, folder, rows.done())
@@ -188,10 +199,10 @@ def _write(con: duckdb.DuckDBPyConnection, folder: Path, r: dict[str, np.ndarray
     n = len(r["ts"])
     kind = np.array([K[k] for k in r["kind"]], dtype=np.int64) if n else np.empty(0, dtype=np.int64)
     ts, dur = r["ts"].astype(np.int64), np.maximum(r["dur"].astype(np.int64), 0)
-    keys = list(zip(r["pid"].tolist(), r["tid"].tolist()))
-    uniq = sorted(set(keys), key=lambda k: (str(k[0]), str(k[1])))
-    index = {k: i for i, k in enumerate(uniq)}
-    thread = np.array([index[k] for k in keys], dtype=np.int64)
+    pid_s, tid_s = r["pid"].astype(str), r["tid"].astype(str)
+    joined, thread = np.unique(np.char.add(np.char.add(pid_s, "\x1f"), tid_s), return_inverse=True)
+    thread = thread.reshape(-1).astype(np.int64)
+    uniq = [tuple(k.split("\x1f", 1)) for k in joined.tolist()]
     is_device = np.isin(kind, [K["kernel"], K["memcpy"], K["device_other"]])
     host = ~is_device
     parent, depth = nesting(thread, ts, dur, host)
@@ -272,12 +283,11 @@ def _link_device(con: duckdb.DuckDBPyConnection, kind: np.ndarray, ts: np.ndarra
     if timed.size and runtime.size:
         con.register("_dev", {"id": timed, "ts": ts[timed]})
         con.register("_rt", {"id": runtime, "ts": ts[runtime], "dur": dur[runtime]})
-        got = con.execute("SELECT d.id, arg_min(r.id, r.dur) FROM _dev d JOIN _rt r "
-                          "ON d.ts >= r.ts AND d.ts < r.ts + greatest(r.dur, 1) GROUP BY d.id").fetchall()
+        got = con.execute("SELECT d.id AS dev, arg_min(r.id, r.dur) AS rt FROM _dev d JOIN _rt r "
+                          "ON d.ts >= r.ts AND d.ts < r.ts + greatest(r.dur, 1) GROUP BY d.id").fetchnumpy()
         con.unregister("_dev")
         con.unregister("_rt")
-        for d, rt in got:
-            launch[d] = rt
+        launch[np.asarray(got["dev"], dtype=np.int64)] = np.asarray(got["rt"], dtype=np.int64)
     op = np.where(launch >= 0, rt_op[np.clip(launch, 0, None)] if n else launch, -1)
     how = np.array([None] * n, dtype=object)
     why = np.array([None] * n, dtype=object)
