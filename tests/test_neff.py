@@ -56,10 +56,12 @@ def _count_field3(buf: bytes) -> int:
 
 
 def test_header_and_hlo_stats_match_the_file() -> None:
+    import profuse
+
     raw = NEFF.read_bytes()
     files = _archive()
     stats = json.loads(files["hlo_stats.json"])
-    n = read_neff(NEFF)
+    n = profuse.read_neff(NEFF)
     assert n.header.header_size == 1024
     assert n.header.data_size == len(raw) - 1024 == struct.unpack_from("<Q", raw, 16)[0]
     # packaging 2 keeps an MD5 of the payload, written as four little-endian 32-bit words
