@@ -66,6 +66,7 @@ def load(
     The tables are built in memory and returned at once; the cache file is written behind, on
     another core, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that cannot be
     written costs only the next load's time: the tables in memory are complete either way.
+    A folder of neuron-explorer Parquet tables (and no Kineto trace) is built in memory, uncached.
     """
     folder = Path(path)
     if folder.is_dir() and not any((folder / n).is_file() for n in TRACE_NAMES):
