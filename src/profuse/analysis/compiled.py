@@ -119,7 +119,7 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
                            generated_kernels=_saved_kernels(trace.path), neffs=neffs_beside(trace.path))
 
 
-MAX_NEFFS, MAX_NEFF_BYTES = 8, 2 << 30
+MAX_NEFFS, MAX_NEFF_BYTES = 8, 512 << 20  # every report reads them: keep it quick; profuse neff reads any size
 
 
 def neffs_beside(trace_path: Path) -> list[NeffBrief]:
