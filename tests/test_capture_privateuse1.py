@@ -57,3 +57,13 @@ def test_registered_backend_maps_to_privateuse1_activity() -> None:
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_run_devices_neuron_without_backend_is_one_line(tmp_path, capsys) -> None:
+    from profuse.cli import main
+
+    out = tmp_path / "prof"
+    assert main(["run", "--devices", "neuron", "--out", str(out), "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("profuse: ProfileConfig.devices: 'neuron' needs a PrivateUse1 backend") and "\n" not in err
+    assert not out.exists()
