@@ -18,6 +18,7 @@ __all__ = [
     "advise",
     "load",
     "profile",
+    "read_neff",
 ]
 
 _CAPTURE = {"ProfileConfig", "Exporter", "profile"}
@@ -29,6 +30,10 @@ def __getattr__(name: str) -> Any:
         from . import capture
 
         return getattr(capture, name)
+    if name == "read_neff":  # a compiled Neuron executable, read offline (docs/neuron.md)
+        from .neuron.neff import read_neff
+
+        return read_neff
     if name == "advise":
         from .analysis.verify import advise
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..trace import Trace
 from ..trace.artifacts import read_artifacts
@@ -100,11 +101,25 @@ class CompiledRegion:
 
 
 @dataclass
+class NeffBrief:
+    """A compiled Neuron executable found beside the trace: what ``profuse neff`` shows, in short."""
+
+    file: str
+    error: str | None = None       # why it could not be read (one line), else None
+    name: str | None = None
+    subgraphs: int = 0
+    engines: list[dict[str, Any]] = field(default_factory=list)   # name, instructions (None: unknown), bytes
+    hlo_stats: dict[str, Any] = field(default_factory=dict)       # macs, traffic, arithmetic_intensity
+    sources: list[dict[str, Any]] = field(default_factory=list)   # engine, instructions, hlo, framework
+
+
+@dataclass
 class CompiledSummary:
     regions: list[CompiledRegion]
     graph_breaks: int              # distinct compiled frames beyond the first
     eager_between: list[str]       # ops that ran eagerly between compiled regions (break points)
     generated_kernels: list[str]   # from the bundle's saved inductor code, when present
+    neffs: list[NeffBrief] = field(default_factory=list)  # *.neff beside the trace (Neuron's compiled graphs)
 
 
 def compiled_regions(trace: Trace) -> CompiledSummary:
@@ -140,7 +155,44 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
           AND NOT EXISTS (SELECT 1 FROM c c3 WHERE c3.thread = e.thread AND c3.ts > c1.ts AND c3.ts < e.ts)
         ORDER BY 1""").fetchall()] if len(regions) > 1 else []
     return CompiledSummary(regions=regions, graph_breaks=max(len(frames) - 1, 0), eager_between=between,
-                           generated_kernels=_saved_kernels(trace.path))
+                           generated_kernels=_saved_kernels(trace.path), neffs=neffs_beside(trace.path))
+
+
+MAX_NEFFS, MAX_NEFF_BYTES = 8, 512 << 20  # every report reads them: keep it quick; profuse neff reads any size
+
+
+def neffs_beside(trace_path: Path) -> list[NeffBrief]:
+    """Each ``*.neff`` in the trace's folder (Neuron writes ``neff_<hash>.neff`` there), read offline."""
+    from ..errors import TraceError
+    from ..neuron.neff import read_neff
+
+    folder = Path(trace_path) if Path(trace_path).is_dir() else Path(trace_path).parent
+    out = []
+    for f in sorted(folder.glob("*.neff"))[:MAX_NEFFS]:
+        if f.stat().st_size > MAX_NEFF_BYTES:
+            out.append(NeffBrief(f.name, error=f"larger than {MAX_NEFF_BYTES:,} bytes: read it with profuse neff"))
+            continue
+        try:
+            n = read_neff(f)
+        except TraceError as err:
+            out.append(NeffBrief(f.name, error=err.problem))
+            continue
+        engines: dict[str, dict[str, Any]] = {}
+        for sg in n.subgraphs:
+            for e in sg.engines:
+                acc = engines.setdefault(e.name, {"name": e.name, "instructions": 0, "bytes": 0})
+                acc["instructions"] = None if acc["instructions"] is None or e.instructions is None \
+                    else acc["instructions"] + e.instructions
+                acc["bytes"] = None if acc["bytes"] is None or e.bytes is None else acc["bytes"] + e.bytes
+        rows = sorted((m for sg in n.subgraphs for m in sg.mapping if m.hlo or m.framework),
+                      key=lambda m: -m.instructions)
+        out.append(NeffBrief(f.name, name=n.header.name, subgraphs=len(n.subgraphs), engines=list(engines.values()),
+                             hlo_stats={k: n.hlo_stats.get(k) for k in ("macs", "traffic", "arithmetic_intensity")},
+                             sources=[{"engine": m.engine, "instructions": m.instructions, "hlo": m.hlo,
+                                       "framework": m.framework} for m in rows[:10]]))
+    if len(list(folder.glob("*.neff"))) > MAX_NEFFS:
+        out.append(NeffBrief("...", error=f"more than {MAX_NEFFS} NEFFs here: the rest are not shown"))
+    return out
 
 
 def _saved_kernels(trace_path: Path) -> list[str]:

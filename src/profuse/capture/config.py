@@ -47,11 +47,36 @@ def available_device_types() -> dict[str, int]:
     return found
 
 
+PRIVATEUSE1_ALIASES = ("privateuse1", "neuron")  # names a user may give for the PrivateUse1 backend
+
+
+def privateuse1_backend() -> str | None:
+    """The name torch's PrivateUse1 backend is registered under (``neuron`` with TorchNeuron), or None."""
+    import torch
+
+    name = torch._C._get_privateuse1_backend_name()
+    return None if name == "privateuseone" else name
+
+
+def _resolve_privateuse1(dtype: str) -> str:
+    """``privateuse1``/``neuron`` -> the registered backend's name; a clear error when none fits."""
+    backend = privateuse1_backend()
+    if backend is None:
+        hint = " (import torch_neuronx / TorchNeuron first)" if dtype == "neuron" else ""
+        raise ValueError(f"ProfileConfig.devices: {dtype!r} needs a PrivateUse1 backend registered with torch, "
+                         f"and this torch has none{hint}")
+    if dtype != "privateuse1" and dtype != backend:
+        raise ValueError(f"ProfileConfig.devices: {dtype!r} is not the registered PrivateUse1 backend "
+                         f"({backend!r}); use devices={backend!r} or 'privateuse1'")
+    return backend
+
+
 @dataclass(frozen=True)
 class ProfileConfig:
     """What to record. ``streams``: ops, device, runtime, python, shapes, memory, flops.
 
-    ``devices`` picks which devices' events to keep (``"cpu"``, ``"cuda"``, ``"cuda:0,1"``).
+    ``devices`` picks which devices' events to keep (``"cpu"``, ``"cuda"``, ``"cuda:0,1"``;
+    ``"neuron"`` or ``"privateuse1"`` for the PrivateUse1 backend torch has registered, e.g. TorchNeuron).
     ``warmup`` steps run with the profiler off; ``steps`` are recorded. ``max_events`` caps the
     trace (0 = no cap); events past the cap are dropped and counted in the bundle's meta.json.
     """
@@ -90,7 +115,8 @@ class ProfileConfig:
         if self.devices == "auto":
             auto: dict[str, tuple[int, ...] | None] = {t: None for t in have}
             return auto
-        wanted = parse_devices(self.devices)
+        wanted = {(_resolve_privateuse1(t) if t in PRIVATEUSE1_ALIASES else t): ids
+                  for t, ids in parse_devices(self.devices).items()}
         for dtype, ids in wanted.items():
             if dtype not in have:
                 raise ValueError(f"ProfileConfig.devices: {dtype!r} is not available here "
@@ -111,7 +137,10 @@ class ProfileConfig:
                     acts.append(ProfilerActivity.CUDA)
                 elif dtype == "mtia" and hasattr(ProfilerActivity, "MTIA"):
                     acts.append(ProfilerActivity.MTIA)
-                elif dtype != "cpu" and hasattr(ProfilerActivity, "PrivateUse1"):
+                elif dtype != "cpu" and dtype == privateuse1_backend():
+                    if not hasattr(ProfilerActivity, "PrivateUse1"):
+                        raise ValueError(f"ProfileConfig.devices: {dtype!r} is a PrivateUse1 backend and this "
+                                         "torch has no ProfilerActivity.PrivateUse1 (torch >= 2.1 has)")
                     acts.append(ProfilerActivity.PrivateUse1)
         return list(dict.fromkeys(acts))
 

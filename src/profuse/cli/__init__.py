@@ -7,9 +7,10 @@ from collections.abc import Sequence
 
 from ..errors import UserError
 from ..redact import redact_text
-from . import diff, explore, peaks, report, run, sql, study
+from . import diff, explore, neff, peaks, report, run, sql, study
 
-COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "explore": explore, "peaks": peaks}
+COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "explore": explore, "peaks": peaks,
+            "neff": neff}
 
 EPILOG = """examples:
   profuse report trace.json.gz                  the op table with device time per op
@@ -17,6 +18,7 @@ EPILOG = """examples:
   profuse sql trace.json.gz "SELECT name, sum(dur)/1e3 AS us FROM events WHERE kind='kernel' GROUP BY 1"
   profuse run --out prof -- python my_script.py --batch 8
   profuse study rmsnorm
+  profuse neff model.neff                       a compiled Neuron executable, read offline
 """
 
 

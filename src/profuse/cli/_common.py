@@ -55,5 +55,8 @@ def load_trace(path: str, args: argparse.Namespace) -> Trace:
         bar.close()
     for note in trace.notes:
         print(f"profuse: note: {redact_text(note)}", file=sys.stderr)
+    source = trace.meta.get("source")
+    if isinstance(source, dict) and source.get("note"):  # e.g. neuron-explorer Parquet: say how far it is checked
+        print(f"profuse: note: {path} read as {source.get('format')}: {source['note']}", file=sys.stderr)
     return trace
 

@@ -16,6 +16,8 @@ HELP = """examples:
   profuse report trace.json.gz --group-by kernel --top 10
   profuse report prof/ --format json > report.json     (a bundle folder works too)
   profuse report prof/ --format html -o report.html    (one file, opens offline)
+  profuse report explorer_out/                         (a neuron-explorer Parquet folder: built from the
+                                                        published schema 7.4.0, not yet checked on a capture)
 """
 
 
@@ -24,7 +26,8 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
                         description="Show where time goes: every op with its CPU time and the device time "
                                     "of the kernels it launched.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("path", help="a Kineto trace (.json / .json.gz) or a profuse bundle folder")
+    p.add_argument("path", help="a Kineto trace (.json / .json.gz), a profuse bundle folder, or a "
+                                "neuron-explorer Parquet folder")
     p.add_argument("--format", choices=("table", "json", "html"), default="table",
                    help="html: one self-contained file (needs -o), viewable offline")
     p.add_argument("--group-by", choices=GROUPS, default="op")

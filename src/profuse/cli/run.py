@@ -30,7 +30,8 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     p.add_argument("--streams", default="ops,device,runtime,shapes,python",
                    help="ops,device,runtime,python,shapes,memory,flops (default ops,device,runtime,shapes,python:"
                         " python records nn.Module scopes, which the advisor needs)")
-    p.add_argument("--devices", default="auto", help="cpu, cuda, cuda:0,1 (default: every device present)")
+    p.add_argument("--devices", default="auto",
+                   help="cpu, cuda, cuda:0,1, neuron / privateuse1 (default: every device present)")
     p.add_argument("--top", type=int, default=15, help="op table rows to print after the run")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
     p.set_defaults(func=run)

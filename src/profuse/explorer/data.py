@@ -294,7 +294,8 @@ def compiled(trace: Trace) -> dict[str, Any]:
     code = read_artifacts(trace.path)
     return {"regions": [asdict(r) for r in s.regions], "graph_breaks": s.graph_breaks,
             "eager_between": s.eager_between, "code": code,
-            "generated_kernels": [{"name": k, "fused_ops": source_ops(k)} for k in s.generated_kernels]}
+            "generated_kernels": [{"name": k, "fused_ops": source_ops(k)} for k in s.generated_kernels],
+            "neffs": [asdict(n) for n in s.neffs]}
 
 
 def compare(a: Trace, b: Trace) -> dict[str, Any]:

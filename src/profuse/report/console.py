@@ -146,6 +146,8 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
         console.print(Text(f"  graph breaks: {comp.graph_breaks}"
                            + (f" (eager between regions: {', '.join(comp.eager_between[:6])})"
                               if comp.eager_between else "")))
+    for n in comp.neffs:
+        _print_neff(console, n)
     if advice.roofline:
         src = advice.peaks.source if advice.peaks else ""
         console.print(_section(f"Roofline ({src})"))
@@ -166,3 +168,20 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
             if hs:
                 line = "; ".join(f"{h.name[:60]} {h.share_pct:.0f}%" for h in hs)
                 console.print(Text(f"  {kind}s: {line}"))
+
+
+def _print_neff(console: Console, n) -> None:
+    """A NEFF beside the trace: the compiled graph's engines, HLO statistics and top instruction sources."""
+    console.print(_section(f"Compiled NEFF {n.file}"))
+    if n.error:
+        console.print(Text(f"  not read: {n.error}", style="yellow"))
+        return
+    fmt = (lambda v: "unknown" if v is None else f"{v:,}")
+    s = n.hlo_stats
+    console.print(Text(f"  {n.subgraphs} subgraph(s) · HLO MACs {fmt(s.get('macs'))} · traffic {fmt(s.get('traffic'))}"
+                       f" · arithmetic intensity {fmt(s.get('arithmetic_intensity'))}"))
+    console.print(Text("  engines: " + ", ".join(f"{e['name']} {fmt(e['instructions'])} instr / {fmt(e['bytes'])} B"
+                                                 for e in n.engines)))
+    for m in n.sources[:5]:
+        console.print(Text(f"    {m['engine']}: {m['instructions']:,} instr from {m['hlo'] or '-'}"
+                           f" ({m['framework'] or '-'})", style="dim"))

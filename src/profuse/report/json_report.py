@@ -48,7 +48,8 @@ def advice_dict(advice: Advice) -> dict[str, Any]:
         "peaks": plain(advice.peaks) if advice.peaks else None,
         "roofline": [plain(r) for r in advice.roofline],
         "compiled": {"regions": [plain(r) for r in comp.regions], "graph_breaks": comp.graph_breaks,
-                     "eager_between": comp.eager_between, "generated_kernels": comp.generated_kernels},
+                     "eager_between": comp.eager_between, "generated_kernels": comp.generated_kernels,
+                     "neffs": [plain(n) for n in comp.neffs]},
     }
 
 

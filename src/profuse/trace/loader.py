@@ -5,7 +5,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,10 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import _decode
+from . import _decode, framework_mapping
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, add_chunk, kinds_of, thread_key
 from ._parallel import decode_parallel, worker_count
+from ._privateuse1 import privateuse1_name
 from .cache import CacheSlot, CacheWriter, bundle_cache, cache_slot, fingerprint
 from .correlate import (
     LINK_HOW,
@@ -45,7 +46,8 @@ def resolve(path: str | os.PathLike[str]) -> Path:
         for name in TRACE_NAMES:
             if (p / name).is_file():
                 return p / name
-        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json")))
+        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json"))
+                       and not q.match(framework_mapping.PATTERN))
         if len(found) == 1:
             return found[0]
         if not found:
@@ -68,7 +70,14 @@ def load(
     written costs only the next load's time: the tables in memory are complete either way. Caches go
     to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`), or exactly to
     ``cache_path`` (a bundle writing its own). A damaged cache is discarded and rebuilt, with a note.
+    A folder of neuron-explorer Parquet tables (and no Kineto trace) is built in memory, uncached.
     """
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / n).is_file() for n in TRACE_NAMES):
+        from ..neuron import explorer_parquet  # a neuron-explorer Parquet folder (imported late: it uses trace/)
+
+        if explorer_parquet.is_explorer_folder(folder):
+            return explorer_parquet.load_folder(folder)
     src = resolve(path)
     fp = fingerprint(src)
     notes: list[str] = []
@@ -80,7 +89,7 @@ def load(
                 continue
             cached, problem = candidate.open_if_valid(fp)
             if cached is not None:
-                return Trace(src, cached, from_cache=True, notes=notes)
+                return _with_mapping(Trace(src, cached, from_cache=True, notes=notes))
             if problem is not None:
                 notes.append(f"cache {candidate.path} was not used: {problem}; tables rebuilt from the trace")
     started = time.perf_counter()
@@ -98,7 +107,7 @@ def load(
     if cache_path is None and time.perf_counter() - started < _min_cache_seconds():
         slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
-    return Trace(src, con, from_cache=False, writer=writer, notes=notes)
+    return _with_mapping(Trace(src, con, from_cache=False, writer=writer, notes=notes))
 
 
 def _min_cache_seconds() -> float:
@@ -106,6 +115,16 @@ def _min_cache_seconds() -> float:
         return float(os.environ.get("PROFUSE_CACHE_MIN_SECONDS", "0.05"))
     except ValueError:
         return 0.05
+
+
+def _with_mapping(trace: Trace) -> Trace:
+    """TorchNeuron's framework_mapping_*.json beside the trace, as the ``framework_mapping`` view."""
+    try:
+        trace.framework_mapping = framework_mapping.attach(trace.con, trace.path)
+    except BaseException:
+        trace.close()
+        raise
+    return trace
 
 
 def decode(path: str, *, lenient: bool = False,
@@ -324,7 +343,8 @@ def _insert_rows(con, table: str, rows: list[tuple[Any, ...]], width: int) -> No
     con.unregister("_rows")
 
 
-def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict[str, Any]) -> tuple[str, str | None]:
+def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict[str, Any],
+                  process_names: Iterable[str] = ()) -> tuple[str, str | None]:
     """The device kind (CUDA, ROCm, MTIA, CPU, or the backend's name) and the device's name."""
     props = top.get("deviceProperties") or []
     dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
@@ -337,14 +357,15 @@ def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict
     ):
         return "ROCm", dev_name
     if any(c.startswith("privateuse1") for c in lower):
-        return "PrivateUse1", dev_name
+        return privateuse1_name(names[kind == K["runtime"]][:2000], process_names), dev_name
     if has_device or props or any(c in lower for c in ("cuda_runtime", "cuda_driver", "runtime", "kernel")):
         return "CUDA", dev_name
     return "CPU", None
 
 
 def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, flows) -> dict[str, Any]:
-    device_kind, device_name = detect_device(kind, {c for c in cols.cats if c}, names, top)
+    procs = [m["process_name"] for m in cols.thread_meta.values() if "process_name" in m]
+    device_kind, device_name = detect_device(kind, {c for c in cols.cats if c}, names, top, procs)
     span = int((ts + dur).max() - ts.min()) if len(ts) else 0
     codes_u, counts_u = np.unique(unlinked[unlinked > 0], return_counts=True)
     reasons = {UNLINKED[c]: int(k) for c, k in zip(codes_u, counts_u)}

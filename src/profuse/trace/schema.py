@@ -66,6 +66,7 @@ UNLINKED_REASONS = {
     "gpu_only_trace": "the trace has no CPU-side events",
     "no_correlation": "the event carries no correlation id, flow or external id",
     "launch_outside_op": "its launch call ran outside any op",
+    "outside_runtime_calls": "it ran outside every runtime call (neuron-explorer Parquet links by time window)",
 }
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")

@@ -36,6 +36,7 @@ class Trace:
         self.from_cache = from_cache
         self.writer = writer  # the cache being written behind, if any
         self.notes = notes or []  # what the load did that a user should hear of (a cache discarded)
+        self.framework_mapping: dict[str, Any] | None = None  # counts when framework_mapping_*.json was beside it
 
     @cached_property
     def meta(self) -> dict[str, Any]:

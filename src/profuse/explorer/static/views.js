@@ -111,7 +111,11 @@ export async function modules(main, st) {
 
 export async function compiled(main, st) {
   const d = await get(`/api/${st.run}/compiled`);
-  if (!d || !d.regions.length) return main.append(el("p", { class: "muted" }, "no torch.compile regions in this trace"));
+  for (const n of (d && d.neffs) || []) neffSection(main, n);
+  if (!d || !d.regions.length) {
+    if (!d || !(d.neffs || []).length) main.append(el("p", { class: "muted" }, "no torch.compile regions in this trace"));
+    return;
+  }
   main.append(el("p", {}, `graph breaks: ${d.graph_breaks}`));
   for (const r of d.regions) {
     main.append(el("h2", {}, `${r.name} — ${r.calls} call(s), ${fmtUs(r.device_us)}`));
@@ -125,6 +129,20 @@ export async function compiled(main, st) {
     if (r.eager_ops_inside.length) main.append(el("p", { class: "muted" }, "extern, not fused: " + r.eager_ops_inside.join(", ")));
   }
   for (const [name, code] of Object.entries(d.code || {})) main.append(el("h2", {}, name), el("pre", { class: "code" }, code));
+}
+
+function neffSection(main, n) {
+  const num = v => (v === null || v === undefined ? "unknown" : Number(v).toLocaleString());
+  main.append(el("h2", {}, `Compiled NEFF ${n.file}`));
+  if (n.error) return main.append(el("p", { class: "muted" }, `not read: ${n.error}`));
+  const s = n.hlo_stats || {};
+  main.append(el("p", {}, `${n.subgraphs} subgraph(s) · HLO MACs ${num(s.macs)} · traffic ${num(s.traffic)} · ` +
+    `arithmetic intensity ${num(s.arithmetic_intensity)}`));
+  main.append(table([{ key: "name", label: "Engine", name: true }, { key: "instructions", label: "Instructions", fmt: num },
+    { key: "bytes", label: "Bytes", fmt: num }], n.engines, { sortable: false }));
+  if (n.sources.length) main.append(table([{ key: "engine", label: "Engine", name: true },
+    { key: "instructions", label: "Instructions" }, { key: "hlo", label: "HLO", name: true, fmt: v => v || "-" },
+    { key: "framework", label: "Framework op", name: true, fmt: v => v || "-" }], n.sources, { sortable: false }));
 }
 
 export async function compare(main, st) {

@@ -1,0 +1,45 @@
+"""``profuse neff``: what a compiled Neuron executable holds, read offline."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from .._io import atomic_write
+from ._common import console
+
+HELP = """examples:
+  profuse neff model.neff                      header, engines, HLO statistics, tensors, instruction sources
+  profuse neff model.neff --format json        the same as JSON (schema profuse.neff/1)
+  profuse neff prof/neff_1234.neff --top 0     every instruction-source row
+"""
+
+
+def add_parser(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("neff", help="read a compiled Neuron executable (NEFF) offline", epilog=HELP,
+                        description="Show a NEFF's header, subgraphs, per-engine instruction streams, the "
+                                    "compiler's HLO statistics, tensors, and which HLO and framework ops "
+                                    "each engine's instructions come from (when the NEFF carries debug info). "
+                                    "Needs no Neuron SDK and no device.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", help="a .neff file")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--top", type=int, default=20, help="instruction-source rows per subgraph (0 = all)")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..neuron.neff import read_neff
+
+    neff = read_neff(args.path)
+    if args.format == "json":
+        text = json.dumps(neff.as_dict(), indent=2)
+        if args.output:
+            atomic_write(args.output, text + "\n")
+        else:
+            print(text)
+        return 0
+    from ..report.neff import print_neff
+
+    print_neff(console(), neff, top=args.top or None)
+    return 0
