@@ -103,14 +103,8 @@ class CpuWork:
 
 def gaps_ns(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The idle gaps between activities (on every stream together) inside their window."""
-    if start.size == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z
-    order = np.argsort(start, kind="stable")
-    s, e = start[order].astype(np.int64), end[order].astype(np.int64)
-    reach = np.maximum.accumulate(e)
-    is_gap = s[1:] > reach[:-1]
-    return reach[:-1][is_gap], s[1:][is_gap]
+    rs, re_ = merge_runs(start, end)
+    return re_[:-1], rs[1:]
 
 
 def launch_wait_ns(start: np.ndarray, end: np.ndarray, work: CpuWork) -> tuple[int, int]:
