@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..errors import printable
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_KINDS
 from .optable import total_device_us
@@ -33,7 +34,7 @@ def summarize(trace: Trace) -> Summary:
     m = trace.meta
     kernels, linked = trace.con.execute(
         f"SELECT count(*), count(op) FROM events WHERE kind IN ({_DEVICE})").fetchall()[0]
-    return Summary(path=str(trace.path), device_kind=m["device_kind"], device_name=m.get("device_name"),
+    return Summary(path=printable(str(trace.path)), device_kind=m["device_kind"], device_name=m.get("device_name"),
                    events=int(m["events"]), span_us=float(m["span_us"]), device_us=total_device_us(trace),
                    kernels=int(kernels), kernels_linked=int(linked), unlinked=dict(m.get("unlinked") or {}),
                    skipped=dict(m.get("skipped") or {}), unmatched_flows=int(m.get("unmatched_flows") or 0),

@@ -5,7 +5,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..errors import UserError
+from ..errors import UserError, printable
 from . import diff, explore, peaks, report, run, sql, study
 
 COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "explore": explore, "peaks": peaks}
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as err:
-        print(f"profuse: {err}", file=sys.stderr)
+        print(f"profuse: {printable(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("profuse: interrupted", file=sys.stderr)
