@@ -175,9 +175,10 @@ class Builder:
             doc = copy.deepcopy(self.docs[base])
             doc["baseTimeNanoseconds"] = value
             self.add("listed", f"baseTimeNanoseconds={value}", _dump(doc))
-        doc = copy.deepcopy(self.docs[base])
-        _pick_event(random.Random(2), doc)["ts"] += 2**53 / 1000 + 1
-        self.add("listed", "a span beyond 2^53 ns", _dump(doc))
+        for far in (2**53 / 1000 + 1, 2.4e15, 4e15):
+            doc = copy.deepcopy(self.docs[base])
+            _pick_event(random.Random(2), doc)["ts"] += far
+            self.add("listed", f"one event {far:g} µs after the rest", _dump(doc))
         for dur in (1e17, 2**63, 1e16):
             doc = copy.deepcopy(self.docs[base])
             next(e for e in _events(doc) if e.get("cat") == "kernel")["dur"] = dur

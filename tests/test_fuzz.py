@@ -154,6 +154,9 @@ def table(outcomes: list[Outcome]) -> str:
     rows = [*families.items(), ("all", [sum(r[i] for r in families.values()) for i in range(4)])]
     lines = [f"{'family':<12} {'cases':>6} {'exit 0':>7} {'exit 2':>7} {'other':>6}"]
     lines += [f"{name:<12} {r[0]:>6} {r[1]:>7} {r[2]:>7} {r[3]:>6}" for name, r in rows]
+    slow = sorted(outcomes, key=lambda o: -o.seconds)[:5]
+    lines.append(f"total {sum(o.seconds for o in outcomes):.1f} s; slowest: " +
+                 ", ".join(f"{o.case.family}/{o.case.label[:30]} {o.seconds:.1f} s" for o in slow))
     others = [o for o in outcomes if o.verdict.startswith("other")]
     lines += [f"  {o.case.family}: {o.case.label} [{' '.join(o.case.argv[:1])}] -> {o.verdict}" for o in others]
     return "\n".join(lines)

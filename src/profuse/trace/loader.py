@@ -170,9 +170,11 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     thread = inverse[:n].astype(np.int64)
     flow_thread = inverse[n:n + len(flow_keys)].astype(np.int64)
     inst_thread = inverse[n + len(flow_keys):].astype(np.int64)
-    ts, dur = cols.column("ts") + base_ns, cols.column("dur")
+    ts, dur, flow_ts = cols.column("ts"), cols.column("dur"), cols.column("flow_ts")
+    _check_times(path, base_ns, ts, dur, flow_ts, *cols.parts.get("inst_ts", []))
+    ts, flow_ts = ts + base_ns, flow_ts + base_ns
     flows = Flows(ids=np.array(cols.flow_ids, dtype=object), ph=cols.column("flow_ph").astype(np.int8),
-                  ts=cols.column("flow_ts") + base_ns, thread=flow_thread)
+                  ts=flow_ts, thread=flow_thread)
     is_device_evt = np.isin(kind, codes(*DEVICE_KINDS))
     device_threads = np.zeros(len(thread_keys), dtype=bool)
     device_threads[np.unique(thread[is_device_evt])] = True
@@ -292,6 +294,26 @@ def _base_time_ns(path: str, value: Any) -> int:
     if not -(2**62) < value < 2**62:
         raise TraceError(path, f"baseTimeNanoseconds {value} is out of range (must be below 2^62 ns)")
     return value
+
+
+_TIME_LIMIT = 2**62  # every time, and the sum of all durations, stays below this many ns: no sum overflows
+
+
+def _check_times(path: str, base_ns: int, ts: np.ndarray, dur: np.ndarray, *other_ts: np.ndarray) -> None:
+    """With ``baseTimeNanoseconds`` added, every time and every sum of durations must fit in 64 bits.
+
+    Each ts and dur is already below 2^62 ns (the decoder refuses others), so these sums cannot wrap.
+    """
+    parts = [a for a in (ts, *other_ts) if len(a)]
+    if not parts:
+        return
+    lo = min(int(a.min()) for a in parts) + base_ns
+    hi = max([int(a.max()) for a in other_ts if len(a)] + ([int((ts + dur).max())] if len(ts) else [])) + base_ns
+    if not -_TIME_LIMIT < lo <= hi < _TIME_LIMIT:
+        raise TraceError(path, f"times out of range: with baseTimeNanoseconds {base_ns} the events run from "
+                               f"{lo} to {hi} ns, beyond ±2^62 ns")
+    if float(dur.sum(dtype=np.float64)) >= _TIME_LIMIT:
+        raise TraceError(path, "event durations add up to more than 2^62 ns (146 years): the times are not real")
 
 
 def _short(value: Any) -> str:
