@@ -182,7 +182,7 @@ class Document:
     top: dict[str, Raw]
 
 
-def split_document(path: str, data: bytes) -> Document:
+def split_document(path: str, data: bytes | bytearray) -> Document:
     head = data[:4096].lstrip()[:1]
     if head == b"[":
         return Document(events=memoryview(data), top={})
