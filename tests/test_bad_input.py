@@ -258,7 +258,10 @@ def test_base_time_beyond_64_bits(tmp_path, capsys):
     doc = small_doc()
     doc["baseTimeNanoseconds"] = 2**64 + 1
     msg = run_bad(capsys, write(tmp_path, "t.json", json.dumps(doc).encode()))
-    assert f"baseTimeNanoseconds {2**64 + 1} is out of range" in msg
+    assert f"baseTimeNanoseconds {2**64 + 1} is out of range" in msg and "--lenient" in msg
+    out = report_json(capsys, tmp_path / "t.json", "--lenient")
+    assert out["skipped"] == {"baseTimeNanoseconds ignored": 1}
+    assert out["totals"]["device_us"] == pytest.approx(device_us(doc))
 
 
 def test_null_name_is_kept_and_counted(tmp_path, capsys):

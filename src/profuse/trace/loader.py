@@ -129,6 +129,13 @@ def decode(path: str, *, lenient: bool = False,
                                                       on_progress=on_chunk):
             add_chunk(cols, path, base, events, span, lenient=lenient, skipped=skipped)
     top = {k: _safe_json(v) for k, v in doc.top.items()}
+    try:
+        _base_time_ns(path, top.get("baseTimeNanoseconds"))
+    except TraceError as err:
+        if not lenient:
+            raise TraceError(path, err.problem + " (use --lenient to ignore it)") from None
+        skipped.add("baseTimeNanoseconds ignored", err.problem)  # times stay relative to the trace
+        top.pop("baseTimeNanoseconds")
     return cols, top, skipped
 
 
