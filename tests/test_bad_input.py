@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import trace_path
 
+import profuse
 from profuse.cli import main
 
 SMALL = "a100_event_sync.json.gz"
@@ -316,3 +317,45 @@ def test_instants_out_of_range_are_counted(tmp_path, capsys):
     doc["traceEvents"].append({"ph": "i", "name": "far", "cat": "x", "pid": 1, "tid": 1, "ts": 1e19, "s": "t"})
     out = report_json(capsys, write(tmp_path, "t.json", json.dumps(doc).encode()))
     assert out["skipped"] == {"instant ts out of range": 1}
+
+
+def bundle_with(tmp_path: Path, meta: bytes | None) -> Path:
+    b = tmp_path / "bundle"
+    b.mkdir()
+    (b / "trace.json.gz").write_bytes(trace_path(SMALL).read_bytes())
+    if meta is not None:
+        (b / "meta.json").write_bytes(meta)
+    return b
+
+
+@pytest.mark.parametrize("meta", [b"[1]", b'{"schema": "profuse.bundle/1", "status": [1], "run": 5, "peaks": [1]}',
+                                  b'{"peaks": {"matmul_tflops_fp32": "x", "copy_bandwidth_gbps": null}}',
+                                  b"[" * 100_000, b"\xff\xfe"])
+def test_bundle_meta_of_wrong_shape(tmp_path, capsys, meta):
+    # a bundle's meta.json is optional: one that says nothing usable is ignored, never a traceback
+    out = report_json(capsys, bundle_with(tmp_path, meta))
+    assert out["totals"]["device_us"] == pytest.approx(device_us(small_doc()))
+
+
+def test_measured_peaks_that_are_not_numbers():
+    from profuse.analysis.roofline import device_peaks
+
+    with profuse.load(trace_path("compare_base.json.gz"), cache=False) as trace:  # no deviceProperties
+        assert device_peaks(trace, {"matmul_tflops_fp32": "x", "copy_bandwidth_gbps": None}) is None
+        good = device_peaks(trace, {"matmul_tflops_fp32": 10, "copy_bandwidth_gbps": 100})
+        assert good is not None and good.source == "measured"
+
+
+def test_bundle_side_files_that_are_not_regular(tmp_path, capsys):
+    # a FIFO as meta.json or as a saved kernel would block the report forever; a link may point anywhere
+    b = bundle_with(tmp_path, None)
+    os.mkfifo(b / "meta.json")
+    inductor = b / "artifacts" / "inductor"
+    inductor.mkdir(parents=True)
+    os.mkfifo(inductor / "k.py")
+    secret = tmp_path / "secret.py"
+    secret.write_text("def triton_poi_fused_secret_0(): pass\n")
+    (inductor / "link.py").symlink_to(secret)
+    (inductor / "real.py").write_text("def triton_poi_fused_add_0(): pass\n")
+    out = report_json(capsys, b)
+    assert out["compiled"]["generated_kernels"] == ["triton_poi_fused_add_0"]

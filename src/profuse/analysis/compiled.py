@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._files import read_side_text, regular_files
 from ..trace import Trace
 
 _KERNEL = re.compile(r"^(?:triton|cpp)_(?:poi|red|per|tem|for)?_?fused_(?P<ops>.+?)(?:_\d+)?$")
@@ -107,8 +108,9 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
 def _saved_kernels(trace_path: Path) -> list[str]:
     folder = Path(trace_path).parent / "artifacts" / "inductor"
     names: set[str] = set()
-    if folder.is_dir():
-        for f in folder.glob("*.py"):
-            names |= set(_CPP_DEF.findall(f.read_text(errors="replace")))
-            names |= set(re.findall(r"triton_[a-z]+_fused_[A-Za-z0-9_]+", f.read_text(errors="replace")))
+    for f in regular_files(folder, "*.py"):  # no links, FIFOs or huge files: a bundle may be hostile
+        text = read_side_text(f)
+        if text is not None:
+            names |= set(_CPP_DEF.findall(text))
+            names |= set(re.findall(r"triton_[a-z]+_fused_[A-Za-z0-9_]+", text))
     return sorted(names)
