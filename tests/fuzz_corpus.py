@@ -285,6 +285,34 @@ class Builder:
         self.add("special", "a folder named like a trace", path=(self.folder / "dir.json.gz"), subprocess=False)
         (self.folder / "dir.json.gz").mkdir()
 
+    def bundles(self) -> None:
+        """Bundle folders whose optional side files (meta.json, saved kernels) are hostile."""
+        gz = trace_path("compare_base.json.gz").read_bytes()  # no deviceProperties: measured peaks are used
+        metas: tuple[bytes, ...] = (
+            b"[1]", b"null", b"{}", b"\xff\xfe\x00", b"[" * 100_000,
+            b'{"schema": "profuse.bundle/1", "status": {}, "error": [1], "run": "x", "peaks": "x"}',
+            b'{"peaks": {"matmul_tflops_fp32": 1e400, "copy_bandwidth_gbps": 1}}',
+            b'{"peaks": {"matmul_tflops_fp32": "x", "copy_bandwidth_gbps": -1}}',
+            b'{"peaks": {"matmul_tflops_fp32": 10, "copy_bandwidth_gbps": 0}}',
+        )
+        for i, meta in enumerate(metas):
+            b = self.folder / f"bundle-meta-{i}"
+            b.mkdir()
+            (b / "trace.json.gz").write_bytes(gz)
+            (b / "meta.json").write_bytes(meta)
+            self.add("bundles", f"meta.json = {meta[:40]!r}", path=b)
+        for what in ("meta.json FIFO", "saved kernel FIFO", "saved kernel -> /dev/zero"):
+            b = self.folder / f"bundle-{what.replace(' ', '-').replace('/', '')}"
+            (b / "artifacts" / "inductor").mkdir(parents=True)
+            (b / "trace.json.gz").write_bytes(gz)
+            if what == "meta.json FIFO":
+                os.mkfifo(b / "meta.json")
+            elif what == "saved kernel FIFO":
+                os.mkfifo(b / "artifacts" / "inductor" / "k.py")
+            else:
+                (b / "artifacts" / "inductor" / "k.py").symlink_to("/dev/zero")
+            self.add("bundles", what, path=b, subprocess=True)
+
     def bombs(self) -> None:
         """Gzip members of 1 MiB of spaces, concatenated: about 1 KB in, 1 MiB out, each."""
         member = gzip.compress(b" " * (1 << 20), 9)
@@ -327,7 +355,7 @@ def build_corpus(folder: Path) -> list[Case]:
     families: list[Callable[[], None]] = [
         b.listed, lambda: b.event_types(rng, 80), lambda: b.arg_types(rng, 70), lambda: b.top_level(rng, 40),
         lambda: b.ranges(rng, 40), lambda: b.truncation(rng, 24), lambda: b.byte_flips(rng, 40),
-        lambda: b.nesting(rng), b.names, lambda: b.structure(rng), b.special_files, b.bombs,
+        lambda: b.nesting(rng), b.names, lambda: b.structure(rng), b.special_files, b.bundles, b.bombs,
     ]
     for make in families:
         make()
