@@ -290,6 +290,12 @@ def test_args_of_wrong_types(tmp_path, capsys, key, value):
         out = report_json(capsys, p, "--group-by", group)
         assert out["totals"]["device_us"] == pytest.approx(device_us(doc))
         assert out["totals"]["kernels"] == sum(1 for e in doc["traceEvents"] if e.get("cat") in DEVICE_CATS)
+    # numbers profuse reads are counted when ignored; shapes are kept as written in the shapes table
+    changed = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "kernel"))
+    assert main(["sql", str(p), "SELECT value FROM meta WHERE key = 'ignored_args'", "--format", "json",
+                 "--no-cache"]) == 0
+    ignored = json.loads(json.loads(capsys.readouterr().out)[0]["value"])
+    assert ignored == ({key: changed} if key in ("device", "flops", "stream") else {})
 
 
 @pytest.mark.parametrize("props", [{"name": "A100"}, 7, "A100", [1, 2], [{"name": 5}], [[{"name": "A"}]]])

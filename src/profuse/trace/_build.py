@@ -41,6 +41,7 @@ class Columns:
     phase_counts: dict[str, int] = field(default_factory=dict)
     n: int = 0
     imprecise_ts: int = 0
+    ignored_args: dict[str, int] = field(default_factory=dict)  # args values of a type profuse cannot use
 
     def add(self, key: str, arr: np.ndarray) -> None:
         self.parts.setdefault(key, []).append(arr)
@@ -90,12 +91,16 @@ def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
 _get_flops, _get_dims, _get_grid = attrgetter("flops"), attrgetter("input_dims"), attrgetter("grid")
 
 
-def _float_column(values: list[Any]) -> np.ndarray:
+def _float_column(values: list[Any], what: str, ignored: dict[str, int]) -> np.ndarray:
     try:
         return np.array(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError, RecursionError):
-        return np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values],
-                        dtype=np.float64)
+        pass
+    ok = [isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e308 for v in values]
+    bad = sum(1 for v, good in zip(values, ok) if v is not None and not good)
+    if bad:
+        ignored[what] = ignored.get(what, 0) + bad
+    return np.array([v if good else np.nan for v, good in zip(values, ok)], dtype=np.float64)
 
 
 def add_chunk(
@@ -141,13 +146,13 @@ def add_chunk(
     args = args_of(xs)
     where = f"in {path}"
     for key in _ARG_INTS:
-        cols.add(key, int_column(map(attrgetter(key), args), n, key, where))
+        cols.add(key, int_column(map(attrgetter(key), args), n, key, where, cols.ignored_args))
     ext = [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
-    cols.add("external_id", int_column(ext, n, "External id", where))
-    cols.add("device", int_column(map(attrgetter("device"), args), n, "device", where))
+    cols.add("external_id", int_column(ext, n, "External id", where, cols.ignored_args))
+    cols.add("device", int_column(map(attrgetter("device"), args), n, "device", where, cols.ignored_args))
     stream = [a.stream if a.stream is not None else a.stream_id for a in args]
-    cols.add("stream", int_column(stream, n, "stream", where))
-    cols.add("flops", _float_column(list(map(_get_flops, args))))
+    cols.add("stream", int_column(stream, n, "stream", where, cols.ignored_args))
+    cols.add("flops", _float_column(list(map(_get_flops, args)), "flops", cols.ignored_args))
     dims, grids = list(map(_get_dims, args)), list(map(_get_grid, args))
     for k in [k for k, (d, g) in enumerate(zip(dims, grids)) if d or g]:
         a = args[k]

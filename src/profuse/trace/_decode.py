@@ -339,8 +339,12 @@ def iter_chunks(
 _get_args = attrgetter("args")
 
 
-def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str) -> np.ndarray:
-    """Optional ints to int64 with -1 for absent; strings of digits are accepted (MTIA streams)."""
+def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
+               ignored: dict[str, int] | None = None) -> np.ndarray:
+    """Optional ints to int64 with -1 for absent; strings of digits are accepted (MTIA streams).
+
+    Values of other types are read as absent and counted per key in ``ignored``.
+    """
     vals = values if isinstance(values, list) else list(values)
     try:
         f = np.array(vals, dtype=np.float64)  # None -> nan, at C speed
@@ -353,7 +357,9 @@ def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str) 
         if isinstance(v, str) and v.strip().lstrip("-").isdigit():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue  # absent or not a number: treated as absent
+            if v is not None and ignored is not None:  # not a number: treated as absent, counted
+                ignored[what] = ignored.get(what, 0) + 1
+            continue
         if not -(2**63) <= v < 2**63:
             raise TraceError(path, f"event {what} value {v} does not fit in 64 bits")
         out[i] = int(v)

@@ -92,6 +92,8 @@ def merge(dst: Columns, src: Columns) -> None:
         dst.phase_counts[ph] = dst.phase_counts.get(ph, 0) + c
     dst.n += src.n
     dst.imprecise_ts += src.imprecise_ts
+    for key, c in src.ignored_args.items():
+        dst.ignored_args[key] = dst.ignored_args.get(key, 0) + c
 
 
 def decode_parallel(path: str, doc: _decode.Document, *, workers: int,

@@ -416,6 +416,7 @@ def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, flows) -
         "skipped": skipped.counts,
         "skipped_examples": skipped.examples,
         "imprecise_ts_events": cols.imprecise_ts,
+        "ignored_args": cols.ignored_args,
         "base_time_ns": top.get("baseTimeNanoseconds"),
         "trace_meta": {k: v for k, v in top.items() if k in ("schemaVersion", "distributedInfo", "deviceProperties",
                                                             "traceName", "displayTimeUnit", "record_shapes",
