@@ -179,5 +179,8 @@ def test_fuzz_corpus(tmp_path, capsys):
     others = [o for o in outcomes if o.verdict.startswith("other")]
     assert not others, report
     assert {o.verdict for o in outcomes} == {"exit 0", "exit 2"}, "both kinds of outcome were exercised"
+    refused = [o for o in outcomes if o.case.family in ("special", "bombs")]
+    assert all(o.verdict == "exit 2" for o in refused), "non-regular files and bombs are refused"
+    assert all("PROFUSE_MAX_TRACE_BYTES" in o.err for o in refused if o.case.family == "bombs")
     assert rss_growth < INPROCESS_RSS_GROWTH, f"in-process mutants raised peak RSS by {rss_growth >> 20} MiB"
     assert all(o.seconds < CASE_TIMEOUT_S for o in outcomes)
