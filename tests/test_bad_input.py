@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
+import pytest
 from conftest import trace_path
 
+import profuse
 from profuse.cli import main
 
 SMALL = "a100_event_sync.json.gz"
@@ -141,3 +144,224 @@ def test_bad_output_folder_writes_nothing(tmp_path, capsys):
     assert code == 2
     assert "no" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+# --- issue 9: one test per root cause ---------------------------------------------------------
+
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def device_us(doc: dict) -> float:
+    """Device time straight from the JSON: the durations of kernels, memcpys and memsets."""
+    return sum(e["dur"] for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS)
+
+
+def report_json(capsys, path: Path, *extra: str) -> dict:
+    code = main(["report", str(path), "--format", "json", "--no-cache", *extra])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.err
+    return json.loads(captured.out)
+
+
+def test_fifo_and_devices_are_refused(tmp_path, capsys):
+    # reading either would block forever or never end
+    fifo = tmp_path / "t.json"
+    os.mkfifo(fifo)
+    assert "not a regular file (a FIFO)" in run_bad(capsys, fifo)
+    link = tmp_path / "zero.json.gz"
+    link.symlink_to("/dev/zero")
+    assert "not a regular file (a character device)" in run_bad(capsys, link)
+
+
+def test_bundle_whose_trace_is_a_folder(tmp_path, capsys):
+    (tmp_path / "b" / "trace.json.gz").mkdir(parents=True)
+    msg = run_bad(capsys, tmp_path / "b")
+    assert "trace.json.gz: is a folder, not a trace file" in msg
+
+
+def test_gzip_bomb_stops_at_the_limit(tmp_path, capsys, monkeypatch):
+    # GIVEN 300 gzip members of 1 MiB of spaces each: 300 KB that inflate to 300 MiB
+    member = gzip.compress(b" " * (1 << 20), 9)
+    bomb = write(tmp_path, "bomb.json.gz", gzip.compress(b'{"traceEvents": [') + member * 300 + gzip.compress(b"]}"))
+    monkeypatch.setenv("PROFUSE_MAX_TRACE_BYTES", str(16 << 20))
+    msg = run_bad(capsys, bomb)
+    assert "inflates to more than 16,777,216 bytes" in msg and "PROFUSE_MAX_TRACE_BYTES" in msg
+    # a plain file over the limit is refused before it is read
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.write(b'{"traceEvents": [')
+        fh.truncate(17 << 20)
+    assert "holds more than 16,777,216 bytes" in run_bad(capsys, big)
+    # a limit that is not a number is a one-line error too
+    monkeypatch.setenv("PROFUSE_MAX_TRACE_BYTES", "lots")
+    assert main(["report", str(trace_path(SMALL))]) == 2
+    assert "PROFUSE_MAX_TRACE_BYTES='lots'" in capsys.readouterr().err
+
+
+def test_gzip_members_and_padding_still_load(tmp_path, capsys):
+    data = gzip.decompress(trace_path(SMALL).read_bytes())
+    two = write(tmp_path, "two.json.gz", gzip.compress(data[:1000]) + gzip.compress(data[1000:]) + b"\0" * 64)
+    assert report_json(capsys, two)["totals"]["device_us"] == device_us(json.loads(data))
+
+
+def test_deep_nesting(tmp_path, capsys):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert "nested too deeply" in run_bad(capsys, write(tmp_path, "t.json", b'{"traceEvents": ' + deep + b"}"))
+    data = gzip.decompress(trace_path(SMALL).read_bytes()).replace(b"{", b'{"deep": ' + deep + b", ", 1)
+    assert "nested too deeply" in run_bad(capsys, write(tmp_path, "u.json", data))
+
+
+def test_dur_out_of_range(tmp_path, capsys):
+    # a dur of 1e17 µs overflowed 64-bit ns and gave negative totals with exit code 0
+    msg = run_bad(capsys, with_event(tmp_path, lambda e: e.update(dur=1e17)))
+    assert "dur 1e+17 µs, out of range" in msg and "--lenient" in msg
+    doc = small_doc()
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    expected = device_us(doc) - kernel["dur"]
+    kernel["dur"] = 1e17
+    out = report_json(capsys, write(tmp_path, "l.json", json.dumps(doc).encode()), "--lenient")
+    assert out["skipped"] == {"dur out of range": 1}
+    assert out["totals"]["device_us"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("ts", [2**64 + 1, 2**53, -1e16])
+def test_ts_beyond_64_bits(tmp_path, capsys, ts):
+    # in ns these overflow 64 bits (2^53 µs did so with a traceback, 2^64 + 1 silently)
+    msg = run_bad(capsys, with_event(tmp_path, lambda e: e.update(ts=ts)))
+    assert f"has ts {float(ts):g} µs, out of range" in msg
+
+
+@pytest.mark.parametrize("far_us", [2**53 / 1000 + 1, 2.4e15])
+def test_span_beyond_2_53_ns(tmp_path, capsys, far_us):
+    # 2.4e15 µs: too far apart for nesting's (thread, time) keys, so threads are nested one by one
+    doc = small_doc()
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    xs[-1]["ts"] = min(e["ts"] for e in xs) + far_us  # one event far after the rest
+    out = report_json(capsys, write(tmp_path, "t.json", json.dumps(doc).encode()))
+    start, end = min(e["ts"] for e in xs), max(e["ts"] + e["dur"] for e in xs)
+    assert out["trace"]["span_us"] == pytest.approx(end - start, abs=1e-3)
+    assert out["totals"]["device_us"] == pytest.approx(device_us(doc))
+
+
+def test_pid_and_tid_beyond_64_bits(tmp_path, capsys):
+    doc = small_doc()
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["pid"], kernel["tid"] = 2**64 + 1, -(2**70)
+    p = write(tmp_path, "t.json", json.dumps(doc).encode())
+    assert report_json(capsys, p)["totals"]["device_us"] == pytest.approx(device_us(doc))
+    assert main(["sql", str(p), f"SELECT pid, tid FROM threads WHERE pid = '{2**64 + 1}'",
+                 "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"pid": str(2**64 + 1), "tid": str(-(2**70))}]
+
+
+def test_base_time_beyond_64_bits(tmp_path, capsys):
+    doc = small_doc()
+    doc["baseTimeNanoseconds"] = 2**64 + 1
+    msg = run_bad(capsys, write(tmp_path, "t.json", json.dumps(doc).encode()))
+    assert f"baseTimeNanoseconds {2**64 + 1} is out of range" in msg and "--lenient" in msg
+    out = report_json(capsys, tmp_path / "t.json", "--lenient")
+    assert out["skipped"] == {"baseTimeNanoseconds ignored": 1}
+    assert out["totals"]["device_us"] == pytest.approx(device_us(doc))
+
+
+def test_null_name_is_kept_and_counted(tmp_path, capsys):
+    doc = small_doc()
+    op = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    op["name"] = None
+    p = write(tmp_path, "t.json", json.dumps(doc).encode())
+    out = report_json(capsys, p)
+    assert out["totals"]["device_us"] == pytest.approx(device_us(doc))
+    assert main(["sql", str(p), "SELECT value FROM meta WHERE key = 'unnamed_events'", "--format", "csv",
+                 "--no-cache"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "1"
+
+
+@pytest.mark.parametrize("key,value", [("Input Dims", 5), ("Input type", 7), ("device", [0, 1]), ("flops", "x"),
+                                       ("stream", {"a": 1}), ("grid", "x")])
+def test_args_of_wrong_types(tmp_path, capsys, key, value):
+    # values profuse cannot use are read as absent: the rest of the trace gives the same numbers
+    doc = small_doc()
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "kernel"):
+            e.setdefault("args", {})[key] = value
+    p = write(tmp_path, "t.json", json.dumps(doc).encode())
+    for group in ("op", "shape"):
+        out = report_json(capsys, p, "--group-by", group)
+        assert out["totals"]["device_us"] == pytest.approx(device_us(doc))
+        assert out["totals"]["kernels"] == sum(1 for e in doc["traceEvents"] if e.get("cat") in DEVICE_CATS)
+    # numbers profuse reads are counted when ignored; shapes are kept as written in the shapes table
+    changed = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "kernel"))
+    assert main(["sql", str(p), "SELECT value FROM meta WHERE key = 'ignored_args'", "--format", "json",
+                 "--no-cache"]) == 0
+    ignored = json.loads(json.loads(capsys.readouterr().out)[0]["value"])
+    assert ignored == ({key: changed} if key in ("device", "flops", "stream") else {})
+
+
+@pytest.mark.parametrize("props", [{"name": "A100"}, 7, "A100", [1, 2], [{"name": 5}], [[{"name": "A"}]]])
+def test_device_properties_of_wrong_shape(tmp_path, capsys, props):
+    doc = small_doc()
+    doc["deviceProperties"] = props
+    out = report_json(capsys, write(tmp_path, "t.json", json.dumps(doc).encode()))
+    assert out["trace"]["device_name"] is None
+    assert out["totals"]["device_us"] == pytest.approx(device_us(doc))
+
+
+def test_non_utf8_file_name(tmp_path, capsys):
+    name = os.fsdecode(b"caf\xe9 trace.json")
+    p = write(tmp_path, name, gzip.decompress(trace_path(SMALL).read_bytes()))
+    out = report_json(capsys, p)
+    assert out["trace"]["path"].endswith("caf\\xe9 trace.json")
+    bad = write(tmp_path, os.fsdecode(b"bad\xff\nname.json"), b"hello")
+    code = main(["report", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "bad\\xff\\nname.json: not JSON" in err
+
+
+def test_instants_out_of_range_are_counted(tmp_path, capsys):
+    doc = small_doc()
+    doc["traceEvents"].append({"ph": "i", "name": "far", "cat": "x", "pid": 1, "tid": 1, "ts": 1e19, "s": "t"})
+    out = report_json(capsys, write(tmp_path, "t.json", json.dumps(doc).encode()))
+    assert out["skipped"] == {"instant ts out of range": 1}
+
+
+def bundle_with(tmp_path: Path, meta: bytes | None) -> Path:
+    b = tmp_path / "bundle"
+    b.mkdir()
+    (b / "trace.json.gz").write_bytes(trace_path(SMALL).read_bytes())
+    if meta is not None:
+        (b / "meta.json").write_bytes(meta)
+    return b
+
+
+@pytest.mark.parametrize("meta", [b"[1]", b'{"schema": "profuse.bundle/1", "status": [1], "run": 5, "peaks": [1]}',
+                                  b'{"peaks": {"matmul_tflops_fp32": "x", "copy_bandwidth_gbps": null}}',
+                                  b"[" * 100_000, b"\xff\xfe"])
+def test_bundle_meta_of_wrong_shape(tmp_path, capsys, meta):
+    # a bundle's meta.json is optional: one that says nothing usable is ignored, never a traceback
+    out = report_json(capsys, bundle_with(tmp_path, meta))
+    assert out["totals"]["device_us"] == pytest.approx(device_us(small_doc()))
+
+
+def test_measured_peaks_that_are_not_numbers():
+    from profuse.analysis.roofline import device_peaks
+
+    with profuse.load(trace_path("compare_base.json.gz"), cache=False) as trace:  # no deviceProperties
+        assert device_peaks(trace, {"matmul_tflops_fp32": "x", "copy_bandwidth_gbps": None}) is None
+        good = device_peaks(trace, {"matmul_tflops_fp32": 10, "copy_bandwidth_gbps": 100})
+        assert good is not None and good.source == "measured"
+
+
+def test_bundle_side_files_that_are_not_regular(tmp_path, capsys):
+    # a FIFO as meta.json or as a saved kernel would block the report forever; a link may point anywhere
+    b = bundle_with(tmp_path, None)
+    os.mkfifo(b / "meta.json")
+    inductor = b / "artifacts" / "inductor"
+    inductor.mkdir(parents=True)
+    os.mkfifo(inductor / "k.py")
+    secret = tmp_path / "secret.py"
+    secret.write_text("def triton_poi_fused_secret_0(): pass\n")
+    (inductor / "link.py").symlink_to(secret)
+    (inductor / "real.py").write_text("def triton_poi_fused_add_0(): pass\n")
+    out = report_json(capsys, b)
+    assert out["compiled"]["generated_kernels"] == ["triton_poi_fused_add_0"]

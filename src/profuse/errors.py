@@ -4,6 +4,20 @@ from __future__ import annotations
 import os
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print on one line: undecodable file-name bytes and line breaks escaped.
+
+    File names that are not UTF-8 reach Python as lone surrogates (``surrogateescape``), which no
+    UTF-8 writer accepts; they are shown as ``\\xff`` instead.
+    """
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that did not come from a file name
+        raw = text.encode("utf-8", "backslashreplace")
+    shown = raw.decode("utf-8", "backslashreplace")
+    return shown.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class ProfuseError(Exception):
     """Base class of every error profuse raises on purpose."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..trace import Trace
+from ..trace.artifacts import read_side_json
 from .compiled import CompiledSummary, compiled_regions
 from .fusion import Candidate, fusion_candidates
 from .hotspots import Hotspot, hotspots
@@ -31,10 +32,6 @@ def advise_trace(trace: Trace, *, measured_peaks: dict | None = None) -> Advice:
 
 def _bundle_peaks(trace: Trace) -> dict | None:
     """Peaks a profuse bundle recorded on its machine, if any."""
-    import json
-
-    meta = trace.path.parent / "meta.json"
-    try:
-        return json.loads(meta.read_text()).get("peaks")
-    except (OSError, ValueError):
-        return None
+    meta = read_side_json(trace.path.parent / "meta.json")
+    peaks = meta.get("peaks") if meta else None
+    return peaks if isinstance(peaks, dict) else None

@@ -48,8 +48,10 @@ ELEM_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long
               "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
 
 
-def short(name: str) -> str:
-    """``aten::add_`` -> ``add_``; other namespaces keep their name."""
+def short(name: str | None) -> str:
+    """``aten::add_`` -> ``add_``; other namespaces keep their name (an event may have none)."""
+    if name is None:
+        return ""
     return name.split("::", 1)[1] if name.startswith("aten::") else name
 
 
@@ -123,14 +125,19 @@ def tensors(input_dims: str | None, input_types: str | None) -> list[Tensor]:
     try:
         dims = json.loads(input_dims)
         types = json.loads(input_types) if input_types else []
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
+    if not isinstance(dims, list):  # a trace's args can hold anything; only lists describe inputs
+        return []
+    types = types if isinstance(types, list) else []
     out = []
     for i, d in enumerate(dims):
-        t = types[i] if i < len(types) else ""
+        t = types[i] if i < len(types) and isinstance(types[i], str) else ""
         if t in ("", "Scalar", "ScalarList", "GenericList", "TensorList", "None") or not isinstance(d, list):
             continue
-        if d and not all(isinstance(x, int) for x in d):
+        if d and not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63 for x in d):
+            continue
+        if math.prod(d) >= 2**63:  # no real tensor; a number this big would overflow every estimate
             continue
         out.append(Tensor(tuple(d), ELEM_BYTES.get(t, 4)))
     return out

@@ -11,6 +11,7 @@ else from a table of datasheet numbers for known devices, marked as such.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..trace import Trace
 from .opclass import flops, io_bytes, modelled, op_class, tensors
@@ -58,14 +59,21 @@ class RooflineRow:
     pct_of_roofline: float | None   # None ("unknown") where no model holds or it would exceed 100%
 
 
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
+
+
 def device_peaks(trace: Trace, measured: dict | None = None) -> Peaks | None:
     name = trace.meta.get("device_name") or ""
     for key, (half, fp32, bw, tf32, fp8) in DATASHEET.items():
         if key.lower() in name.lower():
             return Peaks(half, fp32, bw, f"datasheet: {key}", tf32, fp8)
     if measured:
-        tf = float(measured.get("matmul_tflops_fp32", 0.0))
-        return Peaks(tf, tf, float(measured["copy_bandwidth_gbps"]), "measured")
+        tf: Any = measured.get("matmul_tflops_fp32", 0.0)
+        copy_bw: Any = measured.get("copy_bandwidth_gbps")
+        if not (_number(tf) and _number(copy_bw) and copy_bw > 0):
+            return None  # peaks that are not numbers measure nothing
+        return Peaks(float(tf), float(tf), float(copy_bw), "measured")
     return None
 
 

@@ -1,10 +1,11 @@
 """Trace-level totals: device time, how many device events were linked to ops, and why not."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from ..errors import printable
 from ..trace import Trace
+from ..trace.artifacts import read_side_json
 from ..trace.schema import DEVICE_TIME_KINDS
 from .busy import Busy, StepBusy, device_busy, steps_busy
 from .optable import total_device_us
@@ -36,7 +37,7 @@ def summarize(trace: Trace) -> Summary:
     m = trace.meta
     kernels, linked = trace.con.execute(
         f"SELECT count(*), count(op) FROM events WHERE kind IN ({_DEVICE})").fetchall()[0]
-    return Summary(path=str(trace.path), device_kind=m["device_kind"], device_name=m.get("device_name"),
+    return Summary(path=printable(str(trace.path)), device_kind=m["device_kind"], device_name=m.get("device_name"),
                    events=int(m["events"]), span_us=float(m["span_us"]), device_us=total_device_us(trace),
                    kernels=int(kernels), kernels_linked=int(linked), unlinked=dict(m.get("unlinked") or {}),
                    skipped=dict(m.get("skipped") or {}), unmatched_flows=int(m.get("unmatched_flows") or 0),
@@ -46,11 +47,14 @@ def summarize(trace: Trace) -> Summary:
 
 def _bundle_status(trace: Trace) -> dict[str, str | None]:
     """A bundle's meta.json says whether the capture completed; plain traces have none."""
-    try:
-        meta = json.loads((trace.path.parent / "meta.json").read_text())
-    except (OSError, ValueError):
+    meta = read_side_json(trace.path.parent / "meta.json")
+    if meta is None or meta.get("schema") != "profuse.bundle/1":
         return {}
-    if not isinstance(meta, dict) or meta.get("schema") != "profuse.bundle/1":
-        return {}
-    run = meta.get("run") or {}
-    return {"bundle_status": meta.get("status"), "bundle_error": meta.get("error") or run.get("error")}
+    run = meta.get("run")
+    run_error = run.get("error") if isinstance(run, dict) else None
+    return {"bundle_status": _text(meta.get("status")), "bundle_error": _text(meta.get("error")) or _text(run_error)}
+
+
+def _text(value: object) -> str | None:
+    """A meta.json string field; anything else in its place is treated as absent."""
+    return value if isinstance(value, str) else None

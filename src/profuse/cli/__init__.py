@@ -5,7 +5,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..errors import UserError
+from ..errors import UserError, printable
 from ..redact import redact_text
 from . import diff, explore, neff, peaks, report, run, sql, study
 
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as err:
-        print(f"profuse: {redact_text(str(err))}", file=sys.stderr)
+        print(f"profuse: {printable(redact_text(str(err)))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("profuse: interrupted", file=sys.stderr)

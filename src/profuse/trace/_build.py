@@ -14,6 +14,7 @@ from .schema import CATEGORY_KIND, KINDS, mtia_device_kind
 
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?\d+)(?:\.(\d+))?')
 _PRECISE_ABOVE_US = float(2**33)  # above this many µs a double no longer holds whole ns
+MAX_US = 2.0**62 / 1000  # |ts| and dur below 2^62 ns, so ts + dur + baseTimeNanoseconds fits in 64 bits
 
 _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "ts", "dur", "pid", "tid", "id")}
 _ARG_INTS = ("correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes")
@@ -40,6 +41,7 @@ class Columns:
     phase_counts: dict[str, int] = field(default_factory=dict)
     n: int = 0
     imprecise_ts: int = 0
+    ignored_args: dict[str, int] = field(default_factory=dict)  # args values of a type profuse cannot use
 
     def add(self, key: str, arr: np.ndarray) -> None:
         self.parts.setdefault(key, []).append(arr)
@@ -80,19 +82,25 @@ def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
         return None
     out = np.full(len(events), np.iinfo(np.int64).min, dtype=np.int64)
     for i, (whole, frac) in zip(with_ts, found):
-        out[i] = int(whole) * 1000 + (int(frac[:3].ljust(3, b"0")) if frac else 0) * (-1 if whole.startswith(b"-") else 1)
+        ns = int(whole) * 1000 + (int(frac[:3].ljust(3, b"0")) if frac else 0) * (-1 if whole.startswith(b"-") else 1)
+        if -(2**63) < ns < 2**63:  # beyond that the event is refused as out of range anyway
+            out[i] = ns
     return out
 
 
 _get_flops, _get_dims, _get_grid = attrgetter("flops"), attrgetter("input_dims"), attrgetter("grid")
 
 
-def _float_column(values: list[Any]) -> np.ndarray:
+def _float_column(values: list[Any], what: str, ignored: dict[str, int]) -> np.ndarray:
     try:
         return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        return np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values],
-                        dtype=np.float64)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        pass
+    ok = [isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e308 for v in values]
+    bad = sum(1 for v, good in zip(values, ok) if v is not None and not good)
+    if bad:
+        ignored[what] = ignored.get(what, 0) + bad
+    return np.array([v if good else np.nan for v, good in zip(values, ok)], dtype=np.float64)
 
 
 def add_chunk(
@@ -103,7 +111,7 @@ def add_chunk(
     precise: np.ndarray | None = None
     x_idx = [i for i, p in enumerate(phases) if p == "X"]
     if len(x_idx) != len(events):
-        _add_other_phases(cols, events, phases)
+        _add_other_phases(cols, events, phases, skipped)
     xs = [events[i] for i in x_idx]
     if not xs:
         return
@@ -113,18 +121,17 @@ def add_chunk(
         precise = _precise_ts(chunk, events)
         if precise is None:
             cols.imprecise_ts += len(xs)
-    bad = np.isnan(ts) | np.isnan(dur) | (dur < 0)
+    with np.errstate(invalid="ignore"):
+        bad = np.isnan(ts) | np.isnan(dur) | (dur < 0) | ~(np.abs(ts) < MAX_US) | ~(dur < MAX_US)
     keep = ~bad
     if bad.any():
         first = int(np.argmax(bad))
-        what = ("has no ts" if np.isnan(ts[first]) else "has no dur" if np.isnan(dur[first])
-                else f"has a negative dur ({dur[first]:g})")
         if not lenient:
             e = xs[first]
-            raise TraceError(path, f"event #{base + x_idx[first]} ({e.name!r}) {what} (use --lenient to skip such events)")
+            raise TraceError(path, f"event #{base + x_idx[first]} ({e.name!r}) {_why_bad(ts[first], dur[first])} "
+                                   "(use --lenient to skip such events)")
         for j in np.flatnonzero(bad):
-            reason = "no ts" if np.isnan(ts[j]) else "no dur" if np.isnan(dur[j]) else "negative dur"
-            skipped.add(reason, f"event #{base + x_idx[j]} ({xs[j].name!r})")
+            skipped.add(_why_bad(ts[j], dur[j], short=True), f"event #{base + x_idx[j]} ({xs[j].name!r})")
         xs = [e for e, k in zip(xs, keep) if k]
         x_idx = [i for i, k in zip(x_idx, keep) if k]
         ts, dur = ts[keep], dur[keep]
@@ -139,13 +146,13 @@ def add_chunk(
     args = args_of(xs)
     where = f"in {path}"
     for key in _ARG_INTS:
-        cols.add(key, int_column(map(attrgetter(key), args), n, key, where))
+        cols.add(key, int_column(map(attrgetter(key), args), n, key, where, cols.ignored_args))
     ext = [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
-    cols.add("external_id", int_column(ext, n, "External id", where))
-    cols.add("device", int_column(map(attrgetter("device"), args), n, "device", where))
+    cols.add("external_id", int_column(ext, n, "External id", where, cols.ignored_args))
+    cols.add("device", int_column(map(attrgetter("device"), args), n, "device", where, cols.ignored_args))
     stream = [a.stream if a.stream is not None else a.stream_id for a in args]
-    cols.add("stream", int_column(stream, n, "stream", where))
-    cols.add("flops", _float_column(list(map(_get_flops, args))))
+    cols.add("stream", int_column(stream, n, "stream", where, cols.ignored_args))
+    cols.add("flops", _float_column(list(map(_get_flops, args)), "flops", cols.ignored_args))
     dims, grids = list(map(_get_dims, args)), list(map(_get_grid, args))
     for k in [k for k, (d, g) in enumerate(zip(dims, grids)) if d or g]:
         a = args[k]
@@ -154,7 +161,20 @@ def add_chunk(
     cols.n += n
 
 
-def _add_other_phases(cols: Columns, events: list[Event], phases: list[str]) -> None:
+def _why_bad(ts: float, dur: float, *, short: bool = False) -> str:
+    """Why a complete event cannot be used; ``short`` is the reason it is counted under."""
+    if np.isnan(ts):
+        return "no ts" if short else "has no ts"
+    if np.isnan(dur):
+        return "no dur" if short else "has no dur"
+    if dur < 0:
+        return "negative dur" if short else f"has a negative dur ({dur:g})"
+    if not abs(ts) < MAX_US:
+        return "ts out of range" if short else f"has ts {ts:g} µs, out of range (|ts| must be below {MAX_US:.3g} µs)"
+    return "dur out of range" if short else f"has dur {dur:g} µs, out of range (must be below {MAX_US:.3g} µs)"
+
+
+def _add_other_phases(cols: Columns, events: list[Event], phases: list[str], skipped: Skipped) -> None:
     others = [i for i, ph in enumerate(phases) if ph != "X"]
     for i in others:
         ph = phases[i]
@@ -162,22 +182,32 @@ def _add_other_phases(cols: Columns, events: list[Event], phases: list[str]) -> 
     for e in (events[i] for i in others if phases[i] == "M"):
         key = thread_key(e.pid, e.tid if e.name and e.name.startswith("thread") else "")
         value = e.args.name if e.args.name is not None else e.args.labels
-        if value is not None and e.name:
+        if isinstance(value, (str, int, float)) and e.name:
             cols.thread_meta.setdefault(key, {})[e.name] = str(value)
-    inst = [events[i] for i in others if phases[i] in ("i", "I")]
+    inst = _in_range([events[i] for i in others if phases[i] in ("i", "I")], skipped, "instant")
     if inst:
         cols.add("inst_name", _intern(cols.names, list(map(_get["name"], inst))))
         cols.add("inst_cat", _intern(cols.cats, list(map(_get["cat"], inst))))
         cols.add("inst_ts", _ns(np.nan_to_num(np.array(list(map(_get["ts"], inst)), dtype=np.float64))))
         cols.add("inst_thread_key", _thread_keys(cols, inst))
     flows = [events[i] for i in others if phases[i] in ("s", "f", "t")]
-    flows = [e for e in flows if e.id is not None and e.ts is not None]
+    flows = _in_range([e for e in flows if e.id is not None and e.ts is not None], skipped, "flow")
     if flows:
         cols.flow_ids.extend(map(str, map(_get["id"], flows)))
         cols.flow_cats.extend(map(_get["cat"], flows))
         cols.add("flow_ph", np.array([FLOW_PHASES.index(e.ph) for e in flows], dtype=np.int8))
         cols.add("flow_ts", _ns(np.array(list(map(_get["ts"], flows)), dtype=np.float64)))
         cols.add("flow_thread_key", _thread_keys(cols, flows))
+
+
+def _in_range(events: list[Event], skipped: Skipped, what: str) -> list[Event]:
+    """Events whose ts (if any) converts to 64-bit ns; the others are counted as skipped."""
+    out = [e for e in events if e.ts is None or abs(e.ts) < MAX_US]
+    if len(out) < len(events):
+        for e in events:
+            if e.ts is not None and not abs(e.ts) < MAX_US:
+                skipped.add(f"{what} ts out of range", f"{what} {e.name!r} at ts {e.ts!r}")
+    return out
 
 
 FLOW_PHASES = ("s", "f", "t")

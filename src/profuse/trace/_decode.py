@@ -7,19 +7,20 @@ rest of ``args`` is skipped by the decoder. No per-event dicts are built on the 
 """
 from __future__ import annotations
 
-import gzip
+import os
 import re
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
 from msgspec import Raw, Struct
 
-from ..errors import TraceError
+from ..errors import TraceError, UserError
 
 CHUNK_BYTES = 16 << 20
 _EVENT_GAP = re.compile(rb",\s*\n\s*\{")
@@ -73,25 +74,101 @@ _raw_list_decoder = msgspec.json.Decoder(list[Raw])
 # --- reading bytes --------------------------------------------------------------------------
 
 
-def read_bytes(path: str) -> bytes:
-    """Read a ``.json`` or ``.json.gz`` file whole, with gzip detected by its magic bytes."""
+DEFAULT_MAX_TRACE_BYTES = 2 << 30
+MAX_TRACE_BYTES_ENV = "PROFUSE_MAX_TRACE_BYTES"
+_READ_BLOCK = 1 << 20
+
+
+def max_trace_bytes() -> int:
+    """The most JSON bytes a trace may hold (after gzip): ``$PROFUSE_MAX_TRACE_BYTES``, else 2 GiB."""
+    raw = os.environ.get(MAX_TRACE_BYTES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_TRACE_BYTES
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UserError(f"{MAX_TRACE_BYTES_ENV}={raw!r}: expected a positive whole number of bytes")
+    return value
+
+
+def _too_big(path: str, limit: int, what: str) -> TraceError:
+    return TraceError(path, f"{what} more than {limit:,} bytes of JSON, profuse's limit; "
+                            f"set {MAX_TRACE_BYTES_ENV} to a larger number of bytes to load it anyway")
+
+
+def read_bytes(path: str) -> bytes | bytearray:
+    """Read a ``.json`` or ``.json.gz`` file whole, with gzip detected by its magic bytes.
+
+    Only regular files are read (a FIFO or a device would block or never end), and at most
+    :func:`max_trace_bytes` of JSON, so a small gzip that inflates to gigabytes stops early.
+    """
+    limit = max_trace_bytes()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
         raise TraceError(path, "is a folder with no trace in it") from None
     except OSError as err:
         raise TraceError(path, f"cannot be read ({err.strerror})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as err:
-            raise TraceError(path, f"gzip data is truncated or corrupt ({err})") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise TraceError(path, "is a folder with no trace in it")
+            if not stat.S_ISREG(st.st_mode):
+                raise TraceError(path, "is not a regular file (a FIFO or a device); give a .json or .json.gz file")
+            head = fh.read(2)
+            if head == b"\x1f\x8b":
+                data: bytes | bytearray = _gunzip(path, fh, head, limit)
+            else:
+                if st.st_size > limit:
+                    raise _too_big(path, limit, "holds")
+                data = head + fh.read(limit + 1 - len(head))
+                if len(data) > limit:
+                    raise _too_big(path, limit, "holds")
+    except OSError as err:
+        raise TraceError(path, f"cannot be read ({err.strerror or err})") from None
+    except MemoryError:
+        raise TraceError(path, f"too big for the memory left; set {MAX_TRACE_BYTES_ENV} lower") from None
     if not data or data.isspace():
         raise TraceError(path, "file is empty")
     return data
+
+
+def _gunzip(path: str, fh: BinaryIO, head: bytes, limit: int) -> bytearray:
+    """Inflate every gzip member of ``fh`` into one buffer, refusing more than ``limit`` bytes."""
+    out = bytearray()
+    inflater = zlib.decompressobj(31)
+    pending = head
+    try:
+        while True:
+            if not pending:
+                pending = fh.read(_READ_BLOCK)
+                if not pending:
+                    break
+            out += inflater.decompress(pending, limit + 1 - len(out))
+            if len(out) > limit:
+                raise _too_big(path, limit, "inflates to")
+            if not inflater.eof:
+                pending = inflater.unconsumed_tail
+                continue
+            pending = inflater.unused_data
+            while len(pending) < 2:  # what follows a member: another member, zero padding, or the end
+                more = fh.read(_READ_BLOCK)
+                if not more:
+                    break
+                pending += more
+            if not pending.strip(b"\x00") and not fh.read(_READ_BLOCK).strip(b"\x00"):
+                return out
+            if not pending.startswith(b"\x1f\x8b"):
+                raise TraceError(path, "gzip data is followed by bytes that are not gzip")
+            inflater = zlib.decompressobj(31)
+    except zlib.error as err:
+        raise TraceError(path, f"gzip data is truncated or corrupt ({err})") from None
+    raise TraceError(path, "gzip data is truncated (the file ends inside the compressed data)")
 
 
 # --- splitting ------------------------------------------------------------------------------
@@ -105,7 +182,7 @@ class Document:
     top: dict[str, Raw]
 
 
-def split_document(path: str, data: bytes) -> Document:
+def split_document(path: str, data: bytes | bytearray) -> Document:
     head = data[:4096].lstrip()[:1]
     if head == b"[":
         return Document(events=memoryview(data), top={})
@@ -113,6 +190,8 @@ def split_document(path: str, data: bytes) -> Document:
         raise TraceError(path, "not JSON (it does not start with '{' or '[')")
     try:
         top = msgspec.json.decode(data, type=dict[str, Raw])
+    except RecursionError:
+        raise TraceError(path, NESTED_TOO_DEEP) from None
     except msgspec.DecodeError as err:
         raise TraceError(path, _json_problem(str(err))) from None
     except msgspec.ValidationError:
@@ -124,6 +203,9 @@ def split_document(path: str, data: bytes) -> Document:
     if view[:1] != b"[":
         raise TraceError(path, "JSON but not a trace: 'traceEvents' is not a list")
     return Document(events=view, top=top)
+
+
+NESTED_TOO_DEEP = "JSON is nested too deeply (arrays or objects inside each other beyond the decoder's limit)"
 
 
 def _json_problem(msg: str) -> str:
@@ -179,6 +261,9 @@ def decode_chunk(
     body = b"[" + bytes(buf) + b"]"
     try:
         return _events_decoder.decode(body)
+    except RecursionError:
+        if not lenient:
+            raise TraceError(path, NESTED_TOO_DEEP) from None
     except msgspec.ValidationError as err:
         if not lenient:
             raise TraceError(path, _validation_problem(str(err), base_index)) from None
@@ -193,12 +278,16 @@ def decode_chunk(
 def _decode_one_by_one(path: str, body: bytes, base_index: int, skipped: Skipped) -> list[Event]:
     try:
         raws = _raw_list_decoder.decode(body)
+    except RecursionError:
+        raise TraceError(path, NESTED_TOO_DEEP + "; --lenient cannot recover it") from None
     except msgspec.DecodeError as err:
         raise TraceError(path, _json_problem(str(err)) + "; --lenient cannot recover it") from None
     out: list[Event] = []
     for i, raw in enumerate(raws):
         try:
             out.append(_event_decoder.decode(raw))
+        except RecursionError:
+            skipped.add("nested too deeply", f"event #{base_index + i}")
         except (msgspec.ValidationError, msgspec.DecodeError) as err:
             msg = _MSGSPEC_AT.match(str(err))
             reason = msg.group("msg") if msg else str(err)
@@ -250,21 +339,27 @@ def iter_chunks(
 _get_args = attrgetter("args")
 
 
-def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str) -> np.ndarray:
-    """Optional ints to int64 with -1 for absent; strings of digits are accepted (MTIA streams)."""
+def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
+               ignored: dict[str, int] | None = None) -> np.ndarray:
+    """Optional ints to int64 with -1 for absent; strings of digits are accepted (MTIA streams).
+
+    Values of other types are read as absent and counted per key in ``ignored``.
+    """
     vals = values if isinstance(values, list) else list(values)
     try:
         f = np.array(vals, dtype=np.float64)  # None -> nan, at C speed
         if not np.any(np.abs(f) >= 2.0**53):
             return np.where(np.isnan(f), -1, f).astype(np.int64)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, RecursionError):
         pass
     out = np.full(n, -1, dtype=np.int64)
     for i, v in enumerate(vals):
         if isinstance(v, str) and v.strip().lstrip("-").isdigit():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue  # absent or not a number: treated as absent
+            if v is not None and ignored is not None:  # not a number: treated as absent, counted
+                ignored[what] = ignored.get(what, 0) + 1
+            continue
         if not -(2**63) <= v < 2**63:
             raise TraceError(path, f"event {what} value {v} does not fit in 64 bits")
         out[i] = int(v)

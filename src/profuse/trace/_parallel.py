@@ -7,8 +7,11 @@ exact error message or recovers, so results never depend on how the work was spl
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -25,16 +28,36 @@ PARALLEL_MIN_BYTES = 24 << 20
 MIN_CHUNK = 1 << 20
 
 
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: a worker never outlives the process that started it.
+
+    On Linux the kernel sends SIGKILL to the worker when its parent dies (however it dies: killed,
+    SIGTERMed, crashed); the parent's pid is checked afterwards, since it may have died before.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the pipe to the parent still ends the worker
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _work(span: tuple[int, int]) -> Columns | None:
     assert _DOC is not None
     start, end = span
     cols = Columns()
+    skipped = _decode.Skipped()
     try:
-        events = _decode.decode_chunk(_PATH, _DOC.events[start:end], 0, False, _decode.Skipped())
-        add_chunk(cols, _PATH, 0, events, _DOC.events[start:end], lenient=False, skipped=_decode.Skipped())
+        events = _decode.decode_chunk(_PATH, _DOC.events[start:end], 0, False, skipped)
+        add_chunk(cols, _PATH, 0, events, _DOC.events[start:end], lenient=False, skipped=skipped)
     except TraceError:
         return None
-    return cols
+    return None if skipped.total else cols  # anything counted is counted once, by the sequential path
 
 
 def _remap(table: dict[Any, int], local: dict[Any, int]) -> np.ndarray:
@@ -69,6 +92,8 @@ def merge(dst: Columns, src: Columns) -> None:
         dst.phase_counts[ph] = dst.phase_counts.get(ph, 0) + c
     dst.n += src.n
     dst.imprecise_ts += src.imprecise_ts
+    for key, c in src.ignored_args.items():
+        dst.ignored_args[key] = dst.ignored_args.get(key, 0) + c
 
 
 def decode_parallel(path: str, doc: _decode.Document, *, workers: int,
@@ -83,7 +108,8 @@ def decode_parallel(path: str, doc: _decode.Document, *, workers: int,
     cols = Columns()
     try:
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             for span, part in zip(spans, pool.map(_work, spans)):
                 if part is None:
                     return None

@@ -32,8 +32,8 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     th, start, end, ids = th[order], start[order], end[order], idx[order]
     t0 = start.min()
     span = int(max(end.max() - t0, 1)) + 1
-    if (int(th.max()) + 1) * span >= 2**62:
-        raise OverflowError("trace spans too long to nest in one pass")
+    if (int(th.max()) + 1) * span >= 2**62:  # (thread, time) keys would overflow: nest thread by thread
+        return _nesting_by_thread(th, start, end, ids, parent, depth)
     key_start = th * span + (start - t0)
     key_end = np.sort(th * span + (end - t0))
     first_of_thread = np.searchsorted(th, th, side="left")
@@ -67,6 +67,17 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
         d[sel] = d_loc
     parent[ids] = par_sorted
     depth[ids] = d.astype(np.int32)
+    return parent, depth
+
+
+def _nesting_by_thread(th: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray,
+                       parent: np.ndarray, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nesting with an explicit stack per thread, for traces whose times are too far apart to key."""
+    bounds = np.flatnonzero(np.diff(th)) + 1
+    for sel in np.split(np.arange(len(ids)), bounds):
+        p_loc, d_loc = _stack_nesting(start[sel], end[sel])
+        parent[ids[sel]] = np.where(p_loc >= 0, ids[sel][np.clip(p_loc, 0, None)], NONE)
+        depth[ids[sel]] = d_loc.astype(np.int32)
     return parent, depth
 
 

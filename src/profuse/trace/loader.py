@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,22 +41,41 @@ Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
-    """A trace file, or the trace inside a bundle folder."""
+    """A trace file, or the trace inside a bundle folder; only regular files are accepted."""
     p = Path(path)
     if p.is_dir():
         for name in TRACE_NAMES:
-            if (p / name).is_file():
-                return p / name
+            if (p / name).exists() or (p / name).is_symlink():
+                return _regular(p / name)
         found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json"))
                        and not q.match(framework_mapping.PATTERN))
         if len(found) == 1:
-            return found[0]
+            return _regular(found[0])
         if not found:
             raise TraceError(p, "is a folder with no trace in it (expected trace.json.gz or one *.json[.gz])")
         raise TraceError(p, f"holds {len(found)} traces; name one of them: {', '.join(q.name for q in found[:4])}")
     if not p.exists():
         raise TraceError(p, "no such file")
+    return _regular(p)
+
+
+def _regular(p: Path) -> Path:
+    """``p`` if it is a regular file (links followed); FIFOs and devices would block or never end."""
+    try:
+        mode = p.stat().st_mode
+    except OSError as err:
+        raise TraceError(p, f"cannot be read ({err.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise TraceError(p, "is a folder, not a trace file")
+    if not stat.S_ISREG(mode):
+        raise TraceError(p, f"is not a regular file (a {_file_kind(mode)}); give a .json or .json.gz file")
     return p
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+             (stat.S_ISSOCK, "socket"))
+    return next((label for test, label in kinds if test(mode)), "special file")
 
 
 def load(
@@ -149,13 +169,20 @@ def decode(path: str, *, lenient: bool = False,
                                                       on_progress=on_chunk):
             add_chunk(cols, path, base, events, span, lenient=lenient, skipped=skipped)
     top = {k: _safe_json(v) for k, v in doc.top.items()}
+    try:
+        _base_time_ns(path, top.get("baseTimeNanoseconds"))
+    except TraceError as err:
+        if not lenient:
+            raise TraceError(path, err.problem + " (use --lenient to ignore it)") from None
+        skipped.add("baseTimeNanoseconds ignored", err.problem)  # times stay relative to the trace
+        top.pop("baseTimeNanoseconds")
     return cols, top, skipped
 
 
 def _safe_json(raw: msgspec.Raw) -> Any:
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 
@@ -170,10 +197,12 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     n = cols.n
     name_list, cat_list = _lookup_list(cols.names), _lookup_list(cols.cats)
     name_id, cat_id = cols.column("name"), cols.column("cat")
+    unnamed = int(np.count_nonzero(name_id == cols.names[None])) if None in cols.names else 0
+    if None in cols.names:  # "name": null: kept, named "" (every analysis groups and matches by name)
+        name_list[cols.names[None]] = ""
     names = name_list[name_id] if n else np.empty(0, dtype=object)
     kind = kinds_of(cols, name_list, name_id, cat_id) if n else np.empty(0, dtype=np.int8)
-    base_ns = top.get("baseTimeNanoseconds")
-    base_ns = base_ns if isinstance(base_ns, int) else 0
+    base_ns = _base_time_ns(path, top.get("baseTimeNanoseconds"))
     # threads: every (pid, tid) seen on complete events and flows, numbered densely
     keys, flow_keys, inst_keys = (cols.column(k) for k in ("thread_key", "flow_thread_key", "inst_thread_key"))
     uniq, inverse = np.unique(np.concatenate([keys, flow_keys, inst_keys]), return_inverse=True)
@@ -188,9 +217,11 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     thread = inverse[:n].astype(np.int64)
     flow_thread = inverse[n:n + len(flow_keys)].astype(np.int64)
     inst_thread = inverse[n + len(flow_keys):].astype(np.int64)
-    ts, dur = cols.column("ts") + base_ns, cols.column("dur")
+    ts, dur, flow_ts = cols.column("ts"), cols.column("dur"), cols.column("flow_ts")
+    _check_times(path, base_ns, ts, dur, flow_ts, *cols.parts.get("inst_ts", []))
+    ts, flow_ts = ts + base_ns, flow_ts + base_ns
     flows = Flows(ids=np.array(cols.flow_ids, dtype=object), ph=cols.column("flow_ph").astype(np.int8),
-                  ts=cols.column("flow_ts") + base_ns, thread=flow_thread)
+                  ts=flow_ts, thread=flow_thread)
     is_device_evt = np.isin(kind, codes(*DEVICE_KINDS))
     device_threads = np.zeros(len(thread_keys), dtype=bool)
     device_threads[np.unique(thread[is_device_evt])] = True
@@ -268,6 +299,7 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
         for t in ("_inst", "_names", "_cats"):
             con.unregister(t)
     meta = _meta(path, cols, kind, names, ts, dur, top, fp, skipped, links.unlinked, flows)
+    meta["unnamed_events"] = unnamed
     _insert_rows(con, "meta", [(k, json.dumps(v)) for k, v in meta.items()], 2)
 
 
@@ -292,10 +324,48 @@ def _natural(s: str) -> tuple[int, int, str]:
 
 
 def _int_or(s: str) -> int:
+    """``s`` as an int when it is one that fits in 64 bits (pids and tids can be any JSON value), else -1."""
     try:
-        return int(s)
+        v = int(s)
     except ValueError:
         return -1
+    return v if -(2**63) <= v < 2**63 else -1
+
+
+def _base_time_ns(path: str, value: Any) -> int:
+    """``baseTimeNanoseconds``: added to every ts, so it must keep them within 64 bits."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceError(path, f"baseTimeNanoseconds is {_short(value)}, not a whole number of ns")
+    if not -(2**62) < value < 2**62:
+        raise TraceError(path, f"baseTimeNanoseconds {value} is out of range (must be below 2^62 ns)")
+    return value
+
+
+_TIME_LIMIT = 2**62  # every time, and the sum of all durations, stays below this many ns: no sum overflows
+
+
+def _check_times(path: str, base_ns: int, ts: np.ndarray, dur: np.ndarray, *other_ts: np.ndarray) -> None:
+    """With ``baseTimeNanoseconds`` added, every time and every sum of durations must fit in 64 bits.
+
+    Each ts and dur is already below 2^62 ns (the decoder refuses others), so these sums cannot wrap.
+    """
+    parts = [a for a in (ts, *other_ts) if len(a)]
+    if not parts:
+        return
+    lo = min(int(a.min()) for a in parts) + base_ns
+    hi = max([int(a.max()) for a in other_ts if len(a)] + ([int((ts + dur).max())] if len(ts) else [])) + base_ns
+    if not -_TIME_LIMIT < lo <= hi < _TIME_LIMIT:
+        raise TraceError(path, f"times out of range: with baseTimeNanoseconds {base_ns} the events run from "
+                               f"{lo} to {hi} ns, beyond ±2^62 ns")
+    if float(dur.sum(dtype=np.float64)) >= _TIME_LIMIT:
+        raise TraceError(path, "event durations add up to more than 2^62 ns (146 years): the times are not real")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _write_threads(con, cols: Columns, thread_keys: list[tuple[str, str]], device_threads: np.ndarray) -> None:
@@ -347,7 +417,9 @@ def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict
                   process_names: Iterable[str] = ()) -> tuple[str, str | None]:
     """The device kind (CUDA, ROCm, MTIA, CPU, or the backend's name) and the device's name."""
     props = top.get("deviceProperties") or []
+    props = props if isinstance(props, list) else []  # any other shape says nothing usable
     dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
+    dev_name = dev_name if isinstance(dev_name, str) else None
     has_device = bool(np.isin(kind, codes("kernel", "memcpy", "memset", "device_other")).any())
     lower = {c.lower() for c in cats if c}
     if "mtia_runtime" in lower or "mtia_ccp_events" in lower:
@@ -386,6 +458,7 @@ def _meta(path, cols, kind, names, ts, dur, top, fp, skipped, unlinked, flows) -
         "skipped": skipped.counts,
         "skipped_examples": skipped.examples,
         "imprecise_ts_events": cols.imprecise_ts,
+        "ignored_args": cols.ignored_args,
         "base_time_ns": top.get("baseTimeNanoseconds"),
         "trace_meta": {k: v for k, v in top.items() if k in ("schemaVersion", "distributedInfo", "deviceProperties",
                                                             "traceName", "displayTimeUnit", "record_shapes",

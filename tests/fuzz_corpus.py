@@ -1,0 +1,362 @@
+"""Seeded mutants of the shared traces, for tests/test_fuzz.py.
+
+Each mutant is built at test time from a small real trace: hostile types and ranges in event fields,
+``args`` and top-level keys, truncation, byte flips, deep nesting, broken structure, odd file names,
+files that are not regular files and decompression bombs. The same seed always gives the same corpus.
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conftest import trace_path
+
+BASES = ("a100_event_sync.json.gz", "compare_base.json.gz", "mi250_rocm_toy_train.json.gz",
+         "cpu_only_gloo_rank34.json.gz", "legacy_capitalized_categories.json.gz",
+         "mi300_torch_compile_triton.json.gz", "a100_triton_kernel.json.gz")
+SEED = 20261130
+
+HOSTILE: tuple[Any, ...] = (
+    None, True, False, 0, -1, 1.5, -1e300, 1e300, 2**53 + 1, 2**63, 2**64 + 1, -(2**63) - 1, 2**70, -(2**70),
+    1e17, -1e17, 9.3e15, 1e19, "", "x", "123", "-5", "1e5", "\u0000", "é🙂", "x" * 5000, [0, 1], [], {}, {"a": 1},
+    [[[[1]]]], ["a", None], {"name": None},
+)
+EVENT_FIELDS = ("name", "cat", "ph", "pid", "tid", "ts", "dur", "id", "args", "bp")
+ARG_KEYS = ("External id", "external id", "correlation", "device", "stream", "stream_id", "Input Dims",
+            "Input type", "grid", "block", "Python id", "Python parent id", "Sequence number", "Fwd thread id",
+            "bytes", "flops", "name", "labels")
+TOP_KEYS = ("deviceProperties", "baseTimeNanoseconds", "distributedInfo", "traceName", "schemaVersion",
+            "displayTimeUnit", "roctracer_version", "cuda_runtime_version")
+DEVICE_PROPS: tuple[Any, ...] = (
+    {"name": "A100"}, [1, 2], ["A100"], [None], [{"name": None}], [{"name": 5}], [{"name": ["x"]}],
+    [{"name": "A100", "totalGlobalMem": "lots", "computeMajor": None, "numSms": -1}],
+    [{"name": "H100", "numSms": 2**70, "maxThreadsPerBlock": "x", "smCount": [1]}], "A100", 7, [[{"name": "A"}]],
+)
+
+
+@dataclass
+class Case:
+    """One mutant: the file (or folder) to run, the CLI arguments, and how it was made."""
+
+    family: str
+    label: str
+    path: Path
+    argv: list[str]
+    subprocess: bool = False  # may hang or eat memory on a broken build: run it in a bounded child
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def load_doc(name: str) -> dict[str, Any]:
+    with gzip.open(trace_path(name)) as fh:
+        doc: dict[str, Any] = json.load(fh)
+    return doc
+
+
+def _events(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    evs = doc.get("traceEvents")
+    return [e for e in evs if isinstance(e, dict)] if isinstance(evs, list) else []
+
+
+def _pick_event(rng: random.Random, doc: dict[str, Any], *, complete: bool = True) -> dict[str, Any]:
+    evs = [e for e in _events(doc) if not complete or e.get("ph") == "X"] or _events(doc)
+    return rng.choice(evs)
+
+
+def _dump(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+class Builder:
+    """Writes mutants into ``folder`` and collects them as cases."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.cases: list[Case] = []
+        self.docs = {b: load_doc(b) for b in BASES}
+        self.raw = {b: gzip.decompress(trace_path(b).read_bytes()) for b in BASES}
+
+    def add(self, family: str, label: str, data: bytes | None = None, *, name: str | None = None,
+            gz: bool = False, argv: list[str] | None = None, path: Path | None = None, **kw: Any) -> None:
+        n = len(self.cases)
+        if path is None:
+            path = self.folder / (name or f"m{n:04d}-{family}.json{'.gz' if gz else ''}")
+            assert data is not None
+            path.write_bytes(gzip.compress(data, 1) if gz else data)
+        self.cases.append(Case(family, label, path, _argv(n, path, argv), **kw))
+
+    # --- families ---------------------------------------------------------------------------
+
+    def event_types(self, rng: random.Random, count: int) -> None:
+        for _ in range(count):
+            base = rng.choice(BASES)
+            doc = copy.deepcopy(self.docs[base])
+            ev = _pick_event(rng, doc, complete=rng.random() < 0.7)
+            key, value = rng.choice(EVENT_FIELDS), rng.choice(HOSTILE)
+            ev[key] = value
+            self.add("event_types", f"{base}: {key}={_short(value)}", _dump(doc))
+
+    def arg_types(self, rng: random.Random, count: int) -> None:
+        for _ in range(count):
+            base = rng.choice(BASES)
+            doc = copy.deepcopy(self.docs[base])
+            ev = _pick_event(rng, doc, complete=rng.random() < 0.8)
+            if not isinstance(ev.get("args"), dict):
+                ev["args"] = {}
+            key, value = rng.choice(ARG_KEYS), rng.choice(HOSTILE)
+            ev["args"][key] = value
+            self.add("arg_types", f"{base}: args[{key}]={_short(value)}", _dump(doc))
+
+    def top_level(self, rng: random.Random, count: int) -> None:
+        for _ in range(count):
+            base = rng.choice(BASES)
+            doc = copy.deepcopy(self.docs[base])
+            key = rng.choice(TOP_KEYS)
+            value = rng.choice(DEVICE_PROPS if key == "deviceProperties" and rng.random() < 0.7 else HOSTILE)
+            doc[key] = value
+            self.add("top_level", f"{base}: {key}={_short(value)}", _dump(doc))
+
+    def ranges(self, rng: random.Random, count: int) -> None:
+        """Times and ids at and past the edges of int64, double precision and nanosecond spans."""
+        edges: tuple[Any, ...] = (2**53, 2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64, 2**64 + 7, 2**80, 1e16, 1e17,
+                                  1e18, 9.2e15, 4.6e15, 1.7e15, -(2**63), 1e300, 0.0004)
+        for _ in range(count):
+            base = rng.choice(BASES)
+            doc = copy.deepcopy(self.docs[base])
+            what = rng.choice(("ts", "dur", "pid", "tid", "base", "span", "ext"))
+            value = rng.choice(edges)
+            if what == "base":
+                doc["baseTimeNanoseconds"] = value if isinstance(value, int) else int(value)
+            elif what == "span":  # one event far from the rest: the trace spans more than 2^53 ns
+                ev = _pick_event(rng, doc)
+                ev["ts"] = (ev.get("ts") or 0) + rng.choice((2**53 / 1000 + 5, 1e13, 9e12))
+            elif what == "ext":
+                _pick_event(rng, doc).setdefault("args", {})[rng.choice(("External id", "correlation"))] = value
+            else:
+                for ev in rng.sample(_events(doc), k=min(3, len(_events(doc)))):
+                    ev[what] = value
+            self.add("ranges", f"{base}: {what}={_short(value)}", _dump(doc))
+
+    def listed(self) -> None:
+        """The shapes issue 9 lists by name, on every kind of event, deterministically."""
+        base = "a100_event_sync.json.gz"
+        cats = ("kernel", "cpu_op", "cuda_runtime", "user_annotation", "gpu_memcpy")
+        args: tuple[tuple[str, Any], ...] = (("Input Dims", 5), ("device", [0, 1]), ("flops", "x"),
+                                             ("Input type", 7), ("stream", [1]), ("grid", "x"))
+        for cat in cats:
+            for key, value in ((None, None), *args):
+                doc = copy.deepcopy(self.docs[base])
+                ev = next((e for e in _events(doc) if e.get("cat") == cat and e.get("ph") == "X"), None)
+                if ev is None:
+                    continue
+                if key is None:
+                    ev["name"] = None
+                else:
+                    ev.setdefault("args", {})[key] = value
+                label = f"{cat}: " + ("name=None" if key is None else f"args[{key}]={value!r}")
+                name = f"m{len(self.cases):04d}-listed.json"
+                shape = ["report", str(self.folder / name), "--format", "json", "--group-by", "shape", "--no-cache"]
+                self.add("listed", label, _dump(doc), name=name, argv=shape if key == "Input Dims" else None)
+        for value in DEVICE_PROPS:
+            doc = copy.deepcopy(self.docs[base])
+            doc["deviceProperties"] = value
+            self.add("listed", f"deviceProperties={_short(value)}", _dump(doc))
+        for key in ("pid", "tid", "ts"):
+            doc = copy.deepcopy(self.docs[base])
+            _pick_event(random.Random(1), doc)[key] = 2**64 + 1
+            self.add("listed", f"{key} beyond 64 bits", _dump(doc))
+        for value in (2**64 + 1, -(2**63), 2**62):
+            doc = copy.deepcopy(self.docs[base])
+            doc["baseTimeNanoseconds"] = value
+            self.add("listed", f"baseTimeNanoseconds={value}", _dump(doc))
+        for far in (2**53 / 1000 + 1, 2.4e15, 4e15):
+            doc = copy.deepcopy(self.docs[base])
+            _pick_event(random.Random(2), doc)["ts"] += far
+            self.add("listed", f"one event {far:g} µs after the rest", _dump(doc))
+        for dur in (1e17, 2**63, 1e16):
+            doc = copy.deepcopy(self.docs[base])
+            next(e for e in _events(doc) if e.get("cat") == "kernel")["dur"] = dur
+            self.add("listed", f"kernel dur={dur:g}", _dump(doc))
+
+    def truncation(self, rng: random.Random, count: int) -> None:
+        for i in range(count):
+            base = rng.choice(BASES)
+            raw = self.raw[base]
+            if i % 3 == 2:
+                data = trace_path(base).read_bytes()
+                cut = rng.randrange(1, len(data))
+                self.add("truncation", f"{base}: gzip cut at {cut}", data[:cut], name=f"m{len(self.cases):04d}-cut.json.gz")
+            else:
+                cut = rng.randrange(0, len(raw))
+                self.add("truncation", f"{base}: json cut at {cut}", raw[:cut], gz=bool(i % 2))
+
+    def byte_flips(self, rng: random.Random, count: int) -> None:
+        for _ in range(count):
+            base = rng.choice(BASES)
+            data = bytearray(self.raw[base])
+            flips = rng.choice((1, 1, 2, 5, 20))
+            for _ in range(flips):
+                pos = rng.randrange(len(data))
+                data[pos] = rng.choice((rng.randrange(256), ord("["), ord("{"), ord('"'), ord(","), ord("9"), 0xFF))
+            self.add("byte_flips", f"{base}: {flips} flipped", bytes(data), gz=rng.random() < 0.5)
+
+    def nesting(self, rng: random.Random) -> None:
+        base = "a100_event_sync.json.gz"
+        raw = self.raw[base]
+        for depth in (50, 900, 5000, 100_000):
+            deep = b"[" * depth + b"]" * depth
+            self.add("nesting", f"{depth} nested [ as the document", deep)
+            self.add("nesting", f"{depth} nested [ in traceEvents", b'{"traceEvents": ' + deep + b"}")
+            self.add("nesting", f"{depth} nested [ in a top key", raw.replace(b"{", b'{"deep": ' + deep + b",", 1))
+            for key in ("device", "Input Dims", "labels", "flops"):
+                doc = copy.deepcopy(self.docs[base])
+                ev = _pick_event(rng, doc)
+                ev.setdefault("args", {})[key] = "@@DEEP@@"
+                data = _dump(doc).replace(b'"@@DEEP@@"', deep)
+                self.add("nesting", f"{depth} nested [ in args[{key}]", data)
+            self.add("nesting", f"{depth} unclosed [", b'{"traceEvents": [' + b"[" * depth)
+
+    def structure(self, rng: random.Random) -> None:
+        doc = self.docs["compare_base.json.gz"]
+        evs = _events(doc)
+        variants: list[tuple[str, Any]] = [
+            ("events are numbers", {"traceEvents": [1, 2, 3]}),
+            ("events are strings", {"traceEvents": ["a", "b"]}),
+            ("events hold null", {"traceEvents": [None, *evs[:5]]}),
+            ("events are lists", {"traceEvents": [[1], [2]]}),
+            ("traceEvents is an object", {"traceEvents": {"a": 1}}),
+            ("traceEvents is null", {"traceEvents": None}),
+            ("empty events", {"traceEvents": []}),
+            ("bare list of events", evs),
+            ("top level is a list of numbers", [1, 2, 3]),
+            ("top level is a string", "trace"),
+            ("top level is a number", 5),
+            ("only metadata events", {"traceEvents": [e for e in evs if e.get("ph") == "M"]}),
+            ("only flow events", {"traceEvents": [e for e in evs if e.get("ph") in ("s", "f")]}),
+            ("all names null", {"traceEvents": [dict(e, name=None) for e in evs]}),
+            ("all args null", {"traceEvents": [dict(e, args=None) for e in evs]}),
+            ("every event twice", {"traceEvents": evs + evs}),
+        ]
+        for label, value in variants:
+            self.add("structure", label, _dump(value))
+        self.add("structure", "duplicate traceEvents keys", b'{"traceEvents": [], "traceEvents": [1]}')
+        self.add("structure", "NaN and Infinity", _dump(doc).replace(b'"dur": ', b'"dur": NaN, "x": ', 1))
+        self.add("structure", "lone surrogate escape", _dump(doc).replace(b'"name": "', b'"name": "\\ud800', 1))
+        self.add("structure", "NUL bytes", b"\x00" * 1000)
+        self.add("structure", "whitespace only", b" \n\t " * 100)
+        self.add("structure", "UTF-16 BOM", b"\xff\xfe" + _dump(doc).decode().encode("utf-16-le"))
+        self.add("structure", "UTF-8 BOM", b"\xef\xbb\xbf" + _dump(doc))
+        self.add("structure", "gzip of garbage", b"\x1f\x8b" + bytes(rng.randrange(256) for _ in range(500)))
+        self.add("structure", "gzip then garbage", gzip.compress(_dump(doc)) + b"garbage", name="trail.json.gz")
+        self.add("structure", "two gzip members", gzip.compress(_dump(doc)[:200]) + gzip.compress(_dump(doc)[200:]),
+                 name="members.json.gz")
+        self.add("structure", "empty gzip", gzip.compress(b""), name="empty.json.gz")
+
+    def names(self) -> None:
+        data = self.raw["a100_event_sync.json.gz"]
+        for raw_name in (b"t\xff\xfe.json", b"caf\xe9.json", b"a'b\";c.json", b"new\nline.json", b"-dash.json"):
+            self.add("names", f"file name {raw_name!r}", data, name=os.fsdecode(raw_name))
+        sub = self.folder / os.fsdecode(b"bundle-\xff")
+        sub.mkdir()
+        (sub / "trace.json.gz").write_bytes(gzip.compress(data, 1))
+        self.add("names", "bundle folder with a non-UTF-8 name", path=sub)
+
+    def special_files(self) -> None:
+        fifo = self.folder / "fifo.json"
+        os.mkfifo(fifo)
+        self.add("special", "a FIFO as the trace", path=fifo, subprocess=True)
+        self.add("special", "/dev/zero as the trace", path=Path("/dev/zero"), subprocess=True)
+        link = self.folder / "zero.json.gz"
+        link.symlink_to("/dev/zero")
+        self.add("special", "a link to /dev/zero", path=link, subprocess=True)
+        bundle = self.folder / "bundle-dir"
+        (bundle / "trace.json.gz").mkdir(parents=True)
+        self.add("special", "a bundle whose trace.json.gz is a folder", path=bundle)
+        fifo_bundle = self.folder / "bundle-fifo"
+        fifo_bundle.mkdir()
+        os.mkfifo(fifo_bundle / "trace.json.gz")
+        self.add("special", "a bundle whose trace.json.gz is a FIFO", path=fifo_bundle, subprocess=True)
+        self.add("special", "a folder named like a trace", path=(self.folder / "dir.json.gz"), subprocess=False)
+        (self.folder / "dir.json.gz").mkdir()
+
+    def bundles(self) -> None:
+        """Bundle folders whose optional side files (meta.json, saved kernels) are hostile."""
+        gz = trace_path("compare_base.json.gz").read_bytes()  # no deviceProperties: measured peaks are used
+        metas: tuple[bytes, ...] = (
+            b"[1]", b"null", b"{}", b"\xff\xfe\x00", b"[" * 100_000,
+            b'{"schema": "profuse.bundle/1", "status": {}, "error": [1], "run": "x", "peaks": "x"}',
+            b'{"peaks": {"matmul_tflops_fp32": 1e400, "copy_bandwidth_gbps": 1}}',
+            b'{"peaks": {"matmul_tflops_fp32": "x", "copy_bandwidth_gbps": -1}}',
+            b'{"peaks": {"matmul_tflops_fp32": 10, "copy_bandwidth_gbps": 0}}',
+        )
+        for i, meta in enumerate(metas):
+            b = self.folder / f"bundle-meta-{i}"
+            b.mkdir()
+            (b / "trace.json.gz").write_bytes(gz)
+            (b / "meta.json").write_bytes(meta)
+            self.add("bundles", f"meta.json = {meta[:40]!r}", path=b)
+        for what in ("meta.json FIFO", "saved kernel FIFO", "saved kernel -> /dev/zero"):
+            b = self.folder / f"bundle-{what.replace(' ', '-').replace('/', '')}"
+            (b / "artifacts" / "inductor").mkdir(parents=True)
+            (b / "trace.json.gz").write_bytes(gz)
+            if what == "meta.json FIFO":
+                os.mkfifo(b / "meta.json")
+            elif what == "saved kernel FIFO":
+                os.mkfifo(b / "artifacts" / "inductor" / "k.py")
+            else:
+                (b / "artifacts" / "inductor" / "k.py").symlink_to("/dev/zero")
+            self.add("bundles", what, path=b, subprocess=True)
+
+    def bombs(self) -> None:
+        """Gzip members of 1 MiB of spaces, concatenated: about 1 KB in, 1 MiB out, each."""
+        member = gzip.compress(b" " * (1 << 20), 9)
+        for mib, label in ((2048, "2 MB gzip inflating to 2 GiB"), (300, "inflating to 300 MiB")):
+            data = gzip.compress(b'{"traceEvents": [', 9) + member * mib + gzip.compress(b"]}", 9)
+            self.add("bombs", label, data, name=f"bomb{mib}.json.gz", subprocess=True,
+                     env={"PROFUSE_MAX_TRACE_BYTES": str(64 << 20)})
+        sparse = self.folder / "sparse.json"
+        with open(sparse, "wb") as fh:
+            fh.write(b'{"traceEvents": [')
+            fh.truncate(3 << 30)  # 3 GiB of NUL bytes that take no disk
+        self.add("bombs", "a 3 GiB plain JSON file", path=sparse, subprocess=True,
+                 env={"PROFUSE_MAX_TRACE_BYTES": str(64 << 20)})
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 40 else text[:37] + "..."
+
+
+def _argv(n: int, path: Path, extra: list[str] | None) -> list[str]:
+    """Most mutants go through ``report --format json``; some through --lenient, ``sql``, and the cache."""
+    if extra is not None:
+        return extra
+    p = str(path)
+    if n % 7 == 3:
+        return ["sql", p, "SELECT kind, count(*) AS n, sum(dur) AS dur FROM events GROUP BY kind", "--format", "json",
+                "--no-cache"]
+    if n % 5 == 1:
+        return ["report", p, "--format", "json", "--lenient", "--no-cache"]
+    if n % 11 == 4:
+        return ["report", p, "--format", "json"]  # writes and then reads a cache
+    return ["report", p, "--format", "json", "--no-cache"]
+
+
+def build_corpus(folder: Path) -> list[Case]:
+    """Every mutant, deterministic for a given SEED."""
+    rng = random.Random(SEED)
+    b = Builder(folder)
+    families: list[Callable[[], None]] = [
+        b.listed, lambda: b.event_types(rng, 80), lambda: b.arg_types(rng, 70), lambda: b.top_level(rng, 40),
+        lambda: b.ranges(rng, 40), lambda: b.truncation(rng, 24), lambda: b.byte_flips(rng, 40),
+        lambda: b.nesting(rng), b.names, lambda: b.structure(rng), b.special_files, b.bundles, b.bombs,
+    ]
+    for make in families:
+        make()
+    return b.cases
