@@ -247,3 +247,15 @@ def test_packaging_1_sha256_is_checked_but_a_mismatch_only_reported(tmp_path: Pa
     path.write_bytes(bytes(raw))
     h = read_neff(path).header
     assert h.packaging == "tar.gz + SHA-256" and h.checksum_ok is False
+
+
+def test_fifo_or_folder_is_refused_without_reading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    fifo = tmp_path / "pipe.neff"
+    os.mkfifo(fifo)  # nobody writes to it: reading would block forever
+    assert main(["neff", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(fifo) in err and "regular file" in err
+    assert main(["neff", str(tmp_path)]) == 2
+    assert "folder" in capsys.readouterr().err

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import posixpath
+import stat
 import struct
 import tarfile
 import zlib
@@ -115,10 +116,15 @@ def read_neff(path: str | Path) -> Neff:
     """Parse a NEFF file; a file that is not one, or is damaged, raises :class:`TraceError`."""
     p = Path(path)
     try:
-        size = p.stat().st_size
-        if size > MAX_FILE:
-            raise TraceError(p, f"is {size:,} bytes: larger than any NEFF profuse reads ({MAX_FILE:,})")
-        raw = p.read_bytes()
+        st = p.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(p, "is not a regular file (a FIFO or a device); give a .neff file")
+        if st.st_size > MAX_FILE:
+            raise TraceError(p, f"is {st.st_size:,} bytes: larger than any NEFF profuse reads ({MAX_FILE:,})")
+        with open(p, "rb") as fh:
+            raw = fh.read()
     except FileNotFoundError:
         raise TraceError(p, "no such file") from None
     except IsADirectoryError:
