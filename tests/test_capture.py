@@ -53,7 +53,9 @@ def test_profile_writes_a_bundle_report_reads(tmp_path, capsys):
     meta = read_meta(p.bundle)
     assert meta["status"] == "complete" and meta["config"]["steps"] == 3
     assert meta["device"]["torch"] == torch.__version__
-    assert (p.bundle / "trace.json.gz.profuse.duckdb").is_file(), "the engine cache is in the bundle"
+    assert not list(p.bundle.glob("*.duckdb")), "a bundle carries no database: a colleague's would be untrusted"
+    with profuse.load(p.bundle) as t:
+        assert t.from_cache, "the tables were built into this user's cache at capture time"
     assert main(["report", str(p.bundle), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     ops = {o["name"]: o for o in doc["ops"]}

@@ -85,6 +85,19 @@ def test_user_sql_cannot_change_tables_or_cache(tmp_path, capsys, query):
     assert (got["n"], got["d"]) == want and want[0] > 0
 
 
+def test_user_sql_reaches_no_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    t = str(trace_path(SMALL))
+    assert main(["sql", t, f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{tmp_path / 'x.csv'}'"]) == 2
+    assert "not COPY" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("LOCAL-FILE")
+    assert main(["sql", t, f"SELECT * FROM read_text('{secret}')"]) == 2
+    assert "LOCAL-FILE" not in capsys.readouterr().out
+    assert main(["sql", t, "EXPLAIN ANALYZE SELECT count(*) FROM events"]) == 0
+    assert main(["sql", t, "DESCRIBE events"]) == 0
+
+
 # 4. the explorer: loopback host names only, bundle files only, no FIFO hang, SIGTERM stops it
 
 
@@ -275,6 +288,17 @@ def test_secrets_are_redacted_in_every_output(tmp_path, capsys):
     assert main(["report", str(b), "--format", "html", "-o", str(tmp_path / "k.html"), "--keep-metadata"]) == 0
     kept = (tmp_path / "k.html").read_text()
     assert all(s in kept for s in ("hunter2hunter2", "s3cretpass", "hf_abcdefghijklmnopqrstuvwxyz"))
+
+
+def test_redaction_is_linear_on_long_hostile_strings():
+    # GIVEN 64 KB strings shaped to make a backtracking pattern quadratic (a bounded repeat before a
+    # fixed word took 48 s on 16 KB); THEN each is redacted far faster than any quadratic scan could
+    from profuse.redact import redact_text
+
+    for s in ("a." * 32000, "a:" * 32000, " --a" * 16000, "x" * 64000 + " --token", "http://" + "a" * 64000):
+        start = time.monotonic()
+        redact_text(s)
+        assert time.monotonic() - start < 10, s[:20]
 
 
 def test_failure_messages_are_redacted(tmp_path, capsys):

@@ -17,17 +17,19 @@ SECRET_KEYS = re.compile(r"token|secret|password|passwd|key|auth|cred|env|cookie
 _WORD = (r"(?:passwords?|passwd|pwd|tokens?|secrets?|api[-_]?keys?|apikey|access[-_]?keys?|private[-_]?keys?"
          r"|auth(?:[-_]?token|orization)?|credentials?)(?![a-z])")
 # a command-line flag naming a secret: --password, --api-key, --hf-token, -p is too vague to count
-_FLAG = re.compile(rf"^--?[\w-]*{_WORD}[\w-]*$", re.IGNORECASE)
+_FLAG = re.compile(rf"^--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}$", re.IGNORECASE)
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # Authorization: Bearer xyz
     (re.compile(r"\b(?P<pre>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
     # scheme://user:password@host (also as a path has it, scheme:/user:password@host)
-    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*:/{1,2}[^/\s:@]*:)[^/\s@]+(?=@)", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
+    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]{0,31}:/{1,2}[^/\s:@]{0,256}:)[^/\s@]{1,512}(?=@)", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
     # --password=hunter2, --api-key=sk-..., token=..., PASSWORD: x
-    (re.compile(rf"(?P<pre>(?:--?)?\b[\w.-]*{_WORD}[\w.-]*\s*[=:]\s*)(?P<q>[\"']?)[^\s\"',;&]+(?P=q)", re.IGNORECASE),
+    (re.compile(rf"(?P<pre>{_WORD}[\w.-]{{0,64}}\s{{0,8}}[=:]\s{{0,8}})(?P<q>[\"']?)[^\s\"',;&]+(?P=q)",
+                re.IGNORECASE),
      rf"\g<pre>{REDACTED}"),
     # --password hunter2 (flag, space, value)
-    (re.compile(rf"(?P<pre>(?<!\S)--?[\w-]*{_WORD}[\w-]*\s+)(?!-)\S+", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
+    (re.compile(rf"(?P<pre>(?<!\S)--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}\s{{1,8}})(?!-)\S+", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
+    # (every repeat is bounded: an unbounded one before a fixed word is quadratic on long strings)
     # token shapes: Hugging Face, OpenAI-style, AWS access key ids, GitHub, Slack, JWTs
     (re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"), REDACTED),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),

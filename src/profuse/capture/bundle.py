@@ -2,7 +2,6 @@
 
     trace.json.gz                 the Kineto trace as torch wrote it (opens in Perfetto / TensorBoard)
     meta.json                     config, versions, device, host, command line, times, peaks, status
-    trace.json.gz.profuse.duckdb  the engine's tables, so the first report is instant
     artifacts/inductor/*.py       code torch.compile generated in this process, where there was some
 
 The folder is assembled under a hidden temporary name and renamed into place at the end, so an
@@ -109,10 +108,9 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], 
         (work / META).write_text(json.dumps(meta, indent=2, default=str))
         if build_cache and trace_json is not None:
             from ..trace import load
-            from ..trace.cache import SUFFIX
 
-            # the bundle carries its own cache, keyed by the trace's bytes, which the rename keeps
-            load(work / TRACE, cache_path=work / (TRACE + SUFFIX)).close()
+            # tables into this user's cache, keyed by the trace's bytes: the first report is instant here
+            load(work / TRACE).close()
         _replace(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,16 +1,18 @@
 """Where a trace's tables are cached, and when a cache may be trusted.
 
-Caches live in the user cache folder (``$PROFUSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/profuse``, else
-``~/.cache/profuse``), named by the SHA-1 of the trace's bytes, so an input folder is never written to
-and an edited trace never meets its old tables. A bundle may carry its own cache, written when the
-bundle was (``trace.json.gz.profuse.duckdb``); it is read, never written, at load time.
+Caches live in the user cache folder (``--cache-dir``, ``$PROFUSE_CACHE_DIR``, else
+``$XDG_CACHE_HOME/profuse``, else ``~/.cache/profuse``), named by the SHA-1 and size of the trace's
+bytes, so an input folder is never written to and an edited trace never meets its old tables. Only
+caches profuse wrote itself are opened: a ``*.profuse.duckdb`` that came with a trace or a bundle is
+someone else's database (its views could read local files) and is never used.
 
-Every cache file has a sidecar (``.sum``) with the SHA-1 of the cache file itself: a cache is used only
-when its bytes hash to that value, it opens, and the trace fingerprint in its ``meta`` table matches.
-Anything else (flipped bytes, a truncated file, a stale schema) discards the file and the tables are
-rebuilt. Files are built under a temporary name holding the writer's pid and renamed into place;
-temporaries of processes that no longer exist are removed by the next load. The folder is kept under
-a size cap (``$PROFUSE_CACHE_MAX_MB``, default 4096) by removing the least recently used caches.
+A cache file's name also carries the SHA-1 of the cache file itself
+(``<trace sha1>-<size>.<cache sha1 prefix>.profuse.duckdb``): a cache is used only when its bytes hash
+to its name, it opens, and the trace fingerprint in its ``meta`` table matches. Anything else (flipped
+bytes, a truncated file, a stale schema) discards the file and the tables are rebuilt. Files are built
+under a temporary name holding the writer's pid and renamed into place in one step; temporaries of
+processes that no longer exist are removed by the next load. The folder is kept under a size cap
+(``$PROFUSE_CACHE_MAX_MB``, default 4096) by removing the least recently used caches.
 """
 from __future__ import annotations
 
@@ -31,9 +33,9 @@ import duckdb
 from .schema import SCHEMA_VERSION
 
 SUFFIX = ".profuse.duckdb"
-SUM = ".sum"
 DEFAULT_MAX_MB = 4096
-_TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp(\.wal|\.sum)?$")
+_CACHE = re.compile(r"^(?P<key>[0-9a-f]{40}-\d{1,20})\.(?P<sum>[0-9a-f]{16})\.profuse\.duckdb$")
+_TEMP = re.compile(r"^\.[0-9a-f]{40}-\d{1,20}\.profuse\.duckdb\.(?P<pid>\d{1,10})\.tmp(\.wal)?$")
 
 
 def file_sha1(path: Path, *, chunk: int = 1 << 20) -> str:
@@ -79,7 +81,7 @@ def pid_alive(pid: int) -> bool:
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
@@ -87,7 +89,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def clean_stale_temporaries(folder: Path) -> list[Path]:
-    """Remove cache temporaries (``.<name>.<pid>.tmp[.wal|.sum]``) left by processes that are gone."""
+    """Remove cache temporaries (``.<key>.profuse.duckdb.<pid>.tmp[.wal]``) left by processes that are gone."""
     removed = []
     try:
         entries = list(os.scandir(folder))
@@ -106,83 +108,95 @@ def clean_stale_temporaries(folder: Path) -> list[Path]:
 
 @dataclass
 class CacheSlot:
-    """One cache file and its checksum sidecar."""
+    """The cache of one trace: ``<folder>/<key>.<cache sha1 prefix>.profuse.duckdb``."""
 
-    path: Path
-    writable: bool = True
+    folder: Path
+    key: str  # "<trace sha1>-<trace size>"
 
     @property
-    def sum_path(self) -> Path:
-        return self.path.with_name(self.path.name + SUM)
+    def path(self) -> Path:
+        """The cache file now in place (the newest, if a concurrent writer left two), else where one would go."""
+        found = self.existing()
+        return found[0] if found else self.folder / f"{self.key}.{'0' * 16}{SUFFIX}"
+
+    def existing(self) -> list[Path]:
+        named = [p for p in self.folder.glob(f"{self.key}.*{SUFFIX}") if _CACHE.match(p.name)]
+        return sorted(named, key=_mtime, reverse=True)
 
     def open_if_valid(self, fp: dict[str, Any]) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
-        """(connection, None) for a trustworthy cache; (None, why) when it was there but bad; (None, None)."""
-        if not self.path.is_file():
-            return None, None
-        problem = self._check_sum()
-        con = None
-        if problem is None:
-            try:
-                con = duckdb.connect(str(self.path), read_only=True)
-                rows = con.execute("SELECT value FROM meta WHERE key = 'source'").fetchall()
-                if not rows or json.loads(rows[0][0]) != fp:
-                    con.close()
-                    return None, None  # another trace's or another schema's tables: replaced, no news
-            except (duckdb.Error, ValueError) as err:
-                problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                if con is not None:
-                    con.close()
-                con = None
-        if problem is not None:
-            if self.writable:
-                self.discard()
-            return None, problem
-        self._touch()
-        return con, None
-
-    def _check_sum(self) -> str | None:
-        try:
-            saved = json.loads(self.sum_path.read_text())
-            if saved.get("size") != self.path.stat().st_size or saved.get("sha1") != file_sha1(self.path):
-                return "its checksum does not match (the file was changed or damaged)"
-        except FileNotFoundError:
-            return "it has no checksum file"
-        except (OSError, ValueError, AttributeError) as err:
-            return f"its checksum file is unreadable ({type(err).__name__})"
-        return None
-
-    def _touch(self) -> None:
-        if self.writable:
-            with contextlib.suppress(OSError):
-                os.utime(self.path)  # mtime = last use, for least-recently-used eviction
-
-    def discard(self) -> None:
-        for p in (self.path, self.sum_path, self.path.with_name(self.path.name + ".wal")):
-            with contextlib.suppress(OSError):
-                p.unlink()
+        """(connection, None) for a trustworthy cache; (None, why) when one was there but bad; (None, None)."""
+        problem = None
+        for path in self.existing():
+            con, why = _open_checked(path, fp)
+            if con is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(path)  # mtime = last use, for least-recently-used eviction
+                return con, None
+            if why is not None:
+                problem = problem or f"{path.name}: {why}"
+            discard(path)
+        return None, problem
 
     def begin(self) -> Path:
-        work = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        work = self.folder / f".{self.key}{SUFFIX}.{os.getpid()}.tmp"
         self.abort(work)
         return work
 
     def abort(self, work: Path) -> None:
-        for suffix in ("", ".wal", SUM):
+        for suffix in ("", ".wal"):
             work.with_name(work.name + suffix).unlink(missing_ok=True)
 
     def commit(self, work: Path) -> Path:
-        """Checksum the finished file and move it and its sidecar into place."""
-        summed = work.with_name(work.name + SUM)
-        summed.write_text(json.dumps({"size": work.stat().st_size, "sha1": file_sha1(work)}))
-        os.replace(work, self.path)
-        os.replace(summed, self.sum_path)
-        return self.path
+        """Name the finished file by its own hash and move it into place in one rename."""
+        final = self.folder / f"{self.key}.{file_sha1(work)[:16]}{SUFFIX}"
+        os.replace(work, final)
+        for old in self.existing():
+            if old != final:
+                discard(old)
+        return final
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _open_checked(path: Path, fp: dict[str, Any]) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
+    """Open a cache whose bytes hash to its name and whose tables are this trace's."""
+    m = _CACHE.match(path.name)
+    try:
+        if m is None or file_sha1(path)[:16] != m.group("sum"):
+            return None, "its checksum does not match (the file was changed or damaged)"
+    except OSError as err:
+        return None, f"it cannot be read ({err.strerror})"
+    con = None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        rows = con.execute("SELECT value FROM meta WHERE key = 'source'").fetchall()
+        if rows and json.loads(rows[0][0]) == fp:
+            return con, None
+        con.close()
+        return None, None  # another schema's tables: replaced, no news
+    except (duckdb.Error, ValueError) as err:
+        if con is not None:
+            con.close()
+        return None, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def discard(path: Path) -> None:
+    for p in (path, path.with_name(path.name + ".wal")):
+        with contextlib.suppress(OSError):
+            p.unlink()
 
 
 def evict(folder: Path, *, keep: Path, max_bytes: int) -> list[Path]:
     """Remove least recently used caches until the folder holds at most ``max_bytes``."""
     caches = []
     for p in folder.glob(f"*{SUFFIX}"):
+        if not _CACHE.match(p.name):
+            continue  # not a file profuse named: never removed
         try:
             st = p.stat()
         except OSError:
@@ -195,7 +209,7 @@ def evict(folder: Path, *, keep: Path, max_bytes: int) -> list[Path]:
             break
         if p == keep:
             continue
-        CacheSlot(p).discard()
+        discard(p)
         total -= size
         removed.append(p)
     return removed
@@ -229,8 +243,8 @@ class CacheWriter:
             self._cursor.execute(f"ATTACH {sql_string(work)} AS profuse_cache")
             self._cursor.execute("COPY FROM DATABASE trace TO profuse_cache")
             self._cursor.execute("DETACH profuse_cache")
-            self.slot.commit(work)
-            evict(self.slot.path.parent, keep=self.slot.path, max_bytes=max_cache_bytes())
+            final = self.slot.commit(work)
+            evict(self.slot.folder, keep=final, max_bytes=max_cache_bytes())
         except (duckdb.Error, OSError, ValueError) as err:
             self.error = str(err).splitlines()[0] if str(err) else type(err).__name__
             self.slot.abort(work)
@@ -247,16 +261,10 @@ def _finish_writes() -> None:
         w.wait()
 
 
-def bundle_cache(src: Path) -> CacheSlot | None:
-    """The cache a bundle carries beside its trace (read only: loads never write into input folders)."""
-    beside = src.with_name(src.name + SUFFIX)
-    return CacheSlot(beside, writable=False) if beside.is_file() else None
-
-
 def cache_slot(fp: dict[str, Any], cache_dir: str | os.PathLike[str] | None = None) -> CacheSlot | None:
-    """The user-cache file for a trace with fingerprint ``fp``, or None when no cache folder is writable."""
+    """The user-cache slot for a trace with fingerprint ``fp``, or None when no cache folder is writable."""
     folder = Path(cache_dir) if cache_dir is not None else user_cache_dir()
     if not _writable(folder):
         return None
     clean_stale_temporaries(folder)
-    return CacheSlot(folder / f"{fp['sha1']}-{fp['size']}{SUFFIX}")
+    return CacheSlot(folder, f"{fp['sha1']}-{fp['size']}")

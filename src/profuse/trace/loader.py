@@ -19,7 +19,7 @@ from . import _decode, framework_mapping
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, add_chunk, kinds_of, thread_key
 from ._parallel import decode_parallel, worker_count
 from ._privateuse1 import privateuse1_name
-from .cache import CacheSlot, CacheWriter, bundle_cache, cache_slot, fingerprint
+from .cache import CacheWriter, cache_slot, fingerprint
 from .correlate import (
     LINK_HOW,
     UNLINKED,
@@ -81,15 +81,14 @@ def _file_kind(mode: int) -> str:
 def load(
     path: str | os.PathLike[str], *, lenient: bool = False, cache: bool = True,
     progress: Progress | None = None, cache_dir: str | os.PathLike[str] | None = None,
-    cache_path: str | os.PathLike[str] | None = None,
 ) -> Trace:
     """Load a trace: from a verified cache when one matches the file's bytes, else decode it.
 
     The tables are built in memory and returned at once; the cache file is written behind, on
     another core, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that cannot be
     written costs only the next load's time: the tables in memory are complete either way. Caches go
-    to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`), or exactly to
-    ``cache_path`` (a bundle writing its own). A damaged cache is discarded and rebuilt, with a note.
+    to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`); a damaged cache
+    is discarded and rebuilt, with a note in ``Trace.notes``.
     A folder of neuron-explorer Parquet tables (and no Kineto trace) is built in memory, uncached.
     """
     folder = Path(path)
@@ -101,17 +100,13 @@ def load(
     src = resolve(path)
     fp = fingerprint(src)
     notes: list[str] = []
-    slot = None
-    if cache and not lenient:
-        slot = CacheSlot(Path(cache_path)) if cache_path is not None else cache_slot(fp, cache_dir)
-        for candidate in (slot, bundle_cache(src) if cache_path is None else None):
-            if candidate is None:
-                continue
-            cached, problem = candidate.open_if_valid(fp)
-            if cached is not None:
-                return _with_mapping(Trace(src, cached, from_cache=True, notes=notes))
-            if problem is not None:
-                notes.append(f"cache {candidate.path} was not used: {problem}; tables rebuilt from the trace")
+    slot = cache_slot(fp, cache_dir) if cache and not lenient else None
+    if slot is not None:
+        cached, problem = slot.open_if_valid(fp)
+        if cached is not None:
+            return _with_mapping(Trace(src, cached, from_cache=True, notes=notes))
+        if problem is not None:
+            notes.append(f"cache {problem}; tables rebuilt from the trace")
     started = time.perf_counter()
     cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
     con = duckdb.connect()
@@ -124,7 +119,7 @@ def load(
         con.close()
         raise
     del cols
-    if cache_path is None and time.perf_counter() - started < _min_cache_seconds():
+    if time.perf_counter() - started < _min_cache_seconds():
         slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
     return _with_mapping(Trace(src, con, from_cache=False, writer=writer, notes=notes))

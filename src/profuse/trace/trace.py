@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -13,17 +14,23 @@ from ..errors import UserError
 from .cache import CacheWriter
 
 _READ_ONLY = {"SELECT", "EXPLAIN", "PRAGMA", "CALL"}
+_EXPLAIN = re.compile(r"^\s*explain\s+(?:analy[sz]e\s+)?", re.IGNORECASE)
 
 
 def _statement_kind(query: str) -> str:
-    """The type of the one statement in ``query`` (SELECT, UPDATE, ...); more than one is an error."""
+    """The type of the one statement in ``query`` (SELECT, UPDATE, ...; EXPLAIN [ANALYZE] X is X's type);
+    more than one statement is an error."""
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as err:
         raise UserError(f"SQL error: {str(err).strip().splitlines()[0]}") from None
     if len(statements) != 1:
         raise UserError(f"SQL error: give exactly one statement (got {len(statements)})")
-    return statements[0].type.name
+    kind = statements[0].type.name
+    if kind == "EXPLAIN":  # EXPLAIN ANALYZE runs what it explains
+        inner = _EXPLAIN.sub("", query, count=1)
+        return _statement_kind(inner) if inner != query else "EXPLAIN"
+    return kind
 
 
 class Trace:
@@ -60,7 +67,8 @@ class Trace:
 
         The statement sees complete tables (the cache, if one is being written, is finished first)
         and can change nothing: only SELECT / EXPLAIN / PRAGMA / CALL are run, inside a transaction
-        that is always rolled back. Errors are user errors.
+        that is always rolled back, on a connection that from then on reaches no file or network
+        (DuckDB's ``enable_external_access`` off). Errors are user errors.
         """
         kind = _statement_kind(query)
         if kind not in _READ_ONLY:
@@ -69,6 +77,7 @@ class Trace:
         self.wait_for_cache()
         cur = self.con
         try:
+            cur.execute("SET enable_external_access = false")
             cur.execute("BEGIN TRANSACTION")
             cur.execute(query, params or [])
             return [d[0] for d in cur.description or []], cur.fetchall()
