@@ -28,7 +28,8 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
                 re.IGNORECASE),
      rf"\g<pre>{REDACTED}"),
     # --password hunter2 (flag, space, value)
-    (re.compile(rf"(?P<pre>(?<!\S)--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}\s{{1,8}})(?!-)\S+", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
+    (re.compile(rf"(?P<pre>(?<!\S)--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}\s{{1,8}})(?!-)\S+", re.IGNORECASE),
+     rf"\g<pre>{REDACTED}"),
     # (every repeat is bounded: an unbounded one before a fixed word is quadratic on long strings)
     # token shapes: Hugging Face, OpenAI-style, AWS access key ids, GitHub, Slack, JWTs
     (re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"), REDACTED),
