@@ -22,7 +22,8 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # Authorization: Bearer xyz
     (re.compile(r"\b(?P<pre>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
     # scheme://user:password@host (also as a path has it, scheme:/user:password@host)
-    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]{0,31}:/{1,2}[^/\s:@]{0,256}:)[^/\s@]{1,512}(?=@)", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
+    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]{0,31}:/{1,2}[^/\s:@]{0,256}:)[^/\s@]{1,512}(?=@)", re.IGNORECASE),
+     rf"\g<pre>{REDACTED}"),
     # --password=hunter2, --api-key=sk-..., token=..., PASSWORD: x
     (re.compile(rf"(?P<pre>{_WORD}[\w.-]{{0,64}}\s{{0,8}}[=:]\s{{0,8}})(?P<q>[\"']?)[^\s\"',;&]+(?P=q)",
                 re.IGNORECASE),
