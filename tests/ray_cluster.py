@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 
 RAY = str(Path(sys.executable).with_name("ray"))
+# Ray >= 2.5x turns token auth on when ~/.ray/auth_token exists (a local ray.init() writes one): a
+# test cluster on 127.0.0.1 runs without it, the same for its nodes and the driver (set it there too).
+AUTH_MODE = "disabled"
 NODE = ["--num-cpus=1", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
 
 
@@ -56,12 +59,16 @@ class RayCluster:
         self.address = f"127.0.0.1:{self.port}"
 
     def start(self) -> RayCluster:
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": AUTH_MODE}
         head = [RAY, "start", "--head", f"--port={self.port}", f"--temp-dir={self.tmp}", "--include-dashboard=false",
                 f"--dashboard-port={free_port()}", *NODE]
-        subprocess.run(head, check=True, capture_output=True, env=env, timeout=120)
-        subprocess.run([RAY, "start", f"--address={self.address}", f"--temp-dir={self.tmp}", *NODE], check=True,
-                       capture_output=True, env=env, timeout=120)
+        second = [RAY, "start", f"--address={self.address}", f"--temp-dir={self.tmp}", *NODE]
+        for cmd in (head, second):
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+            if out.returncode != 0:
+                self.stop()
+                tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
+                raise RuntimeError(f"{' '.join(cmd[:3])} failed ({out.returncode}):\n{tail}")
         return self
 
     def stop(self) -> None:

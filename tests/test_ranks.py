@@ -195,9 +195,12 @@ def test_ray_cluster_of_two_nodes_gives_the_local_json(injected: Path, ray_clust
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """A real Ray head plus a second node (``ray start``); the map runs on both; same JSON as local."""
+    from ray_cluster import AUTH_MODE
+
     from profuse.report.ranks import render_ranks_json
 
     local = run_ranks(str(injected), engine="local", workers=2, work_dir=tmp_path / "local")
+    monkeypatch.setenv("RAY_AUTH_MODE", AUTH_MODE)
     monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)  # joins the cluster, does not start one
     on_ray = run_ranks(str(injected), engine="ray", work_dir=tmp_path / "ray")
     assert not any(m["cached"] for m in on_ray.maps)
@@ -208,3 +211,28 @@ def test_ray_cluster_of_two_nodes_gives_the_local_json(injected: Path, ray_clust
     assert main(["report", str(injected), "--format", "json", "--engine", "ray", "--ray-address", ray_cluster.address,
                  "--work-dir", str(tmp_path / "ray")]) == 0
     assert json.loads(capsys.readouterr().out) == local.doc
+
+
+def test_diff_two_rank_folders(injected: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A: the trace N times as it is; B: the injected set. Only B's waiting ranks spent DELAY_US more in
+    communication, and only B has waits."""
+    base = tmp_path / "base"
+    base.mkdir()
+    for r in range(N):
+        shutil.copy(trace_path(NCCL), base / f"rank-{r}.json.gz")
+    work = ["--work-dir", str(tmp_path / "work"), "--workers", "2"]
+    assert main(["diff", str(base), str(injected), "--format", "json", *work]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == "profuse.ranks-diff/1"
+    assert d["a"]["wait_us_total"] == 0 and d["a"]["top_straggler"] is None
+    assert d["b"]["wait_us_total"] == pytest.approx(DELAY_US * (N - 1), rel=0.1)
+    assert d["b"]["top_straggler"] == STRAGGLER
+    for row in d["per_rank"]:
+        waited = DELAY_US if row["rank"] != STRAGGLER else 0.0
+        assert row["delta_comm_us"] == pytest.approx(waited, abs=0.01 * DELAY_US)
+    assert main(["diff", str(base), str(injected), *work]) == 0
+    assert "largest step-time change" in capsys.readouterr().out
+    # a rank folder against one trace is a user error
+    assert main(["diff", str(base), str(trace_path(NCCL))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(base) in err[0]

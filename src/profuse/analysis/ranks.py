@@ -18,6 +18,9 @@ from typing import Any
 import duckdb
 
 TOP = 20
+# Per-rank arrivals of every call go into the document up to this many ranks; beyond, the document
+# would grow with ranks x calls, so it keeps skew and last arriver and the Parquet keeps the arrivals.
+ARRIVALS_MAX_RANKS = 256
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -31,8 +34,8 @@ def _r(x: float | None, nd: int = 3) -> float | None:
 
 
 MATCHED = """
-    CREATE OR REPLACE TEMP VIEW matched AS
-    SELECT c.* FROM collectives c JOIN (
+    CREATE OR REPLACE TEMP TABLE matched AS
+    SELECT c.rank, c.name, c.seq, c.start_ns, c.end_ns, c.bytes FROM collectives c JOIN (
         SELECT name, seq FROM collectives GROUP BY name, seq
         HAVING count(DISTINCT rank) = (SELECT count(*) FROM totals)) m USING (name, seq)"""
 
@@ -58,8 +61,8 @@ def _aligned(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> None:
     if pairs:
         con.executemany("INSERT INTO offsets VALUES (?, ?)", pairs)
     con.execute("""
-        CREATE OR REPLACE TEMP VIEW arrivals AS
-        SELECT m.name, m.seq, m.rank, m.kernel, m.bytes, m.start_ns - o.offset_ns AS arr, m.end_ns - o.offset_ns AS fin,
+        CREATE OR REPLACE TEMP TABLE arrivals AS
+        SELECT m.name, m.seq, m.rank, m.bytes, m.start_ns - o.offset_ns AS arr, m.end_ns - o.offset_ns AS fin,
                max(m.start_ns - o.offset_ns) OVER w AS last, min(m.start_ns - o.offset_ns) OVER w AS first,
                row_number() OVER (PARTITION BY m.name, m.seq ORDER BY m.start_ns - o.offset_ns DESC, m.rank) AS pos
         FROM matched m JOIN offsets o USING (rank)
@@ -69,11 +72,12 @@ def _aligned(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> None:
 def collectives(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> dict[str, Any]:
     """Every matched collective call: per-rank arrival (µs after the first), skew, the last arriver."""
     _aligned(con, offsets)
-    calls = _rows(con, """
+    with_arrivals = len(offsets["offsets"]) <= ARRIVALS_MAX_RANKS
+    arrivals = "list(arr - first ORDER BY rank)" if with_arrivals else "NULL"
+    calls = _rows(con, f"""
         SELECT name, seq, max(bytes) AS bytes, min(first) AS first_ns, max(last) - min(first) AS skew_ns,
                CASE WHEN max(last) > min(first) THEN min(rank) FILTER (WHERE pos = 1) END AS last_arriver,
-               list(arr - first ORDER BY rank) AS arrivals_ns, list(rank ORDER BY rank) AS ranks,
-               max(fin) - min(fin) AS end_spread_ns
+               {arrivals} AS arrivals_ns, max(fin) - min(fin) AS end_spread_ns
         FROM arrivals GROUP BY name, seq ORDER BY first_ns, name, seq""")
     total, matched = con.execute(
         "SELECT (SELECT count(*) FROM collectives), (SELECT count(*) FROM matched)").fetchall()[0]
@@ -81,7 +85,7 @@ def collectives(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> dict
     for c in calls:
         out.append({"name": c["name"], "seq": c["seq"], "bytes": c["bytes"], "skew_us": c["skew_ns"] / 1000,
                     "last_arriver": c["last_arriver"], "end_spread_us": c["end_spread_ns"] / 1000,
-                    "arrivals_us": [a / 1000 for a in c["arrivals_ns"]]})
+                    "arrivals_us": None if c["arrivals_ns"] is None else [a / 1000 for a in c["arrivals_ns"]]})
     return {"calls": out, "matched_rank_events": int(matched), "unmatched_rank_events": int(total - matched)}
 
 
@@ -148,3 +152,49 @@ def merged_fusion(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[s
                sum(device_us) AS device_us, sum(predicted_saving_us) AS saving,
                min(recommendation) AS recommendation, min(confidence) AS confidence
         FROM fusion GROUP BY pattern, scope ORDER BY saving DESC, pattern, scope LIMIT ?""", [top])]
+
+
+def _median(vals: list[float | None]) -> float | None:
+    xs = [v for v in vals if v is not None]
+    if not xs:
+        return None
+    xs.sort()
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def diff_docs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two cross-rank documents compared: run-level medians, then rank by rank (matched by rank number)."""
+    def run_level(doc: dict[str, Any]) -> dict[str, Any]:
+        ranks = doc["ranks"]
+        return {"source": doc["source"], "ranks": len(ranks),
+                "step_median_us": _r(_median([r["step_median_us"] for r in ranks])),
+                "slowest_step_median_us": _r(max((r["step_median_us"] for r in ranks
+                                                  if r["step_median_us"] is not None), default=None)),
+                "device_us_median": _r(_median([r["device_us"] for r in ranks])),
+                "comm_us_median": _r(_median([r["comm_us"] for r in ranks])),
+                "idle_us_median": _r(_median([r["idle_us"] for r in ranks])),
+                "wait_us_total": _r(sum(s["wait_caused_us"] for s in doc["stragglers"])),
+                "top_straggler": next((s["rank"] for s in doc["stragglers"] if s["late_collectives"]), None)}
+
+    ra, rb = run_level(a), run_level(b)
+    sa, sb = ra["step_median_us"], rb["step_median_us"]
+    by_a = {r["rank"]: r for r in a["ranks"]}
+    by_b = {r["rank"]: r for r in b["ranks"]}
+    wait_a = {s["rank"]: s["wait_caused_us"] for s in a["stragglers"]}
+    wait_b = {s["rank"]: s["wait_caused_us"] for s in b["stragglers"]}
+    rows = []
+    for rank in sorted(set(by_a) | set(by_b)):
+        x, y = by_a.get(rank), by_b.get(rank)
+        row: dict[str, Any] = {"rank": rank}
+        for key in ("step_median_us", "device_us", "comm_us", "idle_us"):
+            va = x[key] if x else None
+            vb = y[key] if y else None
+            row[f"a_{key}"], row[f"b_{key}"] = va, vb
+            row[f"delta_{key}"] = _r(vb - va) if va is not None and vb is not None else None
+        row["a_wait_caused_us"], row["b_wait_caused_us"] = wait_a.get(rank), wait_b.get(rank)
+        rows.append(row)
+    return {"schema": "profuse.ranks-diff/1", "a": ra, "b": rb,
+            "step_speedup": _r(sa / sb, 3) if sa and sb else None,
+            "ranks_only_in_a": sorted(set(by_a) - set(by_b)), "ranks_only_in_b": sorted(set(by_b) - set(by_a)),
+            "per_rank": rows}

@@ -85,9 +85,12 @@ def _lit(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+REDUCE_MEMORY = "512MB"  # DuckDB spills to the set folder beyond this: the coordinator stays bounded
+
+
 def open_tables(folder: Path) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with one view per per-rank table over ``folder/rank=*/<table>.parquet``."""
-    con = duckdb.connect()
+    con = duckdb.connect(config={"memory_limit": REDUCE_MEMORY, "temp_directory": str(folder / ".spill")})
     for name in SCHEMAS:
         glob = _lit(str(folder / "rank=*" / f"{name}.parquet"))
         con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet({glob}, hive_partitioning = true, '

@@ -118,7 +118,16 @@ def map_rank(task: dict[str, Any]) -> dict[str, Any]:
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-    return {**small, **info, "cached": False, "seconds": time.perf_counter() - t0}
+    return {**small, **info, "cached": False, "seconds": time.perf_counter() - t0, "peak_rss": _peak_rss()}
+
+
+def _peak_rss() -> int | None:
+    """This worker process's peak resident memory so far, in bytes (None where unknown)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _node() -> str:

@@ -219,3 +219,30 @@ def render_ranks_html(doc: dict[str, Any]) -> str:
     return (f'<!doctype html><html><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             f"<title>profuse ranks report</title><style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n")
+
+
+def print_ranks_diff(con: Console, d: dict[str, Any], top: int | None = 15) -> None:
+    """``profuse diff DIR_A DIR_B`` on the console."""
+    a, b = d["a"], d["b"]
+    con.print(Text(f"A: {a['source']} ({a['ranks']} ranks)\nB: {b['source']} ({b['ranks']} ranks)", style="bold"))
+    speed = "unknown" if d["step_speedup"] is None else f"{d['step_speedup']:.2f}x"
+    con.print(f"median step {_us(a['step_median_us'])} -> {_us(b['step_median_us'])}: {speed}; slowest rank's "
+              f"step {_us(a['slowest_step_median_us'])} -> {_us(b['slowest_step_median_us'])}; wait at collectives "
+              f"{_us(a['wait_us_total'])} -> {_us(b['wait_us_total'])}")
+    for side, only in (("A", d["ranks_only_in_a"]), ("B", d["ranks_only_in_b"])):
+        if only:
+            con.print(Text(f"ranks only in {side}: {', '.join(map(str, only[:20]))}"
+                           + (" ..." if len(only) > 20 else ""), style="yellow"))
+    rows = sorted(d["per_rank"], key=lambda r: -abs(r["delta_step_median_us"] or 0.0))
+    t = Table(title="Ranks, largest step-time change first", title_justify="left")
+    for col in ("Rank", "Step A", "Step B", "Delta", "Comm A", "Comm B", "Idle A", "Idle B", "Wait caused A",
+                "Wait caused B"):
+        t.add_column(col, justify="right")
+    for r in rows[:top] if top else rows:
+        delta = r["delta_step_median_us"]
+        t.add_row(str(r["rank"]), _us(r["a_step_median_us"]), _us(r["b_step_median_us"]),
+                  Text("unknown" if delta is None else f"{delta:+.1f} µs",
+                       style="" if delta is None else "green" if delta < 0 else "red"),
+                  _us(r["a_comm_us"]), _us(r["b_comm_us"]), _us(r["a_idle_us"]), _us(r["b_idle_us"]),
+                  _us(r["a_wait_caused_us"]), _us(r["b_wait_caused_us"]))
+    con.print(t)
