@@ -236,3 +236,13 @@ def test_diff_two_rank_folders(injected: Path, tmp_path: Path, capsys: pytest.Ca
     assert main(["diff", str(base), str(trace_path(NCCL))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(base) in err[0]
+
+
+def test_unreachable_ray_address_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ray_cluster import free_port
+
+    port = free_port()  # nothing listens there
+    code = main(["report", str(TRACES / "multirank"), "--engine", "ray", "--ray-address", f"127.0.0.1:{port}",
+                 "--work-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"127.0.0.1:{port}" in err[0]

@@ -115,7 +115,8 @@ def rank_table(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> list[
             "memory_us": _r(r["memory_us"]), "idle_us": _r(r["idle_us"]), "overlap_us": _r(r["overlap_us"]),
             "overlap_pct": _r(100.0 * r["overlap_us"] / comm, 1) if comm else None,
             "steps": r["steps"], "step_median_us": _r(r["step_median_us"]), "collectives": r["collectives"],
-            "world_size": r["world_size"], "backend": r["backend"], "clock_offset_us": off.get(r["rank"])})
+            "world_size": r["world_size"], "backend": r["backend"], "clock_offset_us": off.get(r["rank"]),
+            "skipped_events": r["skipped_events"]})
     return out
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from .._io import atomic_write
 from ..ranks import ENGINES, run_ranks
@@ -54,9 +55,9 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
     con = console()
     print_ranks(con, doc, args.top or None)
     cached = sum(1 for m in result.maps if m.get("cached"))
-    con.print(f"[dim]{len(result.maps)} ranks mapped with --engine {args.engine} on {len(result.nodes)} node(s) "
-              f"in {result.map_seconds:.1f} s ({cached} from an earlier run), reduced in "
-              f"{result.reduce_seconds:.2f} s; tables in {result.folder}[/dim]")
+    con.print(Text(f"{len(result.maps)} ranks mapped with --engine {args.engine} on {len(result.nodes)} node(s) "
+                   f"in {result.map_seconds:.1f} s ({cached} from an earlier run), reduced in "
+                   f"{result.reduce_seconds:.2f} s; tables in {result.folder}", style="dim"))
     return 0
 
 

@@ -50,7 +50,7 @@ def set_folder(rs: RankSet, *, work_dir: str | Path | None, lenient: bool, fusio
         h.update(json.dumps([t.rank, str(t.path), fingerprint(t.path)], sort_keys=True).encode())
     h.update(json.dumps([TABLES_VERSION, lenient, fusion]).encode())
     base = Path(work_dir) if work_dir else user_cache_dir() / "ranks"
-    return base / h.hexdigest()[:20]
+    return base.resolve() / h.hexdigest()[:20]  # absolute: Ray workers do not share our working folder
 
 
 def run_ranks(source: str, files: list[Path] | None = None, *, engine: str = "local",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
@@ -71,6 +72,17 @@ def ray_address(flag: str | None) -> str | None:
     return flag or os.environ.get("RAY_ADDRESS") or None
 
 
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast when nothing listens at a ``HOST:PORT`` Ray address (Ray itself retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return  # 'auto', 'ray://...': left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise UserError(f"Ray: cannot reach a cluster at {address} ({err.strerror or err})") from None
+
+
 def run_ray(tasks: Sequence[dict[str, Any]], *, address: str | None = None,
             on_done: Done | None = None) -> list[dict[str, Any]]:
     """Map every task as a Ray task (spread over the nodes); joins ``address`` or starts Ray locally.
@@ -86,6 +98,7 @@ def run_ray(tasks: Sequence[dict[str, Any]], *, address: str | None = None,
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
         try:
             if address:
+                check_reachable(address)
                 ray.init(address=address, **kwargs)
             else:
                 ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=RAY_OBJECT_STORE,

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_KINDS
 
-TABLES_VERSION = 1  # bump when a per-rank table changes: older rank folders are rebuilt
+TABLES_VERSION = 2  # bump when a per-rank table changes: older rank folders are rebuilt
 DONE = "done.json"
 # device kernels that are collectives (NCCL, RCCL and their device-side names)
 COMM_KERNEL_SQL = ("(name ILIKE 'nccl%' OR name ILIKE 'rccl%' OR name ILIKE '%ncclKernel%' "
@@ -43,7 +43,7 @@ SCHEMAS: dict[str, list[tuple[str, str]]] = {
                ("compute_us", "DOUBLE"), ("comm_us", "DOUBLE"), ("memory_us", "DOUBLE"),
                ("overlap_us", "DOUBLE"), ("idle_us", "DOUBLE"), ("steps", "BIGINT"),
                ("step_median_us", "DOUBLE"), ("world_size", "BIGINT"), ("backend", "VARCHAR"),
-               ("collectives", "BIGINT")],
+               ("collectives", "BIGINT"), ("skipped_events", "BIGINT")],
     "steps": [("step", "BIGINT"), ("ts_ns", "BIGINT"), ("dur_us", "DOUBLE")],
     "ops": [("name", "VARCHAR"), ("calls", "BIGINT"), ("self_cpu_us", "DOUBLE"), ("self_device_us", "DOUBLE"),
             ("device_total_us", "DOUBLE")],
@@ -176,12 +176,12 @@ def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
                 "bytes": np.array([coll_bytes.get(r[4]) for r in rows], dtype=object)}
     # busy time: compute, communication, memory; their union, overlap and idle gaps
     if cpu_only:
-        busy = con.execute("""
-            SELECT ts, ts + dur AS e FROM events WHERE kind IN ('cpu_op', 'annotation') AND depth = 0
+        top = con.execute("""
+            SELECT ts, ts + dur AS e, name FROM events WHERE kind IN ('cpu_op', 'annotation') AND depth = 0
               AND name NOT LIKE 'ProfilerStep#%'""").fetchnumpy()
-        b_s, b_e = busy["ts"], busy["e"]
+        work = np.array([not COMM_HOST.match(n or "") for n in top["name"]], dtype=bool)
         comm_s, comm_e = coll_tab["start_ns"], coll_tab["end_ns"]
-        comp_s, comp_e = b_s, b_e
+        comp_s, comp_e = top["ts"][work], top["e"][work]
         mem_s = mem_e = np.empty(0, dtype=np.int64)
     else:
         dev = con.execute(f"""
@@ -212,7 +212,8 @@ def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
         "world_size": np.array([dist.get("world_size") if isinstance(dist.get("world_size"), int) else None],
                                dtype=object),
         "backend": np.array([dist.get("backend") if isinstance(dist.get("backend"), str) else None], dtype=object),
-        "collectives": np.array([len(rows)])}
+        "collectives": np.array([len(rows)]),
+        "skipped_events": np.array([sum(int(v) for v in (meta.get("skipped") or {}).values())])}
     table = op_table(trace, group_by="op")
     ops = {"name": np.array([r.name for r in table.rows], dtype=object),
            "calls": np.array([r.calls for r in table.rows], dtype=np.int64),

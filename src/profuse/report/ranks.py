@@ -50,11 +50,16 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
         t.add_column(col, justify="left" if col == "Trace" else "right")
     shown = ranks if not top else ranks[:top]
     for r in shown:
-        t.add_row(str(r["rank"]), _name(r["path"]), _us(r["device_us"]), _us(r["compute_us"]), _us(r["comm_us"]),
+        t.add_row(str(r["rank"]), Text(_name(r["path"])), _us(r["device_us"]), _us(r["compute_us"]), _us(r["comm_us"]),
                   "-" if r["overlap_pct"] is None else f"{r['overlap_pct']:.0f}%", _us(r["memory_us"]),
                   _us(r["idle_us"]), _us(r["step_median_us"]),
                   "unknown" if r["clock_offset_us"] is None else fmt_us(r["clock_offset_us"]))
     con.print(t)
+    skipped = [r for r in ranks if r.get("skipped_events")]
+    if skipped:
+        con.print(Text(f"--lenient skipped {sum(r['skipped_events'] for r in skipped):,} bad events on "
+                       f"{len(skipped)} rank(s): " + ", ".join(f"rank {r['rank']}: {r['skipped_events']:,}"
+                                                             for r in skipped[:8]), style="red"))
     if len(shown) < len(ranks):
         con.print(Text(f"... {len(ranks) - len(shown)} more ranks (--top 0 shows all)", style="dim"))
     late = [s for s in doc["stragglers"] if s["late_collectives"]]
@@ -80,7 +85,7 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
         for col in ("Collective", "Bytes", "Skew", "Last arriver"):
             t.add_column(col, justify="left" if col == "Collective" else "right")
         for c in skewed:
-            t.add_row(f"{c['name']} #{c['seq']}", _bytes(c["bytes"]), fmt_us(c["skew_us"]),
+            t.add_row(Text(f"{c['name']} #{c['seq']}"), _bytes(c["bytes"]), fmt_us(c["skew_us"]),
                       "-" if c["last_arriver"] is None else str(c["last_arriver"]))
         con.print(t)
     _print_heat(con, doc["steps"], top)
@@ -89,7 +94,7 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
         for col in ("Op", "Ranks", "Min", "Max", "Spread", "Slowest rank"):
             t.add_column(col, justify="left" if col == "Op" else "right")
         for o in doc["varying_ops"][:SHOW]:
-            t.add_row(o["name"], str(o["ranks"]), fmt_us(o["min_us"]), fmt_us(o["max_us"]), fmt_us(o["spread_us"]),
+            t.add_row(Text(o["name"]), str(o["ranks"]), fmt_us(o["min_us"]), fmt_us(o["max_us"]), fmt_us(o["spread_us"]),
                       str(o["max_rank"]))
         con.print(t)
     if doc["fusion"]:
@@ -97,8 +102,8 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
         for col in ("Pattern", "Scope", "Ranks", "Instances", "Predicted saving", "Do"):
             t.add_column(col, justify="right" if col in ("Ranks", "Instances", "Predicted saving") else "left")
         for f in doc["fusion"][:SHOW]:
-            t.add_row(f["pattern"], f["scope"], str(f["ranks"]), str(f["instances"]),
-                      fmt_us(f["predicted_saving_us"]), f["recommendation"])
+            t.add_row(Text(f["pattern"]), Text(f["scope"]), str(f["ranks"]), str(f["instances"]),
+                      fmt_us(f["predicted_saving_us"]), Text(f["recommendation"]))
         con.print(t)
 
 
