@@ -169,6 +169,18 @@ def main() -> int:
     print(f"{args.ranks} ranks x {total_mb / args.ranks:.0f} MB = {total_mb / 1e3:.2f} GB of JSON in {folder} "
           f"({os.cpu_count()} cores, {mem_available() / 1e9:.0f} GB available)")
     rows: dict[str, dict] = {}
+    print(f"\n{'measurement':32} {'wall s':>8} {'ranks/s':>8} {'coordinator RSS':>16} {'worker peak RSS':>16}",
+          flush=True)
+
+    def show(label: str) -> None:
+        r = rows[label]
+        if "error" in r:
+            print(f"{label:32} failed: {r['error']}", flush=True)
+            return
+        wpk = r.get("worker_peak_rss")
+        print(f"{label:32} {r['seconds']:8.1f} {args.ranks / r['seconds']:8.2f} {r['peak_rss'] / 1e6:13.0f} MB "
+              f"{(f'{wpk / 1e6:13.0f} MB') if wpk else '':>16}", flush=True)
+
     baseline = child("import json, resource, profuse.ranks, duckdb, numpy; print(json.dumps({'peak_rss': "
                      "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))")
     engines = ["local"] + ([] if args.no_ray else ["ray"])
@@ -179,6 +191,7 @@ def main() -> int:
         # RAY_AUTH_MODE: a local Ray would otherwise write a token into ~/.ray on this shared machine
         rows[f"profuse --engine {engine}"] = child(PROFUSE, str(folder), engine, str(work),
                                                    env={"PROFUSE_CACHE_DIR": str(cache), "RAY_AUTH_MODE": "disabled"})
+        show(f"profuse --engine {engine}")
         shutil.rmtree(cache, ignore_errors=True)
     if not args.no_hta:
         py = hta_python()
@@ -187,14 +200,7 @@ def main() -> int:
                                                   else {"error": "HTA not installed"})
         if "error" in rows["HTA TraceAnalysis (all ranks)"]:
             rows["HTA TraceAnalysis (all ranks)"]["error"] += f" (address space capped at {cap / 1e9:.0f} GB)"
-    print(f"\n{'measurement':32} {'wall s':>8} {'ranks/s':>8} {'coordinator RSS':>16} {'worker peak RSS':>16}")
-    for label, r in rows.items():
-        if "error" in r:
-            print(f"{label:32} failed: {r['error']}")
-            continue
-        wpk = r.get("worker_peak_rss")
-        print(f"{label:32} {r['seconds']:8.1f} {args.ranks / r['seconds']:8.2f} {r['peak_rss'] / 1e6:13.0f} MB "
-              f"{(f'{wpk / 1e6:13.0f} MB') if wpk else '':>16}")
+        show("HTA TraceAnalysis (all ranks)")
     print(f"(an interpreter with profuse, duckdb and numpy imported: {baseline.get('peak_rss', 0) / 1e6:.0f} MB)")
     local = rows.get("profuse --engine local", {})
     hta = rows.get("HTA TraceAnalysis (all ranks)", {})
