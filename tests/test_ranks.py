@@ -246,3 +246,19 @@ def test_unreachable_ray_address_is_one_line(tmp_path: Path, capsys: pytest.Capt
                  "--work-dir", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and f"127.0.0.1:{port}" in err[0]
+
+
+def test_html_and_console_show_hostile_names_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "set"
+    folder.mkdir()
+    hostile = '<img src=x onerror="window.x=1">[bold]'
+    for r in range(2):
+        shutil.copy(trace_path(NCCL), folder / f"{hostile}_rank_{r}.json.gz")
+    work = ["--work-dir", str(tmp_path / "work"), "--workers", "2"]
+    out = tmp_path / "r.html"
+    assert main(["report", str(folder), "--format", "html", "-o", str(out), *work]) == 0
+    page = out.read_text()
+    assert "<img" not in page and "&lt;img src=x onerror=&quot;window.x=1&quot;&gt;[bold]_rank_0.json.gz" in page
+    capsys.readouterr()
+    assert main(["report", str(folder), *work]) == 0
+    assert f"{hostile}_rank_0.json.gz" in capsys.readouterr().out  # printed as text, not rich markup
