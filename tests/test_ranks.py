@@ -262,3 +262,17 @@ def test_html_and_console_show_hostile_names_as_text(tmp_path: Path, capsys: pyt
     capsys.readouterr()
     assert main(["report", str(folder), *work]) == 0
     assert f"{hostile}_rank_0.json.gz" in capsys.readouterr().out  # printed as text, not rich markup
+
+
+def test_ray_without_address_starts_and_stops_a_local_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+    from ray_cluster import AUTH_MODE
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", AUTH_MODE)
+    folder = TRACES / "multirank"
+    local = run_ranks(str(folder), engine="local", workers=1, work_dir=tmp_path / "local")
+    on_ray = run_ranks(str(folder), engine="ray", work_dir=tmp_path / "ray")
+    assert not ray.is_initialized()  # the instance it started is shut down
+    assert not any(m["cached"] for m in on_ray.maps) and len(on_ray.maps) == 2
+    assert on_ray.doc == local.doc
