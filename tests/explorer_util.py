@@ -12,8 +12,8 @@ from profuse.explorer.server import create_app
 
 
 @contextmanager
-def running(traces):
-    app = create_app(traces)
+def running(traces, **kw):
+    app = create_app(traces, **kw)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -8,14 +8,19 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.diff import DiffRow, diff
+from ..errors import UserError
+from ..ranks.discover import candidates
 from ..report.console import fmt_us
 from ._common import add_load_args, console, load_trace
+from .ranks import add_rank_args, diff_rank_sets
 
 HELP = """examples:
   profuse diff before/ after/                   two bundles
   profuse diff base.json.gz test.json.gz --format json
+  profuse diff run_a/ run_b/                    two folders of rank traces: rank by rank
 Ops and modules are matched by name, so a CUDA run and a ROCm run compare; kernels are matched by
-name only between runs on the same kind of device.
+name only between runs on the same kind of device. Two rank folders are compared rank by rank
+(matched by rank number): step time, device, communication and idle time, wait caused.
 """
 
 
@@ -27,6 +32,7 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--top", type=int, default=15)
     add_load_args(p)
+    add_rank_args(p)
     p.set_defaults(func=run)
 
 
@@ -36,6 +42,13 @@ def _row(r: DiffRow) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    files_a, files_b = candidates(args.a), candidates(args.b)
+    if files_a is not None or files_b is not None:
+        if files_a is None or files_b is None:
+            one, many = (args.a, args.b) if files_a is None else (args.b, args.a)
+            raise UserError(f"{many} holds several rank traces but {one} is one trace: "
+                            "compare two folders of rank traces, or two traces")
+        return diff_rank_sets(args, files_a, files_b)
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
         d = diff(a, b)
     if args.format == "json":

@@ -5,12 +5,16 @@ import argparse
 import sys
 
 from ..errors import UserError
+from ..ranks.discover import candidates
 from ._common import add_load_args, load_trace
+from .ranks import add_rank_args
 
 HELP = """examples:
   profuse explore prof/                       open the explorer on a bundle
   profuse explore before/ after/              two runs: the Compare view diffs them
   profuse explore trace.json.gz --no-browser --port 8765
+  profuse explore run/                        a folder of rank traces: the Ranks view, click a rank
+                                              to open its own views (loaded when first opened)
 The server listens on 127.0.0.1 only; Ctrl-C stops it.
 """
 
@@ -23,6 +27,7 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     p.add_argument("--no-browser", action="store_true", help="print the URL, do not open a browser")
     p.add_argument("--keep-metadata", action="store_true", help="show trace metadata that looks secret")
     add_load_args(p)
+    add_rank_args(p)
     p.set_defaults(func=run)
 
 
@@ -33,14 +38,26 @@ def run(args: argparse.Namespace) -> int:
         from ..explorer.server import serve
     except ImportError as e:
         raise UserError(f"profuse explore needs its server packages ({e.name}): pip install profuse") from None
-    traces = [load_trace(p, args) for p in args.paths]
+    rank_files = candidates(args.paths[0]) if len(args.paths) == 1 else None
+    ranks = None
+    if rank_files is not None:
+        from ..explorer.server import RankRuns
+        from ..ranks import run_ranks
+
+        doc = run_ranks(args.paths[0], rank_files, engine=args.engine, ray_address=args.ray_address,
+                        workers=args.workers, lenient=args.lenient, cache=not args.no_cache,
+                        work_dir=args.work_dir).doc
+        ranks = RankRuns(doc, lambda path: load_trace(path, args))
+    traces = [] if ranks is not None else [load_trace(p, args) for p in args.paths]
     try:
         serve(traces, port=args.port, open_browser=not args.no_browser, keep_metadata=args.keep_metadata,
-              on_ready=lambda url: print(f"profuse explorer: {url}  (Ctrl-C to stop)", flush=True))
+              on_ready=lambda url: print(f"profuse explorer: {url}  (Ctrl-C to stop)", flush=True), ranks=ranks)
     except OSError as e:
         raise UserError(f"cannot listen on 127.0.0.1:{args.port} ({e.strerror})") from None
     finally:
         for t in traces:
             t.close()
+        for r in ranks.runs if ranks is not None else []:
+            r.unload()
     print("profuse explorer stopped", file=sys.stderr)
     return 0

@@ -7,9 +7,11 @@ from .._io import atomic_write
 from ..analysis import GROUPS, SORT_KEYS, op_table, summarize
 from ..analysis.advice import advise_trace
 from ..errors import UserError
+from ..ranks.discover import candidates
 from ..report.console import print_advice, print_report
 from ..report.json_report import render_json
 from ._common import add_load_args, console, load_trace
+from .ranks import add_rank_args, run_ranks_report
 
 HELP = """examples:
   profuse report trace.json.gz
@@ -18,6 +20,12 @@ HELP = """examples:
   profuse report prof/ --format html -o report.html    (one file, opens offline)
   profuse report explorer_out/                         (a neuron-explorer Parquet folder: built from the
                                                         published schema 7.4.0, not yet checked on a capture)
+
+several rank traces of one distributed run (a folder or a quoted glob): one cross-rank report
+  profuse report run/                                  ranks, stragglers, collective skew, step heat map
+  profuse report 'run/*rank*.json.gz' --format json    schema profuse.ranks/1
+  profuse report run/ --engine ray                     map the ranks as Ray tasks (starts Ray here)
+  profuse report run/ --engine ray --ray-address head-node:6379   (or set RAY_ADDRESS)
 """
 
 
@@ -26,8 +34,8 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
                         description="Show where time goes: every op with its CPU time and the device time "
                                     "of the kernels it launched.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("path", help="a Kineto trace (.json / .json.gz), a profuse bundle folder, or a "
-                                "neuron-explorer Parquet folder")
+    p.add_argument("path", help="a Kineto trace (.json / .json.gz), a profuse bundle folder, a folder or glob "
+                                "of several rank traces, or a neuron-explorer Parquet folder")
     p.add_argument("--format", choices=("table", "json", "html"), default="table",
                    help="html: one self-contained file (needs -o), viewable offline")
     p.add_argument("--group-by", choices=GROUPS, default="op")
@@ -40,13 +48,17 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     p.add_argument("--no-advice", action="store_true",
                    help="the op table only: no hotspots, interruptions, fusion candidates, roofline")
     add_load_args(p)
+    add_rank_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.format == "html" and not args.output:
+        raise UserError("--format html writes a file: add -o report.html")
+    files = candidates(args.path)
+    if files is not None:
+        return run_ranks_report(args, files)
     if args.format == "html":
-        if not args.output:
-            raise UserError("--format html writes a file: add -o report.html")
         from ..report.html import render_html
 
         with load_trace(args.path, args) as trace:

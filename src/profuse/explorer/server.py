@@ -48,6 +48,61 @@ class Run:
         with self.lock:
             return fn(self.trace, *args, **kw)
 
+    def info(self, i: int) -> dict[str, Any]:
+        return {"run": i, "path": str(self.trace.path), "device_label": self.trace.device_label,
+                "events": self.trace.meta["events"]}
+
+
+class RankRuns:
+    """The rank traces of a distributed run, loaded when first looked at; at most ``keep`` stay loaded."""
+
+    def __init__(self, doc: dict[str, Any], load: Callable[[str], Trace], keep: int = 2) -> None:
+        self.doc = doc
+        self.runs = [LazyRun(r["path"], r, load, self) for r in doc["ranks"]]
+        self.keep = keep
+        self.order: list[LazyRun] = []  # loaded, least recently used first
+        self.lock = threading.Lock()
+
+    def touched(self, run: LazyRun) -> None:
+        with self.lock:
+            if run in self.order:
+                self.order.remove(run)
+            self.order.append(run)
+            for old in self.order[:-self.keep]:
+                if old.lock.acquire(blocking=False):  # one that is busy is dropped on a later call
+                    try:
+                        old.unload()
+                        self.order.remove(old)
+                    finally:
+                        old.lock.release()
+
+
+class LazyRun(Run):
+    """One rank's trace, loaded on the first request for it."""
+
+    def __init__(self, path: str, row: dict[str, Any], load: Callable[[str], Trace], owner: RankRuns) -> None:
+        self.path, self.row, self.load, self.owner = path, row, load, owner
+        self.trace: Trace | None = None  # type: ignore[assignment]
+        self.lock = threading.Lock()
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        with self.lock:
+            if self.trace is None:
+                self.trace = self.load(self.path)
+                data.prepare(self.trace)
+            result = fn(self.trace, *args, **kw)
+        self.owner.touched(self)
+        return result
+
+    def unload(self) -> None:
+        if self.trace is not None:
+            self.trace.close()
+            self.trace = None
+
+    def info(self, i: int) -> dict[str, Any]:
+        return {"run": i, "path": self.path, "device_label": self.row["device_kind"], "events": self.row["events"],
+                "rank": self.row["rank"]}
+
 
 def _json(obj: Any, status: int = 200) -> Response:
     return JSONResponse(obj, status_code=status, headers=SECURITY_HEADERS)
@@ -88,8 +143,9 @@ class LoopbackHostOnly:
         return hosts[0].decode("latin-1").lower() in {f"{name}:{port}" for name in LOOPBACK_NAMES}
 
 
-def create_app(traces: list[Trace], *, keep_metadata: bool = False) -> Starlette:
-    runs = [Run(t) for t in traces]
+def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankRuns | None = None) -> Starlette:
+    """The app over one or two traces, or (``ranks``) over the rank traces of a distributed run."""
+    runs: list[Run] = [*ranks.runs] if ranks is not None else [Run(t) for t in traces]
     files = assets()
 
     def static(request: Request) -> Response:
@@ -104,8 +160,12 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False) -> Starlette
         return runs[i] if 0 <= i < len(runs) else None
 
     def api_runs(request: Request) -> Response:
-        return _json([{"run": i, "path": str(r.trace.path), "device_label": r.trace.device_label,
-                       "events": r.trace.meta["events"]} for i, r in enumerate(runs)])
+        return _json([r.info(i) for i, r in enumerate(runs)])
+
+    def api_ranks(request: Request) -> Response:
+        if ranks is None:
+            return _json({"error": "start profuse explore on a folder of rank traces for the Ranks view"}, 404)
+        return _json(ranks.doc)
 
     def api(view: str) -> Callable[[Request], Response]:
         def handler(request: Request) -> Response:
@@ -141,7 +201,7 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False) -> Starlette
         return handler
 
     def api_compare(request: Request) -> Response:
-        if len(runs) < 2:
+        if len(runs) < 2 or ranks is not None:
             return _json({"error": "start profuse explore with two traces to compare them"}, 404)
         with runs[0].lock, runs[1].lock:
             return _json(data.compare(runs[0].trace, runs[1].trace))
@@ -150,6 +210,7 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False) -> Starlette
         Route("/", static),
         Route("/assets/{name}", static),
         Route("/api/runs", api_runs),
+        Route("/api/ranks", api_ranks),
         Route("/api/compare", api_compare),
         Route("/api/{run:int}/event/{id:int}", api("event")),
     ] + [Route(f"/api/{{run:int}}/{v}", api(v)) for v in ("lanes", "timeline", "overview", "ops", "modules",
@@ -162,14 +223,14 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False) -> Starlette
 
 
 def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep_metadata: bool = False,
-          on_ready: Callable[[str], None] | None = None) -> None:
+          on_ready: Callable[[str], None] | None = None, ranks: RankRuns | None = None) -> None:
     """Serve until Ctrl-C, on 127.0.0.1 (a free port unless ``port``)."""
     import socket
     import webbrowser
 
     import uvicorn
 
-    app = create_app(traces, keep_metadata=keep_metadata)
+    app = create_app(traces, keep_metadata=keep_metadata, ranks=ranks)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))

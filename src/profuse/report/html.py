@@ -26,7 +26,7 @@ def bundle_js() -> str:
         src = src.replace("import * as views from \"./views.js\";", "")
         parts.append(f"// --- {name}\n{src}")
     js = "\n".join(parts)
-    js = js.replace("views[st.view]", "({overview, ops, timeline, modules, compiled, compare})[st.view]")
+    js = js.replace("views[st.view]", "({ranks, overview, ops, timeline, modules, compiled, compare})[st.view]")
     return js.replace("</script", "<\\/script")
 
 

@@ -53,7 +53,8 @@ def resolve(path: str | os.PathLike[str]) -> Path:
             return _regular(found[0])
         if not found:
             raise TraceError(p, "is a folder with no trace in it (expected trace.json.gz or one *.json[.gz])")
-        raise TraceError(p, f"holds {len(found)} traces; name one of them: {', '.join(q.name for q in found[:4])}")
+        raise TraceError(p, f"holds {len(found)} traces; name one of them: {', '.join(q.name for q in found[:4])} "
+                            "(`profuse report` on the folder gives one report over all of them as ranks)")
     if not p.exists():
         raise TraceError(p, "no such file")
     return _regular(p)

@@ -3,12 +3,13 @@ import { get, isReport } from "./api.js";
 import { el } from "./dom.js";
 import * as views from "./views.js";
 
-const VIEWS = ["overview", "ops", "timeline", "modules", "compiled", "compare"];
+const VIEWS = ["ranks", "overview", "ops", "timeline", "modules", "compiled", "compare"];
+let ranksMode = false;  // started on a folder of rank traces: the Ranks view is home
 
 function state() {
   const p = new URLSearchParams(location.hash.slice(1));
   const st = Object.fromEntries(p.entries());
-  if (!VIEWS.includes(st.view)) st.view = "overview";
+  if (!VIEWS.includes(st.view) || (st.view === "ranks" && !ranksMode)) st.view = ranksMode ? "ranks" : "overview";
   st.run = parseInt(st.run || "0", 10) || 0;
   return st;
 }
@@ -38,11 +39,14 @@ async function render() {
 
 async function start() {
   const runs = (await get("/api/runs")) || [];
+  ranksMode = !isReport && runs.some(r => r.rank !== undefined);
   const sel = document.getElementById("run");
-  sel.replaceChildren(...runs.map(r => el("option", { value: r.run }, `${r.run === 0 ? "A" : "B"}: ${r.path}`)));
+  const label = r => r.rank !== undefined ? `rank ${r.rank}` : (r.run === 0 ? "A" : "B");
+  sel.replaceChildren(...runs.map(r => el("option", { value: r.run }, `${label(r)}: ${r.path}`)));
   sel.value = String(state().run);
   sel.addEventListener("change", () => go({ ...state(), run: sel.value, sel: "", t0: "", t1: "" }));
-  if (runs.length < 2) document.querySelector('#nav a[data-view="compare"]').style.display = "none";
+  if (runs.length < 2 || ranksMode) document.querySelector('#nav a[data-view="compare"]').style.display = "none";
+  if (!ranksMode) document.querySelector('#nav a[data-view="ranks"]').style.display = "none";
   if (isReport) for (const v of ["compiled"]) document.querySelector(`#nav a[data-view="${v}"]`).style.display = "none";
   for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {
     e.preventDefault(); go({ view: a.dataset.view, run: state().run });

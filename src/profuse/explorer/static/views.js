@@ -167,3 +167,57 @@ export async function compare(main, st) {
   sync(a, b); sync(b, a);
   a.setView(lo, hi, { silent: true }); b.setView(lo, hi, { silent: true });
 }
+
+// Ranks of a distributed run (profuse explore DIR): click a rank to open its own views.
+export async function ranks(main, st, go) {
+  const d = await get("/api/ranks");
+  if (!d || d.error) return main.append(el("p", { class: "muted" }, (d && d.error) || "no ranks: profuse explore DIR"));
+  const runs = (await get("/api/runs")) || [];
+  const runOf = Object.fromEntries(runs.map(r => [r.rank, r.run]));
+  const open = r => go({ view: "overview", run: runOf[r.rank] });
+  main.append(el("h2", { id: "ranks-title" }, `${d.ranks_found} ranks · ${d.source}`),
+    el("p", { class: "muted" }, `ranks named by ${d.rank_source}; clocks aligned to rank ${d.clock.reference_rank} from collective end times; click a rank to open it`));
+  const pct = v => v === null || v === undefined ? "-" : v.toFixed(0) + "%";
+  const holder = el("div", { id: "ranks-table" }, table([
+    { key: "rank", label: "Rank" }, { key: "path", label: "Trace", name: true },
+    { key: "device_us", label: "Device", fmt: fmtUs }, { key: "compute_us", label: "Compute", fmt: fmtUs },
+    { key: "comm_us", label: "Comm", fmt: fmtUs }, { key: "overlap_pct", label: "Overlap", fmt: pct },
+    { key: "idle_us", label: "Idle", fmt: fmtUs }, { key: "step_median_us", label: "Step median", fmt: fmtUs },
+    { key: "clock_offset_us", label: "Clock offset", fmt: v => v === null ? "unknown" : fmtUs(v) }], d.ranks, { onRow: open }));
+  main.append(holder);
+  const late = d.stragglers.filter(s => s.late_collectives > 0);
+  main.append(el("h2", {}, "Stragglers"), late.length ? el("div", { id: "stragglers" }, table([
+    { key: "rank", label: "Rank" }, { key: "late_collectives", label: "Late collectives" },
+    { key: "wait_caused_us", label: "Wait caused (all other ranks)", fmt: fmtUs }], late, { onRow: open }))
+    : el("p", { class: "muted" }, "no rank arrived late at a matched collective"));
+  const sp = d.steps;
+  if (sp.steps.length) {
+    const vals = sp.dur_us.flat().filter(v => v !== null).sort((a, b) => a - b);
+    const med = vals.length ? vals[Math.floor(vals.length / 2)] : 0;
+    const color = v => {
+      const r = med ? v / med : 1;
+      return r >= 1 ? `rgba(192,57,43,${Math.min((r - 1) / 0.5, 1).toFixed(2)})` : `rgba(41,128,185,${Math.min((1 - r) / 0.5, 1).toFixed(2)})`;
+    };
+    const head = el("tr", {}, el("th", {}, "Rank"), sp.steps.map(s => el("th", {}, "#" + s)));
+    const body = sp.ranks.map((rank, i) => el("tr", { on: { click: () => open({ rank }) } }, el("td", {}, rank),
+      sp.dur_us[i].map(v => v === null ? el("td", {}, "-") : el("td", { style: `background:${color(v)}`, title: fmtUs(v) }, fmtUs(v)))));
+    main.append(el("h2", {}, "Step time, rank × step"), el("table", { id: "heat" }, el("thead", {}, head), el("tbody", {}, body)));
+  }
+  const calls = [...d.collectives].sort((a, b) => b.skew_us - a.skew_us).slice(0, 50);
+  if (calls.length) {
+    const worst = calls[0].skew_us || 1;
+    main.append(el("h2", {}, "Collective skew (largest 50)"), el("div", { id: "skew" }, table([
+      { key: "name", label: "Collective", name: true, fmt: (v, r) => `${v} #${r.seq}` },
+      { key: "bytes", label: "Bytes", fmt: v => v === null ? "unknown" : fmtBytes(v) },
+      { key: "skew_us", label: "Skew", fmt: fmtUs },
+      { key: "skew_bar", label: "", fmt: (v, r) => el("span", { class: "bar", style: `width:${Math.round(200 * r.skew_us / worst)}px` }) },
+      { key: "last_arriver", label: "Last arriver", fmt: v => v === null ? "-" : v }], calls, { sortable: false })));
+  }
+  if (d.fusion.length) {
+    main.append(el("h2", {}, "Fusion candidates, merged over ranks"), table([
+      { key: "pattern", label: "Pattern", name: true }, { key: "scope", label: "Scope", name: true },
+      { key: "ranks", label: "Ranks" }, { key: "instances", label: "Instances" },
+      { key: "predicted_saving_us", label: "Predicted saving", fmt: fmtUs },
+      { key: "recommendation", label: "Do", name: true }], d.fusion));
+  }
+}

@@ -1,0 +1,201 @@
+"""Cross-rank analyses: pure functions over the reduced per-rank tables of a distributed run.
+
+Each function takes a DuckDB connection on which the per-rank tables are views with a ``rank``
+column (``totals``, ``steps``, ``ops``, ``collectives``, ``fusion``; see ``profuse.ranks.maptask``)
+and returns plain rows ready for JSON. Times are µs unless a name says ns.
+
+Collectives are matched across ranks by their type and order on each rank: the k-th AllReduce of
+every rank is one call. A rank *arrives* at a call when its collective kernel starts (on a host
+without a device, when its collective annotation starts). All ranks leave a call together, so the
+median difference of its end times from the reference rank's (the lowest rank) estimates each
+rank's clock offset; arrivals are compared after removing it. The last rank to arrive made every
+other rank wait ``last arrival - its arrival``; the sum of those waits is the wait it caused.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+TOP = 20
+# Per-rank arrivals of every call go into the document up to this many ranks; beyond, the document
+# would grow with ranks x calls, so it keeps skew and last arriver and the Parquet keeps the arrivals.
+ARRIVALS_MAX_RANKS = 256
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or [])
+    cols = [d[0] for d in cur.description or []]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+MATCHED = """
+    CREATE OR REPLACE TEMP TABLE matched AS
+    SELECT c.rank, c.name, c.seq, c.start_ns, c.end_ns, c.bytes FROM collectives c JOIN (
+        SELECT name, seq FROM collectives GROUP BY name, seq
+        HAVING count(DISTINCT rank) = (SELECT count(*) FROM totals)) m USING (name, seq)"""
+
+
+def clock_offsets(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Each rank's clock offset from the reference rank, from collective end times (None: unknown)."""
+    con.execute(MATCHED)
+    ref = con.execute("SELECT min(rank) FROM totals").fetchall()[0][0]
+    rows = _rows(con, """
+        SELECT t.rank, CAST(round(median(c.end_ns - r.end_ns)) AS BIGINT) AS offset_ns, count(c.seq) AS collectives
+        FROM totals t LEFT JOIN matched c ON c.rank = t.rank
+        LEFT JOIN matched r ON r.rank = ? AND r.name = c.name AND r.seq = c.seq
+        GROUP BY t.rank ORDER BY t.rank""", [ref])
+    return {"reference_rank": ref,
+            "offsets": [{"rank": r["rank"], "offset_us": None if r["offset_ns"] is None else r["offset_ns"] / 1000,
+                         "offset_ns": r["offset_ns"], "collectives": int(r["collectives"])} for r in rows]}
+
+
+def _aligned(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> None:
+    """View ``arrivals``: every matched call on every rank, on the reference rank's clock."""
+    con.execute("CREATE OR REPLACE TEMP TABLE offsets (rank BIGINT, offset_ns BIGINT)")
+    pairs = [(o["rank"], o["offset_ns"] or 0) for o in offsets["offsets"]]
+    if pairs:
+        con.executemany("INSERT INTO offsets VALUES (?, ?)", pairs)
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE arrivals AS
+        SELECT m.name, m.seq, m.rank, m.bytes, m.start_ns - o.offset_ns AS arr, m.end_ns - o.offset_ns AS fin,
+               max(m.start_ns - o.offset_ns) OVER w AS last, min(m.start_ns - o.offset_ns) OVER w AS first,
+               row_number() OVER (PARTITION BY m.name, m.seq ORDER BY m.start_ns - o.offset_ns DESC, m.rank) AS pos
+        FROM matched m JOIN offsets o USING (rank)
+        WINDOW w AS (PARTITION BY m.name, m.seq)""")
+
+
+def collectives(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> dict[str, Any]:
+    """Every matched collective call: per-rank arrival (µs after the first), skew, the last arriver."""
+    _aligned(con, offsets)
+    with_arrivals = len(offsets["offsets"]) <= ARRIVALS_MAX_RANKS
+    arrivals = "list(arr - first ORDER BY rank)" if with_arrivals else "NULL"
+    calls = _rows(con, f"""
+        SELECT name, seq, max(bytes) AS bytes, min(first) AS first_ns, max(last) - min(first) AS skew_ns,
+               CASE WHEN max(last) > min(first) THEN min(rank) FILTER (WHERE pos = 1) END AS last_arriver,
+               {arrivals} AS arrivals_ns, max(fin) - min(fin) AS end_spread_ns
+        FROM arrivals GROUP BY name, seq ORDER BY first_ns, name, seq""")
+    total, matched = con.execute(
+        "SELECT (SELECT count(*) FROM collectives), (SELECT count(*) FROM matched)").fetchall()[0]
+    out = []
+    for c in calls:
+        out.append({"name": c["name"], "seq": c["seq"], "bytes": c["bytes"], "skew_us": c["skew_ns"] / 1000,
+                    "last_arriver": c["last_arriver"], "end_spread_us": c["end_spread_ns"] / 1000,
+                    "arrivals_us": None if c["arrivals_ns"] is None else [a / 1000 for a in c["arrivals_ns"]]})
+    return {"calls": out, "matched_rank_events": int(matched), "unmatched_rank_events": int(total - matched)}
+
+
+def stragglers(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Ranks by the wait they caused others as the last arriver (needs :func:`collectives` first)."""
+    return [{"rank": r["rank"], "late_collectives": int(r["late"]), "wait_caused_us": (r["wait"] or 0) / 1000}
+            for r in _rows(con, """
+        WITH per_call AS (
+            SELECT name, seq, min(rank) FILTER (WHERE pos = 1) AS rank, sum(last - arr) AS wait,
+                   max(last) - min(first) AS skew
+            FROM arrivals GROUP BY name, seq)
+        SELECT t.rank, count(p.seq) AS late, CAST(sum(p.wait) AS BIGINT) AS wait
+        FROM totals t LEFT JOIN per_call p ON p.rank = t.rank AND p.skew > 0
+        GROUP BY t.rank ORDER BY wait DESC NULLS LAST, t.rank""")]
+
+
+def rank_table(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per rank: its totals, compute/communication overlap and clock offset."""
+    off = {o["rank"]: o["offset_us"] for o in offsets["offsets"]}
+    out = []
+    for r in _rows(con, "SELECT * FROM totals ORDER BY rank"):
+        comm = r["comm_us"] or 0.0
+        out.append({
+            "rank": r["rank"], "path": r["path"], "device_kind": r["device_kind"], "device_name": r["device_name"],
+            "events": r["events"], "span_us": _r(r["span_us"]), "device_us": _r(r["device_us"]),
+            "busy_us": _r(r["busy_us"]), "compute_us": _r(r["compute_us"]), "comm_us": _r(comm),
+            "memory_us": _r(r["memory_us"]), "idle_us": _r(r["idle_us"]), "overlap_us": _r(r["overlap_us"]),
+            "overlap_pct": _r(100.0 * r["overlap_us"] / comm, 1) if comm else None,
+            "steps": r["steps"], "step_median_us": _r(r["step_median_us"]), "collectives": r["collectives"],
+            "world_size": r["world_size"], "backend": r["backend"], "clock_offset_us": off.get(r["rank"]),
+            "skipped_events": r["skipped_events"]})
+    return out
+
+
+def step_times(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Rank x step: each profiler step's wall time, for the heat map."""
+    steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps ORDER BY step").fetchall()]
+    ranks = [r[0] for r in con.execute("SELECT rank FROM totals ORDER BY rank").fetchall()]
+    cell = {(r, s): d for r, s, d in con.execute("SELECT rank, step, dur_us FROM steps").fetchall()}
+    return {"steps": steps, "ranks": ranks,
+            "dur_us": [[_r(cell.get((r, s))) for s in steps] for r in ranks]}
+
+
+def varying_ops(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[str, Any]]:
+    """Ops whose device time differs most between ranks (max - min over the ranks that ran them)."""
+    return [{"name": r["name"], "ranks": r["ranks"], "min_us": _r(r["lo"]), "max_us": _r(r["hi"]),
+             "mean_us": _r(r["mean"]), "spread_us": _r(r["hi"] - r["lo"]), "min_rank": r["min_rank"],
+             "max_rank": r["max_rank"]}
+            for r in _rows(con, """
+        WITH s AS (SELECT name, count(*) AS ranks, min(self_device_us) AS lo, max(self_device_us) AS hi,
+                          avg(self_device_us) AS mean FROM ops GROUP BY name HAVING count(*) > 1)
+        SELECT s.*, min(o.rank) FILTER (WHERE o.self_device_us = s.lo) AS min_rank,
+               min(o.rank) FILTER (WHERE o.self_device_us = s.hi) AS max_rank
+        FROM s JOIN ops o USING (name) WHERE s.hi - s.lo > 0.0005
+        GROUP BY s.name, s.ranks, s.lo, s.hi, s.mean ORDER BY s.hi - s.lo DESC, s.name LIMIT ?""", [top])]
+
+
+def merged_fusion(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[str, Any]]:
+    """Each rank's fusion candidates merged: the same (pattern, scope) on N ranks is one row with N."""
+    return [{"pattern": r["pattern"], "scope": r["scope"], "ranks": r["ranks"], "instances": r["instances"],
+             "device_us": _r(r["device_us"]), "predicted_saving_us": _r(r["saving"]),
+             "recommendation": r["recommendation"], "confidence": r["confidence"]}
+            for r in _rows(con, """
+        SELECT pattern, scope, count(DISTINCT rank) AS ranks, sum(instances) AS instances,
+               sum(device_us) AS device_us, sum(predicted_saving_us) AS saving,
+               min(recommendation) AS recommendation, min(confidence) AS confidence
+        FROM fusion GROUP BY pattern, scope ORDER BY saving DESC, pattern, scope LIMIT ?""", [top])]
+
+
+def _median(vals: list[float | None]) -> float | None:
+    xs = [v for v in vals if v is not None]
+    if not xs:
+        return None
+    xs.sort()
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def diff_docs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two cross-rank documents compared: run-level medians, then rank by rank (matched by rank number)."""
+    def run_level(doc: dict[str, Any]) -> dict[str, Any]:
+        ranks = doc["ranks"]
+        return {"source": doc["source"], "ranks": len(ranks),
+                "step_median_us": _r(_median([r["step_median_us"] for r in ranks])),
+                "slowest_step_median_us": _r(max((r["step_median_us"] for r in ranks
+                                                  if r["step_median_us"] is not None), default=None)),
+                "device_us_median": _r(_median([r["device_us"] for r in ranks])),
+                "comm_us_median": _r(_median([r["comm_us"] for r in ranks])),
+                "idle_us_median": _r(_median([r["idle_us"] for r in ranks])),
+                "wait_us_total": _r(sum(s["wait_caused_us"] for s in doc["stragglers"])),
+                "top_straggler": next((s["rank"] for s in doc["stragglers"] if s["late_collectives"]), None)}
+
+    ra, rb = run_level(a), run_level(b)
+    sa, sb = ra["step_median_us"], rb["step_median_us"]
+    by_a = {r["rank"]: r for r in a["ranks"]}
+    by_b = {r["rank"]: r for r in b["ranks"]}
+    wait_a = {s["rank"]: s["wait_caused_us"] for s in a["stragglers"]}
+    wait_b = {s["rank"]: s["wait_caused_us"] for s in b["stragglers"]}
+    rows = []
+    for rank in sorted(set(by_a) | set(by_b)):
+        x, y = by_a.get(rank), by_b.get(rank)
+        row: dict[str, Any] = {"rank": rank}
+        for key in ("step_median_us", "device_us", "comm_us", "idle_us"):
+            va = x[key] if x else None
+            vb = y[key] if y else None
+            row[f"a_{key}"], row[f"b_{key}"] = va, vb
+            row[f"delta_{key}"] = _r(vb - va) if va is not None and vb is not None else None
+        row["a_wait_caused_us"], row["b_wait_caused_us"] = wait_a.get(rank), wait_b.get(rank)
+        rows.append(row)
+    return {"schema": "profuse.ranks-diff/1", "a": ra, "b": rb,
+            "step_speedup": _r(sa / sb, 3) if sa and sb else None,
+            "ranks_only_in_a": sorted(set(by_a) - set(by_b)), "ranks_only_in_b": sorted(set(by_b) - set(by_a)),
+            "per_rank": rows}

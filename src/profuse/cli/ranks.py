@@ -1,0 +1,77 @@
+"""``profuse report DIR`` on a folder (or glob) of rank traces: the cross-rank report."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from .._io import atomic_write
+from ..ranks import ENGINES, run_ranks
+from ..report.ranks import print_ranks, render_ranks_html, render_ranks_json
+from ._common import console
+
+
+def add_rank_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("several rank traces (a folder or glob of them)")
+    g.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where each rank is summarised: local (a process pool sized to cores and memory, "
+                        "the default) or ray (Ray tasks)")
+    g.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="join this Ray cluster (default: $RAY_ADDRESS, else start Ray on this machine)")
+    g.add_argument("--workers", type=int, metavar="N", help="local engine: at most N processes")
+    g.add_argument("--work-dir", metavar="DIR",
+                   help="where per-rank Parquet tables go (default: the profuse cache); with Ray on several "
+                        "machines, a path every node can read and write, as the traces must be")
+
+
+def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
+    err = Console(stderr=True)
+    done = {"n": 0}
+
+    def on_done(res: dict[str, Any]) -> None:
+        done["n"] += 1
+        if sys.stderr.isatty():
+            err.print(f"mapped {done['n']}/{len(files)} ranks", end="\r")
+
+    result = run_ranks(args.path, files, engine=args.engine, ray_address=args.ray_address, workers=args.workers,
+                       lenient=args.lenient, cache=not args.no_cache, fusion=not args.no_advice,
+                       work_dir=args.work_dir, on_done=on_done)
+    doc = result.doc
+    if args.format == "json":
+        text = render_ranks_json(doc)
+        if args.output:
+            atomic_write(args.output, text + "\n")
+        else:
+            print(text)
+        return 0
+    if args.format == "html":
+        atomic_write(args.output, render_ranks_html(doc))
+        print(f"wrote {args.output}")
+        return 0
+    con = console()
+    print_ranks(con, doc, args.top or None)
+    cached = sum(1 for m in result.maps if m.get("cached"))
+    con.print(Text(f"{len(result.maps)} ranks mapped with --engine {args.engine} on {len(result.nodes)} node(s) "
+                   f"in {result.map_seconds:.1f} s ({cached} from an earlier run), reduced in "
+                   f"{result.reduce_seconds:.2f} s; tables in {result.folder}", style="dim"))
+    return 0
+
+
+def diff_rank_sets(args: argparse.Namespace, files_a: list[Path], files_b: list[Path]) -> int:
+    """``profuse diff DIR_A DIR_B``: two runs of rank traces compared rank by rank."""
+    from ..analysis.ranks import diff_docs
+    from ..report.ranks import print_ranks_diff
+
+    docs = [run_ranks(path, files, engine=args.engine, ray_address=args.ray_address, workers=args.workers,
+                      lenient=args.lenient, cache=not args.no_cache, work_dir=args.work_dir).doc
+            for path, files in ((args.a, files_a), (args.b, files_b))]
+    d = diff_docs(*docs)
+    if args.format == "json":
+        print(render_ranks_json(d))
+        return 0
+    print_ranks_diff(console(), d, args.top or None)
+    return 0

@@ -1,0 +1,140 @@
+"""Executors for the map step: a local process pool, or Ray tasks. Both run :func:`map_rank`."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+from ..errors import UserError
+from .maptask import map_rank
+
+ENGINES = ("local", "ray")
+# A rank's load holds its decoded columns and DuckDB tables at once: a few times its JSON size.
+BYTES_PER_RAW_BYTE = 4
+MIN_TASK_BYTES = 256 << 20
+RAY_OBJECT_STORE = 200 << 20  # a local Ray instance carries only the small dicts the map returns
+
+Done = Callable[[dict[str, Any]], None]
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (Linux: MemAvailable), else the physical total."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def task_memory(raw_size: int) -> int:
+    return max(MIN_TASK_BYTES, raw_size * BYTES_PER_RAW_BYTE)
+
+
+def pool_size(tasks: Sequence[dict[str, Any]], workers: int | None = None) -> int:
+    """Processes for the local pool: the cores, the ranks, and what memory holds of the biggest rank."""
+    if workers:
+        return max(1, min(workers, len(tasks)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    biggest = max((task_memory(int(t.get("raw_size", 0))) for t in tasks), default=MIN_TASK_BYTES)
+    by_memory = max(1, available_memory() // biggest)
+    return max(1, min(cores, len(tasks), by_memory))
+
+
+def run_local(tasks: Sequence[dict[str, Any]], *, workers: int | None = None,
+              on_done: Done | None = None) -> list[dict[str, Any]]:
+    """Map every task in a process pool (fresh interpreters: nothing of the coordinator is copied)."""
+    size = pool_size(tasks, workers)
+    # with several ranks at once, each decodes on one core; a lone rank may use them all
+    decode = 1 if size > 1 else None
+    results = []
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=size, mp_context=ctx) as pool:
+        futures = [pool.submit(map_rank, {**t, "decode_workers": decode}) for t in tasks]
+        for fut in as_completed(futures):
+            res = fut.result()
+            results.append(res)
+            if on_done:
+                on_done(res)
+    return results
+
+
+def ray_address(flag: str | None) -> str | None:
+    """``--ray-address``, else ``RAY_ADDRESS``; None starts a local Ray instance."""
+    return flag or os.environ.get("RAY_ADDRESS") or None
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast when nothing listens at a ``HOST:PORT`` Ray address (Ray itself retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return  # 'auto', 'ray://...': left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise UserError(f"Ray: cannot reach a cluster at {address} ({err.strerror or err})") from None
+
+
+def run_ray(tasks: Sequence[dict[str, Any]], *, address: str | None = None,
+            on_done: Done | None = None) -> list[dict[str, Any]]:
+    """Map every task as a Ray task (spread over the nodes); joins ``address`` or starts Ray locally.
+
+    Paths in the tasks (traces and the set folder) must be readable and writable on every node.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--engine ray needs Ray: pip install 'profuse[cluster]'") from None
+    started = False
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+        try:
+            if address:
+                check_reachable(address)
+                ray.init(address=address, **kwargs)
+            else:
+                ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=RAY_OBJECT_STORE,
+                         include_dashboard=False, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            where = address or "a local instance"
+            raise UserError(f"Ray: cannot start or join {where}: {str(err).splitlines()[0]}") from None
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, scheduling_strategy="SPREAD", max_retries=1)(map_rank)
+        pending = {remote.options(memory=task_memory(int(t.get("raw_size", 0)))).remote({**t, "decode_workers": 1}): t
+                   for t in tasks}
+        results = []
+        waiting = list(pending)
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1)
+            for ref in ready:
+                try:
+                    res = ray.get(ref)
+                except ray.exceptions.RayError as err:
+                    t = pending[ref]
+                    res = {"rank": t["rank"], "path": t["path"], "error": f"{t['path']}: Ray task failed: "
+                                                                           f"{str(err).strip().splitlines()[0]}"}
+                results.append(res)
+                if on_done:
+                    on_done(res)
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_tasks(engine: str, tasks: Sequence[dict[str, Any]], *, ray_address_flag: str | None = None,
+              workers: int | None = None, on_done: Done | None = None) -> list[dict[str, Any]]:
+    if engine == "local":
+        return run_local(tasks, workers=workers, on_done=on_done)
+    if engine == "ray":
+        return run_ray(tasks, address=ray_address(ray_address_flag), on_done=on_done)
+    raise UserError(f"--engine must be one of {', '.join(ENGINES)} (got {engine!r})")

@@ -1,0 +1,285 @@
+"""The map step: one rank's trace in, its summary tables out as Parquet, a small dict back.
+
+The same function runs in a local process pool and as a Ray task. It loads the trace with
+:func:`profuse.load`, reduces it to per-rank tables (totals, steps, op table, collectives, fusion
+candidates) and writes them under ``<set folder>/rank=<N>/`` (Hive partitioning, so a reduce over
+``rank=*/<table>.parquet`` gets a ``rank`` column). Nothing of the rank's events goes back to the
+coordinator: only counts, timings and where it ran.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from ..errors import UserError
+from ..trace.schema import DEVICE_TIME_KINDS
+
+TABLES_VERSION = 2  # bump when a per-rank table changes: older rank folders are rebuilt
+DONE = "done.json"
+# device kernels that are collectives (NCCL, RCCL and their device-side names)
+COMM_KERNEL_SQL = ("(name ILIKE 'nccl%' OR name ILIKE 'rccl%' OR name ILIKE '%ncclKernel%' "
+                   "OR name ILIKE '%ncclDevKernel%')")
+# host annotations that are collectives when there is no device (gloo, MPI, UCC)
+COMM_HOST = re.compile(r"^(gloo|nccl|mpi|ucc|xccl|rccl):")
+_KERNEL_COLL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+_DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
+
+# name -> (column, SQL type) of every per-rank table; the reduce reads these names
+SCHEMAS: dict[str, list[tuple[str, str]]] = {
+    "totals": [("path", "VARCHAR"), ("device_kind", "VARCHAR"), ("device_name", "VARCHAR"),
+               ("events", "BIGINT"), ("span_us", "DOUBLE"), ("device_us", "DOUBLE"), ("busy_us", "DOUBLE"),
+               ("compute_us", "DOUBLE"), ("comm_us", "DOUBLE"), ("memory_us", "DOUBLE"),
+               ("overlap_us", "DOUBLE"), ("idle_us", "DOUBLE"), ("steps", "BIGINT"),
+               ("step_median_us", "DOUBLE"), ("world_size", "BIGINT"), ("backend", "VARCHAR"),
+               ("collectives", "BIGINT"), ("skipped_events", "BIGINT")],
+    "steps": [("step", "BIGINT"), ("ts_ns", "BIGINT"), ("dur_us", "DOUBLE")],
+    "ops": [("name", "VARCHAR"), ("calls", "BIGINT"), ("self_cpu_us", "DOUBLE"), ("self_device_us", "DOUBLE"),
+            ("device_total_us", "DOUBLE")],
+    "collectives": [("name", "VARCHAR"), ("seq", "BIGINT"), ("kernel", "VARCHAR"), ("start_ns", "BIGINT"),
+                    ("end_ns", "BIGINT"), ("bytes", "BIGINT")],
+    "fusion": [("pattern", "VARCHAR"), ("scope", "VARCHAR"), ("instances", "BIGINT"), ("device_us", "DOUBLE"),
+               ("predicted_saving_us", "DOUBLE"), ("recommendation", "VARCHAR"), ("confidence", "VARCHAR")],
+}
+
+
+def collective_name(name: str) -> str:
+    """'ncclKernel_AllReduce_RING_LL_Sum_float(...)' -> 'AllReduce'; 'gloo:all_reduce' -> 'all_reduce'."""
+    m = _KERNEL_COLL.search(name)
+    if m:
+        return m.group(1)
+    if COMM_HOST.match(name):
+        return name.split(":", 1)[1]
+    return name.split("(", 1)[0]
+
+
+def union_us(start: np.ndarray, end: np.ndarray) -> float:
+    """Length of the union of intervals [start, end) in µs (inputs in ns)."""
+    if start.size == 0:
+        return 0.0
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    group = np.cumsum(new) - 1
+    first = s[new]
+    last = np.zeros(int(group[-1]) + 1, dtype=np.int64)
+    np.maximum.at(last, group, e)
+    return float((last - first).sum()) / 1000.0
+
+
+def map_rank(task: dict[str, Any]) -> dict[str, Any]:
+    """Summarise one rank into Parquet under ``task['out']/rank=<rank>``; returns a small dict.
+
+    ``task``: rank, path, out (the set folder), lenient, cache (use the trace table cache),
+    decode_workers (cores for decoding this one trace), fusion (find fusion candidates).
+    A trace that cannot be read comes back as ``{"error": "<path>: <problem>"}``.
+    """
+    t0 = time.perf_counter()
+    rank, out = int(task["rank"]), Path(task["out"])
+    final = out / f"rank={rank}"
+    info = {"rank": rank, "path": str(task["path"]), "node": _node(), "pid": os.getpid()}
+    done = final / DONE
+    if done.is_file():
+        try:
+            prev = json.loads(done.read_text())
+            if prev.get("tables_version") == TABLES_VERSION:
+                return {**prev, **info, "cached": True, "seconds": time.perf_counter() - t0}
+        except (OSError, ValueError):
+            pass
+    if task.get("decode_workers"):
+        os.environ["PROFUSE_WORKERS"] = str(task["decode_workers"])
+    from ..trace import load
+
+    work = out / f".rank={rank}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with load(task["path"], lenient=bool(task.get("lenient")), cache=bool(task.get("cache", True))) as trace:
+            work.mkdir(parents=True)
+            small = _write_rank(trace, work, fusion=bool(task.get("fusion", True)))
+        small |= {"tables_version": TABLES_VERSION}
+        (work / DONE).write_text(json.dumps(small))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(work, final)
+    except UserError as err:
+        return {**info, "error": str(err), "seconds": time.perf_counter() - t0}
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+    return {**small, **info, "cached": False, "seconds": time.perf_counter() - t0, "peak_rss": _peak_rss()}
+
+
+def _peak_rss() -> int | None:
+    """This worker process's peak resident memory so far, in bytes (None where unknown)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _node() -> str:
+    """The Ray node this runs on when inside a Ray worker, else the host name."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return str(ray.get_runtime_context().get_node_id())
+    return socket.gethostname()
+
+
+def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
+    from ..analysis.optable import op_table, total_device_us
+
+    con = trace.con
+    meta = trace.meta
+    dist = (meta.get("trace_meta") or {}).get("distributedInfo") or {}
+    cpu_only = trace.cpu_only
+    # steps
+    steps = con.execute("""
+        SELECT TRY_CAST(regexp_extract(name, '#(\\d+)', 1) AS BIGINT), ts, dur FROM events
+        WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%' ORDER BY ts""").fetchall()
+    step_tab = {"step": np.array([s[0] if s[0] is not None else i for i, s in enumerate(steps)], dtype=np.int64),
+                "ts_ns": np.array([s[1] for s in steps], dtype=np.int64),
+                "dur_us": np.array([s[2] / 1000 for s in steps], dtype=np.float64)}
+    # collectives: device kernels, or host annotations on a CPU-only trace
+    if cpu_only:
+        rows = [r for r in con.execute("""
+            SELECT id, name, ts, ts + dur, id FROM events WHERE kind = 'annotation' ORDER BY ts, id""").fetchall()
+                if COMM_HOST.match(r[1] or "")]
+    else:
+        rows = con.execute(f"""
+            SELECT id, name, ts, ts + dur, op FROM events
+            WHERE kind = 'kernel' AND {COMM_KERNEL_SQL} ORDER BY ts, id""").fetchall()
+    coll_bytes = _bytes_of(con, [r[4] for r in rows])
+    seen: dict[str, int] = {}
+    names, seqs = [], []
+    for r in rows:
+        c = collective_name(r[1])
+        names.append(c)
+        seqs.append(seen.get(c, 0))
+        seen[c] = seen.get(c, 0) + 1
+    coll_tab = {"name": np.array(names, dtype=object), "seq": np.array(seqs, dtype=np.int64),
+                "kernel": np.array([r[1] for r in rows], dtype=object),
+                "start_ns": np.array([r[2] for r in rows], dtype=np.int64),
+                "end_ns": np.array([r[3] for r in rows], dtype=np.int64),
+                "bytes": np.array([coll_bytes.get(r[4]) for r in rows], dtype=object)}
+    # busy time: compute, communication, memory; their union, overlap and idle gaps
+    if cpu_only:
+        top = con.execute("""
+            SELECT ts, ts + dur AS e, name FROM events WHERE kind IN ('cpu_op', 'annotation') AND depth = 0
+              AND name NOT LIKE 'ProfilerStep#%'""").fetchnumpy()
+        work = np.array([not COMM_HOST.match(n or "") for n in top["name"]], dtype=bool)
+        comm_s, comm_e = coll_tab["start_ns"], coll_tab["end_ns"]
+        comp_s, comp_e = top["ts"][work], top["e"][work]
+        mem_s = mem_e = np.empty(0, dtype=np.int64)
+    else:
+        dev = con.execute(f"""
+            SELECT ts, ts + dur AS e, kind, kind = 'kernel' AND {COMM_KERNEL_SQL} AS comm
+            FROM events WHERE kind IN ({_DEVICE})""").fetchnumpy()
+        s, e, kind, comm = dev["ts"], dev["e"], np.asarray(dev["kind"], dtype=object), np.asarray(dev["comm"], bool)
+        mem = (kind == "memcpy") | (kind == "memset")
+        comp_s, comp_e = s[~comm & ~mem], e[~comm & ~mem]
+        comm_s, comm_e = s[comm], e[comm]
+        mem_s, mem_e = s[mem], e[mem]
+    all_s = np.concatenate([comp_s, comm_s, mem_s]).astype(np.int64)
+    all_e = np.concatenate([comp_e, comm_e, mem_e]).astype(np.int64)
+    busy_us = union_us(all_s, all_e)
+    compute_us, comm_us = union_us(comp_s, comp_e), union_us(comm_s, comm_e)
+    both_us = union_us(np.concatenate([comp_s, comm_s]), np.concatenate([comp_e, comm_e]))
+    window_us = float(all_e.max() - all_s.min()) / 1000 if all_s.size else 0.0
+    device_us = total_device_us(trace)
+    durs = step_tab["dur_us"].tolist()
+    totals = {
+        "path": np.array([str(trace.path)], dtype=object), "device_kind": np.array([trace.device_kind], dtype=object),
+        "device_name": np.array([meta.get("device_name")], dtype=object),
+        "events": np.array([int(meta["events"])]), "span_us": np.array([float(meta["span_us"])]),
+        "device_us": np.array([device_us]), "busy_us": np.array([busy_us]), "compute_us": np.array([compute_us]),
+        "comm_us": np.array([comm_us]), "memory_us": np.array([union_us(mem_s, mem_e)]),
+        "overlap_us": np.array([compute_us + comm_us - both_us]), "idle_us": np.array([window_us - busy_us]),
+        "steps": np.array([len(durs)]), "step_median_us": np.array([statistics.median(durs) if durs else None],
+                                                                   dtype=object),
+        "world_size": np.array([dist.get("world_size") if isinstance(dist.get("world_size"), int) else None],
+                               dtype=object),
+        "backend": np.array([dist.get("backend") if isinstance(dist.get("backend"), str) else None], dtype=object),
+        "collectives": np.array([len(rows)]),
+        "skipped_events": np.array([sum(int(v) for v in (meta.get("skipped") or {}).values())])}
+    table = op_table(trace, group_by="op")
+    ops = {"name": np.array([r.name for r in table.rows], dtype=object),
+           "calls": np.array([r.calls for r in table.rows], dtype=np.int64),
+           "self_cpu_us": np.array([r.self_cpu_us for r in table.rows], dtype=np.float64),
+           "self_device_us": np.array([r.self_device_us for r in table.rows], dtype=np.float64),
+           "device_total_us": np.array([r.device_total_us for r in table.rows], dtype=np.float64)}
+    cands = []
+    if fusion:
+        from ..analysis.fusion import fusion_candidates
+
+        cands = fusion_candidates(trace)
+    fus = {"pattern": np.array([c.pattern for c in cands], dtype=object),
+           "scope": np.array([c.scope for c in cands], dtype=object),
+           "instances": np.array([c.instances for c in cands], dtype=np.int64),
+           "device_us": np.array([c.device_us for c in cands], dtype=np.float64),
+           "predicted_saving_us": np.array([c.predicted_saving_us for c in cands], dtype=np.float64),
+           "recommendation": np.array([c.recommendation for c in cands], dtype=object),
+           "confidence": np.array([c.confidence for c in cands], dtype=object)}
+    out = duckdb.connect()
+    try:
+        for name, cols in (("totals", totals), ("steps", step_tab), ("ops", ops), ("collectives", coll_tab),
+                           ("fusion", fus)):
+            write_parquet(out, folder / f"{name}.parquet", name, cols)
+    finally:
+        out.close()
+    return {"events": int(meta["events"]), "device_kind": trace.device_kind, "collectives": len(rows),
+            "steps": len(durs), "distributed_rank": dist.get("rank") if isinstance(dist.get("rank"), int) else None}
+
+
+def _bytes_of(con: Any, ids: list[Any]) -> dict[Any, int]:
+    """Bytes each collective moves: the recorded input tensors of its op, or of the nearest of the two
+    ops enclosing it that recorded any (c10d::allreduce_ holds them when shapes were recorded)."""
+    from ..analysis.opclass import tensors
+
+    want = sorted({i for i in ids if i is not None})
+    if not want:
+        return {}
+    rows = con.execute("""
+        SELECT o.id, s0.input_dims, s0.input_types, s1.input_dims, s1.input_types, s2.input_dims, s2.input_types
+        FROM events o LEFT JOIN shapes s0 ON s0.id = o.id
+        LEFT JOIN events p ON p.id = o.parent_op LEFT JOIN shapes s1 ON s1.id = p.id
+        LEFT JOIN events pp ON pp.id = p.parent_op LEFT JOIN shapes s2 ON s2.id = pp.id
+        WHERE o.id IN (SELECT unnest(?))""", [want]).fetchall()
+    out = {}
+    for i, *shapes in rows:
+        for dims, types in zip(shapes[::2], shapes[1::2]):
+            ts = tensors(dims, types)
+            if ts:
+                out[i] = sum(t.nbytes for t in ts)
+                break
+    return out
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def write_parquet(con: duckdb.DuckDBPyConnection, path: Path, table: str, cols: dict[str, np.ndarray]) -> None:
+    """Columns to a Parquet file, typed by :data:`SCHEMAS` (so empty tables keep their types)."""
+    schema = SCHEMAS[table]
+    n = len(next(iter(cols.values())))
+    if n:
+        con.register("_t", {k: cols[k] for k, _ in schema})
+        select = ", ".join(f'CAST("{k}" AS {t}) AS "{k}"' for k, t in schema)
+        con.execute(f"COPY (SELECT {select} FROM _t) TO {_sql_str(str(path))} (FORMAT parquet)")
+        con.unregister("_t")
+    else:
+        select = ", ".join(f'CAST(NULL AS {t}) AS "{k}"' for k, t in schema)
+        con.execute(f"COPY (SELECT {select} WHERE false) TO {_sql_str(str(path))} (FORMAT parquet)")
