@@ -194,3 +194,73 @@ def test_device_busy_matches_an_independent_union(name, capsys):
     assert got["window_us"] == pytest.approx(window, abs=0.01)
     assert got["busy_us"] == pytest.approx(busy, abs=0.01)
     assert got["busy_pct"] == pytest.approx(100 * busy / window, abs=0.01)
+
+
+def _overlapping_instances(first: str, second: str) -> list[dict]:
+    """Two annotations that overlap in time on threads 1 and 2, sharing launches (numbers in µs):
+
+    thread 1: `first`  [0, 100)    launches k1 at 10 and k2 at 60
+    thread 2: `second` [50, 150)   launches k3 at 70 and k4 at 120
+    thread 3: no annotation        launches k5 at 80 (inside both) and k6 at 200 (inside neither)
+    kernels: k1 [200, 300) k2 [300, 350) k3 [340, 400) on stream 8, k4 [500, 520) k5 [600, 610) k6 [700, 710)
+    """
+    def launch(tid, ts, corr):
+        return _x("cuda_runtime", "cudaLaunchKernel", ts, 2, tid=tid, correlation=corr)
+
+    def kernel(name, ts, dur, corr, stream=7):
+        return _x("kernel", name, ts, dur, pid=0, tid=stream, correlation=corr, stream=stream, device=0)
+
+    return [
+        _x("user_annotation", first, 0, 100, tid=1), _x("user_annotation", second, 50, 100, tid=2),
+        launch(1, 10, 1), launch(1, 60, 2), launch(2, 70, 3), launch(2, 120, 4), launch(3, 80, 5), launch(3, 200, 6),
+        kernel("k1", 200, 100, 1), kernel("k2", 300, 50, 2), kernel("k3", 340, 60, 3, stream=8),
+        kernel("k4", 500, 20, 4), kernel("k5", 600, 10, 5), kernel("k6", 700, 10, 6),
+    ]
+
+
+def test_overlapping_instances_of_a_scope_count_each_kernel_once(tmp_path, capsys):
+    # GIVEN one scope running on two threads at once; k2, k3 and k5 are launched inside both calls
+    path = _write(tmp_path, _overlapping_instances("Stage::run", "Stage::run"))
+    with profuse.load(path) as t:
+        (row,) = [i for i in interruptions(t) if i.scope == "Stage::run"]
+        whole = device_busy(t)
+    # THEN each kernel belongs to one call: the first call (thread 1) owns k1, k2 (its own launches);
+    # the second owns k3, k4 (its own) and k5 (thread 3 has no call: the enclosing call that began
+    # last, the second, owns it); k6 is nobody's. Busy is the union of k1..k5:
+    # [200, 400) + [500, 520) + [600, 610) = 230 µs; the window is the union of the calls' windows,
+    # [200, 350) and [340, 610) = [200, 610) = 410 µs. Counting per call (the old way) gave busy
+    # 210 + 130 = 340 µs, more than the whole device's 240 µs.
+    assert (row.instances, row.kernels_per_instance) == (2, 2.5)
+    assert (row.busy_us, row.idle_us) == (230.0, 180.0)
+    assert row.busy_pct == round(100 * 230 / 410, 1)
+    assert row.avg_kernel_us == 46.0
+    assert whole is not None and whole.busy_us == 240.0 and row.busy_us <= whole.busy_us
+    assert main(["report", str(path), "--format", "json"]) == 0
+    (jrow,) = [i for i in json.loads(capsys.readouterr().out)["interruptions"] if i["scope"] == "Stage::run"]
+    assert (jrow["busy_us"], jrow["idle_us"]) == (230.0, 180.0)
+
+
+def test_overlapping_steps_on_two_threads_share_no_kernel(tmp_path):
+    # GIVEN two profiler steps that overlap on two threads, with the launches above
+    with profuse.load(_write(tmp_path, _overlapping_instances("ProfilerStep#1", "ProfilerStep#2"))) as t:
+        one, two = steps_busy(t)
+    # THEN step 1 has k1, k2: window [200, 350) all busy; step 2 has k3, k4, k5: window [340, 610),
+    # busy 60 + 20 + 10 = 90, idle 180; five activities in all, none counted twice (k6: no step)
+    assert (one.name, one.activities, one.window_us, one.busy_us, one.idle_us) == ("ProfilerStep#1", 2, 150.0, 150.0, 0.0)
+    assert (two.name, two.activities, two.window_us, two.busy_us, two.idle_us) == ("ProfilerStep#2", 3, 270.0, 90.0, 180.0)
+
+
+def test_a_scope_nested_in_itself_counts_its_kernels_once(tmp_path):
+    # GIVEN an annotation nested in another of the same name on one thread (k2 is launched in both)
+    events = [
+        _x("user_annotation", "Stage::run", 0, 100), _x("user_annotation", "Stage::run", 40, 30),
+        _x("cuda_runtime", "cudaLaunchKernel", 10, 2, correlation=1),
+        _x("cuda_runtime", "cudaLaunchKernel", 50, 2, correlation=2),
+        _x("kernel", "k1", 200, 100, pid=0, tid=7, correlation=1, stream=7, device=0),
+        _x("kernel", "k2", 400, 100, pid=0, tid=7, correlation=2, stream=7, device=0),
+    ]
+    with profuse.load(_write(tmp_path, events)) as t:
+        (row,) = interruptions(t)
+    # THEN the inner call owns k2 and the outer one k1, each once: busy 200; each call's window spans
+    # the kernels it owns ([200, 300) and [400, 500)), so the gap between them is in neither
+    assert (row.instances, row.kernels_per_instance, row.busy_us, row.idle_us) == (2, 1.0, 200.0, 0.0)

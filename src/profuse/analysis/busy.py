@@ -9,6 +9,9 @@ The definitions (docs/advisor.md states them for users):
 - A profiler step's activities are those whose launching runtime call, on any thread, starts inside
   the step's CPU interval (so backward kernels launched from the autograd thread and kernels of a
   graph replay count). Its window runs from their first start to their last end.
+- Where intervals of the same step or scope overlap (steps on several threads, one scope running on
+  several threads at once, a scope nested in itself), each activity belongs to exactly one of them
+  (:func:`owners`), so no activity is counted twice.
 - ``launch_bound`` is claimed only where the device is idle for most of the window *and* most of
   that idle time is covered by launch work: the dispatch of an op that launched device work
   asynchronously (from the op's start to the end of its launch call), on any thread, in gaps of at
@@ -107,12 +110,28 @@ def gaps_ns(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return re_[:-1], rs[1:]
 
 
-def launch_wait_ns(start: np.ndarray, end: np.ndarray, work: CpuWork) -> tuple[int, int]:
-    """(idle ns in the window, of which the host was dispatching launches). Only gaps up to
-    ``LAUNCH_GAP_MAX_US`` count: a longer one is a host stall, not launch overhead."""
+def gaps_inside_ns(start: np.ndarray, end: np.ndarray, win_start: np.ndarray,
+                   win_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The idle gaps between activities that lie inside the union of the windows [win_start,
+    win_end); each window must span some of the activities from its first start to its last end, so
+    a gap is either inside one run of windows or exactly the space between two runs."""
     lo, hi = gaps_ns(start, end)
+    ws, we = merge_runs(win_start, win_end)
+    i = np.searchsorted(ws, lo, side="right") - 1
+    inside = (i >= 0) & (hi <= we[np.clip(i, 0, None)]) if ws.size else np.zeros(lo.size, dtype=bool)
+    return lo[inside], hi[inside]
+
+
+def launch_wait_in(lo: np.ndarray, hi: np.ndarray, work: CpuWork) -> tuple[int, int]:
+    """(idle ns in the gaps [lo, hi), of which the host was dispatching launches). Only gaps up to
+    ``LAUNCH_GAP_MAX_US`` count: a longer one is a host stall, not launch overhead."""
     short = (hi - lo) <= LAUNCH_GAP_MAX_US * 1000
     return int((hi - lo).sum()), int(work.inside(lo[short], hi[short]).sum())
+
+
+def launch_wait_ns(start: np.ndarray, end: np.ndarray, work: CpuWork) -> tuple[int, int]:
+    """(idle ns in the activities' window, of which the host was dispatching launches)."""
+    return launch_wait_in(*gaps_ns(start, end), work)
 
 
 def busy_of(start: np.ndarray, end: np.ndarray) -> Busy:
@@ -149,22 +168,55 @@ def step_busy(name: str, start: np.ndarray, end: np.ndarray, work: CpuWork) -> S
 
 @dataclass(frozen=True)
 class Activities:
-    """Every device activity of a trace with its launching call's start (-1 when unknown)."""
+    """Every device activity of a trace with its launching call (id, start, duration, thread), in
+    launch order (by start, then id); activities with no launching call (``launched`` False) last."""
     start: np.ndarray
     end: np.ndarray
+    launched: np.ndarray
+    launch_id: np.ndarray
     launch_ts: np.ndarray
+    launch_dur: np.ndarray
+    launch_thread: np.ndarray
 
     def launched_in(self, lo: int, hi: int) -> np.ndarray:
         """Mask of activities whose launch call starts in [lo, hi)."""
-        return (self.launch_ts >= lo) & (self.launch_ts < hi)
+        return self.launched & (self.launch_ts >= lo) & (self.launch_ts < hi)
 
 
 def activities(trace: Trace) -> Activities:
     rows = trace.con.execute(f"""
-        SELECT d.ts, d.ts + d.dur, coalesce(l.ts, -1) FROM events d LEFT JOIN events l ON l.id = d.launch
-        WHERE d.kind IN ({_DEVICE})""").fetchnumpy()
-    cols = list(rows.values())
-    return Activities(*(np.asarray(c, dtype=np.int64) for c in cols))
+        SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1),
+               coalesce(l.dur, 0), coalesce(l.thread, -1)
+        FROM events d LEFT JOIN events l ON l.id = d.launch
+        WHERE d.kind IN ({_DEVICE}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
+    start, end, launched, *launch = rows.values()
+    return Activities(np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64),
+                      np.asarray(launched, dtype=bool), *(np.asarray(c, dtype=np.int64) for c in launch))
+
+
+def owners(a: Activities, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """For each activity, the index of the one interval [ts, end) on ``thread`` that claims it, or -1.
+
+    Intervals are instances of one step or scope (e.g. ``ProfilerStep#*`` or one nn.Module class),
+    which may overlap (the same scope running on several threads, or nested in itself); each
+    activity goes to at most one. An activity is claimed by an interval that contains the start of
+    its launching call: one on the launching thread if any, else one on another thread (the autograd
+    thread's backward kernels belong to the step of the thread that ran the forward). Among those,
+    the innermost wins: the latest start, then the shortest, then the lowest index.
+    """
+    owner = np.full(a.start.size, -1, dtype=np.int64)
+    n_launched = int(a.launched.sum())   # launched activities come first, sorted by launch start
+    lts = a.launch_ts[:n_launched]
+    lo = np.searchsorted(lts, ts, side="left")
+    hi = np.searchsorted(lts, end, side="left")
+    # paint from the least to the most preferred interval: the last painter of an activity wins
+    order = np.lexsort((-np.arange(ts.size), -(end - ts), ts))
+    for i in order:                                  # any thread
+        owner[lo[i]:hi[i]] = i
+    for i in order:                                  # the launching thread overrides any other
+        seg = owner[lo[i]:hi[i]]
+        seg[a.launch_thread[lo[i]:hi[i]] == thread[i]] = i
+    return owner
 
 
 # Runtime calls that hand work to the device and return (kernel and graph launches, async copies,
@@ -198,13 +250,16 @@ def steps_busy(trace: Trace) -> list[StepBusy]:
     if trace.cpu_only:
         return []
     steps = trace.con.execute("""
-        SELECT name, ts, dur FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'
-        ORDER BY ts""").fetchall()
+        SELECT name, ts, dur, coalesce(thread, -2) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'
+        ORDER BY ts, id""").fetchall()
     if not steps:
         return []
     a, work = activities(trace), cpu_work(trace)
+    ts, dur, thread = (np.array([s[k] for s in steps], dtype=np.int64) for k in (1, 2, 3))
+    # steps on several threads may overlap: each activity belongs to one step only
+    owner = owners(a, ts, ts + dur, thread)
     out = []
-    for name, ts, dur in steps:
-        m = a.launched_in(ts, ts + dur)
+    for i, (name, *_rest) in enumerate(steps):
+        m = owner == i
         out.append(step_busy(name, a.start[m], a.end[m], work))
     return out
