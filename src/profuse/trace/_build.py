@@ -84,6 +84,27 @@ def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
     return out
 
 
+def _needs_precise(events: list[Event]) -> bool:
+    """Whether this chunk's µs floats may not hold whole ns (a big fractional ts somewhere)."""
+    ts = np.array(list(map(_get["ts"], events)), dtype=np.float64)  # None -> nan
+    ts = ts[~np.isnan(ts)]
+    return bool(np.any(np.abs(ts) >= _PRECISE_ABOVE_US) and np.any(ts % 1 != 0))
+
+
+def _chunk_precise(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
+    """Exact ns times of every event of the chunk (complete events, instants and flows alike), or None."""
+    return _precise_ts(chunk, events) if _needs_precise(events) else None
+
+
+def _ns_of(events: list[Event], idx: list[int], precise: np.ndarray | None) -> np.ndarray:
+    """Start times in ns of events[idx] (absent ts: 0), exact from the text where the floats are not."""
+    us = np.nan_to_num(np.array([events[i].ts for i in idx], dtype=np.float64))
+    if precise is None:
+        return _ns(us)
+    exact = precise[np.asarray(idx, dtype=np.int64)]
+    return np.where(exact == np.iinfo(np.int64).min, 0, exact)
+
+
 _get_flops, _get_dims, _get_grid = attrgetter("flops"), attrgetter("input_dims"), attrgetter("grid")
 
 
@@ -100,19 +121,17 @@ def add_chunk(
     *, lenient: bool, skipped: Skipped,
 ) -> None:
     phases = list(map(_get["ph"], events))
-    precise: np.ndarray | None = None
     x_idx = [i for i, p in enumerate(phases) if p == "X"]
+    precise = _chunk_precise(chunk, events)
+    if precise is None and _needs_precise(events):
+        cols.imprecise_ts += len(x_idx)
     if len(x_idx) != len(events):
-        _add_other_phases(cols, events, phases)
+        _add_other_phases(cols, events, phases, precise)
     xs = [events[i] for i in x_idx]
     if not xs:
         return
     ts = np.array(list(map(_get["ts"], xs)), dtype=np.float64)  # None -> nan
     dur = np.array(list(map(_get["dur"], xs)), dtype=np.float64)
-    if np.any(np.abs(ts[~np.isnan(ts)]) >= _PRECISE_ABOVE_US) and np.any(ts % 1 != 0):
-        precise = _precise_ts(chunk, events)
-        if precise is None:
-            cols.imprecise_ts += len(xs)
     bad = np.isnan(ts) | np.isnan(dur) | (dur < 0)
     keep = ~bad
     if bad.any():
@@ -154,7 +173,7 @@ def add_chunk(
     cols.n += n
 
 
-def _add_other_phases(cols: Columns, events: list[Event], phases: list[str]) -> None:
+def _add_other_phases(cols: Columns, events: list[Event], phases: list[str], precise: np.ndarray | None) -> None:
     others = [i for i, ph in enumerate(phases) if ph != "X"]
     for i in others:
         ph = phases[i]
@@ -164,19 +183,21 @@ def _add_other_phases(cols: Columns, events: list[Event], phases: list[str]) -> 
         value = e.args.name if e.args.name is not None else e.args.labels
         if value is not None and e.name:
             cols.thread_meta.setdefault(key, {})[e.name] = str(value)
-    inst = [events[i] for i in others if phases[i] in ("i", "I")]
+    inst_idx = [i for i in others if phases[i] in ("i", "I")]
+    inst = [events[i] for i in inst_idx]
     if inst:
         cols.add("inst_name", _intern(cols.names, list(map(_get["name"], inst))))
         cols.add("inst_cat", _intern(cols.cats, list(map(_get["cat"], inst))))
-        cols.add("inst_ts", _ns(np.nan_to_num(np.array(list(map(_get["ts"], inst)), dtype=np.float64))))
+        cols.add("inst_ts", _ns_of(events, inst_idx, precise))
         cols.add("inst_thread_key", _thread_keys(cols, inst))
-    flows = [events[i] for i in others if phases[i] in ("s", "f", "t")]
-    flows = [e for e in flows if e.id is not None and e.ts is not None]
+    flow_idx = [i for i in others if phases[i] in ("s", "f", "t") and events[i].id is not None
+                and events[i].ts is not None]
+    flows = [events[i] for i in flow_idx]
     if flows:
         cols.flow_ids.extend(map(str, map(_get["id"], flows)))
         cols.flow_cats.extend(map(_get["cat"], flows))
         cols.add("flow_ph", np.array([FLOW_PHASES.index(e.ph) for e in flows], dtype=np.int8))
-        cols.add("flow_ts", _ns(np.array(list(map(_get["ts"], flows)), dtype=np.float64)))
+        cols.add("flow_ts", _ns_of(events, flow_idx, precise))
         cols.add("flow_thread_key", _thread_keys(cols, flows))
 
 

@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import _decode
+from . import _decode, _native
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, add_chunk, kinds_of, thread_key
 from ._parallel import decode_parallel, worker_count
 from .cache import CacheWriter, cache_slot, fingerprint
@@ -101,8 +101,13 @@ def decode(path: str, *, lenient: bool = False,
         if progress:
             progress(done, total)
 
-    workers = 1 if lenient else worker_count(total)
-    cols = decode_parallel(path, doc, workers=workers, on_progress=on_chunk) if workers > 1 else None
+    # the compiled scanner first; anything it does not accept goes down the reference path below
+    cols = _native.scan_columns(doc) if not lenient and _native.enabled() else None
+    if cols is not None:
+        on_chunk(total)
+    workers = 1 if lenient or cols is not None else worker_count(total)
+    if workers > 1:
+        cols = decode_parallel(path, doc, workers=workers, on_progress=on_chunk)
     if cols is None:
         cols, done = Columns(), 0
         for base, events, span in _decode.iter_chunks(path, doc, lenient=lenient, skipped=skipped,
