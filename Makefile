@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv browser lint bench clean
+.PHONY: demo test venv browser lint bench clean sanitize
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,19 @@ test: $(STAMP) browser
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy src/profuse
+
+# The compiled scanner built with ASan + UBSan in a temporary folder, run over the differential test
+# and a larger mutation corpus (the interpreter itself is not instrumented: libasan is preloaded).
+sanitize: $(STAMP)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	PROFUSE_REQUIRE_SCANNER=1 PROFUSE_SCAN_CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+	PROFUSE_SCAN_LDFLAGS="-fsanitize=address,undefined" \
+	$(BIN)/python setup.py -q build_ext --build-lib "$$tmp/lib" --build-temp "$$tmp/tmp" >/dev/null; \
+	lib=$$(ls "$$tmp"/lib/profuse/trace/_scan*); echo "sanitized scanner: $$lib"; \
+	PROFUSE_SCAN_LIB="$$lib" PROFUSE_FUZZ_PER_TRACE=$${FUZZ:-12} PROFUSE_SCAN_FUZZ=$${SCAN_FUZZ:-2000} ASAN_OPTIONS=detect_leaks=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	$(BIN)/python -m pytest -q -p no:logging -p no:cacheprovider tests/test_scanner.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_load.py

@@ -31,10 +31,14 @@ class OptionalBuildExt(build_ext):
             print(f"profuse: compiled scanner not built ({err}); using the msgspec decoder")
 
 
+# PROFUSE_SCAN_CFLAGS / PROFUSE_SCAN_LDFLAGS: e.g. the sanitizer build of `make sanitize`
 CFLAGS = os.environ.get("PROFUSE_SCAN_CFLAGS")
 extra = CFLAGS.split() if CFLAGS else (["/O2"] if os.name == "nt" else ["-O2", "-std=c99", "-Wall", "-Wextra"])
 
+LDFLAGS = os.environ.get("PROFUSE_SCAN_LDFLAGS", "").split()
+
 setup(
-    ext_modules=[Extension("profuse.trace._scan", ["src/profuse/trace/_scan.c"], extra_compile_args=extra)],
+    ext_modules=[Extension("profuse.trace._scan", ["src/profuse/trace/_scan.c"], extra_compile_args=extra,
+                           extra_link_args=LDFLAGS)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -162,6 +162,28 @@ def _cases() -> list[tuple[str, bytes]]:
 CASES = _cases()
 
 
+def test_scanner_survives_many_mutations():
+    """The scanner alone over a bigger corpus (what `make sanitize` runs under ASan/UBSan): no crash,
+    and whatever it accepts the reference decoder accepts too, with as many complete events."""
+    per = int(os.environ.get("PROFUSE_SCAN_FUZZ", "150"))
+    accepted = 0
+    for k, p in enumerate(SMALL):
+        raw = gzip.decompress(p.read_bytes())
+        for data in _mutations(1000 + k, raw, per):
+            try:
+                doc = _decode.split_document("t.json", data)
+            except TraceError:
+                continue
+            cols = _native.scan_columns(doc, threads=1)
+            if cols is None:
+                continue
+            accepted += 1
+            events = [e for _, chunk, _ in _decode.iter_chunks("t.json", doc, lenient=False, skipped=_decode.Skipped())
+                      for e in chunk]
+            assert cols.n == sum(1 for e in events if e.ph == "X")
+    assert accepted > 0  # some mutations (e.g. a changed digit) stay valid traces
+
+
 @pytest.mark.parametrize("data", [c for _, c in CASES], ids=[i for i, _ in CASES])
 def test_mutated_input_same_outcome(data: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "t.json"

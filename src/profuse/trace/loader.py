@@ -33,6 +33,7 @@ from .trace import Trace
 _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
 TRACE_NAMES = ("trace.json.gz", "trace.json")
 INSERT_BATCH = 1 << 20
+COMPRESS_MIN_EVENTS = 1_000_000
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
@@ -75,8 +76,10 @@ def load(
     cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
     con = duckdb.connect()
     try:
-        # compressed in memory: repeated kernel names and sparse columns would otherwise cost GBs
-        con.execute("ATTACH ':memory:' AS trace (COMPRESS); USE trace")
+        # big traces compressed in memory (repeated kernel names and sparse columns would otherwise cost
+        # GBs); below COMPRESS_MIN_EVENTS compressing costs more time than the memory is worth
+        compress = " (COMPRESS)" if cols.n >= COMPRESS_MIN_EVENTS else ""
+        con.execute(f"ATTACH ':memory:' AS trace{compress}; USE trace")
         con.execute(DDL)
         _write_tables(con, str(src), cols, top, fp, skipped)
     except BaseException:
@@ -185,33 +188,32 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
         device = np.where(is_device_evt & (device < 0), pid_int[thread], device)
         stream = np.where(is_device_evt & (stream < 0), tid_int[thread], stream)
     _write_threads(con, cols, thread_keys, device_threads)
-    _lookup_table(con, "_names", name_list)
-    _lookup_table(con, "_cats", cat_list)
-    _lookup_table(con, "_kinds", np.array(KINDS, dtype=object))
-    _lookup_table(con, "_how", np.array(LINK_HOW, dtype=object))
-    _lookup_table(con, "_why", np.array(UNLINKED, dtype=object))
+    # Strings are looked up here (one index per event), so the INSERT has no join and no sort and
+    # keeps the frame's (id) order.
+    thread_pid = np.array([k[0] for k in thread_keys] or [""], dtype=object)
+    thread_tid = np.array([k[1] for k in thread_keys] or [""], dtype=object)
     frame: dict[str, np.ndarray] = {
-        "id": np.arange(n, dtype=np.int64), "kind": kind.astype(np.int32), "cat": cat_id, "name": name_id,
-        "ts": ts, "dur": dur, "thread": thread.astype(np.int32),
+        "id": np.arange(n, dtype=np.int64), "kind": np.array(KINDS, dtype=object)[kind],
+        "cat": cat_list[cat_id] if n else np.empty(0, dtype=object), "name": names,
+        "ts": ts, "dur": dur, "pid": thread_pid[thread], "tid": thread_tid[thread], "thread": thread.astype(np.int32),
         "device": np.where(is_device_evt, device, -1), "stream": np.where(is_device_evt, stream, -1),
         "correlation": corr, "external_id": ext, "parent": parent, "depth": depth.astype(np.int64), "op": op,
-        "module": module, "scope": scope, "parent_op": parent_op, "launch": links.launch, "link": links.how.astype(np.int32),
-        "unlinked": links.unlinked.astype(np.int32), "self_cpu": attr.self_cpu, "self_device": attr.self_device,
+        "module": module, "scope": scope, "parent_op": parent_op, "launch": links.launch,
+        "link": np.array(LINK_HOW, dtype=object)[links.how], "unlinked": np.array(UNLINKED, dtype=object)[links.unlinked],
+        "self_cpu": attr.self_cpu, "self_device": attr.self_device,
         "device_total": attr.device_total, "kernels": attr.kernels, "kernels_total": attr.kernels_total,
         "seq": cols.column("seq"), "python_id": cols.column("python_id"),
         "python_parent_id": cols.column("python_parent_id"), "bytes": cols.column("nbytes"),
         "flops": cols.column("flops") if n else np.empty(0)}
     nul = "NULLIF(f.{0}, -1)".format
     insert = f"""
-        INSERT INTO events SELECT f.id, k.v, c.v, nm.v, f.ts, f.dur, t.pid, t.tid, f.thread,
+        INSERT INTO events SELECT f.id, f.kind, f.cat, f.name, f.ts, f.dur, f.pid, f.tid, f.thread,
             {nul('device')}, {nul('stream')}, {nul('correlation')}, {nul('external_id')}, {nul('parent')},
             {nul('depth')}, {nul('op')}, {nul('module')}, {nul('scope')}, {nul('parent_op')}, {nul('launch')},
-            h.v, w.v, f.self_cpu, f.self_device,
+            f.link, f.unlinked, f.self_cpu, f.self_device,
             f.device_total, f.kernels, f.kernels_total, {nul('seq')}, {nul('python_id')},
             {nul('python_parent_id')}, {nul('bytes')}, CASE WHEN isnan(f.flops) THEN NULL ELSE f.flops END
-        FROM _frame f JOIN _kinds k ON k.i = f.kind JOIN _cats c ON c.i = f.cat JOIN _names nm ON nm.i = f.name
-        JOIN threads t ON t.thread = f.thread JOIN _how h ON h.i = f.link JOIN _why w ON w.i = f.unlinked
-        ORDER BY f.id"""
+        FROM _frame f"""
     # In batches, checkpointed (compressed) while more follow, so DuckDB's copy of a big trace never
     # sits uncompressed beside ours; a small trace goes in at once and is compressed by the cache write.
     for lo in range(0, max(n, 1), INSERT_BATCH):
@@ -220,18 +222,14 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
         if lo + INSERT_BATCH < n:
             con.execute("CHECKPOINT trace")
     del frame
-    for t in ("_frame", "_names", "_cats", "_kinds", "_how", "_why"):
-        con.unregister(t)
+    con.unregister("_frame")
     _write_side_tables(con, cols, kind, names, is_module, is_scope, scope_of_host, ts, dur, thread, flows)
     if len(inst_thread):
-        con.register("_inst", {"name": cols.column("inst_name"), "cat": cols.column("inst_cat"),
-                               "ts": cols.column("inst_ts") + base_ns, "thread": inst_thread.astype(np.int32)})
-        _lookup_table(con, "_names", name_list)
-        _lookup_table(con, "_cats", cat_list)
-        con.execute("INSERT INTO instants SELECT n.v, c.v, i.ts, t.pid, t.tid FROM _inst i "
-                    "JOIN _names n ON n.i = i.name JOIN _cats c ON c.i = i.cat JOIN threads t ON t.thread = i.thread")
-        for t in ("_inst", "_names", "_cats"):
-            con.unregister(t)
+        con.register("_inst", {"name": name_list[cols.column("inst_name")], "cat": cat_list[cols.column("inst_cat")],
+                               "ts": cols.column("inst_ts") + base_ns, "pid": thread_pid[inst_thread],
+                               "tid": thread_tid[inst_thread]})
+        con.execute("INSERT INTO instants SELECT name, cat, ts, pid, tid FROM _inst")
+        con.unregister("_inst")
     meta = _meta(path, cols, kind, names, ts, dur, top, fp, skipped, links.unlinked, flows)
     _insert_rows(con, "meta", [(k, json.dumps(v)) for k, v in meta.items()], 2)
 
@@ -240,10 +238,6 @@ def _module_class(label: str) -> str:
     """'nn.Module: LlamaRMSNorm_0' -> 'LlamaRMSNorm'."""
     m = _MODULE.match(label)
     return m.group("cls") if m else label
-
-
-def _lookup_table(con, name: str, values: np.ndarray) -> None:
-    con.register(name, {"i": np.arange(len(values), dtype=np.int32), "v": values})
 
 
 def _flag_names(name_list: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
