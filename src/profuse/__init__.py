@@ -1,10 +1,13 @@
 """profuse: where PyTorch inference spends its time, on any device, and proof of the fix."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ProfuseError, TraceError, UserError
-from .trace import Trace, load
+from .trace import load
+
+if TYPE_CHECKING:
+    from .trace import Trace
 
 __version__ = "0.1.0"
 __all__ = [
@@ -29,6 +32,10 @@ def __getattr__(name: str) -> Any:
         from . import capture
 
         return getattr(capture, name)
+    if name == "Trace":
+        from .trace import Trace
+
+        return Trace
     if name == "advise":
         from .analysis.verify import advise
 

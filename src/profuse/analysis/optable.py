@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_KINDS, TABLE_KINDS
+
+if TYPE_CHECKING:
+    from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
 
 GROUPS = ("op", "shape", "module", "kernel")
 SORT_KEYS = ("self_device", "device_total", "self_cpu", "cpu_total", "calls", "kernels", "name")

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_KINDS
 from .optable import total_device_us
+
+if TYPE_CHECKING:
+    from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
 
 _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 

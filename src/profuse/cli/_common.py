@@ -3,13 +3,22 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+from ..trace import load
 
-from ..report.console import make_console as console  # noqa: F401 - re-exported for subcommands
-from ..trace import Trace, load
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from ..trace import Trace
+
+
+def console(*args: Any, **kwargs: Any) -> Console:
+    """The report console (rich is imported on first use, so --help and argument errors stay fast)."""
+    from ..report.console import make_console
+
+    return make_console(*args, **kwargs)
 
 
 def add_load_args(p: argparse.ArgumentParser) -> None:
@@ -30,6 +39,9 @@ class _LazyBar:
         if self.bar is None:
             if time.monotonic() - self.start < 1.0:
                 return
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
             self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                                 TransferSpeedColumn(), TimeRemainingColumn(),
                                 console=Console(stderr=True), transient=True)

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from rich.table import Table
-from rich.text import Text
-
-from ..analysis.diff import DiffRow, diff
-from ..report.console import fmt_us
 from ._common import add_load_args, console, load_trace
+
+if TYPE_CHECKING:
+    from ..analysis.diff import DiffRow
 
 HELP = """examples:
   profuse diff before/ after/                   two bundles
@@ -36,6 +35,12 @@ def _row(r: DiffRow) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..analysis.diff import diff
+    from ..report.console import fmt_us
+
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
         d = diff(a, b)
     if args.format == "json":

@@ -5,16 +5,15 @@ import json
 import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import msgspec
 import numpy as np
 
-from ..errors import TraceError
 from . import _decode, _native
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, add_chunk, kinds_of, thread_key
+from ._open import TRACE_NAMES, resolve  # noqa: F401 - resolve re-exported
 from ._parallel import decode_parallel, worker_count
 from .cache import CacheWriter, cache_slot, fingerprint
 from .correlate import (
@@ -31,29 +30,10 @@ from .schema import DDL, DEVICE_KINDS, GRAPH_LAUNCHES, KINDS, SCHEMA_VERSION, K,
 from .trace import Trace
 
 _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
-TRACE_NAMES = ("trace.json.gz", "trace.json")
 INSERT_BATCH = 1 << 20
 COMPRESS_MIN_EVENTS = 1_000_000
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
-
-
-def resolve(path: str | os.PathLike[str]) -> Path:
-    """A trace file, or the trace inside a bundle folder."""
-    p = Path(path)
-    if p.is_dir():
-        for name in TRACE_NAMES:
-            if (p / name).is_file():
-                return p / name
-        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json")))
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            raise TraceError(p, "is a folder with no trace in it (expected trace.json.gz or one *.json[.gz])")
-        raise TraceError(p, f"holds {len(found)} traces; name one of them: {', '.join(q.name for q in found[:4])}")
-    if not p.exists():
-        raise TraceError(p, "no such file")
-    return p
 
 
 def load(
