@@ -31,12 +31,13 @@ lint: $(STAMP)
 
 # The compiled scanner built with ASan + UBSan in a temporary folder, run over the differential test
 # and a larger mutation corpus (the interpreter itself is not instrumented: libasan is preloaded).
+# `make sanitize SANITIZE_CFLAGS=-DPROFUSE_SCAN_PORTABLE` checks the portable (no SSE2) string scan.
 sanitize: $(STAMP)
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	PROFUSE_REQUIRE_SCANNER=1 PROFUSE_SCAN_CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+	PROFUSE_REQUIRE_SCANNER=1 PROFUSE_SCAN_CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all $(SANITIZE_CFLAGS)" \
 	PROFUSE_SCAN_LDFLAGS="-fsanitize=address,undefined" \
 	$(BIN)/python setup.py -q build_ext --build-lib "$$tmp/lib" --build-temp "$$tmp/tmp" >/dev/null; \
-	lib=$$(ls "$$tmp"/lib/profuse/trace/_scan*); echo "sanitized scanner: $$lib"; \
+	lib=$$(ls "$$tmp"/lib/profuse/trace/_scan*); ldd "$$lib" | grep -E 'lib(a|ub)san' ; \
 	PROFUSE_SCAN_LIB="$$lib" PROFUSE_FUZZ_PER_TRACE=$${FUZZ:-12} PROFUSE_SCAN_FUZZ=$${SCAN_FUZZ:-2000} ASAN_OPTIONS=detect_leaks=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \

@@ -839,8 +839,13 @@ static PyObject *build(Scan *s) {
             memcpy(PyBytes_AS_STRING(pid) + 4 * k, &f[k].pid, 4);
             memcpy(PyBytes_AS_STRING(tid) + 4 * k, &f[k].tid, 4);
             PyObject *id;
-            if (f[k].id.type == T_INT) id = PyUnicode_FromFormat("%lld", (long long)f[k].id.i);
-            else id = str_of(f[k].id.p, f[k].id.len, f[k].id.esc);
+            if (f[k].id.type == T_INT) {
+                PyObject *num = PyLong_FromLongLong(f[k].id.i);
+                id = num ? PyObject_Str(num) : NULL;
+                Py_XDECREF(num);
+            } else {
+                id = str_of(f[k].id.p, f[k].id.len, f[k].id.esc);
+            }
             if (!id) { Py_DECREF(fcats); goto fail; }
             PyList_SET_ITEM(ids, (Py_ssize_t)k, id);
             PyObject *c = PyList_GET_ITEM(fcats, f[k].cat);
