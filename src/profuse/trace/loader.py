@@ -168,37 +168,40 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
         device = np.where(is_device_evt & (device < 0), pid_int[thread], device)
         stream = np.where(is_device_evt & (stream < 0), tid_int[thread], stream)
     _write_threads(con, cols, thread_keys, device_threads)
-    # Strings are looked up here (one index per event), so the INSERT has no join and no sort and
-    # keeps the frame's (id) order.
+    # String columns go in as small codes and are looked up by DuckDB in the lists bound as
+    # parameters: no join, no sort, and each distinct string crosses from Python once.
     thread_pid = np.array([k[0] for k in thread_keys] or [""], dtype=object)
     thread_tid = np.array([k[1] for k in thread_keys] or [""], dtype=object)
     frame: dict[str, np.ndarray] = {
-        "id": np.arange(n, dtype=np.int64), "kind": np.array(KINDS, dtype=object)[kind],
-        "cat": cat_list[cat_id] if n else np.empty(0, dtype=object), "name": names,
-        "ts": ts, "dur": dur, "pid": thread_pid[thread], "tid": thread_tid[thread], "thread": thread.astype(np.int32),
+        "id": np.arange(n, dtype=np.int64), "kind": kind.astype(np.int32), "cat": cat_id, "name": name_id,
+        "ts": ts, "dur": dur, "thread": thread.astype(np.int32),
         "device": np.where(is_device_evt, device, -1), "stream": np.where(is_device_evt, stream, -1),
         "correlation": corr, "external_id": ext, "parent": parent, "depth": depth.astype(np.int64), "op": op,
         "module": module, "scope": scope, "parent_op": parent_op, "launch": links.launch,
-        "link": np.array(LINK_HOW, dtype=object)[links.how], "unlinked": np.array(UNLINKED, dtype=object)[links.unlinked],
+        "link": links.how.astype(np.int32), "unlinked": links.unlinked.astype(np.int32),
         "self_cpu": attr.self_cpu, "self_device": attr.self_device,
         "device_total": attr.device_total, "kernels": attr.kernels, "kernels_total": attr.kernels_total,
         "seq": cols.column("seq"), "python_id": cols.column("python_id"),
         "python_parent_id": cols.column("python_parent_id"), "bytes": cols.column("nbytes"),
         "flops": cols.column("flops") if n else np.empty(0)}
     nul = "NULLIF(f.{0}, -1)".format
+    look = "list_extract(${0}::VARCHAR[], f.{1} + 1)".format
     insert = f"""
-        INSERT INTO events SELECT f.id, f.kind, f.cat, f.name, f.ts, f.dur, f.pid, f.tid, f.thread,
+        INSERT INTO events SELECT f.id, {look('kinds', 'kind')}, {look('cats', 'cat')}, {look('names', 'name')},
+            f.ts, f.dur, {look('pids', 'thread')}, {look('tids', 'thread')}, f.thread,
             {nul('device')}, {nul('stream')}, {nul('correlation')}, {nul('external_id')}, {nul('parent')},
             {nul('depth')}, {nul('op')}, {nul('module')}, {nul('scope')}, {nul('parent_op')}, {nul('launch')},
-            f.link, f.unlinked, f.self_cpu, f.self_device,
+            {look('how', 'link')}, {look('why', 'unlinked')}, f.self_cpu, f.self_device,
             f.device_total, f.kernels, f.kernels_total, {nul('seq')}, {nul('python_id')},
             {nul('python_parent_id')}, {nul('bytes')}, CASE WHEN isnan(f.flops) THEN NULL ELSE f.flops END
         FROM _frame f"""
+    lists = {"kinds": list(KINDS), "cats": cat_list.tolist(), "names": name_list.tolist(),
+             "pids": thread_pid.tolist(), "tids": thread_tid.tolist(), "how": list(LINK_HOW), "why": list(UNLINKED)}
     # In batches, checkpointed (compressed) while more follow, so DuckDB's copy of a big trace never
     # sits uncompressed beside ours; a small trace goes in at once and is compressed by the cache write.
     for lo in range(0, max(n, 1), INSERT_BATCH):
         con.register("_frame", {k: v[lo:lo + INSERT_BATCH] for k, v in frame.items()})
-        con.execute(insert)
+        con.execute(insert, lists)
         if lo + INSERT_BATCH < n:
             con.execute("CHECKPOINT trace")
     del frame
