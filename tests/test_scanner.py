@@ -77,6 +77,19 @@ def test_two_thread_split_equals_one_thread():
     assert one.flow_ids == two.flow_ids and one.shapes == two.shapes and one.phase_counts == two.phase_counts
 
 
+def test_document_scan_two_threads_equals_one_and_the_reference_split():
+    path = next(p for p in ALL_TRACES if p.name.startswith("v100_rank1"))
+    data = _decode.read_bytes(str(path))
+    one, two = _native.scan_document(data, threads=1), _native.scan_document(data, threads=2)
+    assert one is not None and two is not None
+    ref = _decode.split_document(str(path), data).top
+    assert one[1] is not None and two[1] is not None
+    assert {k: bytes(v) for k, v in one[1].items()} == {k: bytes(v) for k, v in ref.items()}
+    assert {k: bytes(v) for k, v in two[1].items()} == {k: bytes(v) for k, v in ref.items()}
+    assert one[0].n == two[0].n > 100_000
+    assert (one[0].column("ts") == two[0].column("ts")).all()
+
+
 def _lookup(table: dict[Any, int]) -> list[Any]:
     out: list[Any] = [None] * len(table)
     for v, i in table.items():
@@ -170,10 +183,16 @@ def test_scanner_survives_many_mutations():
     for k, p in enumerate(SMALL):
         raw = gzip.decompress(p.read_bytes())
         for data in _mutations(1000 + k, raw, per):
+            whole = [_native.scan_document(data, threads=t) for t in (1, 2)]
             try:
                 doc = _decode.split_document("t.json", data)
             except TraceError:
+                assert whole == [None, None]  # the reference rejects the document: so must the scanner
                 continue
+            for got in whole:
+                if got is not None:
+                    assert got[1] is None or {k: bytes(v) for k, v in got[1].items()} == \
+                        {k: bytes(v) for k, v in doc.top.items()}
             cols = _native.scan_columns(doc, threads=1)
             if cols is None:
                 continue

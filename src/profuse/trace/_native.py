@@ -59,6 +59,11 @@ def enabled() -> bool:
     return _scan is not None and os.environ.get("PROFUSE_SCANNER", "1") != "0"
 
 
+def _threads(size: int) -> int:
+    """Two scanning threads for big inputs on a machine with more than one core."""
+    return 2 if size >= SPLIT_MIN_BYTES and (os.cpu_count() or 1) > 1 and os.environ.get("PROFUSE_WORKERS") != "1" else 1
+
+
 def scan_columns(doc: _decode.Document, *, threads: int | None = None) -> Columns | None:
     """Columns of every event in ``doc``, or None when the reference decoder must handle this trace."""
     if _scan is None:
@@ -66,8 +71,7 @@ def scan_columns(doc: _decode.Document, *, threads: int | None = None) -> Column
     events = doc.events
     size = len(events)
     if threads is None:
-        threads = 2 if size >= SPLIT_MIN_BYTES and (os.cpu_count() or 1) > 1 and \
-            os.environ.get("PROFUSE_WORKERS") != "1" else 1
+        threads = _threads(size)
     split = -1
     if threads > 1:
         gap = _decode._EVENT_GAP.search(events, size // 2)
@@ -96,6 +100,58 @@ def scan_columns(doc: _decode.Document, *, threads: int | None = None) -> Column
 
     merge(first, second)
     return first if _consistent(first) else None
+
+
+def scan_document(data: bytes, *, threads: int | None = None) -> tuple[Columns, dict[str, Any] | None] | None:
+    """Columns and the other top-level members (as msgspec Raw) of a whole trace document, in one pass.
+
+    None when the reference path must handle it (from ``_decode.split_document`` on), which then
+    gives the document's error or result exactly as without the scanner.
+    """
+    if _scan is None:
+        return None
+    size = len(data)
+    if threads is None:
+        threads = _threads(size)
+    gap = _decode._EVENT_GAP.search(data, size // 2) if threads > 1 else None
+    if gap is None:
+        head = _scan.scan(data, 0, size, -1, 1)
+        cols = _columns(head)
+        return None if head is None or cols is None else (cols, _top(data, head["members"]))
+    split = gap.end() - 1
+    tail: list[Any] = [None]
+
+    def run_tail() -> None:
+        tail[0] = _scan.scan(data, split, size, -1, 2)
+
+    worker = threading.Thread(target=run_tail, name="profuse-scan", daemon=True)
+    worker.start()
+    head = _scan.scan(data, 0, size, split, 1)
+    worker.join()
+    if head is None:
+        return None
+    if not head["met"]:  # the split was not between two events: the head scan read everything
+        cols = _columns(head)
+        return None if cols is None else (cols, _top(data, head["members"]))
+    if tail[0] is None:
+        return None
+    rest = _scan.document_rest(data, tail[0]["end"])
+    first, second = _columns(head), _columns(tail[0])
+    if rest is None or first is None or second is None:
+        return None
+    from ._parallel import merge
+
+    merge(first, second)
+    return (first, _top(data, head["members"] + rest)) if _consistent(first) else None
+
+
+def _top(data: bytes, members: list[tuple[str, int, int]]) -> dict[str, Any] | None:
+    """The top-level members other than traceEvents, as the reference's split gives them."""
+    import msgspec
+
+    view = memoryview(data)
+    top = {key: msgspec.Raw(view[start:end]) for key, start, end in members}
+    return top if len(top) == len(members) else None  # a repeated key: the reference decides
 
 
 def _i64(r: dict[str, Any], key: str) -> np.ndarray:

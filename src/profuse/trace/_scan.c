@@ -165,8 +165,10 @@ typedef struct {
     Vec shapes, fixes, metas, flows;
     Vec inst_name, inst_cat, inst_pid, inst_tid, inst_ts;
     Vec ph_counts;                        /* int64 per phs id */
+    Vec members;                          /* document mode: top-level (key, value span) other than traceEvents */
     int met;
     int nomem;
+    int top_level;                        /* skipping a top-level value: "ts" keys there are harmless */
 } Scan;
 
 /* ---- lexing --------------------------------------------------------------------------------- */
@@ -401,7 +403,7 @@ static int skip_value(Scan *s, int depth) {
         for (;;) {
             if (s->cur >= s->end || *s->cur != '"' || lex_string(s, &t)) return -1;
             /* the reference counts every "ts" key when it reads exact times from the text */
-            if (t.esc || (t.len == 2 && t.p[0] == 't' && t.p[1] == 's')) return -1;
+            if (t.esc || (!s->top_level && t.len == 2 && t.p[0] == 't' && t.p[1] == 's')) return -1;
             ws(s);
             if (s->cur >= s->end || *s->cur != ':') return -1;
             s->cur++;
@@ -682,13 +684,14 @@ nomem:
 
 /* ---- the events array ----------------------------------------------------------------------- */
 
-static int scan_events(Scan *s, Py_ssize_t start, Py_ssize_t stop_at) {
-    s->cur = s->buf + start;
-    if (start == 0) {
+/* The events array from s->cur: on its '[' (open) or on an event inside it. Ends after its ']', or
+ * with s->met set where the next event would begin exactly at stop_at. */
+static int scan_array(Scan *s, int open, Py_ssize_t stop_at) {
+    if (open) {
         if (s->cur >= s->end || *s->cur != '[') return -1;
         s->cur++;
         ws(s);
-        if (s->cur < s->end && *s->cur == ']') { s->cur++; goto tail; }
+        if (s->cur < s->end && *s->cur == ']') { s->cur++; return 0; }
     }
     for (;;) {
         if (stop_at >= 0 && s->cur == s->buf + stop_at) { s->met = 1; return 0; }
@@ -696,12 +699,70 @@ static int scan_events(Scan *s, Py_ssize_t start, Py_ssize_t stop_at) {
         ws(s);
         if (s->cur >= s->end) return -1;
         if (*s->cur == ',') { s->cur++; ws(s); continue; }
-        if (*s->cur == ']') { s->cur++; break; }
+        if (*s->cur == ']') { s->cur++; return 0; }
         return -1;
     }
-tail:
+}
+
+/* buffer[start:end] is the whole events array (start == 0) or its part from an event on. */
+static int scan_events(Scan *s, Py_ssize_t start, Py_ssize_t stop_at) {
+    s->cur = s->buf + start;
+    if (scan_array(s, start == 0, stop_at)) return -1;
+    if (s->met) return 0;
     ws(s);
     return s->cur == s->end ? 0 : -1;
+}
+
+typedef struct { const char *key; Py_ssize_t key_len, start, end; } Member;
+
+/* Top-level members from s->cur (just after '{' or after a value), through the closing '}' and the
+ * trailing whitespace; the traceEvents array is scanned in place (stopping at stop_at if met). */
+static int scan_members(Scan *s, int first, Py_ssize_t stop_at, int *seen_events) {
+    ws(s);
+    if (first && s->cur < s->end && *s->cur == '}') { s->cur++; goto done; }
+    if (!first) goto after_value;
+    for (;;) {
+        Tok key;
+        if (s->cur >= s->end || *s->cur != '"' || lex_string(s, &key) || key.esc) return -1;
+        ws(s);
+        if (s->cur >= s->end || *s->cur != ':') return -1;
+        s->cur++;
+        ws(s);
+        if (key_is(&key, "traceEvents")) {
+            if (*seen_events || s->cur >= s->end || *s->cur != '[') return -1;
+            *seen_events = 1;
+            if (scan_array(s, 1, stop_at)) return -1;
+            if (s->met) return 0;
+        } else {
+            Member m = {key.p, key.len, s->cur - s->buf, 0};
+            s->top_level = 1;
+            int bad = skip_value(s, 1);
+            s->top_level = 0;
+            if (bad) return -1;
+            m.end = s->cur - s->buf;
+            if (VEC_PUSH(&s->members, Member, m)) { s->nomem = 1; return -1; }
+        }
+    after_value:
+        ws(s);
+        if (s->cur >= s->end) return -1;
+        if (*s->cur == ',') { s->cur++; ws(s); continue; }
+        if (*s->cur == '}') { s->cur++; break; }
+        return -1;
+    }
+done:
+    ws(s);
+    return s->cur == s->end && *seen_events ? 0 : -1;
+}
+
+/* A whole document: an object holding traceEvents, or a bare events array at byte 0. */
+static int scan_document(Scan *s, Py_ssize_t stop_at) {
+    s->cur = s->buf;
+    if (s->cur < s->end && *s->cur == '[') return scan_events(s, 0, stop_at);
+    ws(s);
+    if (s->cur >= s->end || *s->cur != '{') return -1;
+    s->cur++;
+    int seen = 0;
+    return scan_members(s, 1, stop_at, &seen);
 }
 
 static void scan_free(Scan *s) {
@@ -712,6 +773,7 @@ static void scan_free(Scan *s) {
     Vec *v[] = {&s->name, &s->cat, &s->pid, &s->tid, &s->flops, &s->shapes, &s->fixes, &s->metas, &s->flows,
                 &s->inst_name, &s->inst_cat, &s->inst_pid, &s->inst_tid, &s->inst_ts, &s->ph_counts};
     for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++) free(v[k]->data);
+    free(s->members.data);
 }
 
 /* ---- phase 2: Python objects ---------------------------------------------------------------- */
@@ -756,6 +818,18 @@ static int put(PyObject *d, const char *key, PyObject *o) {
     int r = PyDict_SetItemString(d, key, o);
     Py_DECREF(o);
     return r;
+}
+
+static PyObject *members_list(Scan *s) {
+    Member *m = (Member *)s->members.data;
+    PyObject *l = PyList_New((Py_ssize_t)s->members.len);
+    if (!l) return NULL;
+    for (size_t k = 0; k < s->members.len; k++) {
+        PyObject *t = Py_BuildValue("(s#nn)", m[k].key, m[k].key_len, m[k].start, m[k].end);
+        if (!t) { Py_DECREF(l); return NULL; }
+        PyList_SET_ITEM(l, (Py_ssize_t)k, t);
+    }
+    return l;
 }
 
 static PyObject *build(Scan *s) {
@@ -865,6 +939,7 @@ static PyObject *build(Scan *s) {
         }
         Py_DECREF(phs);
     }
+    if (put(d, "members", members_list(s))) goto fail;
     if (put(d, "n", PyLong_FromSize_t(s->i64[C_TS].len)) || put(d, "met", PyBool_FromLong(s->met)) ||
         put(d, "end", PyLong_FromSsize_t(s->cur - s->buf)))
         goto fail;
@@ -888,25 +963,30 @@ static void scan_init(Scan *s) {
     s->fixes.item = sizeof(FloatFix);
     s->metas.item = sizeof(Meta);
     s->flows.item = sizeof(Flow);
+    s->members.item = sizeof(Member);
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(buffer, start, end, stop_at) -> dict | None\n\n"
+"scan(buffer, start, end, stop_at, mode=0) -> dict | None\n\n"
 "Columns of the events in buffer[start:end], or None when the input is anything the scanner does not\n"
-"accept (the caller then runs the reference decoder). start == 0: the span is the whole events array;\n"
-"stop_at >= 0 stops where the next event would begin exactly there ('met'). start > 0: the span begins\n"
-"at an event inside the array and runs to the array's end. The GIL is released while scanning.");
+"accept (the caller then runs the reference decoder). The GIL is released while scanning.\n"
+"mode 0: buffer[start:end] is the events array (start == 0) or its part from the event at start on.\n"
+"mode 1: buffer[:end] is a whole trace document (start must be 0): an object with traceEvents, or a\n"
+"bare array; its other top-level members come back as (key, start, end) in 'members'.\n"
+"mode 2: from the event at start to the ']' closing the array; 'end' is the offset just past it.\n"
+"stop_at >= 0 stops where the next event would begin exactly there ('met' is then True).");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *obj;
     Py_ssize_t start, end, stop_at;
+    int mode = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Onnn:scan", &obj, &start, &end, &stop_at)) return NULL;
+    if (!PyArg_ParseTuple(args, "Onnn|i:scan", &obj, &start, &end, &stop_at, &mode)) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
-    if (start < 0 || end > view.len || start > end) {
+    if (start < 0 || end > view.len || start > end || mode < 0 || mode > 2 || (mode == 1 && start != 0)) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "span outside the buffer");
+        PyErr_SetString(PyExc_ValueError, "span outside the buffer, or an unknown mode");
         return NULL;
     }
     Scan *s = (Scan *)malloc(sizeof(Scan));
@@ -916,7 +996,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     s->end = s->buf + end;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = scan_events(s, start, stop_at);
+    if (mode == 1) rc = scan_document(s, stop_at);
+    else if (mode == 2) { s->cur = s->buf + start; rc = scan_array(s, 0, stop_at); }
+    else rc = scan_events(s, start, stop_at);
     Py_END_ALLOW_THREADS
     PyObject *out;
     if (rc) { out = Py_None; Py_INCREF(out); }
@@ -927,8 +1009,49 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     return out;
 }
 
+PyDoc_STRVAR(rest_doc,
+"document_rest(buffer, pos) -> list | None\n\n"
+"The top-level members after the traceEvents array that ends just before pos, through the closing\n"
+"'}' and trailing whitespace, as (key, start, end); None if that part is not accepted.");
+
+static PyObject *document_rest(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t pos;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "On:document_rest", &obj, &pos)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (pos < 0 || pos > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "position outside the buffer");
+        return NULL;
+    }
+    Scan *s = (Scan *)malloc(sizeof(Scan));
+    if (!s) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    scan_init(s);
+    s->buf = (const char *)view.buf;
+    s->end = s->buf + view.len;
+    s->cur = s->buf + pos;
+    int seen = 1;
+    PyObject *out;
+    if (view.len > 0 && s->buf[0] == '[') {  /* a bare array: only whitespace may follow it */
+        ws(s);
+        out = s->cur == s->end ? PyList_New(0) : (Py_INCREF(Py_None), Py_None);
+    } else if (scan_members(s, 0, -1, &seen)) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else {
+        out = members_list(s);
+    }
+    scan_free(s);
+    free(s);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"document_rest", document_rest, METH_VARARGS, rest_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -74,8 +74,15 @@ def decode(path: str, *, lenient: bool = False,
            progress: Progress | None = None) -> tuple[Columns, dict[str, Any], _decode.Skipped]:
     """Read and decode a trace into columns (all cores for big files), before any table is written."""
     data = _decode.read_bytes(path)
-    doc = _decode.split_document(path, data)
     skipped = _decode.Skipped()
+    # the compiled scanner first, the whole document in one pass; anything it does not accept goes
+    # down the reference path below (which then accepts, recovers or raises exactly as before)
+    fast = _native.scan_document(data) if not lenient and _native.enabled() else None
+    if fast is not None and fast[1] is not None:
+        if progress:
+            progress(len(data), len(data))
+        return fast[0], {k: _safe_json(v) for k, v in fast[1].items()}, skipped
+    doc = _decode.split_document(path, data)
     total, done = len(doc.events), 0
 
     def on_chunk(nbytes: int) -> None:
@@ -84,13 +91,8 @@ def decode(path: str, *, lenient: bool = False,
         if progress:
             progress(done, total)
 
-    # the compiled scanner first; anything it does not accept goes down the reference path below
-    cols = _native.scan_columns(doc) if not lenient and _native.enabled() else None
-    if cols is not None:
-        on_chunk(total)
-    workers = 1 if lenient or cols is not None else worker_count(total)
-    if workers > 1:
-        cols = decode_parallel(path, doc, workers=workers, on_progress=on_chunk)
+    workers = 1 if lenient else worker_count(total)
+    cols = decode_parallel(path, doc, workers=workers, on_progress=on_chunk) if workers > 1 else None
     if cols is None:
         cols, done = Columns(), 0
         for base, events, span in _decode.iter_chunks(path, doc, lenient=lenient, skipped=skipped,
