@@ -288,6 +288,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3, help="runs per measurement; the fastest counts (default 3)")
     ap.add_argument("--big-gb", type=float, default=1.0)
+    ap.add_argument("--big-reps", type=int, default=1, help="runs per measurement on the big trace (default 1)")
     ap.add_argument("--big-hta-reps", type=int, default=1, help="HTA runs on the big trace (each takes minutes)")
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument("--no-big", action="store_true")
@@ -297,6 +298,8 @@ def main() -> int:
     if not SRC.exists():
         print(f"missing {SRC}", file=sys.stderr)
         return 2
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores "
+          "(figures from a busy shared machine are noisy)")
     hta_py = None if args.no_hta else hta_python()
     if not args.no_hta and hta_py is None:
         print("HTA could not be installed: its rows are missing from this run", file=sys.stderr)
@@ -314,9 +317,10 @@ def main() -> int:
         show(key, path, results[key], targets)
     if not args.no_big:
         big = big_trace(args.big_gb)
-        results["synthetic_big"] = measure(big, hta_py, args.reps, args.big_hta_reps)
+        results["synthetic_big"] = measure(big, hta_py, args.big_reps, args.big_hta_reps)
         show(f"synthetic >= {args.big_gb:g} GB", big, results["synthetic_big"], targets)
-    print("\ntargets (issue 10), min of runs, same machine and run:")
+    print(f"\nload average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print("targets (issue 10), min of runs, same machine and run:")
     for what, ok, figure in targets:
         print(f"  {'HOLDS ' if ok else 'MISSED' if ok is not None else 'n/a   '} {what}: {figure}")
     if args.json:
