@@ -439,12 +439,20 @@ static int key_is(const Tok *k, const char *word) {
     return (size_t)k->len == n && memcmp(k->p, word, n) == 0;
 }
 
+/* Index of key among words (lengths compared first), or -1. */
+static int key_index(const Tok *k, const char *const *words, const unsigned char *lens, int n) {
+    for (int j = 0; j < n; j++)
+        if ((Py_ssize_t)lens[j] == k->len && k->p[0] == words[j][0] && memcmp(k->p, words[j], lens[j]) == 0) return j;
+    return -1;
+}
+
 enum { A_EXT, A_EXT_LC, A_CORR, A_DEV, A_STREAM, A_STREAM_ID, A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_PYID, A_PYPID,
        A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, N_ARGS };
 static const char *const ARG_KEYS[N_ARGS] = {
     "External id", "external id", "correlation", "device", "stream", "stream_id", "Input Dims", "Input type",
     "grid", "block", "Python id", "Python parent id", "Sequence number", "Fwd thread id", "bytes", "flops",
     "name", "labels"};
+static unsigned char ARG_LENS[N_ARGS];
 
 static int parse_args(Scan *s, Tok *a) {
     for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
@@ -459,9 +467,7 @@ static int parse_args(Scan *s, Tok *a) {
         if (s->cur >= s->end || *s->cur != ':') return -1;
         s->cur++;
         ws(s);
-        int which = -1;
-        for (int k = 0; k < N_ARGS; k++)
-            if (key_is(&key, ARG_KEYS[k])) { which = k; break; }
+        int which = key.len ? key_index(&key, ARG_KEYS, ARG_LENS, N_ARGS) : -1;
         if (which < 0) {
             if (key.len == 2 && key.p[0] == 't' && key.p[1] == 's') return -1;
             if (skip_value(s, 2)) return -1;
@@ -533,6 +539,7 @@ static int time_ns(const Tok *t, int64_t *out) {
 
 enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ID, E_BP, E_ARGS, N_EV };
 static const char *const EV_KEYS[N_EV] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "args"};
+static unsigned char EV_LENS[N_EV];
 
 static int push_i64(Scan *s, int col, int64_t v) { return VEC_PUSH(&s->i64[col], int64_t, v); }
 
@@ -559,9 +566,7 @@ static int parse_event(Scan *s) {
         if (s->cur >= s->end || *s->cur != ':') return -1;
         s->cur++;
         ws(s);
-        int which = -1;
-        for (int k = 0; k < N_EV; k++)
-            if (key_is(&key, EV_KEYS[k])) { which = k; break; }
+        int which = key.len ? key_index(&key, EV_KEYS, EV_LENS, N_EV) : -1;
         if (which < 0) {
             if (skip_value(s, 1)) return -1;
         } else {
@@ -1061,6 +1066,8 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {
+    for (int k = 0; k < N_ARGS; k++) ARG_LENS[k] = (unsigned char)strlen(ARG_KEYS[k]);
+    for (int k = 0; k < N_EV; k++) EV_LENS[k] = (unsigned char)strlen(EV_KEYS[k]);
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "SSE2", SCAN_SSE2)) { Py_DECREF(m); return NULL; }
     return m;
