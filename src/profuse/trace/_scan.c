@@ -585,7 +585,7 @@ static int parse_event(Scan *s) {
         return -1;
     }
     /* the types msgspec's Event struct demands */
-    if (e[E_PH].type != T_MISSING && e[E_PH].type != T_STR) return -1;
+    if (e[E_PH].type != T_MISSING && (e[E_PH].type != T_STR || e[E_PH].esc)) return -1;
     for (int k = E_CAT; k <= E_BP; k++) {
         int ty = e[k].type;
         if (ty == T_MISSING || ty == T_NULL) continue;
