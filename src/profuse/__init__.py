@@ -4,10 +4,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import ProfuseError, TraceError, UserError
-from .trace import load
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from .trace import Trace, load
 
 __version__ = "0.1.0"
 __all__ = [
@@ -32,10 +31,10 @@ def __getattr__(name: str) -> Any:
         from . import capture
 
         return getattr(capture, name)
-    if name == "Trace":
-        from .trace import Trace
+    if name in ("Trace", "load"):
+        from . import trace
 
-        return Trace
+        return getattr(trace, name)
     if name == "advise":
         from .analysis.verify import advise
 

@@ -6,12 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_KINDS, TABLE_KINDS
+from ._choices import GROUPS, SORT_KEYS
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
 
-GROUPS = ("op", "shape", "module", "kernel")
-SORT_KEYS = ("self_device", "device_total", "self_cpu", "cpu_total", "calls", "kernels", "name")
 
 _KINDS = ", ".join(f"'{k}'" for k in TABLE_KINDS)
 _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)

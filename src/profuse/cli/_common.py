@@ -5,8 +5,6 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..trace import load
-
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
@@ -55,6 +53,8 @@ class _LazyBar:
 
 
 def load_trace(path: str, args: argparse.Namespace) -> Trace:
+    from ..trace import load
+
     bar = _LazyBar(f"loading {path}")
     try:
         return load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._io import atomic_write
-from ..analysis import GROUPS, SORT_KEYS
+from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
 from ._common import add_load_args, console, load_trace
 
@@ -37,6 +36,8 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._io import atomic_write
+
     if args.format == "html":
         if not args.output:
             raise UserError("--format html writes a file: add -o report.html")

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._open import load, resolve
-
 if TYPE_CHECKING:
+    from ._open import load, resolve
     from .trace import Trace
 
 __all__ = ["Trace", "load", "resolve"]
@@ -20,4 +19,8 @@ def __getattr__(name: str) -> Any:
         from .trace import Trace
 
         return Trace
+    if name in ("load", "resolve"):
+        from . import _open
+
+        return getattr(_open, name)
     raise AttributeError(name)

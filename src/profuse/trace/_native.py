@@ -35,7 +35,7 @@ def _load_scanner() -> Any:
         spec.loader.exec_module(module)
         return module
     try:
-        from . import _scan  # type: ignore[attr-defined]
+        from . import _scan
     except ImportError:  # pure-Python install: the reference decoder does everything
         return None
     return _scan
@@ -191,10 +191,10 @@ def _columns(r: dict[str, Any] | None) -> Columns | None:
         cols.add("flow_thread_key", _keys(r["flow_pid"], r["flow_tid"]))
     cols.shapes = r["shapes"]
     for pid, tid, name, arg_name, labels in r["metas"]:  # the reference's rule, in file order
-        key = thread_key(pid, tid if name and name.startswith("thread") else "")
+        where = thread_key(pid, tid if name and name.startswith("thread") else "")
         value = arg_name if arg_name is not None else labels
         if value is not None and name:
-            cols.thread_meta.setdefault(key, {})[name] = str(value)
+            cols.thread_meta.setdefault(where, {})[name] = str(value)
     cols.phase_counts = r["phase_counts"]
     cols.n = n
     return cols
