@@ -214,3 +214,20 @@ def test_mutated_input_same_outcome(data: bytes, tmp_path: Path, monkeypatch: py
     fast = _outcome(path, scanner=True, monkeypatch=monkeypatch)
     ref = _outcome(path, scanner=False, monkeypatch=monkeypatch)
     assert fast == ref
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "msgspec"])
+def test_flow_and_instant_times_are_exact_ns(scanner: bool, monkeypatch: pytest.MonkeyPatch):
+    """On a ns-resolution trace flow ends and instants keep the text's ns, as complete events do."""
+    from decimal import Decimal
+
+    path = next(p for p in ALL_TRACES if p.name == "v100_ns_timestamps.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    base = doc.get("baseTimeNanoseconds") or 0
+    want_flows = sorted(base + int(Decimal(e["ts"]) * 1000) for e in doc["traceEvents"]
+                        if e.get("ph") in ("s", "f", "t") and e.get("id") is not None and e.get("ts") is not None)
+    want_inst = sorted(base + int(Decimal(e.get("ts") or 0) * 1000) for e in doc["traceEvents"] if e.get("ph") in ("i", "I"))
+    tables = _load_tables(path, scanner=scanner, monkeypatch=monkeypatch)
+    assert len(want_flows) > 1000
+    assert sorted(r[3] for r in tables["flows"]) == want_flows
+    assert sorted(r[2] for r in tables["instants"]) == want_inst
