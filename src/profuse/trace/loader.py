@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -53,8 +54,13 @@ def load(
         cached = slot.open_if_valid(fp)
         if cached is not None:
             return Trace(src, cached, from_cache=True)
-    cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
-    con = duckdb.connect()
+    connection = _connect_behind()  # DuckDB starts up while the trace is decoded
+    try:
+        cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
+    except BaseException:
+        connection().close()
+        raise
+    con = connection()
     try:
         # big traces compressed in memory (repeated kernel names and sparse columns would otherwise cost
         # GBs); below COMPRESS_MIN_EVENTS compressing costs more time than the memory is worth
@@ -68,6 +74,28 @@ def load(
     del cols
     writer = CacheWriter(con, slot) if slot is not None else None
     return Trace(src, con, from_cache=False, writer=writer)
+
+
+def _connect_behind() -> Callable[[], duckdb.DuckDBPyConnection]:
+    """Open an in-memory DuckDB on another thread; the returned call waits for it."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["con"] = duckdb.connect()
+        except BaseException as err:  # handed to the caller
+            box["err"] = err
+
+    thread = threading.Thread(target=work, name="profuse-connect", daemon=True)
+    thread.start()
+
+    def result() -> duckdb.DuckDBPyConnection:
+        thread.join()
+        if "err" in box:
+            raise box["err"]
+        return box["con"]
+
+    return result
 
 
 def decode(path: str, *, lenient: bool = False,
