@@ -54,13 +54,16 @@ def load(
         cached = slot.open_if_valid(fp)
         if cached is not None:
             return Trace(src, cached, from_cache=True)
-    connection = _connect_behind()  # DuckDB starts up while the trace is decoded
+    # With the scanner, DuckDB starts up on another thread while the trace is decoded; the forked
+    # msgspec workers are then not used (forking after DuckDB has started threads is unsafe).
+    connection = _connect_behind() if _native.enabled() and not lenient else None
     try:
-        cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
+        cols, top, skipped = decode(str(src), lenient=lenient, progress=progress, fork=connection is None)
     except BaseException:
-        connection().close()
+        if connection is not None:
+            connection().close()
         raise
-    con = connection()
+    con = connection() if connection is not None else duckdb.connect()
     try:
         # big traces compressed in memory (repeated kernel names and sparse columns would otherwise cost
         # GBs); below COMPRESS_MIN_EVENTS compressing costs more time than the memory is worth
@@ -98,9 +101,12 @@ def _connect_behind() -> Callable[[], duckdb.DuckDBPyConnection]:
     return result
 
 
-def decode(path: str, *, lenient: bool = False,
-           progress: Progress | None = None) -> tuple[Columns, dict[str, Any], _decode.Skipped]:
-    """Read and decode a trace into columns (all cores for big files), before any table is written."""
+def decode(path: str, *, lenient: bool = False, progress: Progress | None = None,
+           fork: bool = True) -> tuple[Columns, dict[str, Any], _decode.Skipped]:
+    """Read and decode a trace into columns (all cores for big files), before any table is written.
+
+    ``fork=False``: the msgspec path stays in this process (no forked workers).
+    """
     data = _decode.read_bytes(path)
     skipped = _decode.Skipped()
     # the compiled scanner first, the whole document in one pass; anything it does not accept goes
@@ -119,7 +125,7 @@ def decode(path: str, *, lenient: bool = False,
         if progress:
             progress(done, total)
 
-    workers = 1 if lenient else worker_count(total)
+    workers = 1 if lenient or not fork else worker_count(total)
     cols = decode_parallel(path, doc, workers=workers, on_progress=on_chunk) if workers > 1 else None
     if cols is None:
         cols, done = Columns(), 0
