@@ -3,33 +3,53 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SCANNER := $(VENV)/.scanner
 
-.PHONY: demo test venv browser lint bench clean
+.PHONY: demo test venv browser lint bench clean sanitize
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	PROFUSE_REQUIRE_SCANNER=1 $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+# The compiled scanner, rebuilt in place when its source changes (pip built it at install time).
+$(SCANNER): $(STAMP) src/profuse/trace/_scan.c setup.py
+	PROFUSE_REQUIRE_SCANNER=1 $(BIN)/python setup.py -q build_ext --inplace
+	touch $(SCANNER)
 
-demo: $(STAMP)
+venv: $(STAMP) $(SCANNER)
+
+demo: venv
 	$(BIN)/profuse study rmsnorm
 
 # Browser tests drive Debian's Chromium through Playwright's client (no browser download).
 browser:
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) browser
+test: venv browser
 	$(BIN)/python -m pytest -q -p no:logging
 
-lint: $(STAMP)
+lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy src/profuse
 
-bench: $(STAMP)
+# The compiled scanner built with ASan + UBSan in a temporary folder, run over the differential test
+# and a larger mutation corpus (the interpreter itself is not instrumented: libasan is preloaded).
+# `make sanitize SANITIZE_CFLAGS=-DPROFUSE_SCAN_PORTABLE` checks the portable (no SSE2) string scan.
+sanitize: venv
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	PROFUSE_REQUIRE_SCANNER=1 PROFUSE_SCAN_CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all $(SANITIZE_CFLAGS)" \
+	PROFUSE_SCAN_LDFLAGS="-fsanitize=address,undefined" \
+	$(BIN)/python setup.py -q build_ext --build-lib "$$tmp/lib" --build-temp "$$tmp/tmp" >/dev/null; \
+	lib=$$(ls "$$tmp"/lib/profuse/trace/_scan*); ldd "$$lib" | grep -E 'lib(a|ub)san' ; \
+	PROFUSE_SCAN_LIB="$$lib" PROFUSE_FUZZ_PER_TRACE=$${FUZZ:-12} PROFUSE_SCAN_FUZZ=$${SCAN_FUZZ:-2000} ASAN_OPTIONS=detect_leaks=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	$(BIN)/python -m pytest -q -p no:logging -p no:cacheprovider tests/test_scanner.py
+
+bench: venv
 	$(BIN)/python benchmarks/bench_load.py
 	$(BIN)/python benchmarks/bench_explorer.py
 

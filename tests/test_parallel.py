@@ -15,6 +15,7 @@ Q = ("SELECT id, kind, name, ts, dur, pid, tid, parent, depth, op, module, launc
                                   "mtia_inference.json.gz"])
 def test_parallel_equals_sequential(name, monkeypatch):
     path = trace_path(name)
+    monkeypatch.setenv("PROFUSE_SCANNER", "0")  # the forked msgspec path (the scanner has tests of its own)
     monkeypatch.setenv("PROFUSE_WORKERS", "1")
     one = profuse.load(path, cache=False)
     seq = one.con.execute(Q).fetchall()

@@ -1,10 +1,12 @@
 """profuse: where PyTorch inference spends its time, on any device, and proof of the fix."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ProfuseError, TraceError, UserError
-from .trace import Trace, load
+
+if TYPE_CHECKING:
+    from .trace import Trace, load
 
 __version__ = "0.1.0"
 __all__ = [
@@ -34,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from .neuron.neff import read_neff
 
         return read_neff
+    if name in ("Trace", "load"):
+        from . import trace
+
+        return getattr(trace, name)
     if name == "advise":
         from .analysis.verify import advise
 

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_KINDS, TABLE_KINDS
+from ._choices import GROUPS, SORT_KEYS
 
-GROUPS = ("op", "shape", "module", "kernel")
-SORT_KEYS = ("self_device", "device_total", "self_cpu", "cpu_total", "calls", "kernels", "name")
+if TYPE_CHECKING:
+    from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
+
 
 _KINDS = ", ".join(f"'{k}'" for k in TABLE_KINDS)
 _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import printable
-from ..trace import Trace
 from ..trace.artifacts import read_side_json
 from ..trace.schema import DEVICE_TIME_KINDS
 from .busy import Busy, StepBusy, device_busy, steps_busy
 from .optable import total_device_us
+
+if TYPE_CHECKING:
+    from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
 
 _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 

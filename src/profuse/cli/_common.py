@@ -4,14 +4,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
-from ..redact import redact_text
-from ..report.console import make_console as console  # noqa: F401 - re-exported for subcommands
-from ..trace import Trace, load
+    from ..trace import Trace
+
+
+def console(*args: Any, **kwargs: Any) -> Console:
+    """The report console (rich is imported on first use, so --help and argument errors stay fast)."""
+    from ..report.console import make_console
+
+    return make_console(*args, **kwargs)
 
 
 def add_load_args(p: argparse.ArgumentParser) -> None:
@@ -34,6 +40,9 @@ class _LazyBar:
         if self.bar is None:
             if time.monotonic() - self.start < 1.0:
                 return
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
             self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                                 TransferSpeedColumn(), TimeRemainingColumn(),
                                 console=Console(stderr=True), transient=True)
@@ -47,12 +56,16 @@ class _LazyBar:
 
 
 def load_trace(path: str, args: argparse.Namespace) -> Trace:
+    from ..trace import load
+
     bar = _LazyBar(f"loading {path}")
     try:
         trace = load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),
                      progress=bar, cache_dir=getattr(args, "cache_dir", None))
     finally:
         bar.close()
+    from ..redact import redact_text
+
     for note in trace.notes:
         print(f"profuse: note: {redact_text(note)}", file=sys.stderr)
     source = trace.meta.get("source")

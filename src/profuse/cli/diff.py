@@ -3,16 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from rich.table import Table
-from rich.text import Text
-
-from ..analysis.diff import DiffRow, diff
 from ..errors import UserError
-from ..ranks.discover import candidates
-from ..report.console import fmt_us
 from ._common import add_load_args, console, load_trace
 from .ranks import add_rank_args, diff_rank_sets
+
+if TYPE_CHECKING:
+    from ..analysis.diff import DiffRow
 
 HELP = """examples:
   profuse diff before/ after/                   two bundles
@@ -42,6 +40,8 @@ def _row(r: DiffRow) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..ranks.discover import candidates
+
     files_a, files_b = candidates(args.a), candidates(args.b)
     if files_a is not None or files_b is not None:
         if files_a is None or files_b is None:
@@ -49,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{many} holds several rank traces but {one} is one trace: "
                             "compare two folders of rank traces, or two traces")
         return diff_rank_sets(args, files_a, files_b)
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..analysis.diff import diff
+    from ..report.console import fmt_us
+
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
         d = diff(a, b)
     if args.format == "json":

@@ -6,13 +6,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.text import Text
-
-from .._io import atomic_write
-from ..ranks import ENGINES, run_ranks
-from ..report.ranks import print_ranks, render_ranks_html, render_ranks_json
 from ._common import console
+
+ENGINES = ("local", "ray")  # profuse.ranks.engine.ENGINES, named here so --help imports no engine
 
 
 def add_rank_args(p: argparse.ArgumentParser) -> None:
@@ -29,6 +25,13 @@ def add_rank_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
+    from rich.console import Console
+    from rich.text import Text
+
+    from .._io import atomic_write
+    from ..ranks import run_ranks
+    from ..report.ranks import print_ranks, render_ranks_html, render_ranks_json
+
     err = Console(stderr=True)
     done = {"n": 0}
 
@@ -64,7 +67,8 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
 def diff_rank_sets(args: argparse.Namespace, files_a: list[Path], files_b: list[Path]) -> int:
     """``profuse diff DIR_A DIR_B``: two runs of rank traces compared rank by rank."""
     from ..analysis.ranks import diff_docs
-    from ..report.ranks import print_ranks_diff
+    from ..ranks import run_ranks
+    from ..report.ranks import print_ranks_diff, render_ranks_json
 
     docs = [run_ranks(path, files, engine=args.engine, ray_address=args.ray_address, workers=args.workers,
                       lenient=args.lenient, cache=not args.no_cache, work_dir=args.work_dir).doc

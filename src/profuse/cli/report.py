@@ -3,13 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from .._io import atomic_write
-from ..analysis import GROUPS, SORT_KEYS, op_table, summarize
-from ..analysis.advice import advise_trace
+from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
-from ..ranks.discover import candidates
-from ..report.console import print_advice, print_report
-from ..report.json_report import render_json
 from ._common import add_load_args, console, load_trace
 from .ranks import add_rank_args, run_ranks_report
 
@@ -53,6 +48,9 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._io import atomic_write
+    from ..ranks.discover import candidates
+
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
     files = candidates(args.path)
@@ -65,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(args.output, render_html(trace, keep_metadata=args.keep_metadata))
         print(f"wrote {args.output}")
         return 0
+    from ..analysis import op_table, summarize
+    from ..analysis.advice import advise_trace
+    from ..report.console import print_advice, print_report
+    from ..report.json_report import render_json
+
     with load_trace(args.path, args) as trace:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)

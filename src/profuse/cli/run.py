@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ._common import console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 HELP = """examples:
   profuse run -- python infer.py --batch 8
@@ -71,4 +73,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def console_err() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True)

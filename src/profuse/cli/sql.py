@@ -5,10 +5,6 @@ import argparse
 import csv
 import sys
 
-import msgspec
-from rich.table import Table
-from rich.text import Text
-
 from ._common import add_load_args, console, load_trace
 
 HELP = """examples:
@@ -38,8 +34,13 @@ def run(args: argparse.Namespace) -> int:
         w.writerow(cols)
         w.writerows(rows)
     elif args.format == "json":
+        import msgspec
+
         sys.stdout.write(msgspec.json.encode([dict(zip(cols, r)) for r in rows], enc_hook=str).decode() + "\n")
     else:
+        from rich.table import Table
+        from rich.text import Text
+
         t = Table(show_edge=False, header_style="bold")
         for c in cols:
             t.add_column(c)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceError, UserError
-from ..trace.loader import TRACE_NAMES
+from ..trace._open import TRACE_NAMES
 
 HEAD_BYTES = 1 << 20
 _SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")

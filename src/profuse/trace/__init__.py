@@ -1,7 +1,26 @@
-"""The trace engine: Kineto JSON -> DuckDB tables with device time correlated. Needs no torch."""
+"""The trace engine: Kineto JSON -> DuckDB tables with device time correlated. Needs no torch.
+
+Names are imported on first use, so ``import profuse`` (and ``profuse --help``) costs no DuckDB,
+numpy or decoder import.
+"""
 from __future__ import annotations
 
-from .loader import load, resolve
-from .trace import Trace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._open import load, resolve
+    from .trace import Trace
 
 __all__ = ["Trace", "load", "resolve"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Trace":
+        from .trace import Trace
+
+        return Trace
+    if name in ("load", "resolve"):
+        from . import _open
+
+        return getattr(_open, name)
+    raise AttributeError(name)

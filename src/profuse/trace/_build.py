@@ -88,6 +88,27 @@ def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
     return out
 
 
+def _needs_precise(events: list[Event]) -> bool:
+    """Whether this chunk's µs floats may not hold whole ns (a big fractional ts somewhere)."""
+    ts = np.array(list(map(_get["ts"], events)), dtype=np.float64)  # None -> nan
+    ts = ts[~np.isnan(ts)]
+    return bool(np.any(np.abs(ts) >= _PRECISE_ABOVE_US) and np.any(ts % 1 != 0))
+
+
+def _chunk_precise(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
+    """Exact ns times of every event of the chunk (complete events, instants and flows alike), or None."""
+    return _precise_ts(chunk, events) if _needs_precise(events) else None
+
+
+def _ns_of(events: list[Event], idx: list[int], precise: np.ndarray | None) -> np.ndarray:
+    """Start times in ns of events[idx] (absent ts: 0), exact from the text where the floats are not."""
+    us = np.nan_to_num(np.array([events[i].ts for i in idx], dtype=np.float64))
+    if precise is None:
+        return _ns(us)
+    exact = precise[np.asarray(idx, dtype=np.int64)]
+    return np.where(exact == np.iinfo(np.int64).min, 0, exact)
+
+
 _get_flops, _get_dims, _get_grid = attrgetter("flops"), attrgetter("input_dims"), attrgetter("grid")
 
 
@@ -108,19 +129,17 @@ def add_chunk(
     *, lenient: bool, skipped: Skipped,
 ) -> None:
     phases = list(map(_get["ph"], events))
-    precise: np.ndarray | None = None
     x_idx = [i for i, p in enumerate(phases) if p == "X"]
+    precise = _chunk_precise(chunk, events)
+    if precise is None and _needs_precise(events):
+        cols.imprecise_ts += len(x_idx)
     if len(x_idx) != len(events):
-        _add_other_phases(cols, events, phases, skipped)
+        _add_other_phases(cols, events, phases, precise, skipped)
     xs = [events[i] for i in x_idx]
     if not xs:
         return
     ts = np.array(list(map(_get["ts"], xs)), dtype=np.float64)  # None -> nan
     dur = np.array(list(map(_get["dur"], xs)), dtype=np.float64)
-    if np.any(np.abs(ts[~np.isnan(ts)]) >= _PRECISE_ABOVE_US) and np.any(ts % 1 != 0):
-        precise = _precise_ts(chunk, events)
-        if precise is None:
-            cols.imprecise_ts += len(xs)
     with np.errstate(invalid="ignore"):
         bad = np.isnan(ts) | np.isnan(dur) | (dur < 0) | ~(np.abs(ts) < MAX_US) | ~(dur < MAX_US)
     keep = ~bad
@@ -174,7 +193,8 @@ def _why_bad(ts: float, dur: float, *, short: bool = False) -> str:
     return "dur out of range" if short else f"has dur {dur:g} µs, out of range (must be below {MAX_US:.3g} µs)"
 
 
-def _add_other_phases(cols: Columns, events: list[Event], phases: list[str], skipped: Skipped) -> None:
+def _add_other_phases(cols: Columns, events: list[Event], phases: list[str], precise: np.ndarray | None,
+                      skipped: Skipped) -> None:
     others = [i for i, ph in enumerate(phases) if ph != "X"]
     for i in others:
         ph = phases[i]
@@ -184,27 +204,30 @@ def _add_other_phases(cols: Columns, events: list[Event], phases: list[str], ski
         value = e.args.name if e.args.name is not None else e.args.labels
         if isinstance(value, (str, int, float)) and e.name:
             cols.thread_meta.setdefault(key, {})[e.name] = str(value)
-    inst = _in_range([events[i] for i in others if phases[i] in ("i", "I")], skipped, "instant")
+    inst_idx = _in_range(events, [i for i in others if phases[i] in ("i", "I")], skipped, "instant")
+    inst = [events[i] for i in inst_idx]
     if inst:
         cols.add("inst_name", _intern(cols.names, list(map(_get["name"], inst))))
         cols.add("inst_cat", _intern(cols.cats, list(map(_get["cat"], inst))))
-        cols.add("inst_ts", _ns(np.nan_to_num(np.array(list(map(_get["ts"], inst)), dtype=np.float64))))
+        cols.add("inst_ts", _ns_of(events, inst_idx, precise))
         cols.add("inst_thread_key", _thread_keys(cols, inst))
-    flows = [events[i] for i in others if phases[i] in ("s", "f", "t")]
-    flows = _in_range([e for e in flows if e.id is not None and e.ts is not None], skipped, "flow")
+    flow_idx = _in_range(events, [i for i in others if phases[i] in ("s", "f", "t") and events[i].id is not None
+                                  and events[i].ts is not None], skipped, "flow")
+    flows = [events[i] for i in flow_idx]
     if flows:
         cols.flow_ids.extend(map(str, map(_get["id"], flows)))
         cols.flow_cats.extend(map(_get["cat"], flows))
         cols.add("flow_ph", np.array([FLOW_PHASES.index(e.ph) for e in flows], dtype=np.int8))
-        cols.add("flow_ts", _ns(np.array(list(map(_get["ts"], flows)), dtype=np.float64)))
+        cols.add("flow_ts", _ns_of(events, flow_idx, precise))
         cols.add("flow_thread_key", _thread_keys(cols, flows))
 
 
-def _in_range(events: list[Event], skipped: Skipped, what: str) -> list[Event]:
-    """Events whose ts (if any) converts to 64-bit ns; the others are counted as skipped."""
-    out = [e for e in events if e.ts is None or abs(e.ts) < MAX_US]
-    if len(out) < len(events):
-        for e in events:
+def _in_range(events: list[Event], idx: list[int], skipped: Skipped, what: str) -> list[int]:
+    """The indices of events whose ts (if any) converts to 64-bit ns; the others are counted as skipped."""
+    out = [i for i in idx if events[i].ts is None or abs(events[i].ts) < MAX_US]
+    if len(out) < len(idx):
+        for i in idx:
+            e = events[i]
             if e.ts is not None and not abs(e.ts) < MAX_US:
                 skipped.add(f"{what} ts out of range", f"{what} {e.name!r} at ts {e.ts!r}")
     return out

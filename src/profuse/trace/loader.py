@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -15,11 +15,12 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import _decode, framework_mapping
+from . import _decode, _native
 from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, add_chunk, kinds_of, thread_key
+from ._open import TRACE_NAMES, load, resolve  # noqa: F401 - re-exported
 from ._parallel import decode_parallel, worker_count
 from ._privateuse1 import privateuse1_name
-from .cache import CacheWriter, cache_slot, fingerprint
+from .cache import CacheSlot, CacheWriter
 from .correlate import (
     LINK_HOW,
     UNLINKED,
@@ -34,86 +35,32 @@ from .schema import DDL, DEVICE_KINDS, GRAPH_LAUNCHES, KINDS, SCHEMA_VERSION, K,
 from .trace import Trace
 
 _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
-TRACE_NAMES = ("trace.json.gz", "trace.json")
 INSERT_BATCH = 1 << 20
+COMPRESS_MIN_EVENTS = 1_000_000
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
-def resolve(path: str | os.PathLike[str]) -> Path:
-    """A trace file, or the trace inside a bundle folder; only regular files are accepted."""
-    p = Path(path)
-    if p.is_dir():
-        for name in TRACE_NAMES:
-            if (p / name).exists() or (p / name).is_symlink():
-                return _regular(p / name)
-        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json"))
-                       and not q.match(framework_mapping.PATTERN))
-        if len(found) == 1:
-            return _regular(found[0])
-        if not found:
-            raise TraceError(p, "is a folder with no trace in it (expected trace.json.gz or one *.json[.gz])")
-        raise TraceError(p, f"holds {len(found)} traces; name one of them: {', '.join(q.name for q in found[:4])} "
-                            "(`profuse report` on the folder gives one report over all of them as ranks)")
-    if not p.exists():
-        raise TraceError(p, "no such file")
-    return _regular(p)
-
-
-def _regular(p: Path) -> Path:
-    """``p`` if it is a regular file (links followed); FIFOs and devices would block or never end."""
-    try:
-        mode = p.stat().st_mode
-    except OSError as err:
-        raise TraceError(p, f"cannot be read ({err.strerror})") from None
-    if stat.S_ISDIR(mode):
-        raise TraceError(p, "is a folder, not a trace file")
-    if not stat.S_ISREG(mode):
-        raise TraceError(p, f"is not a regular file (a {_file_kind(mode)}); give a .json or .json.gz file")
-    return p
-
-
-def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
-             (stat.S_ISSOCK, "socket"))
-    return next((label for test, label in kinds if test(mode)), "special file")
-
-
-def load(
-    path: str | os.PathLike[str], *, lenient: bool = False, cache: bool = True,
-    progress: Progress | None = None, cache_dir: str | os.PathLike[str] | None = None,
-) -> Trace:
-    """Load a trace: from a verified cache when one matches the file's bytes, else decode it.
-
-    The tables are built in memory and returned at once; the cache file is written behind, on
-    another core, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that cannot be
-    written costs only the next load's time: the tables in memory are complete either way. Caches go
-    to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`); a damaged cache
-    is discarded and rebuilt, with a note in ``Trace.notes``.
-    A folder of neuron-explorer Parquet tables (and no Kineto trace) is built in memory, uncached.
-    """
-    folder = Path(path)
-    if folder.is_dir() and not any((folder / n).is_file() for n in TRACE_NAMES):
-        from ..neuron import explorer_parquet  # a neuron-explorer Parquet folder (imported late: it uses trace/)
-
-        if explorer_parquet.is_explorer_folder(folder):
-            return explorer_parquet.load_folder(folder)
-    src = resolve(path)
-    fp = fingerprint(src)
-    notes: list[str] = []
-    slot = cache_slot(fp, cache_dir) if cache and not lenient else None
-    if slot is not None:
-        cached, problem = slot.open_if_valid(fp)
-        if cached is not None:
-            return _with_mapping(Trace(src, cached, from_cache=True, notes=notes))
-        if problem is not None:
-            notes.append(f"cache {problem}; tables rebuilt from the trace")
+def build(src: Path, fp: dict[str, Any], *, slot: CacheSlot | None, notes: list[str], lenient: bool = False,
+          progress: Progress | None = None) -> Trace:
+    """Decode ``src`` into in-memory tables and start writing them to ``slot`` behind (see
+    :func:`profuse.trace.load`, which tries the cache first)."""
     started = time.perf_counter()
-    cols, top, skipped = decode(str(src), lenient=lenient, progress=progress)
-    con = duckdb.connect()
+    # With the scanner, DuckDB starts up on another thread while the trace is decoded; the forked
+    # msgspec workers are then not used (forking after DuckDB has started threads is unsafe).
+    connection = _connect_behind() if _native.enabled() and not lenient else None
     try:
-        # compressed in memory: repeated kernel names and sparse columns would otherwise cost GBs
-        con.execute("ATTACH ':memory:' AS trace (COMPRESS); USE trace")
+        cols, top, skipped = decode(str(src), lenient=lenient, progress=progress, fork=connection is None)
+    except BaseException:
+        if connection is not None:
+            connection().close()
+        raise
+    con = connection() if connection is not None else duckdb.connect()
+    try:
+        # big traces compressed in memory (repeated kernel names and sparse columns would otherwise cost
+        # GBs); below COMPRESS_MIN_EVENTS compressing costs more time than the memory is worth
+        compress = " (COMPRESS)" if cols.n >= COMPRESS_MIN_EVENTS else ""
+        con.execute(f"ATTACH ':memory:' AS trace{compress}; USE trace")
         con.execute(DDL)
         _write_tables(con, str(src), cols, top, fp, skipped)
     except BaseException:
@@ -123,7 +70,7 @@ def load(
     if time.perf_counter() - started < _min_cache_seconds():
         slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
-    return _with_mapping(Trace(src, con, from_cache=False, writer=writer, notes=notes))
+    return Trace(src, con, from_cache=False, writer=writer, notes=notes)
 
 
 def _min_cache_seconds() -> float:
@@ -133,22 +80,44 @@ def _min_cache_seconds() -> float:
         return 0.05
 
 
-def _with_mapping(trace: Trace) -> Trace:
-    """TorchNeuron's framework_mapping_*.json beside the trace, as the ``framework_mapping`` view."""
-    try:
-        trace.framework_mapping = framework_mapping.attach(trace.con, trace.path)
-    except BaseException:
-        trace.close()
-        raise
-    return trace
+def _connect_behind() -> Callable[[], duckdb.DuckDBPyConnection]:
+    """Open an in-memory DuckDB on another thread; the returned call waits for it."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["con"] = duckdb.connect()
+        except BaseException as err:  # handed to the caller
+            box["err"] = err
+
+    thread = threading.Thread(target=work, name="profuse-connect", daemon=True)
+    thread.start()
+
+    def result() -> duckdb.DuckDBPyConnection:
+        thread.join()
+        if "err" in box:
+            raise box["err"]
+        return box["con"]
+
+    return result
 
 
-def decode(path: str, *, lenient: bool = False,
-           progress: Progress | None = None) -> tuple[Columns, dict[str, Any], _decode.Skipped]:
-    """Read and decode a trace into columns (all cores for big files), before any table is written."""
+def decode(path: str, *, lenient: bool = False, progress: Progress | None = None,
+           fork: bool = True) -> tuple[Columns, dict[str, Any], _decode.Skipped]:
+    """Read and decode a trace into columns (all cores for big files), before any table is written.
+
+    ``fork=False``: the msgspec path stays in this process (no forked workers).
+    """
     data = _decode.read_bytes(path)
-    doc = _decode.split_document(path, data)
     skipped = _decode.Skipped()
+    # the compiled scanner first, the whole document in one pass; anything it does not accept goes
+    # down the reference path below (which then accepts, recovers or raises exactly as before)
+    fast = _native.scan_document(data) if not lenient and _native.enabled() else None
+    if fast is not None and fast[1] is not None:
+        if progress:
+            progress(len(data), len(data))
+        return fast[0], {k: _safe_json(v) for k, v in fast[1].items()}, skipped
+    doc = _decode.split_document(path, data)
     total, done = len(doc.events), 0
 
     def on_chunk(nbytes: int) -> None:
@@ -157,7 +126,7 @@ def decode(path: str, *, lenient: bool = False,
         if progress:
             progress(done, total)
 
-    workers = 1 if lenient else worker_count(total)
+    workers = 1 if lenient or not fork else worker_count(total)
     cols = decode_parallel(path, doc, workers=workers, on_progress=on_chunk) if workers > 1 else None
     if cols is None:
         cols, done = Columns(), 0
@@ -247,53 +216,51 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
         device = np.where(is_device_evt & (device < 0), pid_int[thread], device)
         stream = np.where(is_device_evt & (stream < 0), tid_int[thread], stream)
     _write_threads(con, cols, thread_keys, device_threads)
-    _lookup_table(con, "_names", name_list)
-    _lookup_table(con, "_cats", cat_list)
-    _lookup_table(con, "_kinds", np.array(KINDS, dtype=object))
-    _lookup_table(con, "_how", np.array(LINK_HOW, dtype=object))
-    _lookup_table(con, "_why", np.array(UNLINKED, dtype=object))
+    # String columns go in as small codes and are looked up by DuckDB in the lists bound as
+    # parameters: no join, no sort, and each distinct string crosses from Python once.
+    thread_pid = np.array([k[0] for k in thread_keys] or [""], dtype=object)
+    thread_tid = np.array([k[1] for k in thread_keys] or [""], dtype=object)
     frame: dict[str, np.ndarray] = {
         "id": np.arange(n, dtype=np.int64), "kind": kind.astype(np.int32), "cat": cat_id, "name": name_id,
         "ts": ts, "dur": dur, "thread": thread.astype(np.int32),
         "device": np.where(is_device_evt, device, -1), "stream": np.where(is_device_evt, stream, -1),
         "correlation": corr, "external_id": ext, "parent": parent, "depth": depth.astype(np.int64), "op": op,
-        "module": module, "scope": scope, "parent_op": parent_op, "launch": links.launch, "link": links.how.astype(np.int32),
-        "unlinked": links.unlinked.astype(np.int32), "self_cpu": attr.self_cpu, "self_device": attr.self_device,
+        "module": module, "scope": scope, "parent_op": parent_op, "launch": links.launch,
+        "link": links.how.astype(np.int32), "unlinked": links.unlinked.astype(np.int32),
+        "self_cpu": attr.self_cpu, "self_device": attr.self_device,
         "device_total": attr.device_total, "kernels": attr.kernels, "kernels_total": attr.kernels_total,
         "seq": cols.column("seq"), "python_id": cols.column("python_id"),
         "python_parent_id": cols.column("python_parent_id"), "bytes": cols.column("nbytes"),
         "flops": cols.column("flops") if n else np.empty(0)}
     nul = "NULLIF(f.{0}, -1)".format
+    look = "list_extract(${0}::VARCHAR[], f.{1} + 1)".format
     insert = f"""
-        INSERT INTO events SELECT f.id, k.v, c.v, nm.v, f.ts, f.dur, t.pid, t.tid, f.thread,
+        INSERT INTO events SELECT f.id, {look('kinds', 'kind')}, {look('cats', 'cat')}, {look('names', 'name')},
+            f.ts, f.dur, {look('pids', 'thread')}, {look('tids', 'thread')}, f.thread,
             {nul('device')}, {nul('stream')}, {nul('correlation')}, {nul('external_id')}, {nul('parent')},
             {nul('depth')}, {nul('op')}, {nul('module')}, {nul('scope')}, {nul('parent_op')}, {nul('launch')},
-            h.v, w.v, f.self_cpu, f.self_device,
+            {look('how', 'link')}, {look('why', 'unlinked')}, f.self_cpu, f.self_device,
             f.device_total, f.kernels, f.kernels_total, {nul('seq')}, {nul('python_id')},
             {nul('python_parent_id')}, {nul('bytes')}, CASE WHEN isnan(f.flops) THEN NULL ELSE f.flops END
-        FROM _frame f JOIN _kinds k ON k.i = f.kind JOIN _cats c ON c.i = f.cat JOIN _names nm ON nm.i = f.name
-        JOIN threads t ON t.thread = f.thread JOIN _how h ON h.i = f.link JOIN _why w ON w.i = f.unlinked
-        ORDER BY f.id"""
+        FROM _frame f"""
+    lists = {"kinds": list(KINDS), "cats": cat_list.tolist(), "names": name_list.tolist(),
+             "pids": thread_pid.tolist(), "tids": thread_tid.tolist(), "how": list(LINK_HOW), "why": list(UNLINKED)}
     # In batches, checkpointed (compressed) while more follow, so DuckDB's copy of a big trace never
     # sits uncompressed beside ours; a small trace goes in at once and is compressed by the cache write.
     for lo in range(0, max(n, 1), INSERT_BATCH):
         con.register("_frame", {k: v[lo:lo + INSERT_BATCH] for k, v in frame.items()})
-        con.execute(insert)
+        con.execute(insert, lists)
         if lo + INSERT_BATCH < n:
             con.execute("CHECKPOINT trace")
     del frame
-    for t in ("_frame", "_names", "_cats", "_kinds", "_how", "_why"):
-        con.unregister(t)
+    con.unregister("_frame")
     _write_side_tables(con, cols, kind, names, is_module, is_scope, scope_of_host, ts, dur, thread, flows)
     if len(inst_thread):
-        con.register("_inst", {"name": cols.column("inst_name"), "cat": cols.column("inst_cat"),
-                               "ts": cols.column("inst_ts") + base_ns, "thread": inst_thread.astype(np.int32)})
-        _lookup_table(con, "_names", name_list)
-        _lookup_table(con, "_cats", cat_list)
-        con.execute("INSERT INTO instants SELECT n.v, c.v, i.ts, t.pid, t.tid FROM _inst i "
-                    "JOIN _names n ON n.i = i.name JOIN _cats c ON c.i = i.cat JOIN threads t ON t.thread = i.thread")
-        for t in ("_inst", "_names", "_cats"):
-            con.unregister(t)
+        con.register("_inst", {"name": name_list[cols.column("inst_name")], "cat": cat_list[cols.column("inst_cat")],
+                               "ts": cols.column("inst_ts") + base_ns, "pid": thread_pid[inst_thread],
+                               "tid": thread_tid[inst_thread]})
+        con.execute("INSERT INTO instants SELECT name, cat, ts, pid, tid FROM _inst")
+        con.unregister("_inst")
     meta = _meta(path, cols, kind, names, ts, dur, top, fp, skipped, links.unlinked, flows)
     meta["unnamed_events"] = unnamed
     _insert_rows(con, "meta", [(k, json.dumps(v)) for k, v in meta.items()], 2)
@@ -303,10 +270,6 @@ def _module_class(label: str) -> str:
     """'nn.Module: LlamaRMSNorm_0' -> 'LlamaRMSNorm'."""
     m = _MODULE.match(label)
     return m.group("cls") if m else label
-
-
-def _lookup_table(con, name: str, values: np.ndarray) -> None:
-    con.register(name, {"i": np.arange(len(values), dtype=np.int32), "v": values})
 
 
 def _flag_names(name_list: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:

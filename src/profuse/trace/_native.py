@@ -1,0 +1,214 @@
+"""The compiled scanner's path: a trace's events array straight to :class:`Columns`.
+
+``_scan`` (trace/_scan.c) is an accelerator for the msgspec reference path in ``_decode`` and
+``_build``: it answers None for anything it cannot prove the reference would accept and turn into
+the same columns, and the caller then runs the reference path, so what is accepted, rejected or
+recovered (and every error message) is the reference's by construction. A pure-Python install
+(no compiler) has no ``_scan`` and always takes the reference path; so does ``PROFUSE_SCANNER=0``.
+
+Big arrays are scanned by two threads (the scan releases the GIL): the second starts at an event
+boundary found after the middle, and its half is kept only if the first thread's scan arrives at
+exactly that byte between two events; otherwise the first thread simply scans on to the end.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from itertools import count
+from typing import Any
+
+import numpy as np
+
+from . import _decode
+from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key
+
+
+def _load_scanner() -> Any:
+    lib = os.environ.get("PROFUSE_SCAN_LIB")  # another build of the extension (`make sanitize`)
+    if lib:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(f"{__package__}._scan", lib)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"PROFUSE_SCAN_LIB={lib} is not an extension module")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    try:
+        from . import _scan
+    except ImportError:  # pure-Python install: the reference decoder does everything
+        return None
+    return _scan
+
+
+_scan = _load_scanner()
+
+SPLIT_MIN_BYTES = 8 << 20
+_ARG_COLUMNS = ("correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes", "external_id",
+                "device", "stream")
+assert FLOW_PHASES == ("s", "f", "t")  # the scanner codes flow phases in this order
+
+
+def available() -> bool:
+    """Whether the compiled scanner is built into this install."""
+    return _scan is not None
+
+
+def enabled() -> bool:
+    """Whether loads try the scanner first (``PROFUSE_SCANNER=0`` forces the reference decoder)."""
+    return _scan is not None and os.environ.get("PROFUSE_SCANNER", "1") != "0"
+
+
+def _threads(size: int) -> int:
+    """Two scanning threads for big inputs on a machine with more than one core."""
+    return 2 if size >= SPLIT_MIN_BYTES and (os.cpu_count() or 1) > 1 and os.environ.get("PROFUSE_WORKERS") != "1" else 1
+
+
+def scan_columns(doc: _decode.Document, *, threads: int | None = None) -> Columns | None:
+    """Columns of every event in ``doc``, or None when the reference decoder must handle this trace."""
+    if _scan is None:
+        return None
+    events = doc.events
+    size = len(events)
+    if threads is None:
+        threads = _threads(size)
+    split = -1
+    if threads > 1:
+        gap = _decode._EVENT_GAP.search(events, size // 2)
+        split = gap.end() - 1 if gap else -1
+    if split < 0:
+        return _columns(_scan.scan(events, 0, size, -1))
+    tail: list[Any] = [None]
+
+    def run_tail() -> None:
+        tail[0] = _scan.scan(events, split, size, -1)
+
+    worker = threading.Thread(target=run_tail, name="profuse-scan", daemon=True)
+    worker.start()
+    head = _scan.scan(events, 0, size, split)
+    worker.join()
+    if head is None:
+        return None
+    if not head["met"]:  # the split was not an event boundary: the head scan read everything
+        return _columns(head)
+    if tail[0] is None:
+        return None
+    first, second = _columns(head), _columns(tail[0])
+    if first is None or second is None:
+        return None
+    from ._parallel import merge
+
+    merge(first, second)
+    return first if _consistent(first) else None
+
+
+def scan_document(data: bytes, *, threads: int | None = None) -> tuple[Columns, dict[str, Any] | None] | None:
+    """Columns and the other top-level members (as msgspec Raw) of a whole trace document, in one pass.
+
+    None when the reference path must handle it (from ``_decode.split_document`` on), which then
+    gives the document's error or result exactly as without the scanner.
+    """
+    if _scan is None:
+        return None
+    size = len(data)
+    if threads is None:
+        threads = _threads(size)
+    gap = _decode._EVENT_GAP.search(data, size // 2) if threads > 1 else None
+    if gap is None:
+        head = _scan.scan(data, 0, size, -1, 1)
+        cols = _columns(head)
+        return None if head is None or cols is None else (cols, _top(data, head["members"]))
+    split = gap.end() - 1
+    tail: list[Any] = [None]
+
+    def run_tail() -> None:
+        tail[0] = _scan.scan(data, split, size, -1, 2)
+
+    worker = threading.Thread(target=run_tail, name="profuse-scan", daemon=True)
+    worker.start()
+    head = _scan.scan(data, 0, size, split, 1)
+    worker.join()
+    if head is None:
+        return None
+    if not head["met"]:  # the split was not between two events: the head scan read everything
+        cols = _columns(head)
+        return None if cols is None else (cols, _top(data, head["members"]))
+    if tail[0] is None:
+        return None
+    rest = _scan.document_rest(data, tail[0]["end"])
+    first, second = _columns(head), _columns(tail[0])
+    if rest is None or first is None or second is None:
+        return None
+    from ._parallel import merge
+
+    merge(first, second)
+    return (first, _top(data, head["members"] + rest)) if _consistent(first) else None
+
+
+def _top(data: bytes, members: list[tuple[str, int, int]]) -> dict[str, Any] | None:
+    """The top-level members other than traceEvents, as the reference's split gives them."""
+    import msgspec
+
+    view = memoryview(data)
+    top = {key: msgspec.Raw(view[start:end]) for key, start, end in members}
+    return top if len(top) == len(members) else None  # a repeated key: the reference decides
+
+
+def _i64(r: dict[str, Any], key: str) -> np.ndarray:
+    return np.frombuffer(r[key], dtype=np.int64)
+
+
+def _table(values: list[Any]) -> dict[Any, int]:
+    return dict(zip(values, count()))
+
+
+def _columns(r: dict[str, Any] | None) -> Columns | None:
+    if r is None:
+        return None
+    cols = Columns(names=_table(r["names"]), cats=_table(r["cats"]), pids=_table(r["pids"]), tids=_table(r["tids"]))
+    if not _consistent(cols):
+        return None
+    n = r["n"]
+    if n:
+        cols.add("ts", _i64(r, "ts"))
+        cols.add("dur", _i64(r, "dur"))
+        cols.add("name", np.frombuffer(r["name"], dtype=np.int32))
+        cols.add("cat", np.frombuffer(r["cat"], dtype=np.int32))
+        cols.add("thread_key", _keys(r["pid"], r["tid"]))
+        for key in _ARG_COLUMNS:
+            cols.add(key, _i64(r, key))
+        cols.add("flops", np.frombuffer(r["flops"], dtype=np.float64))
+    if r["inst_ts"]:
+        cols.add("inst_name", np.frombuffer(r["inst_name"], dtype=np.int32))
+        cols.add("inst_cat", np.frombuffer(r["inst_cat"], dtype=np.int32))
+        cols.add("inst_ts", _i64(r, "inst_ts"))
+        cols.add("inst_thread_key", _keys(r["inst_pid"], r["inst_tid"]))
+    if r["flow_ids"]:
+        cols.flow_ids = r["flow_ids"]
+        cols.flow_cats = r["flow_cats"]
+        cols.add("flow_ph", np.frombuffer(r["flow_ph"], dtype=np.int8))
+        cols.add("flow_ts", _i64(r, "flow_ts"))
+        cols.add("flow_thread_key", _keys(r["flow_pid"], r["flow_tid"]))
+    cols.shapes = r["shapes"]
+    for pid, tid, name, arg_name, labels in r["metas"]:  # the reference's rule, in file order
+        where = thread_key(pid, tid if name and name.startswith("thread") else "")
+        value = arg_name if arg_name is not None else labels
+        if value is not None and name:
+            cols.thread_meta.setdefault(where, {})[name] = str(value)
+    cols.phase_counts = r["phase_counts"]
+    cols.n = n
+    return cols
+
+
+def _keys(pid: bytes, tid: bytes) -> np.ndarray:
+    return np.frombuffer(pid, dtype=np.int32).astype(np.int64) * THREAD_SHIFT + np.frombuffer(tid, dtype=np.int32)
+
+
+def _consistent(cols: Columns) -> bool:
+    """False where an int pid/tid and a string one print the same: thread order then hangs on interning order."""
+    for table in (cols.pids, cols.tids):
+        if any(isinstance(v, str) for v in table) and any(isinstance(v, int) for v in table):
+            strs = {v for v in table if isinstance(v, str)}
+            if any(str(v) in strs for v in table if isinstance(v, int)):
+                return False
+    return True

@@ -1,0 +1,111 @@
+"""Finding a trace and opening its cache: what a cached load needs, without the decoder.
+
+``load`` here answers from the cache when the trace's bytes are unchanged and imports the decoder
+(numpy, msgspec, the scanner, correlation) only when the trace has to be decoded, so a cached
+``profuse sql`` starts in the time DuckDB takes to open a file.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import TraceError
+
+if TYPE_CHECKING:
+    from .trace import Trace
+
+TRACE_NAMES = ("trace.json.gz", "trace.json")
+MAPPING_PATTERN = "framework_mapping_*.json"  # TorchNeuron's side files: never the trace itself
+
+
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """A trace file, or the trace inside a bundle folder; only regular files are accepted."""
+    p = Path(path)
+    if p.is_dir():
+        for name in TRACE_NAMES:
+            if (p / name).exists() or (p / name).is_symlink():
+                return _regular(p / name)
+        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json"))
+                       and not q.match(MAPPING_PATTERN))
+        if len(found) == 1:
+            return _regular(found[0])
+        if not found:
+            raise TraceError(p, "is a folder with no trace in it (expected trace.json.gz or one *.json[.gz])")
+        raise TraceError(p, f"holds {len(found)} traces; name one of them: {', '.join(q.name for q in found[:4])} "
+                            "(`profuse report` on the folder gives one report over all of them as ranks)")
+    if not p.exists():
+        raise TraceError(p, "no such file")
+    return _regular(p)
+
+
+def _regular(p: Path) -> Path:
+    """``p`` if it is a regular file (links followed); FIFOs and devices would block or never end."""
+    try:
+        mode = p.stat().st_mode
+    except OSError as err:
+        raise TraceError(p, f"cannot be read ({err.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise TraceError(p, "is a folder, not a trace file")
+    if not stat.S_ISREG(mode):
+        raise TraceError(p, f"is not a regular file (a {_file_kind(mode)}); give a .json or .json.gz file")
+    return p
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+             (stat.S_ISSOCK, "socket"))
+    return next((label for test, label in kinds if test(mode)), "special file")
+
+
+def load(
+    path: str | os.PathLike[str], *, lenient: bool = False, cache: bool = True,
+    progress: Callable[[int, int], None] | None = None, cache_dir: str | os.PathLike[str] | None = None,
+) -> Trace:
+    """Load a trace: from a verified cache when one matches the file's bytes, else decode it.
+
+    The tables are built in memory and returned at once; the cache file is written behind, on
+    another core, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that cannot be
+    written costs only the next load's time: the tables in memory are complete either way. Caches go
+    to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`); a damaged cache
+    is discarded and rebuilt, with a note in ``Trace.notes``. A folder of neuron-explorer Parquet
+    tables (and no Kineto trace) is built in memory, uncached.
+    """
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / n).is_file() for n in TRACE_NAMES):
+        from ..neuron import explorer_parquet  # a neuron-explorer Parquet folder (imported late: it uses trace/)
+
+        if explorer_parquet.is_explorer_folder(folder):
+            return explorer_parquet.load_folder(folder)
+    from .cache import cache_slot, fingerprint
+    from .trace import Trace
+
+    src = resolve(path)
+    fp = fingerprint(src)
+    notes: list[str] = []
+    slot = cache_slot(fp, cache_dir) if cache and not lenient else None
+    if slot is not None:
+        cached, problem = slot.open_if_valid(fp)
+        if cached is not None:
+            return with_mapping(Trace(src, cached, from_cache=True, notes=notes))
+        if problem is not None:
+            notes.append(f"cache {problem}; tables rebuilt from the trace")
+    from .loader import build
+
+    return with_mapping(build(src, fp, slot=slot, notes=notes, lenient=lenient, progress=progress))
+
+
+def with_mapping(trace: Trace) -> Trace:
+    """TorchNeuron's framework_mapping_*.json beside the trace, as the ``framework_mapping`` view."""
+    if not any(trace.path.parent.glob(MAPPING_PATTERN)):
+        return trace
+    from . import framework_mapping
+
+    try:
+        trace.framework_mapping = framework_mapping.attach(trace.con, trace.path)
+    except BaseException:
+        trace.close()
+        raise
+    return trace

@@ -1,0 +1,1074 @@
+/* A one-pass scanner for Kineto trace JSON: the events array's bytes in, typed columns out.
+ *
+ * It is an accelerator, not a second decoder: it accepts only input it can prove the msgspec
+ * reference path (trace/_decode.py + trace/_build.py) would accept and turn into the same columns,
+ * and answers None on anything else (bad JSON, unusual types, numbers it would have to round,
+ * escaped or duplicate keys, deep nesting, ...), so the caller runs the reference path, which then
+ * accepts, recovers or raises exactly as it always did.
+ *
+ * scan(buffer, start, end, stop_at) works in two phases. Phase 1 runs without the GIL and touches
+ * no Python object: it parses the events from buffer[start:end], interning strings by their decoded
+ * bytes, and fills malloc'd arrays. Phase 2, with the GIL, turns distinct strings into Python
+ * objects and copies the arrays into bytes objects. Two threads may scan two halves at once.
+ *
+ * start == 0: the span is the whole array "[ ... ]" (trailing whitespace allowed); with stop_at >= 0
+ * the scan stops when the next event would begin exactly at stop_at ("met"), else runs to the end.
+ * start > 0: the span begins at an event '{' inside the array and runs to its closing ']'.
+ *
+ * Only the C API and the C standard library are used; SSE2 speeds up string scanning where the
+ * compiler offers it, with a portable loop otherwise.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(PROFUSE_SCAN_PORTABLE) && (defined(__SSE2__) || defined(_M_X64) || defined(_M_AMD64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2))
+#define SCAN_SSE2 1
+#include <emmintrin.h>
+#if defined(_MSC_VER)
+#include <intrin.h>
+static int ctz32(unsigned int x) { unsigned long i; _BitScanForward(&i, x); return (int)i; }
+#else
+static int ctz32(unsigned int x) { return __builtin_ctz(x); }
+#endif
+#else
+#define SCAN_SSE2 0
+#endif
+
+#define MAX_DEPTH 64
+#define TWO53 9007199254740992LL
+#define TWO33 8589934592LL
+
+/* ---- growable arrays ------------------------------------------------------------------------ */
+
+typedef struct { void *data; size_t len, cap, item; } Vec;
+
+static int vec_reserve(Vec *v, size_t extra) {
+    if (v->len + extra <= v->cap) return 0;
+    size_t cap = v->cap ? v->cap * 2 : 1024;
+    while (cap < v->len + extra) cap *= 2;
+    void *p = realloc(v->data, cap * v->item);
+    if (!p) return -1;
+    v->data = p;
+    v->cap = cap;
+    return 0;
+}
+#define VEC_PUSH(v, T, x) (vec_reserve((v), 1) ? -1 : (((T *)(v)->data)[(v)->len++] = (x), 0))
+
+/* ---- an arena for unescaped strings ----------------------------------------------------------- */
+
+typedef struct Block { struct Block *next; size_t used, cap; char data[1]; } Block;
+typedef struct { Block *head; } Arena;
+
+static char *arena_alloc(Arena *a, size_t n) {
+    if (!a->head || a->head->cap - a->head->used < n) {
+        size_t cap = n > 65536 ? n : 65536;
+        Block *b = (Block *)malloc(sizeof(Block) + cap);
+        if (!b) return NULL;
+        b->next = a->head; b->used = 0; b->cap = cap;
+        a->head = b;
+    }
+    char *p = a->head->data + a->head->used;
+    a->head->used += n;
+    return p;
+}
+static void arena_free(Arena *a) {
+    while (a->head) { Block *n = a->head->next; free(a->head); a->head = n; }
+}
+
+/* ---- tokens --------------------------------------------------------------------------------- */
+
+enum { T_MISSING = 0, T_NULL, T_INT, T_STR, T_FLOAT, T_BOOL, T_COMPOUND, T_BIGINT };
+
+typedef struct {
+    int type;
+    int esc;            /* string holds backslash escapes (p, len: the raw text between the quotes) */
+    int64_t i;          /* T_INT: the value; numbers: integer part */
+    int neg, frac_digits, frac, has_exp;
+    const char *p;      /* strings: content; numbers and compound values: the value's text */
+    Py_ssize_t len;
+} Tok;
+
+/* ---- interning ------------------------------------------------------------------------------ */
+
+typedef struct { uint64_t hash; int type; const char *p; Py_ssize_t len; int64_t i; } Entry;
+typedef struct { Vec entries; int32_t *slots; size_t nslots; } Intern;
+
+static uint64_t hash_bytes(const char *p, Py_ssize_t n, uint64_t seed) {
+    uint64_t h = 1469598103934665603ULL ^ seed;
+    for (Py_ssize_t k = 0; k < n; k++) { h ^= (unsigned char)p[k]; h *= 1099511628211ULL; }
+    return h ^ (h >> 29);
+}
+
+static int intern_grow(Intern *t) {
+    size_t n = t->nslots ? t->nslots * 2 : 256;
+    int32_t *s = (int32_t *)malloc(n * sizeof(int32_t));
+    if (!s) return -1;
+    for (size_t k = 0; k < n; k++) s[k] = -1;
+    Entry *e = (Entry *)t->entries.data;
+    for (size_t k = 0; k < t->entries.len; k++) {
+        size_t j = e[k].hash & (n - 1);
+        while (s[j] >= 0) j = (j + 1) & (n - 1);
+        s[j] = (int32_t)k;
+    }
+    free(t->slots);
+    t->slots = s;
+    t->nslots = n;
+    return 0;
+}
+
+/* The id of a value (null, int or unescaped string); -1 on memory failure. */
+static int32_t intern_id(Intern *t, int type, const char *p, Py_ssize_t len, int64_t i) {
+    uint64_t h;
+    if (type == T_STR) h = hash_bytes(p, len, 7);
+    else if (type == T_INT) h = hash_bytes((const char *)&i, 8, 11);
+    else h = 3;
+    if ((t->entries.len + 1) * 2 > t->nslots && intern_grow(t)) return -1;
+    size_t j = h & (t->nslots - 1);
+    Entry *e = (Entry *)t->entries.data;
+    while (t->slots[j] >= 0) {
+        Entry *x = &e[t->slots[j]];
+        if (x->hash == h && x->type == type &&
+            (type == T_NULL || (type == T_INT && x->i == i) ||
+             (type == T_STR && x->len == len && memcmp(x->p, p, (size_t)len) == 0)))
+            return t->slots[j];
+        j = (j + 1) & (t->nslots - 1);
+    }
+    Entry ne = {h, type, p, len, i};
+    if (VEC_PUSH(&t->entries, Entry, ne)) return -1;
+    t->slots[j] = (int32_t)(t->entries.len - 1);
+    return (int32_t)(t->entries.len - 1);
+}
+
+static void intern_free(Intern *t) { free(t->entries.data); free(t->slots); }
+
+/* ---- scanner state -------------------------------------------------------------------------- */
+
+enum { C_TS, C_DUR, C_CORR, C_SEQ, C_FWD, C_PYID, C_PYPID, C_BYTES, C_EXT, C_DEV, C_STREAM, N_I64 };
+static const char *const I64_NAMES[N_I64] = {
+    "ts", "dur", "correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes",
+    "external_id", "device", "stream"};
+
+typedef struct { int64_t row; const char *p[4]; Py_ssize_t len[4]; } Shape;
+typedef struct { int64_t row; const char *p; Py_ssize_t len; } FloatFix;
+typedef struct { Tok pid, tid, name, aname, alabels; } Meta;
+typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat; Tok id; } Flow;
+
+typedef struct {
+    const char *buf, *cur, *end;
+    Arena arena;
+    Intern names, cats, pids, tids, phs, fcats;
+    Vec i64[N_I64];
+    Vec name, cat, pid, tid, flops;       /* int32 x4, double */
+    Vec shapes, fixes, metas, flows;
+    Vec inst_name, inst_cat, inst_pid, inst_tid, inst_ts;
+    Vec ph_counts;                        /* int64 per phs id */
+    Vec members;                          /* document mode: top-level (key, value span) other than traceEvents */
+    int met;
+    int nomem;
+    int top_level;                        /* skipping a top-level value: "ts" keys there are harmless */
+} Scan;
+
+/* ---- lexing --------------------------------------------------------------------------------- */
+
+static inline void ws(Scan *s) {
+    while (s->cur < s->end) {
+        char c = *s->cur;
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') s->cur++;
+        else break;
+    }
+}
+
+/* Length of a valid UTF-8 sequence at p (lead byte >= 0x80), 0 if invalid. */
+static int utf8_len(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0];
+    int n;
+    unsigned min;
+    if (c >= 0xC2 && c <= 0xDF) { n = 2; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { n = 3; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 4; min = 0x10000; }
+    else return 0;
+    if (end - p < n) return 0;
+    unsigned cp = c & (0x7F >> n);
+    for (int k = 1; k < n; k++) {
+        if ((p[k] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int hex4(const char *p) {
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(p[k]);
+        if (h < 0) return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+/* A string at s->cur (on its opening quote): validated (escapes, UTF-8, no control bytes). */
+static int lex_string(Scan *s, Tok *t) {
+    const char *p = ++s->cur, *end = s->end;
+    int esc = 0;
+    for (;;) {
+#if SCAN_SSE2
+        while (end - p >= 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)p);
+            __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                                  _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                                     _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));  /* signed: also bytes >= 0x80 */
+            unsigned mask = (unsigned)_mm_movemask_epi8(m);
+            if (mask) { p += ctz32(mask); break; }
+            p += 16;
+        }
+#endif
+        if (p >= end) return -1;
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') break;
+        if (c == '\\') {
+            esc = 1;
+            if (end - p < 2) return -1;
+            char e = p[1];
+            if (e == 'u') {
+                if (end - p < 6) return -1;
+                int v = hex4(p + 2);
+                if (v < 0) return -1;
+                if (v >= 0xD800 && v <= 0xDBFF) {   /* a high surrogate must pair with a low one */
+                    if (end - p < 12 || p[6] != '\\' || p[7] != 'u') return -1;
+                    int w = hex4(p + 8);
+                    if (w < 0xDC00 || w > 0xDFFF) return -1;
+                    p += 12;
+                } else if (v >= 0xDC00 && v <= 0xDFFF) {
+                    return -1;
+                } else {
+                    p += 6;
+                }
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+                p += 2;
+            } else {
+                return -1;
+            }
+        } else if (c < 0x20) {
+            return -1;
+        } else if (c >= 0x80) {
+            int n = utf8_len((const unsigned char *)p, (const unsigned char *)end);
+            if (!n) return -1;
+            p += n;
+        } else {
+            p++;
+        }
+    }
+    t->type = T_STR;
+    t->esc = esc;
+    t->p = s->cur;
+    t->len = p - s->cur;
+    s->cur = p + 1;
+    return 0;
+}
+
+/* Decode a validated escaped string into out (at most len bytes); returns the decoded length. */
+static Py_ssize_t unescape(const char *p, Py_ssize_t len, char *out) {
+    const char *end = p + len;
+    char *o = out;
+    while (p < end) {
+        if (*p != '\\') { *o++ = *p++; continue; }
+        char e = p[1];
+        if (e != 'u') {
+            *o++ = e == 'b' ? '\b' : e == 'f' ? '\f' : e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : e;
+            p += 2;
+            continue;
+        }
+        unsigned cp = (unsigned)hex4(p + 2);
+        p += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + ((unsigned)hex4(p + 2) - 0xDC00);
+            p += 6;
+        }
+        if (cp < 0x80) *o++ = (char)cp;
+        else if (cp < 0x800) { *o++ = (char)(0xC0 | (cp >> 6)); *o++ = (char)(0x80 | (cp & 0x3F)); }
+        else if (cp < 0x10000) {
+            *o++ = (char)(0xE0 | (cp >> 12)); *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
+        } else {
+            *o++ = (char)(0xF0 | (cp >> 18)); *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+            *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    return o - out;
+}
+
+/* A string token made plain (escapes decoded into the arena), ready to intern. */
+static int plain(Scan *s, Tok *t) {
+    if (t->type != T_STR || !t->esc) return 0;
+    char *o = arena_alloc(&s->arena, (size_t)t->len + 1);
+    if (!o) { s->nomem = 1; return -1; }
+    t->len = unescape(t->p, t->len, o);
+    t->p = o;
+    t->esc = 0;
+    return 0;
+}
+
+/* A JSON number with the strict grammar; integer part, up to 3 fraction digits and flags kept. */
+static int lex_number(Scan *s, Tok *t) {
+    const char *p = s->cur, *end = s->end;
+    t->p = p;
+    t->neg = 0; t->frac_digits = 0; t->frac = 0; t->has_exp = 0;
+    if (p < end && *p == '-') { t->neg = 1; p++; }
+    if (p >= end || *p < '0' || *p > '9') return -1;
+    uint64_t v = 0;
+    int digits = 0, big = 0;
+    if (*p == '0') { p++; digits = 1; }
+    else {
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (v > (UINT64_MAX - 9) / 10) big = 1; else v = v * 10 + (uint64_t)(*p - '0');
+            p++; digits++;
+        }
+    }
+    int isfloat = 0;
+    if (p < end && *p == '.') {
+        p++;
+        isfloat = 1;
+        if (p >= end || *p < '0' || *p > '9') return -1;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (t->frac_digits < 3) t->frac = t->frac * 10 + (*p - '0');
+            t->frac_digits++;
+            p++;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        isfloat = 1;
+        t->has_exp = 1;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return -1;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    (void)digits;
+    t->len = p - s->cur;
+    s->cur = p;
+    if (big || v > (uint64_t)INT64_MAX) { t->type = isfloat ? T_FLOAT : T_BIGINT; t->i = INT64_MAX; return 0; }
+    t->i = t->neg ? -(int64_t)v : (int64_t)v;
+    t->type = isfloat ? T_FLOAT : T_INT;
+    return 0;
+}
+
+static int lex_literal(Scan *s, const char *word, int n) {
+    if (s->end - s->cur < n || memcmp(s->cur, word, (size_t)n) != 0) return -1;
+    s->cur += n;
+    return 0;
+}
+
+static int skip_value(Scan *s, int depth);
+
+/* Any value: scalars become tokens, objects and arrays are validated and kept as text. */
+static int lex_value(Scan *s, Tok *t, int depth) {
+    if (s->cur >= s->end) return -1;
+    char c = *s->cur;
+    t->esc = 0;
+    t->p = s->cur;
+    t->len = 0;
+    if (c == '"') return lex_string(s, t);
+    if (c == '-' || (c >= '0' && c <= '9')) return lex_number(s, t);
+    if (c == 'n') { t->type = T_NULL; t->len = 4; return lex_literal(s, "null", 4); }
+    if (c == 't') { t->type = T_BOOL; t->len = 4; return lex_literal(s, "true", 4); }
+    if (c == 'f') { t->type = T_BOOL; t->len = 5; return lex_literal(s, "false", 5); }
+    if (c == '{' || c == '[') {
+        t->type = T_COMPOUND;
+        t->p = s->cur;
+        if (skip_value(s, depth)) return -1;
+        t->len = s->cur - t->p;
+        return 0;
+    }
+    return -1;
+}
+
+static int skip_value(Scan *s, int depth) {
+    if (depth > MAX_DEPTH || s->cur >= s->end) return -1;
+    char c = *s->cur;
+    Tok t;
+    if (c == '{') {
+        s->cur++;
+        ws(s);
+        if (s->cur < s->end && *s->cur == '}') { s->cur++; return 0; }
+        for (;;) {
+            if (s->cur >= s->end || *s->cur != '"' || lex_string(s, &t)) return -1;
+            /* the reference counts every "ts" key when it reads exact times from the text */
+            if (t.esc || (!s->top_level && t.len == 2 && t.p[0] == 't' && t.p[1] == 's')) return -1;
+            ws(s);
+            if (s->cur >= s->end || *s->cur != ':') return -1;
+            s->cur++;
+            ws(s);
+            if (skip_value(s, depth + 1)) return -1;
+            ws(s);
+            if (s->cur >= s->end) return -1;
+            if (*s->cur == ',') { s->cur++; ws(s); continue; }
+            if (*s->cur == '}') { s->cur++; return 0; }
+            return -1;
+        }
+    }
+    if (c == '[') {
+        s->cur++;
+        ws(s);
+        if (s->cur < s->end && *s->cur == ']') { s->cur++; return 0; }
+        for (;;) {
+            if (skip_value(s, depth + 1)) return -1;
+            ws(s);
+            if (s->cur >= s->end) return -1;
+            if (*s->cur == ',') { s->cur++; ws(s); continue; }
+            if (*s->cur == ']') { s->cur++; return 0; }
+            return -1;
+        }
+    }
+    return lex_value(s, &t, depth);
+}
+
+/* ---- events --------------------------------------------------------------------------------- */
+
+static int key_is(const Tok *k, const char *word) {
+    size_t n = strlen(word);
+    return (size_t)k->len == n && memcmp(k->p, word, n) == 0;
+}
+
+/* Index of key among words (lengths compared first), or -1. */
+static int key_index(const Tok *k, const char *const *words, const unsigned char *lens, int n) {
+    for (int j = 0; j < n; j++)
+        if ((Py_ssize_t)lens[j] == k->len && k->p[0] == words[j][0] && memcmp(k->p, words[j], lens[j]) == 0) return j;
+    return -1;
+}
+
+enum { A_EXT, A_EXT_LC, A_CORR, A_DEV, A_STREAM, A_STREAM_ID, A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_PYID, A_PYPID,
+       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, N_ARGS };
+static const char *const ARG_KEYS[N_ARGS] = {
+    "External id", "external id", "correlation", "device", "stream", "stream_id", "Input Dims", "Input type",
+    "grid", "block", "Python id", "Python parent id", "Sequence number", "Fwd thread id", "bytes", "flops",
+    "name", "labels"};
+static unsigned char ARG_LENS[N_ARGS];
+
+static int parse_args(Scan *s, Tok *a) {
+    for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
+    if (s->cur >= s->end || *s->cur != '{') return -1;   /* args must be an object */
+    s->cur++;
+    ws(s);
+    if (s->cur < s->end && *s->cur == '}') { s->cur++; return 0; }
+    for (;;) {
+        Tok key;
+        if (s->cur >= s->end || *s->cur != '"' || lex_string(s, &key) || key.esc) return -1;
+        ws(s);
+        if (s->cur >= s->end || *s->cur != ':') return -1;
+        s->cur++;
+        ws(s);
+        int which = key.len ? key_index(&key, ARG_KEYS, ARG_LENS, N_ARGS) : -1;
+        if (which < 0) {
+            if (key.len == 2 && key.p[0] == 't' && key.p[1] == 's') return -1;
+            if (skip_value(s, 2)) return -1;
+        } else {
+            if (a[which].type != T_MISSING) return -1;   /* a repeated key: left to the reference */
+            if (lex_value(s, &a[which], 2)) return -1;
+            if ((which == A_DIMS || which == A_TYPE || which == A_GRID || which == A_BLOCK) && a[which].type == T_STR) {
+                a[which].p -= 1;          /* Raw: the value's text, quotes included */
+                a[which].len += 2;
+            }
+        }
+        ws(s);
+        if (s->cur >= s->end) return -1;
+        if (*s->cur == ',') { s->cur++; ws(s); continue; }
+        if (*s->cur == '}') { s->cur++; return 0; }
+        return -1;
+    }
+}
+
+/* msgspec's `int | str | None` and the reference's int_column, as one int64 (-1: absent). */
+static int arg_int(const Tok *t, int typed, int64_t *out) {
+    switch (t->type) {
+    case T_MISSING: case T_NULL: *out = -1; return 0;
+    case T_INT: *out = t->i; return 0;
+    case T_STR: {
+        const char *p = t->p;
+        Py_ssize_t n = t->len, k = 0;
+        if (t->esc) return -1;
+        if (n > 0 && p[0] == '-') k = 1;
+        if (n - k >= 1 && n - k <= 18) {
+            int digits = 1;
+            for (Py_ssize_t j = k; j < n; j++) if (p[j] < '0' || p[j] > '9') { digits = 0; break; }
+            if (digits) {
+                int64_t v = 0;
+                for (Py_ssize_t j = k; j < n; j++) v = v * 10 + (p[j] - '0');
+                *out = k ? -v : v;
+                return 0;
+            }
+        }
+        /* not digits: absent, provided no float parser could read it (so both reference paths agree) */
+        int foreign = n == 0;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            unsigned char c = (unsigned char)p[j];
+            if (c >= 0x80) return -1;
+            if (((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) && !strchr("eEiInNfFaAtTyY", c)) foreign = 1;
+        }
+        if (!foreign) return -1;
+        *out = -1;
+        return 0;
+    }
+    default:
+        (void)typed;
+        return -1;
+    }
+}
+
+/* ts / dur: exact integer ns from the text; only forms where the reference is exact too. */
+static int time_ns(const Tok *t, int64_t *out) {
+    if (t->type != T_INT && t->type != T_FLOAT) return -1;
+    if (t->has_exp || t->frac_digits > 3) return -1;
+    int64_t whole = t->neg ? -t->i : t->i;
+    if (whole >= TWO53) return -1;
+    int64_t f = t->frac;
+    for (int k = t->frac_digits; k < 3; k++) f *= 10;
+    int64_t v = whole * 1000 + f;
+    *out = t->neg ? -v : v;
+    return 0;
+}
+
+enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ID, E_BP, E_ARGS, N_EV };
+static const char *const EV_KEYS[N_EV] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "args"};
+static unsigned char EV_LENS[N_EV];
+
+static int push_i64(Scan *s, int col, int64_t v) { return VEC_PUSH(&s->i64[col], int64_t, v); }
+
+static int intern_tok(Scan *s, Intern *t, Tok *k, int32_t *id) {
+    if (plain(s, k)) return -1;
+    int type = k->type == T_MISSING ? T_NULL : k->type;
+    *id = intern_id(t, type, k->p, k->len, k->i);
+    if (*id < 0) { s->nomem = 1; return -1; }
+    return 0;
+}
+
+static int parse_event(Scan *s) {
+    Tok e[N_EV], a[N_ARGS];
+    for (int k = 0; k < N_EV; k++) e[k].type = T_MISSING;
+    for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
+    if (s->cur >= s->end || *s->cur != '{') return -1;
+    s->cur++;
+    ws(s);
+    if (s->cur < s->end && *s->cur == '}') s->cur++;
+    else for (;;) {
+        Tok key;
+        if (s->cur >= s->end || *s->cur != '"' || lex_string(s, &key) || key.esc) return -1;
+        ws(s);
+        if (s->cur >= s->end || *s->cur != ':') return -1;
+        s->cur++;
+        ws(s);
+        int which = key.len ? key_index(&key, EV_KEYS, EV_LENS, N_EV) : -1;
+        if (which < 0) {
+            if (skip_value(s, 1)) return -1;
+        } else {
+            if (e[which].type != T_MISSING) return -1;
+            if (which == E_ARGS) {
+                if (parse_args(s, a)) return -1;
+                e[which].type = T_COMPOUND;
+            } else if (lex_value(s, &e[which], 1)) {
+                return -1;
+            }
+        }
+        ws(s);
+        if (s->cur >= s->end) return -1;
+        if (*s->cur == ',') { s->cur++; ws(s); continue; }
+        if (*s->cur == '}') { s->cur++; break; }
+        return -1;
+    }
+    /* the types msgspec's Event struct demands */
+    if (e[E_PH].type != T_MISSING && (e[E_PH].type != T_STR || e[E_PH].esc)) return -1;
+    for (int k = E_CAT; k <= E_BP; k++) {
+        int ty = e[k].type;
+        if (ty == T_MISSING || ty == T_NULL) continue;
+        if (k == E_CAT || k == E_NAME || k == E_BP) { if (ty != T_STR) return -1; }
+        else if (k == E_TS || k == E_DUR) { if (ty != T_INT && ty != T_FLOAT) return -1; }
+        else if (ty != T_INT && ty != T_STR) return -1;
+    }
+    for (int k = A_EXT; k <= A_CORR; k++) {
+        int ty = a[k].type;
+        if (ty != T_MISSING && ty != T_NULL && ty != T_INT && ty != T_STR) return -1;
+    }
+    int64_t ts = 0, dur = 0;
+    int has_ts = e[E_TS].type == T_INT || e[E_TS].type == T_FLOAT;
+    if (has_ts && time_ns(&e[E_TS], &ts)) return -1;
+    if ((e[E_DUR].type == T_INT || e[E_DUR].type == T_FLOAT) && time_ns(&e[E_DUR], &dur)) return -1;
+
+    Tok *ph = &e[E_PH];
+    if (ph->type == T_STR && !ph->esc && ph->len == 1 && ph->p[0] == 'X') {
+        if (!has_ts || e[E_DUR].type == T_MISSING || e[E_DUR].type == T_NULL) return -1;
+        if (e[E_DUR].neg || dur >= TWO33 * 1000) return -1;
+        int64_t row = (int64_t)s->i64[C_TS].len, v;
+        int32_t id;
+        if (push_i64(s, C_TS, ts) || push_i64(s, C_DUR, dur)) goto nomem;
+        if (intern_tok(s, &s->names, &e[E_NAME], &id) || VEC_PUSH(&s->name, int32_t, id)) goto nomem;
+        if (intern_tok(s, &s->cats, &e[E_CAT], &id) || VEC_PUSH(&s->cat, int32_t, id)) goto nomem;
+        if (intern_tok(s, &s->pids, &e[E_PID], &id) || VEC_PUSH(&s->pid, int32_t, id)) goto nomem;
+        if (intern_tok(s, &s->tids, &e[E_TID], &id) || VEC_PUSH(&s->tid, int32_t, id)) goto nomem;
+        static const int direct[][2] = {{A_CORR, C_CORR}, {A_SEQ, C_SEQ}, {A_FWD, C_FWD}, {A_PYID, C_PYID},
+                                        {A_PYPID, C_PYPID}, {A_BYTES, C_BYTES}, {A_DEV, C_DEV}};
+        for (size_t k = 0; k < sizeof(direct) / sizeof(direct[0]); k++) {
+            if (arg_int(&a[direct[k][0]], 0, &v)) return -1;
+            if (push_i64(s, direct[k][1], v)) goto nomem;
+        }
+        Tok *ext = (a[A_EXT].type != T_MISSING && a[A_EXT].type != T_NULL) ? &a[A_EXT] : &a[A_EXT_LC];
+        if (arg_int(ext, 1, &v)) return -1;
+        if (push_i64(s, C_EXT, v)) goto nomem;
+        Tok *st = (a[A_STREAM].type != T_MISSING && a[A_STREAM].type != T_NULL) ? &a[A_STREAM] : &a[A_STREAM_ID];
+        if (arg_int(st, 0, &v)) return -1;
+        if (push_i64(s, C_STREAM, v)) goto nomem;
+        Tok *fl = &a[A_FLOPS];
+        double f = Py_NAN;
+        if (fl->type == T_INT) {
+            f = (double)fl->i;
+        } else if (fl->type == T_FLOAT) {
+            FloatFix fx = {row, fl->p, fl->len};
+            if (VEC_PUSH(&s->fixes, FloatFix, fx)) goto nomem;
+        } else if (fl->type != T_MISSING && fl->type != T_NULL) {
+            return -1;
+        }
+        if (VEC_PUSH(&s->flops, double, f)) goto nomem;
+        if (a[A_DIMS].type != T_MISSING || a[A_GRID].type != T_MISSING) {
+            Shape sh;
+            sh.row = row;
+            static const int raw[4] = {A_DIMS, A_TYPE, A_GRID, A_BLOCK};
+            for (int k = 0; k < 4; k++) {
+                sh.p[k] = a[raw[k]].type == T_MISSING ? NULL : a[raw[k]].p;
+                sh.len[k] = a[raw[k]].type == T_MISSING ? 0 : a[raw[k]].len;
+            }
+            if (VEC_PUSH(&s->shapes, Shape, sh)) goto nomem;
+        }
+        return 0;
+    }
+    /* every other phase is counted by its name */
+    int32_t phid;
+    Tok phk = *ph;
+    if (phk.type == T_MISSING) { phk.type = T_STR; phk.p = ""; phk.len = 0; }
+    if (intern_tok(s, &s->phs, &phk, &phid)) goto nomem;
+    while (s->ph_counts.len <= (size_t)phid) if (VEC_PUSH(&s->ph_counts, int64_t, 0)) goto nomem;
+    ((int64_t *)s->ph_counts.data)[phid]++;
+    if (phk.len != 1 || phk.esc) return 0;
+    char c = phk.p[0];
+    if (c == 'M') {
+        for (int k = A_NAME; k <= A_LABELS; k++) {
+            int ty = a[k].type;
+            if (ty != T_MISSING && ty != T_NULL && ty != T_STR && ty != T_INT) return -1;
+        }
+        Meta m = {e[E_PID], e[E_TID], e[E_NAME], a[A_NAME], a[A_LABELS]};
+        if (VEC_PUSH(&s->metas, Meta, m)) goto nomem;
+    } else if (c == 'i' || c == 'I') {
+        int32_t id;
+        if (intern_tok(s, &s->names, &e[E_NAME], &id) || VEC_PUSH(&s->inst_name, int32_t, id)) goto nomem;
+        if (intern_tok(s, &s->cats, &e[E_CAT], &id) || VEC_PUSH(&s->inst_cat, int32_t, id)) goto nomem;
+        if (VEC_PUSH(&s->inst_ts, int64_t, has_ts ? ts : 0)) goto nomem;
+        if (intern_tok(s, &s->pids, &e[E_PID], &id) || VEC_PUSH(&s->inst_pid, int32_t, id)) goto nomem;
+        if (intern_tok(s, &s->tids, &e[E_TID], &id) || VEC_PUSH(&s->inst_tid, int32_t, id)) goto nomem;
+    } else if (c == 's' || c == 'f' || c == 't') {
+        if (!has_ts || e[E_ID].type == T_MISSING || e[E_ID].type == T_NULL) return 0;
+        Flow fw;
+        fw.ph = (int8_t)(c == 's' ? 0 : c == 'f' ? 1 : 2);
+        fw.ts = ts;
+        fw.id = e[E_ID];
+        if (intern_tok(s, &s->fcats, &e[E_CAT], &fw.cat)) goto nomem;
+        if (intern_tok(s, &s->pids, &e[E_PID], &fw.pid) || intern_tok(s, &s->tids, &e[E_TID], &fw.tid)) goto nomem;
+        if (VEC_PUSH(&s->flows, Flow, fw)) goto nomem;
+    }
+    return 0;
+nomem:
+    s->nomem = 1;
+    return -1;
+}
+
+/* ---- the events array ----------------------------------------------------------------------- */
+
+/* The events array from s->cur: on its '[' (open) or on an event inside it. Ends after its ']', or
+ * with s->met set where the next event would begin exactly at stop_at. */
+static int scan_array(Scan *s, int open, Py_ssize_t stop_at) {
+    if (open) {
+        if (s->cur >= s->end || *s->cur != '[') return -1;
+        s->cur++;
+        ws(s);
+        if (s->cur < s->end && *s->cur == ']') { s->cur++; return 0; }
+    }
+    for (;;) {
+        if (stop_at >= 0 && s->cur == s->buf + stop_at) { s->met = 1; return 0; }
+        if (parse_event(s)) return -1;
+        ws(s);
+        if (s->cur >= s->end) return -1;
+        if (*s->cur == ',') { s->cur++; ws(s); continue; }
+        if (*s->cur == ']') { s->cur++; return 0; }
+        return -1;
+    }
+}
+
+/* buffer[start:end] is the whole events array (start == 0) or its part from an event on. */
+static int scan_events(Scan *s, Py_ssize_t start, Py_ssize_t stop_at) {
+    s->cur = s->buf + start;
+    if (scan_array(s, start == 0, stop_at)) return -1;
+    if (s->met) return 0;
+    ws(s);
+    return s->cur == s->end ? 0 : -1;
+}
+
+typedef struct { const char *key; Py_ssize_t key_len, start, end; } Member;
+
+/* Top-level members from s->cur (just after '{' or after a value), through the closing '}' and the
+ * trailing whitespace; the traceEvents array is scanned in place (stopping at stop_at if met). */
+static int scan_members(Scan *s, int first, Py_ssize_t stop_at, int *seen_events) {
+    ws(s);
+    if (first && s->cur < s->end && *s->cur == '}') { s->cur++; goto done; }
+    if (!first) goto after_value;
+    for (;;) {
+        Tok key;
+        if (s->cur >= s->end || *s->cur != '"' || lex_string(s, &key) || key.esc) return -1;
+        ws(s);
+        if (s->cur >= s->end || *s->cur != ':') return -1;
+        s->cur++;
+        ws(s);
+        if (key_is(&key, "traceEvents")) {
+            if (*seen_events || s->cur >= s->end || *s->cur != '[') return -1;
+            *seen_events = 1;
+            if (scan_array(s, 1, stop_at)) return -1;
+            if (s->met) return 0;
+        } else {
+            Member m = {key.p, key.len, s->cur - s->buf, 0};
+            s->top_level = 1;
+            int bad = skip_value(s, 1);
+            s->top_level = 0;
+            if (bad) return -1;
+            m.end = s->cur - s->buf;
+            if (VEC_PUSH(&s->members, Member, m)) { s->nomem = 1; return -1; }
+        }
+    after_value:
+        ws(s);
+        if (s->cur >= s->end) return -1;
+        if (*s->cur == ',') { s->cur++; ws(s); continue; }
+        if (*s->cur == '}') { s->cur++; break; }
+        return -1;
+    }
+done:
+    ws(s);
+    return s->cur == s->end && *seen_events ? 0 : -1;
+}
+
+/* A whole document: an object holding traceEvents, or a bare events array at byte 0. */
+static int scan_document(Scan *s, Py_ssize_t stop_at) {
+    s->cur = s->buf;
+    if (s->cur < s->end && *s->cur == '[') return scan_events(s, 0, stop_at);
+    ws(s);
+    if (s->cur >= s->end || *s->cur != '{') return -1;
+    s->cur++;
+    int seen = 0;
+    return scan_members(s, 1, stop_at, &seen);
+}
+
+static void scan_free(Scan *s) {
+    arena_free(&s->arena);
+    intern_free(&s->names); intern_free(&s->cats); intern_free(&s->pids); intern_free(&s->tids);
+    intern_free(&s->phs); intern_free(&s->fcats);
+    for (int k = 0; k < N_I64; k++) free(s->i64[k].data);
+    Vec *v[] = {&s->name, &s->cat, &s->pid, &s->tid, &s->flops, &s->shapes, &s->fixes, &s->metas, &s->flows,
+                &s->inst_name, &s->inst_cat, &s->inst_pid, &s->inst_tid, &s->inst_ts, &s->ph_counts};
+    for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++) free(v[k]->data);
+    free(s->members.data);
+}
+
+/* ---- phase 2: Python objects ---------------------------------------------------------------- */
+
+static PyObject *str_of(const char *p, Py_ssize_t len, int esc) {
+    if (!esc) return PyUnicode_DecodeUTF8(p, len, "strict");
+    char *tmp = (char *)malloc((size_t)len + 1);
+    if (!tmp) return PyErr_NoMemory();
+    PyObject *o = PyUnicode_DecodeUTF8(tmp, unescape(p, len, tmp), "strict");
+    free(tmp);
+    return o;
+}
+
+static PyObject *tok_obj(const Tok *t) {
+    if (t->type == T_INT) return PyLong_FromLongLong(t->i);
+    if (t->type == T_STR) return str_of(t->p, t->len, t->esc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *table_list(Intern *t) {
+    Entry *e = (Entry *)t->entries.data;
+    PyObject *out = PyList_New((Py_ssize_t)t->entries.len);
+    if (!out) return NULL;
+    for (size_t k = 0; k < t->entries.len; k++) {
+        PyObject *o;
+        if (e[k].type == T_INT) o = PyLong_FromLongLong(e[k].i);
+        else if (e[k].type == T_STR) o = PyUnicode_DecodeUTF8(e[k].p, e[k].len, "strict");
+        else { o = Py_None; Py_INCREF(o); }
+        if (!o) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, o);
+    }
+    return out;
+}
+
+static PyObject *vec_bytes(Vec *v) {
+    return PyBytes_FromStringAndSize((const char *)v->data, (Py_ssize_t)(v->len * v->item));
+}
+
+/* Steals o; 0 on success. */
+static int put(PyObject *d, const char *key, PyObject *o) {
+    if (!o) return -1;
+    int r = PyDict_SetItemString(d, key, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static PyObject *members_list(Scan *s) {
+    Member *m = (Member *)s->members.data;
+    PyObject *l = PyList_New((Py_ssize_t)s->members.len);
+    if (!l) return NULL;
+    for (size_t k = 0; k < s->members.len; k++) {
+        PyObject *t = Py_BuildValue("(s#nn)", m[k].key, m[k].key_len, m[k].start, m[k].end);
+        if (!t) { Py_DECREF(l); return NULL; }
+        PyList_SET_ITEM(l, (Py_ssize_t)k, t);
+    }
+    return l;
+}
+
+static PyObject *build(Scan *s) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    if (put(d, "names", table_list(&s->names)) || put(d, "cats", table_list(&s->cats)) ||
+        put(d, "pids", table_list(&s->pids)) || put(d, "tids", table_list(&s->tids)))
+        goto fail;
+    for (int k = 0; k < N_I64; k++)
+        if (put(d, I64_NAMES[k], vec_bytes(&s->i64[k]))) goto fail;
+    /* float flops written as text: converted here, where the C API may be called */
+    FloatFix *fx = (FloatFix *)s->fixes.data;
+    for (size_t k = 0; k < s->fixes.len; k++) {
+        char tmp[64];
+        if (fx[k].len >= (Py_ssize_t)sizeof(tmp)) { Py_DECREF(d); Py_RETURN_NONE; }
+        memcpy(tmp, fx[k].p, (size_t)fx[k].len);
+        tmp[fx[k].len] = 0;
+        double f = PyOS_string_to_double(tmp, NULL, NULL);
+        if (f == -1.0 && PyErr_Occurred()) goto fail;
+        if (Py_IS_INFINITY(f)) { Py_DECREF(d); Py_RETURN_NONE; }
+        ((double *)s->flops.data)[fx[k].row] = f;
+    }
+    if (put(d, "name", vec_bytes(&s->name)) || put(d, "cat", vec_bytes(&s->cat)) ||
+        put(d, "pid", vec_bytes(&s->pid)) || put(d, "tid", vec_bytes(&s->tid)) ||
+        put(d, "flops", vec_bytes(&s->flops)) ||
+        put(d, "inst_name", vec_bytes(&s->inst_name)) || put(d, "inst_cat", vec_bytes(&s->inst_cat)) ||
+        put(d, "inst_pid", vec_bytes(&s->inst_pid)) || put(d, "inst_tid", vec_bytes(&s->inst_tid)) ||
+        put(d, "inst_ts", vec_bytes(&s->inst_ts)))
+        goto fail;
+    {
+        Shape *sh = (Shape *)s->shapes.data;
+        PyObject *l = PyList_New((Py_ssize_t)s->shapes.len);
+        if (put(d, "shapes", l)) goto fail;
+        for (size_t k = 0; k < s->shapes.len; k++) {
+            PyObject *t = PyTuple_New(5);
+            if (!t) goto fail;
+            PyList_SET_ITEM(l, (Py_ssize_t)k, t);
+            PyObject *row = PyLong_FromLongLong(sh[k].row);
+            if (!row) goto fail;
+            PyTuple_SET_ITEM(t, 0, row);
+            for (int j = 0; j < 4; j++) {
+                PyObject *o;
+                if (sh[k].p[j]) o = PyUnicode_DecodeUTF8(sh[k].p[j], sh[k].len[j], "strict");
+                else { o = Py_None; Py_INCREF(o); }
+                if (!o) goto fail;
+                PyTuple_SET_ITEM(t, j + 1, o);
+            }
+        }
+    }
+    {
+        Meta *m = (Meta *)s->metas.data;
+        PyObject *l = PyList_New((Py_ssize_t)s->metas.len);
+        if (put(d, "metas", l)) goto fail;
+        for (size_t k = 0; k < s->metas.len; k++) {
+            PyObject *t = PyTuple_New(5);
+            if (!t) goto fail;
+            PyList_SET_ITEM(l, (Py_ssize_t)k, t);
+            const Tok *toks[5] = {&m[k].pid, &m[k].tid, &m[k].name, &m[k].aname, &m[k].alabels};
+            for (int j = 0; j < 5; j++) {
+                PyObject *o = tok_obj(toks[j]);
+                if (!o) goto fail;
+                PyTuple_SET_ITEM(t, j, o);
+            }
+        }
+    }
+    {
+        size_t n = s->flows.len;
+        Flow *f = (Flow *)s->flows.data;
+        PyObject *ph = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+        PyObject *ts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8));
+        PyObject *pid = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+        PyObject *tid = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+        PyObject *ids = PyList_New((Py_ssize_t)n), *cats = PyList_New((Py_ssize_t)n);
+        PyObject *fcats = table_list(&s->fcats);
+        int bad = put(d, "flow_ph", ph) | put(d, "flow_ts", ts) | put(d, "flow_pid", pid) | put(d, "flow_tid", tid) |
+                  put(d, "flow_ids", ids) | put(d, "flow_cats", cats);
+        if (bad || !fcats) { Py_XDECREF(fcats); goto fail; }
+        for (size_t k = 0; k < n; k++) {
+            PyBytes_AS_STRING(ph)[k] = (char)f[k].ph;
+            memcpy(PyBytes_AS_STRING(ts) + 8 * k, &f[k].ts, 8);
+            memcpy(PyBytes_AS_STRING(pid) + 4 * k, &f[k].pid, 4);
+            memcpy(PyBytes_AS_STRING(tid) + 4 * k, &f[k].tid, 4);
+            PyObject *id;
+            if (f[k].id.type == T_INT) {
+                PyObject *num = PyLong_FromLongLong(f[k].id.i);
+                id = num ? PyObject_Str(num) : NULL;
+                Py_XDECREF(num);
+            } else {
+                id = str_of(f[k].id.p, f[k].id.len, f[k].id.esc);
+            }
+            if (!id) { Py_DECREF(fcats); goto fail; }
+            PyList_SET_ITEM(ids, (Py_ssize_t)k, id);
+            PyObject *c = PyList_GET_ITEM(fcats, f[k].cat);
+            Py_INCREF(c);
+            PyList_SET_ITEM(cats, (Py_ssize_t)k, c);
+        }
+        Py_DECREF(fcats);
+    }
+    {
+        PyObject *phs = table_list(&s->phs);
+        PyObject *counts = PyDict_New();
+        if (put(d, "phase_counts", counts) || !phs) { Py_XDECREF(phs); goto fail; }
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(phs); k++) {
+            PyObject *c = PyLong_FromLongLong(((int64_t *)s->ph_counts.data)[k]);
+            if (!c || PyDict_SetItem(counts, PyList_GET_ITEM(phs, k), c)) { Py_XDECREF(c); Py_DECREF(phs); goto fail; }
+            Py_DECREF(c);
+        }
+        Py_DECREF(phs);
+    }
+    if (put(d, "members", members_list(s))) goto fail;
+    if (put(d, "n", PyLong_FromSize_t(s->i64[C_TS].len)) || put(d, "met", PyBool_FromLong(s->met)) ||
+        put(d, "end", PyLong_FromSsize_t(s->cur - s->buf)))
+        goto fail;
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+static void scan_init(Scan *s) {
+    memset(s, 0, sizeof(*s));
+    for (int k = 0; k < N_I64; k++) s->i64[k].item = 8;
+    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats};
+    for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++) tables[k]->entries.item = sizeof(Entry);
+    s->name.item = s->cat.item = s->pid.item = s->tid.item = 4;
+    s->inst_name.item = s->inst_cat.item = s->inst_pid.item = s->inst_tid.item = 4;
+    s->flops.item = 8;
+    s->inst_ts.item = 8;
+    s->ph_counts.item = 8;
+    s->shapes.item = sizeof(Shape);
+    s->fixes.item = sizeof(FloatFix);
+    s->metas.item = sizeof(Meta);
+    s->flows.item = sizeof(Flow);
+    s->members.item = sizeof(Member);
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(buffer, start, end, stop_at, mode=0) -> dict | None\n\n"
+"Columns of the events in buffer[start:end], or None when the input is anything the scanner does not\n"
+"accept (the caller then runs the reference decoder). The GIL is released while scanning.\n"
+"mode 0: buffer[start:end] is the events array (start == 0) or its part from the event at start on.\n"
+"mode 1: buffer[:end] is a whole trace document (start must be 0): an object with traceEvents, or a\n"
+"bare array; its other top-level members come back as (key, start, end) in 'members'.\n"
+"mode 2: from the event at start to the ']' closing the array; 'end' is the offset just past it.\n"
+"stop_at >= 0 stops where the next event would begin exactly there ('met' is then True).");
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t start, end, stop_at;
+    int mode = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Onnn|i:scan", &obj, &start, &end, &stop_at, &mode)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (start < 0 || end > view.len || start > end || mode < 0 || mode > 2 || (mode == 1 && start != 0)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "span outside the buffer, or an unknown mode");
+        return NULL;
+    }
+    Scan *s = (Scan *)malloc(sizeof(Scan));
+    if (!s) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    scan_init(s);
+    s->buf = (const char *)view.buf;
+    s->end = s->buf + end;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (mode == 1) rc = scan_document(s, stop_at);
+    else if (mode == 2) { s->cur = s->buf + start; rc = scan_array(s, 0, stop_at); }
+    else rc = scan_events(s, start, stop_at);
+    Py_END_ALLOW_THREADS
+    PyObject *out;
+    if (rc) { out = Py_None; Py_INCREF(out); }
+    else out = build(s);
+    scan_free(s);
+    free(s);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+PyDoc_STRVAR(rest_doc,
+"document_rest(buffer, pos) -> list | None\n\n"
+"The top-level members after the traceEvents array that ends just before pos, through the closing\n"
+"'}' and trailing whitespace, as (key, start, end); None if that part is not accepted.");
+
+static PyObject *document_rest(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t pos;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "On:document_rest", &obj, &pos)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (pos < 0 || pos > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "position outside the buffer");
+        return NULL;
+    }
+    Scan *s = (Scan *)malloc(sizeof(Scan));
+    if (!s) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    scan_init(s);
+    s->buf = (const char *)view.buf;
+    s->end = s->buf + view.len;
+    s->cur = s->buf + pos;
+    int seen = 1;
+    PyObject *out;
+    if (view.len > 0 && s->buf[0] == '[') {  /* a bare array: only whitespace may follow it */
+        ws(s);
+        out = s->cur == s->end ? PyList_New(0) : (Py_INCREF(Py_None), Py_None);
+    } else if (scan_members(s, 0, -1, &seen)) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else {
+        out = members_list(s);
+    }
+    scan_free(s);
+    free(s);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {"document_rest", document_rest, METH_VARARGS, rest_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_scan", "A compiled scanner for Kineto trace JSON (see trace/_scan.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    for (int k = 0; k < N_ARGS; k++) ARG_LENS[k] = (unsigned char)strlen(ARG_KEYS[k]);
+    for (int k = 0; k < N_EV; k++) EV_LENS[k] = (unsigned char)strlen(EV_KEYS[k]);
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "SSE2", SCAN_SSE2)) { Py_DECREF(m); return NULL; }
+    return m;
+}

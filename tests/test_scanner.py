@@ -1,0 +1,233 @@
+"""The compiled scanner against the msgspec reference decoder: same tables, same accept/reject.
+
+The scanner (trace/_scan.c) answers None on anything it does not accept and the reference path
+then runs, so on good traces these tests prove it accepted them (else the comparison would be the
+reference against itself) and built the same tables row for row; on mutated traces they prove it
+never crashes and that a load through it ends exactly like a load through the reference alone.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ALL_TRACES
+
+import profuse
+from profuse.errors import TraceError
+from profuse.trace import _decode, _native
+
+pytestmark = pytest.mark.skipif(not _native.available(), reason="compiled scanner not built (pure-Python install)")
+
+TABLES = ("events", "shapes", "scopes", "threads", "instants", "flows")
+
+
+def _load_tables(path: Path, *, scanner: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.setenv("PROFUSE_SCANNER", "1" if scanner else "0")
+    monkeypatch.setenv("PROFUSE_WORKERS", "1")  # the reference path in one process: the oracle
+    t = profuse.load(path, cache=False)
+    try:
+        out: dict[str, Any] = {tb: t.con.execute(f"SELECT * FROM {tb} ORDER BY ALL").fetchall() for tb in TABLES}
+        out["meta"] = {k: json.loads(v) for k, v in t.con.execute("SELECT key, value FROM meta").fetchall()}
+    finally:
+        t.close()
+    return out
+
+
+def _outcome(path: Path, *, scanner: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Any]:
+    try:
+        return "ok", _load_tables(path, scanner=scanner, monkeypatch=monkeypatch)
+    except TraceError as err:
+        return "error", str(err)
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+def test_scanner_accepts_every_shared_trace(path: Path):
+    data = _decode.read_bytes(str(path))
+    doc = _decode.split_document(str(path), data)
+    cols = _native.scan_columns(doc, threads=1)
+    assert cols is not None, "the scanner fell back to the reference path on a real trace"
+    x_events = sum(1 for e in json.loads(data)["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X")
+    assert cols.n == x_events
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+def test_scanner_tables_equal_reference_tables(path: Path, monkeypatch: pytest.MonkeyPatch):
+    fast = _load_tables(path, scanner=True, monkeypatch=monkeypatch)
+    ref = _load_tables(path, scanner=False, monkeypatch=monkeypatch)
+    for table in (*TABLES, "meta"):
+        assert fast[table] == ref[table], table
+    assert fast["meta"]["events"] > 0
+
+
+def test_two_thread_split_equals_one_thread():
+    path = next(p for p in ALL_TRACES if p.name.startswith("v100_rank1"))
+    doc = _decode.split_document(str(path), _decode.read_bytes(str(path)))
+    one, two = _native.scan_columns(doc, threads=1), _native.scan_columns(doc, threads=2)
+    assert one is not None and two is not None
+    assert one.n == two.n
+    names1, names2 = _lookup(one.names), _lookup(two.names)
+    assert [names1[i] for i in one.column("name")] == [names2[i] for i in two.column("name")]
+    for key in ("ts", "dur", "correlation", "external_id", "flow_ts"):
+        assert (one.column(key) == two.column(key)).all(), key
+    assert one.flow_ids == two.flow_ids and one.shapes == two.shapes and one.phase_counts == two.phase_counts
+
+
+def test_document_scan_two_threads_equals_one_and_the_reference_split():
+    path = next(p for p in ALL_TRACES if p.name.startswith("v100_rank1"))
+    data = _decode.read_bytes(str(path))
+    one, two = _native.scan_document(data, threads=1), _native.scan_document(data, threads=2)
+    assert one is not None and two is not None
+    ref = _decode.split_document(str(path), data).top
+    assert one[1] is not None and two[1] is not None
+    assert {k: bytes(v) for k, v in one[1].items()} == {k: bytes(v) for k, v in ref.items()}
+    assert {k: bytes(v) for k, v in two[1].items()} == {k: bytes(v) for k, v in ref.items()}
+    assert one[0].n == two[0].n > 100_000
+    assert (one[0].column("ts") == two[0].column("ts")).all()
+
+
+def _lookup(table: dict[Any, int]) -> list[Any]:
+    out: list[Any] = [None] * len(table)
+    for v, i in table.items():
+        out[i] = v
+    return out
+
+
+# --- mutated inputs --------------------------------------------------------------------------
+
+SMALL = [p for p in ALL_TRACES if p.stat().st_size < 40_000]
+EVENT = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2,
+         "args": {"External id": 3, "correlation": 9, "stream": 7, "device": 0}}
+
+
+def _with_event(**change: Any) -> bytes:
+    ev = {**EVENT, **change}
+    other = {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 0, "tid": 1, "ts": 1, "dur": 5,
+             "args": {"External id": 3}}
+    return json.dumps({"traceEvents": [other, ev]}).encode()
+
+
+TYPE_CASES: list[bytes] = [
+    _with_event(ts="1.5"), _with_event(ts=None), _with_event(dur=-1), _with_event(dur=None),
+    _with_event(ts=1.23456), _with_event(ts=1e3), _with_event(ts=2**60), _with_event(pid=1.5),
+    _with_event(pid=True), _with_event(pid="0"), _with_event(tid="7"), _with_event(name=5), _with_event(cat=None),
+    _with_event(ph=None), _with_event(ph=1), _with_event(args=None), _with_event(args=[1]),
+    _with_event(args={"External id": 1.5}), _with_event(args={"External id": "12"}),
+    _with_event(args={"External id": "x1"}), _with_event(args={"correlation": [1]}),
+    _with_event(args={"stream": "0x0"}), _with_event(args={"stream": "1.5"}), _with_event(args={"stream": True}),
+    _with_event(args={"device": "auto"}), _with_event(args={"device": 2**64}), _with_event(args={"bytes": "  4"}),
+    _with_event(args={"flops": 1.25}), _with_event(args={"flops": "3"}), _with_event(args={"flops": 2**70}),
+    _with_event(args={"Input Dims": [[1, 2]], "Input type": ["float"]}), _with_event(args={"grid": None}),
+    _with_event(args={"ts": 5}), _with_event(name="caf\u00e9 \"q\" \\ \ud83d\ude00"), _with_event(ph="i"),
+    _with_event(ph="s", id=4), _with_event(ph="f", id="4", bp="e"), _with_event(ph="M", name="thread_name",
+                                                                         args={"name": ["x"]}),
+    _with_event(ph="M", name="process_name", args={"name": 7}), _with_event(extra={"deep": [[[[[[1]]]]]]}),
+    b'{"traceEvents": [{"ph": "X", "ph": "X", "ts": 1, "dur": 1}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "args": {"correlation": 1, "correlation": 2}}]}',
+    b'{"traceEvents": [{"\\u0070h": "X", "ts": 1, "dur": 1}]}',
+    b'{"traceEvents": [{"ph": "\\u0058", "ts": 1, "dur": 1}, {"ph": "\\u0073", "id": 1, "ts": 1}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "args": {"k\\"ts": 2}}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}], "traceEvents": []}',
+    b'{"a": {"ts": 1}, "traceEvents": [{"ph": "X", "ts": 1, "dur": 1}], "b": [1, {"c": "\\u00e9"}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 01, "dur": 1}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1},]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "name": "a\\ud800"}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "name": "\xff"}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "name": "tab\there"}]}',
+    b'{"traceEvents": []}', b'[]', b'[{"ph": "X", "ts": 1, "dur": 1}]  \n', b' [{"ph": "X", "ts": 1, "dur": 1}]',
+    b'{"traceEvents": [1, 2]}', b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}] , "x": NaN}',
+    b'{"traceEvents": [{"ph": "X", "ts": -0.5, "dur": 0.001, "pid": -0}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": -0}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "pid": 1}, {"ph": "X", "ts": 1, "dur": 1, "pid": "1"}]}',
+]
+
+
+def _mutations(seed: int, data: bytes, n: int) -> list[bytes]:
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        b = bytearray(data)
+        how = k % 4
+        if how == 0:
+            b = b[: rng.randrange(len(b))]
+        elif how == 1:
+            for _ in range(rng.randrange(1, 4)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+        elif how == 2:
+            for _ in range(rng.randrange(1, 4)):
+                b[rng.randrange(len(b))] = rng.choice(b'{}[],:"0.-e \\n')
+        else:
+            i = rng.randrange(len(b))
+            del b[i: i + rng.randrange(1, 40)]
+        out.append(bytes(b))
+    return out
+
+
+def _cases() -> list[tuple[str, bytes]]:
+    cases = [(f"type{k}", c) for k, c in enumerate(TYPE_CASES)]
+    per = int(os.environ.get("PROFUSE_FUZZ_PER_TRACE", "12"))
+    for k, p in enumerate(SMALL):
+        raw = gzip.decompress(p.read_bytes())
+        cases += [(f"{p.name}-{j}", m) for j, m in enumerate(_mutations(k, raw, per))]
+    return cases
+
+
+CASES = _cases()
+
+
+def test_scanner_survives_many_mutations():
+    """The scanner alone over a bigger corpus (what `make sanitize` runs under ASan/UBSan): no crash,
+    and whatever it accepts the reference decoder accepts too, with as many complete events."""
+    per = int(os.environ.get("PROFUSE_SCAN_FUZZ", "150"))
+    accepted = 0
+    for k, p in enumerate(SMALL):
+        raw = gzip.decompress(p.read_bytes())
+        for data in _mutations(1000 + k, raw, per):
+            whole = [_native.scan_document(data, threads=t) for t in (1, 2)]
+            try:
+                doc = _decode.split_document("t.json", data)
+            except TraceError:
+                assert whole == [None, None]  # the reference rejects the document: so must the scanner
+                continue
+            for got in whole:
+                if got is not None:
+                    assert got[1] is None or {k: bytes(v) for k, v in got[1].items()} == \
+                        {k: bytes(v) for k, v in doc.top.items()}
+            cols = _native.scan_columns(doc, threads=1)
+            if cols is None:
+                continue
+            accepted += 1
+            events = [e for _, chunk, _ in _decode.iter_chunks("t.json", doc, lenient=False, skipped=_decode.Skipped())
+                      for e in chunk]
+            assert cols.n == sum(1 for e in events if e.ph == "X")
+    assert accepted > 0  # some mutations (e.g. a changed digit) stay valid traces
+
+
+@pytest.mark.parametrize("data", [c for _, c in CASES], ids=[i for i, _ in CASES])
+def test_mutated_input_same_outcome(data: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    fast = _outcome(path, scanner=True, monkeypatch=monkeypatch)
+    ref = _outcome(path, scanner=False, monkeypatch=monkeypatch)
+    assert fast == ref
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "msgspec"])
+def test_flow_and_instant_times_are_exact_ns(scanner: bool, monkeypatch: pytest.MonkeyPatch):
+    """On a ns-resolution trace flow ends and instants keep the text's ns, as complete events do."""
+    from decimal import Decimal
+
+    path = next(p for p in ALL_TRACES if p.name == "v100_ns_timestamps.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    base = doc.get("baseTimeNanoseconds") or 0
+    want_flows = sorted(base + int(Decimal(e["ts"]) * 1000) for e in doc["traceEvents"]
+                        if e.get("ph") in ("s", "f", "t") and e.get("id") is not None and e.get("ts") is not None)
+    want_inst = sorted(base + int(Decimal(e.get("ts") or 0) * 1000) for e in doc["traceEvents"] if e.get("ph") in ("i", "I"))
+    tables = _load_tables(path, scanner=scanner, monkeypatch=monkeypatch)
+    assert len(want_flows) > 1000
+    assert sorted(r[3] for r in tables["flows"]) == want_flows
+    assert sorted(r[2] for r in tables["instants"]) == want_inst
