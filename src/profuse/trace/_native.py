@@ -193,9 +193,10 @@ def _columns(r: dict[str, Any] | None) -> Columns | None:
     for pid, tid, name, arg_name, labels in r["metas"]:  # the reference's rule, in file order
         where = thread_key(pid, tid if name and name.startswith("thread") else "")
         value = arg_name if arg_name is not None else labels
-        if value is not None and name:
+        if isinstance(value, (str, int, float)) and name:
             cols.thread_meta.setdefault(where, {})[name] = str(value)
     cols.phase_counts = r["phase_counts"]
+    cols.ignored_args = dict(r["ignored_args"])
     cols.n = n
     return cols
 

@@ -151,6 +151,11 @@ static const char *const I64_NAMES[N_I64] = {
     "ts", "dur", "correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes",
     "external_id", "device", "stream"};
 
+/* the key each column's unusable args values are counted under in meta.ignored_args (the reference's) */
+static const char *const IGNORED_NAMES[N_I64] = {
+    "ts", "dur", "correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes",
+    "External id", "device", "stream"};
+
 typedef struct { int64_t row; const char *p[4]; Py_ssize_t len[4]; } Shape;
 typedef struct { int64_t row; const char *p; Py_ssize_t len; } FloatFix;
 typedef struct { Tok pid, tid, name, aname, alabels; } Meta;
@@ -166,6 +171,7 @@ typedef struct {
     Vec inst_name, inst_cat, inst_pid, inst_tid, inst_ts;
     Vec ph_counts;                        /* int64 per phs id */
     Vec members;                          /* document mode: top-level (key, value span) other than traceEvents */
+    int64_t ignored[N_I64];               /* args values read as absent (not numbers), per column */
     int met;
     int nomem;
     int top_level;                        /* skipping a top-level value: "ts" keys there are harmless */
@@ -488,7 +494,7 @@ static int parse_args(Scan *s, Tok *a) {
 }
 
 /* msgspec's `int | str | None` and the reference's int_column, as one int64 (-1: absent). */
-static int arg_int(const Tok *t, int typed, int64_t *out) {
+static int arg_int(const Tok *t, int typed, int64_t *out, int64_t *ignored) {
     switch (t->type) {
     case T_MISSING: case T_NULL: *out = -1; return 0;
     case T_INT: *out = t->i; return 0;
@@ -516,6 +522,7 @@ static int arg_int(const Tok *t, int typed, int64_t *out) {
         }
         if (!foreign) return -1;
         *out = -1;
+        (*ignored)++;   /* the reference reads it as absent and counts it in meta.ignored_args */
         return 0;
     }
     default:
@@ -616,14 +623,14 @@ static int parse_event(Scan *s) {
         static const int direct[][2] = {{A_CORR, C_CORR}, {A_SEQ, C_SEQ}, {A_FWD, C_FWD}, {A_PYID, C_PYID},
                                         {A_PYPID, C_PYPID}, {A_BYTES, C_BYTES}, {A_DEV, C_DEV}};
         for (size_t k = 0; k < sizeof(direct) / sizeof(direct[0]); k++) {
-            if (arg_int(&a[direct[k][0]], 0, &v)) return -1;
+            if (arg_int(&a[direct[k][0]], 0, &v, &s->ignored[direct[k][1]])) return -1;
             if (push_i64(s, direct[k][1], v)) goto nomem;
         }
         Tok *ext = (a[A_EXT].type != T_MISSING && a[A_EXT].type != T_NULL) ? &a[A_EXT] : &a[A_EXT_LC];
-        if (arg_int(ext, 1, &v)) return -1;
+        if (arg_int(ext, 1, &v, &s->ignored[C_EXT])) return -1;
         if (push_i64(s, C_EXT, v)) goto nomem;
         Tok *st = (a[A_STREAM].type != T_MISSING && a[A_STREAM].type != T_NULL) ? &a[A_STREAM] : &a[A_STREAM_ID];
-        if (arg_int(st, 0, &v)) return -1;
+        if (arg_int(st, 0, &v, &s->ignored[C_STREAM])) return -1;
         if (push_i64(s, C_STREAM, v)) goto nomem;
         Tok *fl = &a[A_FLOPS];
         double f = Py_NAN;
@@ -845,6 +852,12 @@ static PyObject *build(Scan *s) {
         goto fail;
     for (int k = 0; k < N_I64; k++)
         if (put(d, I64_NAMES[k], vec_bytes(&s->i64[k]))) goto fail;
+    {
+        PyObject *ig = PyDict_New();
+        if (put(d, "ignored_args", ig)) goto fail;
+        for (int k = 0; k < N_I64; k++)
+            if (s->ignored[k] && put(ig, IGNORED_NAMES[k], PyLong_FromLongLong(s->ignored[k]))) goto fail;
+    }
     /* float flops written as text: converted here, where the C API may be called */
     FloatFix *fx = (FloatFix *)s->fixes.data;
     for (size_t k = 0; k < s->fixes.len; k++) {
