@@ -45,7 +45,8 @@ def alive(pid: int) -> bool:
 def test_workers_die_with_their_parent(sig):
     # GIVEN a load of the big trace in its own process, decoding on two forked workers
     proc = subprocess.Popen([sys.executable, "-c", LOAD, str(trace_path(BIG))],
-                            env={**os.environ, "PROFUSE_WORKERS": "2"}, stdout=subprocess.DEVNULL,
+                            env={**os.environ, "PROFUSE_WORKERS": "2", "PROFUSE_SCANNER": "0"},  # forked msgspec path
+                            stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     workers: set[int] = set()
     try:

@@ -5,7 +5,6 @@ import argparse
 import sys
 
 from ..errors import UserError
-from ..ranks.discover import candidates
 from ._common import add_load_args, load_trace
 from .ranks import add_rank_args
 
@@ -38,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
         from ..explorer.server import serve
     except ImportError as e:
         raise UserError(f"profuse explore needs its server packages ({e.name}): pip install profuse") from None
+    from ..ranks.discover import candidates
+
     rank_files = candidates(args.paths[0]) if len(args.paths) == 1 else None
     ranks = None
     if rank_files is not None:

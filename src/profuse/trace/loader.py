@@ -116,7 +116,22 @@ def decode(path: str, *, lenient: bool = False, progress: Progress | None = None
     if fast is not None and fast[1] is not None:
         if progress:
             progress(len(data), len(data))
-        return fast[0], {k: _safe_json(v) for k, v in fast[1].items()}, skipped
+        cols, top = fast[0], {k: _safe_json(v) for k, v in fast[1].items()}
+    else:
+        cols, top = _decode_reference(path, data, lenient=lenient, skipped=skipped, progress=progress, fork=fork)
+    try:
+        _base_time_ns(path, top.get("baseTimeNanoseconds"))
+    except TraceError as err:
+        if not lenient:
+            raise TraceError(path, err.problem + " (use --lenient to ignore it)") from None
+        skipped.add("baseTimeNanoseconds ignored", err.problem)  # times stay relative to the trace
+        top.pop("baseTimeNanoseconds")
+    return cols, top, skipped
+
+
+def _decode_reference(path: str, data: bytes | bytearray, *, lenient: bool, skipped: _decode.Skipped,
+                      progress: Progress | None, fork: bool) -> tuple[Columns, dict[str, Any]]:
+    """The msgspec decoder: chunks on every core (forked workers) or in this process."""
     doc = _decode.split_document(path, data)
     total, done = len(doc.events), 0
 
@@ -133,15 +148,7 @@ def decode(path: str, *, lenient: bool = False, progress: Progress | None = None
         for base, events, span in _decode.iter_chunks(path, doc, lenient=lenient, skipped=skipped,
                                                       on_progress=on_chunk):
             add_chunk(cols, path, base, events, span, lenient=lenient, skipped=skipped)
-    top = {k: _safe_json(v) for k, v in doc.top.items()}
-    try:
-        _base_time_ns(path, top.get("baseTimeNanoseconds"))
-    except TraceError as err:
-        if not lenient:
-            raise TraceError(path, err.problem + " (use --lenient to ignore it)") from None
-        skipped.add("baseTimeNanoseconds ignored", err.problem)  # times stay relative to the trace
-        top.pop("baseTimeNanoseconds")
-    return cols, top, skipped
+    return cols, {k: _safe_json(v) for k, v in doc.top.items()}
 
 
 def _safe_json(raw: msgspec.Raw) -> Any:
