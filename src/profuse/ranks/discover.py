@@ -7,6 +7,7 @@ gives every file a distinct rank.
 """
 from __future__ import annotations
 
+import fnmatch
 import glob
 import gzip
 import os
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceError, UserError
-from ..trace._open import TRACE_NAMES
+from ..trace._open import MAPPING_PATTERN, TRACE_NAMES
 
 HEAD_BYTES = 1 << 20
 _SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
@@ -42,7 +43,8 @@ class RankSet:
 
 
 def is_trace_name(name: str) -> bool:
-    return name.endswith(_SUFFIXES)
+    """A Kineto trace's file name (TorchNeuron's framework_mapping_*.json beside it are not traces)."""
+    return name.endswith(_SUFFIXES) and not fnmatch.fnmatch(name, MAPPING_PATTERN)
 
 
 def candidates(path: str) -> list[Path] | None:

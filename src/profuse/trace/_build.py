@@ -224,11 +224,14 @@ def _add_other_phases(cols: Columns, events: list[Event], phases: list[str], pre
 
 def _in_range(events: list[Event], idx: list[int], skipped: Skipped, what: str) -> list[int]:
     """The indices of events whose ts (if any) converts to 64-bit ns; the others are counted as skipped."""
-    out = [i for i in idx if events[i].ts is None or abs(events[i].ts) < MAX_US]
+    def fits(ts: float | None) -> bool:
+        return ts is None or abs(ts) < MAX_US
+
+    out = [i for i in idx if fits(events[i].ts)]
     if len(out) < len(idx):
         for i in idx:
             e = events[i]
-            if e.ts is not None and not abs(e.ts) < MAX_US:
+            if not fits(e.ts):
                 skipped.add(f"{what} ts out of range", f"{what} {e.name!r} at ts {e.ts!r}")
     return out
 

@@ -102,7 +102,7 @@ def scan_columns(doc: _decode.Document, *, threads: int | None = None) -> Column
     return first if _consistent(first) else None
 
 
-def scan_document(data: bytes, *, threads: int | None = None) -> tuple[Columns, dict[str, Any] | None] | None:
+def scan_document(data: bytes | bytearray, *, threads: int | None = None) -> tuple[Columns, dict[str, Any] | None] | None:
     """Columns and the other top-level members (as msgspec Raw) of a whole trace document, in one pass.
 
     None when the reference path must handle it (from ``_decode.split_document`` on), which then
@@ -145,7 +145,7 @@ def scan_document(data: bytes, *, threads: int | None = None) -> tuple[Columns, 
     return (first, _top(data, head["members"] + rest)) if _consistent(first) else None
 
 
-def _top(data: bytes, members: list[tuple[str, int, int]]) -> dict[str, Any] | None:
+def _top(data: bytes | bytearray, members: list[tuple[str, int, int]]) -> dict[str, Any] | None:
     """The top-level members other than traceEvents, as the reference's split gives them."""
     import msgspec
 

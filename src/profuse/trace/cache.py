@@ -90,7 +90,7 @@ def pid_alive(pid: int) -> bool:
 
 def clean_stale_temporaries(folder: Path) -> list[Path]:
     """Remove cache temporaries (``.<key>.profuse.duckdb.<pid>.tmp[.wal]``) left by processes that are gone."""
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
