@@ -131,6 +131,12 @@ def read_neff(path: str | Path) -> Neff:
         raise TraceError(p, "is a folder, not a NEFF") from None
     except OSError as err:
         raise TraceError(p, f"cannot read ({err.strerror})") from None
+    return parse_neff(p, raw)
+
+
+def parse_neff(path: str | Path, raw: bytes) -> Neff:
+    """Parse a NEFF's bytes already read (``path`` names it in errors); see :func:`read_neff`."""
+    p = Path(path)
     header = read_header(p, raw)
     payload = raw[HEADER_SIZE:]
     sizes, contents = _read_archive(p, payload)
