@@ -4,14 +4,22 @@ listed reason), exit code 2 where the command fails, and never a traceback, hang
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 from conftest import trace_path
+from test_neff import _archive, _info, _tar, _with_payload
+
+from profuse.cli import main
+from profuse.errors import TraceError
+from profuse.neuron import neff as neff_mod
+from profuse.neuron.neff import read_neff
 
 TRACE = "a100_triton_kernel.json.gz"
 
@@ -38,3 +46,45 @@ def test_special_neffs_beside_a_trace_are_listed_not_read(tmp_path):
     r = _run(["report", str(folder)])
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert r.stdout.count("not read:") == 3
+
+
+# --- NEFF archives
+
+
+def _neff(tmp_path, extra: dict[str, bytes], name: str = "x.neff", *, replace: dict[str, bytes] | None = None):
+    """The real NEFF's members (some replaced) plus ``extra`` ones, under a valid header."""
+    files = {**_archive(), **(replace or {})}
+    return _with_payload(tmp_path, _tar([_info(n, d) for n, d in {**files, **extra}.items()]), name)
+
+
+def _tar_level(members: dict[str, bytes], level: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=level) as tf:
+        for n, d in members.items():
+            info, data = _info(n, d)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_gzip_bomb_inside_a_neff_is_refused_early(tmp_path, capsys):
+    # two 48 MiB members of zeros: about 1,000 to 1 each, each under the per-member read cap
+    zeros = bytes(48 << 20)
+    payload = _tar_level({**_archive(), "m0.json": zeros, "m1.json": zeros}, 9)
+    path = _with_payload(tmp_path, payload, "bomb.neff")
+    assert path.stat().st_size < 200_000
+    assert main(["neff", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"profuse: {path}:") and "gzip bomb" in err
+
+
+def test_neff_reads_only_the_members_it_uses(tmp_path, monkeypatch):
+    # a big JSON member profuse never uses (an activation table) is skipped, not read
+    monkeypatch.setattr(neff_mod, "MAX_READ_MEMBER", 64 << 10)
+    unused = json.dumps({"table": "x" * (100 << 10)}).encode()
+    n = read_neff(_neff(tmp_path, {"sg00/act_table_big.json": unused}))
+    assert [sg.name for sg in n.subgraphs] and n.members == len(_archive()) + 1
+    # what it does read is capped in all, with one line
+    monkeypatch.setattr(neff_mod, "MAX_READ_TOTAL", 30 << 10)
+    padded = json.dumps({**json.loads(_archive()["info.json"]), "pad": "y" * (40 << 10)}).encode()
+    with pytest.raises(TraceError, match="exceed 30,720 bytes in all"):
+        read_neff(_neff(tmp_path, {}, "big_info.neff", replace={"info.json": padded}))

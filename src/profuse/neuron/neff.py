@@ -28,6 +28,8 @@ HEADER_SIZE = 1024
 MAX_READ_MEMBER = 64 << 20  # a JSON or debug-info member larger than this is refused
 MAX_ARCHIVE = 16 << 30  # sum of declared member sizes: a bigger archive is refused (gzip bomb)
 MAX_FILE = 32 << 30
+MAX_READ_TOTAL = 256 << 20  # all members read, together
+MAX_RATIO, RATIO_SLACK = 200, 8 << 20  # decompressed bytes per compressed byte, past the first 8 MiB
 SCHEMA = "profuse.neff/1"
 PACKAGING = {1: "tar.gz + SHA-256", 2: "tar.gz + MD5"}
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
@@ -140,6 +142,9 @@ def parse_neff(path: str | Path, raw: bytes) -> Neff:
     header = read_header(p, raw)
     payload = raw[HEADER_SIZE:]
     sizes, contents = _read_archive(p, payload)
+    unread = {d for _, d in _graphs(p, contents)[0] if d in sizes and d not in contents}
+    if unread:  # a definition under a name of its own: read the archive again for it
+        sizes, contents = _read_archive(p, payload, unread)
     return _assemble(p, header, sizes, contents)
 
 
@@ -195,13 +200,64 @@ def _safe_member_name(path: Path, name: str) -> str:
     return norm
 
 
-def _read_archive(path: Path, payload: bytes) -> tuple[dict[str, int], dict[str, bytes]]:
-    """Sizes of every member, and the bytes of the JSON and debug-info members, streamed from memory."""
+class _Gunzip(io.RawIOBase):
+    """The payload's gzip stream, decompressed on demand and refused past a ratio or a total.
+
+    ``tarfile`` reads the tar through this, so a member it skips is still decompressed (to find the
+    next header) but never kept, and a gzip bomb stops at the first read past the limit instead of
+    decompressing gigabytes: output may not exceed ``MAX_RATIO`` times the compressed bytes consumed
+    plus ``RATIO_SLACK`` (the tar's zero padding compresses far better than any real member).
+    """
+
+    def __init__(self, path: Path, payload: bytes) -> None:
+        self.path, self.payload, self.pos, self.out = path, payload, 0, 0
+        self.z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.tail = b""  # compressed bytes the last bounded call did not consume
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while not self.pending and not self.z.eof and (self.tail or self.pos < len(self.payload)):
+            if not self.tail:
+                self.tail = self.payload[self.pos:self.pos + (1 << 16)]
+                self.pos += len(self.tail)
+            self.pending = self.z.decompress(self.tail, 1 << 20)
+            self.tail = self.z.unconsumed_tail
+        n = min(len(buf), len(self.pending))
+        buf[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        self.out += n
+        consumed = self.pos - len(self.tail)
+        if self.out > MAX_RATIO * consumed + RATIO_SLACK:
+            raise TraceError(self.path, f"archive decompresses to more than {MAX_RATIO}x its compressed size "
+                                        "(a gzip bomb?): refused")
+        if self.out > MAX_ARCHIVE:
+            raise TraceError(self.path, f"archive decompresses to more than {MAX_ARCHIVE:,} bytes: refused")
+        return n
+
+
+def _wanted(name: str, definitions: set[str]) -> bool:
+    """Members profuse reads: the subgraph list, info and HLO statistics, each subgraph's definition
+    and tensor map, and debug info. Other JSON (engine tables, activation tables) is skipped."""
+    base = PurePosixPath(name).name
+    return (name in ("info.json", "hlo_stats.json") or name in definitions or ".dbg" in base
+            or (base.startswith("kelf-") and base.endswith(".json")) or base in ("def.json", "tensor_map.json"))
+
+
+def _read_archive(path: Path, payload: bytes, definitions: set[str] | None = None,
+                  ) -> tuple[dict[str, int], dict[str, bytes]]:
+    """Sizes of every member, and the bytes of the members profuse reads, streamed from memory.
+
+    At most ``MAX_READ_TOTAL`` bytes are kept in all; ``definitions`` (def.json members named by a
+    kelf file under another name) are read too.
+    """
     sizes: dict[str, int] = {}
     contents: dict[str, bytes] = {}
-    total = 0
+    total = kept = 0
     try:
-        with tarfile.open(fileobj=io.BytesIO(payload), mode="r|gz") as tf:
+        with tarfile.open(fileobj=io.BufferedReader(_Gunzip(path, payload), 1 << 16), mode="r|") as tf:
             for m in tf:
                 if m.isdir():
                     continue
@@ -214,9 +270,13 @@ def _read_archive(path: Path, payload: bytes) -> tuple[dict[str, int], dict[str,
                 if total > MAX_ARCHIVE:
                     raise TraceError(path, f"archive declares more than {MAX_ARCHIVE:,} bytes: refused")
                 sizes[name] = m.size
-                if name.endswith(".json") or ".dbg" in PurePosixPath(name).name:
+                if _wanted(name, definitions or set()):
                     if m.size > MAX_READ_MEMBER:
                         raise TraceError(path, f"archive member {name!r} is {m.size:,} bytes: too large to read")
+                    kept += m.size
+                    if kept > MAX_READ_TOTAL:
+                        raise TraceError(path, f"archive members profuse reads exceed {MAX_READ_TOTAL:,} bytes "
+                                               "in all: refused")
                     fh = tf.extractfile(m)
                     contents[name] = fh.read() if fh is not None else b""
     except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
