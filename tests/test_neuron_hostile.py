@@ -88,3 +88,52 @@ def test_neff_reads_only_the_members_it_uses(tmp_path, monkeypatch):
     padded = json.dumps({**json.loads(_archive()["info.json"]), "pad": "y" * (40 << 10)}).encode()
     with pytest.raises(TraceError, match="exceed 30,720 bytes in all"):
         read_neff(_neff(tmp_path, {}, "big_info.neff", replace={"info.json": padded}))
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if not n:
+            return bytes(out + bytes([b]))
+        out.append(b | 0x80)
+
+
+def _ld(field: int, data: bytes) -> bytes:
+    return _varint(field << 3 | 2) + _varint(len(data)) + data
+
+
+def _dbg(next_file: str | None, entries: list[tuple[int, str, list[int]]]) -> bytes:
+    """A debug-info file as profuse reads it: 2 = next file, 3 = entry (1 id, 2 name, 3 packed parents)."""
+    head = _ld(2, next_file.encode()) if next_file else b""
+    return head + b"".join(_ld(3, _varint(1 << 3) + _varint(i) + _ld(2, name.encode())
+                                  + _ld(3, b"".join(map(_varint, parents)))) for i, name, parents in entries)
+
+
+def _fan_out(tmp_path, instructions: int = 1000, fan: int = 50_000):
+    """Every PE instruction -> one backend entry -> ``fan`` HLO entries named h0, h1, h2 in turn."""
+    return _neff(tmp_path, {}, "fan.neff", replace={
+        "sg00/debug_info_asm_PE.dbg": _dbg("debug_info_backend_PE.dbg", [(i, f"i{i}", [0]) for i in range(instructions)]),
+        "sg00/debug_info_backend_PE.dbg": _dbg("debug_info_hlo_fan.dbg", [(0, "b", list(range(fan)))]),
+        "sg00/debug_info_hlo_fan.dbg": _dbg(None, [(i, f"h{i % 3}", []) for i in range(fan)])})
+
+
+def test_debug_info_fan_out_is_walked_once_per_entry(tmp_path):
+    n = read_neff(_fan_out(tmp_path))
+    pe = [m for m in n.subgraphs[0].mapping if m.engine == "PE"]
+    assert [(m.instructions, m.hlo, m.bir) for m in pe] == [(1000, "h0 | h1 | h2", ["b"])]
+    assert "PE" not in n.subgraphs[0].unmapped and not any("truncated" in x for x in n.notes)
+
+
+def test_debug_info_walk_over_budget_says_truncated(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(neff_mod, "WALK_BASE", 0)
+    monkeypatch.setattr(neff_mod, "WALK_PER_BYTE", 0)
+    path = _fan_out(tmp_path, instructions=50, fan=2_000)
+    n = read_neff(path)
+    sg = n.subgraphs[0]
+    pe = next(e for e in sg.engines if e.name == "PE")
+    assert pe.instructions == 50
+    assert sum(m.instructions for m in sg.mapping if m.engine == "PE") + sg.unmapped["PE"] == 50
+    assert any("sg00/PE: debug-info walk truncated" in x for x in n.notes)
+    assert main(["neff", str(path)]) == 0
+    assert "truncated" in capsys.readouterr().out

@@ -460,11 +460,73 @@ def _find_dbg(contents: dict[str, bytes], folder: str, name: str, index: int) ->
     return only[0] if len(only) == 1 else None
 
 
+class _Truncated(Exception):
+    """The debug-info walk used up its budget."""
+
+
+class _Walker:
+    """Names reached from debug-info entries, memoised per (level, id) so each entry's parents are
+    followed once however many instructions share it, within a budget of links and names visited
+    that grows with the debug info's size (so hostile fan-out cannot cost N x K)."""
+
+    def __init__(self, levels: list[tuple[str, dict[int, _Entry]]], budget: int) -> None:
+        self.levels = levels
+        self.kinds = [next((k for k in ("backend", "pttf", "hlo") if k in fname), None) for fname, _ in levels]
+        self.memo: list[dict[int, tuple[frozenset[str], ...]]] = [{} for _ in levels]
+        self.budget = budget
+
+    def spend(self, n: int) -> None:
+        self.budget -= n
+        if self.budget < 0:
+            raise _Truncated
+
+    def reach(self, ids: list[int], level: int = 0) -> tuple[frozenset[str], ...]:
+        """(backend, hlo, pttf, source) names reached from ``ids`` at ``level`` and below."""
+        acc: tuple[set[str], ...] = (set(), set(), set(), set())
+        if level >= len(self.levels):
+            return _NOTHING
+        self.spend(len(ids))
+        for i in ids:
+            r = self._entry(level, i)
+            if r is not _NOTHING:
+                self.spend(sum(map(len, r)))
+                for a, b in zip(acc, r):
+                    a |= b
+        return tuple(frozenset(a) for a in acc)
+
+    def _entry(self, level: int, ident: int) -> tuple[frozenset[str], ...]:
+        memo = self.memo[level]
+        got = memo.get(ident)
+        if got is not None:
+            return got
+        e = self.levels[level][1].get(ident)
+        if e is None:
+            memo[ident] = _NOTHING
+            return _NOTHING
+        below = self.reach(e.parents, level + 1) if level + 1 < len(self.levels) else _NOTHING
+        own: tuple[set[str], ...] = (set(below[0]), set(below[1]), set(below[2]), set(below[3]))
+        kind = self.kinds[level]
+        if kind and e.name:
+            own[_KIND_SLOT[kind]].add(e.name)
+        if kind == "hlo" and e.attrs.get("source_file"):
+            line = e.attrs.get("source_line")
+            own[3].add(PurePosixPath(e.attrs["source_file"]).name + (f":{line}" if line else ""))
+        got = tuple(frozenset(a) for a in own)
+        memo[ident] = got
+        return got
+
+
+_KIND_SLOT = {"backend": 0, "hlo": 1, "pttf": 2}
+_NOTHING: tuple[frozenset[str], ...] = (frozenset(), frozenset(), frozenset(), frozenset())
+WALK_BASE, WALK_PER_BYTE = 2_000_000, 4  # debug-info walk budget: links and names visited
+
+
 def _map_engine(label: str, asm: tuple[str | None, list[_Entry]], folder: str, index: int,
                 contents: dict[str, bytes], notes: list[str], sg: str) -> tuple[list[Mapped], int]:
     """Group one engine's instructions by the HLO instruction and framework op they come from."""
     levels: list[tuple[str, dict[int, _Entry]]] = []
     nxt = asm[0]
+    size = 0
     while nxt and len(levels) < 8:
         found = _find_dbg(contents, folder, nxt, index)
         if found is None:
@@ -476,40 +538,29 @@ def _map_engine(label: str, asm: tuple[str | None, list[_Entry]], folder: str, i
             notes.append(f"{sg}/{label}: {found} unreadable ({err}): mapping stops before it")
             break
         levels.append((nxt, by_id))
+        size += len(contents[found])
         nxt = following
+    walker = _Walker(levels, WALK_BASE + WALK_PER_BYTE * size)
     groups: dict[tuple[str | None, str | None, str | None], tuple[int, set[str]]] = {}
     missing = 0
-    for instr in asm[1]:
-        reached = _walk(instr.parents, levels)
-        if not any(reached.values()):
+    for done, instr in enumerate(asm[1]):
+        try:
+            backend, hlos, pttf, source = walker.reach(instr.parents)
+            walker.spend(len(hlos) + len(pttf) + len(source))
+        except _Truncated:
+            left = len(asm[1]) - done
+            notes.append(f"{sg}/{label}: debug-info walk truncated (it links too many entries): {left:,} of "
+                         f"{len(asm[1]):,} instructions not traced, counted as no source")
+            missing += left
+            break
+        if not (backend or hlos or pttf or source):
             missing += 1
             continue
-        hlo = " | ".join(sorted(reached["hlo"])) or None
-        fw = " | ".join(sorted(reached["pttf"])) or None
-        src = " | ".join(sorted(reached["source"])) or None
+        hlo = " | ".join(sorted(hlos)) or None
+        fw = " | ".join(sorted(pttf)) or None
+        src = " | ".join(sorted(source)) or None
         n, bir = groups.get((hlo, fw, src), (0, set()))
-        groups[(hlo, fw, src)] = (n + 1, bir | reached["backend"])
+        groups[(hlo, fw, src)] = (n + 1, bir | backend)
     out = [Mapped(engine=label, instructions=n, hlo=h, framework=f, source=s, bir=sorted(b))
            for (h, f, s), (n, b) in groups.items()]
     return out, missing
-
-
-def _walk(ids: list[int], levels: list[tuple[str, dict[int, _Entry]]]) -> dict[str, set[str]]:
-    """Names reached from ``ids`` at each level, keyed by the level's kind (backend, hlo, pttf)."""
-    reached: dict[str, set[str]] = {"backend": set(), "hlo": set(), "pttf": set(), "source": set()}
-    current = set(ids)
-    for fname, by_id in levels:
-        kind = next((k for k in ("backend", "pttf", "hlo") if k in fname), None)
-        nxt: set[int] = set()
-        for i in current:
-            e = by_id.get(i)
-            if e is None:
-                continue
-            if kind and e.name:
-                reached[kind].add(e.name)
-            if kind == "hlo" and e.attrs.get("source_file"):
-                line = e.attrs.get("source_line")
-                reached["source"].add(PurePosixPath(e.attrs["source_file"]).name + (f":{line}" if line else ""))
-            nxt.update(e.parents)
-        current = nxt
-    return reached
