@@ -15,11 +15,13 @@ import tarfile
 import pytest
 from conftest import trace_path
 from test_neff import _archive, _info, _tar, _with_payload
+from test_neuron_parquet import _instr, write_table
 
 from profuse.cli import main
 from profuse.errors import TraceError
 from profuse.neuron import neff as neff_mod
 from profuse.neuron.neff import read_neff
+from profuse.trace import load
 
 TRACE = "a100_triton_kernel.json.gz"
 
@@ -137,3 +139,20 @@ def test_debug_info_walk_over_budget_says_truncated(tmp_path, monkeypatch, capsy
     assert any("sg00/PE: debug-info walk truncated" in x for x in n.notes)
     assert main(["neff", str(path)]) == 0
     assert "truncated" in capsys.readouterr().out
+
+
+# --- neuron-explorer Parquet folders
+
+
+def test_parquet_folder_named_like_a_glob_reads_only_itself(tmp_path):
+    star, other = tmp_path / "gl*", tmp_path / "glX"
+    for folder, rows in ((star, [_instr(1, 100, 10, "PE", "STAR")]),
+                         (other, [_instr(1, 100, 10, "PE", "X"), _instr(2, 200, 10, "PE", "X")])):
+        folder.mkdir()
+        write_table(folder, "Instruction", rows)
+    for folder, want in ((star, [("STAR",)]), (other, [("X",), ("X",)])):
+        t = load(folder)
+        try:
+            assert t.con.execute("SELECT name FROM events WHERE kind = 'kernel' ORDER BY id").fetchall() == want
+        finally:
+            t.close()

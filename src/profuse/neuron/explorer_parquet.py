@@ -17,6 +17,8 @@ else the op enclosing it on its thread. Everything not linked is counted with a 
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +64,30 @@ def load_folder(folder: Path) -> Trace:
     return Trace(folder, con, from_cache=False)
 
 
+_GLOB = re.compile(r"([*?\[])")
+
+
+def _source(con: duckdb.DuckDBPyConnection, path: Path) -> str:
+    """``path`` as read_parquet's argument. DuckDB expands ``* ? [`` in it as a glob (a folder named
+    ``gl*`` would also read ``glX``), so those are escaped as ``[*]`` and the escape is checked to name
+    exactly this one file; where it does not, the path is refused."""
+    plain = os.path.abspath(path)  # never a leading ~ (DuckDB expands it to the home folder)
+    if not _GLOB.search(plain):
+        return plain
+    escaped = _GLOB.sub(r"[\1]", plain)
+    try:
+        hits = [r[0] for r in con.execute("SELECT file FROM glob(?)", [escaped]).fetchall()]
+    except duckdb.Error:
+        hits = []
+    if hits != [plain]:
+        raise TraceError(path, "has * ? or [ in its path, which DuckDB's Parquet reader would expand as a "
+                               "pattern: rename the folder")
+    return escaped
+
+
 def _columns(con: duckdb.DuckDBPyConnection, path: Path) -> set[str]:
     try:
-        return {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()}
+        return {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [_source(con, path)]).fetchall()}
     except duckdb.Error as err:
         raise TraceError(path, f"not a readable Parquet file ({str(err).strip().splitlines()[0]})") from None
 
@@ -83,7 +106,8 @@ def _read(con: duckdb.DuckDBPyConnection, folder: Path, table: str) -> dict[str,
     cols = [*REQUIRED[table], *OPTIONAL[table]]
     select = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in cols)
     try:
-        data = con.execute(f"SELECT {select} FROM read_parquet(?) ORDER BY start_ts, id", [str(path)]).fetchnumpy()
+        data = con.execute(f"SELECT {select} FROM read_parquet(?) ORDER BY start_ts, id",
+                           [_source(con, path)]).fetchnumpy()
     except duckdb.Error as err:
         raise TraceError(path, f"cannot be read ({str(err).strip().splitlines()[0]})") from None
     return {k: np.asarray(v) for k, v in data.items()}
@@ -94,7 +118,7 @@ def _no_nulls(con: duckdb.DuckDBPyConnection, path: Path, table: str) -> None:
     req = REQUIRED[table]
     nulls = ", ".join(f'count(*) - count("{c}")' for c in req)  # column names are ours, not the file's
     try:
-        counts = con.execute(f"SELECT {nulls} FROM read_parquet(?)", [str(path)]).fetchall()[0]
+        counts = con.execute(f"SELECT {nulls} FROM read_parquet(?)", [_source(con, path)]).fetchall()[0]
     except duckdb.Error as err:
         raise TraceError(path, f"cannot be read ({str(err).strip().splitlines()[0]})") from None
     bad = [(c, int(k)) for c, k in zip(req, counts) if k]
@@ -301,7 +325,7 @@ def _instance_type(con: duckdb.DuckDBPyConnection, folder: Path) -> str | None:
     path = folder / "Metadata.parquet"
     if not path.is_file() or "instance_type" not in _columns(con, path):
         return None
-    rows = con.execute("SELECT instance_type FROM read_parquet(?) LIMIT 1", [str(path)]).fetchall()
+    rows = con.execute("SELECT instance_type FROM read_parquet(?) LIMIT 1", [_source(con, path)]).fetchall()
     return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
