@@ -156,3 +156,39 @@ def test_parquet_folder_named_like_a_glob_reads_only_itself(tmp_path):
             assert t.con.execute("SELECT name FROM events WHERE kind = 'kernel' ORDER BY id").fetchall() == want
         finally:
             t.close()
+
+
+HOSTILE = "[/] [bold red]PWNED[/] \x1b]0;TITLE\x07\x1b[2J\u202e"
+
+
+def _hostile_names(tmp_path):
+    files = _archive()
+    kelf = json.loads(files["kelf-0.json"])
+    kelf["graphs"][0]["name"] = HOSTILE
+    tmap = json.loads(files["sg00/tensor_map.json"])
+    first = next(iter(tmap))
+    tmap[first].update(kind=HOSTILE, dtype="[/]")
+    tmap[HOSTILE] = {"dtype": "float32", "tf_shape": [2, 3]}
+    return _neff(tmp_path, {}, "markup.neff", replace={"kelf-0.json": json.dumps(kelf).encode(),
+                                                        "sg00/tensor_map.json": json.dumps(tmap).encode()})
+
+
+def test_neff_strings_are_shown_as_text_not_markup_or_escapes(tmp_path, capsys):
+    assert main(["neff", str(_hostile_names(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "subgraph [/] [bold red]PWNED[/] \\x1b]0;TITLE\\x07\\x1b[2J\\u202e" in out  # literally, escaped
+    for name in ("[/]", "[/bold]"):
+        kelf = json.loads(_archive()["kelf-0.json"])
+        kelf["graphs"][0]["name"] = name
+        assert main(["neff", str(_neff(tmp_path, {}, "n.neff", replace={"kelf-0.json": json.dumps(kelf).encode()}))]) == 0
+        assert f"subgraph {name}: engines" in capsys.readouterr().out
+
+
+def test_parquet_names_in_the_report_are_text(tmp_path, capsys):
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    write_table(folder, "Instruction", [_instr(1, 100, 10, "PE", HOSTILE)])
+    assert main(["report", str(folder), "--group-by", "kernel"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "[/] [bold red]PWNED[/] \\x1b]0;TITLE" in out
