@@ -12,10 +12,11 @@ import subprocess
 import sys
 import tarfile
 
+import duckdb
 import pytest
 from conftest import trace_path
 from test_neff import _archive, _info, _tar, _with_payload
-from test_neuron_parquet import _instr, write_table
+from test_neuron_parquet import _instr, _spe, write_table
 
 from profuse.cli import main
 from profuse.errors import TraceError
@@ -192,3 +193,81 @@ def test_parquet_names_in_the_report_are_text(tmp_path, capsys):
     assert main(["report", str(folder), "--group-by", "kernel"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "[/] [bold red]PWNED[/] \\x1b]0;TITLE" in out
+
+
+# --- values that used to raise: one line naming the file, exit 2 (or shown as unknown)
+
+
+def _one_line(capsys, path) -> str:
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if not x.startswith("profuse: note:")]
+    assert len(lines) == 1 and "Traceback" not in err and lines[0].startswith(f"profuse: {path}"), err
+    return lines[0]
+
+
+def test_non_numeric_hlo_stats_show_as_unknown(tmp_path, capsys):
+    stats = json.dumps({"HloMacCount": "lots", "Traffic": [1], "ArithmeticIntensity": {"a": 1}}).encode()
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(trace_path(TRACE), folder / "trace.json.gz")
+    _neff(folder, {}, "neff_1.neff", replace={"hlo_stats.json": stats})
+    assert main(["neff", str(folder / "neff_1.neff")]) == 0
+    assert "MACs unknown (not a number: 'lots')" in capsys.readouterr().out
+    assert main(["report", str(folder)]) == 0
+    assert "HLO MACs unknown (not a number: 'lots') · traffic unknown (not a number: [1])" in capsys.readouterr().out
+
+
+def test_deeply_nested_json_is_one_line(tmp_path, capsys):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    path = _neff(tmp_path, {}, "deep.neff", replace={"hlo_stats.json": deep})
+    assert main(["neff", str(path)]) == 2
+    assert "hlo_stats.json in the archive is nested too deeply" in _one_line(capsys, path)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(trace_path(TRACE), folder / "trace.json.gz")
+    (folder / "framework_mapping_0.json").write_bytes(deep)
+    assert main(["report", str(folder)]) == 2
+    assert "nested too deeply" in _one_line(capsys, folder / "framework_mapping_0.json")
+    # a Parquet row's extra_attributes_json nested as deep: no category, like any unreadable JSON
+    pq = tmp_path / "pq"
+    pq.mkdir()
+    write_table(pq, "SystemProfileEvents", [_spe(1, "op", 0, 10, "framework", 7, extra=deep.decode())])
+    t = load(pq)
+    try:
+        assert t.con.execute("SELECT kind, cat FROM events").fetchall() == [("cpu_op", "framework")]
+    finally:
+        t.close()
+
+
+def test_superscript_digits_are_not_sequence_ids(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(trace_path(TRACE), folder / "trace.json.gz")
+    (folder / "framework_mapping_0.json").write_text(json.dumps(
+        [{"nrt_sequence_id": "²", "seq": 1}, {"nrt_sequence_id": "1", "seq": "١"}, {"nrt_sequence_id": "-3", "seq": 2}]))
+    t = load(folder)
+    try:
+        assert t.framework_mapping["rows"] == 1 and t.framework_mapping["skipped"] == 2
+        assert t.con.execute("SELECT runtime_seq, seq FROM framework_mapping").fetchall() == [(-3, 2)]
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("column_type, value, want", [
+    ("VARCHAR", "abc", "column 'start_ts' is VARCHAR, not an integer"),
+    ("BIGINT[]", [1, 2], "column 'start_ts' is BIGINT[], not an integer"),
+    ("DOUBLE", float("inf"), "column 'start_ts' is DOUBLE, not an integer"),
+    ("BIGINT", 9223372036854775000, "1 row(s) have start_ts beyond ±2^62"),
+    ("BIGINT", (1 << 62) - 5, "1 row(s) have start_ts + duration_ns beyond ±2^62"),
+])
+def test_parquet_column_types_and_ranges_are_checked(tmp_path, capsys, column_type, value, want):
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (id BIGINT, start_ts {column_type}, duration_ns BIGINT, engine VARCHAR, "
+                "opcode VARCHAR)")
+    con.execute("INSERT INTO t VALUES (1, ?, 10, 'PE', 'MATMUL')", [value])
+    con.execute("COPY t TO ? (FORMAT parquet)".replace("?", "'" + str(folder / "Instruction.parquet") + "'"))
+    con.close()
+    assert main(["report", str(folder)]) == 2
+    assert want in _one_line(capsys, folder / "Instruction.parquet")

@@ -295,6 +295,8 @@ def _json(path: Path, contents: dict[str, bytes], name: str, *, required: bool =
         return json.loads(contents[name])
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TraceError(path, f"{name} in the archive is not valid JSON ({err})") from None
+    except RecursionError:
+        raise TraceError(path, f"{name} in the archive is nested too deeply to read") from None
 
 
 def _assemble(path: Path, header: Header, sizes: dict[str, int], contents: dict[str, bytes]) -> Neff:

@@ -40,6 +40,8 @@ def _records(path: Path) -> list[Any]:
         raise TraceError(path, f"cannot read ({err})") from None
     except json.JSONDecodeError as err:
         raise TraceError(path, f"not valid JSON ({err.msg}, line {err.lineno}): move it away to load the trace") from None
+    except RecursionError:
+        raise TraceError(path, "is nested too deeply to read: move it away to load the trace") from None
     if isinstance(doc, list):
         return doc
     if isinstance(doc, dict):
@@ -56,7 +58,8 @@ def _int(v: Any) -> int | None:
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+    digits = v.strip().removeprefix("-") if isinstance(v, str) else ""
+    if digits.isascii() and digits.isdecimal():  # isdigit() alone accepts '²', which int() refuses
         return int(v)
     return None
 
