@@ -271,3 +271,21 @@ def test_parquet_column_types_and_ranges_are_checked(tmp_path, capsys, column_ty
     con.close()
     assert main(["report", str(folder)]) == 2
     assert want in _one_line(capsys, folder / "Instruction.parquet")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_framework_mapping_links_and_fifos_are_refused_not_followed(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(trace_path(TRACE), folder / "trace.json.gz")
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps([{"nrt_sequence_id": 1, "seq": 1}]))
+    mapping = folder / "framework_mapping_0.json"
+    mapping.symlink_to(elsewhere)
+    r = _run(["report", str(folder)])
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        f"profuse: {mapping}: is a symbolic link: not followed: move it away to load the trace")
+    mapping.unlink()
+    os.mkfifo(mapping)  # nobody writes: a blocking read would hang the load
+    r = _run(["report", str(folder)])
+    assert r.returncode == 2 and "is not a regular file (a FIFO)" in r.stderr and "Traceback" not in r.stderr
