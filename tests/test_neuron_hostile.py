@@ -4,6 +4,7 @@ listed reason), exit code 2 where the command fails, and never a traceback, hang
 """
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -289,3 +290,20 @@ def test_framework_mapping_links_and_fifos_are_refused_not_followed(tmp_path):
     os.mkfifo(mapping)  # nobody writes: a blocking read would hang the load
     r = _run(["report", str(folder)])
     assert r.returncode == 2 and "is not a regular file (a FIFO)" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_folder_with_a_kineto_trace_and_parquet_reads_the_trace(tmp_path):
+    folder = tmp_path / "mix"
+    folder.mkdir()
+    with gzip.open(trace_path(TRACE)) as fh:
+        raw = fh.read()
+    (folder / "run.pt.trace.json").write_bytes(raw)
+    write_table(folder, "Instruction", [_instr(1, 100, 10, "PE", "MATMUL")])
+    want = sum(1 for e in json.loads(raw)["traceEvents"] if e.get("ph") == "X")
+    t = load(folder)
+    try:
+        assert t.path == folder / "run.pt.trace.json"
+        assert t.con.execute("SELECT count(*) FROM events WHERE name = 'MATMUL'").fetchall() == [(0,)]
+        assert t.con.execute("SELECT count(*) FROM events").fetchall()[0][0] >= want > 0
+    finally:
+        t.close()
