@@ -307,3 +307,32 @@ def test_folder_with_a_kineto_trace_and_parquet_reads_the_trace(tmp_path):
         assert t.con.execute("SELECT count(*) FROM events").fetchall()[0][0] >= want > 0
     finally:
         t.close()
+
+
+# --- profuse neff's options
+
+
+def test_neff_output_file_top_and_non_finite_statistics(tmp_path, capsys):
+    stats = b'{"HloMacCount": NaN, "Traffic": Infinity, "ArithmeticIntensity": 1e400, "HloInputCount": -Infinity}'
+    path = _neff(tmp_path, {}, "nan.neff", replace={"hlo_stats.json": stats})
+    out = tmp_path / "nan.json"
+    assert main(["neff", str(path), "--format", "json", "-o", str(out)]) == 0
+
+    def refuse(const: str) -> None:
+        raise AssertionError(f"{const} is not JSON")
+
+    doc = json.loads(out.read_text(), parse_constant=refuse)
+    assert doc["hlo_stats"]["macs"] is None and doc["hlo_stats"]["traffic"] is None
+    assert doc["hlo_stats"]["arithmetic_intensity"] is None
+    assert doc["hlo_stats"]["raw"] == dict.fromkeys(("HloMacCount", "Traffic", "ArithmeticIntensity", "HloInputCount"))
+    # the table goes to -o too, as plain text, and nothing to stdout
+    table = tmp_path / "nan.txt"
+    capsys.readouterr()
+    assert main(["neff", str(path), "-o", str(table)]) == 0
+    assert capsys.readouterr().out == ""
+    text = table.read_text()
+    assert text.startswith(f"{path}\n") and "MACs unknown" in text and "\x1b" not in text
+    # --top counts rows: a negative count is a usage error, not one row fewer
+    with pytest.raises(SystemExit) as exc:
+        main(["neff", str(path), "--top", "-1"])
+    assert exc.value.code == 2 and "0 or more" in capsys.readouterr().err

@@ -292,11 +292,17 @@ def _json(path: Path, contents: dict[str, bytes], name: str, *, required: bool =
             raise TraceError(path, f"archive has no {name}")
         return None
     try:
-        return json.loads(contents[name])
+        # NaN, Infinity and numbers past a double (1e400) become null: not a statistic, and not valid JSON
+        return json.loads(contents[name], parse_constant=lambda _: None, parse_float=_finite)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TraceError(path, f"{name} in the archive is not valid JSON ({err})") from None
     except RecursionError:
         raise TraceError(path, f"{name} in the archive is nested too deeply to read") from None
+
+
+def _finite(text: str) -> float | None:
+    v = float(text)
+    return v if math.isfinite(v) else None
 
 
 def _assemble(path: Path, header: Header, sizes: dict[str, int], contents: dict[str, bytes]) -> Neff:
