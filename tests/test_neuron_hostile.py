@@ -252,6 +252,8 @@ def test_superscript_digits_are_not_sequence_ids(tmp_path):
         assert t.con.execute("SELECT runtime_seq, seq FROM framework_mapping").fetchall() == [(-3, 2)]
     finally:
         t.close()
+    r = _run(["report", str(folder)])
+    assert r.returncode == 0 and "profuse: note: 2 framework_mapping record(s) skipped" in r.stderr
 
 
 @pytest.mark.parametrize("column_type, value, want", [

@@ -154,6 +154,10 @@ def _with_mapping(trace: Trace) -> Trace:
     except BaseException:
         trace.close()
         raise
+    skipped = (trace.framework_mapping or {}).get("skipped")
+    if skipped:
+        trace.notes.append(f"{skipped:,} framework_mapping record(s) skipped: no integer runtime sequence id "
+                           "or op sequence number")
     return trace
 
 
