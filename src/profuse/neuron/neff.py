@@ -309,7 +309,9 @@ def _assemble(path: Path, header: Header, sizes: dict[str, int], contents: dict[
     notes: list[str] = []
     info = _json(path, contents, "info.json") or {}
     graphs, target = _graphs(path, contents)
-    subgraphs = [_subgraph(path, name, definition, i, sizes, contents, notes)
+    # links and names the debug-info walk may visit, for the whole NEFF: linear in the debug info read
+    budget = [WALK_BASE + WALK_PER_BYTE * sum(len(v) for k, v in contents.items() if ".dbg" in k)]
+    subgraphs = [_subgraph(path, name, definition, i, sizes, contents, notes, budget)
                  for i, (name, definition) in enumerate(graphs)]
     stats = _json(path, contents, "hlo_stats.json")
     hlo: dict[str, Any] = {}
@@ -351,7 +353,7 @@ def _graphs(path: Path, contents: dict[str, bytes]) -> tuple[list[tuple[str, str
 
 
 def _subgraph(path: Path, name: str, definition: str, index: int, sizes: dict[str, int],
-              contents: dict[str, bytes], notes: list[str]) -> Subgraph:
+              contents: dict[str, bytes], notes: list[str], budget: list[int]) -> Subgraph:
     d = _json(path, contents, definition, required=True)
     if not isinstance(d, dict):
         raise TraceError(path, f"{definition} in the archive is not a JSON object")
@@ -378,7 +380,7 @@ def _subgraph(path: Path, name: str, definition: str, index: int, sizes: dict[st
         engines.append(Engine(name=label, file=member(instr), bytes=sizes.get(member(instr)),
                               instructions=len(entries[1]) if entries is not None else None))
         if entries is not None:
-            got, missing = _map_engine(label, entries, folder, index, contents, notes, name)
+            got, missing = _map_engine(label, entries, folder, index, contents, notes, name, budget)
             mapping += got
             if missing:
                 unmapped[label] = missing
@@ -475,17 +477,18 @@ class _Truncated(Exception):
 class _Walker:
     """Names reached from debug-info entries, memoised per (level, id) so each entry's parents are
     followed once however many instructions share it, within a budget of links and names visited
-    that grows with the debug info's size (so hostile fan-out cannot cost N x K)."""
+    shared by the whole NEFF that grows with its debug info's size (so hostile fan-out cannot cost
+    N x K, nor many engines naming the same debug files)."""
 
-    def __init__(self, levels: list[tuple[str, dict[int, _Entry]]], budget: int) -> None:
+    def __init__(self, levels: list[tuple[str, dict[int, _Entry]]], budget: list[int]) -> None:
         self.levels = levels
         self.kinds = [next((k for k in ("backend", "pttf", "hlo") if k in fname), None) for fname, _ in levels]
         self.memo: list[dict[int, tuple[frozenset[str], ...]]] = [{} for _ in levels]
         self.budget = budget
 
     def spend(self, n: int) -> None:
-        self.budget -= n
-        if self.budget < 0:
+        self.budget[0] -= n
+        if self.budget[0] < 0:
             raise _Truncated
 
     def reach(self, ids: list[int], level: int = 0) -> tuple[frozenset[str], ...]:
@@ -530,11 +533,10 @@ WALK_BASE, WALK_PER_BYTE = 2_000_000, 4  # debug-info walk budget: links and nam
 
 
 def _map_engine(label: str, asm: tuple[str | None, list[_Entry]], folder: str, index: int,
-                contents: dict[str, bytes], notes: list[str], sg: str) -> tuple[list[Mapped], int]:
+                contents: dict[str, bytes], notes: list[str], sg: str, budget: list[int]) -> tuple[list[Mapped], int]:
     """Group one engine's instructions by the HLO instruction and framework op they come from."""
     levels: list[tuple[str, dict[int, _Entry]]] = []
     nxt = asm[0]
-    size = 0
     while nxt and len(levels) < 8:
         found = _find_dbg(contents, folder, nxt, index)
         if found is None:
@@ -546,9 +548,8 @@ def _map_engine(label: str, asm: tuple[str | None, list[_Entry]], folder: str, i
             notes.append(f"{sg}/{label}: {found} unreadable ({err}): mapping stops before it")
             break
         levels.append((nxt, by_id))
-        size += len(contents[found])
         nxt = following
-    walker = _Walker(levels, WALK_BASE + WALK_PER_BYTE * size)
+    walker = _Walker(levels, budget)
     groups: dict[tuple[str | None, str | None, str | None], tuple[int, set[str]]] = {}
     missing = 0
     for done, instr in enumerate(asm[1]):
