@@ -194,6 +194,9 @@ def test_parquet_names_in_the_report_are_text(tmp_path, capsys):
     assert main(["report", str(folder), "--group-by", "kernel"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "[/] [bold red]PWNED[/] \\x1b]0;TITLE" in out
+    assert main(["sql", str(folder), "SELECT name FROM events"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "[/] [bold red]PWNED[/] \\x1b]0;TITLE" in out
 
 
 # --- values that used to raise: one line naming the file, exit 2 (or shown as unknown)

@@ -7,8 +7,8 @@ import sys
 
 import msgspec
 from rich.table import Table
-from rich.text import Text
 
+from ..report._text import text
 from ._common import add_load_args, console, load_trace
 
 HELP = """examples:
@@ -44,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
         for c in cols:
             t.add_column(c)
         for r in rows:
-            t.add_row(*(Text("" if v is None else str(v)) for v in r))
+            t.add_row(*(text("" if v is None else v) for v in r))  # control characters escaped
         console().print(t)
     return 0
