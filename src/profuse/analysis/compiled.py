@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..trace import Trace
-from ..trace.artifacts import read_artifacts
+from ..trace.artifacts import read_artifacts, read_side_bytes, side_files
 
 _KERNEL = re.compile(r"^(?:triton|cpp)_(?:poi|red|per|tem|for)?_?fused_(?P<ops>.+?)(?:_\d+)?$")
 _CPP_DEF = re.compile(r"cpp_fused_[A-Za-z0-9_]+")
@@ -162,21 +162,31 @@ MAX_NEFFS, MAX_NEFF_BYTES = 8, 512 << 20  # every report reads them: keep it qui
 
 
 def neffs_beside(trace_path: Path) -> list[NeffBrief]:
-    """Each ``*.neff`` in the trace's folder (Neuron writes ``neff_<hash>.neff`` there), read offline."""
+    """Each ``*.neff`` in the trace's folder (Neuron writes ``neff_<hash>.neff`` there), read offline.
+
+    Candidates are listed without following links; each is opened without following a link or
+    blocking and read only when it is a regular file of at most ``MAX_NEFF_BYTES``. A link, FIFO,
+    device or oversized file is listed with the reason, never read."""
     from ..errors import TraceError
-    from ..neuron.neff import read_neff
+    from ..neuron.neff import parse_neff
 
     folder = Path(trace_path) if Path(trace_path).is_dir() else Path(trace_path).parent
+    found = side_files(folder, ".neff")
     out = []
-    for f in sorted(folder.glob("*.neff"))[:MAX_NEFFS]:
-        if f.stat().st_size > MAX_NEFF_BYTES:
-            out.append(NeffBrief(f.name, error=f"larger than {MAX_NEFF_BYTES:,} bytes: read it with profuse neff"))
+    for f, why in found[:MAX_NEFFS]:
+        raw, why = (None, why) if why else read_side_bytes(f, MAX_NEFF_BYTES)
+        if raw is None:
+            if "over the" in why:
+                why += ": read it with profuse neff"
+            out.append(NeffBrief(f.name, error=why))
             continue
         try:
-            n = read_neff(f)
+            n = parse_neff(f, raw)
         except TraceError as err:
             out.append(NeffBrief(f.name, error=err.problem))
             continue
+        finally:
+            del raw
         engines: dict[str, dict[str, Any]] = {}
         for sg in n.subgraphs:
             for e in sg.engines:
@@ -190,8 +200,9 @@ def neffs_beside(trace_path: Path) -> list[NeffBrief]:
                              hlo_stats={k: n.hlo_stats.get(k) for k in ("macs", "traffic", "arithmetic_intensity")},
                              sources=[{"engine": m.engine, "instructions": m.instructions, "hlo": m.hlo,
                                        "framework": m.framework} for m in rows[:10]]))
-    if len(list(folder.glob("*.neff"))) > MAX_NEFFS:
-        out.append(NeffBrief("...", error=f"more than {MAX_NEFFS} NEFFs here: the rest are not shown"))
+    if len(found) > MAX_NEFFS:
+        out.append(NeffBrief("...", error=f"{len(found) - MAX_NEFFS} more NEFFs here (over {MAX_NEFFS}): "
+                                          "not shown"))
     return out
 
 

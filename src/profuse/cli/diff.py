@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from ..analysis.diff import diff
+    from ..report._text import safe, text
     from ..report.console import fmt_us
 
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                           "kernels": [_row(r) for r in d.kernels]}, indent=2))
         return 0
     con = console()
-    con.print(Text(f"A: {d.a_label}\nB: {d.b_label}", style="bold"))
+    con.print(Text(f"A: {safe(d.a_label)}\nB: {safe(d.b_label)}", style="bold"))
     con.print(Text(f"device time {fmt_us(d.a_device_us)} -> {fmt_us(d.b_device_us)}: "
                    f"{d.speedup:.2f}x" + ("" if d.same_device else "  (different device kinds: kernels not matched)")))
     for title, rows in (("Ops", d.ops), ("Modules", d.modules), ("Kernels", d.kernels)):
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         for c in ("Name", "Calls A", "Calls B", "Time A", "Time B", "Delta"):
             t.add_column(c, justify="left" if c == "Name" else "right", overflow="fold", max_width=70)
         for r in rows[:args.top]:
-            t.add_row(Text(r.name), str(r.a_calls), str(r.b_calls), fmt_us(r.a_us), fmt_us(r.b_us),
+            t.add_row(text(r.name), str(r.a_calls), str(r.b_calls), fmt_us(r.a_us), fmt_us(r.b_us),
                       Text(f"{r.delta_us:+.1f} µs", style="green" if r.delta_us < 0 else "red"))
         con.print(t)
     if d.kernels:

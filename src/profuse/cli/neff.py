@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+
+from rich.console import Console
 
 from .._io import atomic_write
 from ._common import console
@@ -11,6 +14,7 @@ HELP = """examples:
   profuse neff model.neff                      header, engines, HLO statistics, tensors, instruction sources
   profuse neff model.neff --format json        the same as JSON (schema profuse.neff/1)
   profuse neff prof/neff_1234.neff --top 0     every instruction-source row
+  profuse neff model.neff -o model.txt         the table as plain text in a file
 """
 
 
@@ -23,9 +27,20 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", help="a .neff file")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--top", type=int, default=20, help="instruction-source rows per subgraph (0 = all)")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--top", type=_count, default=20, help="instruction-source rows per subgraph (0 = all)")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout (plain text for the table)")
     p.set_defaults(func=run)
+
+
+def _count(value: str) -> int:
+    """A whole number >= 0; anything else is a usage error (exit 2)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more (0 = all), not {value!r}")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,5 +56,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from ..report.neff import print_neff
 
-    print_neff(console(), neff, top=args.top or None)
+    if not args.output:
+        print_neff(console(), neff, top=args.top or None)
+        return 0
+    buf = io.StringIO()
+    print_neff(Console(file=buf, width=200, soft_wrap=False, color_system=None), neff, top=args.top or None)
+    atomic_write(args.output, buf.getvalue())
     return 0

@@ -39,12 +39,13 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.encode([dict(zip(cols, r)) for r in rows], enc_hook=str).decode() + "\n")
     else:
         from rich.table import Table
-        from rich.text import Text
+
+        from ..report._text import text
 
         t = Table(show_edge=False, header_style="bold")
         for c in cols:
             t.add_column(c)
         for r in rows:
-            t.add_row(*(Text("" if v is None else str(v)) for v in r))
+            t.add_row(*(text("" if v is None else v) for v in r))  # control characters escaped
         console().print(t)
     return 0

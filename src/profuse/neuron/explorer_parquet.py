@@ -17,6 +17,8 @@ else the op enclosing it on its thread. Everything not linked is counted with a 
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,14 @@ OPTIONAL = {
     "Instruction": ("pcore_idx", "hlo_name", "layer"),
     "DmaPacket": ("pcore_idx", "queue_name", "queue_idx"),
 }
+# columns read as integers (the rest are labels, read as strings)
+INTEGER = {
+    "SystemProfileEvents": ("start_ts", "duration_ns", "nc_idx"),
+    "Instruction": ("start_ts", "duration_ns", "pcore_idx"),
+    "DmaPacket": ("start_ts", "duration_ns", "transfer_bytes", "pcore_idx", "queue_idx"),
+}
+INTEGER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                 "UBIGINT", "UHUGEINT"}
 RUNTIME_CATEGORIES = ("privateuse1_runtime", "privateuse1_driver")
 NOTE = "built from the published neuron-explorer schema 7.4.0; not yet checked on a real capture"
 
@@ -62,9 +72,32 @@ def load_folder(folder: Path) -> Trace:
     return Trace(folder, con, from_cache=False)
 
 
-def _columns(con: duckdb.DuckDBPyConnection, path: Path) -> set[str]:
+_GLOB = re.compile(r"([*?\[])")
+
+
+def _source(con: duckdb.DuckDBPyConnection, path: Path) -> str:
+    """``path`` as read_parquet's argument. DuckDB expands ``* ? [`` in it as a glob (a folder named
+    ``gl*`` would also read ``glX``), so those are escaped as ``[*]`` and the escape is checked to name
+    exactly this one file; where it does not, the path is refused."""
+    plain = os.path.abspath(path)  # never a leading ~ (DuckDB expands it to the home folder)
+    if not _GLOB.search(plain):
+        return plain
+    escaped = _GLOB.sub(r"[\1]", plain)
     try:
-        return {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()}
+        hits = [r[0] for r in con.execute("SELECT file FROM glob(?)", [escaped]).fetchall()]
+    except duckdb.Error:
+        hits = []
+    if hits != [plain]:
+        raise TraceError(path, "has * ? or [ in its path, which DuckDB's Parquet reader would expand as a "
+                               "pattern: rename the folder")
+    return escaped
+
+
+def _columns(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, str]:
+    """``{column: DuckDB type}`` of a Parquet file."""
+    try:
+        return {r[0]: str(r[1]) for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)",
+                                                     [_source(con, path)]).fetchall()}
     except duckdb.Error as err:
         raise TraceError(path, f"not a readable Parquet file ({str(err).strip().splitlines()[0]})") from None
 
@@ -79,14 +112,40 @@ def _read(con: duckdb.DuckDBPyConnection, folder: Path, table: str) -> dict[str,
     if missing:
         raise TraceError(path, f"has no column {', '.join(map(repr, missing))}: schema {SCHEMA_BUILT_FROM} "
                                f"requires it in {table}")
+    _integer_columns(con, path, table, have)
     _no_nulls(con, path, table)
     cols = [*REQUIRED[table], *OPTIONAL[table]]
     select = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in cols)
     try:
-        data = con.execute(f"SELECT {select} FROM read_parquet(?) ORDER BY start_ts, id", [str(path)]).fetchnumpy()
+        data = con.execute(f"SELECT {select} FROM read_parquet(?) ORDER BY start_ts, id",
+                           [_source(con, path)]).fetchnumpy()
     except duckdb.Error as err:
         raise TraceError(path, f"cannot be read ({str(err).strip().splitlines()[0]})") from None
     return {k: np.asarray(v) for k, v in data.items()}
+
+
+def _integer_columns(con: duckdb.DuckDBPyConnection, path: Path, table: str, have: dict[str, str]) -> None:
+    """The columns read as integers must be integers (schema 7.4.0 has int64 or int32) that fit: a
+    string, float or list column would otherwise be coerced into invented values, and a time past
+    2^62 ns would overflow the sums the report makes. One line naming the column, else nothing."""
+    cols = [c for c in INTEGER[table] if c in have]
+    for c in cols:
+        if have[c] not in INTEGER_TYPES:
+            raise TraceError(path, f"column {c!r} is {have[c]}, not an integer: schema {SCHEMA_BUILT_FROM} "
+                                   f"has it as an integer in {table}")
+    limit = 1 << 62
+    checks = [f'count(*) FILTER (WHERE abs(CAST("{c}" AS HUGEINT)) > {limit})' for c in cols]
+    checks.append(f"count(*) FILTER (WHERE CAST(start_ts AS HUGEINT) + greatest(CAST(duration_ns AS HUGEINT), 0) "
+                  f"> {limit})")
+    try:
+        counts = con.execute(f"SELECT {', '.join(checks)} FROM read_parquet(?)",
+                             [_source(con, path)]).fetchall()[0]
+    except duckdb.Error as err:
+        raise TraceError(path, f"cannot be read ({str(err).strip().splitlines()[0]})") from None
+    for c, k in zip([*cols, "start_ts + duration_ns"], counts):
+        if k:
+            raise TraceError(path, f"{k:,} row(s) have {c} beyond ±2^62 (about 146 years in ns): not a time or "
+                                   "size profuse can add up")
 
 
 def _no_nulls(con: duckdb.DuckDBPyConnection, path: Path, table: str) -> None:
@@ -94,7 +153,7 @@ def _no_nulls(con: duckdb.DuckDBPyConnection, path: Path, table: str) -> None:
     req = REQUIRED[table]
     nulls = ", ".join(f'count(*) - count("{c}")' for c in req)  # column names are ours, not the file's
     try:
-        counts = con.execute(f"SELECT {nulls} FROM read_parquet(?)", [str(path)]).fetchall()[0]
+        counts = con.execute(f"SELECT {nulls} FROM read_parquet(?)", [_source(con, path)]).fetchall()[0]
     except duckdb.Error as err:
         raise TraceError(path, f"cannot be read ({str(err).strip().splitlines()[0]})") from None
     bad = [(c, int(k)) for c, k in zip(req, counts) if k]
@@ -138,7 +197,7 @@ def _category(extra: Any) -> str | None:
         return None
     try:
         doc = json.loads(extra)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's recursion limit
         return None
     cat = doc.get("cat", doc.get("category")) if isinstance(doc, dict) else None
     return cat if isinstance(cat, str) else None
@@ -301,7 +360,7 @@ def _instance_type(con: duckdb.DuckDBPyConnection, folder: Path) -> str | None:
     path = folder / "Metadata.parquet"
     if not path.is_file() or "instance_type" not in _columns(con, path):
         return None
-    rows = con.execute("SELECT instance_type FROM read_parquet(?) LIMIT 1", [str(path)]).fetchall()
+    rows = con.execute("SELECT instance_type FROM read_parquet(?) LIMIT 1", [_source(con, path)]).fetchall()
     return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 

@@ -28,6 +28,8 @@ HEADER_SIZE = 1024
 MAX_READ_MEMBER = 64 << 20  # a JSON or debug-info member larger than this is refused
 MAX_ARCHIVE = 16 << 30  # sum of declared member sizes: a bigger archive is refused (gzip bomb)
 MAX_FILE = 32 << 30
+MAX_READ_TOTAL = 256 << 20  # all members read, together
+MAX_RATIO, RATIO_SLACK = 200, 8 << 20  # decompressed bytes per compressed byte, past the first 8 MiB
 SCHEMA = "profuse.neff/1"
 PACKAGING = {1: "tar.gz + SHA-256", 2: "tar.gz + MD5"}
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
@@ -131,9 +133,18 @@ def read_neff(path: str | Path) -> Neff:
         raise TraceError(p, "is a folder, not a NEFF") from None
     except OSError as err:
         raise TraceError(p, f"cannot read ({err.strerror})") from None
+    return parse_neff(p, raw)
+
+
+def parse_neff(path: str | Path, raw: bytes) -> Neff:
+    """Parse a NEFF's bytes already read (``path`` names it in errors); see :func:`read_neff`."""
+    p = Path(path)
     header = read_header(p, raw)
     payload = raw[HEADER_SIZE:]
     sizes, contents = _read_archive(p, payload)
+    unread = {d for _, d in _graphs(p, contents)[0] if d in sizes and d not in contents}
+    if unread:  # a definition under a name of its own: read the archive again for it
+        sizes, contents = _read_archive(p, payload, unread)
     return _assemble(p, header, sizes, contents)
 
 
@@ -189,13 +200,64 @@ def _safe_member_name(path: Path, name: str) -> str:
     return norm
 
 
-def _read_archive(path: Path, payload: bytes) -> tuple[dict[str, int], dict[str, bytes]]:
-    """Sizes of every member, and the bytes of the JSON and debug-info members, streamed from memory."""
+class _Gunzip(io.RawIOBase):
+    """The payload's gzip stream, decompressed on demand and refused past a ratio or a total.
+
+    ``tarfile`` reads the tar through this, so a member it skips is still decompressed (to find the
+    next header) but never kept, and a gzip bomb stops at the first read past the limit instead of
+    decompressing gigabytes: output may not exceed ``MAX_RATIO`` times the compressed bytes consumed
+    plus ``RATIO_SLACK`` (the tar's zero padding compresses far better than any real member).
+    """
+
+    def __init__(self, path: Path, payload: bytes) -> None:
+        self.path, self.payload, self.pos, self.out = path, payload, 0, 0
+        self.z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.tail = b""  # compressed bytes the last bounded call did not consume
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while not self.pending and not self.z.eof and (self.tail or self.pos < len(self.payload)):
+            if not self.tail:
+                self.tail = self.payload[self.pos:self.pos + (1 << 16)]
+                self.pos += len(self.tail)
+            self.pending = self.z.decompress(self.tail, 1 << 20)
+            self.tail = self.z.unconsumed_tail
+        n = min(len(buf), len(self.pending))
+        buf[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        self.out += n
+        consumed = self.pos - len(self.tail)
+        if self.out > MAX_RATIO * consumed + RATIO_SLACK:
+            raise TraceError(self.path, f"archive decompresses to more than {MAX_RATIO}x its compressed size "
+                                        "(a gzip bomb?): refused")
+        if self.out > MAX_ARCHIVE:
+            raise TraceError(self.path, f"archive decompresses to more than {MAX_ARCHIVE:,} bytes: refused")
+        return n
+
+
+def _wanted(name: str, definitions: set[str]) -> bool:
+    """Members profuse reads: the subgraph list, info and HLO statistics, each subgraph's definition
+    and tensor map, and debug info. Other JSON (engine tables, activation tables) is skipped."""
+    base = PurePosixPath(name).name
+    return (name in ("info.json", "hlo_stats.json") or name in definitions or ".dbg" in base
+            or (base.startswith("kelf-") and base.endswith(".json")) or base in ("def.json", "tensor_map.json"))
+
+
+def _read_archive(path: Path, payload: bytes, definitions: set[str] | None = None,
+                  ) -> tuple[dict[str, int], dict[str, bytes]]:
+    """Sizes of every member, and the bytes of the members profuse reads, streamed from memory.
+
+    At most ``MAX_READ_TOTAL`` bytes are kept in all; ``definitions`` (def.json members named by a
+    kelf file under another name) are read too.
+    """
     sizes: dict[str, int] = {}
     contents: dict[str, bytes] = {}
-    total = 0
+    total = kept = 0
     try:
-        with tarfile.open(fileobj=io.BytesIO(payload), mode="r|gz") as tf:
+        with tarfile.open(fileobj=io.BufferedReader(_Gunzip(path, payload), 1 << 16), mode="r|") as tf:
             for m in tf:
                 if m.isdir():
                     continue
@@ -208,9 +270,13 @@ def _read_archive(path: Path, payload: bytes) -> tuple[dict[str, int], dict[str,
                 if total > MAX_ARCHIVE:
                     raise TraceError(path, f"archive declares more than {MAX_ARCHIVE:,} bytes: refused")
                 sizes[name] = m.size
-                if name.endswith(".json") or ".dbg" in PurePosixPath(name).name:
+                if _wanted(name, definitions or set()):
                     if m.size > MAX_READ_MEMBER:
                         raise TraceError(path, f"archive member {name!r} is {m.size:,} bytes: too large to read")
+                    kept += m.size
+                    if kept > MAX_READ_TOTAL:
+                        raise TraceError(path, f"archive members profuse reads exceed {MAX_READ_TOTAL:,} bytes "
+                                               "in all: refused")
                     fh = tf.extractfile(m)
                     contents[name] = fh.read() if fh is not None else b""
     except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
@@ -226,16 +292,26 @@ def _json(path: Path, contents: dict[str, bytes], name: str, *, required: bool =
             raise TraceError(path, f"archive has no {name}")
         return None
     try:
-        return json.loads(contents[name])
+        # NaN, Infinity and numbers past a double (1e400) become null: not a statistic, and not valid JSON
+        return json.loads(contents[name], parse_constant=lambda _: None, parse_float=_finite)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TraceError(path, f"{name} in the archive is not valid JSON ({err})") from None
+    except RecursionError:
+        raise TraceError(path, f"{name} in the archive is nested too deeply to read") from None
+
+
+def _finite(text: str) -> float | None:
+    v = float(text)
+    return v if math.isfinite(v) else None
 
 
 def _assemble(path: Path, header: Header, sizes: dict[str, int], contents: dict[str, bytes]) -> Neff:
     notes: list[str] = []
     info = _json(path, contents, "info.json") or {}
     graphs, target = _graphs(path, contents)
-    subgraphs = [_subgraph(path, name, definition, i, sizes, contents, notes)
+    # links and names the debug-info walk may visit, for the whole NEFF: linear in the debug info read
+    budget = [WALK_BASE + WALK_PER_BYTE * sum(len(v) for k, v in contents.items() if ".dbg" in k)]
+    subgraphs = [_subgraph(path, name, definition, i, sizes, contents, notes, budget)
                  for i, (name, definition) in enumerate(graphs)]
     stats = _json(path, contents, "hlo_stats.json")
     hlo: dict[str, Any] = {}
@@ -277,7 +353,7 @@ def _graphs(path: Path, contents: dict[str, bytes]) -> tuple[list[tuple[str, str
 
 
 def _subgraph(path: Path, name: str, definition: str, index: int, sizes: dict[str, int],
-              contents: dict[str, bytes], notes: list[str]) -> Subgraph:
+              contents: dict[str, bytes], notes: list[str], budget: list[int]) -> Subgraph:
     d = _json(path, contents, definition, required=True)
     if not isinstance(d, dict):
         raise TraceError(path, f"{definition} in the archive is not a JSON object")
@@ -304,7 +380,7 @@ def _subgraph(path: Path, name: str, definition: str, index: int, sizes: dict[st
         engines.append(Engine(name=label, file=member(instr), bytes=sizes.get(member(instr)),
                               instructions=len(entries[1]) if entries is not None else None))
         if entries is not None:
-            got, missing = _map_engine(label, entries, folder, index, contents, notes, name)
+            got, missing = _map_engine(label, entries, folder, index, contents, notes, name, budget)
             mapping += got
             if missing:
                 unmapped[label] = missing
@@ -394,8 +470,70 @@ def _find_dbg(contents: dict[str, bytes], folder: str, name: str, index: int) ->
     return only[0] if len(only) == 1 else None
 
 
+class _Truncated(Exception):
+    """The debug-info walk used up its budget."""
+
+
+class _Walker:
+    """Names reached from debug-info entries, memoised per (level, id) so each entry's parents are
+    followed once however many instructions share it, within a budget of links and names visited
+    shared by the whole NEFF that grows with its debug info's size (so hostile fan-out cannot cost
+    N x K, nor many engines naming the same debug files)."""
+
+    def __init__(self, levels: list[tuple[str, dict[int, _Entry]]], budget: list[int]) -> None:
+        self.levels = levels
+        self.kinds = [next((k for k in ("backend", "pttf", "hlo") if k in fname), None) for fname, _ in levels]
+        self.memo: list[dict[int, tuple[frozenset[str], ...]]] = [{} for _ in levels]
+        self.budget = budget
+
+    def spend(self, n: int) -> None:
+        self.budget[0] -= n
+        if self.budget[0] < 0:
+            raise _Truncated
+
+    def reach(self, ids: list[int], level: int = 0) -> tuple[frozenset[str], ...]:
+        """(backend, hlo, pttf, source) names reached from ``ids`` at ``level`` and below."""
+        acc: tuple[set[str], ...] = (set(), set(), set(), set())
+        if level >= len(self.levels):
+            return _NOTHING
+        self.spend(len(ids))
+        for i in ids:
+            r = self._entry(level, i)
+            if r is not _NOTHING:
+                self.spend(sum(map(len, r)))
+                for a, b in zip(acc, r):
+                    a |= b
+        return tuple(frozenset(a) for a in acc)
+
+    def _entry(self, level: int, ident: int) -> tuple[frozenset[str], ...]:
+        memo = self.memo[level]
+        got = memo.get(ident)
+        if got is not None:
+            return got
+        e = self.levels[level][1].get(ident)
+        if e is None:
+            memo[ident] = _NOTHING
+            return _NOTHING
+        below = self.reach(e.parents, level + 1) if level + 1 < len(self.levels) else _NOTHING
+        own: tuple[set[str], ...] = (set(below[0]), set(below[1]), set(below[2]), set(below[3]))
+        kind = self.kinds[level]
+        if kind and e.name:
+            own[_KIND_SLOT[kind]].add(e.name)
+        if kind == "hlo" and e.attrs.get("source_file"):
+            line = e.attrs.get("source_line")
+            own[3].add(PurePosixPath(e.attrs["source_file"]).name + (f":{line}" if line else ""))
+        got = tuple(frozenset(a) for a in own)
+        memo[ident] = got
+        return got
+
+
+_KIND_SLOT = {"backend": 0, "hlo": 1, "pttf": 2}
+_NOTHING: tuple[frozenset[str], ...] = (frozenset(), frozenset(), frozenset(), frozenset())
+WALK_BASE, WALK_PER_BYTE = 2_000_000, 4  # debug-info walk budget: links and names visited
+
+
 def _map_engine(label: str, asm: tuple[str | None, list[_Entry]], folder: str, index: int,
-                contents: dict[str, bytes], notes: list[str], sg: str) -> tuple[list[Mapped], int]:
+                contents: dict[str, bytes], notes: list[str], sg: str, budget: list[int]) -> tuple[list[Mapped], int]:
     """Group one engine's instructions by the HLO instruction and framework op they come from."""
     levels: list[tuple[str, dict[int, _Entry]]] = []
     nxt = asm[0]
@@ -411,39 +549,27 @@ def _map_engine(label: str, asm: tuple[str | None, list[_Entry]], folder: str, i
             break
         levels.append((nxt, by_id))
         nxt = following
+    walker = _Walker(levels, budget)
     groups: dict[tuple[str | None, str | None, str | None], tuple[int, set[str]]] = {}
     missing = 0
-    for instr in asm[1]:
-        reached = _walk(instr.parents, levels)
-        if not any(reached.values()):
+    for done, instr in enumerate(asm[1]):
+        try:
+            backend, hlos, pttf, source = walker.reach(instr.parents)
+            walker.spend(len(hlos) + len(pttf) + len(source))
+        except _Truncated:
+            left = len(asm[1]) - done
+            notes.append(f"{sg}/{label}: debug-info walk truncated (it links too many entries): {left:,} of "
+                         f"{len(asm[1]):,} instructions not traced, counted as no source")
+            missing += left
+            break
+        if not (backend or hlos or pttf or source):
             missing += 1
             continue
-        hlo = " | ".join(sorted(reached["hlo"])) or None
-        fw = " | ".join(sorted(reached["pttf"])) or None
-        src = " | ".join(sorted(reached["source"])) or None
+        hlo = " | ".join(sorted(hlos)) or None
+        fw = " | ".join(sorted(pttf)) or None
+        src = " | ".join(sorted(source)) or None
         n, bir = groups.get((hlo, fw, src), (0, set()))
-        groups[(hlo, fw, src)] = (n + 1, bir | reached["backend"])
+        groups[(hlo, fw, src)] = (n + 1, bir | backend)
     out = [Mapped(engine=label, instructions=n, hlo=h, framework=f, source=s, bir=sorted(b))
            for (h, f, s), (n, b) in groups.items()]
     return out, missing
-
-
-def _walk(ids: list[int], levels: list[tuple[str, dict[int, _Entry]]]) -> dict[str, set[str]]:
-    """Names reached from ``ids`` at each level, keyed by the level's kind (backend, hlo, pttf)."""
-    reached: dict[str, set[str]] = {"backend": set(), "hlo": set(), "pttf": set(), "source": set()}
-    current = set(ids)
-    for fname, by_id in levels:
-        kind = next((k for k in ("backend", "pttf", "hlo") if k in fname), None)
-        nxt: set[int] = set()
-        for i in current:
-            e = by_id.get(i)
-            if e is None:
-                continue
-            if kind and e.name:
-                reached[kind].add(e.name)
-            if kind == "hlo" and e.attrs.get("source_file"):
-                line = e.attrs.get("source_line")
-                reached["source"].add(PurePosixPath(e.attrs["source_file"]).name + (f":{line}" if line else ""))
-            nxt.update(e.parents)
-        current = nxt
-    return reached

@@ -11,6 +11,7 @@ from ..analysis import OpTable, Summary
 from ..analysis.advice import Advice
 from ..redact import redact_text
 from ..trace.schema import UNLINKED_REASONS
+from ._text import safe, text
 
 
 def make_console() -> Console:
@@ -29,7 +30,7 @@ def fmt_us(us: float) -> str:
 def header(summary: Summary) -> Text:
     dev = summary.device_kind + (f" ({summary.device_name})" if summary.device_name else "")
     t = Text()
-    t.append(f"{summary.path}\n", style="bold")
+    t.append(f"{safe(summary.path)}\n", style="bold")
     t.append(f"{dev} · {summary.events:,} events · span {fmt_us(summary.span_us)} · "
              f"device time {fmt_us(summary.device_us)}")
     if summary.from_cache:
@@ -76,9 +77,9 @@ def op_table_renderable(table: OpTable, top: int | None) -> Table:
     for col in ("Calls", "Self CPU", "CPU total", f"Self {dev}", f"{dev} total", f"{dev} %", f"Avg {dev}", "Kernels"):
         t.add_column(col, justify="right")
     for r in table.rows[:top] if top else table.rows:
-        cells: list[Text | str] = [Text(r.name)]  # Text(): names from traces are never parsed as markup
+        cells: list[Text | str] = [text(r.name)]  # Text(): names from traces are never parsed as markup
         if table.group_by == "shape":
-            cells.append(Text(r.shape or ""))
+            cells.append(text(r.shape or ""))
         cells += [f"{r.calls:,}", fmt_us(r.self_cpu_us), fmt_us(r.cpu_total_us), fmt_us(r.self_device_us),
                   fmt_us(r.device_total_us), f"{table.pct(r):.1f}%", fmt_us(r.avg_device_us), f"{r.kernels:,}"]
         t.add_row(*cells)
@@ -110,7 +111,7 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
             t.add_column(col, justify="left" if col in ("Pattern", "Scope", "Confidence") else "right",
                          overflow="fold", max_width=44)
         for cand in advice.fusion_candidates[:top]:
-            t.add_row(Text(cand.pattern), Text(cand.scope), str(cand.instances), f"{cand.kernels_per_instance:g}",
+            t.add_row(text(cand.pattern), text(cand.scope), str(cand.instances), f"{cand.kernels_per_instance:g}",
                       fmt_us(cand.device_us), f"{cand.bytes_now / 1e6:.1f} -> {cand.bytes_fused / 1e6:.1f} MB",
                       fmt_us(cand.predicted_saving_us), cand.confidence)
         console.print(t)
@@ -123,7 +124,7 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
         for c in ("Scope", "Calls", "Kernels/call", "Busy", "Idle", "Busy %", "Launch CPU", "Queue delay", ""):
             t.add_column(c, justify="left" if c in ("Scope", "") else "right", overflow="fold", max_width=50)
         for i in advice.interruptions[:top]:
-            t.add_row(Text(i.scope), str(i.instances), f"{i.kernels_per_instance:g}", fmt_us(i.busy_us),
+            t.add_row(text(i.scope), str(i.instances), f"{i.kernels_per_instance:g}", fmt_us(i.busy_us),
                       fmt_us(i.idle_us), f"{i.busy_pct:.0f}%", fmt_us(i.launch_us), fmt_us(i.queue_delay_us),
                       Text("launch-bound", style="yellow") if i.launch_bound else "")
         console.print(t)
@@ -134,16 +135,16 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
     if comp.regions:
         console.print(_section("Compiled regions"))
         for r in comp.regions:
-            console.print(Text(f"  {r.name}: {r.calls} call(s), {fmt_us(r.device_us)} {device}, "
+            console.print(text(f"  {r.name}: {r.calls} call(s), {fmt_us(r.device_us)} {device}, "
                                f"{len(r.kernels)} compiled kernel(s)"))
             for k in r.kernels[:top]:
-                console.print(Text(f"    {k.name}  {fmt_us(k.device_us)}  fuses {', '.join(k.fused_ops)}"))
+                console.print(text(f"    {k.name}  {fmt_us(k.device_us)}  fuses {', '.join(k.fused_ops)}"))
             if r.eager_ops_inside:
-                console.print(Text(f"    extern (not fused): {', '.join(r.eager_ops_inside)}", style="dim"))
+                console.print(text(f"    extern (not fused): {', '.join(r.eager_ops_inside)}", style="dim"))
         if comp.generated_kernels:
-            console.print(Text(f"  generated code saved in the bundle: {', '.join(comp.generated_kernels[:6])}",
+            console.print(text(f"  generated code saved in the bundle: {', '.join(comp.generated_kernels[:6])}",
                                style="dim"))
-        console.print(Text(f"  graph breaks: {comp.graph_breaks}"
+        console.print(text(f"  graph breaks: {comp.graph_breaks}"
                            + (f" (eager between regions: {', '.join(comp.eager_between[:6])})"
                               if comp.eager_between else "")))
     for n in comp.neffs:
@@ -156,7 +157,7 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
             t.add_column(col, justify="left" if col in ("Op", "Bound") else "right", overflow="fold", max_width=44)
         for row in advice.roofline[:top]:
             known = row.gflop is not None and row.mbytes is not None and row.intensity is not None
-            t.add_row(Text(row.name), str(row.calls), fmt_us(row.time_us),
+            t.add_row(text(row.name), str(row.calls), fmt_us(row.time_us),
                       f"{row.gflop:.3f}" if known else "unknown", f"{row.mbytes:.1f}" if known else "unknown",
                       f"{row.intensity:.2f}" if known else "unknown", row.bound,
                       "unknown" if row.pct_of_roofline is None else f"{row.pct_of_roofline:.0f}%")
@@ -167,21 +168,24 @@ def print_advice(console: Console, advice: Advice, device: str, top: int = 8) ->
             hs = [h for h in advice.hotspots if h.kind == kind][:5]
             if hs:
                 line = "; ".join(f"{h.name[:60]} {h.share_pct:.0f}%" for h in hs)
-                console.print(Text(f"  {kind}s: {line}"))
+                console.print(text(f"  {kind}s: {line}"))
 
 
 def _print_neff(console: Console, n) -> None:
-    """A NEFF beside the trace: the compiled graph's engines, HLO statistics and top instruction sources."""
-    console.print(_section(f"Compiled NEFF {n.file}"))
+    """A NEFF beside the trace: the compiled graph's engines, HLO statistics and top instruction sources.
+
+    Every string here comes from the NEFF: shown through :func:`._text.text`, never as markup."""
+    from .neff import number
+
+    console.print(_section(f"Compiled NEFF {safe(n.file)}"))
     if n.error:
-        console.print(Text(f"  not read: {n.error}", style="yellow"))
+        console.print(text(f"  not read: {n.error}", style="yellow"))
         return
-    fmt = (lambda v: "unknown" if v is None else f"{v:,}")
     s = n.hlo_stats
-    console.print(Text(f"  {n.subgraphs} subgraph(s) · HLO MACs {fmt(s.get('macs'))} · traffic {fmt(s.get('traffic'))}"
-                       f" · arithmetic intensity {fmt(s.get('arithmetic_intensity'))}"))
-    console.print(Text("  engines: " + ", ".join(f"{e['name']} {fmt(e['instructions'])} instr / {fmt(e['bytes'])} B"
-                                                 for e in n.engines)))
+    console.print(text(f"  {n.subgraphs} subgraph(s) · HLO MACs {number(s.get('macs'))} · traffic "
+                       f"{number(s.get('traffic'))} · arithmetic intensity {number(s.get('arithmetic_intensity'))}"))
+    console.print(text("  engines: " + ", ".join(f"{e['name']} {number(e['instructions'])} instr / "
+                                                 f"{number(e['bytes'])} B" for e in n.engines)))
     for m in n.sources[:5]:
-        console.print(Text(f"    {m['engine']}: {m['instructions']:,} instr from {m['hlo'] or '-'}"
+        console.print(text(f"    {m['engine']}: {m['instructions']:,} instr from {m['hlo'] or '-'}"
                            f" ({m['framework'] or '-'})", style="dim"))

@@ -28,8 +28,7 @@ def resolve(path: str | os.PathLike[str]) -> Path:
         for name in TRACE_NAMES:
             if (p / name).exists() or (p / name).is_symlink():
                 return _regular(p / name)
-        found = sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json"))
-                       and not q.match(MAPPING_PATTERN))
+        found = _trace_files(p)
         if len(found) == 1:
             return _regular(found[0])
         if not found:
@@ -39,6 +38,17 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     if not p.exists():
         raise TraceError(p, "no such file")
     return _regular(p)
+
+
+def _trace_files(folder: Path) -> list[Path]:
+    """Entries of ``folder`` named like a Kineto trace (``*.json``, ``*.json.gz``), mapping files aside."""
+    return sorted(q for q in folder.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json"))
+                  and not q.match(MAPPING_PATTERN))
+
+
+def _holds_kineto_trace(folder: Path) -> bool:
+    """Whether :func:`resolve` would find (or complain about) a Kineto trace in ``folder``."""
+    return any((folder / n).exists() or (folder / n).is_symlink() for n in TRACE_NAMES) or bool(_trace_files(folder))
 
 
 def _regular(p: Path) -> Path:
@@ -74,7 +84,7 @@ def load(
     tables (and no Kineto trace) is built in memory, uncached.
     """
     folder = Path(path)
-    if folder.is_dir() and not any((folder / n).is_file() for n in TRACE_NAMES):
+    if folder.is_dir() and not _holds_kineto_trace(folder):
         from ..neuron import explorer_parquet  # a neuron-explorer Parquet folder (imported late: it uses trace/)
 
         if explorer_parquet.is_explorer_folder(folder):
@@ -108,4 +118,8 @@ def with_mapping(trace: Trace) -> Trace:
     except BaseException:
         trace.close()
         raise
+    skipped = (trace.framework_mapping or {}).get("skipped")
+    if skipped:
+        trace.notes.append(f"{skipped:,} framework_mapping record(s) skipped: no integer runtime sequence id "
+                           "or op sequence number")
     return trace

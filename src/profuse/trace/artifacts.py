@@ -76,23 +76,73 @@ def _read_regular(name: str, dir_fd: int, max_bytes: int) -> str | None:
         os.close(fd)
 
 
+def read_side_bytes(path: str | os.PathLike[str], max_bytes: int = SIDE_FILE_MAX_BYTES) -> tuple[bytes | None, str]:
+    """``(bytes, "")`` of a regular file of at most ``max_bytes``, else ``(None, why not)``.
+
+    The file is opened without following a link and without blocking, then checked on the open
+    descriptor, so a FIFO, a device or a link put in its place is refused, never read; at most
+    ``max_bytes + 1`` bytes are read, so a file that grows meanwhile cannot exhaust memory either.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, "no such file (a broken link?)"
+    except OSError as err:
+        if os.path.islink(path):
+            return None, "is a symbolic link: not followed"
+        return None, f"cannot be opened ({err.strerror})"
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None, f"is not a regular file (a {file_kind(st.st_mode)})"
+            if st.st_size > max_bytes:
+                return None, f"is {st.st_size:,} bytes, over the {max_bytes:,} read here"
+            data = fh.read(max_bytes + 1)
+        except OSError as err:
+            return None, f"cannot be read ({err.strerror})"
+    if len(data) > max_bytes:
+        return None, f"grew past {max_bytes:,} bytes while read"
+    return data, ""
+
+
 def read_side_text(path: str | os.PathLike[str], max_bytes: int = SIDE_FILE_MAX_BYTES) -> str | None:
     """The text of a regular file of at most ``max_bytes``, else None (missing, a link, a FIFO, a
     device, too big). Opened non-blocking and checked on the open file, so a FIFO put in its place
     cannot hang a report."""
+    data, _ = read_side_bytes(path, max_bytes)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def side_files(folder: str | os.PathLike[str], suffix: str) -> list[tuple[Path, str]]:
+    """``(path, "")`` for each regular file in ``folder`` whose name ends with ``suffix``, and
+    ``(path, why not)`` for each other entry so named (a link, a FIFO, a device, a folder), sorted
+    by name. Entries are looked at with ``lstat``: links are reported, never followed."""
+    out: list[tuple[Path, str]] = []
     try:
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        entries = sorted((e for e in os.scandir(folder) if e.name.endswith(suffix)), key=lambda e: e.name)
     except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
+        return out
+    for e in entries:
         try:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-                return None
-            data = fh.read(max_bytes + 1)
-        except OSError:
-            return None
-    return None if len(data) > max_bytes else data.decode("utf-8", "replace")
+            mode = e.stat(follow_symlinks=False).st_mode
+        except OSError as err:
+            out.append((Path(e.path), f"cannot be examined ({err.strerror})"))
+            continue
+        if stat.S_ISREG(mode):
+            out.append((Path(e.path), ""))
+        elif stat.S_ISLNK(mode):
+            out.append((Path(e.path), "is a symbolic link: not followed"))
+        else:
+            out.append((Path(e.path), f"is not a regular file (a {file_kind(mode)})"))
+    return out
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    kinds = ((stat.S_ISDIR, "folder"), (stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "FIFO"),
+             (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+    return next((label for test, label in kinds if test(mode)), "special file")
 
 
 def read_side_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ first to start, outermost of equal starts, when several ops share the number).
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import duckdb
 import numpy as np
 
 from ..errors import TraceError
+from .artifacts import read_side_bytes, side_files
 
 PATTERN = "framework_mapping_*.json"
 MAX_BYTES = 512 << 20
@@ -28,18 +30,29 @@ KEYS = {
 
 
 def files_beside(trace_path: Path) -> list[Path]:
-    return sorted(p for p in trace_path.parent.glob(PATTERN) if p.is_file())
+    """``framework_mapping_*.json`` in the trace's folder, looked at without following links; one
+    that is a link, FIFO or device is an error naming it (it would be followed, or block the load)."""
+    out = []
+    for p, why in side_files(trace_path.parent, ".json"):
+        if fnmatch.fnmatchcase(p.name, PATTERN):
+            if why:
+                raise TraceError(p, f"{why}: move it away to load the trace")
+            out.append(p)
+    return out
 
 
 def _records(path: Path) -> list[Any]:
+    raw, why = read_side_bytes(path, MAX_BYTES)
+    if raw is None:
+        raise TraceError(path, f"{why}: move it away to load the trace")
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise TraceError(path, f"is larger than {MAX_BYTES:,} bytes: not read")
-        doc = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError) as err:
+        doc = json.loads(raw)
+    except UnicodeDecodeError as err:
         raise TraceError(path, f"cannot read ({err})") from None
     except json.JSONDecodeError as err:
         raise TraceError(path, f"not valid JSON ({err.msg}, line {err.lineno}): move it away to load the trace") from None
+    except RecursionError:
+        raise TraceError(path, "is nested too deeply to read: move it away to load the trace") from None
     if isinstance(doc, list):
         return doc
     if isinstance(doc, dict):
@@ -56,7 +69,8 @@ def _int(v: Any) -> int | None:
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+    digits = v.strip().removeprefix("-") if isinstance(v, str) else ""
+    if digits.isascii() and digits.isdecimal():  # isdigit() alone accepts '²', which int() refuses
         return int(v)
     return None
 

@@ -132,7 +132,7 @@ export async function compiled(main, st) {
 }
 
 function neffSection(main, n) {
-  const num = v => (v === null || v === undefined ? "unknown" : Number(v).toLocaleString());
+  const num = v => (typeof v === "number" && isFinite(v) ? v.toLocaleString() : "unknown");  // a string stat is not a number
   main.append(el("h2", {}, `Compiled NEFF ${n.file}`));
   if (n.error) return main.append(el("p", { class: "muted" }, `not read: ${n.error}`));
   const s = n.hlo_stats || {};
