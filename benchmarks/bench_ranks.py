@@ -27,11 +27,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_load import hta_python
+
+from profuse.ranks.engine import available_memory
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SRC = REPO.parent / "shared" / "traces" / "v100_rank1_of2_216k_events.json.gz"
 WORK = Path(os.environ.get("PROFUSE_BENCH_DIR", Path(tempfile.gettempdir()) / "profuse-bench"))
-HTA_VENV = HERE / ".hta-venv"
 _RANK = re.compile(rb'("distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*)-?\d+')
 _WORLD = re.compile(rb'("distributedInfo"\s*:\s*\{[^{}]*?"world_size"\s*:\s*)\d+')
 
@@ -114,21 +118,6 @@ def build(n: int) -> Path:
     return folder
 
 
-def hta_python() -> str | None:
-    py = HTA_VENV / "bin" / "python"
-    if not py.exists():
-        import venv
-
-        print("creating the HTA environment (pip install HolisticTraceAnalysis) ...", file=sys.stderr)
-        venv.create(HTA_VENV, with_pip=True)
-        r = subprocess.run([str(py), "-m", "pip", "install", "-q", "HolisticTraceAnalysis"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print(f"HTA could not be installed: {r.stderr.strip()[-300:]}", file=sys.stderr)
-            return None
-    return str(py)
-
-
 def synthetic_set(folder: Path, n: int, target: Path) -> Path:
     """``n`` rank partitions made by copying the measured ranks' Parquet round-robin."""
     parts = sorted(folder.glob("rank=*"), key=lambda p: int(p.name.split("=")[1]))
@@ -138,17 +127,6 @@ def synthetic_set(folder: Path, n: int, target: Path) -> Path:
     for i in range(n):
         shutil.copytree(parts[i % len(parts)], target / f"rank={i}")
     return target
-
-
-def mem_available() -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 << 30
 
 
 def main() -> int:
@@ -167,7 +145,7 @@ def main() -> int:
     folder = build(args.ranks)
     total_mb = sum(f.stat().st_size for f in folder.glob("rank-*.json")) / 1e6
     print(f"{args.ranks} ranks x {total_mb / args.ranks:.0f} MB = {total_mb / 1e3:.2f} GB of JSON in {folder} "
-          f"({os.cpu_count()} cores, {mem_available() / 1e9:.0f} GB available)")
+          f"({os.cpu_count()} cores, {available_memory() / 1e9:.0f} GB available)")
     rows: dict[str, dict] = {}
     print(f"\n{'measurement':32} {'wall s':>8} {'ranks/s':>8} {'coordinator RSS':>16} {'worker peak RSS':>16}",
           flush=True)
@@ -195,7 +173,7 @@ def main() -> int:
         shutil.rmtree(cache, ignore_errors=True)
     if not args.no_hta:
         py = hta_python()
-        cap = int((args.hta_mem_gb or mem_available() * 0.7 / 1e9) * 1e9)
+        cap = int((args.hta_mem_gb or available_memory() * 0.7 / 1e9) * 1e9)
         rows["HTA TraceAnalysis (all ranks)"] = (child(HTA, str(folder), python=py, mem_cap=cap) if py
                                                   else {"error": "HTA not installed"})
         if "error" in rows["HTA TraceAnalysis (all ranks)"]:

@@ -42,7 +42,8 @@ def model_and_input():
     return m, torch.randn(8, 16)
 
 
-def test_profile_writes_a_bundle_report_reads(tmp_path, capsys):
+def test_profile_writes_a_bundle_report_reads(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PROFUSE_CACHE_MIN_SECONDS", "0")  # this tiny trace is cached too
     m, x = model_and_input()
     cfg = profuse.ProfileConfig(out=tmp_path / "b", warmup=1, steps=3)
     with profuse.profile(cfg) as p:

@@ -5,9 +5,6 @@ import argparse
 import io
 import json
 
-from rich.console import Console
-
-from .._io import atomic_write
 from ._common import console
 
 HELP = """examples:
@@ -44,6 +41,7 @@ def _count(value: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._io import atomic_write
     from ..neuron.neff import read_neff
 
     neff = read_neff(args.path)
@@ -59,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.output:
         print_neff(console(), neff, top=args.top or None)
         return 0
+    from rich.console import Console
+
     buf = io.StringIO()
     print_neff(Console(file=buf, width=200, soft_wrap=False, color_system=None), neff, top=args.top or None)
     atomic_write(args.output, buf.getvalue())
