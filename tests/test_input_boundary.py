@@ -364,3 +364,11 @@ def test_output_that_cannot_be_written_is_one_line(tmp_path):
     assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1 and str(out) in r.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".r.html")] == [] and not out.exists()
     assert resource.RLIMIT_FSIZE  # the limit exists on this platform
+
+
+def test_report_table_goes_to_the_output_file(tmp_path, capsys):
+    out = tmp_path / "r.txt"
+    assert main(["report", str(trace_path("a100_alexnet.json.gz")), "--top", "3", "-o", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    text = out.read_text()
+    assert "aten::" in text and "\x1b[" not in text, "plain text, no terminal colour codes"

@@ -79,8 +79,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(text)
         return 0
-    con = console()
+    if args.output:  # the table as plain text in a file
+        import io
+
+        from rich.console import Console
+
+        buf = io.StringIO()
+        con = Console(file=buf, width=200, soft_wrap=False, color_system=None)
+    else:
+        con = console()
     print_report(con, summary, table, args.top or None)
     if advice is not None:
         print_advice(con, advice, table.device_label)
+    if args.output:
+        atomic_write(args.output, buf.getvalue())
+        print(f"wrote {args.output}")
     return 0
