@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ALL_TRACES
+from conftest import ALL_TRACES, trace_path
 
 from profuse.cli import main
 
@@ -76,3 +76,14 @@ def test_every_group_by(capsys):
     assert mods["BertLMHeadModel"]["device_total_us"] == pytest.approx(doc["totals"]["device_us"])
     assert mods["BertModel"]["device_total_us"] < mods["BertLMHeadModel"]["device_total_us"]
     assert mods["BertModel"]["device_total_us"] >= mods["BertEncoder"]["device_total_us"]
+
+
+def test_group_by_module_without_modules_says_why(capsys):
+    # a100_alexnet has no nn.Module scopes (checked independently: no python_function 'nn.Module: ' event)
+    import gzip
+    import json as _json
+
+    doc = _json.loads(gzip.decompress(trace_path("a100_alexnet.json.gz").read_bytes()))
+    assert not any(str(e.get("name", "")).startswith("nn.Module: ") for e in doc["traceEvents"])
+    assert main(["report", str(trace_path("a100_alexnet.json.gz")), "--group-by", "module", "--no-advice"]) == 0
+    assert "No nn.Module scopes in this trace" in capsys.readouterr().out

@@ -90,6 +90,11 @@ def print_report(console: Console, summary: Summary, table: OpTable, top: int | 
     console.print(header(summary))
     for n in notes(summary, table):
         console.print(n)
+    if not table.rows and table.group_by == "module":
+        console.print(Text("No nn.Module scopes in this trace, so there is nothing to group by module: record "
+                           "with python stacks (torch.profiler with_stack=True, or profuse's default streams).",
+                           style="yellow"))
+        return
     console.print(op_table_renderable(table, top))
     shown = min(top or len(table.rows), len(table.rows))
     if shown < len(table.rows):
