@@ -19,6 +19,7 @@ HELP = """examples:
 Ops and modules are matched by name, so a CUDA run and a ROCm run compare; kernels are matched by
 name only between runs on the same kind of device. Two rank folders are compared rank by rank
 (matched by rank number): step time, device, communication and idle time, wait caused.
+Names longer than 72 characters are cut in the middle ("…") in the table; --format json gives them whole.
 """
 
 
@@ -37,6 +38,12 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
 def _row(r: DiffRow) -> dict[str, object]:
     return {"name": r.name, "a_calls": r.a_calls, "b_calls": r.b_calls, "a_us": round(r.a_us, 3),
             "b_us": round(r.b_us, 3), "delta_us": round(r.delta_us, 3)}
+
+
+def _middle(name: str, width: int = 72) -> str:
+    """One line for a long C++ template kernel name: its start and its end (where kernels differ), cut
+    in the middle; --format json gives the whole name."""
+    return name if len(name) <= width else name[: width * 3 // 5] + "…" + name[-(width * 2 // 5 - 1):]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
             continue
         t = Table(title=title, show_edge=False, header_style="bold", title_justify="left")
         for c in ("Name", "Calls A", "Calls B", "Time A", "Time B", "Delta"):
-            t.add_column(c, justify="left" if c == "Name" else "right", overflow="fold", max_width=70)
+            t.add_column(c, justify="left" if c == "Name" else "right", no_wrap=True)
         for r in rows[:args.top]:
-            t.add_row(text(r.name), str(r.a_calls), str(r.b_calls), fmt_us(r.a_us), fmt_us(r.b_us),
+            t.add_row(text(_middle(r.name)), str(r.a_calls), str(r.b_calls), fmt_us(r.a_us), fmt_us(r.b_us),
                       Text(f"{r.delta_us:+.1f} µs", style="green" if r.delta_us < 0 else "red"))
         con.print(t)
     if d.kernels:
