@@ -5,6 +5,7 @@ of a child scope. Fusion patterns are sequences of units; device time rolls up t
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from ..trace import Trace
@@ -55,8 +56,21 @@ class ScopeInstance:
         return f"nn.Module: {self.name}" if self.kind == "module" else self.name
 
 
+_INSTANCES: weakref.WeakKeyDictionary[Trace, dict[int, ScopeInstance]] = weakref.WeakKeyDictionary()
+
+
 def scope_instances(trace: Trace) -> dict[int, ScopeInstance]:
-    """Every scope instance with its units in time order and inclusive device time and kernels."""
+    """Every scope instance with its units in time order and inclusive device time and kernels.
+
+    Computed once per loaded trace (its tables never change after loading; callers only read).
+    """
+    found = _INSTANCES.get(trace)
+    if found is None:
+        found = _INSTANCES[trace] = _scope_instances(trace)
+    return found
+
+
+def _scope_instances(trace: Trace) -> dict[int, ScopeInstance]:
     cpu = trace.cpu_only
     out: dict[int, ScopeInstance] = {}
     for sid, kind, name, label, parent, ts, dur in trace.con.execute(
