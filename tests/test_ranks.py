@@ -276,3 +276,11 @@ def test_ray_without_address_starts_and_stops_a_local_instance(tmp_path: Path, m
     assert not ray.is_initialized()  # the instance it started is shut down
     assert not any(m["cached"] for m in on_ray.maps) and len(on_ray.maps) == 2
     assert on_ray.doc == local.doc
+
+
+def test_cli_engine_choices_are_the_engines():
+    # the CLI names them itself so --help imports no engine; the two lists must not drift apart
+    from profuse.cli.ranks import ENGINES as cli_engines
+    from profuse.ranks.engine import ENGINES
+
+    assert cli_engines == ENGINES

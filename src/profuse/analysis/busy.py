@@ -178,10 +178,6 @@ class Activities:
     launch_dur: np.ndarray
     launch_thread: np.ndarray
 
-    def launched_in(self, lo: int, hi: int) -> np.ndarray:
-        """Mask of activities whose launch call starts in [lo, hi)."""
-        return self.launched & (self.launch_ts >= lo) & (self.launch_ts < hi)
-
 
 def activities(trace: Trace) -> Activities:
     rows = trace.con.execute(f"""

@@ -159,7 +159,7 @@ class Links:
 def link_device_events(
     *, kind: np.ndarray, graph_launch: np.ndarray, thread: np.ndarray, ts: np.ndarray,
     correlation: np.ndarray, external_id: np.ndarray, op_of_host: np.ndarray,
-    flows: Flows, has_host_ops: bool, has_host: bool,
+    flows: Flows, has_host: bool,
 ) -> Links:
     n = len(kind)
     launch = np.full(n, NONE, dtype=np.int64)

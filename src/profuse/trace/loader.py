@@ -205,7 +205,7 @@ def _write_tables(con, path, cols: Columns, top: dict[str, Any], fp: dict[str, A
     graph_launch = _flag_names(name_list, lambda s: s in GRAPH_LAUNCHES)[name_id] if n else np.zeros(0, bool)
     links = link_device_events(kind=kind, graph_launch=graph_launch, thread=thread, ts=ts, correlation=corr,
                                external_id=ext, op_of_host=op_of_host, flows=flows,
-                               has_host_ops=bool(np.any(host & is_op)), has_host=bool(host.any()))
+                               has_host=bool(host.any()))
     op = np.where(host, op_of_host, links.op)
     module_name = _flag_names(name_list, lambda s: s.startswith("nn.Module: "))
     is_module = (kind == K["python"]) & (module_name[name_id] if n else np.zeros(0, bool))
