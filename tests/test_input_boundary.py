@@ -372,3 +372,11 @@ def test_report_table_goes_to_the_output_file(tmp_path, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
     text = out.read_text()
     assert "aten::" in text and "\x1b[" not in text, "plain text, no terminal colour codes"
+
+
+def test_error_messages_carry_no_terminal_escapes(tmp_path, capsys):
+    # a file name holding an ANSI escape (clear screen) and a bidi override reaches the one-line error escaped
+    name = tmp_path / "x\x1b[2J\u202eevil.json"
+    assert main(["report", str(name)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\u202e" not in err and "\\x1b[2J" in err and err.count("\n") == 1

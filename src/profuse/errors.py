@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import os
+import re
+
+# C0 controls (tab and newline too), DEL, C1 controls, bidi embeddings/overrides/isolates
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:
-    """``text`` safe to print on one line: undecodable file-name bytes and line breaks escaped.
+    """``text`` safe to print on one line of a terminal: undecodable file-name bytes and every control
+    character (line breaks, ANSI escapes, bidi overrides) shown as visible escapes.
 
     File names that are not UTF-8 reach Python as lone surrogates (``surrogateescape``), which no
     UTF-8 writer accepts; they are shown as ``\\xff`` instead.
@@ -15,7 +20,7 @@ def printable(text: str) -> str:
     except UnicodeEncodeError:  # a surrogate that did not come from a file name
         raw = text.encode("utf-8", "backslashreplace")
     shown = raw.decode("utf-8", "backslashreplace")
-    return shown.replace("\r", "\\r").replace("\n", "\\n")
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), shown)
 
 
 class ProfuseError(Exception):

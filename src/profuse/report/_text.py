@@ -7,19 +7,16 @@ a rich ``Text``, which rich prints as is.
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.text import Text
 
-# C0 controls (tab and newline too: a value is one cell), DEL, C1 controls, bidi embeddings/overrides/isolates
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+from ..errors import printable
 
 
 def safe(value: Any) -> str:
     """``str(value)`` with every control character written as a visible ``\\xNN``/``\\uNNNN`` escape."""
-    s = value if isinstance(value, str) else str(value)
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), s)
+    return printable(value if isinstance(value, str) else str(value))
 
 
 def text(value: Any, style: str | None = None) -> Text:
