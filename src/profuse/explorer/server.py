@@ -5,11 +5,9 @@ traces it was started with. No request parameter ever reaches a file path.
 """
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -18,24 +16,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..frontend import assets
 from ..trace import Trace
 from . import data
 
-STATIC = Path(__file__).parent / "static"
-TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
                                "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-
-
-def assets() -> dict[str, tuple[bytes, str]]:
-    """Every front-end file, read once: the only files the server will ever send."""
-    return {p.name: (p.read_bytes(), TYPES.get(p.suffix, "application/octet-stream"))
-            for p in STATIC.iterdir() if p.is_file() and p.suffix in TYPES}
 
 
 class Run:
@@ -257,8 +247,3 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
-
-def payload_json(obj: Any) -> str:
-    """JSON safe to embed in an HTML <script type="application/json"> block."""
-    return json.dumps(obj, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e") \
-        .replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

@@ -3,12 +3,11 @@ explorer's overview, ops, modules and a decimated timeline, built from the same 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
+from ..frontend import STATIC, payload_json
 from ..trace import Trace
 
-STATIC = Path(__file__).resolve().parent.parent / "explorer" / "static"
 ORDER = ("dom.js", "api.js", "timeline.js", "views.js", "app.js")
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
        "base-uri 'none'; form-action 'none'")
@@ -46,8 +45,6 @@ def payload(trace: Trace, *, keep_metadata: bool, timeline_width: int = 3000) ->
 
 
 def render_html(trace: Trace, *, keep_metadata: bool = False) -> str:
-    from ..explorer.server import payload_json
-
     page = (STATIC / "index.html").read_text()
     css = (STATIC / "style.css").read_text().replace("</style", "<\\/style")
     page = page.replace('<link rel="stylesheet" href="/assets/style.css">', f"<style>{css}</style>")
