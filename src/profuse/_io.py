@@ -9,6 +9,7 @@ from .errors import UserError
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and one rename: a reader never sees half a file."""
     target = Path(path)
     folder = target.parent.resolve()
     if not folder.is_dir():

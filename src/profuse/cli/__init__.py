@@ -23,6 +23,7 @@ EPILOG = """examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``profuse`` argument parser with one sub-command per module of ``profuse.cli``."""
     from .. import __version__
 
     parser = argparse.ArgumentParser(
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``profuse`` command line; a user error prints one line and returns 2, never a traceback."""
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.command:

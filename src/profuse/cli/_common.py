@@ -21,6 +21,7 @@ def console(*args: Any, **kwargs: Any) -> Console:
 
 
 def add_load_args(p: argparse.ArgumentParser) -> None:
+    """Add the options every trace-loading command shares (--lenient, --no-cache, --cache-dir, ...)."""
     p.add_argument("--lenient", action="store_true",
                    help="load what can be read; skip bad events and report how many")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the table cache")
@@ -56,6 +57,7 @@ class _LazyBar:
 
 
 def load_trace(path: str, args: argparse.Namespace) -> Trace:
+    """Load ``path`` as the command line asked, with a progress bar once loading takes over a second."""
     from ..trace import load
 
     bar = _LazyBar(f"loading {path}")

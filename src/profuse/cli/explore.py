@@ -18,7 +18,8 @@ The server listens on 127.0.0.1 only; Ctrl-C stops it.
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``profuse explore``."""
     p = subs.add_parser("explore", help="browser explorer: timeline, ops, modules, compare", epilog=HELP,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="PATH", help="one trace or bundle, or two to compare")
@@ -31,6 +32,7 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve one trace, or two to compare, on 127.0.0.1 until interrupted."""
     if len(args.paths) > 2:
         raise UserError("profuse explore takes one trace, or two to compare")
     try:

@@ -15,7 +15,8 @@ HELP = """examples:
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``profuse neff``."""
     p = subs.add_parser("neff", help="read a compiled Neuron executable (NEFF) offline", epilog=HELP,
                         description="Show a NEFF's header, subgraphs, per-engine instruction streams, the "
                                     "compiler's HLO statistics, tensors, and which HLO and framework ops "
@@ -41,6 +42,7 @@ def _count(value: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Read a NEFF offline and print it as a table or JSON."""
     from .._io import atomic_write
     from ..neuron.neff import read_neff
 

@@ -7,7 +7,8 @@ import json
 from ..errors import UserError
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``profuse peaks``."""
     p = subs.add_parser("peaks", help="measure copy bandwidth and matmul rate of a device (cached)",
                         epilog="examples:\n  profuse peaks\n  profuse peaks --device cuda --refresh",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -17,6 +18,7 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Measure (or read the cached) copy bandwidth and matmul rate of a device; needs torch."""
     try:
         from ..capture.peaks import peaks
     except ImportError:

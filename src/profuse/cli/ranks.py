@@ -12,6 +12,7 @@ ENGINES = ("local", "ray")  # profuse.ranks.engine.ENGINES, named here so --help
 
 
 def add_rank_args(p: argparse.ArgumentParser) -> None:
+    """Add the options for a folder or glob of rank traces (--engine and its settings)."""
     g = p.add_argument_group("several rank traces (a folder or glob of them)")
     g.add_argument("--engine", choices=ENGINES, default="local",
                    help="where each rank is summarised: local (a process pool sized to cores and memory, "
@@ -25,6 +26,7 @@ def add_rank_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
+    """``profuse report DIR``: summarise every rank trace and print, or write, the rank report."""
     from rich.console import Console
     from rich.text import Text
 

@@ -22,7 +22,8 @@ A script with no nn.Module is profiled whole. The script's output and exit code 
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``profuse run``."""
     p = subs.add_parser("run", help="profile an unmodified script: profuse run -- python script.py", epilog=HELP,
                         description="Run a Python script under the profiler and write a bundle.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,6 +41,7 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run a script under the profiler and write a bundle; needs torch."""
     try:
         from ..capture import ProfileConfig, run_script
     except ImportError:
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def console_err() -> Console:
+    """A rich console on standard error (imported on first use)."""
     from rich.console import Console
 
     return Console(stderr=True)

@@ -15,7 +15,8 @@ tables: events, links (view), scopes, shapes, threads, flows, instants, meta   (
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``profuse sql``."""
     p = subs.add_parser("sql", help="query a trace's tables with SQL (DuckDB)", epilog=HELP,
                         description="Run one SQL query against the tables of a loaded trace.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,6 +28,7 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run one read-only query on a trace's tables and print the rows as a table, CSV or JSON."""
     with load_trace(args.path, args) as trace:
         cols, rows = trace.sql(args.query)
     if args.format == "csv":

@@ -80,6 +80,8 @@ class Mapped:
 
 @dataclass(frozen=True)
 class Tensor:
+    """One tensor a subgraph declares: role (input, output, weight, ...), dtype, shape, size; None if unsaid."""
+
     name: str
     kind: str
     dtype: str | None
@@ -89,6 +91,8 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Subgraph:
+    """One compiled subgraph: engine instruction streams, tensors, instructions mapped to HLO/framework ops, DMA."""
+
     name: str
     engines: list[Engine]
     tensors: list[Tensor]
@@ -111,6 +115,7 @@ class Neff:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
+        """The NEFF as the ``profuse.neff`` JSON document."""
         return {"schema": SCHEMA, **asdict(self)}
 
 

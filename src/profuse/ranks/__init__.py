@@ -32,6 +32,8 @@ __all__ = ["ENGINES", "SCHEMA", "RanksResult", "candidates", "discover", "reduce
 
 @dataclass
 class RanksResult:
+    """What a rank run returns: the ranks document, the folder of per-rank Parquet, and how each map task went."""
+
     doc: dict[str, Any]                                  # the profuse.ranks/1 document
     folder: Path                                         # where the per-rank Parquet lies
     maps: list[dict[str, Any]] = field(default_factory=list)  # what each map task returned (node, seconds)
@@ -40,6 +42,7 @@ class RanksResult:
 
     @property
     def nodes(self) -> list[str]:
+        """The machines the map tasks ran on, sorted."""
         return sorted({m.get("node", "") for m in self.maps})
 
 

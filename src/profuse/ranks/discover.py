@@ -29,6 +29,8 @@ _GLOB = re.compile(r"[*?\[]")
 
 @dataclass(frozen=True)
 class RankTrace:
+    """One rank's trace file and its sizes on disk and decompressed."""
+
     rank: int
     path: Path
     size: int            # bytes on disk
@@ -37,6 +39,8 @@ class RankTrace:
 
 @dataclass(frozen=True)
 class RankSet:
+    """The rank traces found from one folder or glob, and where their rank numbers came from."""
+
     source: str                  # the folder or glob as given
     rank_source: str             # distributedInfo | file name | order
     traces: tuple[RankTrace, ...]
@@ -105,6 +109,7 @@ def distributed_rank(path: Path) -> int | None:
 
 
 def name_rank(path: Path) -> int | None:
+    """The rank number in a trace's file name (or its folder's, for a bundle's fixed trace name); None when there is none."""
     hits = _NAME_RANK.findall(path.name if path.name not in TRACE_NAMES else path.parent.name)
     return int(hits[-1]) if hits else None
 

@@ -36,6 +36,7 @@ def available_memory() -> int:
 
 
 def task_memory(raw_size: int) -> int:
+    """Memory to reserve for summarising one rank trace of ``raw_size`` decompressed bytes."""
     return max(MIN_TASK_BYTES, raw_size * BYTES_PER_RAW_BYTE)
 
 
@@ -133,6 +134,7 @@ def run_ray(tasks: Sequence[dict[str, Any]], *, address: str | None = None,
 
 def run_tasks(engine: str, tasks: Sequence[dict[str, Any]], *, ray_address_flag: str | None = None,
               workers: int | None = None, on_done: Done | None = None) -> list[dict[str, Any]]:
+    """Run the map tasks on the chosen engine (local process pool or a Ray cluster) and return their results."""
     if engine == "local":
         return run_local(tasks, workers=workers, on_done=on_done)
     if engine == "ray":

@@ -11,6 +11,7 @@ from .console import fmt_us
 
 
 def print_study(console: Console, r: StudyResult) -> None:
+    """Print the RMSNorm study: one row per variant with device time per call and speed-up."""
     b, s, h = r.shape
     console.print(Text(f"RMSNorm on {r.device_kind} ({r.device_name}) · x[{b}, {s}, {h}] {r.dtype} · "
                        f"{r.iters} calls per variant · copy of x at {r.copy_bandwidth_gbps:.1f} GB/s "
@@ -42,6 +43,7 @@ def print_study(console: Console, r: StudyResult) -> None:
 
 
 def print_llama(console: Console, r: LlamaStudy) -> None:
+    """Print the Llama study: the RMSNorm candidate found in the trace and each fix measured on a copy of the model."""
     c = r.config
     console.print(Text(f"Llama study on {r.device_kind} · {r.size}: {c['num_hidden_layers']} layers, hidden "
                        f"{c['hidden_size']}, {c['num_attention_heads']} heads, prompt {c['seq']} tokens, "

@@ -24,6 +24,8 @@ SCHEMA = "profuse.study/1"
 
 @dataclass
 class LlamaStudy:
+    """The Llama study's result: the model configuration, the fusion candidates found and each fix measured."""
+
     size: str
     config: dict[str, Any]
     device_kind: str
@@ -38,6 +40,7 @@ class LlamaStudy:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """The study as its JSON document."""
         from dataclasses import asdict
 
         c = self.rmsnorm
@@ -58,6 +61,7 @@ class LlamaStudy:
 
 
 def build_model(size: str = "tiny", seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
+    """A randomly initialised Llama of the named size (no download) with a prompt of token ids and its configuration."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -87,6 +91,7 @@ def ms_per_token(model: Any, ids: Any, new_tokens: int, repeats: int = 3) -> flo
 
 def run_llama_study(*, size: str = "tiny", steps: int = 5, out: str | Path = "profuse-out/llama",
                     all_patterns: bool = False) -> LlamaStudy:
+    """Profile a random-weight Llama, find its fusion candidates and measure the RMSNorm fix on a copy."""
     model, ids, cfg = build_model(size)
     new_tokens = SIZES[size]["new_tokens"]
     res: AdviseResult = advise(model, (ids,), verify=True, steps=steps, out=out,

@@ -38,6 +38,8 @@ def rms_norm_op_by_op(x: Any, weight: Any, eps: float = 1e-6) -> Any:
 
 @dataclass
 class VariantResult:
+    """One RMSNorm variant measured: ops, kernels, device time and bytes per call, and speed-up over op by op."""
+
     name: str
     ops_per_call: float
     kernels_per_call: float
@@ -53,6 +55,8 @@ class VariantResult:
 
 @dataclass
 class StudyResult:
+    """The RMSNorm study: the device, the input, the measured copy bandwidth and each variant."""
+
     device_kind: str
     device_name: str
     shape: tuple[int, int, int]
@@ -64,6 +68,7 @@ class StudyResult:
     peak_copy_bandwidth_gbps: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The study as its JSON document."""
         return {"schema": SCHEMA, "study": "rmsnorm", "device_kind": self.device_kind,
                 "device_name": self.device_name, "shape": list(self.shape), "dtype": self.dtype,
                 "iters": self.iters, "copy_bandwidth_gbps": round(self.copy_bandwidth_gbps, 2),
@@ -108,6 +113,7 @@ def copy_bandwidth(x: Any, repeats: int = 15) -> float:
 
 
 def device_kind_of(device: str) -> str:
+    """The device kind (CUDA, ROCm, CPU, ...) of a torch device string."""
     import torch
 
     if device.startswith("cuda"):
@@ -118,6 +124,7 @@ def device_kind_of(device: str) -> str:
 def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 2048), dtype: str = "float32",
               iters: int = 20, out: str | Path = "profuse-out/rmsnorm", eps: float = 1e-6,
               progress: Any = None) -> StudyResult:
+    """Profile RMSNorm op by op, as torch.rms_norm and under torch.compile on one device, and measure each."""
     import torch
 
     if dtype not in DTYPES:
