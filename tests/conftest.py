@@ -12,11 +12,35 @@ ALL_TRACES = sorted(TRACES.glob("*.json.gz")) + sorted((TRACES / "multirank").gl
 FIXTURES = REPO / "tests" / "fixtures"
 
 
+def _shared_listing() -> dict[str, tuple[int, int]]:
+    """Every path under shared/ with its size and modification time (what a stray write would change)."""
+    out = {}
+    for root, dirs, files in os.walk(SHARED):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            st = os.lstat(p)
+            out[os.path.relpath(p, SHARED)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+_SHARED_BEFORE: dict[str, tuple[int, int]] = {}
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     # The engine's tests read the real traces in ../shared/traces; without them most would be
     # skipped and a green run would prove nothing, so refuse to run.
     if not ALL_TRACES:
         pytest.exit(f"no shared traces under {TRACES}: clone next to shared/ or set PROFUSE_SHARED", 2)
+    _SHARED_BEFORE.update(_shared_listing())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Tests read shared/ and never write beside it (CI mounts it read-only; here it may be writable).
+    after = _shared_listing()
+    changed = sorted(k for k in after.keys() | _SHARED_BEFORE.keys() if after.get(k) != _SHARED_BEFORE.get(k))
+    if changed:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nFAILED: the tests changed {len(changed)} path(s) under {SHARED}: {', '.join(changed[:10])}")
 
 
 @pytest.fixture(autouse=True)
