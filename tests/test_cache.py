@@ -36,6 +36,11 @@ def test_second_load_reads_the_cache_and_the_input_folder_is_untouched(tmp_path,
     assert not first.from_cache
     n = first.meta["events"]
     first.close()
+    import gzip
+    import json
+
+    # independently: the trace's complete events, counted with plain json
+    assert n == sum(1 for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"] if e.get("ph") == "X")
     assert list(src.parent.iterdir()) == [src], "the input folder is never written to"
     (found,) = caches(_cache_dir)
     # named by the SHA-1 of the trace's bytes, computed here independently

@@ -71,7 +71,10 @@ def test_every_group_by(capsys):
     main(["report", p, "--group-by", "module", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     mods = {o["name"]: o for o in doc["ops"]}
-    assert mods["Linear"]["kernels"] == 26
+    from oracle import device_events_by_module_class
+
+    # independent count: kernel -> launch (correlation) -> innermost op -> innermost nn.Module, plain json
+    assert mods["Linear"]["kernels"] == device_events_by_module_class(p)["Linear"] > 0
     # the outermost module holds every kernel; its children hold less
     assert mods["BertLMHeadModel"]["device_total_us"] == pytest.approx(doc["totals"]["device_us"])
     assert mods["BertModel"]["device_total_us"] < mods["BertLMHeadModel"]["device_total_us"]

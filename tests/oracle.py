@@ -1,0 +1,175 @@
+"""Expected numbers for tests, computed from a trace file with plain gzip + json.
+
+Nothing here imports profuse. Each rule is written the slow, obvious way from docs/correlation.md
+and docs/schema.md (brute-force interval tests instead of nesting passes), so a test that compares
+profuse with these answers compares two independent readings of the same trace.
+
+- A host event *holds* a time t when it runs on the same (pid, tid) and ts <= t < ts + dur (a
+  zero-length event counts as 1 ns long); the innermost holder starts last, then is the shortest,
+  then comes later in the file.
+- A device event (kernel, memcpy, memset) is launched by the runtime call with its correlation id;
+  its op is the innermost cpu_op or user_annotation holding that call's start; its module is the
+  innermost ``nn.Module: X`` python scope holding the op's start.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+Event = dict[str, Any]
+
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+OP_CATS = frozenset({"cpu_op", "user_annotation"})
+MODULE_PREFIX = "nn.Module: "
+_MODULE_LABEL = re.compile(r"nn\.Module: (?P<cls>.+?)(?:_\d+)?")
+_ONE_NS_US = 0.001
+
+
+def complete_events(path: Path | str) -> list[Event]:
+    """The trace's complete (``"ph": "X"``) events in file order, each a copy with its position as ``order``."""
+    return list(_complete_events(str(path)))
+
+
+@lru_cache(maxsize=4)
+def _complete_events(path: str) -> tuple[Event, ...]:
+    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as fh:
+        doc = json.load(fh)
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    return tuple(dict(e, order=i) for i, e in enumerate(xs))
+
+
+def category(e: Event) -> str:
+    """The event's category in lower case ('' when absent)."""
+    return str(e.get("cat") or "").lower()
+
+
+def is_device(e: Event) -> bool:
+    """Whether the event is device time: a kernel, memory copy or memory set."""
+    return category(e) in DEVICE_CATS
+
+
+def is_module(e: Event) -> bool:
+    """Whether the event is an ``nn.Module: X`` python scope."""
+    return category(e) == "python_function" and str(e.get("name", "")).startswith(MODULE_PREFIX)
+
+
+def module_class(label: str) -> str:
+    """'nn.Module: LlamaRMSNorm_0' -> 'LlamaRMSNorm' (the instance number dropped)."""
+    m = _MODULE_LABEL.fullmatch(label)
+    return m.group("cls") if m else label
+
+
+def same_thread(a: Event, b: Event) -> bool:
+    """Whether two events were recorded on the same (pid, tid)."""
+    return (a.get("pid"), a.get("tid")) == (b.get("pid"), b.get("tid"))
+
+
+def holds(outer: Event, t: float) -> bool:
+    """Whether ``outer`` runs at time t (µs): ts <= t < ts + dur, a zero-length event 1 ns long."""
+    return bool(outer["ts"] <= t < outer["ts"] + max(outer["dur"], _ONE_NS_US))
+
+
+def innermost(found: list[Event]) -> Event | None:
+    """The innermost of events that all hold one time: latest start, then shortest, then later in file."""
+    return max(found, key=lambda o: (o["ts"], -o["dur"], o["order"])) if found else None
+
+
+def innermost_around(events: list[Event], e: Event, keep: Any) -> Event | None:
+    """The innermost event other than ``e`` on e's thread, for which ``keep`` is true, holding e's start."""
+    return innermost([o for o in events if o is not e and keep(o) and same_thread(o, e) and holds(o, e["ts"])])
+
+
+def launches(events: list[Event]) -> dict[Any, Event]:
+    """Runtime calls by correlation id."""
+    return {e["args"]["correlation"]: e for e in events
+            if category(e) in RUNTIME_CATS and "correlation" in (e.get("args") or {})}
+
+
+def launch_of(device_event: Event, by_correlation: dict[Any, Event]) -> Event | None:
+    """The runtime call that carries the device event's correlation id, if it is in the trace."""
+    return by_correlation.get((device_event.get("args") or {}).get("correlation"))
+
+
+def op_of(events: list[Event], launch: Event) -> Event | None:
+    """The innermost cpu_op or user_annotation holding a launch call's start."""
+    return innermost_around(events, launch, lambda o: category(o) in OP_CATS)
+
+
+def module_around(events: list[Event], e: Event) -> Event | None:
+    """The innermost ``nn.Module`` scope (other than e) holding e's start."""
+    return innermost_around(events, e, is_module)
+
+
+def device_events_by_module_class(path: Path | str) -> dict[str, int]:
+    """Device events per nn.Module class of the op that launched them (device event -> launch -> op -> module)."""
+    events = complete_events(path)
+    by_corr = launches(events)
+    out: dict[str, int] = {}
+    for d in filter(is_device, events):
+        launch = launch_of(d, by_corr)
+        op = op_of(events, launch) if launch is not None else None
+        module = module_around(events, op) if op is not None else None
+        if module is not None:
+            cls = module_class(module["name"])
+            out[cls] = out.get(cls, 0) + 1
+    return out
+
+
+def calls_by_name(path: Path | str, name: str, cats: frozenset[str] = OP_CATS) -> int:
+    """How many complete events of those categories carry exactly this name."""
+    return sum(1 for e in complete_events(path) if e.get("name") == name and category(e) in cats)
+
+
+def module_calls(path: Path | str, cls: str) -> int:
+    """How many times an nn.Module of this class ran (its python scopes in the trace)."""
+    return sum(1 for e in complete_events(path) if is_module(e) and module_class(e["name"]) == cls)
+
+
+def multi_kernel_norm_ops(path: Path | str, cls: str) -> int:
+    """Norm ops (name containing 'norm') that run directly in a module of class ``cls`` and launch,
+    themselves or through the ops under them, two device events or more; counted once per call.
+
+    "Directly": the op's innermost scope (nn.Module or user_annotation) is that module call, and no
+    cpu_op around it runs inside the same call."""
+    events = complete_events(path)
+    by_corr = launches(events)
+    launched = [x for x in (launch_of(d, by_corr) for d in filter(is_device, events)) if x is not None]
+
+    def scope_of(e: Event) -> Event | None:
+        return innermost_around(events, e, lambda o: is_module(o) or category(o) == "user_annotation")
+
+    count = 0
+    for call in (e for e in events if is_module(e) and module_class(e["name"]) == cls):
+        for op in (e for e in events if category(e) == "cpu_op" and same_thread(e, call) and holds(call, e["ts"])):
+            if scope_of(op) is not call or "norm" not in str(op["name"]).lower():
+                continue
+            parent = innermost_around(events, op, lambda o: category(o) == "cpu_op")
+            if parent is not None and scope_of(parent) is call:
+                continue
+            if sum(1 for x in launched if same_thread(x, op) and holds(op, x["ts"])) >= 2:
+                count += 1
+    return count
+
+
+def compiled_region_kernel_names(path: Path | str, region: str) -> set[str]:
+    """Names of the inductor kernels (cpu_ops named triton_* / cpp_fused*) whose innermost enclosing
+    cpu_op is a ``region`` call."""
+    events = complete_events(path)
+    names = set()
+    for e in events:
+        if category(e) == "cpu_op" and str(e["name"]).startswith(("triton_", "cpp_fused")):
+            parent = innermost_around(events, e, lambda o: category(o) == "cpu_op")
+            if parent is not None and parent["name"] == region:
+                names.add(e["name"])
+    return names
+
+
+def compiled_region_names(path: Path | str) -> list[str]:
+    """Distinct names of the ``Torch-Compiled Region`` cpu_ops, sorted."""
+    return sorted({e["name"] for e in complete_events(path)
+                   if category(e) == "cpu_op" and str(e["name"]).startswith("Torch-Compiled Region")})
