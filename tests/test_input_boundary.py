@@ -83,6 +83,9 @@ def test_user_sql_cannot_change_tables_or_cache(tmp_path, capsys, query):
     with profuse.load(src, cache=False) as fresh:
         want = fresh.con.execute(q).fetchall()[0]
     assert (got["n"], got["d"]) == want and want[0] > 0
+    from oracle import complete_events
+
+    assert want[0] == len(complete_events(src)), "every complete event of the trace (plain json)"
 
 
 def test_user_sql_reaches_no_file(tmp_path, capsys, monkeypatch):
