@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+import test_explorer_browser as explorer_browser
 from conftest import trace_path
 from explorer_util import running
-import test_explorer_browser as explorer_browser
 from test_explorer_browser import open_view, wait_ready
 
 import profuse
