@@ -158,3 +158,22 @@ def test_lane_labels_name_their_kind_and_show_the_full_label_on_hover(page, bert
         assert any(len(k) > 1 for k in by_thread.values())
         page.mouse.move(box["x"] + 600, box["y"] + 5)
         page.wait_for_function("document.querySelector('canvas').title === ''")
+
+
+def test_report_timeline_click_on_a_merged_block_says_how_many_it_holds(page, bert_report):
+    tl = embedded(bert_report.read_text())["0/timeline"]
+    page.goto(bert_report.as_uri() + "#view=timeline")
+    wait_ready(page, "timeline")
+    # what is drawn counts every embedded event once, however it was merged to fit the pixels
+    assert page.evaluate("window.profuseTimeline.drawn.n.reduce((a, b) => a + b, 0)") == sum(tl["n"])
+    block = page.evaluate("""(() => {
+        const tl = window.profuseTimeline, d = tl.drawn;
+        const b = tl.boxes.filter(b => d.id[b.i] < 0 && d.n[b.i] > 1).sort((p, q) => q.w - p.w)[0];
+        return b && { x: b.x, y: b.y, w: b.w, n: d.n[b.i] };
+    })()""")
+    assert block is not None, "the full span of this trace has sub-pixel events"
+    box = page.locator("canvas").first.bounding_box()
+    page.mouse.click(box["x"] + block["x"] + block["w"] / 2, box["y"] + block["y"] + 6)
+    page.wait_for_selector("#details b")
+    assert page.inner_text("#details").startswith(f"{block['n']} events merged, the longest ")
+    assert "sel=" not in page.url, "a block is not an event: nothing to reopen"
