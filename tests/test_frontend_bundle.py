@@ -28,7 +28,8 @@ def test_inline_script_is_the_files_joined_as_they_are():
         src = (frontend.STATIC / name).read_text()
         found = js.index(src, pos)  # each file whole and in order: nothing rewritten
         pos = found + len(src)
-    assert frontend.EXPLORER_START not in js
+    assert (frontend.STATIC / frontend.EXPLORER_START).read_text() not in js
+    assert js.count("profuse.app.start(") == 1, "started once, over the embedded data"
     assert not re.search(r"^\s*(import|export)\b", js, re.MULTILINE), "classic scripts: no module syntax"
 
 

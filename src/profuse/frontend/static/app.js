@@ -23,77 +23,97 @@
     return life;
   }
 
-  function leave(life) {
-    life.left = true;
-    for (const fn of life.leave.splice(0)) fn();
+  /** Shows on the page that `what` failed and sets body[data-ready] to "error". */
+  function fail(what, err) {
+    console.error(err);
+    const message = `${what} failed: ${err && err.message ? err.message : err}`;
+    document.getElementById("status").textContent = "error";
+    document.getElementById("main").prepend(el("p", { class: "error", role: "alert" }, message));
+    document.body.dataset.error = message;
+    document.body.dataset.ready = "error";
   }
 
-  /**
-   * Starts the front end on this page over `source`.
-   * @param {Source} source
-   */
-  async function start(source) {
-    views.bind(source);
-    let ranksMode = false;  // started on a folder of rank traces: the Ranks view is home
-    let life = newLife();
+  class Router {
+    /** @param {Source} source */
+    constructor(source) {
+      this.source = source;
+      this.ranksMode = false;  // started on a folder of rank traces: the Ranks view is home
+      this.life = newLife();
+    }
 
-    const state = () => {
+    /** The view, run and selection the URL holds. */
+    state() {
       const st = Object.fromEntries(new URLSearchParams(location.hash.slice(1)).entries());
-      if (!VIEWS.includes(st.view) || (st.view === "ranks" && !ranksMode)) st.view = ranksMode ? "ranks" : "overview";
+      if (!VIEWS.includes(st.view) || (st.view === "ranks" && !this.ranksMode)) st.view = this.ranksMode ? "ranks" : "overview";
       st.run = parseInt(st.run || "0", 10) || 0;
       return st;
-    };
+    }
 
-    const go = (st, { replace = false, rerender = true } = {}) => {
+    /** Puts `st` in the URL and, unless told not to, renders it. */
+    go(st, { replace = false, rerender = true } = {}) {
       const p = new URLSearchParams();
       for (const [k, v] of Object.entries(st)) if (v !== undefined && v !== null && v !== "") p.set(k, v);
       const hash = "#" + p.toString();
       if (replace) history.replaceState(null, "", hash); else history.pushState(null, "", hash);
-      if (rerender) render();
-    };
+      if (rerender) this.render();
+    }
 
-    const render = async () => {
-      leave(life);
-      const mine = life = newLife();
-      const st = state();
+    /** Leaves the route in place (its onLeave callbacks run) and renders the URL's. */
+    async render() {
+      const old = this.life;
+      old.left = true;
+      for (const fn of old.leave.splice(0)) fn();
+      const mine = this.life = newLife();
+      const st = this.state();
       for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === st.view);
-      const main = document.getElementById("main"), status = document.getElementById("status");
+      const main = document.getElementById("main");
       main.replaceChildren();
-      status.textContent = "loading…";
+      document.getElementById("status").textContent = "loading…";
       delete document.body.dataset.error;
       document.body.dataset.ready = "loading";
       try {
-        await views[st.view](main, st, go, mine);
-        if (mine !== life) return;  // the route changed meanwhile: the newer render reports
-        status.textContent = "";
+        await views[st.view](main, st, (s, opts) => this.go(s, opts), mine);
+        if (mine !== this.life) return;  // the route changed meanwhile: the newer render reports
+        document.getElementById("status").textContent = "";
         document.body.dataset.ready = st.view;
       } catch (err) {
-        if (mine !== life) return;
-        console.error(err);
-        const message = `the ${st.view} view failed: ${err && err.message ? err.message : err}`;
-        status.textContent = "error";
-        main.prepend(el("p", { class: "error", role: "alert" }, message));
-        document.body.dataset.error = message;
-        document.body.dataset.ready = "error";
+        if (mine === this.life) fail(`the ${st.view} view`, err);
       }
-    };
+    }
 
-    const runs = (await source.get("/api/runs")) || [];
-    ranksMode = source.live && runs.some(r => r.rank !== undefined);
-    const sel = document.getElementById("run");
-    const label = r => r.rank !== undefined ? `rank ${r.rank}` : (r.run === 0 ? "A" : "B");
-    sel.replaceChildren(...runs.map(r => el("option", { value: r.run }, `${label(r)}: ${r.path}`)));
-    sel.value = String(state().run);
-    sel.addEventListener("change", () => go({ ...state(), run: sel.value, sel: "", t0: "", t1: "" }));
-    const hide = v => { document.querySelector(`#nav a[data-view="${v}"]`).style.display = "none"; };
-    if (runs.length < 2 || ranksMode) hide("compare");
-    if (!ranksMode) hide("ranks");
-    if (!source.live) hide("compiled");
-    for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {
-      e.preventDefault(); go({ view: a.dataset.view, run: state().run });
-    });
-    window.addEventListener("popstate", render);
-    await render();
+    /** The run picker, the navigation and the first render. */
+    async boot() {
+      const runs = (await this.source.get("/api/runs")) || [];
+      this.ranksMode = this.source.live && runs.some(r => r.rank !== undefined);
+      const sel = document.getElementById("run");
+      const label = r => r.rank !== undefined ? `rank ${r.rank}` : (r.run === 0 ? "A" : "B");
+      sel.replaceChildren(...runs.map(r => el("option", { value: r.run }, `${label(r)}: ${r.path}`)));
+      sel.value = String(this.state().run);
+      sel.addEventListener("change", () => this.go({ ...this.state(), run: sel.value, sel: "", t0: "", t1: "" }));
+      const hide = v => { document.querySelector(`#nav a[data-view="${v}"]`).style.display = "none"; };
+      if (runs.length < 2 || this.ranksMode) hide("compare");
+      if (!this.ranksMode) hide("ranks");
+      if (!this.source.live) hide("compiled");
+      for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {
+        e.preventDefault(); this.go({ view: a.dataset.view, run: this.state().run });
+      });
+      window.addEventListener("popstate", () => this.render());
+      await this.render();
+    }
+  }
+
+  /**
+   * Starts the front end on this page over `source`: the one entry (start_explorer.js and
+   * start_report.js call it).
+   * @param {Source} source
+   */
+  async function start(source) {
+    views.bind(source);
+    try {
+      await new Router(source).boot();
+    } catch (err) {
+      fail("starting", err);
+    }
   }
 
   profuse.app = { start };
