@@ -20,6 +20,20 @@
    */
 
   /**
+   * What the model reads of the timeline payload: one entry per event or merged block (id -1 for
+   * a block of several, n its count), names and kinds interned; t0..t1 the window it was cut for,
+   * span the trace's, bucket_us its level of detail (events shorter than that were merged).
+   * @typedef {{lane: number[], row: number[], ts: number[], dur: number[], name: number[],
+   *   kind: number[], id: number[], n: number[], names: string[], kinds: string[],
+   *   t0?: number, t1?: number, span?: [number, number], bucket_us?: number}} TimelineColumns
+   */
+
+  /**
+   * What the model reads of a lane of the payload (kind optional: derived from the label if absent).
+   * @typedef {{lane: number, label: string, rows: number, kind?: string}} LanePayload
+   */
+
+  /**
    * A lane as the front end draws it: the payload's lane with its top y, its kind and the place it
    * belongs to (the thread or device stream), apart.
    * @typedef {{lane: number, label: string, rows: number, y: number, kind: string, place: string}} LaidLane
@@ -91,6 +105,8 @@
   /**
    * The lane's kind: the payload's `kind` when it names one, else read from its label, whose last
    * part names it ("main · ops", "GPU 0 · stream 7").
+   * @param {LanePayload} lane
+   * @returns {string}
    */
   function laneKind(lane) {
     if (LANE_KINDS.includes(lane.kind)) return lane.kind;
@@ -109,6 +125,7 @@
 
   /**
    * Lanes stacked top to bottom, `rowHeight` per row and `gap` between lanes.
+   * @param {LanePayload[]} lanes
    * @returns {{lanes: LaidLane[], height: number}}
    */
   function layoutLanes(lanes, rowHeight, gap) {
@@ -147,7 +164,9 @@
   /**
    * A box per event in the window, clipped to it: events outside the window or in no known lane
    * get none.
+   * @param {TimelineColumns} data
    * @param {Map<number, LaidLane>} lanesById
+   * @param {Window} win
    * @returns {Box[]}
    */
   function layoutBoxes(data, lanesById, win, rowHeight) {
@@ -190,6 +209,8 @@
   /**
    * Whether the loaded data can draw the view at this width: it covers the view (within the trace's
    * span) and its blocks are no coarser than a pixel.
+   * @param {TimelineColumns | null} data
+   * @param {[number, number]} view
    * @returns {boolean}
    */
   function covers(data, view, width) {
@@ -204,6 +225,9 @@
    * a pixel) merge into one block. A block keeps the count of what it holds (n adds up), its extent,
    * and the name and kind of its longest member; its id is -1 unless it holds one event. Events out
    * of the window are left out. The result has the columns of the payload's timeline.
+   * @param {TimelineColumns} data
+   * @param {Window} win
+   * @returns {TimelineColumns}
    */
   function decimate(data, win, minPx = 1) {
     const cols = { lane: [], row: [], ts: [], dur: [], name: [], kind: [], id: [], n: [] };
@@ -241,7 +265,11 @@
     return { ...data, ...cols };
   }
 
-  /** The data index of the event with this id, or null. */
+  /**
+   * The data index of the event with this id, or null.
+   * @param {TimelineColumns | null} data
+   * @returns {number | null}
+   */
   function indexOfId(data, id) {
     if (!data || id === null || id === undefined || id < 0) return null;
     const i = data.id.indexOf(id);
@@ -250,6 +278,7 @@
 
   /**
    * What the data itself says of row i: all an HTML report (no server) can show of a selection.
+   * @param {TimelineColumns} data
    * @returns {{id: number, name: string, kind: string, ts: number, dur: number, n: number}}
    */
   function eventAt(data, i) {

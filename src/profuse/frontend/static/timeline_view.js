@@ -30,7 +30,14 @@
       container.appendChild(this.canvas);
       /** @type {LaidLane[]} */
       this.lanes = [];
-      this.data = null; this.drawn = null; this.view = null; this.boxes = [];
+      /** @type {TimelineColumns | null} what the source sent for the view */
+      this.data = null;
+      /** @type {TimelineColumns | null} what is drawn: `data` at this width's level of detail */
+      this.drawn = null;
+      /** @type {[number, number] | null} */
+      this.view = null;
+      /** @type {Box[]} */
+      this.boxes = [];
       this.highlight = new Set(); this.arrows = []; this.positions = new Map();
       this.selected = null; this.pending = 0; this.destroyed = false;
       this.listeners = new AbortController();
