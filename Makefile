@@ -28,7 +28,9 @@ demo: venv
 browser:
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
+# The front end's JS unit tests (node's built-in runner, node >= 20) first, then the Python suite.
 test: venv browser
+	node --test tests/js/
 	$(BIN)/python -m pytest -q -p no:logging
 
 lint: venv

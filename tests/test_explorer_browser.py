@@ -48,9 +48,16 @@ def page(browser, request):
     assert not errors, errors
 
 
+def wait_ready(page, view):
+    """Wait until the view has rendered or failed; fail the test unless it rendered."""
+    page.wait_for_selector(f"body[data-ready={view}], body[data-ready=error]", timeout=15000)
+    ready = page.get_attribute("body", "data-ready")
+    assert ready == view, f"the {view} view did not render: {page.get_attribute('body', 'data-error')}"
+
+
 def open_view(page, url, view, extra=""):
     page.goto(f"{url}/#view={view}{extra}")
-    page.wait_for_selector(f"body[data-ready={view}]", timeout=15000)
+    wait_ready(page, view)
 
 
 @pytest.fixture(scope="module")

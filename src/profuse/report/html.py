@@ -2,31 +2,13 @@
 explorer's overview, ops, modules and a decimated timeline, built from the same front end."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from ..frontend import STATIC, payload_json
+from ..frontend import STATIC, inline_script, payload_json, script_tags
 from ..trace import Trace
 
-ORDER = ("dom.js", "api.js", "timeline.js", "views.js", "app.js")
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
        "base-uri 'none'; form-action 'none'")
-_IMPORT = re.compile(r"^import .*?;\s*$", re.MULTILINE)
-_EXPORT = re.compile(r"^export (?=(async )?(function|class|const|let))", re.MULTILINE)
-
-
-def bundle_js() -> str:
-    """The explorer's ES modules as one inline module: imports dropped, exports made local."""
-    parts = []
-    for name in ORDER:
-        src = (STATIC / name).read_text()
-        src = _IMPORT.sub("", src)
-        src = _EXPORT.sub("", src)
-        src = src.replace("import * as views from \"./views.js\";", "")
-        parts.append(f"// --- {name}\n{src}")
-    js = "\n".join(parts)
-    js = js.replace("views[st.view]", "({ranks, overview, ops, timeline, modules, compiled, compare})[st.view]")
-    return js.replace("</script", "<\\/script")
 
 
 def payload(trace: Trace, *, keep_metadata: bool, timeline_width: int = 3000) -> dict[str, Any]:
@@ -51,6 +33,6 @@ def render_html(trace: Trace, *, keep_metadata: bool = False) -> str:
     page = page.replace("<head>", f'<head>\n<meta http-equiv="Content-Security-Policy" content="{CSP}">', 1)
     data = payload_json(payload(trace, keep_metadata=keep_metadata))
     script = (f'<script type="application/json" id="profuse-data">{data}</script>\n'
-              f"<script type=\"module\">{bundle_js()}</script>")
-    page = page.replace('<script type="module" src="/assets/app.js"></script>', script)
+              f"<script>{inline_script()}</script>\n")
+    page = page.replace(script_tags(), script)
     return page.replace("<title>profuse explorer</title>", "<title>profuse report</title>")

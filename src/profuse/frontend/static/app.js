@@ -1,58 +1,120 @@
-// The explorer: a hash router over the views. The URL carries the view and the selection.
-import { get, isReport } from "./api.js";
-import { el } from "./dom.js";
-import * as views from "./views.js";
+// The front end's one entry, start(source): a hash router over the views, reading from `source`
+// (the explorer's HTTP API or a report's embedded payload, see api.js). The URL carries the view
+// and the selection. body[data-ready] is the view's name once it rendered, "error" if it threw
+// (the error is shown on the page and in body[data-error]); tests wait on it.
+(function (profuse) {
+  "use strict";
 
-const VIEWS = ["ranks", "overview", "ops", "timeline", "modules", "compiled", "compare"];
-let ranksMode = false;  // started on a folder of rank traces: the Ranks view is home
+  const { el } = profuse.dom;
+  const views = profuse.views;
+  const VIEWS = ["ranks", "overview", "ops", "timeline", "modules", "compiled", "compare"];
 
-function state() {
-  const p = new URLSearchParams(location.hash.slice(1));
-  const st = Object.fromEntries(p.entries());
-  if (!VIEWS.includes(st.view) || (st.view === "ranks" && !ranksMode)) st.view = ranksMode ? "ranks" : "overview";
-  st.run = parseInt(st.run || "0", 10) || 0;
-  return st;
-}
+  /**
+   * What the route in place holds: callbacks to run when it is left.
+   * @typedef {{left: boolean, leave: Array<() => void>, onLeave: (fn: () => void) => void}} Life
+   */
 
-function go(st, { replace = false, rerender = true } = {}) {
-  const p = new URLSearchParams();
-  for (const [k, v] of Object.entries(st)) if (v !== undefined && v !== null && v !== "") p.set(k, v);
-  const hash = "#" + p.toString();
-  if (replace) history.replaceState(null, "", hash); else history.pushState(null, "", hash);
-  if (rerender) render();
-}
-
-async function render() {
-  const st = state();
-  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === st.view);
-  const main = document.getElementById("main");
-  main.replaceChildren();
-  document.getElementById("status").textContent = "loading…";
-  try {
-    await views[st.view](main, st, go);
-    document.getElementById("status").textContent = "";
-  } catch (err) {
-    document.getElementById("status").textContent = "error: " + err;
+  /** @returns {Life} */
+  function newLife() {
+    const life = {
+      left: false, leave: [],
+      onLeave(fn) { if (life.left) fn(); else life.leave.push(fn); },
+    };
+    return life;
   }
-  document.body.dataset.ready = st.view;
-}
 
-async function start() {
-  const runs = (await get("/api/runs")) || [];
-  ranksMode = !isReport && runs.some(r => r.rank !== undefined);
-  const sel = document.getElementById("run");
-  const label = r => r.rank !== undefined ? `rank ${r.rank}` : (r.run === 0 ? "A" : "B");
-  sel.replaceChildren(...runs.map(r => el("option", { value: r.run }, `${label(r)}: ${r.path}`)));
-  sel.value = String(state().run);
-  sel.addEventListener("change", () => go({ ...state(), run: sel.value, sel: "", t0: "", t1: "" }));
-  if (runs.length < 2 || ranksMode) document.querySelector('#nav a[data-view="compare"]').style.display = "none";
-  if (!ranksMode) document.querySelector('#nav a[data-view="ranks"]').style.display = "none";
-  if (isReport) for (const v of ["compiled"]) document.querySelector(`#nav a[data-view="${v}"]`).style.display = "none";
-  for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {
-    e.preventDefault(); go({ view: a.dataset.view, run: state().run });
-  });
-  window.addEventListener("popstate", render);
-  await render();
-}
+  /** Shows on the page that `what` failed and sets body[data-ready] to "error". */
+  function fail(what, err) {
+    console.error(err);
+    const message = `${what} failed: ${err && err.message ? err.message : err}`;
+    document.getElementById("status").textContent = "error";
+    document.getElementById("main").prepend(el("p", { class: "error", role: "alert" }, message));
+    document.body.dataset.error = message;
+    document.body.dataset.ready = "error";
+  }
 
-start();
+  class Router {
+    /** @param {Source} source */
+    constructor(source) {
+      this.source = source;
+      this.ranksMode = false;  // started on a folder of rank traces: the Ranks view is home
+      this.life = newLife();
+    }
+
+    /** The view, run and selection the URL holds. */
+    state() {
+      const st = Object.fromEntries(new URLSearchParams(location.hash.slice(1)).entries());
+      if (!VIEWS.includes(st.view) || (st.view === "ranks" && !this.ranksMode)) st.view = this.ranksMode ? "ranks" : "overview";
+      st.run = parseInt(st.run || "0", 10) || 0;
+      return st;
+    }
+
+    /** Puts `st` in the URL and, unless told not to, renders it. */
+    go(st, { replace = false, rerender = true } = {}) {
+      const p = new URLSearchParams();
+      for (const [k, v] of Object.entries(st)) if (v !== undefined && v !== null && v !== "") p.set(k, v);
+      const hash = "#" + p.toString();
+      if (replace) history.replaceState(null, "", hash); else history.pushState(null, "", hash);
+      if (rerender) this.render();
+    }
+
+    /** Leaves the route in place (its onLeave callbacks run) and renders the URL's. */
+    async render() {
+      const old = this.life;
+      old.left = true;
+      for (const fn of old.leave.splice(0)) fn();
+      const mine = this.life = newLife();
+      const st = this.state();
+      for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === st.view);
+      const main = document.getElementById("main");
+      main.replaceChildren();
+      document.getElementById("status").textContent = "loading…";
+      delete document.body.dataset.error;
+      document.body.dataset.ready = "loading";
+      try {
+        await views[st.view](main, st, (s, opts) => this.go(s, opts), mine);
+        if (mine !== this.life) return;  // the route changed meanwhile: the newer render reports
+        document.getElementById("status").textContent = "";
+        document.body.dataset.ready = st.view;
+      } catch (err) {
+        if (mine === this.life) fail(`the ${st.view} view`, err);
+      }
+    }
+
+    /** The run picker, the navigation and the first render. */
+    async boot() {
+      const runs = (await this.source.get("/api/runs")) || [];
+      this.ranksMode = this.source.live && runs.some(r => r.rank !== undefined);
+      const sel = document.getElementById("run");
+      const label = r => r.rank !== undefined ? `rank ${r.rank}` : (r.run === 0 ? "A" : "B");
+      sel.replaceChildren(...runs.map(r => el("option", { value: r.run }, `${label(r)}: ${r.path}`)));
+      sel.value = String(this.state().run);
+      sel.addEventListener("change", () => this.go({ ...this.state(), run: sel.value, sel: "", t0: "", t1: "" }));
+      const hide = v => { document.querySelector(`#nav a[data-view="${v}"]`).style.display = "none"; };
+      if (runs.length < 2 || this.ranksMode) hide("compare");
+      if (!this.ranksMode) hide("ranks");
+      if (!this.source.live) hide("compiled");
+      for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {
+        e.preventDefault(); this.go({ view: a.dataset.view, run: this.state().run });
+      });
+      window.addEventListener("popstate", () => this.render());
+      await this.render();
+    }
+  }
+
+  /**
+   * Starts the front end on this page over `source`: the one entry (start_explorer.js and
+   * start_report.js call it).
+   * @param {Source} source
+   */
+  async function start(source) {
+    views.bind(source);
+    try {
+      await new Router(source).boot();
+    } catch (err) {
+      fail("starting", err);
+    }
+  }
+
+  profuse.app = { start };
+})(globalThis.profuse = globalThis.profuse || {});

@@ -1,5 +1,9 @@
 // Building DOM from data: every string goes through textContent, never innerHTML.
-export function el(tag, attrs = {}, ...children) {
+// A classic script (body not indented) that adds `profuse.dom`.
+(function (profuse) {
+"use strict";
+
+function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (k === "class") node.className = v;
@@ -20,7 +24,7 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-export function fmtUs(us) {
+function fmtUs(us) {
   if (us === null || us === undefined) return "";
   const a = Math.abs(us);
   if (a >= 1e6) return (us / 1e6).toFixed(2) + " s";
@@ -28,14 +32,14 @@ export function fmtUs(us) {
   return us.toFixed(1) + " µs";
 }
 
-export function fmtBytes(b) {
+function fmtBytes(b) {
   if (b >= 1e9) return (b / 1e9).toFixed(2) + " GB";
   if (b >= 1e6) return (b / 1e6).toFixed(1) + " MB";
   if (b >= 1e3) return (b / 1e3).toFixed(1) + " kB";
   return b + " B";
 }
 
-export function table(columns, rows, { onRow, selected, sortable = true } = {}) {
+function table(columns, rows, { onRow, selected, sortable = true } = {}) {
   // columns: [{key, label, name?: bool, fmt?: fn}]; rows: array of objects
   let sortKey = null, asc = false;
   const tbody = el("tbody");
@@ -61,3 +65,6 @@ export function table(columns, rows, { onRow, selected, sortable = true } = {}) 
   render();
   return el("table", {}, el("thead", {}, head), tbody);
 }
+
+profuse.dom = { el, fmtUs, fmtBytes, table };
+})(globalThis.profuse = globalThis.profuse || {});

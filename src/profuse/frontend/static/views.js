@@ -1,9 +1,28 @@
 // The explorer's views. Each renders into `main` from JSON; strings go in as text only.
-import { get, isReport } from "./api.js";
-import { el, fmtBytes, fmtUs, table } from "./dom.js";
-import { Timeline } from "./timeline.js";
+// A classic script (body not indented) that adds `profuse.views`: view(main, st, go, life), where
+// life.onLeave(fn) runs fn when the route changes (a timeline's destroy).
+(function (profuse) {
+"use strict";
 
-export async function overview(main, st) {
+const { el, fmtBytes, fmtUs, table } = profuse.dom;
+const { Timeline } = profuse.timelineView;
+
+/** @type {Source | null} */
+let source = null;
+let isReport = false;  // data embedded in an HTML report: no server to ask
+
+/** Every view reads from this source from now on (app.start calls it once). */
+function bind(src) {
+  source = src;
+  isReport = !src.live;
+}
+
+/** The JSON at an API path ("/api/0/overview"), or null where the source has none. */
+function get(path) {
+  return source.get(path);
+}
+
+async function overview(main, st) {
   const o = await get(`/api/${st.run}/overview`);
   if (!o) return main.append(el("p", {}, "no data"));
   const s = o.summary, dev = o.device_label;
@@ -36,7 +55,7 @@ export async function overview(main, st) {
   }
 }
 
-export async function ops(main, st, go) {
+async function ops(main, st, go) {
   const group = st.group || "op";
   const d = await get(`/api/${st.run}/ops?group_by=${group}`);
   if (!d) return main.append(el("p", {}, "no data (the report embeds the op grouping only)"));
@@ -64,8 +83,9 @@ export async function ops(main, st, go) {
 
 function details(box, ev, st, pick) {
   box.replaceChildren();
-  if (!ev) return box.append(el("span", { class: "muted" }, "click an op or a kernel"));
-  box.append(el("div", {}, el("b", {}, ev.name), el("span", { class: "muted" }, ` · ${ev.kind} · starts ${fmtUs(ev.ts)} · lasts ${fmtUs(ev.dur)}`)));
+  if (!ev) return box.append(el("span", { class: "muted" }, "click an event to select it"));
+  const what = ev.n > 1 ? `${ev.n} events merged, the longest ` : "";
+  box.append(el("div", {}, what, el("b", {}, ev.name), el("span", { class: "muted" }, ` · ${ev.kind} · starts ${fmtUs(ev.ts)} · lasts ${fmtUs(ev.dur)}`)));
   for (const r of ev.replays || []) {
     box.append(el("div", { class: "replay" }, `graph replay: ${r.kernels} kernel(s) from ${fmtUs(r.ts)} to ${fmtUs(r.end)}`));
   }
@@ -85,22 +105,29 @@ function details(box, ev, st, pick) {
   if (ev.unlinked) box.append(el("div", { class: "warn" }, `not linked: ${ev.unlinked}`));
 }
 
-export async function timeline(main, st, go) {
+async function timeline(main, st, go, life) {
   const wrap = el("div", { id: "tl-wrap" });
   const box = el("div", { id: "details" });
-  main.append(el("div", { class: "toolbar muted" }, "wheel or W/S to zoom · drag or A/D to pan · 0 to reset · click to select"), wrap, box);
-  const tl = new Timeline(wrap, st.run, {
+  const hint = isReport ? "click an event for its name, kind, start and duration"
+    : "click an op or a kernel for its launches, kernels and chains";
+  main.append(el("div", { class: "toolbar muted" }, `wheel or W/S to zoom · drag or A/D to pan · 0 to reset · ${hint}`),
+    wrap, box);
+  const tl = new Timeline(wrap, source, st.run, {
     onSelect: (ev, id) => { details(box, ev, st, pick); go({ ...st, sel: id ?? "" }, { replace: true, rerender: false }); },
     onView: v => go({ ...st, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
   });
   const pick = id => tl.select(id);
-  window.profuseTimeline = tl;
+  window.profuseTimeline = tl;  // for tests: positions, highlight and arrows of what is drawn
+  life.onLeave(() => {
+    tl.destroy();
+    if (window.profuseTimeline === tl) delete window.profuseTimeline;
+  });
   await tl.init(st.t0 && st.t1 ? [parseFloat(st.t0), parseFloat(st.t1)] : null);
   details(box, null, st);
   if (st.sel !== undefined && st.sel !== "") details(box, await tl.select(parseInt(st.sel, 10)), st, pick);
 }
 
-export async function modules(main, st) {
+async function modules(main, st) {
   const d = await get(`/api/${st.run}/modules`);
   if (!d || !d.nodes.length) return main.append(el("p", { class: "muted" }, "no nn.Module scopes in this trace (record with the python stream)"));
   main.append(table([
@@ -109,7 +136,7 @@ export async function modules(main, st) {
     { key: "cpu_us", label: "CPU time", fmt: fmtUs }], d.nodes, { sortable: false }));
 }
 
-export async function compiled(main, st) {
+async function compiled(main, st) {
   const d = await get(`/api/${st.run}/compiled`);
   for (const n of (d && d.neffs) || []) neffSection(main, n);
   if (!d || !d.regions.length) {
@@ -145,7 +172,7 @@ function neffSection(main, n) {
     { key: "framework", label: "Framework op", name: true, fmt: v => v || "-" }], n.sources, { sortable: false }));
 }
 
-export async function compare(main, st) {
+async function compare(main, st, go, life) {
   const d = await get(`/api/compare`);
   if (!d || d.error) return main.append(el("p", { class: "muted" }, (d && d.error) || "compare needs two runs: profuse explore A B"));
   main.append(el("h2", { id: "compare-title" }, `${fmtUs(d.a_device_us)} → ${fmtUs(d.b_device_us)}: ${d.speedup.toFixed(2)}x`),
@@ -160,7 +187,8 @@ export async function compare(main, st) {
   main.append(el("h2", {}, "Both timelines, one time scale"));
   const wa = el("div", { id: "tl-a" }), wb = el("div", { id: "tl-b" });
   main.append(el("div", { class: "split" }, el("div", { class: "muted" }, "A"), wa, el("div", { class: "muted" }, "B"), wb));
-  const a = new Timeline(wa, 0), b = new Timeline(wb, 1);
+  const a = new Timeline(wa, source, 0), b = new Timeline(wb, source, 1);
+  life.onLeave(() => { a.destroy(); b.destroy(); });
   await Promise.all([a.init(null), b.init(null)]);
   const lo = Math.min(a.span[0], b.span[0]), hi = Math.max(a.span[1], b.span[1]);
   const sync = (src, dst) => { src.onView = v => dst.setView(v[0], v[1], { silent: true }); };
@@ -169,7 +197,7 @@ export async function compare(main, st) {
 }
 
 // Ranks of a distributed run (profuse explore DIR): click a rank to open its own views.
-export async function ranks(main, st, go) {
+async function ranks(main, st, go) {
   const d = await get("/api/ranks");
   if (!d || d.error) return main.append(el("p", { class: "muted" }, (d && d.error) || "no ranks: profuse explore DIR"));
   const runs = (await get("/api/runs")) || [];
@@ -221,3 +249,6 @@ export async function ranks(main, st, go) {
       { key: "recommendation", label: "Do", name: true }], d.fusion));
   }
 }
+
+profuse.views = { bind, ranks, overview, ops, timeline, modules, compiled, compare };
+})(globalThis.profuse = globalThis.profuse || {});

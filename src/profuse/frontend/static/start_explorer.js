@@ -1,0 +1,2 @@
+// The explorer's page: the front end over the server's HTTP API.
+profuse.app.start(profuse.api.httpSource());

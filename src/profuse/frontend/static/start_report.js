@@ -1,0 +1,2 @@
+// A self-contained HTML report: the front end over the payload embedded in the page.
+profuse.app.start(profuse.api.embeddedSourceFrom("profuse-data"));

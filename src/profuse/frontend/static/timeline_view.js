@@ -1,0 +1,247 @@
+// The timeline's canvas: draws what timeline_model.js lays out and turns wheel, drag, keys and clicks
+// into model calls. Every listener it adds goes through one AbortController, so destroy() removes
+// them all (the window's included) along with the canvas.
+(function (profuse) {
+  "use strict";
+
+  const M = profuse.timelineModel;
+  const ROW = 14, LANE_GAP = 6, LABEL_W = 220, BADGE_W = 52;
+  const COLORS = { cpu_op: "#5b8def", annotation: "#9aa5b1", python: "#c9b6e4", runtime: "#f2b05e", sync: "#e07a7a",
+    kernel: "#3fb27f", memcpy: "#e3c14f", memset: "#d9a441", gpu_annotation: "#b0c4b1", device_other: "#9ccbb5",
+    other: "#bbbbbb" };
+  const LANE_COLORS = { scopes: "#8e7cc3", ops: "#5b8def", runtime: "#d98c2b", stream: "#2f9e6b", lane: "#888888" };
+
+  /**
+   * Lanes of rows on a canvas, zoomed and panned in place; a click selects an event.
+   * onSelect(ev, id) gets the server's details of the event (explorer) or what the embedded data
+   * says of it (report); onView(view) gets the window after each zoom or pan.
+   */
+  class Timeline {
+    /**
+     * @param {HTMLElement} container
+     * @param {Source} source
+     * @param {number} run
+     */
+    constructor(container, source, run, { onSelect, onView } = {}) {
+      this.source = source; this.run = run; this.onSelect = onSelect; this.onView = onView;
+      this.canvas = document.createElement("canvas");
+      this.canvas.tabIndex = 0;
+      this.canvas.setAttribute("aria-label", "timeline");
+      container.appendChild(this.canvas);
+      /** @type {LaidLane[]} */
+      this.lanes = [];
+      /** @type {TimelineColumns | null} what the source sent for the view */
+      this.data = null;
+      /** @type {TimelineColumns | null} what is drawn: `data` at this width's level of detail */
+      this.drawn = null;
+      /** @type {[number, number] | null} */
+      this.view = null;
+      /** @type {Box[]} */
+      this.boxes = [];
+      this.highlight = new Set(); this.arrows = []; this.positions = new Map();
+      this.selected = null; this.pending = 0; this.destroyed = false;
+      this.listeners = new AbortController();
+      this._bind();
+    }
+
+    /** Loads the lanes and the whole span, then shows `view` (or everything). */
+    async init(view) {
+      const laid = M.layoutLanes((await this.source.get(`/api/${this.run}/lanes`)) || [], ROW, LANE_GAP);
+      this.lanes = laid.lanes;
+      this.height = Math.max(laid.height, 40);
+      const full = await this.source.get(`/api/${this.run}/timeline?width=${this.width()}`);
+      if (this.destroyed) return;
+      this.span = full ? full.span : [0, 1];
+      this.view = view && view[1] > view[0] ? view : [this.span[0], this.span[1]];
+      this.data = full;
+      this.resize();
+      await this.fetch();
+      this.draw();
+    }
+
+    /** Removes the canvas and every listener this timeline added; later replies are dropped. */
+    destroy() {
+      this.destroyed = true;
+      this.listeners.abort();
+      clearTimeout(this._timer);
+      this.canvas.remove();
+    }
+
+    width() { return Math.max((this.canvas.parentElement?.clientWidth || 1200) - LABEL_W, 200); }
+
+    /** @returns {Window} */
+    window() { return M.makeWindow(this.view[0], this.view[1], LABEL_W, this.width()); }
+
+    resize() {
+      const dpr = window.devicePixelRatio || 1;
+      const w = this.width() + LABEL_W;
+      this.canvas.width = w * dpr; this.canvas.height = this.height * dpr;
+      this.canvas.style.width = w + "px"; this.canvas.style.height = this.height + "px";
+      this.ctx = this.canvas.getContext("2d"); this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    }
+
+    setView(a, b, { silent = false } = {}) {
+      if (this.destroyed || !this.view) return;
+      this.view = M.clampSpan(a, b);
+      this.draw();
+      if (!silent && this.onView) this.onView(this.view);
+      clearTimeout(this._timer);
+      this._timer = setTimeout(() => this.fetch(), 25);
+    }
+
+    /** Asks the server for the view at this width unless the data in hand already draws it. */
+    async fetch() {
+      if (!this.source.live || M.covers(this.data, this.view, this.width())) return this.draw();
+      const ticket = ++this.pending;
+      const [a, b] = this.view;
+      const d = await this.source.get(`/api/${this.run}/timeline?t0=${a}&t1=${b}&width=${this.width()}`);
+      if (this.destroyed || ticket !== this.pending || !d) return;
+      this.data = d; this.draw();
+    }
+
+    draw() {
+      const ctx = this.ctx;
+      if (!ctx || this.destroyed) return;
+      ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+      ctx.font = "11px system-ui, sans-serif";
+      for (const l of this.lanes) this._drawLabel(l);
+      if (!this.data) return;
+      const win = this.window();
+      const d = this.drawn = M.decimate(this.data, win);
+      this.boxes = M.layoutBoxes(d, new Map(this.lanes.map(l => [l.lane, l])), win, ROW);
+      this.positions = new Map();
+      for (const b of this.boxes) {
+        this._drawBox(d, b);
+        if (d.id[b.i] >= 0) this.positions.set(d.id[b.i], [b.x, b.y, b.w]);
+      }
+      this._drawArrows();
+    }
+
+    /** A lane's kind as a coloured badge, then its place cut in the middle to fit (all of it on hover). */
+    _drawLabel(l) {
+      const ctx = this.ctx;
+      ctx.fillStyle = "#f4f4f6"; ctx.fillRect(0, l.y, LABEL_W - 4, l.rows * ROW);
+      ctx.fillStyle = LANE_COLORS[l.kind] || LANE_COLORS.lane; ctx.fillRect(2, l.y + 1, BADGE_W - 4, ROW - 2);
+      ctx.fillStyle = "#fff"; ctx.fillText(l.kind, 5, l.y + 11, BADGE_W - 8);
+      ctx.fillStyle = "#333";
+      const room = LABEL_W - BADGE_W - 8;
+      ctx.fillText(M.middleTruncate(l.place, room, s => ctx.measureText(s).width), BADGE_W + 2, l.y + 11);
+    }
+
+    _drawBox(d, b) {
+      const ctx = this.ctx, i = b.i, id = d.id[i];
+      const hot = id >= 0 && (this.highlight.has(id) || id === this.selected);
+      ctx.fillStyle = hot ? "#d6336c" : (COLORS[d.kinds[d.kind[i]]] || "#999");
+      ctx.globalAlpha = d.n[i] > 1 ? 0.55 : 1;
+      ctx.fillRect(b.x, b.y + 1, b.w, ROW - 2);
+      ctx.globalAlpha = 1;
+      if (b.w > 30) {
+        ctx.save(); ctx.beginPath(); ctx.rect(b.x, b.y, b.w, ROW); ctx.clip();
+        ctx.fillStyle = "#fff"; ctx.fillText((d.n[i] > 1 ? `${d.n[i]}× ` : "") + d.names[d.name[i]], b.x + 2, b.y + 11);
+        ctx.restore();
+      }
+    }
+
+    _drawArrows() {
+      const ctx = this.ctx;
+      ctx.strokeStyle = "#d6336c"; ctx.fillStyle = "#d6336c"; ctx.lineWidth = 1.5;
+      for (const [from, to] of this.arrows) {
+        const a = this.positions.get(from), b = this.positions.get(to);
+        if (!a || !b) continue;
+        const ax = a[0] + Math.min(a[2], 4), ay = a[1] + ROW - 2, bx = b[0] + 1, by = b[1] + 2;
+        ctx.beginPath(); ctx.moveTo(ax, ay); ctx.lineTo(bx, by); ctx.stroke();
+        ctx.beginPath(); ctx.moveTo(bx, by); ctx.lineTo(bx - 4, by - 6); ctx.lineTo(bx + 3, by - 6); ctx.fill();
+      }
+    }
+
+    /** The drawn data's index at canvas (x, y), or null. */
+    hit(x, y) { return M.hitTest(this.boxes, x, y); }
+
+    /**
+     * Selects the event with this id (null: none). A live source gives its links (launches, kernels,
+     * op and module chains), highlighted and drawn as arrows; an embedded one what its data holds.
+     */
+    async select(id) {
+      this.selected = id; this.highlight = new Set(); this.arrows = [];
+      if (id === null) { this.draw(); if (this.onSelect) this.onSelect(null, null); return null; }
+      let ev = null;
+      if (this.source.live) {
+        ev = await this.source.get(`/api/${this.run}/event/${id}`);
+        if (this.destroyed) return null;
+        if (ev) this._link(id, ev);
+      } else {
+        const d = M.indexOfId(this.drawn, id) !== null ? this.drawn : this.data;
+        const i = M.indexOfId(d, id);
+        if (i !== null) ev = M.eventAt(d, i);
+      }
+      this.draw();
+      if (this.onSelect) this.onSelect(ev, id);
+      return ev;
+    }
+
+    /** Highlights and arrows for the server's details of event `id`. */
+    _link(id, ev) {
+      for (const l of ev.launches || []) { this.highlight.add(l.id); this.arrows.push([id, l.id]); }
+      // a graph replay is one flow, launch -> its first kernel; every kernel of it is highlighted
+      const replayed = new Set((ev.replays || []).map(r => r.launch));
+      for (const k of ev.kernels || []) {
+        this.highlight.add(k.id);
+        if (!replayed.has(k.launch)) this.arrows.push([k.launch, k.id]);
+      }
+      for (const r of ev.replays || []) this.arrows.push([r.launch, r.first]);
+      if (ev.launch) { this.highlight.add(ev.launch.id); this.arrows.push([ev.launch.id, id]); }
+      for (const o of ev.ops || []) this.highlight.add(o.id);
+      if (ev.ops && ev.ops[0] && ev.launch) this.arrows.push([ev.ops[0].id, ev.launch.id]);
+    }
+
+    /**
+     * A click at drawn index i: an event selects it; a merged block zooms into it where a server can
+     * send its members, else (a report) is selected as a block.
+     */
+    _click(i) {
+      if (i === null) return this.select(null);
+      const d = this.drawn;
+      if (d.id[i] >= 0) return this.select(d.id[i]);
+      if (this.source.live) return this.setView(d.ts[i], d.ts[i] + Math.max(d.dur[i], M.MIN_SPAN));
+      this.selected = null; this.highlight = new Set(); this.arrows = [];
+      this.draw();
+      if (this.onSelect) this.onSelect(M.eventAt(d, i), null);
+      return null;
+    }
+
+    _bind() {
+      const c = this.canvas, opts = { signal: this.listeners.signal };
+      c.addEventListener("wheel", e => {
+        e.preventDefault();
+        const v = M.zoomAt(this.window(), e.offsetX, e.deltaY > 0 ? 1.25 : 0.8);
+        this.setView(v[0], v[1]);
+      }, { ...opts, passive: false });
+      let drag = null;
+      c.addEventListener("mousedown", e => { drag = { x: e.clientX, win: this.window(), moved: false }; }, opts);
+      c.addEventListener("mousemove", e => {  // the full label of the lane under the pointer
+        const lane = e.offsetX < LABEL_W ? M.laneAt(this.lanes, e.offsetY, ROW) : null;
+        const title = lane ? `${lane.kind}: ${lane.label}` : "";
+        if (c.title !== title) c.title = title;
+      }, opts);
+      window.addEventListener("mousemove", e => {
+        if (!drag) return;
+        const dx = e.clientX - drag.x;
+        if (Math.abs(dx) > 3) drag.moved = true;
+        if (drag.moved) { const v = M.panBy(drag.win, dx); this.setView(v[0], v[1]); }
+      }, opts);
+      window.addEventListener("mouseup", e => {
+        if (drag && !drag.moved && e.target === c) this._click(this.hit(e.offsetX, e.offsetY));
+        drag = null;
+      }, opts);
+      c.addEventListener("keydown", e => {
+        const v = this.view && M.keyStep(this.view, e.key, this.span);
+        if (!v) return;
+        this.setView(v[0], v[1]);
+        e.preventDefault();
+      }, opts);
+      window.addEventListener("resize", () => { if (this.view) { this.resize(); this.fetch(); } }, opts);
+    }
+  }
+
+  profuse.timelineView = { Timeline, ROW, LABEL_W };
+})(globalThis.profuse = globalThis.profuse || {});
