@@ -38,6 +38,7 @@ class Exporter:
 
     @property
     def bundle(self) -> Path | None:
+        """The last bundle written, or None before the first."""
         return self.bundles[-1] if self.bundles else None
 
     def __call__(self, prof: Any) -> None:
@@ -49,7 +50,7 @@ class Exporter:
         with tempfile.TemporaryDirectory(prefix="profuse-export-") as tmp:
             raw = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(raw))
-            self.bundles.append(write_bundle(out, raw, config=self.cfg.as_dict(), status=self.status,
+            self.bundles.append(write_bundle(out, raw, config=self.cfg.as_capture_config(), status=self.status,
                                              extra=self.extra, filters=_filters(self.cfg)))
 
 
@@ -83,6 +84,7 @@ class Profile:
         return self
 
     def step(self) -> None:
+        """Mark the end of one iteration (the schedule records after the warm-up steps)."""
         self.steps_done += 1
         with quiet_profiler_markers():  # the schedule starts and stops the trace inside step()
             self._prof.step()
@@ -98,10 +100,12 @@ class Profile:
 
     @property
     def bundle(self) -> Path | None:
+        """The bundle written when the block ended, or None if no complete step was recorded."""
         return self.exporter.bundle
 
     @property
     def profiler(self) -> Any:
+        """The underlying ``torch.profiler.profile``."""
         return self._prof
 
     def table(self, *, top: int = 20, group_by: str = "op") -> None:

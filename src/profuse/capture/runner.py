@@ -26,6 +26,7 @@ from .profiler import _filters
 
 @dataclass
 class RunResult:
+    """What ``profuse run`` did: the script's exit code, the bundle written (if any) and notes."""
     exit_code: int
     bundle: Path | None
     status: str
@@ -158,7 +159,7 @@ def run_script(argv: list[str], cfg: ProfileConfig) -> RunResult:
     with tempfile.TemporaryDirectory(prefix="profuse-run-") as tmp:
         raw = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(raw))
-        result.bundle = write_bundle(Path(cfg.out), raw, config=cfg.as_dict(), status=result.status,
+        result.bundle = write_bundle(Path(cfg.out), raw, config=cfg.as_capture_config(), status=result.status,
                                      extra=extra, filters=_filters(cfg))
     return result
 
