@@ -136,3 +136,19 @@ def test_a_meta_json_that_is_a_fifo_is_refused_not_read(tmp_path):
     os.mkfifo(tmp_path / "meta.json")
     got, notes = read_bundle_meta(tmp_path)
     assert got is None and "not a regular file" in notes[0]
+
+
+def test_an_extra_that_takes_a_capture_field_of_another_shape_is_a_clear_error(tmp_path):
+    pytest.importorskip("torch")
+    import gzip
+
+    from profuse.capture.bundle import write_bundle
+    from profuse.errors import UserError
+    from profuse.trace.bundle import CaptureConfig
+
+    raw = tmp_path / "t.json"
+    raw.write_bytes(gzip.decompress(trace_path("compare_base.json.gz").read_bytes()))
+    with pytest.raises(UserError, match=r"bundle extra .run.: Expected `object \| null`, got `int`"):
+        write_bundle(tmp_path / "b", raw, config=CaptureConfig(), status="complete", extra={"run": 5},
+                     build_cache=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"], "nothing half-written is left"

@@ -174,7 +174,14 @@ def clean_stale(out: Path) -> None:
 def bundle_meta(*, config: CaptureConfig, status: str, extra: dict[str, Any], dropped: dict[str, int]) -> BundleMeta:
     """The meta.json record of a capture made now, in this process."""
     types = {f.encode_name: f.type for f in msgspec.structs.fields(BundleMeta)}
-    late = {k: msgspec.convert(v, types[k]) for k, v in extra.items() if k in _LATE_FIELDS}
+    late: dict[str, Any] = {}
+    for key in _LATE_FIELDS:
+        if key not in extra:
+            continue
+        try:
+            late[key] = msgspec.convert(extra[key], types[key])
+        except msgspec.ValidationError as err:  # e.g. Exporter(extra={"run": 5}): the key is profuse's own
+            raise UserError(f"bundle extra {key!r}: {err} ({', '.join(_LATE_FIELDS)} are profuse's own keys)") from None
     return BundleMeta(schema=SCHEMA, status=status, config=config, profuse=_version(),
                       python=sys.version.split()[0], host=socket.gethostname(), command=list(sys.argv),
                       written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=device_info(), peaks=_known_peaks(),
