@@ -67,7 +67,8 @@ class Profile:
             warnings.filterwarnings("ignore", message=".*warmup.*")  # warmup=0 is the user's choice
             sched = torch.profiler.schedule(skip_first=max(cfg.warmup - 1, 0), wait=0,
                                             warmup=min(cfg.warmup, 1), active=cfg.steps, repeat=1)
-        self._prof = torch.profiler.profile(**cfg.torch_kwargs(), schedule=sched, on_trace_ready=self._ready)
+        self._prof: Any = torch.profiler.profile(**cfg.torch_kwargs(), schedule=sched,  # untyped in torch
+                                                 on_trace_ready=self._ready)
         self._failed: BaseException | None = None
 
     def _ready(self, prof: Any) -> None:
@@ -125,7 +126,7 @@ def profile_calls(fn: Callable[[], Any], cfg: ProfileConfig) -> Path:
     work synchronised at each step), and return the bundle written."""
     import torch
 
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync: Callable[[], object] = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     with torch.no_grad(), profile(cfg) as p:
         for _ in range(cfg.warmup + cfg.steps):
             fn()
