@@ -91,7 +91,7 @@ def test_advise_never_modifies_the_users_model(tmp_path):
 def test_a_fix_that_changes_numerics_fails_loudly(tmp_path, monkeypatch):
     import naive_models as nm
 
-    from profuse.analysis import verify
+    from profuse.fixes import verify
 
     def broken(module):
         module.forward = lambda x: x * 2.0

@@ -343,13 +343,28 @@ def test_bundle_meta_of_wrong_shape(tmp_path, capsys, meta):
     assert out["totals"]["device_us"] == pytest.approx(device_us(small_doc()))
 
 
-def test_measured_peaks_that_are_not_numbers():
+def test_measured_peaks_that_are_not_numbers(tmp_path):
     from profuse.analysis.roofline import device_peaks
+    from profuse.trace.bundle import MeasuredPeaks
 
-    with profuse.load(trace_path("compare_base.json.gz"), cache=False) as trace:  # no deviceProperties
-        assert device_peaks(trace, {"matmul_tflops_fp32": "x", "copy_bandwidth_gbps": None}) is None
-        good = device_peaks(trace, {"matmul_tflops_fp32": 10, "copy_bandwidth_gbps": 100})
-        assert good is not None and good.source == "measured"
+    # GIVEN bundles whose meta.json holds peaks that measure nothing, and one whose peaks are numbers
+    bad = {"schema": "profuse.bundle/1", "peaks": {"matmul_tflops_fp32": "x", "copy_bandwidth_gbps": None}}
+    b = tmp_path / "bundle"
+    b.mkdir()
+    (b / "trace.json.gz").write_bytes(trace_path("compare_base.json.gz").read_bytes())  # no deviceProperties
+    (b / "meta.json").write_text(json.dumps(bad))
+    with profuse.load(b, cache=False) as trace:
+        assert trace.bundle is not None and trace.bundle.peaks is None
+        assert any("peaks of an unexpected shape: ignored" in n for n in trace.notes), trace.notes
+        assert device_peaks(trace, trace.bundle.peaks) is None
+        assert device_peaks(trace, MeasuredPeaks(matmul_tflops_fp32=float("nan"), copy_bandwidth_gbps=1.0)) is None
+        good = device_peaks(trace, MeasuredPeaks(matmul_tflops_fp32=10, copy_bandwidth_gbps=100))
+        assert good is not None and good.source == "measured" and good.gbps == 100
+    (b / "meta.json").write_text(json.dumps(dict(bad, peaks={"matmul_tflops_fp32": 10, "copy_bandwidth_gbps": 100})))
+    with profuse.load(b, cache=False) as trace:
+        assert trace.bundle is not None and trace.bundle.peaks == MeasuredPeaks(matmul_tflops_fp32=10,
+                                                                                copy_bandwidth_gbps=100)
+        assert trace.notes == []
 
 
 def test_bundle_side_files_that_are_not_regular(tmp_path, capsys):

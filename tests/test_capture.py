@@ -52,8 +52,8 @@ def test_profile_writes_a_bundle_report_reads(tmp_path, capsys, monkeypatch):
             p.step()
     assert p.bundle == tmp_path / "b" and is_bundle(p.bundle)
     meta = read_meta(p.bundle)
-    assert meta["status"] == "complete" and meta["config"]["steps"] == 3
-    assert meta["device"]["torch"] == torch.__version__
+    assert meta.status == "complete" and meta.config is not None and meta.config.steps == 3
+    assert meta.device is not None and meta.device.torch == torch.__version__
     assert not list(p.bundle.glob("*.duckdb")), "a bundle carries no database: a colleague's would be untrusted"
     with profuse.load(p.bundle) as t:
         assert t.from_cache, "the tables were built into this user's cache at capture time"
@@ -97,7 +97,7 @@ def test_error_in_block_leaves_a_failed_bundle(tmp_path):
         p.step()
         1 / 0
     meta = read_meta(tmp_path / "f")
-    assert meta["status"] == "failed" and "ZeroDivisionError" in meta["error"]
+    assert meta.status == "failed" and "ZeroDivisionError" in (meta.error or "")
 
 
 SCRIPT = textwrap.dedent("""
@@ -125,9 +125,10 @@ def test_run_profiles_an_unmodified_script(tmp_path, capsys):
     assert code == 3, "the script's exit code is kept"
     assert "script done ['7', '3']" in captured.out, "the script's output is kept"
     meta = read_meta(out)
-    assert meta["run"]["forwards"] == 5, "2 warm-up + 3 recorded outermost calls seen"
-    assert meta["run"]["steps_recorded"] == 3
-    assert meta["status"] == "failed", "a non-zero exit marks the bundle failed"
+    assert meta.run is not None
+    assert meta.run.forwards == 5, "2 warm-up + 3 recorded outermost calls seen"
+    assert meta.run.steps_recorded == 3
+    assert meta.status == "failed", "a non-zero exit marks the bundle failed"
     assert main(["report", str(out), "--format", "json"]) == 0
     ops = {o["name"]: o for o in json.loads(capsys.readouterr().out)["ops"]}
     # outermost Net calls are steps: the inner Linear does not start steps of its own
@@ -143,7 +144,7 @@ def test_run_script_that_raises_keeps_a_failed_bundle(tmp_path, capsys):
     assert code == 1
     assert "RuntimeError: boom" in capsys.readouterr().err
     meta = read_meta(tmp_path / "b")
-    assert meta["status"] == "failed" and "boom" in meta["run"]["error"]
+    assert meta.status == "failed" and meta.run is not None and "boom" in (meta.run.error or "")
     assert main(["report", str(tmp_path / "b")]) == 0
     assert "This bundle's capture failed: RuntimeError: boom" in capsys.readouterr().out
 
@@ -153,7 +154,8 @@ def test_run_without_a_module_profiles_the_whole_run(tmp_path, capsys):
     script.write_text("import torch\na = torch.randn(64, 64)\nfor _ in range(3):\n    a = a @ a.t()\n")
     assert main(["run", "--out", str(tmp_path / "w"), "--", "python", str(script)]) == 0
     assert "whole run" in capsys.readouterr().err
-    assert read_meta(tmp_path / "w")["run"]["whole_run"] is True
+    run = read_meta(tmp_path / "w").run
+    assert run is not None and run.whole_run is True
     assert main(["report", str(tmp_path / "w"), "--format", "json"]) == 0
     ops = {o["name"]: o for o in json.loads(capsys.readouterr().out)["ops"]}
     assert ops["aten::mm"]["calls"] == 3

@@ -20,6 +20,7 @@ from explorer_util import running
 import profuse
 from profuse.cli import main
 from profuse.trace import cache
+from profuse.trace.bundle import CaptureConfig
 
 SMALL = "a100_event_sync.json.gz"
 HOSTILE = [
@@ -195,7 +196,7 @@ def test_replacing_a_bundle_swaps_it_in_one_step(tmp_path):
 
     write_bundle, raw = _bundle(tmp_path)
     out = tmp_path / "b"
-    write_bundle(out, raw, config={}, status="complete", build_cache=False)
+    write_bundle(out, raw, config=CaptureConfig(), status="complete", build_cache=False)
     (out / "marker").write_text("old")
     new = tmp_path / ".b.tmp-1"
     shutil.copytree(out, new)
@@ -213,7 +214,7 @@ def test_stale_bundle_temporaries_are_cleaned_and_a_moved_bundle_restored(tmp_pa
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True).stdout)
     out = tmp_path / "b"
-    write_bundle(out, raw, config={}, status="complete", build_cache=False)
+    write_bundle(out, raw, config=CaptureConfig(), status="complete", build_cache=False)
     # GIVEN a writer killed between moving the old bundle aside and moving the new one in
     os.replace(out, tmp_path / f".b.old-{dead}")
     (tmp_path / f".b.tmp-{dead}").mkdir()
@@ -228,7 +229,7 @@ def test_killed_bundle_write_leaves_the_old_bundle(tmp_path):
     pytest.importorskip("torch")
     write_bundle, raw = _bundle(tmp_path)
     out = tmp_path / "b"
-    write_bundle(out, raw, config={"v": 1}, status="complete", build_cache=False)
+    write_bundle(out, raw, config=CaptureConfig(steps=1), status="complete", build_cache=False)
     # a child rewriting the bundle is SIGKILLed while building the new one's cache
     code = ("import sys, os, signal; from pathlib import Path\n"
             "import profuse.trace.loader as L\n"
@@ -236,12 +237,13 @@ def test_killed_bundle_write_leaves_the_old_bundle(tmp_path):
             "def dying(*a, **k):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
             "L.load = dying\nimport profuse.trace as T; T.load = dying\n"
             "from profuse.capture.bundle import write_bundle\n"
-            f"write_bundle(Path({str(out)!r}), Path({str(raw)!r}), config={{'v': 2}}, status='complete')\n")
+            "from profuse.trace.bundle import CaptureConfig\n"
+            f"write_bundle(Path({str(out)!r}), Path({str(raw)!r}), config=CaptureConfig(steps=2), status='complete')\n")
     r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PROFUSE_CACHE_DIR": str(tmp_path)})
     assert r.returncode == -signal.SIGKILL
-    assert json.loads((out / "meta.json").read_text())["config"] == {"v": 1}, "the old bundle is still there"
-    write_bundle(out, raw, config={"v": 3}, status="complete", build_cache=False)
-    assert json.loads((out / "meta.json").read_text())["config"] == {"v": 3}
+    assert json.loads((out / "meta.json").read_text())["config"]["steps"] == 1, "the old bundle is still there"
+    write_bundle(out, raw, config=CaptureConfig(steps=3), status="complete", build_cache=False)
+    assert json.loads((out / "meta.json").read_text())["config"]["steps"] == 3
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".b")] == []
 
 

@@ -1,7 +1,7 @@
 """advise's verdict: a fix is faster only when its gain beats the noise of both measurements."""
 from __future__ import annotations
 
-from profuse.analysis.verify import NOT_SIGNIFICANT, SLOWER, VERIFIED, spread_us, verdict
+from profuse.fixes.verify import NOT_SIGNIFICANT, SLOWER, VERIFIED, spread_us, verdict
 
 
 def test_spread_is_the_interquartile_range():

@@ -41,7 +41,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(trace, name)
     if name == "advise":
-        from .analysis.verify import advise
+        from .fixes.verify import advise
 
         return advise
     raise AttributeError(name)

@@ -1,16 +1,18 @@
 """What kind of work an op does, and how many bytes it moves, from its name and recorded shapes.
 
-Classes come from a table shipped here (so traces read on a laptop without torch are classified the
-same way); where torch is in use in the process (capture, advise, studies), ops it tags ``pointwise``
-that the table lacks are added. Reading a trace never imports torch just for this.
+Classes come from tables shipped here: the hand-written ones below, then every aten op torch tags
+``pointwise`` (``pointwise_ops.py``, generated from torch's op tags by ``python -m
+profuse.fixes.gen_pointwise``). Nothing depends on what the process has imported, so ``report`` on a
+laptop without torch and a study with torch loaded classify a trace the same way.
 """
 from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
+
+from .pointwise_ops import POINTWISE_OPS
 
 POINTWISE = set("""
 abs add add_ addcmul addcdiv clamp clamp_ clamp_min cos cosh div div_ elu erf erfc exp exp2 expm1 fill_ floor
@@ -61,34 +63,9 @@ def base(name: str) -> str:
     return s[:-1] if s.endswith("_") and not s.startswith("_") else s
 
 
-@lru_cache(maxsize=1)
-def _torch_pointwise() -> frozenset[str]:
-    try:
-        import torch
-    except ImportError:
-        return frozenset()
-    out = set()
-    for name in dir(torch.ops.aten):
-        try:
-            packet = getattr(torch.ops.aten, name)
-            for ov in packet.overloads():
-                if torch.Tag.pointwise in getattr(packet, ov).tags:
-                    out.add(name)
-                    break
-        except Exception:
-            continue
-    return frozenset(out)
-
-
-def op_class(name: str, *, use_torch: bool | None = None) -> str:
-    """pointwise | reduction | norm | softmax | copy | matmul | attention | view | other."""
-    if use_torch is None:
-        use_torch = "torch" in sys.modules
-    return _op_class(name, use_torch)
-
-
 @lru_cache(maxsize=65536)
-def _op_class(name: str, use_torch: bool) -> str:
+def op_class(name: str) -> str:
+    """pointwise | reduction | norm | softmax | copy | matmul | attention | view | compiled | other."""
     s, b = short(name), base(name)
     for cls, names in (("view", VIEW), ("attention", ATTENTION), ("matmul", MATMUL), ("norm", NORM),
                        ("softmax", SOFTMAX), ("reduction", REDUCTION), ("copy", COPY), ("pointwise", POINTWISE)):
@@ -96,7 +73,7 @@ def _op_class(name: str, use_torch: bool) -> str:
             return cls
     if name.startswith("triton_") or name.startswith("cpp_fused"):
         return "compiled"
-    if use_torch and b in _torch_pointwise():
+    if b in POINTWISE_OPS:  # tagged pointwise by torch, beyond the hand-written table
         return "pointwise"
     return "other"
 
@@ -106,15 +83,18 @@ FUSIBLE = {"pointwise", "reduction", "norm", "softmax", "copy"}
 
 @dataclass(frozen=True)
 class Tensor:
+    """One tensor input of an op: its dimensions and element size in bytes."""
     dims: tuple[int, ...]
     elem: int
 
     @property
     def numel(self) -> int:
+        """Elements in the tensor (1 for a scalar)."""
         return math.prod(self.dims) if self.dims else 1
 
     @property
     def nbytes(self) -> int:
+        """Bytes the tensor holds."""
         return self.numel * self.elem
 
 

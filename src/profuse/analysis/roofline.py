@@ -5,15 +5,17 @@ stride is not kept; gathers and slice writes, which touch only part of their ten
 or whose modelled time would beat the device's peak, is listed as "unknown", never as a percentage.
 The compute peak is the one for the op's element size (FP8, BF16/FP16; FP32 matmuls against TF32).
 
-Peaks come from ``profuse peaks`` (measured, cached per machine) when the trace was recorded here,
-else from a table of datasheet numbers for known devices, marked as such.
+Peaks, in this order: datasheet numbers when the trace names a known device (marked as such; they
+hold every element size's peak, which one measured fp32 matmul rate cannot), else the peaks the
+trace's bundle measured on its machine (``profuse peaks``: copy bandwidth and fp32 matmul rate, used
+for every element size), else none and no roofline.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..trace import Trace
+from ..trace.bundle import MeasuredPeaks
 from .opclass import flops, io_bytes, modelled, op_class, tensors
 
 # name fragment -> (dense bf16/fp16 TFLOP/s, fp32 TFLOP/s, memory GB/s, dense TF32 (AMD: fp32 matrix)
@@ -30,6 +32,7 @@ DATASHEET: dict[str, tuple[float, float, float, float, float]] = {
 
 @dataclass(frozen=True)
 class Peaks:
+    """The peaks an op's roofline is drawn against: datasheet or measured (``source`` says which)."""
     tflops_half: float
     tflops_fp32: float
     gbps: float
@@ -48,6 +51,7 @@ class Peaks:
 
 @dataclass(frozen=True)
 class RooflineRow:
+    """One op name's roofline: its time against the time the peaks allow for its FLOPs and bytes."""
     name: str
     calls: int
     time_us: float
@@ -63,14 +67,15 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
 
 
-def device_peaks(trace: Trace, measured: dict | None = None) -> Peaks | None:
+def device_peaks(trace: Trace, measured: MeasuredPeaks | None = None) -> Peaks | None:
+    """Datasheet peaks for a device the trace names, else ``measured`` (one fp32 rate for every
+    element size), else None."""
     name = trace.meta.get("device_name") or ""
     for key, (half, fp32, bw, tf32, fp8) in DATASHEET.items():
         if key.lower() in name.lower():
             return Peaks(half, fp32, bw, f"datasheet: {key}", tf32, fp8)
-    if measured:
-        tf: Any = measured.get("matmul_tflops_fp32", 0.0)
-        copy_bw: Any = measured.get("copy_bandwidth_gbps")
+    if measured is not None:
+        tf, copy_bw = measured.matmul_tflops_fp32, measured.copy_bandwidth_gbps
         if not (_number(tf) and _number(copy_bw) and copy_bw > 0):
             return None  # peaks that are not numbers measure nothing
         return Peaks(float(tf), float(tf), float(copy_bw), "measured")
@@ -78,6 +83,7 @@ def device_peaks(trace: Trace, measured: dict | None = None) -> Peaks | None:
 
 
 def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[RooflineRow]:
+    """The ``top`` op names by time, each against its roofline under ``peaks`` (none without peaks)."""
     if peaks is None:
         return []
     # the ops that did the work: top-level ops on the CPU, ops that launched kernels on a device

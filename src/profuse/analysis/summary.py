@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import printable
-from ..trace.artifacts import read_side_json
 from ..trace.schema import DEVICE_TIME_KINDS
 from .busy import Busy, StepBusy, device_busy, steps_busy
 from .optable import total_device_us
@@ -18,6 +17,7 @@ _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 
 @dataclass(frozen=True)
 class Summary:
+    """Trace-level totals (see :func:`summarize`)."""
     path: str
     device_kind: str
     device_name: str | None
@@ -37,6 +37,8 @@ class Summary:
 
 
 def summarize(trace: Trace) -> Summary:
+    """Totals of one trace: events, span, device time, linked kernels and what was skipped, and a
+    bundle's capture status."""
     m = trace.meta
     kernels, linked = trace.con.execute(
         f"SELECT count(*), count(op) FROM events WHERE kind IN ({_DEVICE})").fetchall()[0]
@@ -50,14 +52,8 @@ def summarize(trace: Trace) -> Summary:
 
 def _bundle_status(trace: Trace) -> dict[str, str | None]:
     """A bundle's meta.json says whether the capture completed; plain traces have none."""
-    meta = read_side_json(trace.path.parent / "meta.json")
-    if meta is None or meta.get("schema") != "profuse.bundle/1":
+    meta = trace.bundle
+    if meta is None:
         return {}
-    run = meta.get("run")
-    run_error = run.get("error") if isinstance(run, dict) else None
-    return {"bundle_status": _text(meta.get("status")), "bundle_error": _text(meta.get("error")) or _text(run_error)}
-
-
-def _text(value: object) -> str | None:
-    """A meta.json string field; anything else in its place is treated as absent."""
-    return value if isinstance(value, str) else None
+    run_error = meta.run.error if meta.run is not None else None
+    return {"bundle_status": meta.status, "bundle_error": meta.error or run_error}

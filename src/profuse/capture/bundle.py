@@ -2,6 +2,7 @@
 
     trace.json.gz                 the Kineto trace as torch wrote it (opens in Perfetto / TensorBoard)
     meta.json                     config, versions, device, host, command line, times, peaks, status
+                                  (a ``BundleMeta``, see trace/bundle.py: the reader needs no torch)
     artifacts/inductor/*.py       code torch.compile generated in this process, where there was some
 
 The folder is assembled under a hidden temporary name and renamed into place at the end, so an
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import gzip
-import json
 import os
 import platform
 import shutil
@@ -24,28 +24,40 @@ from typing import Any
 import msgspec
 
 from ..errors import UserError
+from ..trace.artifacts import INDUCTOR
+from ..trace.bundle import (
+    META_FILE,
+    SCHEMA,
+    BundleMeta,
+    CaptureConfig,
+    CudaDevice,
+    DeviceInfo,
+    MeasuredPeaks,
+    encode_bundle_meta,
+    read_bundle_meta,
+)
 from ..trace.cache import pid_alive
 
-META = "meta.json"
 TRACE = "trace.json.gz"
 
 
 def is_bundle(path: Path) -> bool:
-    return (path / META).is_file() and (path / TRACE).is_file()
+    """Whether ``path`` is a bundle folder: a meta.json and a trace.json.gz in it."""
+    return (path / META_FILE).is_file() and (path / TRACE).is_file()
 
 
-def device_info() -> dict[str, Any]:
+def device_info() -> DeviceInfo:
+    """This machine as a bundle records it: torch version, CPU, and CUDA/ROCm device 0 if any."""
     import torch
 
-    info: dict[str, Any] = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
-                            "cpu_count": os.cpu_count()}
+    cuda = None
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
-        info["cuda"] = {"name": p.name, "total_memory": p.total_memory,
-                        "multi_processor_count": p.multi_processor_count,
-                        "hip": getattr(torch.version, "hip", None), "cuda": torch.version.cuda,
-                        "count": torch.cuda.device_count()}
-    return info
+        cuda = CudaDevice(name=p.name, total_memory=p.total_memory, multi_processor_count=p.multi_processor_count,
+                          hip=getattr(torch.version, "hip", None), cuda=torch.version.cuda,
+                          count=torch.cuda.device_count())
+    return DeviceInfo(torch=torch.__version__, cpu=platform.processor() or platform.machine(),
+                      cpu_count=os.cpu_count(), cuda=cuda)
 
 
 def _filter_events(raw: bytes, *, keep_device_ids: dict[str, tuple[int, ...] | None], drop_runtime: bool,
@@ -75,10 +87,13 @@ def _filter_events(raw: bytes, *, keep_device_ids: dict[str, tuple[int, ...] | N
     return msgspec.json.encode(doc), {k: v for k, v in dropped.items() if v}
 
 
-def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], status: str,
+def write_bundle(out: Path, trace_json: Path | None, *, config: CaptureConfig, status: str,
                  extra: dict[str, Any] | None = None, filters: dict[str, Any] | None = None,
                  build_cache: bool = True) -> Path:
-    """Assemble a bundle at ``out`` from an exported trace file. Returns the final folder."""
+    """Assemble a bundle at ``out`` from an exported trace file. Returns the final folder.
+
+    ``extra`` holds meta.json fields the capture knows late (``error``, ``steps_recorded``,
+    ``warmup``, ``run``); any other key is the user's and is kept under ``extra``."""
     out = Path(out)
     if out.exists() and not is_bundle(out) and any(out.iterdir()):
         raise UserError(f"{out}: exists and is not a profuse bundle; choose another --out")
@@ -91,21 +106,16 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: dict[str, Any], 
     except OSError as err:
         raise UserError(f"{out}: cannot write the bundle ({err.strerror or err})") from None
     try:
-        meta: dict[str, Any] = {"schema": "profuse.bundle/1", "status": status, "config": config,
-                "profuse": _version(), "python": sys.version.split()[0], "host": socket.gethostname(),
-                "command": sys.argv, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        meta["device"] = device_info()
-        meta["peaks"] = _known_peaks()
-        meta.update(extra or {})
+        dropped: dict[str, int] = {}
         if trace_json is not None:
             raw = trace_json.read_bytes()
             if filters:
                 raw, dropped = _filter_events(raw, **filters)
-                meta["dropped_events"] = dropped
             with gzip.open(work / TRACE, "wb", compresslevel=6) as fh:
                 fh.write(raw)
         _copy_inductor_code(work)
-        (work / META).write_text(json.dumps(meta, indent=2, default=str))
+        meta = bundle_meta(config=config, status=status, extra=extra or {}, dropped=dropped)
+        (work / META_FILE).write_bytes(encode_bundle_meta(meta))
         if build_cache and trace_json is not None:
             from ..trace import load
 
@@ -161,7 +171,28 @@ def clean_stale(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _known_peaks() -> dict[str, Any] | None:
+def bundle_meta(*, config: CaptureConfig, status: str, extra: dict[str, Any], dropped: dict[str, int]) -> BundleMeta:
+    """The meta.json record of a capture made now, in this process."""
+    types = {f.encode_name: f.type for f in msgspec.structs.fields(BundleMeta)}
+    late: dict[str, Any] = {}
+    for key in _LATE_FIELDS:
+        if key not in extra:
+            continue
+        try:
+            late[key] = msgspec.convert(extra[key], types[key])
+        except msgspec.ValidationError as err:  # e.g. Exporter(extra={"run": 5}): the key is profuse's own
+            raise UserError(f"bundle extra {key!r}: {err} ({', '.join(_LATE_FIELDS)} are profuse's own keys)") from None
+    return BundleMeta(schema=SCHEMA, status=status, config=config, profuse=_version(),
+                      python=sys.version.split()[0], host=socket.gethostname(), command=list(sys.argv),
+                      written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=device_info(), peaks=_known_peaks(),
+                      dropped_events=dropped, extra={k: v for k, v in extra.items() if k not in _LATE_FIELDS},
+                      **late)
+
+
+_LATE_FIELDS = ("error", "steps_recorded", "warmup", "run")
+
+
+def _known_peaks() -> MeasuredPeaks | None:
     """This machine's measured peaks (``profuse peaks``) for its main device, when already known."""
     import torch
 
@@ -180,7 +211,7 @@ def _copy_inductor_code(work: Path) -> None:
     files: set[str] = {f for f in (getattr(m, "__file__", None) for m in mods_) if f and os.path.isfile(f)}
     if not files:
         return
-    dest = work / "artifacts" / "inductor"
+    dest = work.joinpath(*INDUCTOR)
     dest.mkdir(parents=True)
     for f in sorted(files):
         shutil.copy2(f, dest / Path(f).name)
@@ -192,5 +223,9 @@ def _version() -> str:
     return __version__
 
 
-def read_meta(bundle: Path) -> dict[str, Any]:
-    return json.loads((Path(bundle) / META).read_text())
+def read_meta(bundle: Path) -> BundleMeta:
+    """The meta.json of a bundle folder, read as ``load()`` reads it; a folder without one is a user error."""
+    meta, notes = read_bundle_meta(bundle)
+    if meta is None:
+        raise UserError(f"{bundle}: not a profuse bundle ({'; '.join(notes) or 'no meta.json'})")
+    return meta

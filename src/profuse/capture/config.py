@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..trace.bundle import CaptureConfig
 
 STREAMS = ("ops", "device", "runtime", "python", "shapes", "memory", "flops")
 # "python" gives nn.Module scopes (torch records them with its Python tracer): on by default, since
@@ -128,6 +130,7 @@ class ProfileConfig:
         return wanted
 
     def activities(self) -> list[Any]:
+        """The torch.profiler activities the streams and devices ask for (CPU always)."""
         from torch.profiler import ProfilerActivity
 
         acts = [ProfilerActivity.CPU]
@@ -155,8 +158,8 @@ class ProfileConfig:
             "with_flops": "flops" in self.streams,
         }
 
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["out"] = str(self.out)
-        d["streams"] = list(self.streams)
-        return d
+    def as_capture_config(self) -> CaptureConfig:
+        """This config as a bundle's meta.json records it."""
+        return CaptureConfig(streams=list(self.streams), devices=self.devices, out=str(self.out),
+                             warmup=self.warmup, steps=self.steps, max_events=self.max_events,
+                             extra=dict(self.extra))

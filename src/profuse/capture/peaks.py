@@ -1,38 +1,45 @@
 """``profuse peaks``: measured copy bandwidth and matmul rate of a device, cached per machine."""
 from __future__ import annotations
 
-import json
 import platform
 import socket
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from ..errors import UserError
+from ..trace.bundle import MeasuredPeaks
 from ..trace.cache import user_cache_dir
 
 
-def _timer(device: str) -> Any:
+def _timer(device: str) -> Callable[[Callable[[], object]], float]:
+    """A function timing one call of its argument in seconds: device events on CUDA, the wall clock else."""
     import torch
 
     if device.startswith("cuda"):
-        def timed(fn: Any) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cuda: Any = torch.cuda  # untyped in torch's stubs
+
+        def timed(fn: Callable[[], object]) -> float:
+            start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end) / 1e3
+            cuda.synchronize()
+            return float(start.elapsed_time(end)) / 1e3
         return timed
 
-    def timed_cpu(fn: Any) -> float:
+    def timed_cpu(fn: Callable[[], object]) -> float:
         t = time.perf_counter()
         fn()
         return time.perf_counter() - t
     return timed_cpu
 
 
-def measure(device: str = "cpu", *, repeats: int = 7) -> dict[str, Any]:
+def measure(device: str = "cpu", *, repeats: int = 7) -> MeasuredPeaks:
     """Median of ``repeats`` after warm-up: copy GB/s (read + write) and matmul TFLOP/s (fp32)."""
     import torch
 
@@ -50,14 +57,15 @@ def measure(device: str = "cpu", *, repeats: int = 7) -> dict[str, Any]:
     for _ in range(2):
         timed(lambda: a @ b)
     mm_s = statistics.median(timed(lambda: a @ b) for _ in range(repeats))
-    return {"device": device, "device_name": device_name(device),
-            "copy_bandwidth_gbps": 2 * n_bytes / copy_s / 1e9,
-            "matmul_tflops_fp32": 2 * n**3 / mm_s / 1e12,
-            "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "source": "measured"}
+    return MeasuredPeaks(device=device, device_name=device_name(device),
+                         copy_bandwidth_gbps=2 * n_bytes / copy_s / 1e9,
+                         matmul_tflops_fp32=2 * n**3 / mm_s / 1e12,
+                         threads=torch.get_num_threads(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                         source="measured")
 
 
 def device_name(device: str) -> str:
+    """The device's marketing name (CUDA/ROCm), else the CPU's."""
     import torch
 
     if device.startswith("cuda") and torch.cuda.is_available():
@@ -66,6 +74,7 @@ def device_name(device: str) -> str:
 
 
 def _cache_file() -> Path:
+    """``peaks.json`` in the user cache: one entry per host, device and device name."""
     return user_cache_dir() / "peaks.json"
 
 
@@ -73,31 +82,43 @@ def _key(device: str) -> str:
     return f"{socket.gethostname()}|{device}|{device_name(device)}"
 
 
-def cached_peaks(device: str = "cpu") -> dict[str, Any] | None:
-    """Peaks measured earlier on this machine, without measuring now."""
+def _read_cache(path: Path) -> dict[str, Any]:
+    """The peaks cache as ``{key: entry}``; a missing or damaged file is an empty cache."""
     try:
-        return json.loads(_cache_file().read_text()).get(_key(device))
-    except (OSError, ValueError):
+        cached = msgspec.json.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return {}
+    return cached if isinstance(cached, dict) else {}
+
+
+def _entry(cached: dict[str, Any], key: str) -> MeasuredPeaks | None:
+    """The cache's entry for ``key`` as MeasuredPeaks; an entry of another shape counts as absent."""
+    try:
+        return msgspec.convert(cached[key], MeasuredPeaks) if key in cached else None
+    except msgspec.ValidationError:
         return None
 
 
-def peaks(device: str = "cpu", *, refresh: bool = False) -> dict[str, Any]:
+def cached_peaks(device: str = "cpu") -> MeasuredPeaks | None:
+    """Peaks measured earlier on this machine, without measuring now."""
+    return _entry(_read_cache(_cache_file()), _key(device))
+
+
+def peaks(device: str = "cpu", *, refresh: bool = False) -> MeasuredPeaks:
     """Cached peaks for this machine and device; measured on first use or with ``refresh``."""
     key = _key(device)
     path = _cache_file()
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    if not refresh and key in cached:
-        return dict(cached[key], cached=True)
+    cached = _read_cache(path)
+    known = None if refresh else _entry(cached, key)
+    if known is not None:
+        return known
     result = measure(device)
-    cached[key] = result
+    cached[key] = msgspec.to_builtins(result)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         from .._io import atomic_write
 
-        atomic_write(path, json.dumps(cached, indent=2))
-    except Exception:
-        pass
-    return dict(result, cached=False)
+        atomic_write(path, msgspec.json.format(msgspec.json.encode(cached), indent=2))
+    except (OSError, UserError):
+        pass  # an unwritable cache costs the next run a measurement, nothing else
+    return result

@@ -38,6 +38,7 @@ class Exporter:
 
     @property
     def bundle(self) -> Path | None:
+        """The last bundle written, or None before the first."""
         return self.bundles[-1] if self.bundles else None
 
     def __call__(self, prof: Any) -> None:
@@ -49,7 +50,7 @@ class Exporter:
         with tempfile.TemporaryDirectory(prefix="profuse-export-") as tmp:
             raw = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(raw))
-            self.bundles.append(write_bundle(out, raw, config=self.cfg.as_dict(), status=self.status,
+            self.bundles.append(write_bundle(out, raw, config=self.cfg.as_capture_config(), status=self.status,
                                              extra=self.extra, filters=_filters(self.cfg)))
 
 
@@ -66,7 +67,8 @@ class Profile:
             warnings.filterwarnings("ignore", message=".*warmup.*")  # warmup=0 is the user's choice
             sched = torch.profiler.schedule(skip_first=max(cfg.warmup - 1, 0), wait=0,
                                             warmup=min(cfg.warmup, 1), active=cfg.steps, repeat=1)
-        self._prof = torch.profiler.profile(**cfg.torch_kwargs(), schedule=sched, on_trace_ready=self._ready)
+        self._prof: Any = torch.profiler.profile(**cfg.torch_kwargs(), schedule=sched,  # untyped in torch
+                                                 on_trace_ready=self._ready)
         self._failed: BaseException | None = None
 
     def _ready(self, prof: Any) -> None:
@@ -83,6 +85,7 @@ class Profile:
         return self
 
     def step(self) -> None:
+        """Mark the end of one iteration (the schedule records after the warm-up steps)."""
         self.steps_done += 1
         with quiet_profiler_markers():  # the schedule starts and stops the trace inside step()
             self._prof.step()
@@ -98,10 +101,12 @@ class Profile:
 
     @property
     def bundle(self) -> Path | None:
+        """The bundle written when the block ended, or None if no complete step was recorded."""
         return self.exporter.bundle
 
     @property
     def profiler(self) -> Any:
+        """The underlying ``torch.profiler.profile``."""
         return self._prof
 
     def table(self, *, top: int = 20, group_by: str = "op") -> None:
@@ -121,7 +126,7 @@ def profile_calls(fn: Callable[[], Any], cfg: ProfileConfig) -> Path:
     work synchronised at each step), and return the bundle written."""
     import torch
 
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync: Callable[[], object] = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     with torch.no_grad(), profile(cfg) as p:
         for _ in range(cfg.warmup + cfg.steps):
             fn()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..trace.bundle import ScriptRun
 from ._quiet import quiet_profiler_markers
 from .bundle import write_bundle
 from .config import ProfileConfig
@@ -26,6 +27,7 @@ from .profiler import _filters
 
 @dataclass
 class RunResult:
+    """What ``profuse run`` did: the script's exit code, the bundle written (if any) and notes."""
     exit_code: int
     bundle: Path | None
     status: str
@@ -152,13 +154,12 @@ def run_script(argv: list[str], cfg: ProfileConfig) -> RunResult:
         return result
     elif hooks.recorded < cfg.steps:
         result.notes.append(f"the script made {hooks.recorded} step(s) after warm-up, not {cfg.steps}")
-    extra = {"run": {"argv": script_argv, "exit_code": exit_code, "forwards": hooks.forwards,
-                     "warmup": cfg.warmup, "steps_recorded": hooks.recorded, "whole_run": hooks.whole_run,
-                     "error": error}}
+    extra = {"run": ScriptRun(argv=script_argv, exit_code=exit_code, forwards=hooks.forwards, warmup=cfg.warmup,
+                              steps_recorded=hooks.recorded, whole_run=hooks.whole_run, error=error)}
     with tempfile.TemporaryDirectory(prefix="profuse-run-") as tmp:
         raw = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(raw))
-        result.bundle = write_bundle(Path(cfg.out), raw, config=cfg.as_dict(), status=result.status,
+        result.bundle = write_bundle(Path(cfg.out), raw, config=cfg.as_capture_config(), status=result.status,
                                      extra=extra, filters=_filters(cfg))
     return result
 

@@ -20,12 +20,15 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def run(args: argparse.Namespace) -> int:
     """Measure (or read the cached) copy bandwidth and matmul rate of a device; needs torch."""
     try:
-        from ..capture.peaks import peaks
+        from ..capture.peaks import cached_peaks, peaks
     except ImportError:
         raise UserError("profuse peaks needs torch: pip install 'profuse[capture]'") from None
     try:
+        was_cached = not args.refresh and cached_peaks(args.device) is not None
         result = peaks(args.device, refresh=args.refresh)
     except (RuntimeError, ValueError) as e:
         raise UserError(f"--device {args.device}: {str(e).splitlines()[0]}") from None
-    print(json.dumps(result, indent=2))
+    import msgspec
+
+    print(json.dumps(dict(msgspec.to_builtins(result), cached=was_cached), indent=2))
     return 0

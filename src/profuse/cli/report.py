@@ -64,14 +64,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}")
         return 0
     from ..analysis import op_table, summarize
-    from ..analysis.advice import advise_trace
+    from ..analysis.findings import trace_findings
     from ..report.console import print_advice, print_report
     from ..report.json_report import render_json
 
     with load_trace(args.path, args) as trace:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
-        advice = None if args.no_advice else advise_trace(trace)
+        advice = None if args.no_advice else trace_findings(trace)
     if args.format == "json":
         text = render_json(summary, table, advice, keep_metadata=args.keep_metadata)
         if args.output:

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from ..analysis import op_table, summarize
-from ..analysis.advice import advise_trace
 from ..analysis.compiled import compiled_regions, source_ops
 from ..analysis.diff import diff
+from ..analysis.findings import trace_findings
 from ..analysis.scopes import scope_instances
 from ..redact import redact
 from ..report.json_report import advice_dict, capture_dict
@@ -222,7 +222,7 @@ def _modules(trace: Trace, sid: int | None) -> list[dict[str, Any]]:
 
 def overview(trace: Trace, *, keep_metadata: bool = False) -> dict[str, Any]:
     s = summarize(trace)
-    advice = advise_trace(trace)
+    advice = trace_findings(trace)
     cats = {"compute": 0.0, "memory copy": 0.0, "communication": 0.0, "idle": 0.0}
     if trace.cpu_only:
         (busy, _span), = trace.con.execute(

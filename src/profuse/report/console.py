@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis import OpTable, Summary
-from ..analysis.advice import Advice
+from ..analysis.findings import Findings
 from ..redact import redact_text
 from ..trace.schema import UNLINKED_REASONS
 from ._text import safe, text
@@ -106,7 +106,7 @@ def _section(title: str) -> Text:
     return Text(f"\n{title}", style="bold underline")
 
 
-def print_advice(console: Console, advice: Advice, device: str, top: int = 8) -> None:
+def print_advice(console: Console, advice: Findings, device: str, top: int = 8) -> None:
     """Hotspots, interruptions, fusion candidates, compiled regions and roofline, most useful first."""
     if advice.fusion_candidates:
         console.print(_section("Fusion candidates"))

@@ -6,7 +6,7 @@ from typing import Any, TypedDict
 import msgspec
 
 from ..analysis import OpTable, Summary
-from ..analysis.advice import Advice
+from ..analysis.findings import Findings
 from ..redact import redact_text
 
 SCHEMA = "profuse.report/2"
@@ -27,7 +27,7 @@ class Totals(TypedDict):
     unlinked: dict[str, int]
 
 
-def advice_dict(advice: Advice) -> dict[str, Any]:
+def advice_dict(advice: Findings) -> dict[str, Any]:
     """The advisor's sections of the report (keys added by the advisor; never renamed)."""
     def plain(obj: Any) -> Any:
         return msgspec.to_builtins(obj)
@@ -62,7 +62,7 @@ def capture_dict(summary: Summary, *, keep_metadata: bool = False) -> dict[str, 
             "error": error if keep_metadata or error is None else redact_text(error)}
 
 
-def report_dict(summary: Summary, table: OpTable, advice: Advice | None = None, *,
+def report_dict(summary: Summary, table: OpTable, advice: Findings | None = None, *,
                 keep_metadata: bool = False) -> dict[str, Any]:
     trace: TraceInfo = {"path": summary.path, "device_kind": summary.device_kind,
                         "device_name": summary.device_name, "events": summary.events,
@@ -84,7 +84,7 @@ def report_dict(summary: Summary, table: OpTable, advice: Advice | None = None, 
         | (advice_dict(advice) if advice is not None else {})
 
 
-def render_json(summary: Summary, table: OpTable, advice: Advice | None = None, *,
+def render_json(summary: Summary, table: OpTable, advice: Findings | None = None, *,
                 keep_metadata: bool = False) -> str:
     doc = report_dict(summary, table, advice, keep_metadata=keep_metadata)
     return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()

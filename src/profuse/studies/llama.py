@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.fusion import Candidate
-from ..analysis.verify import AdviseResult, FixResult, advise
+from ..fixes.verify import AdviseResult, FixResult, advise
 
 SIZES = {
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -182,7 +182,7 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
         r.speedup_vs_op_by_op = round(base / r.device_us_per_call, 2) if r.device_us_per_call else 0.0
     result = StudyResult(device_kind=device_kind_of(device), device_name=_device_name(device), shape=shape,
                          dtype=dtype, iters=iters, copy_bandwidth_gbps=bw, variants=results, out=str(out),
-                         peak_copy_bandwidth_gbps=float(peak["copy_bandwidth_gbps"]))
+                         peak_copy_bandwidth_gbps=peak.copy_bandwidth_gbps)
     from .._io import atomic_write
 
     atomic_write(out / "study.json", json.dumps(result.to_json(), indent=2))

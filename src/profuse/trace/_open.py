@@ -99,12 +99,21 @@ def load(
     if slot is not None:
         cached, problem = slot.open_if_valid(fp)
         if cached is not None:
-            return with_mapping(Trace(src, cached, from_cache=True, notes=notes))
+            return with_bundle(with_mapping(Trace(src, cached, from_cache=True, notes=notes)))
         if problem is not None:
             notes.append(f"cache {problem}; tables rebuilt from the trace")
     from .loader import build
 
-    return with_mapping(build(src, fp, slot=slot, notes=notes, lenient=lenient, progress=progress))
+    return with_bundle(with_mapping(build(src, fp, slot=slot, notes=notes, lenient=lenient, progress=progress)))
+
+
+def with_bundle(trace: Trace) -> Trace:
+    """A profuse bundle's meta.json beside the trace, as ``Trace.bundle`` (what was wrong with it, as notes)."""
+    from .bundle import read_bundle_meta
+
+    trace.bundle, notes = read_bundle_meta(trace.path.parent)
+    trace.notes.extend(notes)
+    return trace
 
 
 def with_mapping(trace: Trace) -> Trace:

@@ -6,12 +6,15 @@ import json
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from ..errors import UserError
 from .cache import CacheWriter
+
+if TYPE_CHECKING:
+    from .bundle import BundleMeta
 
 _READ_ONLY = {"SELECT", "EXPLAIN", "PRAGMA", "CALL"}
 _EXPLAIN = re.compile(r"^\s*explain\s+(?:analy[sz]e\s+)?", re.IGNORECASE)
@@ -44,6 +47,7 @@ class Trace:
         self.writer = writer  # the cache being written behind, if any
         self.notes = notes or []  # what the load did that a user should hear of (a cache discarded)
         self.framework_mapping: dict[str, Any] | None = None  # counts when framework_mapping_*.json was beside it
+        self.bundle: BundleMeta | None = None  # a profuse bundle's meta.json, when the trace is in one
 
     @cached_property
     def meta(self) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..analysis.fusion import Candidate
 from ..errors import ProfuseError
-from .fusion import Candidate
 
 # dtype -> (abs, rel) bounds a fix must stay within
 TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "bfloat16": (2e-2, 2e-2), "float16": (1e-2, 1e-2)}
@@ -57,6 +57,7 @@ class VerificationError(ProfuseError):
 
 @dataclass
 class FixResult:
+    """One fix tried on one candidate: what changed, the numerics, and the measured saving with its verdict."""
     pattern: str
     scope: str
     fix: str                          # what was applied to the copy
@@ -77,6 +78,7 @@ class FixResult:
 
 @dataclass
 class AdviseResult:
+    """What :func:`advise` found and proved: candidates, every fix tried, and the best fixed copy."""
     device_kind: str
     before_us: float                  # median device time per step, original model
     candidates: list[Candidate]
@@ -86,6 +88,7 @@ class AdviseResult:
 
     @property
     def applied(self) -> list[FixResult]:
+        """The fixes that kept the numerics and were verified faster."""
         return [f for f in self.fixes if f.ok and f.verdict == VERIFIED]
 
 
@@ -130,6 +133,7 @@ def swap_rms_norm(module: Any) -> bool:
 
 
 def swap_layer_norm(module: Any) -> bool:
+    """Replace a hand-written LayerNorm's forward with torch.nn.functional.layer_norm."""
     import torch.nn.functional as F
 
     w = _weight(module)
@@ -142,6 +146,7 @@ def swap_layer_norm(module: Any) -> bool:
 
 
 def compile_module(module: Any) -> bool:
+    """Replace the module's forward with its ``torch.compile``d version."""
     import torch
 
     module.forward = torch.compile(module.forward)
@@ -179,6 +184,7 @@ def _tensor_out(out: Any) -> Any:
 
 
 def compare(a: Any, b: Any) -> tuple[float, float]:
+    """(max absolute error, median relative error) between two outputs of a model."""
     ta, tb = _tensor_out(a).double(), _tensor_out(b).double()
     diff = (ta - tb).abs()
     return float(diff.max()), float((diff / ta.abs().clamp_min(1e-6)).median())
@@ -186,6 +192,7 @@ def compare(a: Any, b: Any) -> tuple[float, float]:
 
 @dataclass
 class Timing:
+    """Device time per step of one profiled variant, in total and per watched module class."""
     step_us: float                     # median device time per step
     scope_us: dict[str, float]         # device time per step inside each watched nn.Module class
     scope_samples: dict[str, list[float]] = field(default_factory=dict)  # per step, each class
@@ -206,7 +213,7 @@ def _watch(model: Any, classes: set[str]) -> list[Any]:
             continue
 
         def pre(mod: Any, args: Any, _n: str = name) -> None:
-            rf = torch.autograd.profiler.record_function(SCOPE_MARK + _n)
+            rf: Any = torch.autograd.profiler.record_function(SCOPE_MARK + _n)
             rf.__enter__()
             mod.__dict__.setdefault("_profuse_rf", []).append(rf)
 
@@ -219,10 +226,10 @@ def _watch(model: Any, classes: set[str]) -> list[Any]:
 
 def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes: set[str]) -> Timing:
     """Profile ``model(*inputs)`` for ``steps`` steps: time per step and per watched module class."""
+    from ..analysis.scopes import scope_instances
+    from ..analysis.steps import step_stats
     from ..capture import ProfileConfig, profile_calls
     from ..trace import load
-    from .scopes import scope_instances
-    from .steps import step_stats
 
     handles = _watch(model, classes)
     try:
@@ -251,8 +258,8 @@ def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes:
 def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, steps: int = 10,
            out: str | Path | None = None, patterns: set[str] | None = None) -> AdviseResult:
     """Find fusion candidates in ``model`` and, with ``verify``, prove each fix on a copy of it."""
+    from ..analysis.fusion import fusion_candidates
     from ..trace import load
-    from .fusion import fusion_candidates
 
     work = Path(out) if out else Path(tempfile.mkdtemp(prefix="profuse-advise-"))
     inputs = tuple(example_inputs)

@@ -1,0 +1,39 @@
+"""Everything the advisor finds in one trace, in one result: hotspots, interruptions, fusion
+candidates, roofline and compiled regions.
+
+These are findings read from a recorded trace; ``profuse.advise`` (package ``fixes``) is the other
+half, which applies fixes to a copy of a model and measures them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..trace import Trace
+from ..trace.bundle import MeasuredPeaks
+from .compiled import CompiledSummary, compiled_regions
+from .fusion import Candidate, fusion_candidates
+from .hotspots import Hotspot, hotspots
+from .interruptions import Interruption, interruptions
+from .roofline import Peaks, RooflineRow, device_peaks, roofline
+
+
+@dataclass
+class Findings:
+    """The advisor's sections of a report, each computed from the trace's tables."""
+
+    hotspots: list[Hotspot]
+    interruptions: list[Interruption]
+    fusion_candidates: list[Candidate]
+    peaks: Peaks | None
+    roofline: list[RooflineRow]
+    compiled: CompiledSummary
+
+
+def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None) -> Findings:
+    """Every finding on ``trace``; the roofline is bounded by ``measured_peaks``, else by the peaks its
+    bundle recorded, else by datasheet peaks for a known device (see :func:`device_peaks`)."""
+    bundle_peaks = trace.bundle.peaks if trace.bundle is not None else None
+    peaks = device_peaks(trace, measured_peaks or bundle_peaks)
+    return Findings(hotspots=hotspots(trace), interruptions=interruptions(trace),
+                    fusion_candidates=fusion_candidates(trace), peaks=peaks, roofline=roofline(trace, peaks),
+                    compiled=compiled_regions(trace))
