@@ -17,7 +17,7 @@ HELP = """examples:
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subs.add_parser("study", help="case studies: rmsnorm (op by op vs fused vs compiled)", epilog=HELP,
                         description="Record, compare and explain variants of a model piece.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -318,7 +318,7 @@ def _runtime_ops(flows: np.ndarray, kind: np.ndarray, runtime: np.ndarray, op_of
     for i in np.flatnonzero(kind == K["cpu_op"]).tolist():
         for f in _flow_ids(flows[i]):
             framework_by_flow.setdefault(f, i)
-    out = op_of_host.copy()
+    out: np.ndarray = op_of_host.copy()
     for i in runtime.tolist():
         for f in _flow_ids(flows[i]):
             if f in framework_by_flow:

@@ -363,7 +363,10 @@ def _subgraph(path: Path, name: str, definition: str, index: int, sizes: dict[st
     if not isinstance(d, dict):
         raise TraceError(path, f"{definition} in the archive is not a JSON object")
     folder = posixpath.dirname(definition)
-    member = (lambda f: posixpath.join(folder, f) if folder else f)
+
+    def member(f: str) -> str:
+        return posixpath.join(folder, f) if folder else f
+
     engines: list[Engine] = []
     mapping: list[Mapped] = []
     unmapped: dict[str, int] = {}

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..neuron.neff import Neff
+from ..neuron.neff import Neff, Subgraph
 from ._text import safe, text
 
 
@@ -48,7 +48,7 @@ def print_neff(con: Console, neff: Neff, *, top: int | None = 20) -> None:
         con.print(text(note, style="yellow"))
 
 
-def _print_subgraph(con: Console, sg, top: int | None) -> None:
+def _print_subgraph(con: Console, sg: Subgraph, top: int | None) -> None:
     name = safe(sg.name)
     eng = Table(title=Text(f"subgraph {name}: engines"), title_justify="left")
     eng.add_column("Engine")

@@ -69,7 +69,8 @@ def build_model(size: str = "tiny", seed: int = 0) -> tuple[Any, Any, dict[str, 
     seq, _ = spec.pop("seq"), spec.pop("new_tokens")
     torch.manual_seed(seed)
     cfg = LlamaConfig(max_position_embeddings=max(256, 2 * seq), **spec)
-    model = LlamaForCausalLM(cfg).eval()
+    model: Any = LlamaForCausalLM(cfg)
+    model.eval()
     ids = torch.randint(0, cfg.vocab_size, (1, seq), generator=torch.Generator().manual_seed(seed))
     return model, ids, spec | {"seq": seq}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,7 @@ def copy_bandwidth(x: Any, repeats: int = 15) -> float:
             torch.cuda.synchronize()
         if i >= 3:
             times.append(time.perf_counter() - t)
-    return 2 * x.numel() * x.element_size() / statistics.median(times) / 1e9
+    return float(2 * x.numel() * x.element_size() / statistics.median(times) / 1e9)
 
 
 def device_kind_of(device: str) -> str:
@@ -136,7 +137,7 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
     w = 1 + 0.1 * torch.randn(shape[-1], generator=gen, dtype=torch.float64)
     ref = rms_norm_op_by_op(x, w, eps)
     xd, wd = x.to(device=device, dtype=tdtype), w.to(device=device, dtype=tdtype)
-    fns = {
+    fns: dict[str, Callable[[], Any]] = {
         "op_by_op": lambda: rms_norm_op_by_op(xd, wd, eps),
         "torch.rms_norm": lambda: torch.rms_norm(xd, (shape[-1],), wd, eps),
         "torch.compile": (lambda c: lambda: c(xd, wd, eps))(torch.compile(rms_norm_op_by_op)),
