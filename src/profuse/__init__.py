@@ -21,9 +21,26 @@ __all__ = [
     "load",
     "profile",
     "read_neff",
+    "table",
 ]
 
 _CAPTURE = {"ProfileConfig", "Exporter", "profile"}
+
+
+def table(source: Any, *, top: int = 20, group_by: str = "op") -> None:
+    """Print the correlated op table of a trace or bundle: a path, or a ``profuse.profile`` block once it ended.
+
+    ``top=0`` prints every row; ``group_by`` is op, shape, module or kernel (as ``profuse report``).
+    """
+    from .analysis import op_table, summarize
+    from .report.console import make_console, print_report
+    from .trace import load
+
+    path = getattr(source, "bundle", source)
+    if path is None:
+        raise UserError("no bundle yet: the profiled block recorded no complete step")
+    with load(path) as trace:
+        print_report(make_console(), summarize(trace), op_table(trace, group_by=group_by), top)
 
 
 def __getattr__(name: str) -> Any:

@@ -109,17 +109,6 @@ class Profile:
         """The underlying ``torch.profiler.profile``."""
         return self._prof
 
-    def table(self, *, top: int = 20, group_by: str = "op") -> None:
-        """Print the correlated op table of the bundle just written."""
-        from ..analysis import op_table, summarize
-        from ..report.console import make_console, print_report
-        from ..trace import load
-
-        if self.bundle is None:
-            raise RuntimeError("no bundle yet: the profiled block recorded no complete step")
-        with load(self.bundle) as trace:
-            print_report(make_console(), summarize(trace), op_table(trace, group_by=group_by), top)
-
 
 def profile_calls(fn: Callable[[], Any], cfg: ProfileConfig) -> Path:
     """Call ``fn`` for the config's warm-up and steps, one step per call, without autograd (device
