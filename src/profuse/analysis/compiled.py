@@ -84,6 +84,8 @@ _KNOWN_SET = frozenset(KNOWN_OPS)
 
 @dataclass
 class CompiledKernel:
+    """One kernel a compiled region launched: its calls, device time, and the ops its generated name says it fuses."""
+
     name: str
     calls: int
     device_us: float
@@ -92,6 +94,8 @@ class CompiledKernel:
 
 @dataclass
 class CompiledRegion:
+    """One ``Torch-Compiled Region`` op: its calls, host and device time, kernels, and aten ops it ran as extern calls."""
+
     name: str                      # 'Torch-Compiled Region: 0/0'
     calls: int
     cpu_us: float
@@ -115,6 +119,8 @@ class NeffBrief:
 
 @dataclass
 class CompiledSummary:
+    """What ``torch.compile`` did in a trace: its regions, graph breaks, eager ops between regions, generated code."""
+
     regions: list[CompiledRegion]
     graph_breaks: int              # distinct compiled frames beyond the first
     eager_between: list[str]       # ops that ran eagerly between compiled regions (break points)
@@ -123,6 +129,7 @@ class CompiledSummary:
 
 
 def compiled_regions(trace: Trace) -> CompiledSummary:
+    """The torch.compile regions of a trace with their kernels, graph breaks and the eager ops between them."""
     con = trace.con
     regions = []
     for name, calls, cpu, own_ns in con.execute("""

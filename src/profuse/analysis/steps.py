@@ -22,6 +22,8 @@ SELF_SHARE = 0.25  # an op whose own (self) time is under this share of its tota
 
 @dataclass(frozen=True)
 class StepStats:
+    """Per-step figures of a profiled loop: ops and kernels per call, median device time and its spread."""
+
     steps: int
     ops_per_call: float          # top-level ops in each step: what the code called
     kernels_per_call: float      # device events (GPU) or, on the CPU, the median count per step of ops
@@ -55,6 +57,7 @@ def spread_pct(values: list[float]) -> float:
 
 
 def step_stats(trace: Trace) -> StepStats:
+    """Per-step statistics over the ``ProfilerStep#`` annotations of a trace (the whole trace as one step if none)."""
     con = trace.con
     steps = con.execute("SELECT count(*) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'"
                         ).fetchall()[0][0] or 1

@@ -42,6 +42,7 @@ class Exporter:
         return self.bundles[-1] if self.bundles else None
 
     def __call__(self, prof: Any) -> None:
+        """The ``on_trace_ready`` callback: write this cycle's bundle (only in the process that made the exporter)."""
         if os.getpid() != self._owner:
             return
         out = Path(self.cfg.out)

@@ -18,6 +18,7 @@ HELP = """examples:
 
 
 def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``profuse study``."""
     p = subs.add_parser("study", help="case studies: rmsnorm (op by op vs fused vs compiled)", epilog=HELP,
                         description="Record, compare and explain variants of a model piece.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,6 +47,7 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the chosen case study (rmsnorm or llama) and print or write its result."""
     shape = _shape(args.shape)
     if args.iters < 1:
         raise UserError("--iters must be at least 1")
