@@ -18,7 +18,7 @@ Names longer than 72 characters are cut in the middle ("…") in the table; --fo
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subs.add_parser("diff", help="compare two runs: time deltas, kernels removed/added, speedup",
                         epilog=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="the baseline trace or bundle")

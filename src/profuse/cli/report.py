@@ -24,7 +24,7 @@ several rank traces of one distributed run (a folder or a quoted glob): one cros
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subs.add_parser("report", help="op table with device time correlated", epilog=HELP,
                         description="Show where time goes: every op with its CPU time and the device time "
                                     "of the kernels it launched.",
