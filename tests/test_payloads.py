@@ -186,3 +186,17 @@ def test_lanes_carry_kind_and_whole_label():
     host = [lane for lane in lanes if lane.kind != "stream"]
     assert all(lane.label.endswith(" · " + lane.kind) for lane in host)
     assert all(lane.label.rsplit(" · ", 1)[0] in names or lane.label.startswith("thread ") for lane in host)
+
+
+def test_ranks_document_is_its_record(tmp_path):
+    from profuse.payloads.ranks import RanksDocument, ranks_payload
+    from profuse.ranks import run_ranks
+    from profuse.ranks.discover import candidates
+
+    folder = str(trace_path("multirank/sampled_rank-0.json.gz").parent)
+    doc = run_ranks(folder, candidates(folder), workers=1, cache=False, work_dir=tmp_path).doc
+    record = ranks_payload(doc)
+    assert msgspec.json.decode(msgspec.json.encode(record)) == msgspec.json.decode(msgspec.json.encode(doc))
+    roundtrip(record, RanksDocument)
+    with pytest.raises(msgspec.ValidationError, match="ranks_found"):
+        ranks_payload({**doc, "ranks_found": "two"})

@@ -22,6 +22,7 @@ from ..analysis._choices import GROUPS
 from ..analysis.timeline import TimelineModel, event_links, timeline_model, timeline_window
 from ..frontend import assets
 from ..payloads import build
+from ..payloads.ranks import ranks_payload
 from ..payloads.views import RunInfo
 from ..trace import Trace
 
@@ -253,7 +254,7 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
     def api_ranks(request: Request) -> Response:
         if ranks is None:
             return _json({"error": "start profuse explore on a folder of rank traces for the Ranks view"}, 404)
-        return _json(ranks.doc)
+        return _json(ranks_payload(ranks.doc))
 
     def api_compare(request: Request) -> Response:
         if len(runs) < 2 or ranks is not None:

@@ -11,13 +11,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..payloads.ranks import ranks_payload
 from .console import fmt_us
 
 SHOW = 10
 
 
 def render_ranks_json(doc: dict[str, Any]) -> str:
-    return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()
+    """The ``profuse.ranks/1`` document as indented JSON, checked against its record."""
+    return msgspec.json.format(msgspec.json.encode(ranks_payload(doc)), indent=2).decode()
 
 
 def _us(v: float | None) -> str:

@@ -36,6 +36,33 @@
  */
 
 /**
+ * Clock alignment: the reference rank (the lowest) and every rank's offset.
+ * @typedef {Object} Clock
+ * @property {(number|null)} reference_rank
+ * @property {Array<ClockOffset>} offsets
+ */
+
+/**
+ * A rank's clock offset from the reference rank and how many collective calls it rests on.
+ * @typedef {Object} ClockOffset
+ * @property {number} rank
+ * @property {(number|null)} offset_us
+ * @property {number} collectives
+ */
+
+/**
+ * One collective call matched on every rank: skew, last arriver, per-rank arrivals (µs).
+ * @typedef {Object} CollectiveCall
+ * @property {string} name
+ * @property {number} seq
+ * @property {(number|null)} bytes
+ * @property {number} skew_us
+ * @property {(number|null)} last_arriver
+ * @property {number} end_spread_us
+ * @property {(Array<number>|null)} arrivals_us
+ */
+
+/**
  * torch.compile regions, graph breaks and the NEFFs beside the trace.
  * @typedef {Object} CompiledAdvice
  * @property {Array<CompiledRegion>} regions
@@ -214,6 +241,19 @@
  */
 
 /**
+ * A fusion candidate merged over the ranks that have it.
+ * @typedef {Object} MergedCandidate
+ * @property {string} pattern
+ * @property {string} scope
+ * @property {number} ranks
+ * @property {number} instances
+ * @property {(number|null)} device_us
+ * @property {(number|null)} predicted_saving_us
+ * @property {string} recommendation
+ * @property {string} confidence
+ */
+
+/**
  * One nn.Module scope of the chain from an event out to the outermost module.
  * @typedef {Object} ModuleRef
  * @property {number} id
@@ -319,6 +359,50 @@
  */
 
 /**
+ * One rank's totals (µs), overlap of compute and communication, and clock offset (None: unknown).
+ * @typedef {Object} RankRow
+ * @property {number} rank
+ * @property {string} path
+ * @property {string} device_kind
+ * @property {(string|null)} device_name
+ * @property {number} events
+ * @property {(number|null)} span_us
+ * @property {(number|null)} device_us
+ * @property {(number|null)} busy_us
+ * @property {(number|null)} compute_us
+ * @property {(number|null)} comm_us
+ * @property {(number|null)} memory_us
+ * @property {(number|null)} idle_us
+ * @property {(number|null)} overlap_us
+ * @property {(number|null)} overlap_pct
+ * @property {number} steps
+ * @property {(number|null)} step_median_us
+ * @property {number} collectives
+ * @property {(number|null)} world_size
+ * @property {(string|null)} backend
+ * @property {(number|null)} clock_offset_us
+ * @property {number} skipped_events
+ */
+
+/**
+ * The cross-rank report of one distributed run.
+ * @typedef {Object} RanksDocument
+ * @property {string} schema
+ * @property {string} source
+ * @property {string} rank_source
+ * @property {number} ranks_found
+ * @property {Clock} clock
+ * @property {Array<RankRow>} ranks
+ * @property {Array<Straggler>} stragglers
+ * @property {Array<CollectiveCall>} collectives
+ * @property {number} matched_rank_events
+ * @property {number} unmatched_rank_events
+ * @property {StepTimes} steps
+ * @property {Array<VaryingOp>} varying_ops
+ * @property {Array<MergedCandidate>} fusion
+ */
+
+/**
  * One graph replay: drawn as one flow from its graph launch to its first kernel.
  * @typedef {Object} Replay
  * @property {number} launch
@@ -399,6 +483,22 @@
  */
 
 /**
+ * The rank x step heat map: ``dur_us[rank index][step index]`` (None: the rank has no such step).
+ * @typedef {Object} StepTimes
+ * @property {Array<number>} steps
+ * @property {Array<number>} ranks
+ * @property {Array<Array<(number|null)>>} dur_us
+ */
+
+/**
+ * A rank with the wait it caused others as the last arriver.
+ * @typedef {Object} Straggler
+ * @property {number} rank
+ * @property {number} late_collectives
+ * @property {number} wait_caused_us
+ */
+
+/**
  * Events in [t0, t1) µs with level of detail, as columns; names and kinds interned.
  * @typedef {Object} TimelineWindow
  * @property {number} t0
@@ -434,4 +534,17 @@
  * @property {(string|null)} device_name
  * @property {number} events
  * @property {number} span_us
+ */
+
+/**
+ * An op whose device time differs between ranks.
+ * @typedef {Object} VaryingOp
+ * @property {string} name
+ * @property {number} ranks
+ * @property {(number|null)} min_us
+ * @property {(number|null)} max_us
+ * @property {(number|null)} mean_us
+ * @property {(number|null)} spread_us
+ * @property {(number|null)} min_rank
+ * @property {(number|null)} max_rank
  */
