@@ -240,3 +240,16 @@ def test_ops_row_opens_to_its_kernels_in_explorer_and_report(page, bert, tmp_pat
     page.goto(out.as_uri() + "#view=ops")
     page.wait_for_selector("body[data-ready=ops] tbody tr")
     assert open_ops_row(page, "aten::addmm") == expected
+
+
+def test_html_report_without_advice_says_so(page, tmp_path):
+    out = tmp_path / "report.html"
+    assert main(["report", str(trace_path("h100_bert_small.json.gz")), "--format", "html", "-o", str(out),
+                 "--no-advice", "--top", "3"]) == 0
+    page.goto(out.as_uri() + "#view=overview")
+    page.wait_for_selector("body[data-ready=overview] #no-advice")
+    assert page.locator("#advice").count() == 0
+    page.goto(out.as_uri() + "#view=ops")
+    page.wait_for_selector("body[data-ready=ops] tbody tr")
+    assert page.locator("main table").first.locator("tbody tr").count() == 3
+    assert "3 of " in page.inner_text(".toolbar")
