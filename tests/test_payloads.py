@@ -37,7 +37,9 @@ def test_types_js_is_generated_from_the_structs():
     text = jsdoc.generate()
     for name in ("Ops", "OpsRow", "OpKernels", "Overview", "Lane", "TimelineWindow", "DiffPayload", "ReportDocument"):
         assert f"@typedef {{Object}} {name}\n" in text
-    assert " * @property {(string|undefined)} [shape]" in text or " * @property {string} [shape]" in text
+    # only fields left out of the JSON when unset are optional; fields with defaults are always sent
+    assert " * @property {string} [shape]" in text and " * @property {number} [rank]" in text
+    assert " * @property {string} schema" in text and "[schema]" not in text
 
 
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
 from .advice import AdvicePayload
 from .build import ReportPayloads
@@ -51,24 +52,54 @@ def js_type(schema: dict[str, Any]) -> str:
             "null": "null"}.get(str(kind), "*")
 
 
-def typedef(name: str, schema: dict[str, Any]) -> str:
-    """One ``@typedef`` comment: the object's properties (optional ones in brackets)."""
+def typedef(name: str, schema: dict[str, Any], optional: set[str]) -> str:
+    """One ``@typedef`` comment: the object's properties (those that may be absent in brackets)."""
     lines = ["/**"]
     if schema.get("description"):
         lines += [f" * {line}".rstrip() for line in str(schema["description"]).splitlines()]
     lines.append(f" * @typedef {{Object}} {name}")
-    required = set(schema.get("required", []))
     for prop, sub in schema.get("properties", {}).items():
-        label = prop if prop in required else f"[{prop}]"
+        label = f"[{prop}]" if prop in optional else prop
         lines.append(f" * @property {{{js_type(sub)}}} {label}")
     lines.append(" */")
     return "\n".join(lines)
 
 
+def absent_fields(types: tuple[Any, ...]) -> dict[str, set[str]]:
+    """Per record name, the fields left out of the JSON when unset (default ``UNSET``); every other
+    field is always sent, defaults included."""
+    out: dict[str, set[str]] = {}
+
+    def walk(t: Any) -> None:
+        if isinstance(t, (msgspec.inspect.StructType, msgspec.inspect.DataclassType)):
+            if t.cls.__name__ not in out:
+                out[t.cls.__name__] = {f.encode_name for f in t.fields if not f.required and f.default is msgspec.NODEFAULT
+                                        and f.default_factory is msgspec.NODEFAULT}
+                for f in t.fields:
+                    walk(f.type)
+        elif isinstance(t, msgspec.inspect.UnionType):
+            for member in t.types:
+                walk(member)
+        elif isinstance(t, msgspec.inspect.DictType):
+            walk(t.value_type)
+        elif isinstance(t, (msgspec.inspect.ListType, msgspec.inspect.SetType, msgspec.inspect.FrozenSetType,
+                            msgspec.inspect.VarTupleType)):
+            walk(t.item_type)
+        elif isinstance(t, msgspec.inspect.TupleType):
+            for member in t.item_types:
+                walk(member)
+
+    for info in msgspec.inspect.multi_type_info(types):
+        walk(info)
+    return out
+
+
 def generate() -> str:
     """The whole types.js text, typedefs sorted by name."""
     _, components = msgspec.json.schema_components(PAYLOADS)
-    return HEADER + "\n" + "\n\n".join(typedef(n, components[n]) for n in sorted(components)) + "\n"
+    absent = absent_fields(PAYLOADS)
+    return HEADER + "\n" + "\n\n".join(typedef(n, components[n], absent.get(n, set()))
+                                        for n in sorted(components)) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

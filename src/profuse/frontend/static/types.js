@@ -86,8 +86,8 @@
  * @property {number} calls
  * @property {number} cpu_us
  * @property {number} device_us
- * @property {Array<CompiledKernel>} [kernels]
- * @property {Array<string>} [eager_ops_inside]
+ * @property {Array<CompiledKernel>} kernels
+ * @property {Array<string>} eager_ops_inside
  */
 
 /**
@@ -115,7 +115,7 @@
 /**
  * What changed from run A to run B, each list largest change first.
  * @typedef {Object} DiffPayload
- * @property {string} [schema]
+ * @property {string} schema
  * @property {string} a
  * @property {string} b
  * @property {number} a_device_us
@@ -143,12 +143,12 @@
  * @property {(number|null)} device_total_us
  * @property {(string|null)} link
  * @property {(string|null)} unlinked
- * @property {(EventRef|null)} [launch]
- * @property {Array<ChainOp>} [ops]
- * @property {Array<ModuleRef>} [modules]
- * @property {(Array<LaunchRef>|null)} [launches]
- * @property {(Array<KernelRef>|null)} [kernels]
- * @property {(Array<Replay>|null)} [replays]
+ * @property {(EventRef|null)} launch
+ * @property {Array<ChainOp>} ops
+ * @property {Array<ModuleRef>} modules
+ * @property {(Array<LaunchRef>|null)} launches
+ * @property {(Array<KernelRef>|null)} kernels
+ * @property {(Array<Replay>|null)} replays
  */
 
 /**
@@ -282,12 +282,12 @@
  * A compiled Neuron executable found beside the trace: what ``profuse neff`` shows, in short.
  * @typedef {Object} NeffBrief
  * @property {string} file
- * @property {(string|null)} [error]
- * @property {(string|null)} [name]
- * @property {number} [subgraphs]
- * @property {Array<Object<string, *>>} [engines]
- * @property {Object<string, *>} [hlo_stats]
- * @property {Array<Object<string, *>>} [sources]
+ * @property {(string|null)} error
+ * @property {(string|null)} name
+ * @property {number} subgraphs
+ * @property {Array<Object<string, *>>} engines
+ * @property {Object<string, *>} hlo_stats
+ * @property {Array<Object<string, *>>} sources
  */
 
 /**
@@ -354,8 +354,8 @@
  * @property {number} tflops_fp32
  * @property {number} gbps
  * @property {string} source
- * @property {number} [tflops_tf32]
- * @property {number} [tflops_fp8]
+ * @property {number} tflops_tf32
+ * @property {number} tflops_fp8
  */
 
 /**
@@ -416,7 +416,7 @@
  * The JSON report: the trace, its totals, the op table, and the advisor's sections (absent with
  * ``--no-advice``).
  * @typedef {Object} ReportDocument
- * @property {string} [schema]
+ * @property {string} schema
  * @property {TraceInfo} trace
  * @property {Totals} totals
  * @property {(Busy|null)} device_busy
