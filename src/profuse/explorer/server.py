@@ -227,6 +227,7 @@ class LoopbackHostOnly:
 
     @staticmethod
     def allowed(scope: Any) -> bool:
+        """Whether the request carries exactly one ``Host`` naming a loopback address and this port."""
         hosts = [v for k, v in scope.get("headers", []) if k == b"host"]
         server = scope.get("server")
         if len(hosts) != 1 or not server:
@@ -242,6 +243,7 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
     opts = Options(keep_metadata=keep_metadata)
 
     def static(request: Request) -> Response:
+        """A front-end file from the table read at start-up."""
         name = request.path_params.get("name", "index.html")
         if name not in files:  # a fixed table lookup: nothing from the request touches the disk
             return _not_found()
@@ -263,6 +265,7 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
             return _json(build.compare_of(runs[0].loaded.trace, runs[1].loaded.trace))
 
     def on_run(builder: Callable[[Loaded, Request, Options], Any]) -> Callable[[Request], Response]:
+        """The handler of one ``RUN_ROUTES`` entry: find the run, build the payload, encode it."""
         def handler(request: Request) -> Response:
             i = request.path_params["run"]
             if not 0 <= i < len(runs):
