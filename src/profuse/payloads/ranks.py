@@ -7,6 +7,8 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+RANKS_SCHEMA = "profuse.ranks/1"
+
 
 class RankRow(Struct):
     """One rank's totals (µs), overlap of compute and communication, and clock offset (None: unknown)."""
