@@ -202,3 +202,18 @@ def test_ranks_document_is_its_record(tmp_path):
     roundtrip(record, RanksDocument)
     with pytest.raises(msgspec.ValidationError, match="ranks_found"):
         ranks_payload({**doc, "ranks_found": "two"})
+
+
+@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "mi300_sglang_decode_cudagraph.json.gz"])
+def test_every_rows_kernels_add_up_to_its_kernel_count(name):
+    # the kernels listed under a row are exactly the device events counted in its `kernels` column
+    with profuse.load(trace_path(name)) as t:
+        for group in ("op", "shape", "module", "kernel"):
+            ops = build.ops_of(t, group_by=group)
+            found = build.op_kernels_of(t, ops)
+            assert set(found) == {r.key for r in ops.rows} and len(found) == len(ops.rows), "keys name rows once"
+            for row in ops.rows:
+                assert sum(k.calls for k in found[row.key].kernels) == row.kernels, (group, row.key)
+                if group in ("op", "shape", "kernel"):
+                    assert sum(k.device_us for k in found[row.key].kernels) == pytest.approx(
+                        row.self_device_us, abs=1e-3 * (1 + len(found[row.key].kernels)))
