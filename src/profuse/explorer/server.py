@@ -46,7 +46,6 @@ class Run:
     """One trace the explorer serves; requests on it run one at a time."""
 
     def __init__(self, trace: Trace) -> None:
-        self.trace = trace
         self.lock = threading.Lock()
         self.loaded = Loaded(trace, timeline_model(trace))
 
@@ -57,7 +56,7 @@ class Run:
 
     def info(self, i: int) -> RunInfo:
         """The run as the run picker lists it."""
-        return build.run_info(i, self.trace)
+        return build.run_info(i, self.loaded.trace)
 
 
 class RankRuns:
