@@ -10,7 +10,6 @@ fails. The trace is the 216k-event V100 trace repeated with shifted times and id
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -25,8 +24,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000, help="complete events at least (default 1M)")
     args = ap.parse_args()
+    import msgspec
+
     import profuse
-    from profuse.explorer import data
+    from profuse.analysis.timeline import timeline_model, timeline_window
 
     gb = args.events / 123_379 * 0.0537 * 1.02  # the V100 trace: 123,379 complete events per 53.7 MB
     path = bench_load.big_trace(round(gb, 2))
@@ -34,28 +35,28 @@ def main() -> int:
     t = time.perf_counter()
     trace = profuse.load(path)
     t_load = time.perf_counter() - t
-    data.prepare(trace)
+    model = timeline_model(trace)
     t_prep = time.perf_counter() - t
-    lanes = data.lanes(trace)
-    first = data.timeline(trace, None, None, 1600)
-    json.dumps(first)
+    lanes = model.lanes
+    first = timeline_window(model, None, None, 1600)
+    msgspec.json.encode(first)
     t_open = time.perf_counter() - t
-    lo, hi = first["span"]
+    lo, hi = first.span
     rng = random.Random(0)
     times = []
     for i in range(60):
         width = (hi - lo) / (10 ** rng.uniform(0, 5))
         a = rng.uniform(lo, max(lo, hi - width))
         s = time.perf_counter()
-        json.dumps(data.timeline(trace, a, a + max(width, 50.0), 1600))
+        msgspec.json.encode(timeline_window(model, a, a + max(width, 50.0), 1600))
         times.append((time.perf_counter() - s) * 1e3)
     times.sort()
     print(f"trace: {path.name}, {trace.meta['events']:,} complete events, {len(lanes)} lanes")
-    print(f"open: {t_open:.2f} s  (cached load {t_load:.2f} s, timeline table {t_prep - t_load:.2f} s, "
+    print(f"open: {t_open:.2f} s  (cached load {t_load:.2f} s, timeline model {t_prep - t_load:.2f} s, "
           f"first view {t_open - t_prep:.2f} s; target < 2 s)")
     print(f"pan/zoom: median {statistics.median(times):.0f} ms, p95 {times[int(len(times) * 0.95)]:.0f} ms, "
           f"max {times[-1]:.0f} ms over {len(times)} viewports (target < 100 ms)")
-    print(f"first view sends {len(first['id']):,} boxes for {trace.meta['events']:,} events")
+    print(f"first view sends {len(first.id):,} boxes for {trace.meta['events']:,} events")
     return 0
 
 

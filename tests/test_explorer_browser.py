@@ -205,3 +205,58 @@ def test_graph_replay_is_one_flow_and_its_kernels_are_selectable(page):
             assert f"sel={kid}" in page.url
             assert "step[DECODE bs=32]" in page.locator("#op-chain").inner_text()
             assert "launched by hipGraphLaunch" in page.locator("#details").inner_text()
+
+
+def kernels_of_op_by_sql(t, op_name: str) -> dict[str, int]:
+    """Kernel names and counts under an op, from the events table: device events whose own op is named so."""
+    return dict(t.con.execute("""
+        SELECT k.name, count(*) FROM events k JOIN events o ON o.id = k.op
+        WHERE k.kind IN ('kernel', 'memcpy', 'memset') AND o.name = ? GROUP BY ALL""", [op_name]).fetchall())
+
+
+def open_ops_row(page, name: str) -> dict[str, int]:
+    """Open the ops row called ``name`` (Enter on the focused row) and read the kernels it lists."""
+    page.fill("#ops-filter", name)
+    row = page.locator("main table").first.locator("tbody tr", has=page.locator("td.name", has_text=name)).first
+    row.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#op-kernels tbody tr")
+    cells = page.locator("#op-kernels tbody tr").evaluate_all(
+        "rows => rows.map(r => [r.cells[0].textContent, r.cells[1].textContent])")
+    return {n: int(c) for n, c in cells}
+
+
+def test_ops_row_opens_to_its_kernels_in_explorer_and_report(page, bert, tmp_path):
+    expected = kernels_of_op_by_sql(bert, "aten::addmm")
+    assert expected
+    with running([bert]) as url:
+        open_view(page, url, "ops")
+        assert open_ops_row(page, "aten::addmm") == expected
+        assert "op=aten" in page.url, "the URL carries the opened row"
+        # a click opens another row
+        (other,), = bert.con.execute("""SELECT o.name FROM events k JOIN events o ON o.id = k.op
+            WHERE o.name <> 'aten::addmm' GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1""").fetchall()
+        page.fill("#ops-filter", other)
+        page.locator("main table").first.locator("tbody tr", has=page.locator("td.name", has_text=other)).first \
+            .click()
+        page.wait_for_function("name => document.querySelector('#op-kernels h2').textContent.includes(name)", arg=other)
+        assert {r.split("\t")[0] for r in page.locator("#op-kernels tbody tr").all_inner_texts()} \
+            == set(kernels_of_op_by_sql(bert, other))
+    out = tmp_path / "report.html"
+    assert main(["report", str(bert.path), "--format", "html", "-o", str(out)]) == 0
+    page.goto(out.as_uri() + "#view=ops")
+    page.wait_for_selector("body[data-ready=ops] tbody tr")
+    assert open_ops_row(page, "aten::addmm") == expected
+
+
+def test_html_report_without_advice_says_so(page, tmp_path):
+    out = tmp_path / "report.html"
+    assert main(["report", str(trace_path("h100_bert_small.json.gz")), "--format", "html", "-o", str(out),
+                 "--no-advice", "--top", "3"]) == 0
+    page.goto(out.as_uri() + "#view=overview")
+    page.wait_for_selector("body[data-ready=overview] #no-advice")
+    assert page.locator("#advice").count() == 0
+    page.goto(out.as_uri() + "#view=ops")
+    page.wait_for_selector("body[data-ready=ops] tbody tr")
+    assert page.locator("main table").first.locator("tbody tr").count() == 3
+    assert "3 of " in page.inner_text(".toolbar")

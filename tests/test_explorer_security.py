@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -46,8 +51,43 @@ def test_assets_and_api_are_served(base, path):
     assert status(base + path) == 200
 
 
-def test_binds_loopback_only(base):
-    assert base.startswith("http://127.0.0.1:")
+def listening_addresses(port: int) -> list[str]:
+    """Local addresses of the sockets listening on ``port``, from the kernel's own tables (Linux)."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                out.append(socket.inet_ntop(socket.AF_INET, bytes.fromhex(addr)[::-1]) if len(addr) == 8
+                           else socket.inet_ntop(socket.AF_INET6, b"".join(
+                               bytes.fromhex(addr[i:i + 8])[::-1] for i in range(0, 32, 8))))
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux's socket table")
+def test_binds_loopback_only(tmp_path):
+    # GIVEN `profuse explore` started the way a user starts it (its own serve(), its own socket)
+    env = {**os.environ, "PROFUSE_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "profuse", "explore", str(trace_path("a100_event_sync.json.gz")),
+                             "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = proc.stdout.readline().split()[2]
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        # THEN the socket the kernel lists as listening on that port is bound to 127.0.0.1 and nothing else
+        assert listening_addresses(port) == ["127.0.0.1"]
+        assert status(url + "api/runs") == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_pages_forbid_inline_script_and_other_origins(base):
@@ -92,11 +132,6 @@ def test_reports_drop_secret_looking_metadata(tmp_path):
 
 
 def test_explore_stops_cleanly_on_ctrl_c(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-
     env = {**os.environ, "PROFUSE_CACHE_DIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-m", "profuse", "explore", str(trace_path("a100_event_sync.json.gz")),
                              "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

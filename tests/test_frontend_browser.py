@@ -14,7 +14,7 @@ from test_explorer_browser import open_view, wait_ready
 
 import profuse
 from profuse.cli import main
-from profuse.explorer import data
+from profuse.analysis.timeline import timeline_model
 from profuse.frontend import payload_json
 
 # the Chromium fixtures and the skip rule of the explorer's browser tests
@@ -138,7 +138,9 @@ def test_report_timeline_click_shows_the_event_from_the_embedded_data(page, bert
 
 
 def test_lane_labels_name_their_kind_and_show_the_full_label_on_hover(page, bert):
-    lanes = data.lanes(bert)
+    model = timeline_model(bert)
+    lanes = [{"kind": ln.kind, "label": ln.label, "rows": ln.rows} for ln in model.lanes]
+    model.close()
     kinds = {lane["kind"] for lane in lanes}
     assert {"ops", "stream"} <= kinds
     with running([bert]) as url:

@@ -2,15 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ._common import add_load_args, console, load_trace
 from .ranks import add_rank_args, diff_rank_sets
-
-if TYPE_CHECKING:
-    from ..analysis.diff import DiffRow
 
 HELP = """examples:
   profuse diff before/ after/                   two bundles
@@ -23,7 +18,7 @@ Names longer than 72 characters are cut in the middle ("…") in the table; --fo
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subs.add_parser("diff", help="compare two runs: time deltas, kernels removed/added, speedup",
                         epilog=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="the baseline trace or bundle")
@@ -33,11 +28,6 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
     add_load_args(p)
     add_rank_args(p)
     p.set_defaults(func=run)
-
-
-def _row(r: DiffRow) -> dict[str, object]:
-    return {"name": r.name, "a_calls": r.a_calls, "b_calls": r.b_calls, "a_us": round(r.a_us, 3),
-            "b_us": round(r.b_us, 3), "delta_us": round(r.delta_us, 3)}
 
 
 def _middle(name: str, width: int = 72) -> str:
@@ -56,26 +46,21 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{many} holds several rank traces but {one} is one trace: "
                             "compare two folders of rank traces, or two traces")
         return diff_rank_sets(args, files_a, files_b)
+    import msgspec
     from rich.table import Table
     from rich.text import Text
 
-    from ..analysis.diff import diff
+    from ..payloads.build import compare_of
     from ..report._text import safe, text
     from ..report.console import fmt_us
 
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
-        d = diff(a, b)
+        d = compare_of(a, b)
     if args.format == "json":
-        print(json.dumps({"schema": "profuse.diff/1", "a": d.a_label, "b": d.b_label,
-                          "a_device_us": round(d.a_device_us, 3), "b_device_us": round(d.b_device_us, 3),
-                          "speedup": round(d.speedup, 3), "same_device": d.same_device,
-                          "ops": [_row(r) for r in d.ops], "modules": [_row(r) for r in d.modules],
-                          "kernels_removed": [_row(r) for r in d.kernels_removed],
-                          "kernels_added": [_row(r) for r in d.kernels_added],
-                          "kernels": [_row(r) for r in d.kernels]}, indent=2))
+        print(msgspec.json.format(msgspec.json.encode(d), indent=2).decode())
         return 0
     con = console()
-    con.print(Text(f"A: {safe(d.a_label)}\nB: {safe(d.b_label)}", style="bold"))
+    con.print(Text(f"A: {safe(d.a)}\nB: {safe(d.b)}", style="bold"))
     con.print(Text(f"device time {fmt_us(d.a_device_us)} -> {fmt_us(d.b_device_us)}: "
                    f"{d.speedup:.2f}x" + ("" if d.same_device else "  (different device kinds: kernels not matched)")))
     for title, rows in (("Ops", d.ops), ("Modules", d.modules), ("Kernels", d.kernels)):

@@ -24,7 +24,7 @@ several rank traces of one distributed run (a folder or a quoted glob): one cros
 """
 
 
-def add_parser(subs: argparse._SubParsersAction) -> None:
+def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subs.add_parser("report", help="op table with device time correlated", epilog=HELP,
                         description="Show where time goes: every op with its CPU time and the device time "
                                     "of the kernels it launched.",
@@ -35,7 +35,8 @@ def add_parser(subs: argparse._SubParsersAction) -> None:
                    help="html: one self-contained file (needs -o), viewable offline")
     p.add_argument("--group-by", choices=GROUPS, default="op")
     p.add_argument("--sort", choices=SORT_KEYS, default="self_device")
-    p.add_argument("--top", type=int, default=25, help="rows in the table format (default 25; 0 = all)")
+    p.add_argument("--top", type=int, default=25,
+                   help="rows in the table and html formats (default 25; 0 = all); json gives every row")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument("--keep-metadata", action="store_true",
                    help="keep values that look secret (passwords, tokens, keys in command lines, URLs and "
@@ -56,29 +57,38 @@ def run(args: argparse.Namespace) -> int:
     files = candidates(args.path)
     if files is not None:
         return run_ranks_report(args, files)
-    if args.format == "html":
-        from ..report.html import render_html
-
-        with load_trace(args.path, args) as trace:
-            atomic_write(args.output, render_html(trace, keep_metadata=args.keep_metadata))
-        print(f"wrote {args.output}")
-        return 0
     from ..analysis import op_table, summarize
     from ..analysis.findings import trace_findings
-    from ..report.console import print_advice, print_report
-    from ..report.json_report import render_json
+    from ..payloads.advice import advice_payload
+    from ..payloads.ops import ops_payload
+    from ..payloads.report import report_document
 
     with load_trace(args.path, args) as trace:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
         advice = None if args.no_advice else trace_findings(trace)
+        if args.format == "html":
+            from ..payloads.build import report_payloads
+            from ..report.html import render_html
+
+            payloads = report_payloads(trace, summary=summary, table=table, advice=advice, top=args.top or None,
+                                       keep_metadata=args.keep_metadata)
+            atomic_write(args.output, render_html(payloads))
+            print(f"wrote {args.output}")
+            return 0
     if args.format == "json":
-        text = render_json(summary, table, advice, keep_metadata=args.keep_metadata)
+        from ..report.json_report import render_json
+
+        doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
+                              keep_metadata=args.keep_metadata)
+        text = render_json(doc)
         if args.output:
             atomic_write(args.output, text + "\n")
         else:
             print(text)
         return 0
+    from ..report.console import print_advice, print_report
+
     if args.output:  # the table as plain text in a file
         import io
 

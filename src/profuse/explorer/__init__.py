@@ -1,1 +1,1 @@
-"""The explorer: a local web app (server.py) over payloads built in data.py; front end in static/."""
+"""The explorer: a local web app (server.py, a route table from URLs to payload builders); front end in profuse.frontend."""

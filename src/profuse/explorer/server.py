@@ -8,17 +8,23 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from ..analysis._choices import GROUPS
+from ..analysis.timeline import TimelineModel, event_links, timeline_model, timeline_window
 from ..frontend import assets
+from ..payloads import build
+from ..payloads.ranks import ranks_payload
+from ..payloads.views import RunInfo
 from ..trace import Trace
-from . import data
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
@@ -28,19 +34,29 @@ SECURITY_HEADERS = {
 }
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """A trace being served and its timeline model (built once, when the trace is opened)."""
+
+    trace: Trace
+    model: TimelineModel
+
+
 class Run:
+    """One trace the explorer serves; requests on it run one at a time."""
+
     def __init__(self, trace: Trace) -> None:
-        self.trace = trace
         self.lock = threading.Lock()
-        data.prepare(trace)
+        self.loaded = Loaded(trace, timeline_model(trace))
 
-    def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(loaded, *args)`` under this run's lock."""
         with self.lock:
-            return fn(self.trace, *args, **kw)
+            return fn(self.loaded, *args)
 
-    def info(self, i: int) -> dict[str, Any]:
-        return {"run": i, "path": str(self.trace.path), "device_label": self.trace.device_label,
-                "events": self.trace.meta["events"]}
+    def info(self, i: int) -> RunInfo:
+        """The run as the run picker lists it."""
+        return build.run_info(i, self.loaded.trace)
 
 
 class RankRuns:
@@ -54,6 +70,7 @@ class RankRuns:
         self.lock = threading.Lock()
 
     def touched(self, run: LazyRun) -> None:
+        """Note ``run`` as used now; unload the least recently used beyond ``keep``."""
         with self.lock:
             if run in self.order:
                 self.order.remove(run)
@@ -72,30 +89,114 @@ class LazyRun(Run):
 
     def __init__(self, path: str, row: dict[str, Any], load: Callable[[str], Trace], owner: RankRuns) -> None:
         self.path, self.row, self.load, self.owner = path, row, load, owner
-        self.trace: Trace | None = None  # type: ignore[assignment]
+        self.loaded: Loaded | None = None  # type: ignore[assignment]
         self.lock = threading.Lock()
 
-    def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(loaded, *args)``, loading the trace first if it is not loaded."""
         with self.lock:
-            if self.trace is None:
-                self.trace = self.load(self.path)
-                data.prepare(self.trace)
-            result = fn(self.trace, *args, **kw)
+            if self.loaded is None:
+                trace = self.load(self.path)
+                self.loaded = Loaded(trace, timeline_model(trace))
+            result = fn(self.loaded, *args)
         self.owner.touched(self)
         return result
 
     def unload(self) -> None:
-        if self.trace is not None:
-            self.trace.close()
-            self.trace = None
+        """Close the trace and its model (reloaded on the next request)."""
+        if self.loaded is not None:
+            self.loaded.model.close()
+            self.loaded.trace.close()
+            self.loaded = None
 
-    def info(self, i: int) -> dict[str, Any]:
-        return {"run": i, "path": self.path, "device_label": self.row["device_kind"], "events": self.row["events"],
-                "rank": self.row["rank"]}
+    def info(self, i: int) -> RunInfo:
+        """The rank as the run picker lists it (without loading its trace)."""
+        return RunInfo(run=i, path=self.path, device_label=self.row["device_kind"], events=self.row["events"],
+                       rank=self.row["rank"])
+
+
+class ApiError(Exception):
+    """A request the API answers with an error status and a one-line JSON ``{"error": ...}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the explorer was started with that changes its payloads."""
+
+    keep_metadata: bool = False
+
+
+def _group_by(request: Request) -> str:
+    group = request.query_params.get("group_by", "op")
+    if group not in GROUPS:
+        raise ApiError(400, "group_by must be " + ", ".join(GROUPS[:-1]) + " or " + GROUPS[-1])
+    return group
+
+
+def _overview(run: Loaded, request: Request, opts: Options) -> Any:
+    return build.overview_of(run.trace, keep_metadata=opts.keep_metadata)
+
+
+def _ops(run: Loaded, request: Request, opts: Options) -> Any:
+    return build.ops_of(run.trace, group_by=_group_by(request))
+
+
+def _op_kernels(run: Loaded, request: Request, opts: Options) -> Any:
+    key = request.query_params.get("key")
+    if key is None:
+        raise ApiError(400, "op_kernels needs ?key= (an ops row's key)")
+    found = build.op_kernels_of(run.trace, build.ops_of(run.trace, group_by=_group_by(request))).get(key)
+    if found is None:
+        raise ApiError(404, "no ops row has this key in this grouping")
+    return found
+
+
+def _lanes(run: Loaded, request: Request, opts: Options) -> Any:
+    return run.model.lanes
+
+
+def _timeline(run: Loaded, request: Request, opts: Options) -> Any:
+    q = request.query_params
+    t0 = float(q["t0"]) if "t0" in q else None
+    t1 = float(q["t1"]) if "t1" in q else None
+    return timeline_window(run.model, t0, t1, min(max(int(q.get("width", 1600)), 1), 8000))
+
+
+def _event(run: Loaded, request: Request, opts: Options) -> Any:
+    found = event_links(run.trace, run.model, request.path_params["id"])
+    if found is None:
+        raise ApiError(404, "no such event")
+    return found
+
+
+def _modules(run: Loaded, request: Request, opts: Options) -> Any:
+    return build.modules_of(run.trace)
+
+
+def _compiled(run: Loaded, request: Request, opts: Options) -> Any:
+    return build.compiled_of(run.trace)
+
+
+# The API of one run: path under /api/{run} -> its payload builder. Nothing else reaches a trace.
+RUN_ROUTES: dict[str, Callable[[Loaded, Request, Options], Any]] = {
+    "overview": _overview,
+    "ops": _ops,
+    "op_kernels": _op_kernels,
+    "lanes": _lanes,
+    "timeline": _timeline,
+    "event/{id:int}": _event,
+    "modules": _modules,
+    "compiled": _compiled,
+}
 
 
 def _json(obj: Any, status: int = 200) -> Response:
-    return JSONResponse(obj, status_code=status, headers=SECURITY_HEADERS)
+    return Response(msgspec.json.encode(obj), status_code=status, media_type="application/json",
+                    headers=SECURITY_HEADERS)
 
 
 def _not_found() -> Response:
@@ -125,6 +226,7 @@ class LoopbackHostOnly:
 
     @staticmethod
     def allowed(scope: Any) -> bool:
+        """Whether the request carries exactly one ``Host`` naming a loopback address and this port."""
         hosts = [v for k, v in scope.get("headers", []) if k == b"host"]
         server = scope.get("server")
         if len(hosts) != 1 or not server:
@@ -137,17 +239,15 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
     """The app over one or two traces, or (``ranks``) over the rank traces of a distributed run."""
     runs: list[Run] = [*ranks.runs] if ranks is not None else [Run(t) for t in traces]
     files = assets()
+    opts = Options(keep_metadata=keep_metadata)
 
     def static(request: Request) -> Response:
+        """A front-end file from the table read at start-up."""
         name = request.path_params.get("name", "index.html")
         if name not in files:  # a fixed table lookup: nothing from the request touches the disk
             return _not_found()
         body, mime = files[name]
         return Response(body, media_type=mime, headers=SECURITY_HEADERS | {"Cache-Control": "no-cache"})
-
-    def run_of(request: Request) -> Run | None:
-        i = request.path_params["run"]
-        return runs[i] if 0 <= i < len(runs) else None
 
     def api_runs(request: Request) -> Response:
         return _json([r.info(i) for i, r in enumerate(runs)])
@@ -155,56 +255,32 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
     def api_ranks(request: Request) -> Response:
         if ranks is None:
             return _json({"error": "start profuse explore on a folder of rank traces for the Ranks view"}, 404)
-        return _json(ranks.doc)
-
-    def api(view: str) -> Callable[[Request], Response]:
-        def handler(request: Request) -> Response:
-            run = run_of(request)
-            if run is None:
-                return _not_found()
-            q = request.query_params
-            try:
-                if view == "lanes":
-                    return _json(run.call(data.lanes))
-                if view == "timeline":
-                    t0 = float(q["t0"]) if "t0" in q else None
-                    t1 = float(q["t1"]) if "t1" in q else None
-                    width = min(max(int(q.get("width", 1600)), 1), 8000)
-                    return _json(run.call(data.timeline, t0, t1, width))
-                if view == "event":
-                    found = run.call(data.event, request.path_params["id"])
-                    return _json(found) if found else _not_found()
-                if view == "overview":
-                    return _json(run.call(data.overview, keep_metadata=keep_metadata))
-                if view == "ops":
-                    group = q.get("group_by", "op")
-                    if group not in ("op", "shape", "module", "kernel"):
-                        return _json({"error": "group_by must be op, shape, module or kernel"}, 400)
-                    return _json(run.call(data.ops, group))
-                if view == "modules":
-                    return _json(run.call(data.modules))
-                if view == "compiled":
-                    return _json(run.call(data.compiled))
-            except ValueError:
-                return _json({"error": "bad query parameter"}, 400)
-            return _not_found()
-        return handler
+        return _json(ranks_payload(ranks.doc))
 
     def api_compare(request: Request) -> Response:
         if len(runs) < 2 or ranks is not None:
             return _json({"error": "start profuse explore with two traces to compare them"}, 404)
         with runs[0].lock, runs[1].lock:
-            return _json(data.compare(runs[0].trace, runs[1].trace))
+            return _json(build.compare_of(runs[0].loaded.trace, runs[1].loaded.trace))
 
-    routes = [
-        Route("/", static),
-        Route("/assets/{name}", static),
-        Route("/api/runs", api_runs),
-        Route("/api/ranks", api_ranks),
-        Route("/api/compare", api_compare),
-        Route("/api/{run:int}/event/{id:int}", api("event")),
-    ] + [Route(f"/api/{{run:int}}/{v}", api(v)) for v in ("lanes", "timeline", "overview", "ops", "modules",
-                                                            "compiled")]
+    def on_run(builder: Callable[[Loaded, Request, Options], Any]) -> Callable[[Request], Response]:
+        """The handler of one ``RUN_ROUTES`` entry: find the run, build the payload, encode it."""
+        def handler(request: Request) -> Response:
+            i = request.path_params["run"]
+            if not 0 <= i < len(runs):
+                return _not_found()
+            try:
+                return _json(runs[i].call(builder, request, opts))
+            except ApiError as e:
+                return _json({"error": str(e)}, e.status)
+            except ValueError:
+                return _json({"error": "bad query parameter"}, 400)
+        return handler
+
+    routes = [Route("/", static), Route("/assets/{name}", static), Route("/api/runs", api_runs),
+              Route("/api/ranks", api_ranks), Route("/api/compare", api_compare)]
+    routes += [Route(f"/api/{{run:int}}/{path}", on_run(builder)) for path, builder in RUN_ROUTES.items()]
+
     async def nf(request: Request, exc: Exception) -> Response:
         return _not_found()
 

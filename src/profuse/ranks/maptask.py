@@ -23,14 +23,12 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from ..analysis.breakdown import COMM_KERNEL_SQL
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_KINDS
 
 TABLES_VERSION = 2  # bump when a per-rank table changes: older rank folders are rebuilt
 DONE = "done.json"
-# device kernels that are collectives (NCCL, RCCL and their device-side names)
-COMM_KERNEL_SQL = ("(name ILIKE 'nccl%' OR name ILIKE 'rccl%' OR name ILIKE '%ncclKernel%' "
-                   "OR name ILIKE '%ncclDevKernel%')")
 # host annotations that are collectives when there is no device (gloo, MPI, UCC)
 COMM_HOST = re.compile(r"^(gloo|nccl|mpi|ucc|xccl|rccl):")
 _KERNEL_COLL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)

@@ -11,13 +11,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..payloads.ranks import RANKS_SCHEMA, ranks_payload
 from .console import fmt_us
 
 SHOW = 10
 
 
 def render_ranks_json(doc: dict[str, Any]) -> str:
-    return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()
+    """A cross-rank document as indented JSON; ``profuse.ranks/1`` is checked against its record first
+    (the ranks diff, ``profuse.ranks-diff/1``, is written as it is)."""
+    body = ranks_payload(doc) if doc.get("schema") == RANKS_SCHEMA else doc
+    return msgspec.json.format(msgspec.json.encode(body), indent=2).decode()
 
 
 def _us(v: float | None) -> str:

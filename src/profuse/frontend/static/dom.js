@@ -54,7 +54,11 @@ function table(columns, rows, { onRow, selected, sortable = true } = {}) {
       const tr = el("tr", {}, columns.map(c => el("td", { class: c.name ? "name" : "" },
         c.fmt ? c.fmt(r[c.key], r) : r[c.key])));
       if (selected && selected(r)) tr.className = "sel";
-      if (onRow) { tr.style.cursor = "pointer"; tr.addEventListener("click", () => onRow(r)); }
+      if (onRow) {  // a row opens on click, or on Enter when focused (Tab reaches it)
+        tr.style.cursor = "pointer"; tr.tabIndex = 0;
+        tr.addEventListener("click", () => onRow(r));
+        tr.addEventListener("keydown", e => { if (e.key === "Enter") onRow(r); });
+      }
       tbody.appendChild(tr);
     }
   };

@@ -25,17 +25,20 @@ function get(path) {
 async function overview(main, st) {
   const o = await get(`/api/${st.run}/overview`);
   if (!o) return main.append(el("p", {}, "no data"));
-  const s = o.summary, dev = o.device_label;
+  const t = o.trace, n = o.totals, dev = o.device_label, advice = o.advice;
   const total = Object.values(o.categories).reduce((a, b) => a + b, 0) || 1;
   main.append(
-    el("h2", {}, s.path),
-    el("p", { class: "muted" }, `${s.device_kind}${s.device_name ? " (" + s.device_name + ")" : ""} · ${s.events} events · span ${fmtUs(s.span_us)} · ${dev} time ${fmtUs(s.device_us)} · ${s.kernels_linked} of ${s.kernels} device events linked`),
+    el("h2", {}, t.path),
+    el("p", { class: "muted" }, `${t.device_kind}${t.device_name ? " (" + t.device_name + ")" : ""} · ${t.events} events · span ${fmtUs(t.span_us)} · ${dev} time ${fmtUs(n.device_us)} · ${n.kernels_linked} of ${n.kernels} device events linked`),
     el("h2", {}, `${dev} time by category`),
     el("div", { class: "cards" }, Object.entries(o.categories).map(([k, v]) =>
       el("div", { class: "card", dataset: { category: k } }, el("div", { class: "muted" }, k), el("div", { class: "big" }, fmtUs(v)),
         el("span", { class: "bar", style: `width:${Math.round(180 * v / total)}px` })))),
-    el("h2", {}, "Advice"),
-    o.advice.length ? el("div", { class: "cards", id: "advice" }, o.advice.map(c => el("div", { class: "card advice" },
+    el("h2", {}, "Advice"));
+  if (!advice) return main.append(el("p", { class: "muted", id: "no-advice" }, "advice not computed (--no-advice)"));
+  const cands = advice.fusion_candidates;
+  main.append(
+    cands.length ? el("div", { class: "cards", id: "advice" }, cands.map(c => el("div", { class: "card advice" },
       el("div", {}, el("b", {}, c.pattern), " in ", c.scope),
       el("div", { class: "muted" }, `${c.instances} calls · ${c.kernels_per_instance} kernels per call · ${fmtUs(c.device_us)} · ${fmtBytes(c.bytes_now)} → ${fmtBytes(c.bytes_fused)}`),
       el("div", { class: "big" }, "save ~" + fmtUs(c.predicted_saving_us)),
@@ -44,41 +47,62 @@ async function overview(main, st) {
     el("h2", {}, "Hotspots"),
     table([{ key: "kind", label: "Kind" }, { key: "name", label: "Name", name: true },
       { key: "calls", label: "Calls" }, { key: "device_us", label: dev, fmt: fmtUs },
-      { key: "share_pct", label: "Share", fmt: v => v.toFixed(1) + "%" }], o.hotspots),
+      { key: "share_pct", label: "Share", fmt: v => v.toFixed(1) + "%" }], advice.hotspots),
   );
-  if (o.interruptions.length) {
+  if (advice.interruptions.length) {
     main.append(el("h2", {}, "Interruptions"), table([
       { key: "scope", label: "Scope", name: true }, { key: "instances", label: "Calls" },
       { key: "kernels_per_instance", label: "Kernels/call" }, { key: "busy_us", label: "Busy", fmt: fmtUs },
       { key: "idle_us", label: "Idle", fmt: fmtUs }, { key: "busy_pct", label: "Busy %", fmt: v => v + "%" },
-      { key: "launch_bound", label: "", fmt: v => v ? "launch-bound" : "" }], o.interruptions));
+      { key: "launch_bound", label: "", fmt: v => v ? "launch-bound" : "" }], advice.interruptions));
   }
 }
 
 async function ops(main, st, go) {
-  const group = st.group || "op";
-  const d = await get(`/api/${st.run}/ops?group_by=${group}`);
-  if (!d) return main.append(el("p", {}, "no data (the report embeds the op grouping only)"));
-  const rows = d.name.map((n, i) => Object.fromEntries(Object.keys(d).filter(k => Array.isArray(d[k])).map(k => [k, d[k][i]])));
+  const d = await get(`/api/${st.run}/ops?group_by=${st.group || "op"}`);
+  if (!d) return main.append(el("p", {}, "no data"));
+  const group = d.group_by;  // the report embeds one grouping: the one it was made with
+  const rows = d.rows.map(r => ({ ...r, pct: d.device_us ? 100 * r.self_device_us / d.device_us : 0 }));
   const dev = d.device_label;
   const filter = el("input", { placeholder: "filter by name", id: "ops-filter", value: st.q || "" });
-  const select = el("select", { id: "group-by" }, ["op", "shape", "module", "kernel"].map(g =>
+  const select = el("select", { id: "group-by" }, (isReport ? [group] : ["op", "shape", "module", "kernel"]).map(g =>
     el("option", g === group ? { value: g, selected: "" } : { value: g }, g)));
-  select.addEventListener("change", () => go({ ...st, group: select.value }));
+  select.addEventListener("change", () => go({ ...st, group: select.value, op: "" }));
   const holder = el("div");
+  const kernelsBox = el("div", { id: "op-kernels" });
   const cols = [{ key: "name", label: "Name", name: true }];
   if (group === "shape") cols.push({ key: "shape", label: "Input shapes", name: true });
-  cols.push({ key: "calls", label: "Calls" }, { key: "self_cpu", label: "Self CPU", fmt: fmtUs },
-    { key: "cpu_total", label: "CPU total", fmt: fmtUs }, { key: "self_device", label: `Self ${dev}`, fmt: fmtUs },
-    { key: "device_total", label: `${dev} total`, fmt: fmtUs }, { key: "pct", label: `${dev} %`, fmt: v => v.toFixed(1) + "%" },
+  cols.push({ key: "calls", label: "Calls" }, { key: "self_cpu_us", label: "Self CPU", fmt: fmtUs },
+    { key: "cpu_total_us", label: "CPU total", fmt: fmtUs }, { key: "self_device_us", label: `Self ${dev}`, fmt: fmtUs },
+    { key: "device_total_us", label: `${dev} total`, fmt: fmtUs }, { key: "pct", label: `${dev} %`, fmt: v => v.toFixed(1) + "%" },
     { key: "kernels", label: "Kernels" });
+  let openKey = st.op || null;
+  // an opened row lists the kernels under it (explorer: asked for; report: embedded per shown row)
+  const openRow = async r => {
+    openKey = r.key;
+    go({ ...st, group, op: r.key }, { replace: true, rerender: false });
+    render();
+    const found = await get(`/api/${st.run}/op_kernels?group_by=${group}&key=${encodeURIComponent(r.key)}`);
+    const k = isReport ? found && found[r.key] : found;
+    kernelsBox.replaceChildren(el("h2", {}, `Kernels under ${r.name}${r.shape ? " " + r.shape : ""}`));
+    if (!k) return kernelsBox.append(el("p", { class: "muted" }, "no kernel list for this row"));
+    kernelsBox.append(k.kernels.length ? table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
+      { key: "device_us", label: `${dev} time`, fmt: fmtUs }], k.kernels)
+      : el("p", { class: "muted" }, d.cpu_only ? "a CPU-only trace has no kernels" : "launched no device work"));
+    if (k.unlinked) kernelsBox.append(el("p", { class: "muted" }, `${k.unlinked} device event(s) of this trace are under no row (not linked), so no row lists them`));
+  };
   const render = () => {
     const q = filter.value.toLowerCase();
-    holder.replaceChildren(table(cols, rows.filter(r => r.name.toLowerCase().includes(q))));
+    holder.replaceChildren(table(cols, rows.filter(r => r.name.toLowerCase().includes(q)),
+      { onRow: openRow, selected: r => r.key === openKey }));
   };
   filter.addEventListener("input", render);
-  main.append(el("div", { class: "toolbar" }, "Group by ", select, filter, el("span", { class: "muted" }, `${rows.length} rows`)), holder);
+  const shown = d.total_rows > rows.length ? `${rows.length} of ${d.total_rows} rows` : `${rows.length} rows`;
+  main.append(el("div", { class: "toolbar" }, "Group by ", select, filter, el("span", { class: "muted" }, shown),
+    el("span", { class: "muted" }, " · click a row (or Enter) to list its kernels")), holder, kernelsBox);
   render();
+  const initial = openKey && rows.find(r => r.key === openKey);
+  if (initial) await openRow(initial);
 }
 
 function details(box, ev, st, pick) {

@@ -1,0 +1,46 @@
+"""Device time by category: compute, memory copy, communication, and idle (the device-wide window
+minus the union of activity on every stream). On a CPU-only trace the CPU's top-level op time is
+compute and there is no idle claim: the gaps are the host's own time, not a device's."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+    from .busy import Busy
+
+# device kernels that are collectives (NCCL, RCCL and their device-side names): the one classifier
+# for communication, used by this breakdown and by the per-rank tables (profuse.ranks.maptask)
+COMM_KERNEL_SQL = ("(name ILIKE 'nccl%' OR name ILIKE 'rccl%' OR name ILIKE '%ncclKernel%' "
+                   "OR name ILIKE '%ncclDevKernel%')")
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Device time (µs) per category; ``idle_us`` is None on a CPU-only trace (nothing to be idle)."""
+
+    compute_us: float
+    memory_copy_us: float
+    communication_us: float
+    idle_us: float | None
+
+
+def device_breakdown(trace: Trace, busy: Busy | None) -> Breakdown:
+    """Sum the device time of kernels, copies and collectives; idle from ``busy`` (the summary's
+    device-wide busy time, None on a CPU-only trace)."""
+    if trace.cpu_only:
+        (top,), = trace.con.execute(
+            "SELECT sum(dur) FROM events WHERE kind IN ('cpu_op', 'annotation') "
+            "AND parent_op IS NULL AND (SELECT p.kind FROM events p WHERE p.id = events.parent) IS DISTINCT FROM "
+            "'annotation'").fetchall()
+        return Breakdown(compute_us=(top or 0) / 1e3, memory_copy_us=0.0, communication_us=0.0, idle_us=None)
+    sums = {"compute": 0.0, "copy": 0.0, "comm": 0.0}
+    for category, dur in trace.con.execute(f"""
+            SELECT CASE WHEN kind <> 'kernel' THEN 'copy' WHEN {COMM_KERNEL_SQL} THEN 'comm' ELSE 'compute' END,
+                   sum(dur)
+            FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') GROUP BY 1""").fetchall():
+        sums[category] = (dur or 0) / 1e3
+    idle = busy.window_us - busy.busy_us if busy is not None else 0.0
+    return Breakdown(compute_us=sums["compute"], memory_copy_us=sums["copy"], communication_us=sums["comm"],
+                     idle_us=idle)

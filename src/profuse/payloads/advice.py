@@ -1,0 +1,75 @@
+"""The advisor's sections (hotspots, interruptions, fusion candidates, peaks, roofline, compiled
+regions), as the JSON report and the Overview show them."""
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import Struct
+
+from ..analysis.compiled import CompiledRegion, NeffBrief
+from ..analysis.findings import Findings
+from ..analysis.fusion import Candidate
+from ..analysis.hotspots import Hotspot
+from ..analysis.interruptions import Interruption
+from ..analysis.roofline import Peaks, RooflineRow
+
+
+class FusionCandidate(Struct):
+    """A run of ops worth fusing, with its predicted saving (``predicted_saving_us <= device_us``)."""
+
+    pattern: str
+    scope: str
+    instances: int
+    kernels_per_instance: float
+    recommendation: str
+    confidence: str
+    ops: list[str]
+    intermediates: list[dict[str, Any]]
+    intermediate_bytes: int
+    bytes_now: int
+    bytes_fused: int
+    shape: str
+    device_us: float
+    predicted_saving_us: float
+
+
+class CompiledAdvice(Struct):
+    """torch.compile regions, graph breaks and the NEFFs beside the trace."""
+
+    regions: list[CompiledRegion]
+    graph_breaks: int
+    eager_between: list[str]
+    generated_kernels: list[str]
+    neffs: list[NeffBrief]
+
+
+class AdvicePayload(Struct):
+    """Every section of the trace-level advice (docs/advisor.md)."""
+
+    hotspots: list[Hotspot]
+    interruptions: list[Interruption]
+    fusion_candidates: list[FusionCandidate]
+    peaks: Peaks | None
+    roofline: list[RooflineRow]
+    compiled: CompiledAdvice
+
+
+def _candidate(c: Candidate) -> FusionCandidate:
+    return FusionCandidate(
+        pattern=c.pattern, scope=c.scope, instances=c.instances, kernels_per_instance=c.kernels_per_instance,
+        recommendation=c.recommendation, confidence=c.confidence, ops=list(c.ops),
+        intermediates=[dict(i) for i in c.intermediates], intermediate_bytes=c.intermediate_bytes,
+        bytes_now=c.bytes_now, bytes_fused=c.bytes_fused, shape=c.shape, device_us=round(c.device_us, 3),
+        predicted_saving_us=round(c.predicted_saving_us, 3))
+
+
+def advice_payload(advice: Findings) -> AdvicePayload:
+    """The advice as sent: candidates carry the fields the report documents, times rounded to ns."""
+    comp = advice.compiled
+    return AdvicePayload(
+        hotspots=list(advice.hotspots), interruptions=list(advice.interruptions),
+        fusion_candidates=[_candidate(c) for c in advice.fusion_candidates], peaks=advice.peaks,
+        roofline=list(advice.roofline),
+        compiled=CompiledAdvice(regions=list(comp.regions), graph_breaks=comp.graph_breaks,
+                                eager_between=list(comp.eager_between),
+                                generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)))

@@ -1,0 +1,99 @@
+"""Payloads straight from a loaded trace: run the analyses a view needs, then its builder. The
+explorer's routes and ``profuse report`` call these, so both send the same records."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from msgspec import Struct
+
+from ..analysis.breakdown import device_breakdown
+from ..analysis.compiled import compiled_regions
+from ..analysis.diff import diff
+from ..analysis.findings import Findings, trace_findings
+from ..analysis.module_tree import module_tree
+from ..analysis.op_kernels import kernels_by_row
+from ..analysis.optable import OpTable, op_table
+from ..analysis.summary import Summary, summarize
+from ..analysis.timeline import Lane, TimelineWindow, timeline_model, timeline_window
+from ..trace.artifacts import read_artifacts
+from .advice import advice_payload
+from .diff import DiffPayload, diff_payload
+from .ops import OpKernels, Ops, op_kernels_payload, ops_payload
+from .overview import Overview, overview_payload
+from .views import CompiledView, Modules, RunInfo, compiled_payload, modules_payload
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+
+class ReportPayloads(Struct):
+    """Everything the self-contained HTML report embeds for its one run."""
+
+    runs: list[RunInfo]
+    overview: Overview
+    ops: Ops
+    op_kernels: dict[str, OpKernels]
+    lanes: list[Lane]
+    timeline: TimelineWindow
+    modules: Modules
+
+
+def run_info(run: int, trace: Trace) -> RunInfo:
+    """The run as the run picker lists it."""
+    return RunInfo(run=run, path=str(trace.path), device_label=trace.device_label, events=trace.meta["events"])
+
+
+def overview_of(trace: Trace, *, summary: Summary | None = None, advice: Findings | None = None,
+                with_advice: bool = True, keep_metadata: bool = False) -> Overview:
+    """The Overview; ``summary`` and ``advice`` when already computed (advice only if ``with_advice``)."""
+    summary = summary or summarize(trace)
+    if with_advice and advice is None:
+        advice = trace_findings(trace)
+    return overview_payload(summary, device_breakdown(trace, summary.device_busy),
+                            advice_payload(advice) if with_advice and advice is not None else None,
+                            device_label=trace.device_label, metadata=trace.meta.get("trace_meta", {}),
+                            keep_metadata=keep_metadata)
+
+
+def ops_of(trace: Trace, *, group_by: str = "op", sort: str = "self_device", top: int | None = None,
+           table: OpTable | None = None) -> Ops:
+    """The op table (``table`` when already computed), its first ``top`` rows (None or 0: all)."""
+    return ops_payload(table or op_table(trace, group_by=group_by, sort=sort), top)
+
+
+def op_kernels_of(trace: Trace, ops: Ops) -> dict[str, OpKernels]:
+    """Row key -> kernels, for every row of ``ops``."""
+    return op_kernels_payload(ops, kernels_by_row(trace, ops.group_by))
+
+
+def modules_of(trace: Trace) -> Modules:
+    """The nn.Module tree."""
+    return modules_payload(module_tree(trace), trace.device_label)
+
+
+def compiled_of(trace: Trace) -> CompiledView:
+    """Compiled regions, with the generated code a bundle saved beside the trace."""
+    return compiled_payload(compiled_regions(trace), read_artifacts(trace.path))
+
+
+def compare_of(a: Trace, b: Trace) -> DiffPayload:
+    """Run A against run B."""
+    return diff_payload(diff(a, b))
+
+
+def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: Findings | None, top: int | None,
+                    keep_metadata: bool, timeline_width: int = 3000) -> ReportPayloads:
+    """The HTML report's payloads from the analyses ``profuse report`` already ran (``advice`` None:
+    ``--no-advice``); the ops and their kernels are the rows the table shows."""
+    ops = ops_of(trace, top=top, table=table)
+    model = timeline_model(trace)
+    try:
+        lanes, window = model.lanes, timeline_window(model, None, None, timeline_width)
+    finally:
+        model.close()
+    return ReportPayloads(
+        runs=[run_info(0, trace)],
+        overview=overview_of(trace, summary=summary, advice=advice, with_advice=advice is not None,
+                             keep_metadata=keep_metadata),
+        ops=ops, op_kernels=op_kernels_of(trace, ops), lanes=lanes, timeline=window, modules=modules_of(trace))
+

@@ -1,0 +1,85 @@
+"""The op table and the kernels under each of its rows, as sent to every renderer."""
+from __future__ import annotations
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from ..analysis.op_kernels import RowKernels
+from ..analysis.optable import OpRow, OpTable
+
+
+class OpsRow(Struct, kw_only=True):
+    """One op-table row. ``shape`` only when grouped by shape; ``key`` names the row (see :func:`row_key`)."""
+
+    name: str
+    calls: int
+    self_cpu_us: float
+    cpu_total_us: float
+    self_device_us: float
+    device_total_us: float
+    kernels: int
+    shape: str | UnsetType = UNSET
+    key: str
+
+
+class Ops(Struct):
+    """The op table: ``rows`` are the first ``len(rows)`` of ``total_rows`` in the chosen order;
+    ``device_us`` is the trace's device time, the denominator of a row's share."""
+
+    group_by: str
+    device_label: str
+    cpu_only: bool
+    device_us: float
+    total_rows: int
+    rows: list[OpsRow]
+
+
+class OpKernel(Struct):
+    """One kernel name under an ops row."""
+
+    name: str
+    calls: int
+    device_us: float
+
+
+class OpKernels(Struct):
+    """The kernels under one ops row, most device time first. ``unlinked`` counts the trace's device
+    events that are under no row of this grouping (no op, or no module): no list can show those."""
+
+    key: str
+    group_by: str
+    kernels: list[OpKernel]
+    unlinked: int
+
+
+def row_key(name: str, shape: str | None) -> str:
+    """The op name; name and shape as a JSON pair when grouped by shape (names may hold any character)."""
+    return name if shape is None else msgspec.json.encode([name, shape]).decode()
+
+
+def _row(r: OpRow, by_shape: bool) -> OpsRow:
+    shape = r.shape or "" if by_shape else None
+    return OpsRow(name=r.name, calls=r.calls, self_cpu_us=round(r.self_cpu_us, 3),
+                  cpu_total_us=round(r.cpu_total_us, 3), self_device_us=round(r.self_device_us, 3),
+                  device_total_us=round(r.device_total_us, 3), kernels=r.kernels,
+                  shape=UNSET if shape is None else shape, key=row_key(r.name, shape))
+
+
+def ops_payload(table: OpTable, top: int | None = None) -> Ops:
+    """The table's rows in its order, the first ``top`` of them (None or 0: all)."""
+    shown = table.rows[:top] if top else table.rows
+    by_shape = table.group_by == "shape"
+    return Ops(group_by=table.group_by, device_label=table.device_label, cpu_only=table.cpu_only,
+               device_us=round(table.device_us, 3), total_rows=len(table.rows),
+               rows=[_row(r, by_shape) for r in shown])
+
+
+def op_kernels_payload(ops: Ops, found: RowKernels) -> dict[str, OpKernels]:
+    """Row key -> its kernels, for every row of ``ops`` (a row that launched nothing: an empty list)."""
+    out = {}
+    for row in ops.rows:
+        shape = None if isinstance(row.shape, UnsetType) else row.shape
+        kernels = found.rows.get((row.name, shape), [])
+        out[row.key] = OpKernels(key=row.key, group_by=ops.group_by, unlinked=found.unlinked, kernels=[
+            OpKernel(name=k.name, calls=k.calls, device_us=round(k.device_us, 3)) for k in kernels])
+    return out

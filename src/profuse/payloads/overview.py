@@ -1,0 +1,91 @@
+"""What a trace is and where its device time went: the Overview, and the head of the JSON report."""
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import Struct
+
+from ..analysis.breakdown import Breakdown
+from ..analysis.busy import Busy
+from ..analysis.summary import Summary
+from ..redact import redact, redact_text
+from .advice import AdvicePayload
+
+
+class TraceInfo(Struct):
+    """The trace: its file, device and size."""
+
+    path: str
+    device_kind: str
+    device_name: str | None
+    events: int
+    span_us: float
+
+
+class Totals(Struct):
+    """Device time and how many device events were linked; ``kernels_linked + sum(unlinked) = kernels``."""
+
+    device_us: float
+    kernels: int
+    kernels_linked: int
+    unlinked: dict[str, int]
+
+
+class Capture(Struct):
+    """A profuse bundle's capture status and its error (secrets redacted unless kept)."""
+
+    status: str
+    error: str | None
+
+
+class Overview(Struct):
+    """The Overview view. ``categories``: device time (µs) by compute, memory copy, communication and
+    idle (no idle on a CPU-only trace); ``advice`` is None when advice was not asked for."""
+
+    trace: TraceInfo
+    totals: Totals
+    device_label: str
+    device_busy: Busy | None
+    categories: dict[str, float]
+    capture: Capture | None
+    metadata: dict[str, Any]
+    advice: AdvicePayload | None
+
+
+def trace_info(summary: Summary) -> TraceInfo:
+    """The trace's identity from its summary."""
+    return TraceInfo(path=summary.path, device_kind=summary.device_kind, device_name=summary.device_name,
+                     events=summary.events, span_us=round(summary.span_us, 3))
+
+
+def totals(summary: Summary) -> Totals:
+    """Device time and linking counts from the summary."""
+    return Totals(device_us=round(summary.device_us, 3), kernels=summary.kernels,
+                  kernels_linked=summary.kernels_linked, unlinked=dict(summary.unlinked))
+
+
+def capture(summary: Summary, *, keep_metadata: bool = False) -> Capture | None:
+    """A bundle's capture status and error (redacted unless ``keep_metadata``); None for a plain trace."""
+    if summary.bundle_status is None:
+        return None
+    error = summary.bundle_error
+    return Capture(status=summary.bundle_status,
+                   error=error if keep_metadata or error is None else redact_text(error))
+
+
+def categories(breakdown: Breakdown) -> dict[str, float]:
+    """The breakdown as labelled categories, in display order; no idle where there is no device."""
+    out = {"compute": breakdown.compute_us, "memory copy": breakdown.memory_copy_us,
+           "communication": breakdown.communication_us}
+    if breakdown.idle_us is not None:
+        out["idle"] = breakdown.idle_us
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def overview_payload(summary: Summary, breakdown: Breakdown, advice: AdvicePayload | None, *,
+                     device_label: str, metadata: dict[str, Any], keep_metadata: bool = False) -> Overview:
+    """The Overview: trace, totals, breakdown, capture status, metadata (redacted unless kept), advice."""
+    return Overview(trace=trace_info(summary), totals=totals(summary), device_label=device_label,
+                    device_busy=summary.device_busy, categories=categories(breakdown),
+                    capture=capture(summary, keep_metadata=keep_metadata),
+                    metadata=metadata if keep_metadata else redact(metadata), advice=advice)

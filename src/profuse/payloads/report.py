@@ -1,0 +1,54 @@
+"""The ``profuse report --format json`` document, schema ``profuse.report/2`` (docs/schema.md)."""
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET, Struct, UnsetType
+
+from ..analysis.busy import Busy, StepBusy
+from ..analysis.hotspots import Hotspot
+from ..analysis.interruptions import Interruption
+from ..analysis.roofline import Peaks, RooflineRow
+from ..analysis.summary import Summary
+from .advice import AdvicePayload, CompiledAdvice, FusionCandidate
+from .ops import Ops, OpsRow
+from .overview import Capture, Totals, TraceInfo, capture, totals, trace_info
+
+SCHEMA = "profuse.report/2"
+
+
+class ReportDocument(Struct, kw_only=True):
+    """The JSON report: the trace, its totals, the op table, and the advisor's sections (absent with
+    ``--no-advice``)."""
+
+    schema: str = SCHEMA
+    trace: TraceInfo
+    totals: Totals
+    device_busy: Busy | None
+    steps: list[StepBusy]
+    group_by: str
+    device_label: str
+    cpu_only: bool
+    skipped: dict[str, int]
+    unmatched_flows: int
+    capture: Capture | None
+    ops: list[OpsRow]
+    hotspots: list[Hotspot] | UnsetType = UNSET
+    interruptions: list[Interruption] | UnsetType = UNSET
+    fusion_candidates: list[FusionCandidate] | UnsetType = UNSET
+    peaks: Peaks | UnsetType | None = UNSET
+    roofline: list[RooflineRow] | UnsetType = UNSET
+    compiled: CompiledAdvice | UnsetType = UNSET
+
+
+def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = None, *,
+                    keep_metadata: bool = False) -> ReportDocument:
+    """The document from the summary, the op table payload and the advice (None: no advice keys)."""
+    sections: dict[str, Any] = {}
+    if advice is not None:
+        sections = {f: getattr(advice, f) for f in AdvicePayload.__struct_fields__}
+    return ReportDocument(trace=trace_info(summary), totals=totals(summary), device_busy=summary.device_busy,
+                          steps=list(summary.steps), group_by=ops.group_by, device_label=ops.device_label,
+                          cpu_only=ops.cpu_only, skipped=dict(summary.skipped),
+                          unmatched_flows=summary.unmatched_flows,
+                          capture=capture(summary, keep_metadata=keep_metadata), ops=ops.rows, **sections)
