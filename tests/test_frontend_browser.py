@@ -13,8 +13,8 @@ from explorer_util import running
 from test_explorer_browser import open_view, wait_ready
 
 import profuse
-from profuse.cli import main
 from profuse.analysis.timeline import timeline_model
+from profuse.cli import main
 from profuse.frontend import payload_json
 
 # the Chromium fixtures and the skip rule of the explorer's browser tests
