@@ -75,3 +75,13 @@ def load_trace(path: str, args: argparse.Namespace) -> Trace:
         print(f"profuse: note: {path} read as {source.get('format')}: {source['note']}", file=sys.stderr)
     return trace
 
+
+def emit(text: str, output: str | None) -> int:
+    """Print ``text``, or write it with a final newline to ``output`` in one atomic step; exit code 0."""
+    if output:
+        from .._io import atomic_write
+
+        atomic_write(output, text + "\n")
+    else:
+        print(text)
+    return 0

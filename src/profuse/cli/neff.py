@@ -5,7 +5,7 @@ import argparse
 import io
 import json
 
-from ._common import console
+from ._common import console, emit
 
 HELP = """examples:
   profuse neff model.neff                      header, engines, HLO statistics, tensors, instruction sources
@@ -49,11 +49,7 @@ def run(args: argparse.Namespace) -> int:
     neff = read_neff(args.path)
     if args.format == "json":
         text = json.dumps(neff.as_dict(), indent=2)
-        if args.output:
-            atomic_write(args.output, text + "\n")
-        else:
-            print(text)
-        return 0
+        return emit(text, args.output)
     from ..report.neff import print_neff
 
     if not args.output:

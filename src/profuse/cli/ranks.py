@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._common import console
+from ._common import console, emit
 
 ENGINES = ("local", "ray")  # profuse.ranks.engine.ENGINES, named here so --help imports no engine
 
@@ -48,11 +48,7 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
     doc = result.doc
     if args.format == "json":
         text = render_ranks_json(doc)
-        if args.output:
-            atomic_write(args.output, text + "\n")
-        else:
-            print(text)
-        return 0
+        return emit(text, args.output)
     if args.format == "html":
         atomic_write(args.output, render_ranks_html(doc))
         print(f"wrote {args.output}")

@@ -5,7 +5,7 @@ import argparse
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
-from ._common import add_load_args, console, load_trace
+from ._common import add_load_args, console, emit, load_trace
 from .ranks import add_rank_args, run_ranks_report
 
 HELP = """examples:
@@ -82,11 +82,7 @@ def run(args: argparse.Namespace) -> int:
         doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
                               keep_metadata=args.keep_metadata)
         text = render_json(doc)
-        if args.output:
-            atomic_write(args.output, text + "\n")
-        else:
-            print(text)
-        return 0
+        return emit(text, args.output)
     from ..report.console import print_advice, print_report
 
     if args.output:  # the table as plain text in a file
