@@ -152,3 +152,11 @@ def test_an_extra_that_takes_a_capture_field_of_another_shape_is_a_clear_error(t
         write_bundle(tmp_path / "b", raw, config=CaptureConfig(), status="complete", extra={"run": 5},
                      build_cache=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"], "nothing half-written is left"
+
+
+def test_a_meta_json_that_is_a_folder_is_said_not_raised(tmp_path):
+    # GIVEN a bundle-like folder whose meta.json is a folder (os.fdopen would raise IsADirectoryError)
+    (tmp_path / "meta.json").mkdir()
+    got, notes = read_bundle_meta(tmp_path)
+    # THEN no record, and one note naming what it is
+    assert got is None and len(notes) == 1 and "is not a regular file (a folder)" in notes[0]

@@ -15,7 +15,7 @@ import tarfile
 
 import duckdb
 import pytest
-from conftest import trace_path
+from conftest import SHARED, trace_path
 from test_neff import _archive, _info, _tar, _with_payload
 from test_neuron_parquet import _instr, _spe, write_table
 
@@ -341,3 +341,18 @@ def test_neff_output_file_top_and_non_finite_statistics(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["neff", str(path), "--top", "-1"])
     assert exc.value.code == 2 and "0 or more" in capsys.readouterr().err
+
+
+def test_neff_path_that_is_a_folder_or_empty_file_is_one_line(tmp_path):
+    # a folder given as the NEFF, a link to a real NEFF (a path the user typed may be one), an empty file
+    (tmp_path / "d.neff").mkdir()
+    (tmp_path / "empty.neff").write_bytes(b"")
+    real = SHARED / "neuron" / "matmul_small.neff"
+    (tmp_path / "link.neff").symlink_to(real)
+    r = _run(["neff", str(tmp_path / "d.neff")])
+    assert r.returncode == 2 and r.stderr.strip() == f"profuse: {tmp_path / 'd.neff'}: is not a regular file (a folder)"
+    r = _run(["neff", str(tmp_path / "empty.neff")])
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    r = _run(["neff", str(tmp_path / "link.neff"), "--format", "json"])
+    assert r.returncode == 0 and json.loads(r.stdout)["schema"] == json.loads(
+        _run(["neff", str(real), "--format", "json"]).stdout)["schema"]

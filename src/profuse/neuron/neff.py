@@ -13,7 +13,6 @@ import io
 import json
 import math
 import posixpath
-import stat
 import struct
 import tarfile
 import zlib
@@ -22,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import TraceError
+from ..trace.artifacts import read_side_bytes
 from ._protobuf import WireError, fields, packed_varints
 
 HEADER_SIZE = 1024
@@ -122,22 +122,9 @@ class Neff:
 def read_neff(path: str | Path) -> Neff:
     """Parse a NEFF file; a file that is not one, or is damaged, raises :class:`TraceError`."""
     p = Path(path)
-    try:
-        st = p.stat()
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError
-        if not stat.S_ISREG(st.st_mode):
-            raise TraceError(p, "is not a regular file (a FIFO or a device); give a .neff file")
-        if st.st_size > MAX_FILE:
-            raise TraceError(p, f"is {st.st_size:,} bytes: larger than any NEFF profuse reads ({MAX_FILE:,})")
-        with open(p, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raise TraceError(p, "no such file") from None
-    except IsADirectoryError:
-        raise TraceError(p, "is a folder, not a NEFF") from None
-    except OSError as err:
-        raise TraceError(p, f"cannot read ({err.strerror})") from None
+    raw, why = read_side_bytes(p, MAX_FILE, follow_links=True)
+    if raw is None:
+        raise TraceError(p, why)
     return parse_neff(p, raw)
 
 

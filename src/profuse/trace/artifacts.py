@@ -76,33 +76,38 @@ def _read_regular(name: str, dir_fd: int, max_bytes: int) -> str | None:
         os.close(fd)
 
 
-def read_side_bytes(path: str | os.PathLike[str], max_bytes: int = SIDE_FILE_MAX_BYTES) -> tuple[bytes | None, str]:
+def read_side_bytes(path: str | os.PathLike[str], max_bytes: int = SIDE_FILE_MAX_BYTES, *,
+                    follow_links: bool = False) -> tuple[bytes | None, str]:
     """``(bytes, "")`` of a regular file of at most ``max_bytes``, else ``(None, why not)``.
 
-    The file is opened without following a link and without blocking, then checked on the open
-    descriptor, so a FIFO, a device or a link put in its place is refused, never read; at most
-    ``max_bytes + 1`` bytes are read, so a file that grows meanwhile cannot exhaust memory either.
+    The file is opened without blocking (and, for a side file found beside a trace, without following
+    a link; a path the user typed may be one: ``follow_links``), then checked on the open descriptor,
+    so a FIFO, a device or a link put in its place is refused, never read; at most ``max_bytes + 1``
+    bytes are read, so a file that grows meanwhile cannot exhaust memory either.
     """
+    nofollow = 0 if follow_links else _NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | nofollow | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        return None, "no such file (a broken link?)"
+        return None, "no such file" if follow_links else "no such file (a broken link?)"
     except OSError as err:
-        if os.path.islink(path):
+        if not follow_links and os.path.islink(path):
             return None, "is a symbolic link: not followed"
         return None, f"cannot be opened ({err.strerror})"
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                return None, f"is not a regular file (a {file_kind(st.st_mode)})"
-            if st.st_size > max_bytes:
-                return None, f"is {st.st_size:,} bytes, over the {max_bytes:,} read here"
-            data = fh.read(max_bytes + 1)
-        except OSError as err:
-            return None, f"cannot be read ({err.strerror})"
-    if len(data) > max_bytes:
-        return None, f"grew past {max_bytes:,} bytes while read"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # checked before fdopen, which refuses a folder with a traceback
+            return None, f"is not a regular file (a {file_kind(st.st_mode)})"
+        if st.st_size > max_bytes:
+            return None, f"is {st.st_size:,} bytes, over the {max_bytes:,} read here"
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(st.st_size + 1)  # the size it has, not the limit: no buffer of max_bytes up front
+    except OSError as err:
+        return None, f"cannot be read ({err.strerror})"
+    finally:
+        os.close(fd)
+    if len(data) > st.st_size:
+        return None, "grew while read"
     return data, ""
 
 
