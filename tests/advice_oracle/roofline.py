@@ -1,0 +1,125 @@
+"""Roofline: FLOPs and bytes per op from recorded shapes against the device's peaks.
+
+An op whose FLOPs or bytes profuse cannot model from its recorded shapes (convolutions, whose
+stride is not kept; gathers and slice writes, which touch only part of their tensors; unknown ops),
+or whose modelled time would beat the device's peak, is listed as "unknown", never as a percentage.
+The compute peak is the one for the op's element size (FP8, BF16/FP16; FP32 matmuls against TF32).
+
+Peaks come from ``profuse peaks`` (measured, cached per machine) when the trace was recorded here,
+else from a table of datasheet numbers for known devices, marked as such.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from profuse.trace import Trace
+from profuse.analysis.opclass import flops, io_bytes, modelled, op_class, tensors
+
+# name fragment -> (dense bf16/fp16 TFLOP/s, fp32 TFLOP/s, memory GB/s, dense TF32 (AMD: fp32 matrix)
+# TFLOP/s, dense FP8 TFLOP/s or 0 where the device has none); vendor datasheets
+DATASHEET: dict[str, tuple[float, float, float, float, float]] = {
+    "V100": (125.0, 15.7, 900.0, 15.7, 0.0), "A100": (312.0, 19.5, 2039.0, 156.0, 0.0),
+    "H100": (989.0, 67.0, 3350.0, 494.7, 1979.0), "H200": (989.0, 67.0, 4800.0, 494.7, 1979.0),
+    "B200": (2250.0, 80.0, 8000.0, 1100.0, 4500.0), "L4": (121.0, 30.3, 300.0, 60.0, 242.0),
+    "A10G": (70.0, 31.2, 600.0, 35.0, 0.0), "MI210": (181.0, 22.6, 1638.0, 45.3, 0.0),
+    "MI250": (362.0, 47.9, 3277.0, 95.7, 0.0), "MI300X": (1307.0, 163.4, 5300.0, 653.7, 2614.9),
+    "MI325X": (1307.0, 163.4, 6000.0, 653.7, 2614.9),
+}
+
+
+@dataclass(frozen=True)
+class Peaks:
+    tflops_half: float
+    tflops_fp32: float
+    gbps: float
+    source: str          # "datasheet: H100" or "measured"
+    tflops_tf32: float = 0.0   # fp32 matmuls may run as TF32 (or on AMD's fp32 matrix cores): the higher peak
+    tflops_fp8: float = 0.0
+
+    def compute_tflops(self, elem: int, matrix: bool) -> float:
+        """The peak that bounds an op of this element size: the fastest the device can do it."""
+        if elem == 1:
+            return self.tflops_fp8 or self.tflops_half
+        if elem == 2:
+            return self.tflops_half
+        return max(self.tflops_fp32, self.tflops_tf32) if matrix else self.tflops_fp32
+
+
+@dataclass(frozen=True)
+class RooflineRow:
+    name: str
+    calls: int
+    time_us: float
+    gflop: float | None      # None where no model holds for the op
+    mbytes: float | None
+    intensity: float | None  # FLOP per byte
+    bound: str           # compute | memory | unknown (no FLOP/byte model for this op)
+    roofline_us: float | None
+    pct_of_roofline: float | None   # None ("unknown") where no model holds or it would exceed 100%
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
+
+
+def device_peaks(trace: Trace, measured: dict | None = None) -> Peaks | None:
+    name = trace.meta.get("device_name") or ""
+    for key, (half, fp32, bw, tf32, fp8) in DATASHEET.items():
+        if key.lower() in name.lower():
+            return Peaks(half, fp32, bw, f"datasheet: {key}", tf32, fp8)
+    if measured:
+        tf: Any = measured.get("matmul_tflops_fp32", 0.0)
+        copy_bw: Any = measured.get("copy_bandwidth_gbps")
+        if not (_number(tf) and _number(copy_bw) and copy_bw > 0):
+            return None  # peaks that are not numbers measure nothing
+        return Peaks(float(tf), float(tf), float(copy_bw), "measured")
+    return None
+
+
+def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[RooflineRow]:
+    if peaks is None:
+        return []
+    # the ops that did the work: top-level ops on the CPU, ops that launched kernels on a device
+    where = "e.parent_op IS NULL" if trace.cpu_only else "e.kernels > 0"
+    time_col = "e.dur" if trace.cpu_only else "e.self_device"
+    rows = trace.con.execute(f"""
+        SELECT e.name, {time_col}, s.input_dims, s.input_types FROM events e JOIN shapes s USING (id)
+        WHERE e.kind = 'cpu_op' AND {where}""").fetchall()
+    agg: dict[str, list[float]] = {}
+    unknown: dict[str, list[float]] = {}
+    for name, t, dims, types in rows:
+        ins = tensors(dims, types)
+        if not ins or not t:
+            continue
+        if not modelled(name):
+            u = unknown.setdefault(name, [0, 0.0])
+            u[0] += 1
+            u[1] += t / 1e3
+            continue
+        r, w = io_bytes(name, ins)
+        a = agg.setdefault(name, [0, 0.0, 0.0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += t / 1e3
+        f = flops(name, ins)
+        a[2] += f
+        a[3] += r + w
+        matrix = op_class(name) in ("matmul", "attention")
+        a[4] += f / (peaks.compute_tflops(ins[0].elem, matrix) * 1e12) * 1e6
+    out = []
+    for name, (calls, t, f, b, compute_us) in agg.items():
+        mem_us = b / (peaks.gbps * 1e9) * 1e6
+        roof = max(compute_us, mem_us)
+        pct = 100.0 * roof / t if t else None
+        if pct is not None and pct > 100.0:
+            # faster than the device's peak: the model is wrong for this op, so it claims nothing
+            out.append(RooflineRow(name, int(calls), round(t, 3), round(f / 1e9, 4), round(b / 1e6, 3),
+                                   round(f / b, 3) if b else 0.0, "unknown", None, None))
+            continue
+        out.append(RooflineRow(name, int(calls), round(t, 3), round(f / 1e9, 4), round(b / 1e6, 3),
+                               round(f / b, 3) if b else 0.0, "compute" if compute_us > mem_us else "memory",
+                               round(roof, 3), round(pct, 1) if pct is not None else None))
+    for name, (calls, t) in unknown.items():
+        out.append(RooflineRow(name, int(calls), round(t, 3), None, None, None, "unknown", None, None))
+    out.sort(key=lambda r: -r.time_us)
+    return out[:top]
