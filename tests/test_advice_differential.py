@@ -61,7 +61,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, profuse.Trace
 def test_fusion_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path):
     trace = loaded[path]
     new, old = fusion.fusion_candidates(trace), oracle_fusion.fusion_candidates(trace)
-    key = lambda c: (c.pattern, c.scope, c.shape, tuple(c.scope_ids))  # noqa: E731  (ties in saving)
+    key = lambda c: (c.pattern, c.scope, c.shape, tuple(c.scope_ids))
     same(sorted(new, key=key), sorted(old, key=key), f"{path.name} fusion")
     assert [c.predicted_saving_us for c in new] == sorted((c.predicted_saving_us for c in new), reverse=True)
 
@@ -71,7 +71,7 @@ def test_interruptions_match_oracle(loaded: dict[Path, profuse.Trace], path: Pat
     trace = loaded[path]
     new = interruptions.interruptions(trace, top=EVERY)
     old = oracle_interruptions.interruptions(trace, top=EVERY)
-    key = lambda r: r.scope  # noqa: E731
+    key = lambda r: r.scope
     same([asdict(r) for r in sorted(new, key=key)], [asdict(r) for r in sorted(old, key=key)],
          f"{path.name} interruptions")
     # the default top 15 keeps the same (largest idle) rows
@@ -85,7 +85,7 @@ def test_roofline_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path):
     # the trace's own peaks, or a datasheet device's where it names none, so every trace is modelled
     peaks = roofline.device_peaks(trace) or roofline.Peaks(312.0, 19.5, 2039.0, "datasheet: A100", 156.0)
     new, old = roofline.roofline(trace, peaks, top=EVERY), oracle_roofline.roofline(trace, peaks, top=EVERY)
-    key = lambda r: r.name  # noqa: E731
+    key = lambda r: r.name
     same([asdict(r) for r in sorted(new, key=key)], [asdict(r) for r in sorted(old, key=key)], f"{path.name} roofline")
 
 

@@ -17,9 +17,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from profuse.trace import Trace
-from profuse.analysis.opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
 from advice_oracle.scopes import ScopeInstance, Unit, scope_instances
+from profuse.analysis.opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
+from profuse.trace import Trace
 
 RECOMMEND = {
     "RMSNorm": "torch.nn.functional.rms_norm(x, (hidden,), weight, eps): one fused kernel on CUDA/ROCm; "

@@ -20,7 +20,6 @@ from functools import partial
 
 import numpy as np
 
-from profuse.trace import Trace
 from advice_oracle.busy import (
     LAUNCH_BOUND_BUSY_PCT,
     Activities,
@@ -35,6 +34,7 @@ from advice_oracle.busy import (
 )
 from advice_oracle.fusion import scope_title
 from advice_oracle.scopes import scope_instances
+from profuse.trace import Trace
 
 LAUNCH_BOUND_MIN_KERNELS = 3
 SHORT_KERNEL_US = 10.0

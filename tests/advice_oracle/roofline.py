@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from profuse.trace import Trace
 from profuse.analysis.opclass import flops, io_bytes, modelled, op_class, tensors
+from profuse.trace import Trace
 
 # name fragment -> (dense bf16/fp16 TFLOP/s, fp32 TFLOP/s, memory GB/s, dense TF32 (AMD: fp32 matrix)
 # TFLOP/s, dense FP8 TFLOP/s or 0 where the device has none); vendor datasheets

@@ -8,8 +8,8 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
-from profuse.trace import Trace
 from profuse.analysis.opclass import Tensor, op_class, tensors
+from profuse.trace import Trace
 
 NORM_WORDS = ("Norm",)
 ACT_WORDS = ("GELU", "Gelu", "SiLU", "ReLU", "Sigmoid", "Tanh", "Activation", "Mish", "Swish")

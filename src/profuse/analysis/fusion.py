@@ -13,13 +13,12 @@ so fused time = time now x bytes fused / bytes now. Bytes come from the recorded
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..trace import Trace
 from .opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
-from .scopes import ScopeInstance, Unit, scope_instances
+from .scopes import ScopeInstance, Unit, scope_instances_with, scope_title
 
 RECOMMEND = {
     "RMSNorm": "torch.nn.functional.rms_norm(x, (hidden,), weight, eps): one fused kernel on CUDA/ROCm; "
@@ -44,7 +43,6 @@ RECOMMEND = {
 # Full-size tensors a fused kernel must still read and write, per pattern.
 EXTERNAL = {"SiLU x mul (SwiGLU)": (2, 1), "residual add + norm": (2, 2), "rotary embedding": (1, 1),
             "attention (matmul-softmax-matmul)": (3, 1)}
-_STEP = re.compile(r"#\d+$")
 
 
 @dataclass
@@ -318,10 +316,23 @@ def _match(pattern: str, inst: ScopeInstance, units: list[Unit], cpu: bool) -> M
     return Match(pattern, inst, units, device_ns, now, fused, saving, conf, inter)
 
 
+# Op classes a match can start from: a chain needs a fusible op, attention a matmul, SwiGLU a mul.
+_MATCHABLE = FUSIBLE | {"matmul"}
+
+
+def candidate_ops(trace: Trace) -> set[str]:
+    """The trace's op names that can be part of a match: a scope instance none of whose own ops is
+    one of these (only views, "other" ops, child modules) holds no chain, attention or SwiGLU."""
+    names = trace.con.execute("SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' AND name IS NOT NULL").fetchall()
+    return {n for (n,) in names if op_class(n) in _MATCHABLE}
+
+
 def find_matches(trace: Trace) -> list[Match]:
+    """Every match in every scope instance, in instance (start time) order: attention windows first,
+    then SwiGLU pairs, then the chains of what is left (and multi-kernel norms on devices)."""
     cpu = trace.cpu_only
     out: list[Match] = []
-    for inst in scope_instances(trace).values():
+    for inst in scope_instances_with(trace, candidate_ops(trace)).values():
         taken: set[int] = set()
         for window in _attention(inst, cpu):
             out.append(_match("attention (matmul-softmax-matmul)", inst, window, cpu))
@@ -340,12 +351,6 @@ def find_matches(trace: Trace) -> list[Match]:
                 continue
             out.append(_match(name_chain(run) or "pointwise chain", inst, run, cpu))
     return out
-
-
-def scope_title(inst: ScopeInstance) -> str:
-    if inst.kind == "module":
-        return f"nn.Module: {inst.name}"
-    return _STEP.sub("#*", inst.name)
 
 
 def shape_key(units: list[Unit]) -> tuple[tuple[tuple[int, ...], ...], ...]:
