@@ -110,12 +110,13 @@ def scope_instances_with(trace: Trace, ops: Collection[str]) -> dict[int, ScopeI
 
 
 # The units of every scope instance: its top-level ops (not nested in another op of the same scope);
-# ops outside every scope belong to one pseudo-scope per thread, numbered -1 - thread.
+# ops outside every scope belong to one pseudo-scope per thread, numbered -1 - thread. (``parent_op``
+# is always a cpu_op, so only those are joined.)
 _UNITS = """
-    WITH units AS (
+    WITH units AS MATERIALIZED (
         SELECT e.id, coalesce(e.scope, -1 - e.thread) AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total,
                e.thread
-        FROM events e LEFT JOIN events po ON po.id = e.parent_op
+        FROM events e LEFT JOIN (SELECT id, scope FROM events WHERE kind = 'cpu_op') po ON po.id = e.parent_op
         WHERE e.kind = 'cpu_op' AND (e.parent_op IS NULL OR po.scope IS DISTINCT FROM e.scope))"""
 
 
@@ -135,17 +136,20 @@ def _scope_instances(trace: Trace, only: list[str] | None = None) -> dict[int, S
         return _fill(out, rows, cpu, None)
     if not only:
         return {}
-    rows = trace.con.execute(_UNITS + """
+    # one pass over the units: the wanted instances' units, then every scope's own totals (its op
+    # units summed), so a child scope's unit carries its inclusive figures without its units read
+    dev, kern = ("dur", "count(*)") if cpu else ("device_total", "sum(kernels_total)")
+    rows = trace.con.execute(_UNITS + f"""
         , wanted AS (SELECT DISTINCT sid FROM units WHERE name IN (SELECT unnest(?::VARCHAR[])))
-        SELECT u.id, u.sid, u.name, u.ts, u.dur, u.device_total, u.kernels_total, s.input_dims, s.input_types,
-               u.thread
-        FROM units u SEMI JOIN wanted w ON w.sid = u.sid LEFT JOIN shapes s USING (id) ORDER BY u.ts""",
-                             [only]).fetchall()
-    # every scope's own totals (its op units), so a child scope's unit carries its inclusive figures
-    own = {sid: (dev or 0, kern or 0) for sid, dev, kern in trace.con.execute(_UNITS + f"""
-        SELECT sid, sum({'dur' if cpu else 'device_total'}), {'count(*)' if cpu else 'sum(kernels_total)'}
-        FROM units GROUP BY sid""").fetchall()}
-    return _fill(out, rows, cpu, own)
+        SELECT false AS total, u.id, u.sid, u.name, u.ts, u.dur, u.device_total, u.kernels_total, s.input_dims,
+               s.input_types, u.thread
+        FROM units u SEMI JOIN wanted w ON w.sid = u.sid LEFT JOIN shapes s USING (id)
+        UNION ALL
+        SELECT true, NULL, sid, NULL, NULL, NULL, sum({dev}), {kern}, NULL, NULL, NULL FROM units GROUP BY sid
+        ORDER BY total, ts""", [only]).fetchall()
+    split = next((i for i, r in enumerate(rows) if r[0]), len(rows))
+    own = {r[2]: (r[6] or 0, r[7] or 0) for r in rows[split:]}
+    return _fill(out, [r[1:] for r in rows[:split]], cpu, own)
 
 
 def _fill(out: dict[int, ScopeInstance], rows: list[tuple[Any, ...]], cpu: bool,
