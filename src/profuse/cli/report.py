@@ -65,20 +65,22 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from ..analysis import op_table, summarize
     from ..analysis.advice import advise_trace
-    from ..report.console import print_advice, print_report
-    from ..report.json_report import render_json
 
     with load_trace(args.path, args) as trace:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
         advice = None if args.no_advice else advise_trace(trace)
     if args.format == "json":
+        from ..report.json_report import render_json  # each format imports only its own renderer
+
         text = render_json(summary, table, advice, keep_metadata=args.keep_metadata)
         if args.output:
             atomic_write(args.output, text + "\n")
         else:
             print(text)
         return 0
+    from ..report.console import print_advice, print_report
+
     if args.output:  # the table as plain text in a file
         import io
 
