@@ -112,12 +112,13 @@ def scope_instances_with(trace: Trace, ops: Collection[str]) -> dict[int, ScopeI
 # The units of every scope instance: its top-level ops (not nested in another op of the same scope);
 # ops outside every scope belong to one pseudo-scope per thread, numbered -1 - thread. (``parent_op``
 # is always a cpu_op, so only those are joined.)
-_UNITS = """
-    WITH units AS MATERIALIZED (
-        SELECT e.id, coalesce(e.scope, -1 - e.thread) AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total,
-               e.thread
+_SID = "coalesce(e.scope, -1 - e.thread)"
+_UNIT_OF = """
         FROM events e LEFT JOIN (SELECT id, scope FROM events WHERE kind = 'cpu_op') po ON po.id = e.parent_op
-        WHERE e.kind = 'cpu_op' AND (e.parent_op IS NULL OR po.scope IS DISTINCT FROM e.scope))"""
+        WHERE e.kind = 'cpu_op' AND (e.parent_op IS NULL OR po.scope IS DISTINCT FROM e.scope)"""
+_UNITS = f"""
+    WITH units AS (
+        SELECT e.id, {_SID} AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total, e.thread {_UNIT_OF})"""
 
 
 def _scope_instances(trace: Trace, only: list[str] | None = None) -> dict[int, ScopeInstance]:
@@ -136,17 +137,33 @@ def _scope_instances(trace: Trace, only: list[str] | None = None) -> dict[int, S
         return _fill(out, rows, cpu, None)
     if not only:
         return {}
-    # one pass over the units: the wanted instances' units, then every scope's own totals (its op
-    # units summed), so a child scope's unit carries its inclusive figures without its units read
-    dev, kern = ("dur", "count(*)") if cpu else ("device_total", "sum(kernels_total)")
-    rows = trace.con.execute(_UNITS + f"""
-        , wanted AS (SELECT DISTINCT sid FROM units WHERE name IN (SELECT unnest(?::VARCHAR[])))
-        SELECT false AS total, u.id, u.sid, u.name, u.ts, u.dur, u.device_total, u.kernels_total, s.input_dims,
-               s.input_types, u.thread
-        FROM units u SEMI JOIN wanted w ON w.sid = u.sid LEFT JOIN shapes s USING (id)
+    # the instances with a wanted op among their units (the join runs over those ops only) ...
+    wanted = {sid for (sid,) in trace.con.execute(
+        f"SELECT DISTINCT {_SID} {_UNIT_OF} AND e.name IN (SELECT unnest(?::VARCHAR[]))", [only]).fetchall()}
+    if not wanted:
+        return {}
+    # ... their units, and the own totals (op units summed) of them and every scope below them, so a
+    # child scope's unit carries its inclusive figures without its units being read
+    children: dict[int, list[int]] = {}
+    for sid, inst in out.items():
+        if inst.parent is not None:
+            children.setdefault(inst.parent, []).append(sid)
+    below, todo = set(wanted), list(wanted)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in below:
+                below.add(c)
+                todo.append(c)
+    dev, kern = ("e.dur", "count(*)") if cpu else ("e.device_total", "sum(e.kernels_total)")
+    rows = trace.con.execute(f"""
+        SELECT false AS total, e.id, {_SID} AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total,
+               s.input_dims, s.input_types, e.thread
+        {_UNIT_OF.replace("FROM events e", "FROM events e LEFT JOIN shapes s USING (id)")}
+              AND {_SID} IN (SELECT unnest(?::BIGINT[]))
         UNION ALL
-        SELECT true, NULL, sid, NULL, NULL, NULL, sum({dev}), {kern}, NULL, NULL, NULL FROM units GROUP BY sid
-        ORDER BY total, ts""", [only]).fetchall()
+        SELECT true, NULL, {_SID}, NULL, NULL, NULL, sum({dev}), {kern}, NULL, NULL, NULL {_UNIT_OF}
+              AND {_SID} IN (SELECT unnest(?::BIGINT[])) GROUP BY {_SID}
+        ORDER BY total, ts""", [sorted(wanted), sorted(below)]).fetchall()
     split = next((i for i, r in enumerate(rows) if r[0]), len(rows))
     own = {r[2]: (r[6] or 0, r[7] or 0) for r in rows[split:]}
     return _fill(out, [r[1:] for r in rows[:split]], cpu, own)
