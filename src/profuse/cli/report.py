@@ -5,7 +5,7 @@ import argparse
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
-from ._common import add_load_args, console, load_trace
+from ._common import add_load_args, console, load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
 
 HELP = """examples:
@@ -63,10 +63,13 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(args.output, render_html(trace, keep_metadata=args.keep_metadata))
         print(f"wrote {args.output}")
         return 0
-    from ..analysis import op_table, summarize
-    from ..analysis.advice import advise_trace
-
+    # the libraries the analysis and the renderer need come in on another thread while the trace's
+    # bytes are hashed and its cache opened
+    warm_imports("numpy", *(("msgspec",) if args.format == "json" else ("rich.console", "rich.table")))
     with load_trace(args.path, args) as trace:
+        from ..analysis import op_table, summarize
+        from ..analysis.advice import advise_trace
+
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
         advice = None if args.no_advice else advise_trace(trace)
