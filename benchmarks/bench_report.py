@@ -22,6 +22,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,7 @@ def main() -> int:
         print(f"  {'HOLDS ' if ok else 'MISSED'} {what}: {seconds:.3f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
