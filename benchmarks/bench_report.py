@@ -11,9 +11,9 @@ process and the fastest of --reps runs:
 - ``profuse sql <trace> "SELECT count(*) FROM events" --format csv``,
 - ``python -c pass`` and ``profuse --help`` as the floor in the same run,
 
-and then, in one fresh interpreter, an in-process breakdown of the cached report: imports, opening
-the cache, the op table, the summary and each part of the advice (hotspots, fusion, interruptions,
-roofline, compiled regions), and rendering. It prints which of issue 10's cached-report targets
+and then, in a fresh interpreter, an in-process breakdown of the cached report in CPU seconds: imports,
+opening the cache, the op table, the summary and each part of the advice (hotspots, fusion,
+interruptions, roofline, compiled regions), and rendering. It prints which of issue 10's cached-report targets
 hold. Not a test: these machines are shared and noisy, so it reports, never fails.
 """
 from __future__ import annotations
@@ -40,10 +40,10 @@ TARGET_S = 0.35
 BREAKDOWN = r"""
 import json, sys, time
 marks = {}
-t0 = time.perf_counter()
-def mark(label):
+t0 = time.process_time()
+def mark(label):  # CPU seconds of this process (all threads): steadier than wall time on a busy machine
     global t0
-    now = time.perf_counter()
+    now = time.process_time()
     marks[label] = round(now - t0, 4)
     t0 = now
 from profuse.cli import main as _cli  # what the command line imports before it runs a subcommand
@@ -125,7 +125,7 @@ def show(label: str, argv: list[str], value: float | str) -> None:
 
 
 def breakdown(path: Path, env: dict[str, str], reps: int) -> dict[str, float]:
-    """Per-stage seconds of an in-process cached report, each stage the fastest of ``reps`` runs."""
+    """Per-stage CPU seconds of an in-process cached report, each stage the fastest of ``reps`` runs."""
     best: dict[str, float] = {}
     for _ in range(reps):
         out = subprocess.run([sys.executable, "-c", BREAKDOWN, str(path)], capture_output=True, text=True,
@@ -192,7 +192,7 @@ def main() -> int:
         if not args.no_breakdown:
             stages = breakdown(path, env, args.reps)
             entry["stages"] = stages
-            print("  in-process breakdown (fastest of runs, seconds):")
+            print("  in-process breakdown (CPU seconds, each stage the fastest of the runs):")
             for label, v in stages.items():
                 print(f"    {label:36} {v:8.3f}")
             print(f"    {'sum':36} {sum(stages.values()):8.3f}")
