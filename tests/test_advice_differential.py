@@ -9,6 +9,7 @@ same roofline rows; the same device-wide and per-step busy time.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ def same(new: Any, old: Any, where: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, profuse.Trace]:
+def loaded() -> Iterator[dict[Path, profuse.Trace]]:
     """Every shared trace, loaded once (uncached: the tables are the same either way)."""
     out = {p: profuse.load(p, cache=False) for p in ALL_TRACES}
     yield out
@@ -58,7 +59,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, profuse.Trace
 
 
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
-def test_fusion_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path):
+def test_fusion_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path) -> None:
     trace = loaded[path]
     new, old = fusion.fusion_candidates(trace), oracle_fusion.fusion_candidates(trace)
     key = lambda c: (c.pattern, c.scope, c.shape, tuple(c.scope_ids))
@@ -67,7 +68,7 @@ def test_fusion_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path):
 
 
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
-def test_interruptions_match_oracle(loaded: dict[Path, profuse.Trace], path: Path):
+def test_interruptions_match_oracle(loaded: dict[Path, profuse.Trace], path: Path) -> None:
     trace = loaded[path]
     new = interruptions.interruptions(trace, top=EVERY)
     old = oracle_interruptions.interruptions(trace, top=EVERY)
@@ -80,7 +81,7 @@ def test_interruptions_match_oracle(loaded: dict[Path, profuse.Trace], path: Pat
 
 
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
-def test_roofline_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path):
+def test_roofline_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path) -> None:
     trace = loaded[path]
     # the trace's own peaks, or a datasheet device's where it names none, so every trace is modelled
     peaks = roofline.device_peaks(trace) or roofline.Peaks(312.0, 19.5, 2039.0, "datasheet: A100", 156.0)
@@ -90,13 +91,13 @@ def test_roofline_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path):
 
 
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
-def test_busy_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path):
+def test_busy_matches_oracle(loaded: dict[Path, profuse.Trace], path: Path) -> None:
     trace = loaded[path]
     same(busy.device_busy(trace), oracle_busy.device_busy(trace), f"{path.name} device busy")
     same(busy.steps_busy(trace), oracle_busy.steps_busy(trace), f"{path.name} steps")
 
 
-def test_every_pass_finds_something_somewhere(loaded: dict[Path, profuse.Trace]):
+def test_every_pass_finds_something_somewhere(loaded: dict[Path, profuse.Trace]) -> None:
     """The comparison is not vacuous: across the shared traces each pass has rows to compare."""
     traces = list(loaded.values())
     assert sum(len(fusion.fusion_candidates(t)) for t in traces) >= 10

@@ -98,10 +98,12 @@ class CpuWork:
         ok = i >= 0
         ic = np.clip(i, 0, None)
         inside = np.clip(t - self.start[ic], 0, self.end[ic] - self.start[ic])
-        return np.where(ok, self.before[ic] + inside, 0)
+        done: np.ndarray = np.where(ok, self.before[ic] + inside, 0)
+        return done
 
     def inside(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        return self.upto(hi) - self.upto(lo)
+        done: np.ndarray = self.upto(hi) - self.upto(lo)
+        return done
 
 
 def gaps_ns(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
