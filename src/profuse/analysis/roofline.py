@@ -63,7 +63,7 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
 
 
-def device_peaks(trace: Trace, measured: dict[str, Any] | None = None) -> Peaks | None:
+def device_peaks(trace: Trace, measured: dict | None = None) -> Peaks | None:
     name = trace.meta.get("device_name") or ""
     for key, (half, fp32, bw, tf32, fp8) in DATASHEET.items():
         if key.lower() in name.lower():
