@@ -53,6 +53,7 @@ sanitize: venv
 
 bench: venv
 	$(BIN)/python benchmarks/bench_load.py
+	$(BIN)/python benchmarks/bench_report.py
 	$(BIN)/python benchmarks/bench_explorer.py
 
 clean:

@@ -67,3 +67,23 @@ def test_cached_sql_imports_no_decoder(tmp_path: Path):
     kernels = sum(1 for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
                   if e.get("ph") == "X" and e.get("cat") == "kernel")
     assert out.splitlines() == ["n", str(kernels)]
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_cached_report_imports_only_its_own_renderer(tmp_path: Path, fmt: str):
+    """A cached `report` decodes nothing, reads no NEFF, starts no rank engine, and imports the
+    renderer of its own format only (rich for the table, msgspec for JSON)."""
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path("h100_bert_small.json.gz"), src)
+    cache = tmp_path / "cache"
+    rc, first, _ = _run("report", str(src), "--format", fmt, env_cache=cache)  # builds the cache
+    assert rc == 0 and "profuse.trace.loader" in first
+    rc, modules, out = _run("report", str(src), "--format", fmt, env_cache=cache)
+    assert rc == 0
+    not_wanted = [*HEAVY[2:], "profuse.neuron.neff", "profuse.ranks.coordinator", "profuse.ranks.engine",
+                  "profuse.ranks.maptask"]
+    not_wanted += ["rich"] if fmt == "json" else ["msgspec", "profuse.report.json_report"]
+    assert sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in not_wanted)) == []
+    assert "profuse.analysis.fusion" in modules and "duckdb" in modules  # it did give advice, from the cache
+    if fmt == "json":
+        assert {"hotspots", "interruptions", "fusion_candidates", "roofline"} <= json.loads(out).keys()

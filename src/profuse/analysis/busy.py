@@ -22,6 +22,7 @@ A CPU-only trace has no device, so none of this is claimed for it.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,10 +99,13 @@ class CpuWork:
         ok = i >= 0
         ic = np.clip(i, 0, None)
         inside = np.clip(t - self.start[ic], 0, self.end[ic] - self.start[ic])
-        return np.where(ok, self.before[ic] + inside, 0)
+        done: np.ndarray = np.where(ok, self.before[ic] + inside, 0)
+        return done
 
     def inside(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        return self.upto(hi) - self.upto(lo)
+        """Work done inside each interval [lo, hi)."""
+        done: np.ndarray = self.upto(hi) - self.upto(lo)
+        return done
 
 
 def gaps_ns(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -179,7 +183,20 @@ class Activities:
     launch_thread: np.ndarray
 
 
+_ACTIVITIES: weakref.WeakKeyDictionary[Trace, Activities] = weakref.WeakKeyDictionary()
+_CPU_WORK: weakref.WeakKeyDictionary[Trace, CpuWork] = weakref.WeakKeyDictionary()
+
+
 def activities(trace: Trace) -> Activities:
+    """The trace's device activities (see :class:`Activities`), read once per loaded trace (its
+    tables never change after loading; callers only read the arrays)."""
+    found = _ACTIVITIES.get(trace)
+    if found is None:
+        found = _ACTIVITIES[trace] = _activities(trace)
+    return found
+
+
+def _activities(trace: Trace) -> Activities:
     rows = trace.con.execute(f"""
         SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1),
                coalesce(l.dur, 0), coalesce(l.thread, -1)
@@ -203,6 +220,10 @@ def owners(a: Activities, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -
     owner = np.full(a.start.size, -1, dtype=np.int64)
     n_launched = int(a.launched.sum())   # launched activities come first, sorted by launch start
     lts = a.launch_ts[:n_launched]
+    disjoint = _disjoint_owner(lts, ts, end)
+    if disjoint is not None:
+        owner[:n_launched] = disjoint
+        return owner
     lo = np.searchsorted(lts, ts, side="left")
     hi = np.searchsorted(lts, end, side="left")
     # paint from the least to the most preferred interval: the last painter of an activity wins
@@ -215,6 +236,20 @@ def owners(a: Activities, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -
     return owner
 
 
+def _disjoint_owner(lts: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """:func:`owners` for the common case where the intervals that can claim anything (those of
+    positive length) do not overlap: each launch start then lies in at most one of them, whatever
+    the thread, so one search finds it. None when some of them overlap."""
+    live = np.flatnonzero(end > ts)
+    live = live[np.argsort(ts[live], kind="stable")]
+    s, e = ts[live], end[live]
+    if s.size > 1 and bool((s[1:] < e[:-1]).any()):
+        return None
+    i = np.searchsorted(s, lts, side="right") - 1
+    inside = (i >= 0) & (lts < e[np.clip(i, 0, None)]) if s.size else np.zeros(lts.size, dtype=bool)
+    return np.where(inside, live[np.clip(i, 0, None)] if s.size else -1, -1)
+
+
 # Runtime calls that hand work to the device and return (kernel and graph launches, async copies,
 # MTIA command submission); synchronous copies and synchronize calls are waiting, never launch work.
 _LAUNCH_CALL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name ILIKE 'runFunction%' "
@@ -224,7 +259,14 @@ _LAUNCH_CALL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name IL
 def cpu_work(trace: Trace) -> CpuWork:
     """The host's launch work: for each device activity launched by an asynchronous launch call, the
     time from the start of the op that made the call (or the call itself, outside any op) to the
-    call's end, i.e. the dispatch the device had to wait for. Any thread."""
+    call's end, i.e. the dispatch the device had to wait for. Any thread. Read once per loaded trace."""
+    found = _CPU_WORK.get(trace)
+    if found is None:
+        found = _CPU_WORK[trace] = _cpu_work(trace)
+    return found
+
+
+def _cpu_work(trace: Trace) -> CpuWork:
     rows = trace.con.execute(f"""
         SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
         FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op

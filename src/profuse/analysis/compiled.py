@@ -174,11 +174,13 @@ def neffs_beside(trace_path: Path) -> list[NeffBrief]:
     Candidates are listed without following links; each is opened without following a link or
     blocking and read only when it is a regular file of at most ``MAX_NEFF_BYTES``. A link, FIFO,
     device or oversized file is listed with the reason, never read."""
+    folder = Path(trace_path) if Path(trace_path).is_dir() else Path(trace_path).parent
+    found = side_files(folder, ".neff")
+    if not found:  # the common case: no NEFF reader imported (tarfile, protobuf: tens of ms)
+        return []
     from ..errors import TraceError
     from ..neuron.neff import parse_neff
 
-    folder = Path(trace_path) if Path(trace_path).is_dir() else Path(trace_path).parent
-    found = side_files(folder, ".neff")
     out = []
     for f, why in found[:MAX_NEFFS]:
         raw, why = (None, why) if why else read_side_bytes(f, MAX_NEFF_BYTES)

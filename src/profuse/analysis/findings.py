@@ -7,14 +7,17 @@ half, which applies fixes to a copy of a model and measures them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..trace import Trace
-from ..trace.bundle import MeasuredPeaks
 from .compiled import CompiledSummary, compiled_regions
 from .fusion import Candidate, fusion_candidates
 from .hotspots import Hotspot, hotspots
 from .interruptions import Interruption, interruptions
 from .roofline import Peaks, RooflineRow, device_peaks, roofline
+
+if TYPE_CHECKING:
+    from ..trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
 
 
 @dataclass

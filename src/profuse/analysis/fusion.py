@@ -13,13 +13,12 @@ so fused time = time now x bytes fused / bytes now. Bytes come from the recorded
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..trace import Trace
 from .opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
-from .scopes import ScopeInstance, Unit, scope_instances
+from .scopes import ScopeInstance, Unit, scope_instances_with, scope_title
 
 RECOMMEND = {
     "RMSNorm": "torch.nn.functional.rms_norm(x, (hidden,), weight, eps): one fused kernel on CUDA/ROCm; "
@@ -44,7 +43,6 @@ RECOMMEND = {
 # Full-size tensors a fused kernel must still read and write, per pattern.
 EXTERNAL = {"SiLU x mul (SwiGLU)": (2, 1), "residual add + norm": (2, 2), "rotary embedding": (1, 1),
             "attention (matmul-softmax-matmul)": (3, 1)}
-_STEP = re.compile(r"#\d+$")
 
 
 @dataclass
@@ -79,20 +77,48 @@ class Candidate:
     shape: str = ""       # input shapes of the first op: instances that differ in shape are grouped apart
 
 
+# --- names ---------------------------------------------------------------------------------------
+# A pass asks for the class and base name of the same few op names thousands of times: both are
+# remembered per name (the class per whether torch is loaded, as op_class decides).
+_BASES: dict[str, str] = {}
+_CLASSES: dict[str, str] = {}
+_MEMO_MAX = 1 << 16
+
+
+def _base(name: str) -> str:
+    """:func:`opclass.base`, remembered."""
+    b = _BASES.get(name)
+    if b is None:
+        if len(_BASES) >= _MEMO_MAX:
+            _BASES.clear()
+        b = _BASES[name] = base(name)
+    return b
+
+
+def _cls(name: str) -> str:
+    """:func:`opclass.op_class`, remembered."""
+    c = _CLASSES.get(name)
+    if c is None:
+        if len(_CLASSES) >= _MEMO_MAX:
+            _CLASSES.clear()
+        c = _CLASSES[name] = op_class(name)
+    return c
+
+
 # --- patterns ----------------------------------------------------------------------------------
 
 
 def _names(units: list[Unit]) -> list[str]:
-    return [base(u.name) if u.kind == "op" else f"<{u.cls}>" for u in units]
+    return [_base(u.name) if u.kind == "op" else f"<{u.cls}>" for u in units]
 
 
 def _is_norm(u: Unit) -> bool:
-    return (u.kind == "op" and base(u.name) in NORM) or u.cls == "norm_module"
+    return (u.kind == "op" and _base(u.name) in NORM) or u.cls == "norm_module"
 
 
 def _residual_then_norm(units: list[Unit]) -> bool:
     for a, b in zip(units, units[1:]):
-        if a.kind == "op" and base(a.name) == "add" and _is_norm(b):
+        if a.kind == "op" and _base(a.name) == "add" and _is_norm(b):
             big = max((t.numel for t in a.ins), default=None)
             if big is None or big > 1:
                 return True
@@ -102,7 +128,7 @@ def _residual_then_norm(units: list[Unit]) -> bool:
 def _scalar_mul(u: Unit) -> bool:
     """A multiply by a constant: one tensor input (the other operand is a Scalar), or, without
     shapes, a mul that feeds the sigmoid directly. A Python scalar may be recorded as a 0-dim tensor."""
-    return u.kind == "op" and base(u.name) == "mul" and sum(t.numel > 1 for t in u.ins) <= 1
+    return u.kind == "op" and _base(u.name) == "mul" and sum(t.numel > 1 for t in u.ins) <= 1
 
 
 def _sigmoid_form(n: list[str], units: list[Unit]) -> str | None:
@@ -113,11 +139,11 @@ def _sigmoid_form(n: list[str], units: list[Unit]) -> str | None:
     if "sigmoid" not in n:
         return None
     i = n.index("sigmoid")
-    after = [u for u in units[i + 1:] if u.kind == "op" and base(u.name) == "mul" and not _scalar_mul(u)]
-    if not after and not any(base(u.name) == "mul" for u in units[i + 1:] if u.kind == "op"):
+    after = [u for u in units[i + 1:] if u.kind == "op" and _base(u.name) == "mul" and not _scalar_mul(u)]
+    if not after and not any(_base(u.name) == "mul" for u in units[i + 1:] if u.kind == "op"):
         return None
     before = units[i - 1] if i > 0 else None
-    if before is not None and before.kind == "op" and base(before.name) == "mul" and (
+    if before is not None and before.kind == "op" and _base(before.name) == "mul" and (
             _scalar_mul(before) or not before.ins):
         return "quick_gelu"
     return "gated" if len(after) >= 2 else "silu"
@@ -155,7 +181,7 @@ def name_chain(units: list[Unit]) -> str | None:
 def _fusible(u: Unit) -> bool:
     if u.kind == "scope":
         return u.cls in ("norm_module", "activation_module")
-    return op_class(u.name) in FUSIBLE
+    return _cls(u.name) in FUSIBLE
 
 
 def _work(u: Unit, cpu: bool) -> bool:
@@ -193,7 +219,7 @@ def chains(inst: ScopeInstance, cpu: bool) -> list[list[Unit]]:
         run.clear()
 
     for u in inst.units:
-        if u.kind == "op" and op_class(u.name) == "view":
+        if u.kind == "op" and _cls(u.name) == "view":
             continue
         if not _fusible(u):
             close()
@@ -221,19 +247,19 @@ def _transparent(u: Unit, cpu: bool) -> bool:
 
 def _attention(inst: ScopeInstance, cpu: bool = False) -> list[list[Unit]]:
     """matmul -> (scale / mask) -> softmax -> (dropout) -> matmul windows."""
-    units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
+    units = [u for u in inst.units if not (u.kind == "op" and _cls(u.name) == "view")]
     found = []
     i = 0
     while i < len(units):
-        if units[i].kind == "op" and op_class(units[i].name) == "matmul":
+        if units[i].kind == "op" and _cls(units[i].name) == "matmul":
             j = i + 1
             saw_softmax = False
-            while j < len(units) and j - i <= 8 and ((units[j].kind == "op" and op_class(units[j].name) in FUSIBLE)
+            while j < len(units) and j - i <= 8 and ((units[j].kind == "op" and _cls(units[j].name) in FUSIBLE)
                                                      or _transparent(units[j], cpu)):
-                n = base(units[j].name) if units[j].kind == "op" else ""
-                saw_softmax |= (units[j].kind == "op" and op_class(units[j].name) == "softmax") or n == "exp"
+                n = _base(units[j].name) if units[j].kind == "op" else ""
+                saw_softmax |= (units[j].kind == "op" and _cls(units[j].name) == "softmax") or n == "exp"
                 j += 1
-            if saw_softmax and j < len(units) and units[j].kind == "op" and op_class(units[j].name) == "matmul":
+            if saw_softmax and j < len(units) and units[j].kind == "op" and _cls(units[j].name) == "matmul":
                 found.append(units[i:j + 1])
                 i = j + 1
                 continue
@@ -243,17 +269,17 @@ def _attention(inst: ScopeInstance, cpu: bool = False) -> list[list[Unit]]:
 
 def _swiglu(inst: ScopeInstance) -> list[list[Unit]]:
     """silu(gate(x)) * up(x): the up projection runs between the activation and the product."""
-    units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
+    units = [u for u in inst.units if not (u.kind == "op" and _cls(u.name) == "view")]
     found = []
     for i, u in enumerate(units):
-        is_silu = (u.kind == "op" and base(u.name) == "silu") or (u.kind == "scope" and "SiLU" in u.name)
+        is_silu = (u.kind == "op" and _base(u.name) == "silu") or (u.kind == "scope" and "SiLU" in u.name)
         if not is_silu:
             continue
         for w in units[i + 1:i + 4]:
-            if w.kind == "op" and base(w.name) == "mul":
+            if w.kind == "op" and _base(w.name) == "mul":
                 found.append([u, w])
                 break
-            if (w.kind == "op" and op_class(w.name) != "matmul") or (w.kind == "scope" and w.cls != "scope"):
+            if (w.kind == "op" and _cls(w.name) != "matmul") or (w.kind == "scope" and w.cls != "scope"):
                 break
     return found
 
@@ -318,10 +344,23 @@ def _match(pattern: str, inst: ScopeInstance, units: list[Unit], cpu: bool) -> M
     return Match(pattern, inst, units, device_ns, now, fused, saving, conf, inter)
 
 
+# Op classes a match can start from: a chain needs a fusible op, attention a matmul, SwiGLU a mul.
+_MATCHABLE = FUSIBLE | {"matmul"}
+
+
+def candidate_ops(trace: Trace) -> set[str]:
+    """The trace's op names that can be part of a match: a scope instance none of whose own ops is
+    one of these (only views, "other" ops, child modules) holds no chain, attention or SwiGLU."""
+    names = trace.con.execute("SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' AND name IS NOT NULL").fetchall()
+    return {n for (n,) in names if _cls(n) in _MATCHABLE}
+
+
 def find_matches(trace: Trace) -> list[Match]:
+    """Every match in every scope instance, in instance (start time) order: attention windows first,
+    then SwiGLU pairs, then the chains of what is left (and multi-kernel norms on devices)."""
     cpu = trace.cpu_only
     out: list[Match] = []
-    for inst in scope_instances(trace).values():
+    for inst in scope_instances_with(trace, candidate_ops(trace)).values():
         taken: set[int] = set()
         for window in _attention(inst, cpu):
             out.append(_match("attention (matmul-softmax-matmul)", inst, window, cpu))
@@ -333,19 +372,13 @@ def find_matches(trace: Trace) -> list[Match]:
         for run in chains(inst, cpu):
             run = [u for u in run if u.id not in taken]
             if not cpu:
-                for u in [u for u in run if u.kind == "op" and op_class(u.name) == "norm" and u.kernels >= 2]:
+                for u in [u for u in run if u.kind == "op" and _cls(u.name) == "norm" and u.kernels >= 2]:
                     out.append(_match("multi-kernel norm", inst, [u], cpu))
                     run = [v for v in run if v is not u]
             if len(run) < 2:
                 continue
             out.append(_match(name_chain(run) or "pointwise chain", inst, run, cpu))
     return out
-
-
-def scope_title(inst: ScopeInstance) -> str:
-    if inst.kind == "module":
-        return f"nn.Module: {inst.name}"
-    return _STEP.sub("#*", inst.name)
 
 
 def shape_key(units: list[Unit]) -> tuple[tuple[tuple[int, ...], ...], ...]:

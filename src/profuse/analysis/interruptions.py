@@ -24,7 +24,6 @@ from ..trace import Trace
 from .busy import (
     LAUNCH_BOUND_BUSY_PCT,
     Activities,
-    CpuWork,
     activities,
     cpu_work,
     gaps_inside_ns,
@@ -33,8 +32,7 @@ from .busy import (
     owners,
     union_ns,
 )
-from .fusion import scope_title
-from .scopes import scope_instances
+from .scopes import scope_instances, scope_title, title_of
 
 LAUNCH_BOUND_MIN_KERNELS = 3
 SHORT_KERNEL_US = 10.0
@@ -89,15 +87,18 @@ def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
 
 def _device_scopes(trace: Trace) -> dict[str, _Scope]:
     """Per scope: the device activities launched inside its instances, each owned by one instance."""
-    titles = {i.id: scope_title(i) for i in scope_instances(trace).values() if i.kind in ("module", "annotation")}
-    if not titles:
-        return {}
     members: dict[str, list[tuple[int, int, int]]] = {}
-    for sid, ts, dur, thread in trace.con.execute(
-            "SELECT id, ts, dur, coalesce(thread, -2) FROM scopes ORDER BY id").fetchall():
-        if sid in titles:
-            members.setdefault(titles[sid], []).append((ts, ts + dur, thread))
-    a, work = activities(trace), cpu_work(trace)
+    titles: dict[tuple[str, str], str] = {}
+    for kind, name, ts, dur, thread in trace.con.execute(
+            "SELECT kind, name, ts, dur, coalesce(thread, -2) FROM scopes WHERE kind IN ('module', 'annotation') "
+            "ORDER BY id").fetchall():
+        title = titles.get((kind, name))
+        if title is None:
+            title = titles[(kind, name)] = title_of(kind, name)
+        members.setdefault(title, []).append((ts, ts + dur, thread))
+    if not members:
+        return {}
+    a = activities(trace)
     # a graph launch starts many activities: its CPU time counts once
     first_of_launch = np.ones(a.launch_id.size, dtype=bool)
     first_of_launch[1:] = a.launch_id[1:] != a.launch_id[:-1]
@@ -105,13 +106,13 @@ def _device_scopes(trace: Trace) -> dict[str, _Scope]:
     out = {}
     for title, rows in members.items():
         ts, end, thread = (np.array(c, dtype=np.int64) for c in zip(*rows))
-        scope = _device_scope(a, owners(a, ts, end, thread), launch_ns, work)
+        scope = _device_scope(a, owners(a, ts, end, thread), launch_ns, trace)
         if scope is not None:
             out[title] = scope
     return out
 
 
-def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, work: CpuWork) -> _Scope | None:
+def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, trace: Trace) -> _Scope | None:
     """One scope's figures from the owner of each activity (-1: not the scope's)."""
     idx = np.flatnonzero(owner >= 0)
     if idx.size == 0:
@@ -123,11 +124,13 @@ def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, work:
     delay = np.add.reduceat(s - a.launch_ts[idx], first) / count
     return _Scope(instances=int(first.size), kernels=int(idx.size), busy_ns=union_ns(s, e),
                   window_ns=union_ns(ws, we), launch_us=float(launch_ns[idx].sum()) / 1e3,
-                  queue_delay_us=float(delay.mean()) / 1e3, waiting=partial(_waiting, s, e, ws, we, work))
+                  queue_delay_us=float(delay.mean()) / 1e3, waiting=partial(_waiting, s, e, ws, we, trace))
 
 
-def _waiting(start: np.ndarray, end: np.ndarray, win_start: np.ndarray, win_end: np.ndarray, work: CpuWork) -> int:
-    return launch_wait_in(*gaps_inside_ns(start, end, win_start, win_end), work)[1]
+def _waiting(start: np.ndarray, end: np.ndarray, win_start: np.ndarray, win_end: np.ndarray, trace: Trace) -> int:
+    """Launch work (ns) in the idle gaps inside the windows; the host's launch work is read only
+    for the scopes whose busy share leaves launch-bound possible."""
+    return launch_wait_in(*gaps_inside_ns(start, end, win_start, win_end), cpu_work(trace))[1]
 
 
 def _no_waiting() -> int:

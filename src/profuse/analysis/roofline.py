@@ -13,10 +13,13 @@ for every element size), else none and no roofline.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..trace import Trace
-from ..trace.bundle import MeasuredPeaks
 from .opclass import flops, io_bytes, modelled, op_class, tensors
+
+if TYPE_CHECKING:
+    from ..trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
 
 # name fragment -> (dense bf16/fp16 TFLOP/s, fp32 TFLOP/s, memory GB/s, dense TF32 (AMD: fp32 matrix)
 # TFLOP/s, dense FP8 TFLOP/s or 0 where the device has none); vendor datasheets
@@ -83,37 +86,44 @@ def device_peaks(trace: Trace, measured: MeasuredPeaks | None = None) -> Peaks |
 
 
 def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[RooflineRow]:
-    """The ``top`` op names by time, each against its roofline under ``peaks`` (none without peaks)."""
+    """The ops that took the most time against the device's peaks, largest time first.
+
+    Set-based: the tables are grouped by (op name, recorded input shapes and types) in SQL, so each
+    distinct shape is parsed and modelled once, however many calls share it.
+    """
     if peaks is None:
         return []
     # the ops that did the work: top-level ops on the CPU, ops that launched kernels on a device
     where = "e.parent_op IS NULL" if trace.cpu_only else "e.kernels > 0"
     time_col = "e.dur" if trace.cpu_only else "e.self_device"
-    rows = trace.con.execute(f"""
-        SELECT e.name, {time_col}, s.input_dims, s.input_types FROM events e JOIN shapes s USING (id)
-        WHERE e.kind = 'cpu_op' AND {where}""").fetchall()
+    groups = trace.con.execute(f"""
+        SELECT e.name, s.input_dims, s.input_types, count(*), sum({time_col}), min(e.id) AS first
+        FROM events e JOIN shapes s USING (id)
+        WHERE e.kind = 'cpu_op' AND {where} AND {time_col} IS NOT NULL AND {time_col} <> 0
+        GROUP BY e.name, s.input_dims, s.input_types ORDER BY first""").fetchall()
     agg: dict[str, list[float]] = {}
     unknown: dict[str, list[float]] = {}
-    for name, t, dims, types in rows:
+    for name, dims, types, calls, ns, _first in groups:
         ins = tensors(dims, types)
-        if not ins or not t:
+        if not ins:
             continue
         if not modelled(name):
-            u = unknown.setdefault(name, [0, 0.0])
-            u[0] += 1
-            u[1] += t / 1e3
+            u = unknown.setdefault(name, [0, 0])
+            u[0] += calls
+            u[1] += ns
             continue
         r, w = io_bytes(name, ins)
-        a = agg.setdefault(name, [0, 0.0, 0.0, 0.0, 0.0])
-        a[0] += 1
-        a[1] += t / 1e3
+        a = agg.setdefault(name, [0, 0, 0.0, 0.0, 0.0])
+        a[0] += calls
+        a[1] += ns
         f = flops(name, ins)
-        a[2] += f
-        a[3] += r + w
+        a[2] += f * calls
+        a[3] += (r + w) * calls
         matrix = op_class(name) in ("matmul", "attention")
-        a[4] += f / (peaks.compute_tflops(ins[0].elem, matrix) * 1e12) * 1e6
+        a[4] += f / (peaks.compute_tflops(ins[0].elem, matrix) * 1e12) * 1e6 * calls
     out = []
-    for name, (calls, t, f, b, compute_us) in agg.items():
+    for name, (calls, ns, f, b, compute_us) in agg.items():
+        t = ns / 1e3
         mem_us = b / (peaks.gbps * 1e9) * 1e6
         roof = max(compute_us, mem_us)
         pct = 100.0 * roof / t if t else None
@@ -125,7 +135,7 @@ def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[Roofli
         out.append(RooflineRow(name, int(calls), round(t, 3), round(f / 1e9, 4), round(b / 1e6, 3),
                                round(f / b, 3) if b else 0.0, "compute" if compute_us > mem_us else "memory",
                                round(roof, 3), round(pct, 1) if pct is not None else None))
-    for name, (calls, t) in unknown.items():
-        out.append(RooflineRow(name, int(calls), round(t, 3), None, None, None, "unknown", None, None))
+    for name, (calls, ns) in unknown.items():
+        out.append(RooflineRow(name, int(calls), round(ns / 1e3, 3), None, None, None, "unknown", None, None))
     out.sort(key=lambda r: -r.time_us)
     return out[:top]

@@ -5,8 +5,11 @@ of a child scope. Fusion patterns are sequences of units; device time rolls up t
 """
 from __future__ import annotations
 
+import re
 import weakref
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..trace import Trace
 from .opclass import Tensor, op_class, tensors
@@ -56,7 +59,25 @@ class ScopeInstance:
         return f"nn.Module: {self.name}" if self.kind == "module" else self.name
 
 
+_STEP = re.compile(r"#\d+$")
+
+
+def title_of(kind: str, name: str) -> str:
+    """What advice calls a scope: ``nn.Module: <class>`` for modules; for annotations their name, with
+    a trailing step number folded (``ProfilerStep#12`` -> ``ProfilerStep#*``)."""
+    if kind == "module":
+        return f"nn.Module: {name}"
+    return _STEP.sub("#*", name)
+
+
+def scope_title(inst: ScopeInstance) -> str:
+    """:func:`title_of` an instance."""
+    return title_of(inst.kind, inst.name)
+
+
 _INSTANCES: weakref.WeakKeyDictionary[Trace, dict[int, ScopeInstance]] = weakref.WeakKeyDictionary()
+_SOME_INSTANCES: weakref.WeakKeyDictionary[Trace, dict[frozenset[str], dict[int, ScopeInstance]]] = \
+    weakref.WeakKeyDictionary()
 
 
 def scope_instances(trace: Trace) -> dict[int, ScopeInstance]:
@@ -70,24 +91,103 @@ def scope_instances(trace: Trace) -> dict[int, ScopeInstance]:
     return found
 
 
-def _scope_instances(trace: Trace) -> dict[int, ScopeInstance]:
+def scope_instances_with(trace: Trace, ops: Collection[str]) -> dict[int, ScopeInstance]:
+    """The instances among :func:`scope_instances` that ran at least one op (as a unit of their own)
+    named in ``ops``, each exactly as there (units, their order, inclusive device time and kernels);
+    in the same order. Advice that needs a certain kind of op reads only these: the units of the
+    other instances are never built. Computed once per loaded trace and set of names."""
+    key = frozenset(ops)
+    per_trace = _SOME_INSTANCES.setdefault(trace, {})
+    found = per_trace.get(key)
+    if found is None:
+        full = _INSTANCES.get(trace)
+        if full is not None:
+            found = {sid: inst for sid, inst in full.items() if any(u.kind == "op" and u.name in key for u in inst.units)}
+        else:
+            found = _scope_instances(trace, sorted(key))
+        per_trace[key] = found
+    return found
+
+
+# The units of every scope instance: its top-level ops (not nested in another op of the same scope);
+# ops outside every scope belong to one pseudo-scope per thread, numbered -1 - thread. (``parent_op``
+# is always a cpu_op, so only those are joined.)
+_SID = "coalesce(e.scope, -1 - e.thread)"
+_UNIT_OF = """
+        FROM events e LEFT JOIN (SELECT id, scope FROM events WHERE kind = 'cpu_op') po ON po.id = e.parent_op
+        WHERE e.kind = 'cpu_op' AND (e.parent_op IS NULL OR po.scope IS DISTINCT FROM e.scope)"""
+_UNITS = f"""
+    WITH units AS (
+        SELECT e.id, {_SID} AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total, e.thread {_UNIT_OF})"""
+
+
+def _scope_instances(trace: Trace, only: list[str] | None = None) -> dict[int, ScopeInstance]:
+    """Every instance, or with ``only`` just those with an op unit of one of those names (their
+    child-scope units still carry the child's inclusive totals, summed over all of its units)."""
     cpu = trace.cpu_only
     out: dict[int, ScopeInstance] = {}
     for sid, kind, name, label, parent, ts, dur in trace.con.execute(
             "SELECT id, kind, name, label, parent, ts, dur FROM scopes ORDER BY ts").fetchall():
         out[sid] = ScopeInstance(sid, kind, name, label, parent, ts, dur)
-    rows = trace.con.execute("""
-        SELECT e.id, coalesce(e.scope, -1 - e.thread), e.name, e.ts, e.dur, e.device_total, e.kernels_total,
+    if only is None:
+        rows = trace.con.execute(_UNITS + """
+            SELECT u.id, u.sid, u.name, u.ts, u.dur, u.device_total, u.kernels_total, s.input_dims, s.input_types,
+                   u.thread
+            FROM units u LEFT JOIN shapes s USING (id) ORDER BY u.ts""").fetchall()
+        return _fill(out, rows, cpu, None)
+    if not only:
+        return {}
+    # the instances with a wanted op among their units (the join runs over those ops only) ...
+    wanted = {sid for (sid,) in trace.con.execute(
+        f"SELECT DISTINCT {_SID} {_UNIT_OF} AND e.name IN (SELECT unnest(?::VARCHAR[]))", [only]).fetchall()}
+    if not wanted:
+        return {}
+    # ... their units, and the own totals (op units summed) of them and every scope below them, so a
+    # child scope's unit carries its inclusive figures without its units being read
+    children: dict[int, list[int]] = {}
+    for sid, inst in out.items():
+        if inst.parent is not None:
+            children.setdefault(inst.parent, []).append(sid)
+    below, todo = set(wanted), list(wanted)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in below:
+                below.add(c)
+                todo.append(c)
+    dev, kern = ("e.dur", "count(*)") if cpu else ("e.device_total", "sum(e.kernels_total)")
+    rows = trace.con.execute(f"""
+        SELECT false AS total, e.id, {_SID} AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total,
                s.input_dims, s.input_types, e.thread
-        FROM events e LEFT JOIN shapes s USING (id) LEFT JOIN events po ON po.id = e.parent_op
-        WHERE e.kind = 'cpu_op' AND (e.parent_op IS NULL OR po.scope IS DISTINCT FROM e.scope)
-        ORDER BY e.ts""").fetchall()
+        {_UNIT_OF.replace("FROM events e", "FROM events e LEFT JOIN shapes s USING (id)")}
+              AND {_SID} IN (SELECT unnest(?::BIGINT[]))
+        UNION ALL
+        SELECT true, NULL, {_SID}, NULL, NULL, NULL, sum({dev}), {kern}, NULL, NULL, NULL {_UNIT_OF}
+              AND {_SID} IN (SELECT unnest(?::BIGINT[])) GROUP BY {_SID}
+        ORDER BY total, ts""", [sorted(wanted), sorted(below)]).fetchall()
+    split = next((i for i, r in enumerate(rows) if r[0]), len(rows))
+    own = {r[2]: (r[6] or 0, r[7] or 0) for r in rows[split:]}
+    return _fill(out, [r[1:] for r in rows[:split]], cpu, own)
+
+
+def _fill(out: dict[int, ScopeInstance], rows: list[tuple[Any, ...]], cpu: bool,
+          own: dict[int, tuple[int, int]] | None) -> dict[int, ScopeInstance]:
+    """Units from ``rows`` into their instances; then child-scope units and the roll-up. With ``own``
+    (each scope's summed op units) only instances that received rows are kept."""
     for eid, sid, name, ts, dur, dev, kern, dims, types, thread in rows:
         inst = out.get(sid)
         if inst is None:  # ops outside every scope: one pseudo-scope per thread
             inst = out[sid] = ScopeInstance(sid, "top", f"top level (thread {thread})", "", None, ts, 0)
         inst.units.append(Unit(eid, "op", name, ts, dur, dur if cpu else dev, 1 if cpu else kern,
                                tensors(dims, types)))
+    if own is not None:
+        kept = {sid for sid, inst in out.items() if inst.units}
+        for inst in list(out.values()):
+            if inst.parent is not None and inst.parent in kept:
+                out[inst.parent].units.append(Unit(inst.id, "scope", inst.name, inst.ts, inst.dur, 0, 0))
+        for inst in out.values():
+            inst.units.sort(key=lambda u: u.ts)
+        _roll_up(out, own)
+        return {sid: out[sid] for sid in out if sid in kept}
     for inst in list(out.values()):
         if inst.parent is not None and inst.parent in out:
             out[inst.parent].units.append(Unit(inst.id, "scope", inst.name, inst.ts, inst.dur, 0, 0))
@@ -97,30 +197,44 @@ def _scope_instances(trace: Trace) -> dict[int, ScopeInstance]:
     return out
 
 
-def _roll_up(out: dict[int, ScopeInstance]) -> None:
-    """Inclusive device time and kernels per instance, children first; child units get them too."""
+def _roll_up(out: dict[int, ScopeInstance], own: dict[int, tuple[int, int]] | None = None) -> None:
+    """Inclusive device time and kernels per instance, children first; child units get them too.
+
+    Without ``own`` an instance's total is the sum of its units (its child scopes' totals first).
+    With ``own`` (each scope's summed op units, from SQL) totals come from the whole scope tree, so
+    instances whose op units were not read still give their parents the right figures.
+    """
+    children: dict[int, list[int]] = {}
+    for sid, inst in out.items():
+        if inst.parent is not None and inst.parent in out:
+            children.setdefault(inst.parent, []).append(sid)
     done: dict[int, tuple[int, int]] = {}
-
-    def total(sid: int) -> tuple[int, int]:
-        if sid in done:
-            return done[sid]
-        inst = out[sid]
-        dev = kern = 0
-        for u in inst.units:
-            if u.kind == "scope" and u.id in out:
-                u.device_ns, u.kernels = total(u.id)
-            dev += u.device_ns
-            kern += u.kernels
-        inst.device_ns, inst.kernels = dev, kern
-        done[sid] = (dev, kern)
-        return done[sid]
-
-    import sys
-
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 10000))
-    try:
-        for sid in out:
-            total(sid)
-    finally:
-        sys.setrecursionlimit(limit)
+    # children before parents, without recursion (a scope tree can be thousands deep)
+    for root in [sid for sid, inst in out.items() if inst.parent is None or inst.parent not in out]:
+        stack = [(root, False)]
+        while stack:
+            sid, expanded = stack.pop()
+            if sid in done:
+                continue
+            if not expanded:
+                stack.append((sid, True))
+                stack.extend((c, False) for c in children.get(sid, ()) if c not in done)
+                continue
+            inst = out[sid]
+            if own is None:
+                dev = kern = 0
+                for u in inst.units:
+                    if u.kind == "scope" and u.id in out:
+                        u.device_ns, u.kernels = done[u.id]
+                    dev += u.device_ns
+                    kern += u.kernels
+            else:
+                dev, kern = own.get(sid, (0, 0))
+                for c in children.get(sid, ()):
+                    dev += done[c][0]
+                    kern += done[c][1]
+                for u in inst.units:
+                    if u.kind == "scope" and u.id in out:
+                        u.device_ns, u.kernels = done[u.id]
+            inst.device_ns, inst.kernels = dev, kern
+            done[sid] = (dev, kern)

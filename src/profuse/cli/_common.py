@@ -56,6 +56,28 @@ class _LazyBar:
             self.bar.stop()
 
 
+def warm_imports(*modules: str) -> None:
+    """Import third-party ``modules`` on another thread while the caller loads a trace.
+
+    Hashing the trace and opening its cache mostly run outside the GIL, so on a second core the
+    imports cost no wall time. Only leaf libraries that import nothing of profuse's belong here (no
+    import-lock cycles with the loading thread); a failure is left for the caller's own import to
+    report, where the module is used.
+    """
+    import importlib
+    import threading
+
+    def run() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                return
+
+    # not a daemon: interpreter exit waits for it, never stopping an extension module mid-import
+    threading.Thread(target=run, name="profuse-warm-imports").start()
+
+
 def load_trace(path: str, args: argparse.Namespace) -> Trace:
     """Load ``path`` as the command line asked, with a progress bar once loading takes over a second."""
     from ..trace import load

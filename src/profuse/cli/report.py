@@ -5,7 +5,7 @@ import argparse
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
-from ._common import add_load_args, console, emit, load_trace
+from ._common import add_load_args, console, emit, load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
 
 HELP = """examples:
@@ -57,13 +57,13 @@ def run(args: argparse.Namespace) -> int:
     files = candidates(args.path)
     if files is not None:
         return run_ranks_report(args, files)
-    from ..analysis import op_table, summarize
-    from ..analysis.findings import trace_findings
-    from ..payloads.advice import advice_payload
-    from ..payloads.ops import ops_payload
-    from ..payloads.report import report_document
-
+    # the libraries the analysis and the renderer need come in on another thread while the trace's
+    # bytes are hashed and its cache opened
+    warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
     with load_trace(args.path, args) as trace:
+        from ..analysis import op_table, summarize
+        from ..analysis.findings import trace_findings
+
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
         advice = None if args.no_advice else trace_findings(trace)
@@ -77,12 +77,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {args.output}")
             return 0
     if args.format == "json":
-        from ..report.json_report import render_json
+        from ..payloads.advice import advice_payload
+        from ..payloads.ops import ops_payload
+        from ..payloads.report import report_document
+        from ..report.json_report import render_json  # each format imports only its own renderer
 
         doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
                               keep_metadata=args.keep_metadata)
-        text = render_json(doc)
-        return emit(text, args.output)
+        return emit(render_json(doc), args.output)
     from ..report.console import print_advice, print_report
 
     if args.output:  # the table as plain text in a file

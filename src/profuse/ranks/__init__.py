@@ -4,124 +4,34 @@
     result = run_ranks("run/*.json.gz", engine="ray", ray_address="head-node:6379")
     result.doc                                     # the profuse.ranks/1 document
 
-The map step (:func:`profuse.ranks.maptask.map_rank`) runs once per rank in a local process pool or
-as Ray tasks and leaves only Parquet files under the set folder; the coordinator then queries those
-files with DuckDB, so its memory does not grow with the number of ranks.
+The coordinator lives in :mod:`profuse.ranks.coordinator`; its names are imported from there on first
+use, so that ``profuse.ranks.discover`` (which every ``profuse report`` asks whether its path is a set
+of ranks) costs no DuckDB, numpy or engine import.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
+if TYPE_CHECKING:
+    from .coordinator import (
+        ENGINES,
+        SCHEMA,
+        RanksResult,
+        candidates,
+        discover,
+        open_tables,
+        reduce,
+        run_ranks,
+        set_folder,
+    )
 
-from ..analysis import ranks as cross
-from ..errors import UserError
-from ..trace.cache import fingerprint, user_cache_dir
-from .discover import RankSet, candidates, discover
-from .engine import ENGINES, Done, run_tasks
-from .maptask import SCHEMAS, TABLES_VERSION
-
-SCHEMA = "profuse.ranks/1"
-__all__ = ["ENGINES", "SCHEMA", "RanksResult", "candidates", "discover", "reduce", "run_ranks", "set_folder"]
-
-
-@dataclass
-class RanksResult:
-    """What a rank run returns: the ranks document, the folder of per-rank Parquet, and how each map task went."""
-
-    doc: dict[str, Any]                                  # the profuse.ranks/1 document
-    folder: Path                                         # where the per-rank Parquet lies
-    maps: list[dict[str, Any]] = field(default_factory=list)  # what each map task returned (node, seconds)
-    map_seconds: float = 0.0
-    reduce_seconds: float = 0.0
-
-    @property
-    def nodes(self) -> list[str]:
-        """The machines the map tasks ran on, sorted."""
-        return sorted({m.get("node", "") for m in self.maps})
+__all__ = ["ENGINES", "SCHEMA", "RanksResult", "candidates", "discover", "open_tables", "reduce", "run_ranks",
+           "set_folder"]
 
 
-def set_folder(rs: RankSet, *, work_dir: str | Path | None, lenient: bool, fusion: bool) -> Path:
-    """The folder for one set of rank traces: named by what is in it, so a changed trace gets a new one."""
-    h = hashlib.sha1()
-    for t in rs.traces:
-        h.update(json.dumps([t.rank, str(t.path), fingerprint(t.path)], sort_keys=True).encode())
-    h.update(json.dumps([TABLES_VERSION, lenient, fusion]).encode())
-    base = Path(work_dir) if work_dir else user_cache_dir() / "ranks"
-    return base.resolve() / h.hexdigest()[:20]  # absolute: Ray workers do not share our working folder
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import coordinator
 
-
-def run_ranks(source: str, files: list[Path] | None = None, *, engine: str = "local",
-              ray_address: str | None = None, workers: int | None = None, lenient: bool = False,
-              cache: bool = True, fusion: bool = True, work_dir: str | Path | None = None,
-              on_done: Done | None = None) -> RanksResult:
-    """Discover the rank traces of ``source``, map each to Parquet, reduce across ranks."""
-    if engine not in ENGINES:
-        raise UserError(f"--engine must be one of {', '.join(ENGINES)} (got {engine!r})")
-    rs = discover(source, files)
-    folder = set_folder(rs, work_dir=work_dir, lenient=lenient, fusion=fusion)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"{folder}: cannot create the folder for per-rank tables: {err.strerror}") from None
-    tasks = [{"rank": t.rank, "path": str(t.path), "out": str(folder), "lenient": lenient, "cache": cache,
-              "fusion": fusion, "raw_size": t.raw_size} for t in rs.traces]
-    t0 = time.perf_counter()
-    maps = run_tasks(engine, tasks, ray_address_flag=ray_address, workers=workers, on_done=on_done)
-    map_s = time.perf_counter() - t0
-    failed = sorted((m for m in maps if "error" in m), key=lambda m: m["rank"])
-    if failed:
-        more = f" ({len(failed)} of {len(tasks)} rank traces failed)" if len(failed) > 1 else ""
-        raise UserError(f"{failed[0]['error']}{more}")
-    t1 = time.perf_counter()
-    doc = reduce(folder, rs)
-    return RanksResult(doc=doc, folder=folder, maps=sorted(maps, key=lambda m: m["rank"]), map_seconds=map_s,
-                       reduce_seconds=time.perf_counter() - t1)
-
-
-def _lit(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
-REDUCE_MEMORY = "512MB"  # DuckDB spills to the set folder beyond this: the coordinator stays bounded
-
-
-def open_tables(folder: Path) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with one view per per-rank table over ``folder/rank=*/<table>.parquet``."""
-    con = duckdb.connect(config={"memory_limit": REDUCE_MEMORY, "temp_directory": str(folder / ".spill")})
-    for name in SCHEMAS:
-        glob = _lit(str(folder / "rank=*" / f"{name}.parquet"))
-        con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet({glob}, hive_partitioning = true, '
-                    "hive_types = {'rank': BIGINT})")
-    return con
-
-
-def reduce(folder: Path, rs: RankSet) -> dict[str, Any]:
-    """The cross-rank document from the Parquet of every rank in ``rs``."""
-    con = open_tables(folder)
-    try:
-        offsets = cross.clock_offsets(con)
-        coll = cross.collectives(con, offsets)
-        return {
-            "schema": SCHEMA,
-            "source": rs.source,
-            "rank_source": rs.rank_source,
-            "ranks_found": len(rs.traces),
-            "clock": {"reference_rank": offsets["reference_rank"],
-                      "offsets": [{k: o[k] for k in ("rank", "offset_us", "collectives")} for o in offsets["offsets"]]},
-            "ranks": cross.rank_table(con, offsets),
-            "stragglers": cross.stragglers(con),
-            "collectives": coll["calls"],
-            "matched_rank_events": coll["matched_rank_events"],
-            "unmatched_rank_events": coll["unmatched_rank_events"],
-            "steps": cross.step_times(con),
-            "varying_ops": cross.varying_ops(con),
-            "fusion": cross.merged_fusion(con),
-        }
-    finally:
-        con.close()
+        return getattr(coordinator, name)
+    raise AttributeError(name)

@@ -109,6 +109,8 @@ def load(
 
 def with_bundle(trace: Trace) -> Trace:
     """A profuse bundle's meta.json beside the trace, as ``Trace.bundle`` (what was wrong with it, as notes)."""
+    if not os.path.lexists(trace.path.parent / "meta.json"):  # a plain trace: no record, no msgspec import
+        return trace
     from .bundle import read_bundle_meta
 
     trace.bundle, notes = read_bundle_meta(trace.path.parent)

@@ -1,0 +1,263 @@
+"""Device-wide busy time: the union of device activity over every stream, per trace and per step.
+
+The definitions (docs/advisor.md states them for users):
+
+- A *device activity* is a kernel, memory copy or memory set (``DEVICE_TIME_KINDS``).
+- The trace's window runs from the first activity's start to the last one's end; busy is the length
+  of the union of all activity intervals, on every stream and device, so overlapping streams are
+  never counted twice and busy can never exceed the window.
+- A profiler step's activities are those whose launching runtime call, on any thread, starts inside
+  the step's CPU interval (so backward kernels launched from the autograd thread and kernels of a
+  graph replay count). Its window runs from their first start to their last end.
+- Where intervals of the same step or scope overlap (steps on several threads, one scope running on
+  several threads at once, a scope nested in itself), each activity belongs to exactly one of them
+  (:func:`owners`), so no activity is counted twice.
+- ``launch_bound`` is claimed only where the device is idle for most of the window *and* most of
+  that idle time is covered by launch work: the dispatch of an op that launched device work
+  asynchronously (from the op's start to the end of its launch call), on any thread, in gaps of at
+  most 1 ms. Idle time spent in Python between ops, in synchronous copies or synchronize calls,
+  data loading, sleeping, or any gap longer than 1 ms (a host stall) is not launch-bound.
+
+A CPU-only trace has no device, so none of this is claimed for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profuse.trace import Trace
+from profuse.trace.schema import DEVICE_TIME_KINDS
+
+LAUNCH_BOUND_BUSY_PCT = 50.0   # the device must be idle for more than half the window ...
+LAUNCH_BOUND_WAIT_PCT = 50.0   # ... and the host must dispatch or launch for over half that idle time
+# A gap longer than this is a host stall (initialisation, autotuning, data loading, a blocking wait),
+# never launch overhead, which costs microseconds per kernel.
+LAUNCH_GAP_MAX_US = 1000.0
+_DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
+
+
+@dataclass(frozen=True)
+class Busy:
+    window_us: float
+    busy_us: float
+    busy_pct: float | None   # None when the window is empty: nothing to claim
+
+
+@dataclass(frozen=True)
+class StepBusy:
+    name: str
+    window_us: float
+    busy_us: float
+    idle_us: float
+    busy_pct: float | None
+    launch_bound: bool
+    activities: int
+
+
+def merge_runs(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals [start, end) merged into disjoint runs, in start order."""
+    if start.size == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    order = np.argsort(start, kind="stable")
+    s, e = start[order].astype(np.int64), end[order].astype(np.int64)
+    reach = np.maximum.accumulate(e)
+    # an interval starts a new run when it begins after everything before it ended
+    new_run = np.ones(s.size, dtype=bool)
+    new_run[1:] = s[1:] > reach[:-1]
+    last_of_run = np.append(new_run[1:], True)
+    return s[new_run], reach[last_of_run]
+
+
+def union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of intervals [start, end), in the intervals' unit."""
+    rs, re_ = merge_runs(start, end)
+    return int((re_ - rs).sum())
+
+
+@dataclass(frozen=True)
+class CpuWork:
+    """Host launch work (see :func:`cpu_work`), merged into disjoint runs with a running total so
+    the work inside any interval costs two searches."""
+    start: np.ndarray
+    end: np.ndarray
+    before: np.ndarray   # work in all runs before run i
+
+    @classmethod
+    def of(cls, start: np.ndarray, end: np.ndarray) -> CpuWork:
+        rs, re_ = merge_runs(start, end)
+        before = np.concatenate([[0], np.cumsum(re_ - rs)[:-1]]).astype(np.int64) if rs.size else rs
+        return cls(rs, re_, before)
+
+    def upto(self, t: np.ndarray) -> np.ndarray:
+        """Work done before each time t."""
+        if self.start.size == 0:
+            return np.zeros(t.shape, dtype=np.int64)
+        i = np.searchsorted(self.start, t, side="right") - 1
+        ok = i >= 0
+        ic = np.clip(i, 0, None)
+        inside = np.clip(t - self.start[ic], 0, self.end[ic] - self.start[ic])
+        done: np.ndarray = np.where(ok, self.before[ic] + inside, 0)
+        return done
+
+    def inside(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        done: np.ndarray = self.upto(hi) - self.upto(lo)
+        return done
+
+
+def gaps_ns(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The idle gaps between activities (on every stream together) inside their window."""
+    rs, re_ = merge_runs(start, end)
+    return re_[:-1], rs[1:]
+
+
+def gaps_inside_ns(start: np.ndarray, end: np.ndarray, win_start: np.ndarray,
+                   win_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The idle gaps between activities that lie inside the union of the windows [win_start,
+    win_end); each window must span some of the activities from its first start to its last end, so
+    a gap is either inside one run of windows or exactly the space between two runs."""
+    lo, hi = gaps_ns(start, end)
+    ws, we = merge_runs(win_start, win_end)
+    i = np.searchsorted(ws, lo, side="right") - 1
+    inside = (i >= 0) & (hi <= we[np.clip(i, 0, None)]) if ws.size else np.zeros(lo.size, dtype=bool)
+    return lo[inside], hi[inside]
+
+
+def launch_wait_in(lo: np.ndarray, hi: np.ndarray, work: CpuWork) -> tuple[int, int]:
+    """(idle ns in the gaps [lo, hi), of which the host was dispatching launches). Only gaps up to
+    ``LAUNCH_GAP_MAX_US`` count: a longer one is a host stall, not launch overhead."""
+    short = (hi - lo) <= LAUNCH_GAP_MAX_US * 1000
+    return int((hi - lo).sum()), int(work.inside(lo[short], hi[short]).sum())
+
+
+def launch_wait_ns(start: np.ndarray, end: np.ndarray, work: CpuWork) -> tuple[int, int]:
+    """(idle ns in the activities' window, of which the host was dispatching launches)."""
+    return launch_wait_in(*gaps_ns(start, end), work)
+
+
+def busy_of(start: np.ndarray, end: np.ndarray) -> Busy:
+    """Window and union of a set of activity intervals (ns in, µs out)."""
+    if start.size == 0:
+        return Busy(0.0, 0.0, None)
+    window = int(end.max() - start.min())
+    busy = union_ns(start, end)
+    return Busy(window / 1e3, busy / 1e3, _pct(busy, window))
+
+
+def _pct(part: int, whole: int) -> float | None:
+    if whole <= 0:
+        return None
+    return round(min(100.0, 100.0 * part / whole), 2)
+
+
+def launch_bound(busy_pct: float | None, idle_ns: int, covered_ns: int) -> bool:
+    """Mostly idle, and the idle time mostly spent by the host dispatching and launching."""
+    return (busy_pct is not None and busy_pct < LAUNCH_BOUND_BUSY_PCT and idle_ns > 0
+            and 100.0 * covered_ns / idle_ns > LAUNCH_BOUND_WAIT_PCT)
+
+
+def step_busy(name: str, start: np.ndarray, end: np.ndarray, work: CpuWork) -> StepBusy:
+    """Busy time of one step's activities, and whether its idle time is launch-bound."""
+    window_ns = int(end.max() - start.min()) if start.size else 0
+    busy_ns = union_ns(start, end)
+    idle_ns, covered_ns = launch_wait_ns(start, end, work)
+    pct = _pct(busy_ns, window_ns)
+    # idle is derived from the same two integers, so busy + idle = window exactly
+    return StepBusy(name, window_ns / 1e3, busy_ns / 1e3, (window_ns - busy_ns) / 1e3, pct,
+                    launch_bound(pct, idle_ns, covered_ns), int(start.size))
+
+
+@dataclass(frozen=True)
+class Activities:
+    """Every device activity of a trace with its launching call (id, start, duration, thread), in
+    launch order (by start, then id); activities with no launching call (``launched`` False) last."""
+    start: np.ndarray
+    end: np.ndarray
+    launched: np.ndarray
+    launch_id: np.ndarray
+    launch_ts: np.ndarray
+    launch_dur: np.ndarray
+    launch_thread: np.ndarray
+
+
+def activities(trace: Trace) -> Activities:
+    rows = trace.con.execute(f"""
+        SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1),
+               coalesce(l.dur, 0), coalesce(l.thread, -1)
+        FROM events d LEFT JOIN events l ON l.id = d.launch
+        WHERE d.kind IN ({_DEVICE}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
+    start, end, launched, *launch = rows.values()
+    return Activities(np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64),
+                      np.asarray(launched, dtype=bool), *(np.asarray(c, dtype=np.int64) for c in launch))
+
+
+def owners(a: Activities, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """For each activity, the index of the one interval [ts, end) on ``thread`` that claims it, or -1.
+
+    Intervals are instances of one step or scope (e.g. ``ProfilerStep#*`` or one nn.Module class),
+    which may overlap (the same scope running on several threads, or nested in itself); each
+    activity goes to at most one. An activity is claimed by an interval that contains the start of
+    its launching call: one on the launching thread if any, else one on another thread (the autograd
+    thread's backward kernels belong to the step of the thread that ran the forward). Among those,
+    the innermost wins: the latest start, then the shortest, then the lowest index.
+    """
+    owner = np.full(a.start.size, -1, dtype=np.int64)
+    n_launched = int(a.launched.sum())   # launched activities come first, sorted by launch start
+    lts = a.launch_ts[:n_launched]
+    lo = np.searchsorted(lts, ts, side="left")
+    hi = np.searchsorted(lts, end, side="left")
+    # paint from the least to the most preferred interval: the last painter of an activity wins
+    order = np.lexsort((-np.arange(ts.size), -(end - ts), ts))
+    for i in order:                                  # any thread
+        owner[lo[i]:hi[i]] = i
+    for i in order:                                  # the launching thread overrides any other
+        seg = owner[lo[i]:hi[i]]
+        seg[a.launch_thread[lo[i]:hi[i]] == thread[i]] = i
+    return owner
+
+
+# Runtime calls that hand work to the device and return (kernel and graph launches, async copies,
+# MTIA command submission); synchronous copies and synchronize calls are waiting, never launch work.
+_LAUNCH_CALL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name ILIKE 'runFunction%' "
+                "OR l.name ILIKE 'enqueue%')")
+
+
+def cpu_work(trace: Trace) -> CpuWork:
+    """The host's launch work: for each device activity launched by an asynchronous launch call, the
+    time from the start of the op that made the call (or the call itself, outside any op) to the
+    call's end, i.e. the dispatch the device had to wait for. Any thread."""
+    rows = trace.con.execute(f"""
+        SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
+        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
+        WHERE d.kind IN ({_DEVICE}) AND {_LAUNCH_CALL}""").fetchnumpy()
+    _ids, start, end = (np.asarray(rows[k], dtype=np.int64) for k in rows)
+    return CpuWork.of(start, end)
+
+
+def device_busy(trace: Trace) -> Busy | None:
+    """Device-wide busy time over the trace; None on a CPU-only trace (no device to be idle)."""
+    if trace.cpu_only:
+        return None
+    a = activities(trace)
+    return busy_of(a.start, a.end)
+
+
+def steps_busy(trace: Trace) -> list[StepBusy]:
+    """One entry per profiler step (``ProfilerStep#N``), in time order; empty on CPU-only traces."""
+    if trace.cpu_only:
+        return []
+    steps = trace.con.execute("""
+        SELECT name, ts, dur, coalesce(thread, -2) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'
+        ORDER BY ts, id""").fetchall()
+    if not steps:
+        return []
+    a, work = activities(trace), cpu_work(trace)
+    ts, dur, thread = (np.array([s[k] for s in steps], dtype=np.int64) for k in (1, 2, 3))
+    # steps on several threads may overlap: each activity belongs to one step only
+    owner = owners(a, ts, ts + dur, thread)
+    out = []
+    for i, (name, *_rest) in enumerate(steps):
+        m = owner == i
+        out.append(step_busy(name, a.start[m], a.end[m], work))
+    return out

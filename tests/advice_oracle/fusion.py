@@ -1,0 +1,389 @@
+"""Fusion candidates: chains of fusible work inside a scope, named by a pattern library.
+
+For each scope instance the units that ran directly inside it are scanned for maximal runs of
+fusible work (pointwise, reduction, norm, softmax, copy ops and norm/activation child modules).
+A run is named by the first pattern that matches (RMSNorm, LayerNorm, softmax, GELU, SwiGLU, rotary
+embedding, residual add + norm, bias + activation), attention is found across matmuls, and on
+devices a single norm op that launches several kernels is a candidate too. Instances are grouped
+by (pattern, scope) and carry a memory-traffic model of what fusion saves.
+
+The saving model: a chain of memory-bound kernels takes time in proportion to the bytes it moves,
+so fused time = time now x bytes fused / bytes now. Bytes come from the recorded input shapes.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from advice_oracle.scopes import ScopeInstance, Unit, scope_instances
+from profuse.analysis.opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
+from profuse.trace import Trace
+
+RECOMMEND = {
+    "RMSNorm": "torch.nn.functional.rms_norm(x, (hidden,), weight, eps): one fused kernel on CUDA/ROCm; "
+               "or torch.compile the module, which fuses on every device (the CPU too)",
+    "LayerNorm": "torch.nn.functional.layer_norm(x, (hidden,), weight, bias, eps)",
+    "softmax": "torch.softmax(x, dim)",
+    "GELU (tanh)": "torch.nn.functional.gelu(x, approximate='tanh')",
+    "GELU (erf)": "torch.nn.functional.gelu(x)",
+    "SiLU x mul (SwiGLU)": "torch.compile the module: silu(gate) * up becomes one kernel",
+    "QuickGELU (x * sigmoid(1.702 x))": "torch.compile the module: the scale, sigmoid and product become one "
+                                        "kernel (F.gelu is a different function: check accuracy before swapping)",
+    "SiLU (x * sigmoid(x))": "torch.nn.functional.silu(x): one kernel",
+    "rotary embedding": "torch.compile the module: the rotation becomes one kernel",
+    "residual add + norm": "torch.compile the module: the residual add folds into the norm kernel",
+    "bias + activation": "torch.compile the module (bias and activation fold into one kernel), or a "
+                         "fused linear+activation",
+    "attention (matmul-softmax-matmul)": "torch.nn.functional.scaled_dot_product_attention(q, k, v, "
+                                         "attn_mask, scale=...)",
+    "multi-kernel norm": "torch.compile the module: inductor generates one fused norm kernel",
+    "pointwise chain": "torch.compile the module",
+}
+# Full-size tensors a fused kernel must still read and write, per pattern.
+EXTERNAL = {"SiLU x mul (SwiGLU)": (2, 1), "residual add + norm": (2, 2), "rotary embedding": (1, 1),
+            "attention (matmul-softmax-matmul)": (3, 1)}
+_STEP = re.compile(r"#\d+$")
+
+
+@dataclass
+class Match:
+    pattern: str
+    scope: ScopeInstance
+    units: list[Unit]
+    device_ns: int
+    bytes_now: int
+    bytes_fused: int
+    saving_ns: float
+    confidence: str
+    intermediates: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class Candidate:
+    pattern: str
+    scope: str
+    instances: int
+    kernels_per_instance: float
+    device_us: float
+    bytes_now: int
+    bytes_fused: int
+    predicted_saving_us: float
+    recommendation: str
+    confidence: str
+    ops: list[str]
+    intermediate_bytes: int
+    intermediates: list[dict[str, object]]
+    scope_ids: list[int]
+    shape: str = ""       # input shapes of the first op: instances that differ in shape are grouped apart
+
+
+# --- patterns ----------------------------------------------------------------------------------
+
+
+def _names(units: list[Unit]) -> list[str]:
+    return [base(u.name) if u.kind == "op" else f"<{u.cls}>" for u in units]
+
+
+def _is_norm(u: Unit) -> bool:
+    return (u.kind == "op" and base(u.name) in NORM) or u.cls == "norm_module"
+
+
+def _residual_then_norm(units: list[Unit]) -> bool:
+    for a, b in zip(units, units[1:]):
+        if a.kind == "op" and base(a.name) == "add" and _is_norm(b):
+            big = max((t.numel for t in a.ins), default=None)
+            if big is None or big > 1:
+                return True
+    return False
+
+
+def _scalar_mul(u: Unit) -> bool:
+    """A multiply by a constant: one tensor input (the other operand is a Scalar), or, without
+    shapes, a mul that feeds the sigmoid directly. A Python scalar may be recorded as a 0-dim tensor."""
+    return u.kind == "op" and base(u.name) == "mul" and sum(t.numel > 1 for t in u.ins) <= 1
+
+
+def _sigmoid_form(n: list[str], units: list[Unit]) -> str | None:
+    """Tell sigmoid-built activations apart by data flow, not by op counts:
+    QuickGELU  x * sigmoid(1.702 x): a constant multiply feeds the sigmoid, one product after it;
+    SiLU       x * sigmoid(x):       nothing scales the input, one product after it (one input);
+    gated      sigmoid(g) * g * up:  two products after the sigmoid (a second input)."""
+    if "sigmoid" not in n:
+        return None
+    i = n.index("sigmoid")
+    after = [u for u in units[i + 1:] if u.kind == "op" and base(u.name) == "mul" and not _scalar_mul(u)]
+    if not after and not any(base(u.name) == "mul" for u in units[i + 1:] if u.kind == "op"):
+        return None
+    before = units[i - 1] if i > 0 else None
+    if before is not None and before.kind == "op" and base(before.name) == "mul" and (
+            _scalar_mul(before) or not before.ins):
+        return "quick_gelu"
+    return "gated" if len(after) >= 2 else "silu"
+
+
+PATTERNS: list[tuple[str, Callable[[list[str], list[Unit]], bool]]] = [
+    ("RMSNorm", lambda n, u: "mean" in n and ("rsqrt" in n or {"sqrt", "div"} <= set(n))
+     and not ({"sub", "var", "var_mean"} & set(n)) and bool({"pow", "mul", "square"} & set(n))),
+    ("LayerNorm", lambda n, u: (bool({"var", "var_mean"} & set(n)) or {"mean", "sub"} <= set(n))
+     and bool({"rsqrt", "sqrt", "div"} & set(n))),
+    ("softmax", lambda n, u: {"exp", "sum", "div"} <= set(n)),
+    ("GELU (tanh)", lambda n, u: "tanh" in n and "add" in n and ("pow" in n or n.count("mul") >= 3)),
+    ("GELU (erf)", lambda n, u: "erf" in n and "mul" in n),
+    ("QuickGELU (x * sigmoid(1.702 x))", lambda n, u: _sigmoid_form(n, u) == "quick_gelu"),
+    ("SiLU (x * sigmoid(x))", lambda n, u: _sigmoid_form(n, u) == "silu"),
+    ("SiLU x mul (SwiGLU)", lambda n, u: ("silu" in n and "mul" in n) or _sigmoid_form(n, u) == "gated"),
+    ("rotary embedding", lambda n, u: {"neg", "cat", "mul", "add"} <= set(n)),
+    ("residual add + norm", lambda n, u: _residual_then_norm(u)),
+    ("bias + activation", lambda n, u: any(a == "add" and (b in ACTIVATIONS or b == "<activation_module>")
+                                           for a, b in zip(n, n[1:]))),
+]
+
+
+def name_chain(units: list[Unit]) -> str | None:
+    n = _names(units)
+    for pattern, test in PATTERNS:
+        if test(n, units):
+            return pattern
+    return None
+
+
+# --- chains ------------------------------------------------------------------------------------
+
+
+def _fusible(u: Unit) -> bool:
+    if u.kind == "scope":
+        return u.cls in ("norm_module", "activation_module")
+    return op_class(u.name) in FUSIBLE
+
+
+def _work(u: Unit, cpu: bool) -> bool:
+    """A unit that does work worth fusing: not a scalar bookkeeping op, not a kernel-less op."""
+    if u.kind == "op" and u.ins and max(t.numel for t in u.ins) <= 1:
+        return False
+    return cpu or u.kernels > 0
+
+
+def _big(u: Unit) -> int | None:
+    return max((t.numel for t in u.ins), default=None) if u.kind == "op" else None
+
+
+def _flows_into(a: Unit, b: Unit) -> bool:
+    """Could b consume a's output? Same size, or one is the other reduced over its last dim."""
+    x, y = _big(a), _big(b)
+    if x is None or y is None or x == y:
+        return True
+    lo, hi = min(x, y), max(x, y)
+    last = [t.dims[-1] for t in (a.ins + b.ins) if t.dims]
+    return any(d and lo * d == hi for d in last)
+
+
+def chains(inst: ScopeInstance, cpu: bool) -> list[list[Unit]]:
+    """Maximal runs of fusible units that could feed each other (views neither join nor break a run).
+
+    A run needs at least one op: a row of child modules (a norm after a norm) is no chain.
+    """
+    out: list[list[Unit]] = []
+    run: list[Unit] = []
+
+    def close() -> None:
+        if any(u.kind == "op" for u in run):
+            out.append(list(run))
+        run.clear()
+
+    for u in inst.units:
+        if u.kind == "op" and op_class(u.name) == "view":
+            continue
+        if not _fusible(u):
+            close()
+            continue
+        if not _work(u, cpu):
+            continue
+        prev = next((v for v in reversed(run) if v.kind == "op"), None)
+        if run and ((run[-1].kind == "scope" and u.kind == "scope") or (prev is not None and not _flows_into(prev, u))):
+            close()
+        run.append(u)
+    close()
+    return out
+
+
+PASS_THROUGH_WORDS = ("Dropout", "Identity")
+
+
+def _transparent(u: Unit, cpu: bool) -> bool:
+    """A child scope that does no work of its own between two steps of a pattern: one that launched
+    no kernels (an eval-mode nn.Dropout on a device), or a dropout/identity module."""
+    if u.kind != "scope":
+        return False
+    return (not cpu and u.kernels == 0) or any(w in u.name for w in PASS_THROUGH_WORDS)
+
+
+def _attention(inst: ScopeInstance, cpu: bool = False) -> list[list[Unit]]:
+    """matmul -> (scale / mask) -> softmax -> (dropout) -> matmul windows."""
+    units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
+    found = []
+    i = 0
+    while i < len(units):
+        if units[i].kind == "op" and op_class(units[i].name) == "matmul":
+            j = i + 1
+            saw_softmax = False
+            while j < len(units) and j - i <= 8 and ((units[j].kind == "op" and op_class(units[j].name) in FUSIBLE)
+                                                     or _transparent(units[j], cpu)):
+                n = base(units[j].name) if units[j].kind == "op" else ""
+                saw_softmax |= (units[j].kind == "op" and op_class(units[j].name) == "softmax") or n == "exp"
+                j += 1
+            if saw_softmax and j < len(units) and units[j].kind == "op" and op_class(units[j].name) == "matmul":
+                found.append(units[i:j + 1])
+                i = j + 1
+                continue
+        i += 1
+    return found
+
+
+def _swiglu(inst: ScopeInstance) -> list[list[Unit]]:
+    """silu(gate(x)) * up(x): the up projection runs between the activation and the product."""
+    units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
+    found = []
+    for i, u in enumerate(units):
+        is_silu = (u.kind == "op" and base(u.name) == "silu") or (u.kind == "scope" and "SiLU" in u.name)
+        if not is_silu:
+            continue
+        for w in units[i + 1:i + 4]:
+            if w.kind == "op" and base(w.name) == "mul":
+                found.append([u, w])
+                break
+            if (w.kind == "op" and op_class(w.name) != "matmul") or (w.kind == "scope" and w.cls != "scope"):
+                break
+    return found
+
+
+# --- bytes model -------------------------------------------------------------------------------
+
+
+def traffic(pattern: str, units: list[Unit]) -> tuple[int, int, list[tuple[str, int]]]:
+    """(bytes now, bytes fused, intermediates written) of a chain, from recorded input shapes."""
+    ops = [u for u in units if u.kind == "op" and u.ins]
+    if not ops:
+        return 0, 0, []
+    main = max((t for u in ops for t in u.ins), key=lambda t: t.numel)
+    now, inter = 0, []
+    for k, u in enumerate(units):
+        if u.kind == "scope":  # a child norm/activation module: reads and writes the main tensor once
+            r, w = main.nbytes, main.nbytes
+        elif u.ins:
+            r, w = io_bytes(u.name, u.ins)
+        else:
+            continue
+        now += r + w
+        if k < len(units) - 1 and w:
+            inter.append((u.name, w))
+    first_in = max(ops[0].ins, key=lambda t: t.numel)
+    last_in = max(ops[-1].ins, key=lambda t: t.numel)
+    n_in, n_out = EXTERNAL.get(pattern, (1, 1))
+    last_dim = main.dims[-1] if main.dims else 1
+    params: dict[tuple[int, ...], Tensor] = {}
+    for u in ops:
+        for t in u.ins:
+            if 1 < t.numel <= last_dim:
+                params.setdefault(t.dims, t)
+    fused = n_in * main.numel * first_in.elem + sum(t.nbytes for t in params.values()) \
+        + n_out * main.numel * last_in.elem
+    if pattern.startswith("attention") and len(ops) >= 2:
+        qkv = sorted((t for u in ops for t in u.ins), key=lambda t: -t.numel)
+        fused = sum(t.nbytes for t in qkv[1:4]) + ops[-1].ins[0].nbytes // max(len(ops[-1].ins), 1)
+    return now, min(fused, now), inter
+
+
+def _match(pattern: str, inst: ScopeInstance, units: list[Unit], cpu: bool) -> Match:
+    device_ns = sum(u.device_ns for u in units)
+    now, fused, inter = traffic(pattern, units)
+    if pattern.startswith("attention"):
+        # the matmuls stay; what goes is the scores' round trips through memory (scale, mask, softmax)
+        saving = float(sum(u.device_ns for u in units[1:-1]))
+        conf = "medium"
+    elif pattern == "multi-kernel norm":
+        k = max(units[0].kernels, 1)
+        saving = device_ns * max(0.0, 1 - 2 / (k + 1))
+        conf = "low"
+    elif now:
+        saving = device_ns * max(0.0, 1 - fused / now)
+        conf = "high" if pattern not in ("pointwise chain", "bias + activation", "residual add + norm") else "medium"
+    else:  # no shapes recorded: assume half of all but one kernel's time goes
+        k = sum(max(u.kernels, 1) for u in units)
+        saving = device_ns * 0.5 * (1 - 1 / k)
+        conf = "low"
+    if pattern == "pointwise chain":
+        conf = "low"
+    return Match(pattern, inst, units, device_ns, now, fused, saving, conf, inter)
+
+
+def find_matches(trace: Trace) -> list[Match]:
+    cpu = trace.cpu_only
+    out: list[Match] = []
+    for inst in scope_instances(trace).values():
+        taken: set[int] = set()
+        for window in _attention(inst, cpu):
+            out.append(_match("attention (matmul-softmax-matmul)", inst, window, cpu))
+            taken |= {u.id for u in window}
+        for window in _swiglu(inst):
+            if not taken & {u.id for u in window}:
+                out.append(_match("SiLU x mul (SwiGLU)", inst, window, cpu))
+                taken |= {u.id for u in window}
+        for run in chains(inst, cpu):
+            run = [u for u in run if u.id not in taken]
+            if not cpu:
+                for u in [u for u in run if u.kind == "op" and op_class(u.name) == "norm" and u.kernels >= 2]:
+                    out.append(_match("multi-kernel norm", inst, [u], cpu))
+                    run = [v for v in run if v is not u]
+            if len(run) < 2:
+                continue
+            out.append(_match(name_chain(run) or "pointwise chain", inst, run, cpu))
+    return out
+
+
+def scope_title(inst: ScopeInstance) -> str:
+    if inst.kind == "module":
+        return f"nn.Module: {inst.name}"
+    return _STEP.sub("#*", inst.name)
+
+
+def shape_key(units: list[Unit]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The recorded input shapes of a match's ops: instances that differ here are grouped apart."""
+    return tuple(tuple(t.dims for t in u.ins) for u in units if u.kind == "op")
+
+
+def fusion_candidates(trace: Trace) -> list[Candidate]:
+    """Matches grouped by (pattern, scope, input shapes), largest predicted saving first.
+
+    A group's saving is the sum of its instances' savings, each at most the device time of the
+    units it fuses, so no prediction exceeds the time it comes from; a group that would save
+    nothing (the fused form moves no fewer bytes and launches no fewer kernels) is dropped.
+    """
+    groups: dict[tuple[str, str, tuple[tuple[tuple[int, ...], ...], ...]], list[Match]] = {}
+    for m in find_matches(trace):
+        m.saving_ns = min(max(m.saving_ns, 0.0), float(m.device_ns))
+        groups.setdefault((m.pattern, scope_title(m.scope), shape_key(m.units)), []).append(m)
+    out = []
+    for (pattern, scope, _shapes), ms in groups.items():
+        saving_ns = sum(m.saving_ns for m in ms)
+        if saving_ns <= 0:
+            continue
+        first = ms[0]
+        inter: dict[str, int] = {}
+        for name, b in first.intermediates:
+            inter[name] = inter.get(name, 0) + b
+        out.append(Candidate(
+            pattern=pattern, scope=scope, instances=len(ms),
+            kernels_per_instance=round(sum(sum(max(u.kernels, 1) for u in m.units) for m in ms) / len(ms), 2),
+            device_us=sum(m.device_ns for m in ms) / 1000, bytes_now=sum(m.bytes_now for m in ms),
+            bytes_fused=sum(m.bytes_fused for m in ms),
+            predicted_saving_us=saving_ns / 1000,
+            recommendation=RECOMMEND[pattern],
+            confidence=first.confidence, ops=[u.name for u in first.units],
+            intermediate_bytes=sum(b for m in ms for _, b in m.intermediates),
+            intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
+            scope_ids=[m.scope.id for m in ms],
+            shape=json.dumps([list(d) for d in _shapes[0]]) if _shapes else ""))
+    out.sort(key=lambda c: -c.predicted_saving_us)
+    return out

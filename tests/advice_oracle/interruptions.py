@@ -1,0 +1,150 @@
+"""Interruptions: per scope, how busy the device was between each call's first and last kernel.
+
+A scope instance's device activities are those whose launch call starts inside its CPU interval
+(graph replays included). Instances of one scope may overlap (the same scope on several threads at
+once, or nested in itself); each activity then belongs to one instance only (analysis/busy.py
+``owners``: the launching thread's innermost instance, else another thread's). A scope's busy is
+the union of its activities' intervals over every stream and its window the union of its
+instances' windows (first activity start to last end), so busy <= window, busy + idle = window,
+and neither exceeds the trace's device-wide figures.
+
+The gaps are the "breaks between hardware executions" that fusion removes: a scope that launches
+many short kernels with idle time between them is launch-bound. On a CPU-only trace the ops are
+the device work and the gaps between them are the Python and dispatch time around them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from advice_oracle.busy import (
+    LAUNCH_BOUND_BUSY_PCT,
+    Activities,
+    CpuWork,
+    activities,
+    cpu_work,
+    gaps_inside_ns,
+    launch_bound,
+    launch_wait_in,
+    owners,
+    union_ns,
+)
+from advice_oracle.fusion import scope_title
+from advice_oracle.scopes import scope_instances
+from profuse.trace import Trace
+
+LAUNCH_BOUND_MIN_KERNELS = 3
+SHORT_KERNEL_US = 10.0
+
+
+@dataclass(frozen=True)
+class Interruption:
+    scope: str
+    instances: int
+    kernels_per_instance: float
+    busy_us: float          # union of the scope's device activity (each activity counted once)
+    idle_us: float          # window minus busy (window: union of the instances' windows)
+    busy_pct: float
+    launch_us: float        # CPU time in launch calls (runtime API), summed
+    queue_delay_us: float   # mean of kernel start - launch start
+    avg_kernel_us: float
+    launch_bound: bool
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """One scope's figures before they become a row."""
+    instances: int          # instances with at least one activity (CPU: with two ops)
+    kernels: int            # activities (CPU: ops), each counted once
+    busy_ns: int
+    window_ns: int
+    launch_us: float
+    queue_delay_us: float   # mean over instances of their mean queue delay
+    waiting: Callable[[], int]  # launch work (ns) in the idle gaps, computed only when needed
+
+
+def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
+    scopes = _cpu_scopes(trace) if trace.cpu_only else _device_scopes(trace)
+    out = []
+    for title, g in scopes.items():
+        if g.kernels < 2:
+            continue
+        idle_ns = g.window_ns - g.busy_ns
+        pct = 100.0 * g.busy_ns / g.window_ns if g.window_ns else 100.0
+        # launch-bound: mostly idle, and the idle time is the device waiting for the CPU's launches
+        # (the launch work in the gaps is measured only where the rest of the rule can hold)
+        bound = (not trace.cpu_only and g.kernels / g.instances >= LAUNCH_BOUND_MIN_KERNELS
+                 and launch_bound(pct, idle_ns, 0 if pct >= LAUNCH_BOUND_BUSY_PCT else g.waiting()))
+        out.append(Interruption(
+            scope=title, instances=g.instances, kernels_per_instance=round(g.kernels / g.instances, 2),
+            busy_us=g.busy_ns / 1e3, idle_us=idle_ns / 1e3, busy_pct=round(pct, 1),
+            launch_us=round(g.launch_us, 3), queue_delay_us=round(g.queue_delay_us, 3),
+            avg_kernel_us=round(g.busy_ns / 1e3 / g.kernels, 3), launch_bound=bool(bound)))
+    out.sort(key=lambda r: -r.idle_us)
+    return out[:top]
+
+
+def _device_scopes(trace: Trace) -> dict[str, _Scope]:
+    """Per scope: the device activities launched inside its instances, each owned by one instance."""
+    titles = {i.id: scope_title(i) for i in scope_instances(trace).values() if i.kind in ("module", "annotation")}
+    if not titles:
+        return {}
+    members: dict[str, list[tuple[int, int, int]]] = {}
+    for sid, ts, dur, thread in trace.con.execute(
+            "SELECT id, ts, dur, coalesce(thread, -2) FROM scopes ORDER BY id").fetchall():
+        if sid in titles:
+            members.setdefault(titles[sid], []).append((ts, ts + dur, thread))
+    a, work = activities(trace), cpu_work(trace)
+    # a graph launch starts many activities: its CPU time counts once
+    first_of_launch = np.ones(a.launch_id.size, dtype=bool)
+    first_of_launch[1:] = a.launch_id[1:] != a.launch_id[:-1]
+    launch_ns = np.where(a.launched & first_of_launch, a.launch_dur, 0)
+    out = {}
+    for title, rows in members.items():
+        ts, end, thread = (np.array(c, dtype=np.int64) for c in zip(*rows))
+        scope = _device_scope(a, owners(a, ts, end, thread), launch_ns, work)
+        if scope is not None:
+            out[title] = scope
+    return out
+
+
+def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, work: CpuWork) -> _Scope | None:
+    """One scope's figures from the owner of each activity (-1: not the scope's)."""
+    idx = np.flatnonzero(owner >= 0)
+    if idx.size == 0:
+        return None
+    idx = idx[np.argsort(owner[idx], kind="stable")]   # grouped by instance
+    s, e = a.start[idx], a.end[idx]
+    _, first, count = np.unique(owner[idx], return_index=True, return_counts=True)
+    ws, we = np.minimum.reduceat(s, first), np.maximum.reduceat(e, first)   # each instance's window
+    delay = np.add.reduceat(s - a.launch_ts[idx], first) / count
+    return _Scope(instances=int(first.size), kernels=int(idx.size), busy_ns=union_ns(s, e),
+                  window_ns=union_ns(ws, we), launch_us=float(launch_ns[idx].sum()) / 1e3,
+                  queue_delay_us=float(delay.mean()) / 1e3, waiting=partial(_waiting, s, e, ws, we, work))
+
+
+def _waiting(start: np.ndarray, end: np.ndarray, win_start: np.ndarray, win_end: np.ndarray, work: CpuWork) -> int:
+    return launch_wait_in(*gaps_inside_ns(start, end, win_start, win_end), work)[1]
+
+
+def _no_waiting() -> int:
+    return 0
+
+
+def _cpu_scopes(trace: Trace) -> dict[str, _Scope]:
+    """On the CPU the ops are the work; a child scope's time is work too, never the parent's idle.
+    Each instance's figures come from its own thread's ops, so instances are summed."""
+    per: dict[str, list[tuple[int, int, int]]] = {}
+    for inst in scope_instances(trace).values():
+        ops = [u for u in inst.units if u.kind == "op"]
+        if inst.kind not in ("module", "annotation") or len(ops) < 2:
+            continue
+        s = np.array([u.ts for u in inst.units], dtype=np.int64)
+        e = np.array([u.ts + u.dur for u in inst.units], dtype=np.int64)
+        per.setdefault(scope_title(inst), []).append((len(ops), union_ns(s, e), int(e.max() - s.min())))
+    return {title: _Scope(instances=len(rows), kernels=sum(r[0] for r in rows), busy_ns=sum(r[1] for r in rows),
+                          window_ns=sum(r[2] for r in rows), launch_us=0.0, queue_delay_us=0.0, waiting=_no_waiting)
+            for title, rows in per.items()}
