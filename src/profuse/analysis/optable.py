@@ -5,6 +5,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_KINDS, TABLE_KINDS
 from ._choices import GROUPS, SORT_KEYS
@@ -17,8 +19,13 @@ _KINDS = ", ".join(f"'{k}'" for k in TABLE_KINDS)
 _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 
 
-@dataclass(frozen=True)
-class OpRow:
+class OpRow(msgspec.Struct, frozen=True):
+    """One row of the op table: an op (or shape, module, kernel) with its calls and times in µs.
+
+    A msgspec record, so the payload that every renderer sends (``payloads.ops.OpsRow``) is this row
+    plus its key, with the same field names, rather than a second copy of them.
+    """
+
     name: str
     calls: int
     self_cpu_us: float
@@ -30,6 +37,7 @@ class OpRow:
 
     @property
     def avg_device_us(self) -> float:
+        """Device time per call."""
         return self.device_total_us / self.calls if self.calls else 0.0
 
 

@@ -52,29 +52,34 @@ def js_type(schema: dict[str, Any]) -> str:
             "null": "null"}.get(str(kind), "*")
 
 
-def typedef(name: str, schema: dict[str, Any], optional: set[str]) -> str:
-    """One ``@typedef`` comment: the object's properties (those that may be absent in brackets)."""
+def typedef(name: str, schema: dict[str, Any], optional: set[str], never_null: frozenset[str] = frozenset()) -> str:
+    """One ``@typedef`` comment: the object's properties (those that may be absent in brackets; those
+    left out when None, rather than sent as null, without ``null`` in their type)."""
     lines = ["/**"]
     if schema.get("description"):
         lines += [f" * {line}".rstrip() for line in str(schema["description"]).splitlines()]
     lines.append(f" * @typedef {{Object}} {name}")
     for prop, sub in schema.get("properties", {}).items():
         label = f"[{prop}]" if prop in optional else prop
+        if prop in never_null and "anyOf" in sub:
+            kept = [s for s in sub["anyOf"] if s.get("type") != "null"]
+            sub = kept[0] if len(kept) == 1 else {"anyOf": kept}
         lines.append(f" * @property {{{js_type(sub)}}} {label}")
     lines.append(" */")
     return "\n".join(lines)
 
 
 def absent_fields(types: tuple[Any, ...]) -> dict[str, set[str]]:
-    """Per record name, the fields left out of the JSON when unset (default ``UNSET``); every other
-    field is always sent, defaults included."""
+    """Per record name, the fields left out of the JSON when unset (default ``UNSET``, or any default
+    of a record made with ``omit_defaults``); every other field is always sent, defaults included."""
     out: dict[str, set[str]] = {}
 
     def walk(t: Any) -> None:
         if isinstance(t, (msgspec.inspect.StructType, msgspec.inspect.DataclassType)):
             if t.cls.__name__ not in out:
-                out[t.cls.__name__] = {f.encode_name for f in t.fields if not f.required and f.default is msgspec.NODEFAULT
-                                        and f.default_factory is msgspec.NODEFAULT}
+                omit = _omits_defaults(t.cls)
+                out[t.cls.__name__] = {f.encode_name for f in t.fields if not f.required and (
+                    omit or (f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT))}
                 for f in t.fields:
                     walk(f.type)
         elif isinstance(t, msgspec.inspect.UnionType):
@@ -94,11 +99,39 @@ def absent_fields(types: tuple[Any, ...]) -> dict[str, set[str]]:
     return out
 
 
+def _omits_defaults(cls: Any) -> bool:
+    config = getattr(cls, "__struct_config__", None)
+    return bool(getattr(config, "omit_defaults", False))
+
+
+def _none_omitted(types: tuple[Any, ...]) -> dict[str, frozenset[str]]:
+    """Per record name, the fields of an ``omit_defaults`` record whose default is None: never sent as null."""
+    out: dict[str, frozenset[str]] = {}
+    for info in msgspec.inspect.multi_type_info(types):
+        stack = [info]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, msgspec.inspect.StructType):
+                if t.cls.__name__ in out:
+                    continue
+                omit = _omits_defaults(t.cls)
+                out[t.cls.__name__] = frozenset(f.encode_name for f in t.fields if omit and f.default is None)
+                stack += [f.type for f in t.fields]
+            elif isinstance(t, msgspec.inspect.UnionType):
+                stack += list(t.types)
+            elif isinstance(t, (msgspec.inspect.ListType, msgspec.inspect.VarTupleType)):
+                stack.append(t.item_type)
+            elif isinstance(t, msgspec.inspect.DictType):
+                stack.append(t.value_type)
+    return out
+
+
 def generate() -> str:
     """The whole types.js text, typedefs sorted by name."""
     _, components = msgspec.json.schema_components(PAYLOADS)
     absent = absent_fields(PAYLOADS)
-    return HEADER + "\n" + "\n\n".join(typedef(n, components[n], absent.get(n, set()))
+    never_null = _none_omitted(PAYLOADS)
+    return HEADER + "\n" + "\n\n".join(typedef(n, components[n], absent.get(n, set()), never_null.get(n, frozenset()))
                                         for n in sorted(components)) + "\n"
 
 

@@ -2,23 +2,16 @@
 from __future__ import annotations
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import Struct, UnsetType
 
 from ..analysis.op_kernels import RowKernels
 from ..analysis.optable import OpRow, OpTable
 
 
-class OpsRow(Struct, kw_only=True):
-    """One op-table row. ``shape`` only when grouped by shape; ``key`` names the row (see :func:`row_key`)."""
+class OpsRow(OpRow, frozen=True, kw_only=True, omit_defaults=True):
+    """One op-table row as sent: the analysis row (times rounded to ns) and ``key``, which names the row
+    (see :func:`row_key`). ``shape`` is left out unless grouped by shape."""
 
-    name: str
-    calls: int
-    self_cpu_us: float
-    cpu_total_us: float
-    self_device_us: float
-    device_total_us: float
-    kernels: int
-    shape: str | UnsetType = UNSET
     key: str
 
 
@@ -61,8 +54,8 @@ def _row(r: OpRow, by_shape: bool) -> OpsRow:
     shape = r.shape or "" if by_shape else None
     return OpsRow(name=r.name, calls=r.calls, self_cpu_us=round(r.self_cpu_us, 3),
                   cpu_total_us=round(r.cpu_total_us, 3), self_device_us=round(r.self_device_us, 3),
-                  device_total_us=round(r.device_total_us, 3), kernels=r.kernels,
-                  shape=UNSET if shape is None else shape, key=row_key(r.name, shape))
+                  device_total_us=round(r.device_total_us, 3), kernels=r.kernels, shape=shape,
+                  key=row_key(r.name, shape))
 
 
 def ops_payload(table: OpTable, top: int | None = None) -> Ops:

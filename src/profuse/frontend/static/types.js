@@ -323,7 +323,8 @@
  */
 
 /**
- * One op-table row. ``shape`` only when grouped by shape; ``key`` names the row (see :func:`row_key`).
+ * One op-table row as sent: the analysis row (times rounded to ns) and ``key``, which names the row
+ * (see :func:`row_key`). ``shape`` is left out unless grouped by shape.
  * @typedef {Object} OpsRow
  * @property {string} name
  * @property {number} calls
