@@ -22,13 +22,13 @@ A CPU-only trace has no device, so none of this is claimed for it.
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_KINDS
+from ._memo import once_per_trace
 
 LAUNCH_BOUND_BUSY_PCT = 50.0   # the device must be idle for more than half the window ...
 LAUNCH_BOUND_WAIT_PCT = 50.0   # ... and the host must dispatch or launch for over half that idle time
@@ -183,20 +183,10 @@ class Activities:
     launch_thread: np.ndarray
 
 
-_ACTIVITIES: weakref.WeakKeyDictionary[Trace, Activities] = weakref.WeakKeyDictionary()
-_CPU_WORK: weakref.WeakKeyDictionary[Trace, CpuWork] = weakref.WeakKeyDictionary()
-
-
+@once_per_trace
 def activities(trace: Trace) -> Activities:
     """The trace's device activities (see :class:`Activities`), read once per loaded trace (its
     tables never change after loading; callers only read the arrays)."""
-    found = _ACTIVITIES.get(trace)
-    if found is None:
-        found = _ACTIVITIES[trace] = _activities(trace)
-    return found
-
-
-def _activities(trace: Trace) -> Activities:
     rows = trace.con.execute(f"""
         SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1),
                coalesce(l.dur, 0), coalesce(l.thread, -1)
@@ -256,17 +246,11 @@ _LAUNCH_CALL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name IL
                 "OR l.name ILIKE 'enqueue%')")
 
 
+@once_per_trace
 def cpu_work(trace: Trace) -> CpuWork:
     """The host's launch work: for each device activity launched by an asynchronous launch call, the
     time from the start of the op that made the call (or the call itself, outside any op) to the
     call's end, i.e. the dispatch the device had to wait for. Any thread. Read once per loaded trace."""
-    found = _CPU_WORK.get(trace)
-    if found is None:
-        found = _CPU_WORK[trace] = _cpu_work(trace)
-    return found
-
-
-def _cpu_work(trace: Trace) -> CpuWork:
     rows = trace.con.execute(f"""
         SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
         FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op

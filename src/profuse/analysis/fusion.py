@@ -12,6 +12,7 @@ so fused time = time now x bytes fused / bytes now. Bytes come from the recorded
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,31 +79,10 @@ class Candidate:
 
 
 # --- names ---------------------------------------------------------------------------------------
-# A pass asks for the class and base name of the same few op names thousands of times: both are
-# remembered per name (the class per whether torch is loaded, as op_class decides).
-_BASES: dict[str, str] = {}
-_CLASSES: dict[str, str] = {}
-_MEMO_MAX = 1 << 16
-
-
-def _base(name: str) -> str:
-    """:func:`opclass.base`, remembered."""
-    b = _BASES.get(name)
-    if b is None:
-        if len(_BASES) >= _MEMO_MAX:
-            _BASES.clear()
-        b = _BASES[name] = base(name)
-    return b
-
-
-def _cls(name: str) -> str:
-    """:func:`opclass.op_class`, remembered."""
-    c = _CLASSES.get(name)
-    if c is None:
-        if len(_CLASSES) >= _MEMO_MAX:
-            _CLASSES.clear()
-        c = _CLASSES[name] = op_class(name)
-    return c
+# A pass asks for the class and base name of the same few op names thousands of times: both are pure
+# functions of the name, remembered.
+_base = functools.lru_cache(maxsize=1 << 16)(base)
+_cls = functools.lru_cache(maxsize=1 << 16)(op_class)
 
 
 # --- patterns ----------------------------------------------------------------------------------
