@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis import OpTable, Summary
+from ..analysis.compiled import NeffBrief
 from ..analysis.findings import Findings
 from ..redact import redact_text
 from ..trace.schema import UNLINKED_REASONS
@@ -176,7 +177,7 @@ def print_advice(console: Console, advice: Findings, device: str, top: int = 8) 
                 console.print(text(f"  {kind}s: {line}"))
 
 
-def _print_neff(console: Console, n) -> None:
+def _print_neff(console: Console, n: NeffBrief) -> None:
     """A NEFF beside the trace: the compiled graph's engines, HLO statistics and top instruction sources.
 
     Every string here comes from the NEFF: shown through :func:`._text.text`, never as markup."""
