@@ -40,6 +40,8 @@ _DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 
 @dataclass(frozen=True)
 class Busy:
+    """Device busy time over a window: the union of device activity, and its share of the window."""
+
     window_us: float
     busy_us: float
     busy_pct: float | None   # None when the window is empty: nothing to claim
@@ -47,6 +49,8 @@ class Busy:
 
 @dataclass(frozen=True)
 class StepBusy:
+    """Busy and idle device time within one profiler step (or scope), and whether host launches bound it."""
+
     name: str
     window_us: float
     busy_us: float
@@ -87,6 +91,7 @@ class CpuWork:
 
     @classmethod
     def of(cls, start: np.ndarray, end: np.ndarray) -> CpuWork:
+        """The host work from intervals: merged into disjoint runs with the work before each run summed."""
         rs, re_ = merge_runs(start, end)
         before = np.concatenate([[0], np.cumsum(re_ - rs)[:-1]]).astype(np.int64) if rs.size else rs
         return cls(rs, re_, before)

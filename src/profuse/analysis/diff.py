@@ -11,6 +11,8 @@ from .optable import op_table, total_device_us
 
 @dataclass(frozen=True)
 class DiffRow:
+    """One op, module or kernel in two runs: calls and time in each."""
+
     name: str
     a_calls: int
     b_calls: int
@@ -19,11 +21,14 @@ class DiffRow:
 
     @property
     def delta_us(self) -> float:
+        """Time in run B minus time in run A (negative: B is faster)."""
         return self.b_us - self.a_us
 
 
 @dataclass
 class Diff:
+    """Two runs compared: device totals and per-op, per-module and per-kernel rows."""
+
     a_label: str
     b_label: str
     a_device_us: float
@@ -35,14 +40,17 @@ class Diff:
 
     @property
     def speedup(self) -> float:
+        """A's device time over B's (0 when B has none)."""
         return self.a_device_us / self.b_device_us if self.b_device_us else 0.0
 
     @property
     def kernels_removed(self) -> list[DiffRow]:
+        """Kernels run A launched and run B did not."""
         return [k for k in self.kernels if k.b_calls == 0]
 
     @property
     def kernels_added(self) -> list[DiffRow]:
+        """Kernels run B launched and run A did not."""
         return [k for k in self.kernels if k.a_calls == 0]
 
 
@@ -70,6 +78,7 @@ def _rows(a: Trace, b: Trace, group: str, attr: str) -> list[DiffRow]:
 
 
 def diff(a: Trace, b: Trace) -> Diff:
+    """Compare two loaded traces op by op, module by module and kernel by kernel."""
     same = a.device_kind == b.device_kind
     d = Diff(a_label=str(a.path), b_label=str(b.path), a_device_us=total_device_us(a),
              b_device_us=total_device_us(b), same_device=same)

@@ -48,6 +48,8 @@ EXTERNAL = {"SiLU x mul (SwiGLU)": (2, 1), "residual add + norm": (2, 2), "rotar
 
 @dataclass
 class Match:
+    """One place a fusion pattern matched: the scope instance, its units and their device time."""
+
     pattern: str
     scope: ScopeInstance
     units: list[Unit]
@@ -61,6 +63,8 @@ class Match:
 
 @dataclass
 class Candidate:
+    """A fusion pattern found in a scope: instances, kernels, measured time and the predicted saving."""
+
     pattern: str
     scope: str
     instances: int
@@ -148,6 +152,7 @@ PATTERNS: list[tuple[str, Callable[[list[str], list[Unit]], bool]]] = [
 
 
 def name_chain(units: list[Unit]) -> str | None:
+    """The fusion pattern the units' op names follow, or None."""
     n = _names(units)
     for pattern, test in PATTERNS:
         if test(n, units):

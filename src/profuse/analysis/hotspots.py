@@ -9,6 +9,8 @@ from .optable import op_table
 
 @dataclass(frozen=True)
 class Hotspot:
+    """An op, module or kernel with the largest share of device time."""
+
     kind: str           # op | module | kernel
     name: str
     calls: int
@@ -17,6 +19,7 @@ class Hotspot:
 
 
 def hotspots(trace: Trace, *, top: int = 10) -> list[Hotspot]:
+    """The ``top`` ops, modules and kernels by device time (self time for ops and kernels)."""
     out: list[Hotspot] = []
     for kind, group, attr in (("op", "op", "self_device_us"), ("module", "module", "device_total_us"),
                               ("kernel", "kernel", "self_device_us")):

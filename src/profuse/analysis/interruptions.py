@@ -40,6 +40,8 @@ SHORT_KERNEL_US = 10.0
 
 @dataclass(frozen=True)
 class Interruption:
+    """A scope whose kernels leave the device idle between them: busy and idle time per instance."""
+
     scope: str
     instances: int
     kernels_per_instance: float
@@ -65,6 +67,7 @@ class _Scope:
 
 
 def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
+    """Scopes with two or more kernels, most device idle time first (the ``top`` of them)."""
     scopes = _cpu_scopes(trace) if trace.cpu_only else _device_scopes(trace)
     out = []
     for title, g in scopes.items():

@@ -43,6 +43,8 @@ class OpRow(msgspec.Struct, frozen=True):
 
 @dataclass(frozen=True)
 class OpTable:
+    """The op table: rows grouped by op, shape, module or kernel, with the trace's device total."""
+
     group_by: str
     device_label: str           # CUDA, ROCm, MTIA, CPU, ...
     cpu_only: bool              # device time is the CPU's own self time
@@ -50,11 +52,13 @@ class OpTable:
     rows: list[OpRow] = field(default_factory=list)
 
     def pct(self, row: OpRow) -> float:
+        """The row's share of the trace's device time, in percent."""
         base = self.device_us
         return 100.0 * row.self_device_us / base if base else 0.0
 
 
 def total_device_us(trace: Trace) -> float:
+    """Device time of the whole trace in µs (the CPU's own self time on a CPU-only trace)."""
     if trace.cpu_only:
         q = f"SELECT sum(self_cpu) FROM events WHERE kind IN ({_KINDS}) AND depth IS NOT NULL"
     else:

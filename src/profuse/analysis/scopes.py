@@ -20,6 +20,8 @@ ACT_WORDS = ("GELU", "Gelu", "SiLU", "ReLU", "Sigmoid", "Tanh", "Activation", "M
 
 @dataclass
 class Unit:
+    """One step inside a scope instance: an op or a child scope, with its device work."""
+
     id: int
     kind: str             # op | scope
     name: str             # op name, or the child scope's class / annotation name
@@ -43,6 +45,8 @@ class Unit:
 
 @dataclass
 class ScopeInstance:
+    """One run of a module or annotation scope (or the ops outside every scope) and its units."""
+
     id: int
     kind: str             # module | annotation | top (ops outside every scope, per thread)
     name: str
@@ -56,6 +60,7 @@ class ScopeInstance:
 
     @property
     def title(self) -> str:
+        """The name shown for the scope: ``nn.Module: X`` for a module, else its name."""
         return f"nn.Module: {self.name}" if self.kind == "module" else self.name
 
 

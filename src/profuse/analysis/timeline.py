@@ -77,6 +77,7 @@ class Interner:
         self.values: list[str] = []
 
     def __call__(self, s: str | None) -> int:
+        """The index of ``s`` in ``values`` (added on first sight; None counts as "")."""
         s = "" if s is None else str(s)
         i = self.index.get(s)
         if i is None:

@@ -19,6 +19,7 @@ Names longer than 72 characters are cut in the middle ("…") in the table; --fo
 
 
 def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``profuse diff``."""
     p = subs.add_parser("diff", help="compare two runs: time deltas, kernels removed/added, speedup",
                         epilog=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="the baseline trace or bundle")
@@ -37,6 +38,7 @@ def _middle(name: str, width: int = 72) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Compare two traces, bundles or folders of rank traces and print or write the differences."""
     from ..ranks.discover import candidates
 
     files_a, files_b = candidates(args.a), candidates(args.b)

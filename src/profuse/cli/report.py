@@ -25,6 +25,7 @@ several rank traces of one distributed run (a folder or a quoted glob): one cros
 
 
 def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``profuse report``."""
     p = subs.add_parser("report", help="op table with device time correlated", epilog=HELP,
                         description="Show where time goes: every op with its CPU time and the device time "
                                     "of the kernels it launched.",
@@ -49,6 +50,7 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print, or write as JSON or HTML, the op table and findings of one trace (or a rank report for a folder)."""
     from .._io import atomic_write
     from ..ranks.discover import candidates
 

@@ -217,6 +217,7 @@ class LoopbackHostOnly:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Answer 421 to a request whose Host is not this server's loopback name and port."""
         if scope["type"] in ("http", "websocket") and not self.allowed(scope):
             if scope["type"] == "http":
                 await Response("misdirected request: use http://127.0.0.1:PORT/\n", status_code=421,

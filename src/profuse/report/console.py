@@ -21,6 +21,7 @@ def make_console() -> Console:
 
 
 def fmt_us(us: float) -> str:
+    """A duration in µs in the largest unit that keeps it readable (s, ms, µs)."""
     if us >= 1e6:
         return f"{us / 1e6:.2f} s"
     if us >= 1e3:
@@ -29,6 +30,7 @@ def fmt_us(us: float) -> str:
 
 
 def header(summary: Summary) -> Text:
+    """The report's first lines: trace, device, events, span and linked device events."""
     dev = summary.device_kind + (f" ({summary.device_name})" if summary.device_name else "")
     t = Text()
     t.append(f"{safe(summary.path)}\n", style="bold")
@@ -40,6 +42,7 @@ def header(summary: Summary) -> Text:
 
 
 def notes(summary: Summary, table: OpTable) -> list[Text]:
+    """Warnings the reader must see before trusting the table (capture status, unlinked events, ...)."""
     out = []
     if summary.bundle_status not in (None, "complete"):
         why = f": {redact_text(summary.bundle_error)}" if summary.bundle_error else ""
@@ -69,6 +72,7 @@ def notes(summary: Summary, table: OpTable) -> list[Text]:
 
 
 def op_table_renderable(table: OpTable, top: int | None) -> Table:
+    """The op table as a rich Table, the first ``top`` rows."""
     dev = table.device_label
     first = {"op": "Name", "shape": "Name", "module": "Module", "kernel": "Kernel"}[table.group_by]
     t = Table(show_edge=False, header_style="bold", pad_edge=False)
@@ -88,6 +92,7 @@ def op_table_renderable(table: OpTable, top: int | None) -> Table:
 
 
 def print_report(console: Console, summary: Summary, table: OpTable, top: int | None) -> None:
+    """Print the header, the notes and the op table."""
     console.print(header(summary))
     for n in notes(summary, table):
         console.print(n)

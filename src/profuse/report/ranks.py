@@ -43,6 +43,7 @@ def _bytes(b: int | None) -> str:
 
 
 def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None:
+    """Print the rank report: per-rank rows, stragglers and cross-rank findings."""
     ranks = doc["ranks"]
     kinds = sorted({r["device_kind"] for r in ranks})
     con.print(Text(f"{doc['source']}", style="bold"))
@@ -167,6 +168,7 @@ def _heat_color(ratio: float) -> str:
 
 
 def render_ranks_html(doc: dict[str, Any]) -> str:
+    """The rank report as one self-contained HTML page, every string from a trace escaped."""
     ranks = doc["ranks"]
     parts = [f"<h1>profuse: {doc['ranks_found']} ranks · {_e(doc['source'])}</h1>",
              f'<p class="note">Ranks named by {_e(doc["rank_source"])}; clocks aligned to rank '
