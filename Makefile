@@ -35,7 +35,7 @@ test: venv browser
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/mypy src/profuse
+	$(BIN)/mypy --strict src/profuse
 
 # The compiled scanner built with ASan + UBSan in a temporary folder, run over the differential test
 # and a larger mutation corpus (the interpreter itself is not instrumented: libasan is preloaded).
