@@ -30,7 +30,7 @@ browser:
 
 # The front end's JS unit tests (node's built-in runner, node >= 20) first, then the Python suite.
 test: venv browser
-	node --test tests/js/
+	node --test tests/js/*.test.mjs
 	$(BIN)/python -m pytest -q -p no:logging
 
 lint: venv

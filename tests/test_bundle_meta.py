@@ -14,6 +14,7 @@ import pytest
 from conftest import trace_path
 
 import profuse
+from profuse.cli import main
 from profuse.trace.bundle import BundleMeta, MeasuredPeaks, read_bundle_meta
 
 # A child in which `import torch` fails however it is spelled, and profuse's capture side with it.
@@ -160,3 +161,18 @@ def test_a_meta_json_that_is_a_folder_is_said_not_raised(tmp_path):
     got, notes = read_bundle_meta(tmp_path)
     # THEN no record, and one note naming what it is
     assert got is None and len(notes) == 1 and "is not a regular file (a folder)" in notes[0]
+
+
+def test_a_zero_matmul_rate_is_no_peak_and_the_report_still_runs(tmp_path, capsys):
+    # GIVEN a bundle whose recorded matmul rate is 0 (a roofline divides by it)
+    b = tmp_path / "bundle"
+    b.mkdir()
+    (b / "trace.json.gz").write_bytes(trace_path("compare_base.json.gz").read_bytes())
+    doc = {"schema": "profuse.bundle/1", "peaks": {"copy_bandwidth_gbps": 100, "matmul_tflops_fp32": 0}}
+    (b / "meta.json").write_text(json.dumps(doc))
+    got, notes = read_bundle_meta(b)
+    assert got is not None and got.peaks is None and notes == ["meta.json: peaks of an unexpected shape: ignored"]
+    # THEN the report runs, says so, and bounds no roofline by it
+    assert main(["report", str(b), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["peaks"] is None or out["peaks"]["source"] != "measured"

@@ -38,7 +38,8 @@ def base():
     "/assets/server.py", "/assets/data.py", "/assets//etc/passwd", "/etc/passwd", "/../../../../etc/passwd",
     "/api/0/../../../etc/passwd", "/api/1/overview", "/api/-1/overview", "/api/0/event/999999999",
     "/api/0/nope", "/static/app.js", "/assets/.%2e/__init__.py", "/api/compare",
-    "/api/0/ops?group_by=../../etc/passwd",
+    "/api/0/ops?group_by=../../etc/passwd", "/api/0/timeline?t0=nan", "/api/0/timeline?t0=0&t1=inf",
+    "/api/0/timeline?t0=abc", "/api/0/timeline?width=x",
 ])
 def test_everything_outside_assets_and_traces_is_refused(base, path):
     assert status(base + path) in (400, 404)

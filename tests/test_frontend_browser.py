@@ -177,5 +177,21 @@ def test_report_timeline_click_on_a_merged_block_says_how_many_it_holds(page, be
     box = page.locator("canvas").first.bounding_box()
     page.mouse.click(box["x"] + block["x"] + block["w"] / 2, box["y"] + block["y"] + 6)
     page.wait_for_selector("#details b")
-    assert page.inner_text("#details").startswith(f"{block['n']} events merged, the longest ")
+    text = page.inner_text("#details")
+    assert text.startswith(f"{block['n']} events merged, the longest ")
+    assert "together they span" in text and "lasts" not in text, "a block's extent is no event's duration"
     assert "sel=" not in page.url, "a block is not an event: nothing to reopen"
+
+
+def test_report_grouped_by_module_without_modules_says_why(page, tmp_path):
+    # a100_alexnet has no nn.Module scopes: no python_function event named 'nn.Module: ...' (plain json)
+    src = trace_path("a100_alexnet.json.gz")
+    with gzip.open(src) as fh:
+        events = json.load(fh)["traceEvents"]
+    assert not any(str(e.get("name", "")).startswith("nn.Module: ") for e in events)
+    out = tmp_path / "alexnet.html"
+    assert main(["report", str(src), "--format", "html", "--group-by", "module", "-o", str(out)]) == 0
+    assert embedded(out.read_text())["0/ops"]["rows"] == []
+    page.goto(out.as_uri() + "#view=ops")
+    wait_ready(page, "ops")
+    assert page.inner_text("#no-modules").startswith("No nn.Module scopes in this trace")

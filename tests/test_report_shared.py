@@ -90,3 +90,30 @@ def test_group_by_module_without_modules_says_why(capsys):
     assert not any(str(e.get("name", "")).startswith("nn.Module: ") for e in doc["traceEvents"])
     assert main(["report", str(trace_path("a100_alexnet.json.gz")), "--group-by", "module", "--no-advice"]) == 0
     assert "No nn.Module scopes in this trace" in capsys.readouterr().out
+
+
+def test_negative_top_is_a_usage_error(capsys):
+    from conftest import trace_path
+    p = str(trace_path("a100_alexnet.json.gz"))
+    for argv in (["report", p, "--top", "-1"], ["diff", p, p, "--top", "-3"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert "must be a whole number, 0 or more" in capsys.readouterr().err
+
+
+def test_diff_rows_come_in_the_same_order_every_run():
+    # rows tied on |delta| (here every row: a trace against itself) are ordered by name, not by set order
+    import subprocess
+    import sys
+
+    from conftest import trace_path
+    a, b = str(trace_path("compare_base.json.gz")), str(trace_path("compare_test.json.gz"))
+    outs = {subprocess.run([sys.executable, "-m", "profuse", "diff", a, b, "--format", "json"], capture_output=True,
+                           text=True, check=True, env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)}).stdout
+            for seed in (1, 2, 3)}
+    assert len(outs) == 1
+    doc = json.loads(outs.pop())
+    for rows in (doc["ops"], doc["kernels"]):
+        keys = [(-abs(r["b_us"] - r["a_us"]), r["name"]) for r in rows]
+        assert keys == sorted(keys)

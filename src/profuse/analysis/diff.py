@@ -73,7 +73,7 @@ def _rows(a: Trace, b: Trace, group: str, attr: str) -> list[DiffRow]:
     for name in ta.keys() | tb.keys():
         (ca, ua), (cb, ub) = ta.get(name, (0, 0.0)), tb.get(name, (0, 0.0))
         out.append(DiffRow(name, ca, cb, ua, ub))
-    out.sort(key=lambda r: -abs(r.delta_us))
+    out.sort(key=lambda r: (-abs(r.delta_us), r.name))  # ties by name: the same order every run
     return out
 
 

@@ -107,3 +107,14 @@ def emit(text: str, output: str | None) -> int:
     else:
         print(text)
     return 0
+
+
+def count(value: str) -> int:
+    """A whole number >= 0; anything else is a usage error (exit 2)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more (0 = all), not {value!r}")
+    return n

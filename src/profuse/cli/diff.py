@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UserError
-from ._common import add_load_args, console, load_trace
+from ._common import add_load_args, console, count, load_trace
 from .ranks import add_rank_args, diff_rank_sets
 
 HELP = """examples:
@@ -25,7 +25,7 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("a", help="the baseline trace or bundle")
     p.add_argument("b", help="the trace or bundle to compare with it")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--top", type=count, default=15)
     add_load_args(p)
     add_rank_args(p)
     p.set_defaults(func=run)

@@ -5,7 +5,7 @@ import argparse
 import io
 import json
 
-from ._common import console, emit
+from ._common import console, count, emit
 
 HELP = """examples:
   profuse neff model.neff                      header, engines, HLO statistics, tensors, instruction sources
@@ -25,20 +25,9 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", help="a .neff file")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--top", type=_count, default=20, help="instruction-source rows per subgraph (0 = all)")
+    p.add_argument("--top", type=count, default=20, help="instruction-source rows per subgraph (0 = all)")
     p.add_argument("-o", "--output", help="write to this file instead of stdout (plain text for the table)")
     p.set_defaults(func=run)
-
-
-def _count(value: str) -> int:
-    """A whole number >= 0; anything else is a usage error (exit 2)."""
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more (0 = all), not {value!r}")
-    return n
 
 
 def run(args: argparse.Namespace) -> int:

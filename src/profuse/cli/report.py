@@ -5,7 +5,7 @@ import argparse
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
-from ._common import add_load_args, console, emit, load_trace, warm_imports
+from ._common import add_load_args, console, count, emit, load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
 
 HELP = """examples:
@@ -36,7 +36,7 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    help="html: one self-contained file (needs -o), viewable offline")
     p.add_argument("--group-by", choices=GROUPS, default="op")
     p.add_argument("--sort", choices=SORT_KEYS, default="self_device")
-    p.add_argument("--top", type=int, default=25,
+    p.add_argument("--top", type=count, default=25,
                    help="rows in the table and html formats (default 25; 0 = all); json gives every row")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument("--keep-metadata", action="store_true",

@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from ._common import console
+from ._common import console, count
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,7 +35,7 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         " python records nn.Module scopes, which the advisor needs)")
     p.add_argument("--devices", default="auto",
                    help="cpu, cuda, cuda:0,1, neuron / privateuse1 (default: every device present)")
-    p.add_argument("--top", type=int, default=15, help="op table rows to print after the run")
+    p.add_argument("--top", type=count, default=15, help="op table rows to print after the run")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
     p.set_defaults(func=run)
 

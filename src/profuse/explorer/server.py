@@ -5,6 +5,7 @@ traces it was started with. No request parameter ever reaches a file path.
 """
 from __future__ import annotations
 
+import math
 import signal
 import threading
 from collections.abc import Callable
@@ -163,6 +164,8 @@ def _timeline(run: Loaded, request: Request, opts: Options) -> Any:
     q = request.query_params
     t0 = float(q["t0"]) if "t0" in q else None
     t1 = float(q["t1"]) if "t1" in q else None
+    if not all(t is None or math.isfinite(t) for t in (t0, t1)):
+        raise ApiError(400, "t0 and t1 must be finite numbers of µs")
     return timeline_window(run.model, t0, t1, min(max(int(q.get("width", 1600)), 1), 8000))
 
 

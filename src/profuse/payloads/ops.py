@@ -51,7 +51,7 @@ def row_key(name: str, shape: str | None) -> str:
 
 
 def _row(r: OpRow, by_shape: bool) -> OpsRow:
-    shape = r.shape or "" if by_shape else None
+    shape = (r.shape or "") if by_shape else None
     return OpsRow(name=r.name, calls=r.calls, self_cpu_us=round(r.self_cpu_us, 3),
                   cpu_total_us=round(r.cpu_total_us, 3), self_device_us=round(r.self_device_us, 3),
                   device_total_us=round(r.device_total_us, 3), kernels=r.kernels, shape=shape,

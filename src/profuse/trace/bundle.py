@@ -20,14 +20,13 @@ META_FILE = "meta.json"
 SCHEMA = "profuse.bundle/1"
 
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
-_NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class MeasuredPeaks(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
     """A device's measured copy bandwidth and matmul rate (``profuse peaks``): what bounds its roofline."""
 
     copy_bandwidth_gbps: _Positive          # GB/s, bytes read + bytes written by a large copy
-    matmul_tflops_fp32: _NonNegative        # TFLOP/s of a large fp32 matmul
+    matmul_tflops_fp32: _Positive           # TFLOP/s of a large fp32 matmul (0 would divide a roofline by 0)
     device: str = ""                        # "cpu", "cuda", ...
     device_name: str = ""
     threads: int | None = None              # torch's intra-op threads when measured

@@ -89,7 +89,9 @@ async function ops(main, st, go) {
     kernelsBox.append(k.kernels.length ? table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
       { key: "device_us", label: `${dev} time`, fmt: fmtUs }], k.kernels)
       : el("p", { class: "muted" }, d.cpu_only ? "a CPU-only trace has no kernels" : "launched no device work"));
-    if (k.unlinked) kernelsBox.append(el("p", { class: "muted" }, `${k.unlinked} device event(s) of this trace are under no row (not linked), so no row lists them`));
+    // why some device events are in no row depends on the grouping: no op launched them, or no module ran them
+    const why = group === "module" ? "ran inside no nn.Module" : "have no op (not linked to a launch)";
+    if (k.unlinked) kernelsBox.append(el("p", { class: "muted" }, `${k.unlinked} device event(s) of this trace ${why}, so no row lists them`));
   };
   const render = () => {
     const q = filter.value.toLowerCase();
@@ -101,6 +103,10 @@ async function ops(main, st, go) {
   main.append(el("div", { class: "toolbar" }, "Group by ", select, filter, el("span", { class: "muted" }, shown),
     el("span", { class: "muted" }, " · click a row (or Enter) to list its kernels")), holder, kernelsBox);
   render();
+  if (!d.rows.length && group === "module") {
+    main.append(el("p", { class: "muted", id: "no-modules" }, "No nn.Module scopes in this trace, so there is nothing to group by module: " +
+      "record with python stacks (torch.profiler with_stack=True, or profuse's default streams)."));
+  }
   const initial = openKey && rows.find(r => r.key === openKey);
   if (initial) await openRow(initial);
 }
@@ -108,8 +114,13 @@ async function ops(main, st, go) {
 function details(box, ev, st, pick) {
   box.replaceChildren();
   if (!ev) return box.append(el("span", { class: "muted" }, "click an event to select it"));
-  const what = ev.n > 1 ? `${ev.n} events merged, the longest ` : "";
-  box.append(el("div", {}, what, el("b", {}, ev.name), el("span", { class: "muted" }, ` · ${ev.kind} · starts ${fmtUs(ev.ts)} · lasts ${fmtUs(ev.dur)}`)));
+  if (ev.n > 1) {
+    // a merged block: its extent is not any one event's duration, so only the extent is given
+    box.append(el("div", {}, `${ev.n} events merged, the longest `, el("b", {}, ev.name),
+      el("span", { class: "muted" }, ` (${ev.kind}) · together they span ${fmtUs(ev.dur)} from ${fmtUs(ev.ts)}`)));
+  } else {
+    box.append(el("div", {}, el("b", {}, ev.name), el("span", { class: "muted" }, ` · ${ev.kind} · starts ${fmtUs(ev.ts)} · lasts ${fmtUs(ev.dur)}`)));
+  }
   for (const r of ev.replays || []) {
     box.append(el("div", { class: "replay" }, `graph replay: ${r.kernels} kernel(s) from ${fmtUs(r.ts)} to ${fmtUs(r.end)}`));
   }
