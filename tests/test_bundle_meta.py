@@ -59,7 +59,7 @@ def test_a_captured_bundle_reads_back_into_the_same_record_without_torch(tmp_pat
     # THEN the file is the record, field for field (a strict decode: nothing of another shape)
     written = msgspec.json.decode(raw, type=BundleMeta)
     plain = json.loads(raw)
-    assert plain["schema"] == "profuse.bundle/1" and plain["status"] == "complete"
+    assert plain["schema"] == "profuse.bundle/2" and plain["status"] == "complete"
     assert plain["device"]["torch"] == torch.__version__ and plain["host"] == socket.gethostname()
     assert plain["python"] == platform.python_version() and plain["config"]["steps"] == 1
     assert plain["config"]["streams"] == ["ops", "shapes"]

@@ -17,7 +17,8 @@ import msgspec
 from .artifacts import read_side_bytes
 
 META_FILE = "meta.json"
-SCHEMA = "profuse.bundle/1"
+SCHEMA = "profuse.bundle/2"  # /2: Exporter(extra=...) keys under "extra" (/1 had them at the top level)
+READABLE = (SCHEMA, "profuse.bundle/1")  # a /1 file reads the same; its top-level extras are not kept
 
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
 
@@ -81,7 +82,7 @@ class ScriptRun(msgspec.Struct, frozen=True, kw_only=True):
 class BundleMeta(msgspec.Struct, frozen=True, kw_only=True):
     """Everything ``meta.json`` holds: how, where and with what a bundle was captured."""
 
-    schema: str                             # profuse.bundle/1
+    schema: str                             # profuse.bundle/2 (or /1, read the same)
     status: str | None = None               # complete | failed
     error: str | None = None                # the profiled block's exception, when it raised
     config: CaptureConfig | None = None
@@ -108,7 +109,7 @@ def read_bundle_meta(folder: str | os.PathLike[str]) -> tuple[BundleMeta | None,
     """``(meta, notes)`` for the ``meta.json`` in ``folder``: ``(None, [])`` when there is none.
 
     The file is read as any side file (a link, a FIFO or a huge file is refused); a file that is not
-    a JSON object with ``schema: profuse.bundle/1`` gives no meta, and each field of the wrong shape
+    a JSON object with ``schema: profuse.bundle/2`` (or ``/1``) gives no meta, and each field of the wrong shape
     is left at its default; both are said in the notes.
     """
     path = Path(folder) / META_FILE
@@ -121,7 +122,7 @@ def read_bundle_meta(folder: str | os.PathLike[str]) -> tuple[BundleMeta | None,
         doc = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError):
         return None, [f"{path.name} beside the trace is not valid JSON: bundle details ignored"]
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+    if not isinstance(doc, dict) or doc.get("schema") not in READABLE:
         return None, [f"{path.name} beside the trace is not a profuse bundle's (no schema {SCHEMA!r}): ignored"]
     return bundle_meta_from(doc)
 
