@@ -44,10 +44,15 @@ class Columns:
     ignored_args: dict[str, int] = field(default_factory=dict)  # args values of a type profuse cannot use
 
     def add(self, key: str, arr: np.ndarray) -> None:
+        """Append one chunk's values to column ``key``."""
         self.parts.setdefault(key, []).append(arr)
 
-    def column(self, key: str) -> np.ndarray:
-        """The whole column; its chunks are released as it is joined (each column is read once)."""
+    def take(self, key: str) -> np.ndarray:
+        """Remove column ``key`` and return it whole (empty if it never had a value).
+
+        The chunks are released as they are joined, so each column can be taken only once: a
+        second call answers an empty column.
+        """
         parts = self.parts.pop(key, None) or [np.empty(0, dtype=np.int64)]
         out = np.concatenate(parts)
         parts.clear()
