@@ -32,10 +32,14 @@ class Ev:
     external_id: int = -1
 
 
+def _int64(values: list[int]) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
 def decoded(events: list[Ev], flows: list[tuple[str, str, int, int]] = ()) -> DecodedEvents:
     """DecodedEvents of ``events``; ``flows`` as (id, phase s/f, thread, ts)."""
     names = sorted({e.name for e in events})
-    ints = lambda vals: np.array(vals, dtype=np.int64)  # noqa: E731
+    ints = _int64
     none = ints([-1] * len(events))
     return DecodedEvents(
         kind=np.array([KIND_CODE[e.kind] for e in events], dtype=np.int8),

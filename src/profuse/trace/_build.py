@@ -70,13 +70,15 @@ def _thread_keys(cols: Columns, events: list[Event]) -> np.ndarray:
 
 
 def thread_key(pid: Any, tid: Any) -> tuple[str, str]:
+    """A thread's (pid, tid) as text, the form the threads table and metadata use (None -> "")."""
     return ("" if pid is None else str(pid), "" if tid is None else str(tid))
 
 
 def _ns(us: np.ndarray) -> np.ndarray:
     """µs (float64) -> integer ns, exact for whole-µs values of any size."""
     whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+    ns: np.ndarray = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+    return ns
 
 
 def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
@@ -133,6 +135,10 @@ def add_chunk(
     cols: Columns, path: str, base: int, events: list[Event], chunk: memoryview,
     *, lenient: bool, skipped: Skipped,
 ) -> None:
+    """Append one decoded chunk's events to ``cols``: complete events as columns, the rest counted or kept.
+
+    A bad complete event raises TraceError, or with ``lenient`` is skipped and counted in ``skipped``.
+    """
     phases = list(map(_get["ph"], events))
     x_idx = [i for i, p in enumerate(phases) if p == "X"]
     precise = _chunk_precise(chunk, events)
@@ -251,7 +257,7 @@ def kinds_of(cols: Columns, name_list: np.ndarray, name_id: np.ndarray, cat_ids:
         cat_list[i] = c
     cat_kind = np.array([KINDS.index(CATEGORY_KIND.get((c or "").lower(), "other")) for c in cat_list] or [0],
                         dtype=np.int8)
-    kinds = cat_kind[cat_ids]
+    kinds: np.ndarray = cat_kind[cat_ids]
     mtia_cat = np.array([(c or "").lower() == "mtia_ccp_events" for c in cat_list] or [False])
     if mtia_cat.any():
         by_name = np.array([KINDS.index(mtia_device_kind(str(nm))) for nm in name_list], dtype=np.int8)

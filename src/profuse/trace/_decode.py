@@ -54,6 +54,8 @@ _NO_ARGS = Args()
 
 
 class Event(Struct, gc=False):
+    """One trace event as msgspec decodes it (only the fields profuse reads)."""
+
     ph: str = ""
     cat: str | None = None
     name: str | None = None
@@ -183,6 +185,7 @@ class Document:
 
 
 def split_document(path: str, data: bytes | bytearray) -> Document:
+    """The ``traceEvents`` array (as a view, undecoded) and the other top-level members of a trace."""
     head = data[:4096].lstrip()[:1]
     if head == b"[":
         return Document(events=memoryview(data), top={})
@@ -200,7 +203,7 @@ def split_document(path: str, data: bytes | bytearray) -> Document:
     if raw is None:
         raise TraceError(path, "JSON but not a trace: no 'traceEvents' key")
     view = memoryview(raw)
-    if view[:1] != b"[":
+    if bytes(view[:1]) != b"[":
         raise TraceError(path, "JSON but not a trace: 'traceEvents' is not a list")
     return Document(events=view, top=top)
 
@@ -219,7 +222,7 @@ def _json_problem(msg: str) -> str:
 def chunk_spans(events: memoryview, chunk_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
     """Split the events array ``[ ... ]`` into (start, end) spans of whole events."""
     end = len(events)
-    while end > 0 and events[end - 1 : end] in (b" ", b"\n", b"\r", b"\t"):
+    while end > 0 and bytes(events[end - 1 : end]) in (b" ", b"\n", b"\r", b"\t"):
         end -= 1
     inner_start, inner_end = 1, end - 1  # drop the brackets
     spans: list[tuple[int, int]] = []
@@ -245,6 +248,7 @@ class Skipped:
     examples: list[str] = field(default_factory=list)
 
     def add(self, reason: str, example: str) -> None:
+        """Count one skipped item under ``reason``; the first five are kept as examples."""
         self.counts[reason] = self.counts.get(reason, 0) + 1
         if len(self.examples) < 5:
             self.examples.append(example)
@@ -367,8 +371,10 @@ def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
 
 
 def raw_text(raw: Raw) -> str | None:
+    """An undecoded JSON value as its text (None when absent)."""
     return bytes(raw).decode() if raw else None
 
 
 def args_of(events: list[Event]) -> list[Args]:
+    """The ``args`` of each event."""
     return list(map(_get_args, events))

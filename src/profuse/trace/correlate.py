@@ -65,7 +65,8 @@ def name_flags(names: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
 def module_scopes(events: DecodedEvents) -> np.ndarray:
     """Per event: a ``python_function`` event named ``nn.Module: X`` (a module scope)."""
     named = name_flags(events.names, lambda s: s.startswith(MODULE_PREFIX))
-    return (events.kind == KIND_CODE["python"]) & named[events.name]
+    flags: np.ndarray = (events.kind == KIND_CODE["python"]) & named[events.name]
+    return flags
 
 
 def _enclosing_or_launchers(parent: np.ndarray, accept: np.ndarray, host: np.ndarray,
@@ -227,6 +228,7 @@ def link_device_events(
     correlation: np.ndarray, external_id: np.ndarray, op_of_host: np.ndarray,
     flows: Flows, has_host: bool,
 ) -> Links:
+    """Device event -> launch -> op (docs/correlation.md steps 2 and 3), and why a device event has none."""
     n = len(kind)
     launch = np.full(n, NONE, dtype=np.int64)
     how = np.zeros(n, dtype=np.int8)
@@ -278,7 +280,8 @@ def _flow_links(flows: Flows, thread: np.ndarray, ts: np.ndarray, runtime: np.nd
     t0 = min(ts.min(initial=0), flows.ts.min(initial=0))
 
     def key(th: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return th.astype(np.int64) * span + (t - t0)
+        out: np.ndarray = th.astype(np.int64) * span + (t - t0)
+        return out
 
     fin, start = flows.ph == 1, flows.ph == 0
     fid = _lookup(key(flows.thread[fin], flows.ts[fin]), np.flatnonzero(fin), key(thread[todo], ts[todo]))
@@ -298,6 +301,7 @@ def _flow_links(flows: Flows, thread: np.ndarray, ts: np.ndarray, runtime: np.nd
 
 
 def unmatched_flows(flows: Flows) -> int:
+    """Flow ids with a start and no finish, or a finish and no start."""
     s = set(flows.ids[flows.ph == 0].tolist())
     f = set(flows.ids[flows.ph == 1].tolist())
     return len(s ^ f)

@@ -87,7 +87,8 @@ def _connect_behind() -> Callable[[], duckdb.DuckDBPyConnection]:
         thread.join()
         if "err" in box:
             raise box["err"]
-        return box["con"]
+        con: duckdb.DuckDBPyConnection = box["con"]
+        return con
 
     return result
 
