@@ -92,22 +92,23 @@ def load(
 
         if explorer_parquet.is_explorer_folder(folder):
             return explorer_parquet.load_folder(folder)
-    from .cache import cache_slot, fingerprint
+    from .cache import CacheSlot, cache_folder, fingerprint, holds_cache_of_size, slot_key
     from .trace import Trace
 
     src = resolve(path)
-    fp = fingerprint(src)
     notes: list[str] = []
-    slot = cache_slot(fp, cache_dir) if cache and not lenient else None
-    if slot is not None:
-        cached, problem = slot.open_if_valid(fp)
+    caches = cache_folder(cache_dir) if cache and not lenient else None
+    fp = None  # with no cache of this size in the folder, the trace is hashed while it is decoded
+    if caches is not None and holds_cache_of_size(caches, src.stat().st_size):
+        fp = fingerprint(src)
+        cached, problem = CacheSlot(caches, slot_key(fp)).open_if_valid(fp)
         if cached is not None:
             return with_mapping(Trace(src, cached, from_cache=True, notes=notes))
         if problem is not None:
             notes.append(f"cache {problem}; tables rebuilt from the trace")
     from .loader import build
 
-    return with_mapping(build(src, fp, slot=slot, notes=notes, lenient=lenient, progress=progress))
+    return with_mapping(build(src, fp, cache_folder=caches, notes=notes, lenient=lenient, progress=progress))
 
 
 def with_mapping(trace: Trace) -> Trace:

@@ -263,10 +263,29 @@ def _finish_writes() -> None:
         w.wait()
 
 
-def cache_slot(fp: dict[str, Any], cache_dir: str | os.PathLike[str] | None = None) -> CacheSlot | None:
-    """The user-cache slot for a trace with fingerprint ``fp``, or None when no cache folder is writable."""
+def cache_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The folder caches go to (``cache_dir``, else the user cache folder), or None when it is not writable.
+
+    Temporaries that dead processes left there are removed.
+    """
     folder = Path(cache_dir) if cache_dir is not None else user_cache_dir()
     if not _writable(folder):
         return None
     clean_stale_temporaries(folder)
-    return CacheSlot(folder, f"{fp['sha1']}-{fp['size']}")
+    return folder
+
+
+def slot_key(fp: dict[str, Any]) -> str:
+    """The part of a cache's file name that names its trace: ``<trace sha1>-<trace size>``."""
+    return f"{fp['sha1']}-{fp['size']}"
+
+
+def holds_cache_of_size(folder: Path, size: int) -> bool:
+    """Whether ``folder`` holds a cache of any trace of ``size`` bytes (if not, no hash can find one)."""
+    return any(_CACHE.match(p.name) for p in folder.glob(f"*-{int(size)}.*{SUFFIX}"))
+
+
+def cache_slot(fp: dict[str, Any], cache_dir: str | os.PathLike[str] | None = None) -> CacheSlot | None:
+    """The user-cache slot for a trace with fingerprint ``fp``, or None when no cache folder is writable."""
+    folder = cache_folder(cache_dir)
+    return CacheSlot(folder, slot_key(fp)) if folder is not None else None

@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import msgspec
@@ -20,7 +20,7 @@ from ._parallel import decode_parallel, worker_count
 from ._prepare import Prepared, base_time_ns, prepare
 from ._privateuse1 import privateuse1_name
 from ._write import write_events, write_meta, write_side_tables
-from .cache import CacheSlot, CacheWriter
+from .cache import CacheSlot, CacheWriter, fingerprint, slot_key
 from .correlate import UNLINKED, correlate, unmatched_flows
 from .event_columns import EventColumns
 from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION, kind_codes
@@ -31,16 +31,23 @@ COMPRESS_MIN_EVENTS = 1_000_000
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
-def build(src: Path, fp: dict[str, Any], *, slot: CacheSlot | None, notes: list[str], lenient: bool = False,
-          progress: Progress | None = None) -> Trace:
-    """Decode ``src`` into in-memory tables and start writing them to ``slot`` behind (see
-    :func:`profuse.trace.load`, which tries the cache first)."""
+def build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, notes: list[str],
+          lenient: bool = False, progress: Progress | None = None) -> Trace:
+    """Decode ``src`` into in-memory tables and start writing them to a cache in ``cache_folder``
+    behind (see :func:`profuse.trace.load`, which tries the cache first).
+
+    ``fp``: the trace's fingerprint, or None when no cache lookup needed it; it is then hashed on
+    another thread while the trace is decoded.
+    """
     started = time.perf_counter()
-    # With the scanner, DuckDB starts up on another thread while the trace is decoded; the forked
-    # msgspec workers are then not used (forking after DuckDB has started threads is unsafe).
-    connection = _connect_behind() if _native.enabled() and not lenient else None
+    # With the scanner, DuckDB starts up (and the trace is hashed) on other threads while the trace is
+    # decoded; the forked msgspec workers are then not used (forking after threads have started is unsafe).
+    threads = _native.enabled() and not lenient
+    fingerprint_of = _behind(lambda: fingerprint(src), "profuse-hash") if fp is None and threads else _known(fp, src)
+    connection = _behind(duckdb.connect, "profuse-connect") if threads else None
     try:
-        cols, top, skipped = decode(str(src), lenient=lenient, progress=progress, fork=connection is None)
+        cols, top, skipped = decode(str(src), lenient=lenient, progress=progress, fork=not threads)
+        source = fingerprint_of()
     except BaseException:
         if connection is not None:
             connection().close()
@@ -52,11 +59,12 @@ def build(src: Path, fp: dict[str, Any], *, slot: CacheSlot | None, notes: list[
         compress = " (COMPRESS)" if cols.n >= COMPRESS_MIN_EVENTS else ""
         con.execute(f"ATTACH ':memory:' AS trace{compress}; USE trace")
         con.execute(DDL)
-        _write_tables(con, str(src), cols, top, fp, skipped)
+        _write_tables(con, str(src), cols, top, source, skipped)
     except BaseException:
         con.close()
         raise
     del cols
+    slot = CacheSlot(cache_folder, slot_key(source)) if cache_folder is not None else None
     if time.perf_counter() - started < _min_cache_seconds():
         slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
@@ -70,25 +78,34 @@ def _min_cache_seconds() -> float:
         return 0.05
 
 
-def _connect_behind() -> Callable[[], duckdb.DuckDBPyConnection]:
-    """Open an in-memory DuckDB on another thread; the returned call waits for it."""
+def _known(fp: dict[str, Any] | None, src: Path) -> Callable[[], dict[str, Any]]:
+    """``fp``, or the fingerprint of ``src`` computed now."""
+    known = fp if fp is not None else fingerprint(src)
+    return lambda: known
+
+
+T = TypeVar("T")
+
+
+def _behind(work: Callable[[], T], name: str) -> Callable[[], T]:
+    """Run ``work`` on another thread now; the returned call waits for its result (or raises its error)."""
     box: dict[str, Any] = {}
 
-    def work() -> None:
+    def run() -> None:
         try:
-            box["con"] = duckdb.connect()
+            box["result"] = work()
         except BaseException as err:  # handed to the caller
             box["err"] = err
 
-    thread = threading.Thread(target=work, name="profuse-connect", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
 
-    def result() -> duckdb.DuckDBPyConnection:
+    def result() -> T:
         thread.join()
         if "err" in box:
             raise box["err"]
-        con: duckdb.DuckDBPyConnection = box["con"]
-        return con
+        out: T = box["result"]
+        return out
 
     return result
 
