@@ -6,17 +6,29 @@ hand from the rules in docs/correlation.md (written in each test's comments).
 """
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
-from profuse.trace.correlate import LINK_HOW, UNLINKED, correlate
+from profuse.trace import _native
+from profuse.trace.correlate import LINK_HOW, UNLINKED, correlate, nesting
 from profuse.trace.event_columns import DecodedEvents, EventColumns, Flows, column_names, insert_sql
 from profuse.trace.schema import DDL, KIND_CODE
 
 HOST, DEVICE = 0, 1  # thread numbers used below: (pid 1, tid 1) on the host, (pid 0, tid 7) a GPU stream
 THREADS = [(1, 1), (0, 7)]
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def nesting_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every rule holds on both nesting paths: the extension's stack pass and the vectorised numpy one."""
+    if request.param == "compiled" and not _native.available():
+        pytest.skip("compiled extension not built")
+    monkeypatch.setenv("PROFUSE_SCANNER", "1" if request.param == "compiled" else "0")
+    return str(request.param)
 
 
 @dataclass
@@ -131,6 +143,54 @@ def test_improper_overlap_goes_to_the_ancestor_that_holds_it():
     assert col(out, "parent") == [-1, 0, 0, 2]
     assert col(out, "depth") == [0, 1, 1, 2]
     assert col(out, "self_cpu") == [0, 90_000, 55_000, 5_000]
+
+
+def test_improper_overlap_alone_still_leaves_its_parent():
+    # GIVEN C2 outliving P by 20 µs and nothing after it on the thread
+    out = correlate(decoded([
+        Ev("python", "R", 0, 200_000),
+        Ev("cpu_op", "P", 10_000, 90_000),     # ends 100_000
+        Ev("cpu_op", "C2", 60_000, 60_000),    # ends 120_000
+    ]))
+    # THEN C2 belongs to R, and P's self CPU is never negative
+    assert col(out, "parent") == [-1, 0, 0]
+    assert col(out, "self_cpu") == [0, 90_000, 60_000]
+
+
+def _stack_reference(events: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """Parents and depths by the documented rule, one event at a time: (thread, start, dur) in any order."""
+    end = [s + max(d, 1) for _, s, d in events]  # zero-length events count as 1 ns
+    order = sorted(range(len(events)), key=lambda i: (events[i][0], events[i][1], -end[i], i))
+    parent = [-1] * len(events)
+    stack: list[int] = []
+    for k, i in enumerate(order):
+        if k and events[order[k - 1]][0] != events[i][0]:
+            stack = []
+        while stack and end[stack[-1]] <= events[i][1]:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    depth = [0] * len(events)
+    for i in order:  # parents first: they are final when their children are looked at
+        p = parent[i]
+        while p >= 0 and end[i] > end[p] + 1000:
+            p = parent[p]
+        parent[i] = p
+        depth[i] = depth[p] + 1 if p >= 0 else 0
+    return parent, depth
+
+
+def test_nesting_matches_the_rule_on_random_overlaps():
+    # GIVEN random events on three threads: nested calls, ties, zero lengths, and overhangs of a few
+    # ns up to a few µs past the parent
+    rng = random.Random(7)
+    for _ in range(300):
+        events = [(rng.randint(0, 2), rng.choice([0, 1_000, 2_000, rng.randint(0, 20_000)]),
+                   rng.choice([0, 1, 1_000, rng.randint(0, 15_000)])) for _ in range(rng.randint(1, 25))]
+        parent, depth = nesting(np.array([e[0] for e in events], dtype=np.int64),
+                                np.array([e[1] for e in events], dtype=np.int64),
+                                np.array([e[2] for e in events], dtype=np.int64), np.ones(len(events), dtype=bool))
+        assert (parent.tolist(), depth.tolist()) == _stack_reference(events), events
 
 
 def test_kernel_linked_by_flow_only():

@@ -19,7 +19,7 @@ from ._open import TRACE_NAMES, load, resolve  # noqa: F401 - re-exported
 from ._parallel import decode_parallel, worker_count
 from ._prepare import Prepared, base_time_ns, prepare
 from ._privateuse1 import privateuse1_name
-from ._write import write_events, write_meta, write_side_tables
+from ._write import INSERT_BATCH, write_events, write_meta, write_side_tables
 from .cache import CacheSlot, CacheWriter, fingerprint, slot_key
 from .correlate import UNLINKED, correlate, unmatched_flows
 from .event_columns import EventColumns
@@ -168,12 +168,30 @@ def _safe_json(raw: msgspec.Raw) -> Any:
 
 def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top: dict[str, Any],
                   fp: dict[str, Any], skipped: _decode.Skipped) -> None:
-    """The pipeline after decoding: prepare, correlate, write every table."""
+    """The pipeline after decoding: prepare, correlate, write every table.
+
+    The events go in on another thread (DuckDB releases the GIL) while this one builds and writes
+    the side tables and ``meta``; a trace of more than one insert batch is written in turn instead
+    (its batches are checkpointed, which must not meet another write).
+    """
     prepared = prepare(path, cols, base_time_ns(path, top.get("baseTimeNanoseconds")))
     events = correlate(prepared.events)
-    write_events(con, events, prepared.strings)
-    write_side_tables(con, cols=cols, prepared=prepared, events=events)
-    write_meta(con, _meta(path, cols, prepared, events, top=top, fp=fp, skipped=skipped))
+    if len(events) > INSERT_BATCH:
+        write_events(con, events, prepared.strings)
+        events_written = None
+    else:
+        writer = con.cursor()  # a connection of its own to the same database
+        writer.execute("USE trace")
+        events_written = _behind(lambda: write_events(writer, events, prepared.strings), "profuse-insert")
+    try:
+        write_side_tables(con, cols=cols, prepared=prepared, events=events)
+        write_meta(con, _meta(path, cols, prepared, events, top=top, fp=fp, skipped=skipped))
+    finally:
+        if events_written is not None:
+            try:
+                events_written()
+            finally:
+                writer.close()
 
 
 def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict[str, Any],
