@@ -106,6 +106,11 @@ def read_bytes(path: str) -> bytes | bytearray:
     Only regular files are read (a FIFO or a device would block or never end), and at most
     :func:`max_trace_bytes` of JSON, so a small gzip that inflates to gigabytes stops early.
     """
+    return read_trace(path)[0]
+
+
+def read_trace(path: str) -> tuple[bytes | bytearray, bool]:
+    """:func:`read_bytes`, and whether the file was gzip (else the bytes are the file's own)."""
     limit = max_trace_bytes()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -123,7 +128,8 @@ def read_bytes(path: str) -> bytes | bytearray:
             if not stat.S_ISREG(st.st_mode):
                 raise TraceError(path, "is not a regular file (a FIFO or a device); give a .json or .json.gz file")
             head = fh.read(2)
-            if head == b"\x1f\x8b":
+            gzipped = head == b"\x1f\x8b"
+            if gzipped:
                 data: bytes | bytearray = _gunzip(path, fh, head, limit)
             else:
                 if st.st_size > limit:
@@ -137,7 +143,7 @@ def read_bytes(path: str) -> bytes | bytearray:
         raise TraceError(path, f"too big for the memory left; set {MAX_TRACE_BYTES_ENV} lower") from None
     if not data or data.isspace():
         raise TraceError(path, "file is empty")
-    return data
+    return data, gzipped
 
 
 def _read_rest(fh: BinaryIO, head: bytes, size: int, limit: int) -> bytearray:

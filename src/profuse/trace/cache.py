@@ -52,6 +52,11 @@ def fingerprint(src: Path) -> dict[str, Any]:
     return {"size": src.stat().st_size, "sha1": file_sha1(src), "schema_version": SCHEMA_VERSION}
 
 
+def fingerprint_of_bytes(data: bytes | bytearray) -> dict[str, Any]:
+    """:func:`fingerprint` of a file whose bytes are ``data`` (already read: no second read)."""
+    return {"size": len(data), "sha1": hashlib.sha1(data).hexdigest(), "schema_version": SCHEMA_VERSION}
+
+
 def user_cache_dir() -> Path:
     """Where caches go by default (see the module docstring)."""
     if os.environ.get("PROFUSE_CACHE_DIR"):
