@@ -51,6 +51,7 @@ def _int64(values: list[int]) -> np.ndarray:
 def decoded(events: list[Ev], flows: list[tuple[str, str, int, int]] = ()) -> DecodedEvents:
     """DecodedEvents of ``events``; ``flows`` as (id, phase s/f, thread, ts)."""
     names = sorted({e.name for e in events})
+    flow_ids = sorted({f[0] for f in flows})
     ints = _int64
     none = ints([-1] * len(events))
     return DecodedEvents(
@@ -61,7 +62,8 @@ def decoded(events: list[Ev], flows: list[tuple[str, str, int, int]] = ()) -> De
         tid_of_thread=ints([t for _, t in THREADS]), device=none, stream=none,
         correlation=ints([e.correlation for e in events]), external_id=ints([e.external_id for e in events]),
         seq=none, python_id=none, python_parent_id=none, nbytes=none, flops=np.full(len(events), np.nan),
-        flows=Flows(ids=np.array([f[0] for f in flows], dtype=object),
+        flows=Flows(ids=np.array([flow_ids.index(f[0]) for f in flows], dtype=np.int32),
+                    id_text=np.array(flow_ids, dtype=object),
                     ph=np.array([("s", "f").index(f[1]) for f in flows], dtype=np.int8),
                     ts=ints([f[3] for f in flows]), thread=ints([f[2] for f in flows])))
 
@@ -84,9 +86,11 @@ def test_event_columns_are_the_ddl_columns_in_order():
     assert body is not None
     ddl_columns = [line.split()[0] for line in body.group(1).strip().splitlines()]
     assert column_names() == ddl_columns
-    # and the INSERT reads the frame's columns in that order (each once, flops twice for its NaN test)
-    read = re.findall(r"\bf\.(\w+)", insert_sql("f"))
-    assert [c for i, c in enumerate(read) if i == 0 or read[i - 1] != c] == ddl_columns
+    # and the INSERT reads the frame's columns in that order (each once, flops twice for its NaN test),
+    # with the string columns looked up in lists or not
+    for looked_up in ({"kinds", "cats", "names", "pids", "tids", "how", "why"}, set()):
+        read = re.findall(r"\bf\.(\w+)", insert_sql("f", looked_up))
+        assert [c for i, c in enumerate(read) if i == 0 or read[i - 1] != c] == ddl_columns
 
 
 def test_timestamp_ties_nest_longer_first_then_in_file_order():

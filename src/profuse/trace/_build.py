@@ -20,7 +20,8 @@ _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "ts", "dur", "pid", "tid
 _ARG_INTS = ("correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes")
 
 
-def _intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
+def intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
+    """Codes of ``values`` in ``table`` (value -> code), adding the values not in it yet."""
     setdefault = table.setdefault
     return np.fromiter((setdefault(v, len(table)) for v in values), dtype=np.int32, count=len(values))
 
@@ -64,8 +65,8 @@ THREAD_SHIFT = 1 << 24  # thread key = pid id * THREAD_SHIFT + tid id
 
 def _thread_keys(cols: Columns, events: list[Event]) -> np.ndarray:
     """Interned (pid, tid) pairs as one int64 key each; pids and tids may be ints or strings."""
-    pid = _intern(cols.pids, list(map(_get["pid"], events))).astype(np.int64)
-    tid = _intern(cols.tids, list(map(_get["tid"], events))).astype(np.int64)
+    pid = intern(cols.pids, list(map(_get["pid"], events))).astype(np.int64)
+    tid = intern(cols.tids, list(map(_get["tid"], events))).astype(np.int64)
     return pid * THREAD_SHIFT + tid
 
 
@@ -169,8 +170,8 @@ def add_chunk(
     ts_ns = _ns(ts) if precise is None else precise[np.asarray(x_idx, dtype=np.int64)]
     cols.add("ts", ts_ns)
     cols.add("dur", np.rint(dur * 1000).astype(np.int64))
-    cols.add("name", _intern(cols.names, list(map(_get["name"], xs))))
-    cat_ids = _intern(cols.cats, list(map(_get["cat"], xs)))
+    cols.add("name", intern(cols.names, list(map(_get["name"], xs))))
+    cat_ids = intern(cols.cats, list(map(_get["cat"], xs)))
     cols.add("cat", cat_ids)
     cols.add("thread_key", _thread_keys(cols, xs))
     args = args_of(xs)
@@ -218,8 +219,8 @@ def _add_other_phases(cols: Columns, events: list[Event], phases: list[str], pre
     inst_idx = _in_range(events, [i for i in others if phases[i] in ("i", "I")], skipped, "instant")
     inst = [events[i] for i in inst_idx]
     if inst:
-        cols.add("inst_name", _intern(cols.names, list(map(_get["name"], inst))))
-        cols.add("inst_cat", _intern(cols.cats, list(map(_get["cat"], inst))))
+        cols.add("inst_name", intern(cols.names, list(map(_get["name"], inst))))
+        cols.add("inst_cat", intern(cols.cats, list(map(_get["cat"], inst))))
         cols.add("inst_ts", _ns_of(events, inst_idx, precise))
         cols.add("inst_thread_key", _thread_keys(cols, inst))
     flow_idx = _in_range(events, [i for i in others if phases[i] in ("s", "f", "t") and events[i].id is not None

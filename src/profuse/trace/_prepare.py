@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
-from ._build import THREAD_SHIFT, Columns, kinds_of, thread_key
+from ._build import THREAD_SHIFT, Columns, intern, kinds_of, thread_key
 from .correlate import LINK_HOW, UNLINKED
 from .event_columns import DecodedEvents, EventStrings, Flows
 from .schema import KINDS
@@ -35,8 +35,9 @@ class Prepared:
     events: DecodedEvents
     strings: EventStrings
     threads: Threads
-    flow_cats: list[str | None]
-    instants: dict[str, np.ndarray]  # name, cat, ts, pid, tid of instant events
+    flow_cat: np.ndarray             # code of each flow's category into ``flow_cat_text``
+    flow_cat_text: list[str | None]
+    instants: dict[str, np.ndarray]  # name, cat (codes into strings), ts, thread of instant events
     unnamed: int                     # complete events with "name": null (kept, named "")
 
 
@@ -53,7 +54,9 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
     ts, dur, flow_ts = cols.take("ts"), cols.take("dur"), cols.take("flow_ts")
     inst_ts = cols.take("inst_ts")
     check_times(path, base_ns, ts, dur, flow_ts, inst_ts)
-    flows = Flows(ids=np.array(cols.flow_ids, dtype=object), ph=cols.take("flow_ph").astype(np.int8),
+    flow_text: dict[str, int] = {}
+    flows = Flows(ids=intern(flow_text, cols.flow_ids), id_text=_lookup_list(flow_text),
+                  ph=cols.take("flow_ph").astype(np.int8),
                   ts=flow_ts + base_ns, thread=threads.flows)
     pids = [k[0] for k in threads.keys] or [""]
     tids = [k[1] for k in threads.keys] or [""]
@@ -67,13 +70,13 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
         flops=cols.take("flops") if n else np.empty(0), flows=flows)
     instants = {}
     if len(threads.instants):
-        pid_text, tid_text = np.array(pids, dtype=object), np.array(tids, dtype=object)
-        instants = {"name": names[cols.take("inst_name")], "cat": cats[cols.take("inst_cat")],
-                    "ts": inst_ts + base_ns, "pid": pid_text[threads.instants], "tid": tid_text[threads.instants]}
+        instants = {"name": cols.take("inst_name"), "cat": cols.take("inst_cat"), "ts": inst_ts + base_ns,
+                    "thread": threads.instants}
     strings = EventStrings(kinds=list(KINDS), cats=cats.tolist(), names=names.tolist(), pids=pids, tids=tids,
                            how=list(LINK_HOW), why=list(UNLINKED))
-    return Prepared(events=events, strings=strings, threads=threads, flow_cats=cols.flow_cats,
-                    instants=instants, unnamed=unnamed)
+    flow_cats: dict[str | None, int] = {}
+    return Prepared(events=events, strings=strings, threads=threads, flow_cat=intern(flow_cats, cols.flow_cats),
+                    flow_cat_text=list(flow_cats), instants=instants, unnamed=unnamed)
 
 
 def number_threads(cols: Columns) -> Threads:

@@ -300,10 +300,10 @@ def _flow_links(flows: Flows, thread: np.ndarray, ts: np.ndarray, runtime: np.nd
     has = fid >= 0
     if not has.any():
         return out
-    ids = flows.ids
+    start_of = np.full(len(flows.id_text), NONE, dtype=np.int64)  # the last start of each flow id
     start_idx = np.flatnonzero(start)
-    by_id = {ids[i]: i for i in start_idx}
-    s = np.array([by_id.get(ids[f], NONE) for f in fid[has]], dtype=np.int64)
+    np.maximum.at(start_of, flows.ids[start_idx], start_idx)
+    s = start_of[flows.ids[fid[has]]]
     ok = s >= 0
     launch = np.full(len(s), NONE, dtype=np.int64)
     launch[ok] = _lookup(key(thread[runtime], ts[runtime]), runtime, key(flows.thread[s[ok]], flows.ts[s[ok]]))
@@ -313,9 +313,10 @@ def _flow_links(flows: Flows, thread: np.ndarray, ts: np.ndarray, runtime: np.nd
 
 def unmatched_flows(flows: Flows) -> int:
     """Flow ids with a start and no finish, or a finish and no start."""
-    s = set(flows.ids[flows.ph == 0].tolist())
-    f = set(flows.ids[flows.ph == 1].tolist())
-    return len(s ^ f)
+    started, finished = (np.zeros(len(flows.id_text), dtype=bool) for _ in range(2))
+    started[flows.ids[flows.ph == 0]] = True
+    finished[flows.ids[flows.ph == 1]] = True
+    return int(np.count_nonzero(started ^ finished))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ needs DuckDB, so the correlation rules are tested on hand-built inputs.
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -20,7 +21,8 @@ NONE = -1  # "no such event / value" in integer columns
 class Flows:
     """Flow events (``s``/``f``/``t``), in file order."""
 
-    ids: np.ndarray      # object: flow id as text
+    ids: np.ndarray      # int32: code of the flow's id (events of one flow share it) into ``id_text``
+    id_text: np.ndarray  # object: each distinct flow id as text
     ph: np.ndarray       # int8: 0 start, 1 finish, 2 step (index into _build.FLOW_PHASES)
     ts: np.ndarray       # int64 ns
     thread: np.ndarray   # int64 thread number
@@ -116,15 +118,16 @@ def column_names() -> list[str]:
     return [f.name for f in fields(EventColumns)]
 
 
-def insert_sql(frame: str) -> str:
+def insert_sql(frame: str, looked_up: Collection[str]) -> str:
     """``INSERT INTO events SELECT ...`` from a registered frame holding :class:`EventColumns` arrays.
 
-    String lists are bound as parameters named after each field's ``lookup``.
+    A coded column whose ``lookup`` is in ``looked_up`` is looked up in that list, bound as a
+    parameter of that name; the frame holds the other coded columns as strings already.
     """
     exprs = []
     for f in fields(EventColumns):
         col = f"{frame}.{f.name}"
-        if "lookup" in f.metadata:
+        if f.metadata.get("lookup") in looked_up:
             exprs.append(f"list_extract(${f.metadata['lookup']}::VARCHAR[], {col} + 1)")
         elif "null" in f.metadata:
             exprs.append(f"NULLIF({col}, {f.metadata['null']})")
