@@ -134,7 +134,7 @@ def read_trace(path: str) -> tuple[bytes | bytearray, bool]:
             else:
                 if st.st_size > limit:
                     raise _too_big(path, limit, "holds")
-                data = _read_rest(fh, head, st.st_size, limit)
+                data = _read_rest(fh, st.st_size, limit)
                 if len(data) > limit:
                     raise _too_big(path, limit, "holds")
     except OSError as err:
@@ -146,24 +146,17 @@ def read_trace(path: str) -> tuple[bytes | bytearray, bool]:
     return data, gzipped
 
 
-def _read_rest(fh: BinaryIO, head: bytes, size: int, limit: int) -> bytearray:
-    """``head`` and the rest of ``fh`` (``size`` bytes by fstat) in one buffer, read in place.
+def _read_rest(fh: BinaryIO, size: int, limit: int) -> bytes:
+    """The whole file (``size`` bytes by fstat; up to ``limit`` + 1 if it grew since), read in one piece.
 
-    One spare byte shows a file that grew since fstat; the rest is then read on, up to ``limit`` + 1.
+    Read from the start again rather than appended to the bytes already looked at: one buffer,
+    never zero-filled, no second copy.
     """
-    buf = bytearray(max(size, len(head)) + 1)
-    got = len(head)
-    with memoryview(buf) as view:
-        view[:got] = head
-        while got < len(buf):
-            n = fh.readinto(view[got:])  # type: ignore[attr-defined]
-            if not n:
-                break
-            got += n
-    del buf[got:]
-    if got == size + 1:  # grew while being read
-        buf += fh.read(max(limit + 1 - got, 0))
-    return buf
+    fh.seek(0)
+    data = fh.read(size + 1)  # one spare byte shows a file that grew since fstat
+    if len(data) > size:
+        data += fh.read(max(limit + 1 - len(data), 0))
+    return data
 
 
 def _inflater() -> Any:
