@@ -1,10 +1,12 @@
 """``profuse.load(path)``: a Kineto trace (or a profuse bundle) into DuckDB tables, cached."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +41,27 @@ def build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, no
     ``fp``: the trace's fingerprint, or None when no cache lookup needed it; it is then hashed on
     another thread while the trace is decoded.
     """
+    with _no_cyclic_gc():
+        return _build(src, fp, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Python's cycle collector paused: decoding allocates hundreds of thousands of long-lived
+    objects (interned strings, shape rows, flow ids), whose allocation triggers collections that walk
+    them all (measured 20-50 ms of a 0.35 s load). Reference counting frees as before; any cycle
+    waits for the collector's next run."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, notes: list[str],
+           lenient: bool, progress: Progress | None) -> Trace:
     started = time.perf_counter()
     # With the scanner, DuckDB starts up (and the trace is hashed) on other threads while the trace is
     # decoded; the forked msgspec workers are then not used (forking after threads have started is unsafe).
