@@ -24,7 +24,7 @@ def _trace(path: Path, names: int) -> dict:
 
 def test_many_distinct_names_reach_the_tables(tmp_path: Path):
     # GIVEN a trace with more distinct names than a lookup list holds
-    doc = _trace(tmp_path / "t.json", LOOKUP_MAX + 500)
+    doc = _trace(tmp_path / "t.json", LOOKUP_MAX + 50)
     with profuse.load(tmp_path / "t.json", cache=False) as t:
         got = t.con.execute("SELECT name, cat, pid, tid FROM events ORDER BY id").fetchall()
         instants = t.con.execute("SELECT name, cat, pid, tid FROM instants ORDER BY ts").fetchall()

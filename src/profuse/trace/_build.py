@@ -20,6 +20,16 @@ _get = {k: attrgetter(k) for k in ("ph", "name", "cat", "ts", "dur", "pid", "tid
 _ARG_INTS = ("correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes")
 
 
+def factorize(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Codes of ``values`` (int32) and the distinct values in order of first appearance.
+
+    At C speed (dict.fromkeys and map): several times faster than :func:`intern`'s loop.
+    """
+    distinct = list(dict.fromkeys(values))
+    code = dict(zip(distinct, range(len(distinct)))).__getitem__
+    return np.fromiter(map(code, values), dtype=np.int32, count=len(values)), distinct
+
+
 def intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
     """Codes of ``values`` in ``table`` (value -> code), adding the values not in it yet."""
     setdefault = table.setdefault

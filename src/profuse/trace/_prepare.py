@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
-from ._build import THREAD_SHIFT, Columns, intern, kinds_of, thread_key
+from ._build import THREAD_SHIFT, Columns, factorize, kinds_of, thread_key
 from .correlate import LINK_HOW, UNLINKED
 from .event_columns import DecodedEvents, EventStrings, Flows
 from .schema import KINDS
@@ -54,8 +54,8 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
     ts, dur, flow_ts = cols.take("ts"), cols.take("dur"), cols.take("flow_ts")
     inst_ts = cols.take("inst_ts")
     check_times(path, base_ns, ts, dur, flow_ts, inst_ts)
-    flow_text: dict[str, int] = {}
-    flows = Flows(ids=intern(flow_text, cols.flow_ids), id_text=_lookup_list(flow_text),
+    flow_ids, flow_text = factorize(cols.flow_ids)
+    flows = Flows(ids=flow_ids, id_text=np.array(flow_text, dtype=object),
                   ph=cols.take("flow_ph").astype(np.int8),
                   ts=flow_ts + base_ns, thread=threads.flows)
     pids = [k[0] for k in threads.keys] or [""]
@@ -74,9 +74,9 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
                     "thread": threads.instants}
     strings = EventStrings(kinds=list(KINDS), cats=cats.tolist(), names=names.tolist(), pids=pids, tids=tids,
                            how=list(LINK_HOW), why=list(UNLINKED))
-    flow_cats: dict[str | None, int] = {}
-    return Prepared(events=events, strings=strings, threads=threads, flow_cat=intern(flow_cats, cols.flow_cats),
-                    flow_cat_text=list(flow_cats), instants=instants, unnamed=unnamed)
+    flow_cat, flow_cat_text = factorize(cols.flow_cats)
+    return Prepared(events=events, strings=strings, threads=threads, flow_cat=flow_cat,
+                    flow_cat_text=flow_cat_text, instants=instants, unnamed=unnamed)
 
 
 def number_threads(cols: Columns) -> Threads:

@@ -21,8 +21,9 @@ from .schema import KIND_CODE
 
 INSERT_BATCH = 1 << 20
 # Longer string lists go in as strings: DuckDB's lookup in a list bound as a parameter slows with the
-# list's length (120k rows: 16 ms through 100 names, 190 ms through 50,000; strings: 18 ms either way).
-LOOKUP_MAX = 1024
+# list's length (120k rows of kernel-like names: 29 ms through 100 names, 190 ms through 50,000; as
+# strings 14-18 ms either way); through a handful of values (kinds, links) the lookup is the cheaper.
+LOOKUP_MAX = 32
 _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
 
 
