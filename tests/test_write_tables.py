@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 import profuse
 from profuse.trace._write import LOOKUP_MAX
 
@@ -33,3 +35,19 @@ def test_many_distinct_names_reach_the_tables(tmp_path: Path):
     assert got == [(e["name"], e["cat"], str(e["pid"]), str(e["tid"])) for e in xs]
     marks = [e for e in doc["traceEvents"] if e["ph"] == "i"]
     assert instants == [(e["name"], e["cat"], str(e["pid"]), str(e["tid"])) for e in marks]
+
+
+def test_thread_keys_are_numbered_as_np_unique_numbers_them():
+    # GIVEN thread keys (pid code * THREAD_SHIFT + tid code) over small and large pid x tid grids
+    from profuse.trace._build import THREAD_SHIFT
+    from profuse.trace._prepare import _distinct
+
+    rng = np.random.default_rng(3)
+    for pids, tids in ((1, 1), (3, 7), (50, 2000), (3000, 3000)):
+        keys = rng.integers(0, pids, 5000) * THREAD_SHIFT + rng.integers(0, tids, 5000)
+        uniq, inverse = _distinct(keys, pids, tids)
+        want_uniq, want_inverse = np.unique(keys, return_inverse=True)
+        assert uniq.tolist() == want_uniq.tolist()
+        assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+    empty = _distinct(np.empty(0, dtype=np.int64), 0, 0)
+    assert len(empty[0]) == len(empty[1]) == 0

@@ -82,7 +82,7 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
 def number_threads(cols: Columns) -> Threads:
     """Number every (pid, tid) seen on complete events, flows and instants densely, in (pid, tid) order."""
     keys, flow_keys, inst_keys = (cols.take(k) for k in ("thread_key", "flow_thread_key", "inst_thread_key"))
-    uniq, inverse = np.unique(np.concatenate([keys, flow_keys, inst_keys]), return_inverse=True)
+    uniq, inverse = _distinct(np.concatenate([keys, flow_keys, inst_keys]), len(cols.pids), len(cols.tids))
     pid_list, tid_list = _lookup_list(cols.pids), _lookup_list(cols.tids)
     found = [thread_key(pid_list[k // THREAD_SHIFT], tid_list[k % THREAD_SHIFT]) for k in uniq.tolist()]
     order = sorted(range(len(found)), key=lambda i: tuple(_natural(v) for v in found[i]))
@@ -92,6 +92,21 @@ def number_threads(cols: Columns) -> Threads:
     n, n_flows = len(keys), len(flow_keys)
     return Threads(keys=[found[i] for i in order], events=number[:n], flows=number[n:n + n_flows],
                    instants=number[n + n_flows:])
+
+
+def _distinct(keys: np.ndarray, pids: int, tids: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for thread keys (pid code * THREAD_SHIFT + tid code),
+    without a sort when the pid x tid grid is small: a table over it marks the keys present."""
+    if not len(keys) or pids * tids > 1 << 22:
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    cell = (keys // THREAD_SHIFT) * tids + keys % THREAD_SHIFT
+    present = np.zeros(pids * tids, dtype=bool)
+    present[cell] = True
+    cells = np.flatnonzero(present)
+    number = np.zeros(pids * tids, dtype=np.int64)
+    number[cells] = np.arange(len(cells))
+    return (cells // tids) * THREAD_SHIFT + cells % tids, number[cell]
 
 
 def _lookup_list(table: dict[Any, int]) -> np.ndarray:

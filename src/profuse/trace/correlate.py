@@ -55,7 +55,7 @@ def correlate(events: DecodedEvents) -> EventColumns:
 def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:
     """A flag per thread number: it carries device events (its host-kind events are not nested either)."""
     out = np.zeros(count, dtype=bool)
-    out[np.unique(thread[np.isin(kind, kind_codes(*DEVICE_KINDS))])] = True
+    out[thread[np.isin(kind, kind_codes(*DEVICE_KINDS))]] = True
     return out
 
 
