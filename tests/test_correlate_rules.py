@@ -120,45 +120,31 @@ def test_zero_length_events_count_as_one_ns():
     assert col(out, "self_cpu") == [10_000, 0, 0, 0, 0]
 
 
-def test_call_ending_late_by_rounding_stays_in_its_op():
-    # GIVEN C starting inside P and ending 0.5 µs after it (µs rounding), then S starting as P ends
-    out = correlate(decoded([
-        Ev("python", "R", 0, 200_000),
-        Ev("cpu_op", "P", 10_000, 90_000),     # ends 100_000
-        Ev("cpu_op", "C", 50_000, 50_500),     # ends 100_500
-        Ev("cpu_op", "S", 100_000, 10_000),
-    ]))
-    # THEN C belongs to P (within 1 µs); S, past P and C by more than that, is R's child
-    assert col(out, "parent") == [-1, 0, 1, 0]
-    assert col(out, "depth") == [0, 1, 2, 1]
-    assert col(out, "self_cpu") == [0, 90_000 - 50_500, 50_500, 10_000]  # R is a python event: no row
-    assert col(out, "parent_op") == [-1, -1, 1, -1]
+# R [0, 200 µs) a python scope holding P [10, 100 µs); then calls overlapping P's end (ns):
+# (events after R and P, expected parent / depth / self CPU of every event)
+_OVERLAPS = {
+    # C ends 0.5 µs after P (µs rounding): still P's; S, starting as P ends, is past both: R's child
+    "ending late by rounding stays in its op": (
+        [Ev("cpu_op", "C", 50_000, 50_500), Ev("cpu_op", "S", 100_000, 10_000)],
+        [-1, 0, 1, 0], [0, 1, 2, 1], [0, 90_000 - 50_500, 50_500, 10_000]),
+    # C2 outlives P by 20 µs: R's child (the nearest ancestor holding it); D inside C2 after P ended
+    "improper overlap goes to the ancestor that holds it": (
+        [Ev("cpu_op", "C2", 60_000, 60_000), Ev("cpu_op", "D", 110_000, 5_000)],
+        [-1, 0, 0, 2], [0, 1, 1, 2], [0, 90_000, 55_000, 5_000]),
+    # the same with nothing after C2 on the thread: P's self CPU is never negative
+    "improper overlap alone still leaves its parent": (
+        [Ev("cpu_op", "C2", 60_000, 60_000)],
+        [-1, 0, 0], [0, 1, 1], [0, 90_000, 60_000]),
+}
 
 
-def test_improper_overlap_goes_to_the_ancestor_that_holds_it():
-    # GIVEN C2 starting inside P and outliving it by 20 µs, and D inside C2 after P has ended
-    out = correlate(decoded([
-        Ev("python", "R", 0, 200_000),
-        Ev("cpu_op", "P", 10_000, 90_000),     # ends 100_000
-        Ev("cpu_op", "C2", 60_000, 60_000),    # ends 120_000
-        Ev("cpu_op", "D", 110_000, 5_000),
-    ]))
-    # THEN C2 is R's child (the nearest ancestor holding it), D is C2's
-    assert col(out, "parent") == [-1, 0, 0, 2]
-    assert col(out, "depth") == [0, 1, 1, 2]
-    assert col(out, "self_cpu") == [0, 90_000, 55_000, 5_000]
-
-
-def test_improper_overlap_alone_still_leaves_its_parent():
-    # GIVEN C2 outliving P by 20 µs and nothing after it on the thread
-    out = correlate(decoded([
-        Ev("python", "R", 0, 200_000),
-        Ev("cpu_op", "P", 10_000, 90_000),     # ends 100_000
-        Ev("cpu_op", "C2", 60_000, 60_000),    # ends 120_000
-    ]))
-    # THEN C2 belongs to R, and P's self CPU is never negative
-    assert col(out, "parent") == [-1, 0, 0]
-    assert col(out, "self_cpu") == [0, 90_000, 60_000]
+@pytest.mark.parametrize("case", list(_OVERLAPS))
+def test_calls_overlapping_their_parents_end(case: str):
+    later, parent, depth, self_cpu = _OVERLAPS[case]
+    out = correlate(decoded([Ev("python", "R", 0, 200_000), Ev("cpu_op", "P", 10_000, 90_000), *later]))
+    assert col(out, "parent") == parent
+    assert col(out, "depth") == depth
+    assert col(out, "self_cpu") == self_cpu  # R is a python event: no op-table row, no self CPU
 
 
 def _stack_reference(events: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
