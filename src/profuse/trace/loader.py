@@ -63,10 +63,11 @@ def _no_cyclic_gc() -> Iterator[None]:
 def _build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, notes: list[str],
            lenient: bool, progress: Progress | None) -> Trace:
     started = time.perf_counter()
-    # With the scanner, DuckDB starts up (and the trace is hashed) on other threads while the trace is
-    # decoded; the forked msgspec workers are then not used (forking after threads have started is unsafe).
+    # With the scanner, DuckDB starts up with empty tables (and the trace is hashed) on other threads
+    # while the trace is decoded; the forked msgspec workers are then not used (forking after threads
+    # have started is unsafe).
     threads = _native.enabled() and not lenient
-    connection = _behind(duckdb.connect, "profuse-connect") if threads else None
+    connection = _behind(_empty_tables, "profuse-connect") if threads else None
     try:
         data, gzipped = _decode.read_trace(str(src))
         fingerprint_of = _hash_behind(src, data, gzipped) if fp is None and threads else _known(fp, src)
@@ -77,13 +78,10 @@ def _build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, n
         if connection is not None:
             connection().close()
         raise
-    con = connection() if connection is not None else duckdb.connect()
+    con = connection() if connection is not None else _empty_tables()
     try:
-        # big traces compressed in memory (repeated kernel names and sparse columns would otherwise cost
-        # GBs); below COMPRESS_MIN_EVENTS compressing costs more time than the memory is worth
-        compress = " (COMPRESS)" if cols.n >= COMPRESS_MIN_EVENTS else ""
-        con.execute(f"ATTACH ':memory:' AS trace{compress}; USE trace")
-        con.execute(DDL)
+        if cols.n >= COMPRESS_MIN_EVENTS:
+            _compressed_tables(con)
         _write_tables(con, str(src), cols, top, source, skipped)
     except BaseException:
         con.close()
@@ -94,6 +92,26 @@ def _build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, n
         slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
     return Trace(src, con, from_cache=False, writer=writer, notes=notes)
+
+
+def _empty_tables() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection whose current database, ``trace``, is in memory and holds the empty tables."""
+    con = duckdb.connect()
+    try:
+        con.execute("ATTACH ':memory:' AS trace; USE trace")
+        con.execute(DDL)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _compressed_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """``trace`` attached again, compressed in memory (at COMPRESS_MIN_EVENTS events and more: repeated
+    kernel names and sparse columns would otherwise cost GBs; below that compressing costs more time
+    than the memory is worth)."""
+    con.execute("USE memory; DETACH trace; ATTACH ':memory:' AS trace (COMPRESS); USE trace")
+    con.execute(DDL)
 
 
 def _min_cache_seconds() -> float:
