@@ -51,3 +51,23 @@ def test_thread_keys_are_numbered_as_np_unique_numbers_them():
         assert inverse.tolist() == want_inverse.reshape(-1).tolist()
     empty = _distinct(np.empty(0, dtype=np.int64), 0, 0)
     assert len(empty[0]) == len(empty[1]) == 0
+
+
+def test_big_trace_path_writes_the_same_tables(monkeypatch):
+    # GIVEN a shared trace, loaded as a small one and then down the path of a trace of millions of events
+    # (tables attached compressed, events inserted in checkpointed batches)
+    from conftest import ALL_TRACES
+
+    from profuse.trace import _write, loader
+
+    path = next(p for p in ALL_TRACES if p.name.startswith("h100_bert"))
+
+    def tables() -> list:
+        with profuse.load(path, cache=False) as t:
+            return [t.con.execute(f"SELECT * FROM {tb} ORDER BY ALL").fetchall()
+                    for tb in ("events", "shapes", "scopes", "threads", "instants", "flows", "meta")]
+
+    small = tables()
+    monkeypatch.setattr(loader, "COMPRESS_MIN_EVENTS", 10)
+    monkeypatch.setattr(_write, "INSERT_BATCH", 1000)
+    assert tables() == small
