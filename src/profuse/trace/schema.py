@@ -4,7 +4,7 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 9  # bump when tables change: caches with another version are rebuilt
+SCHEMA_VERSION = 10  # bump when tables change: caches with another version are rebuilt (10: nesting fix)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
