@@ -38,7 +38,8 @@ lint: venv
 	$(BIN)/mypy --strict src/profuse
 
 # The compiled scanner built with ASan + UBSan in a temporary folder, run over the differential test
-# and a larger mutation corpus (the interpreter itself is not instrumented: libasan is preloaded).
+# and a larger mutation corpus, and the nesting pass over random overlaps (the interpreter itself is not
+# instrumented: libasan is preloaded).
 # `make sanitize SANITIZE_CFLAGS=-DPROFUSE_SCAN_PORTABLE` checks the portable (no SSE2) string scan.
 sanitize: venv
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
@@ -49,7 +50,7 @@ sanitize: venv
 	PROFUSE_SCAN_LIB="$$lib" PROFUSE_FUZZ_PER_TRACE=$${FUZZ:-12} PROFUSE_SCAN_FUZZ=$${SCAN_FUZZ:-2000} ASAN_OPTIONS=detect_leaks=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	$(BIN)/python -m pytest -q -p no:logging -p no:cacheprovider tests/test_scanner.py
+	$(BIN)/python -m pytest -q -p no:logging -p no:cacheprovider tests/test_scanner.py tests/test_correlate_rules.py
 
 bench: venv
 	$(BIN)/python benchmarks/bench_load.py

@@ -71,9 +71,9 @@ def test_two_thread_split_equals_one_thread():
     assert one is not None and two is not None
     assert one.n == two.n
     names1, names2 = _lookup(one.names), _lookup(two.names)
-    assert [names1[i] for i in one.column("name")] == [names2[i] for i in two.column("name")]
+    assert [names1[i] for i in one.take("name")] == [names2[i] for i in two.take("name")]
     for key in ("ts", "dur", "correlation", "external_id", "flow_ts"):
-        assert (one.column(key) == two.column(key)).all(), key
+        assert (one.take(key) == two.take(key)).all(), key
     assert one.flow_ids == two.flow_ids and one.shapes == two.shapes and one.phase_counts == two.phase_counts
 
 
@@ -87,7 +87,7 @@ def test_document_scan_two_threads_equals_one_and_the_reference_split():
     assert {k: bytes(v) for k, v in one[1].items()} == {k: bytes(v) for k, v in ref.items()}
     assert {k: bytes(v) for k, v in two[1].items()} == {k: bytes(v) for k, v in ref.items()}
     assert one[0].n == two[0].n > 100_000
-    assert (one[0].column("ts") == two[0].column("ts")).all()
+    assert (one[0].take("ts") == two[0].take("ts")).all()
 
 
 def _lookup(table: dict[Any, int]) -> list[Any]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..trace.correlate import attribute, nearest_ancestor, nesting
-from ..trace.schema import DDL, SCHEMA_VERSION, K
+from ..trace.schema import DDL, KIND_CODE, SCHEMA_VERSION
 from ..trace.trace import Trace
 
 SCHEMA_BUILT_FROM = "7.4.0"
@@ -256,17 +256,17 @@ def _build(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
 
 def _write(con: duckdb.DuckDBPyConnection, folder: Path, r: dict[str, np.ndarray]) -> None:
     n = len(r["ts"])
-    kind = np.array([K[k] for k in r["kind"]], dtype=np.int64) if n else np.empty(0, dtype=np.int64)
+    kind = np.array([KIND_CODE[k] for k in r["kind"]], dtype=np.int64) if n else np.empty(0, dtype=np.int64)
     ts, dur = r["ts"].astype(np.int64), np.maximum(r["dur"].astype(np.int64), 0)
     pid_s, tid_s = r["pid"].astype(str), r["tid"].astype(str)
     joined, thread = np.unique(np.char.add(np.char.add(pid_s, "\x1f"), tid_s), return_inverse=True)
     thread = thread.reshape(-1).astype(np.int64)
     uniq = [tuple(k.split("\x1f", 1)) for k in joined.tolist()]
-    is_device = np.isin(kind, [K["kernel"], K["memcpy"], K["device_other"]])
+    is_device = np.isin(kind, [KIND_CODE["kernel"], KIND_CODE["memcpy"], KIND_CODE["device_other"]])
     host = ~is_device
     parent, depth = nesting(thread, ts, dur, host)
-    op_of_host = nearest_ancestor(parent, kind == K["cpu_op"], include_self=True)
-    runtime = np.flatnonzero(kind == K["runtime"])
+    op_of_host = nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=True)
+    runtime = np.flatnonzero(kind == KIND_CODE["runtime"])
     rt_op = _runtime_ops(r["flows"], kind, runtime, op_of_host)
     launch, op, how, why = _link_device(con, kind, ts, dur, runtime, rt_op)
     op = np.where(host, op_of_host, op)
@@ -292,7 +292,7 @@ def _write(con: duckdb.DuckDBPyConnection, folder: Path, r: dict[str, np.ndarray
         "device": nul(np.where(is_device, r["device"].astype(np.int64), -1)),
         "stream": nul(np.where(is_device, r["stream"].astype(np.int64), -1)), "correlation": seq, "external_id": seq,
         "parent": nul(parent), "depth": nul(depth.astype(np.int64)), "op": nul(op), "module": seq, "scope": seq,
-        "parent_op": nul(nearest_ancestor(parent, kind == K["cpu_op"], include_self=False)),
+        "parent_op": nul(nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=False)),
         "launch": nul(launch), "link": how, "unlinked": why, "self_cpu": attr.self_cpu,
         "self_device": attr.self_device, "device_total": attr.device_total, "kernels": attr.kernels,
         "kernels_total": attr.kernels_total, "seq": seq, "python_id": seq, "python_parent_id": seq,
@@ -315,7 +315,7 @@ def _write(con: duckdb.DuckDBPyConnection, folder: Path, r: dict[str, np.ndarray
 def _runtime_ops(flows: np.ndarray, kind: np.ndarray, runtime: np.ndarray, op_of_host: np.ndarray) -> np.ndarray:
     """Op of each runtime call: the framework op sharing a flow id with it, else the op around it."""
     framework_by_flow: dict[str, int] = {}
-    for i in np.flatnonzero(kind == K["cpu_op"]).tolist():
+    for i in np.flatnonzero(kind == KIND_CODE["cpu_op"]).tolist():
         for f in _flow_ids(flows[i]):
             framework_by_flow.setdefault(f, i)
     out: np.ndarray = op_of_host.copy()
@@ -338,7 +338,7 @@ def _link_device(con: duckdb.DuckDBPyConnection, kind: np.ndarray, ts: np.ndarra
     """Launch (shortest neuron runtime call holding the start), op, how, and why not, per event."""
     n = len(kind)
     launch = np.full(n, -1, dtype=np.int64)
-    timed = np.flatnonzero(np.isin(kind, [K["kernel"], K["memcpy"]]))
+    timed = np.flatnonzero(np.isin(kind, [KIND_CODE["kernel"], KIND_CODE["memcpy"]]))
     if timed.size and runtime.size:
         con.register("_dev", {"id": timed, "ts": ts[timed]})
         con.register("_rt", {"id": runtime, "ts": ts[runtime], "dur": dur[runtime]})

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import msgspec
 import numpy as np
@@ -54,6 +54,8 @@ _NO_ARGS = Args()
 
 
 class Event(Struct, gc=False):
+    """One trace event as msgspec decodes it (only the fields profuse reads)."""
+
     ph: str = ""
     cat: str | None = None
     name: str | None = None
@@ -104,6 +106,11 @@ def read_bytes(path: str) -> bytes | bytearray:
     Only regular files are read (a FIFO or a device would block or never end), and at most
     :func:`max_trace_bytes` of JSON, so a small gzip that inflates to gigabytes stops early.
     """
+    return read_trace(path)[0]
+
+
+def read_trace(path: str) -> tuple[bytes | bytearray, bool]:
+    """:func:`read_bytes`, and whether the file was gzip (else the bytes are the file's own)."""
     limit = max_trace_bytes()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -121,12 +128,13 @@ def read_bytes(path: str) -> bytes | bytearray:
             if not stat.S_ISREG(st.st_mode):
                 raise TraceError(path, "is not a regular file (a FIFO or a device); give a .json or .json.gz file")
             head = fh.read(2)
-            if head == b"\x1f\x8b":
+            gzipped = head == b"\x1f\x8b"
+            if gzipped:
                 data: bytes | bytearray = _gunzip(path, fh, head, limit)
             else:
                 if st.st_size > limit:
                     raise _too_big(path, limit, "holds")
-                data = head + fh.read(limit + 1 - len(head))
+                data = _read_rest(fh, st.st_size, limit)
                 if len(data) > limit:
                     raise _too_big(path, limit, "holds")
     except OSError as err:
@@ -135,13 +143,43 @@ def read_bytes(path: str) -> bytes | bytearray:
         raise TraceError(path, f"too big for the memory left; set {MAX_TRACE_BYTES_ENV} lower") from None
     if not data or data.isspace():
         raise TraceError(path, "file is empty")
+    return data, gzipped
+
+
+def _read_rest(fh: BinaryIO, size: int, limit: int) -> bytes:
+    """The whole file (``size`` bytes by fstat; up to ``limit`` + 1 if it grew since), read in one piece.
+
+    Read from the start again rather than appended to the bytes already looked at: one buffer,
+    never zero-filled, no second copy.
+    """
+    fh.seek(0)
+    data = fh.read(size + 1)  # one spare byte shows a file that grew since fstat
+    if len(data) > size:
+        data += fh.read(max(limit + 1 - len(data), 0))
     return data
+
+
+def _inflater() -> Any:
+    """A gzip decompressor: ISA-L's (python-isal, about twice as fast) when installed, else zlib's."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib.decompressobj(31)
+    return isal_zlib.decompressobj(31)
+
+
+def _inflate_errors() -> tuple[type[Exception], ...]:
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return (zlib.error,)
+    return (zlib.error, cast("type[Exception]", isal_zlib.error))
 
 
 def _gunzip(path: str, fh: BinaryIO, head: bytes, limit: int) -> bytearray:
     """Inflate every gzip member of ``fh`` into one buffer, refusing more than ``limit`` bytes."""
     out = bytearray()
-    inflater = zlib.decompressobj(31)
+    inflater = _inflater()
     pending = head
     try:
         while True:
@@ -165,8 +203,8 @@ def _gunzip(path: str, fh: BinaryIO, head: bytes, limit: int) -> bytearray:
                 return out
             if not pending.startswith(b"\x1f\x8b"):
                 raise TraceError(path, "gzip data is followed by bytes that are not gzip")
-            inflater = zlib.decompressobj(31)
-    except zlib.error as err:
+            inflater = _inflater()
+    except _inflate_errors() as err:
         raise TraceError(path, f"gzip data is truncated or corrupt ({err})") from None
     raise TraceError(path, "gzip data is truncated (the file ends inside the compressed data)")
 
@@ -183,6 +221,7 @@ class Document:
 
 
 def split_document(path: str, data: bytes | bytearray) -> Document:
+    """The ``traceEvents`` array (as a view, undecoded) and the other top-level members of a trace."""
     head = data[:4096].lstrip()[:1]
     if head == b"[":
         return Document(events=memoryview(data), top={})
@@ -200,7 +239,7 @@ def split_document(path: str, data: bytes | bytearray) -> Document:
     if raw is None:
         raise TraceError(path, "JSON but not a trace: no 'traceEvents' key")
     view = memoryview(raw)
-    if view[:1] != b"[":
+    if bytes(view[:1]) != b"[":
         raise TraceError(path, "JSON but not a trace: 'traceEvents' is not a list")
     return Document(events=view, top=top)
 
@@ -219,7 +258,7 @@ def _json_problem(msg: str) -> str:
 def chunk_spans(events: memoryview, chunk_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
     """Split the events array ``[ ... ]`` into (start, end) spans of whole events."""
     end = len(events)
-    while end > 0 and events[end - 1 : end] in (b" ", b"\n", b"\r", b"\t"):
+    while end > 0 and bytes(events[end - 1 : end]) in (b" ", b"\n", b"\r", b"\t"):
         end -= 1
     inner_start, inner_end = 1, end - 1  # drop the brackets
     spans: list[tuple[int, int]] = []
@@ -245,6 +284,7 @@ class Skipped:
     examples: list[str] = field(default_factory=list)
 
     def add(self, reason: str, example: str) -> None:
+        """Count one skipped item under ``reason``; the first five are kept as examples."""
         self.counts[reason] = self.counts.get(reason, 0) + 1
         if len(self.examples) < 5:
             self.examples.append(example)
@@ -367,8 +407,10 @@ def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
 
 
 def raw_text(raw: Raw) -> str | None:
+    """An undecoded JSON value as its text (None when absent)."""
     return bytes(raw).decode() if raw else None
 
 
 def args_of(events: list[Event]) -> list[Args]:
+    """The ``args`` of each event."""
     return list(map(_get_args, events))

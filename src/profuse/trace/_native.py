@@ -59,6 +59,18 @@ def enabled() -> bool:
     return _scan is not None and os.environ.get("PROFUSE_SCANNER", "1") != "0"
 
 
+def nest_sorted(thread: np.ndarray, start: np.ndarray, end: np.ndarray,
+                overhang: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Parent (position, -1 for none) and depth of host events sorted by (thread, start, longer first),
+    by the extension's stack pass (see correlate.nesting); None where the scanner is off or not built."""
+    if not enabled() or not hasattr(_scan, "nest"):
+        return None
+    parent, depth = np.empty(len(start), dtype=np.int64), np.empty(len(start), dtype=np.int64)
+    _scan.nest(np.ascontiguousarray(thread, dtype=np.int64), np.ascontiguousarray(start, dtype=np.int64),
+               np.ascontiguousarray(end, dtype=np.int64), parent, depth, overhang)
+    return parent, depth
+
+
 def _threads(size: int) -> int:
     """Two scanning threads for big inputs on a machine with more than one core."""
     return 2 if size >= SPLIT_MIN_BYTES and (os.cpu_count() or 1) > 1 and os.environ.get("PROFUSE_WORKERS") != "1" else 1

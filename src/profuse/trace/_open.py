@@ -2,7 +2,7 @@
 
 ``load`` here answers from the cache when the trace's bytes are unchanged and imports the decoder
 (numpy, msgspec, the scanner, correlation) only when the trace has to be decoded, so a cached
-``profuse sql`` starts in the time DuckDB takes to open a file.
+``profuse sql`` costs hashing the trace and the cache file (both are checked) and DuckDB opening it.
 """
 from __future__ import annotations
 
@@ -76,12 +76,15 @@ def load(
 ) -> Trace:
     """Load a trace: from a verified cache when one matches the file's bytes, else decode it.
 
-    The tables are built in memory and returned at once; the cache file is written behind, on
-    another core, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that cannot be
-    written costs only the next load's time: the tables in memory are complete either way. Caches go
-    to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`); a damaged cache
-    is discarded and rebuilt, with a note in ``Trace.notes``. A folder of neuron-explorer Parquet
-    tables (and no Kineto trace) is built in memory, uncached.
+    The tables are built in memory and returned at once; the cache file is written behind, on a
+    background thread, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that
+    cannot be written costs only the next load's time: the tables in memory are complete either way.
+    Caches go to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`); no
+    cache is read or written when that folder is not writable or with ``lenient`` (a strict load of
+    the same bytes must still refuse what it skipped), and none is written for a trace that built in
+    under ``$PROFUSE_CACHE_MIN_SECONDS`` (0.05 s). A damaged cache is discarded and rebuilt, with a note in
+    ``Trace.notes``; one of another schema version is replaced without a note. A folder of
+    neuron-explorer Parquet tables (and no Kineto trace) is built in memory, uncached.
     """
     folder = Path(path)
     if folder.is_dir() and not _holds_kineto_trace(folder):
@@ -89,22 +92,24 @@ def load(
 
         if explorer_parquet.is_explorer_folder(folder):
             return explorer_parquet.load_folder(folder)
-    from .cache import cache_slot, fingerprint
+    from .cache import CacheSlot, cache_folder, fingerprint, holds_cache_of_size, slot_key
     from .trace import Trace
 
     src = resolve(path)
-    fp = fingerprint(src)
     notes: list[str] = []
-    slot = cache_slot(fp, cache_dir) if cache and not lenient else None
-    if slot is not None:
-        cached, problem = slot.open_if_valid(fp)
+    caches = cache_folder(cache_dir) if cache and not lenient else None
+    fp = None  # with no cache of this size in the folder, the trace is hashed while it is decoded
+    if caches is not None and holds_cache_of_size(caches, src.stat().st_size):
+        fp = fingerprint(src)
+        cached, problem = CacheSlot(caches, slot_key(fp)).open_if_valid(fp)
         if cached is not None:
             return with_bundle(with_mapping(Trace(src, cached, from_cache=True, notes=notes)))
         if problem is not None:
             notes.append(f"cache {problem}; tables rebuilt from the trace")
     from .loader import build
 
-    return with_bundle(with_mapping(build(src, fp, slot=slot, notes=notes, lenient=lenient, progress=progress)))
+    return with_bundle(with_mapping(build(src, fp, cache_folder=caches, notes=notes, lenient=lenient,
+                                          progress=progress)))
 
 
 def with_bundle(trace: Trace) -> Trace:

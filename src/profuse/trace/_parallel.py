@@ -73,7 +73,8 @@ def merge(dst: Columns, src: Columns) -> None:
     pids, tids = _remap(dst.pids, src.pids), _remap(dst.tids, src.tids)
 
     def threads(keys: np.ndarray) -> np.ndarray:
-        return pids[keys // THREAD_SHIFT] * THREAD_SHIFT + tids[keys % THREAD_SHIFT]
+        out: np.ndarray = pids[keys // THREAD_SHIFT] * THREAD_SHIFT + tids[keys % THREAD_SHIFT]
+        return out
 
     remap = {"name": names, "cat": cats, "inst_name": names, "inst_cat": cats}
     for key, parts in src.parts.items():
@@ -122,6 +123,7 @@ def decode_parallel(path: str, doc: _decode.Document, *, workers: int,
 
 
 def worker_count(nbytes: int) -> int:
+    """Decoding processes for a trace of ``nbytes`` (1 below PARALLEL_MIN_BYTES; ``$PROFUSE_WORKERS`` caps it)."""
     if nbytes < PARALLEL_MIN_BYTES or os.environ.get("PROFUSE_WORKERS") == "1":
         return 1
     want = int(os.environ.get("PROFUSE_WORKERS", "0")) or (os.cpu_count() or 1)

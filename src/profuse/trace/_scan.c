@@ -1067,9 +1067,73 @@ static PyObject *document_rest(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* --- nesting: one thread's host events by an explicit stack (correlate.nesting's rule) ---------- */
+
+PyDoc_STRVAR(nest_doc,
+"nest(thread, start, end, parent, depth, slack)\n\n"
+"Events sorted by (thread, start, longer first, file order) as int64 buffers: fills parent (the\n"
+"index of the innermost earlier event on the same thread still open at the start, -1 if none) and\n"
+"depth. An event ending more than slack ns after its parent then belongs to the nearest ancestor\n"
+"that holds it (within slack). All five buffers must be the same length; the GIL is released.");
+
+static PyObject *nest(PyObject *self, PyObject *args) {
+    PyObject *objs[5];
+    long long slack;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOL:nest", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &slack))
+        return NULL;
+    Py_buffer v[5];
+    int got = 0;
+    for (; got < 5; got++) {
+        int flags = got >= 3 ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) : (PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
+        if (PyObject_GetBuffer(objs[got], &v[got], flags) < 0) break;
+        const char *f = v[got].format;
+        if (v[got].itemsize != 8 || !f || (strcmp(f, "l") && strcmp(f, "q") && strcmp(f, "=q") && strcmp(f, "<q")) ||
+            v[got].len != v[0].len) {
+            PyErr_SetString(PyExc_ValueError, "nest takes five int64 arrays of one length");
+            PyBuffer_Release(&v[got]);
+            break;
+        }
+    }
+    if (got < 5) {
+        while (got-- > 0) PyBuffer_Release(&v[got]);
+        return NULL;
+    }
+    Py_ssize_t n = v[0].len / 8;
+    const int64_t *th = (const int64_t *)v[0].buf, *start = (const int64_t *)v[1].buf, *end = (const int64_t *)v[2].buf;
+    int64_t *parent = (int64_t *)v[3].buf, *depth = (int64_t *)v[4].buf;
+    int64_t *stack = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    if (!stack) {
+        for (int k = 0; k < 5; k++) PyBuffer_Release(&v[k]);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t top = 0;  /* stack[0 .. top) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i > 0 && th[i] != th[i - 1]) top = 0;
+        while (top > 0 && end[stack[top - 1]] <= start[i]) top--;
+        parent[i] = top > 0 ? stack[top - 1] : -1;
+        depth[i] = top;
+        stack[top++] = i;
+    }
+    /* an event that outlives its parent by more than slack belongs to the nearest ancestor that holds
+       it; parents come earlier, so they are final when their children are looked at */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p = parent[i];
+        while (p >= 0 && end[i] > end[p] && end[i] - end[p] > slack) p = parent[p];
+        parent[i] = p;
+        depth[i] = p >= 0 ? depth[p] + 1 : 0;
+    }
+    Py_END_ALLOW_THREADS
+    free(stack);
+    for (int k = 0; k < 5; k++) PyBuffer_Release(&v[k]);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"document_rest", document_rest, METH_VARARGS, rest_doc},
+    {"nest", nest, METH_VARARGS, nest_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,6 +39,7 @@ _TEMP = re.compile(r"^\.[0-9a-f]{40}-\d{1,20}\.profuse\.duckdb\.(?P<pid>\d{1,10}
 
 
 def file_sha1(path: Path, *, chunk: int = 1 << 20) -> str:
+    """SHA-1 of a file's bytes, read in chunks."""
     h = hashlib.sha1()
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
@@ -51,7 +52,13 @@ def fingerprint(src: Path) -> dict[str, Any]:
     return {"size": src.stat().st_size, "sha1": file_sha1(src), "schema_version": SCHEMA_VERSION}
 
 
+def fingerprint_of_bytes(data: bytes | bytearray) -> dict[str, Any]:
+    """:func:`fingerprint` of a file whose bytes are ``data`` (already read: no second read)."""
+    return {"size": len(data), "sha1": hashlib.sha1(data).hexdigest(), "schema_version": SCHEMA_VERSION}
+
+
 def user_cache_dir() -> Path:
+    """Where caches go by default (see the module docstring)."""
     if os.environ.get("PROFUSE_CACHE_DIR"):
         return Path(os.environ["PROFUSE_CACHE_DIR"])
     xdg = os.environ.get("XDG_CACHE_HOME")
@@ -113,13 +120,8 @@ class CacheSlot:
     folder: Path
     key: str  # "<trace sha1>-<trace size>"
 
-    @property
-    def path(self) -> Path:
-        """The cache file now in place (the newest, if a concurrent writer left two), else where one would go."""
-        found = self.existing()
-        return found[0] if found else self.folder / f"{self.key}.{'0' * 16}{SUFFIX}"
-
     def existing(self) -> list[Path]:
+        """This trace's cache files in the folder (names profuse writes only), newest first."""
         named = [p for p in self.folder.glob(f"{self.key}.*{SUFFIX}") if _CACHE.match(p.name)]
         return sorted(named, key=_mtime, reverse=True)
 
@@ -138,11 +140,13 @@ class CacheSlot:
         return None, problem
 
     def begin(self) -> Path:
+        """A fresh temporary file to build the cache in, named with this process's pid."""
         work = self.folder / f".{self.key}{SUFFIX}.{os.getpid()}.tmp"
         self.abort(work)
         return work
 
     def abort(self, work: Path) -> None:
+        """Remove a temporary cache file (and its WAL)."""
         for suffix in ("", ".wal"):
             work.with_name(work.name + suffix).unlink(missing_ok=True)
 
@@ -186,6 +190,7 @@ def _open_checked(path: Path, fp: dict[str, Any]) -> tuple[duckdb.DuckDBPyConnec
 
 
 def discard(path: Path) -> None:
+    """Remove a cache file and its WAL, if they are there."""
     for p in (path, path.with_name(path.name + ".wal")):
         with contextlib.suppress(OSError):
             p.unlink()
@@ -216,6 +221,7 @@ def evict(folder: Path, *, keep: Path, max_bytes: int) -> list[Path]:
 
 
 def max_cache_bytes() -> int:
+    """The cache folder's size cap (``$PROFUSE_CACHE_MAX_MB``, default DEFAULT_MAX_MB)."""
     raw = os.environ.get("PROFUSE_CACHE_MAX_MB", "")
     try:
         return max(int(raw), 0) << 20 if raw else DEFAULT_MAX_MB << 20
@@ -252,6 +258,7 @@ class CacheWriter:
             self._cursor.close()
 
     def wait(self) -> None:
+        """Block until the cache file is written (or has failed: see ``error``)."""
         self._thread.join()
 
 
@@ -261,10 +268,29 @@ def _finish_writes() -> None:
         w.wait()
 
 
-def cache_slot(fp: dict[str, Any], cache_dir: str | os.PathLike[str] | None = None) -> CacheSlot | None:
-    """The user-cache slot for a trace with fingerprint ``fp``, or None when no cache folder is writable."""
+def cache_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The folder caches go to (``cache_dir``, else the user cache folder), or None when it is not writable.
+
+    Temporaries that dead processes left there are removed.
+    """
     folder = Path(cache_dir) if cache_dir is not None else user_cache_dir()
     if not _writable(folder):
         return None
     clean_stale_temporaries(folder)
-    return CacheSlot(folder, f"{fp['sha1']}-{fp['size']}")
+    return folder
+
+
+def slot_key(fp: dict[str, Any]) -> str:
+    """The part of a cache's file name that names its trace: ``<trace sha1>-<trace size>``."""
+    return f"{fp['sha1']}-{fp['size']}"
+
+
+def holds_cache_of_size(folder: Path, size: int) -> bool:
+    """Whether ``folder`` holds a cache of any trace of ``size`` bytes (if not, no hash can find one)."""
+    return any(_CACHE.match(p.name) for p in folder.glob(f"*-{int(size)}.*{SUFFIX}"))
+
+
+def cache_slot(fp: dict[str, Any], cache_dir: str | os.PathLike[str] | None = None) -> CacheSlot | None:
+    """The user-cache slot for a trace with fingerprint ``fp``, or None when no cache folder is writable."""
+    folder = cache_folder(cache_dir)
+    return CacheSlot(folder, slot_key(fp)) if folder is not None else None

@@ -1,24 +1,99 @@
 """Correlation: nesting on each thread, device event -> launch -> op -> module, time attribution.
 
-All of it is vectorised numpy over whole columns; no per-event Python on the hot path.
-Conventions: ids are row positions; -1 means none.
+:func:`correlate` runs every rule of docs/correlation.md over a trace's decoded events and returns
+the ``events`` table's columns. All of it is vectorised numpy over whole columns; no per-event
+Python on the hot path. Conventions: ids are row positions; -1 means none.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, TABLE_KINDS, K, codes
+from . import _native
+from .event_columns import NONE, DecodedEvents, EventColumns, Flows
+from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, GRAPH_LAUNCHES, KIND_CODE, TABLE_KINDS, kind_codes
 
-NONE = -1
+__all__ = ["LINK_HOW", "NONE", "UNLINKED", "Attribution", "Flows", "Links", "attribute", "correlate",
+           "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nesting", "unmatched_flows"]
+
+MODULE_PREFIX = "nn.Module: "
+OVERHANG_NS = 1000  # a call may end this much after its parent (µs rounding) and still be its child
+
+
+def correlate(events: DecodedEvents) -> EventColumns:
+    """Every correlation rule (docs/correlation.md) over one trace: the ``events`` table's columns."""
+    kind, n = events.kind, len(events)
+    is_device = np.isin(kind, kind_codes(*DEVICE_KINDS))
+    host = ~is_device & ~device_threads(kind, events.thread, len(events.pid_of_thread))[events.thread]
+    parent, depth = nesting(events.thread, events.ts, events.dur, host)
+    op_of_host = nearest_ancestor(parent, np.isin(kind, kind_codes("cpu_op", "annotation")), include_self=True)
+    graph_launch = name_flags(events.names, lambda s: s in GRAPH_LAUNCHES)[events.name]
+    links = link_device_events(kind=kind, graph_launch=graph_launch, thread=events.thread, ts=events.ts,
+                               correlation=events.correlation, external_id=events.external_id,
+                               op_of_host=op_of_host, flows=events.flows, has_host=bool(host.any()))
+    is_module = module_scopes(events)
+    is_scope = is_module | (kind == KIND_CODE["annotation"])
+    attr = attribute(kind=kind, dur=events.dur, parent=parent, device_op=links.op)
+    device, stream = _device_and_stream(events, is_device)
+    thread = events.thread.astype(np.int32)
+    return EventColumns(
+        id=np.arange(n, dtype=np.int64), kind=kind.astype(np.int32), cat=events.cat, name=events.name,
+        ts=events.ts, dur=events.dur, pid=thread, tid=thread, thread=thread, device=device, stream=stream,
+        correlation=events.correlation, external_id=events.external_id, parent=parent,
+        depth=depth.astype(np.int64), op=np.where(host, op_of_host, links.op),
+        module=_enclosing_or_launchers(parent, is_module, host, links.op),
+        scope=_enclosing_or_launchers(parent, is_scope, host, links.op),
+        parent_op=nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=False),
+        launch=links.launch, link=links.how.astype(np.int32), unlinked=links.unlinked.astype(np.int32),
+        self_cpu=attr.self_cpu, self_device=attr.self_device, device_total=attr.device_total,
+        kernels=attr.kernels, kernels_total=attr.kernels_total, seq=events.seq, python_id=events.python_id,
+        python_parent_id=events.python_parent_id, bytes=events.nbytes, flops=events.flops)
+
+
+def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:
+    """A flag per thread number: it carries device events (its host-kind events are not nested either)."""
+    out = np.zeros(count, dtype=bool)
+    out[thread[np.isin(kind, kind_codes(*DEVICE_KINDS))]] = True
+    return out
+
+
+def name_flags(names: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
+    """``test`` of each distinct name, so a per-event test costs one index instead of a string op."""
+    return np.array([isinstance(s, str) and test(s) for s in names] or [False], dtype=bool)
+
+
+def module_scopes(events: DecodedEvents) -> np.ndarray:
+    """Per event: a ``python_function`` event named ``nn.Module: X`` (a module scope)."""
+    named = name_flags(events.names, lambda s: s.startswith(MODULE_PREFIX))
+    flags: np.ndarray = (events.kind == KIND_CODE["python"]) & named[events.name]
+    return flags
+
+
+def _enclosing_or_launchers(parent: np.ndarray, accept: np.ndarray, host: np.ndarray,
+                            device_op: np.ndarray) -> np.ndarray:
+    """Host events: the innermost enclosing ``accept`` event; device events: their launching op's."""
+    of_host = nearest_ancestor(parent, accept, include_self=False)
+    of_launcher = np.where(device_op >= 0, of_host[np.clip(device_op, 0, None)], NONE)
+    return np.where(host, of_host, of_launcher)
+
+
+def _device_and_stream(events: DecodedEvents, is_device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Device index and stream of device events (from args, else the pid and tid when they are numbers)."""
+    device = np.where(events.device < 0, events.pid_of_thread[events.thread], events.device)
+    stream = np.where(events.stream < 0, events.tid_of_thread[events.thread], events.stream)
+    return np.where(is_device, device, NONE), np.where(is_device, stream, NONE)
 
 
 def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Parent and depth of each masked event among the masked events on its thread.
 
-    Intervals are assumed to nest (Kineto's host events do); zero-length events count as 1 ns so
-    that an event ending exactly where the next starts is its sibling, not its parent.
+    Zero-length events count as 1 ns so that an event ending exactly where the next starts is its
+    sibling, not its parent. An event ending at most OVERHANG_NS after its parent (µs rounding) stays
+    in it; one outliving it by more belongs to the nearest ancestor that holds it. The compiled
+    extension does this in one stack pass; without it, a vectorised count that handles properly
+    nested threads, and a Python stack for the others.
     """
     n = len(ts)
     parent = np.full(n, NONE, dtype=np.int64)
@@ -26,10 +101,15 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     idx = np.flatnonzero(mask)
     if idx.size == 0:
         return parent, depth
-    th, start = thread[idx].astype(np.int64), ts[idx]
+    th, start = thread[idx].astype(np.int64), ts[idx].astype(np.int64)
     end = start + np.maximum(dur[idx], 1)
     order = np.lexsort((idx, -end, start, th))
     th, start, end, ids = th[order], start[order], end[order], idx[order]
+    if (nest := _native.nest_sorted(th, start, end, OVERHANG_NS)) is not None:
+        p_loc, d_loc = nest
+        parent[ids] = np.where(p_loc >= 0, ids[np.clip(p_loc, 0, None)], NONE)
+        depth[ids] = d_loc.astype(np.int32)
+        return parent, depth
     t0 = start.min()
     span = int(max(end.max() - t0, 1)) + 1
     if (int(th.max()) + 1) * span >= 2**62:  # (thread, time) keys would overflow: nest thread by thread
@@ -59,7 +139,8 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     pos_of[ids] = np.arange(m)
     has = par_sorted >= 0
     bad = np.zeros(m, dtype=bool)
-    bad[has] = start[has] >= end[pos_of[par_sorted[has]]]
+    parent_end = end[pos_of[par_sorted[has]]]
+    bad[has] = (start[has] >= parent_end) | (end[has] > parent_end + OVERHANG_NS)
     for t in np.unique(th[bad]):
         sel = np.flatnonzero(th == t)
         p_loc, d_loc = _stack_nesting(start[sel], end[sel])
@@ -99,7 +180,7 @@ def _stack_nesting(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.n
     # an event that outlives its parent belongs to the nearest ancestor that holds it
     for i in range(n):
         p = parent[i]
-        while p >= 0 and e_list[i] > e_list[p] + 1000:
+        while p >= 0 and e_list[i] > e_list[p] + OVERHANG_NS:
             p = parent[p]
         parent[i] = p
         depth[i] = depth[p] + 1 if p >= 0 else 0  # parents start earlier, so are already final
@@ -134,22 +215,19 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarr
     return np.where(found, values[order][pos], NONE)
 
 
+# How a device event's launch was found (``link`` column) and why one was not (``unlinked``); the
+# columns hold codes into these tuples while tables are built; code 0 is NULL.
 LINK_HOW = (None, "correlation", "flow", "external_id", "graph")
 # "graph_replay" is kept so that code numbers stay stable; replays are linked (how = "graph") now.
 UNLINKED = (None, "no_launch_in_trace", "graph_replay", "gpu_only_trace", "no_correlation", "launch_outside_op")
-_U = {r: i for i, r in enumerate(UNLINKED)}
+LINK_CODE = {h: i for i, h in enumerate(LINK_HOW) if h}
+REASON_CODE = {r: i for i, r in enumerate(UNLINKED) if r}
 
 
-@dataclass
-class Flows:
-    ids: np.ndarray      # object: flow id as text
-    ph: np.ndarray       # int8: 0 start, 1 finish, 2 step
-    ts: np.ndarray       # int64 ns
-    thread: np.ndarray   # int64 thread index
-
-
-@dataclass
+@dataclass(frozen=True)
 class Links:
+    """Per event, what linking found (device events only; -1 / code 0 elsewhere)."""
+
     launch: np.ndarray    # device event -> runtime event
     op: np.ndarray        # device event -> op (cpu_op or annotation)
     how: np.ndarray       # int8 code into LINK_HOW
@@ -161,47 +239,48 @@ def link_device_events(
     correlation: np.ndarray, external_id: np.ndarray, op_of_host: np.ndarray,
     flows: Flows, has_host: bool,
 ) -> Links:
+    """Device event -> launch -> op (docs/correlation.md steps 2 and 3), and why a device event has none."""
     n = len(kind)
     launch = np.full(n, NONE, dtype=np.int64)
     how = np.zeros(n, dtype=np.int8)
-    dev = np.flatnonzero(np.isin(kind, codes(*DEVICE_KINDS)))
-    runtime = np.flatnonzero(kind == K["runtime"])
+    dev = np.flatnonzero(np.isin(kind, kind_codes(*DEVICE_KINDS)))
+    runtime = np.flatnonzero(kind == KIND_CODE["runtime"])
     # 1. correlation id
     rt_corr = correlation[runtime]
     has = rt_corr >= 0
     got = _lookup(rt_corr[has], runtime[has], correlation[dev])
     got[correlation[dev] < 0] = NONE
     launch[dev] = got
-    how[dev[got >= 0]] = 1
+    how[dev[got >= 0]] = LINK_CODE["correlation"]
     # 2. flows (ac2g / async_gpu): start on the launch, finish on the device event, same id
     todo = dev[launch[dev] < 0]
     if todo.size and flows.ids.size:
         launch_flow = _flow_links(flows, thread, ts, runtime, todo)
         launch[todo] = launch_flow
-        how[todo[launch_flow >= 0]] = 2
+        how[todo[launch_flow >= 0]] = LINK_CODE["flow"]
     op = np.where(launch >= 0, op_of_host[np.clip(launch, 0, None)], NONE)
     op[launch < 0] = NONE
     # 3. external id straight to an op
     todo = dev[(launch[dev] < 0) & (external_id[dev] >= 0)]
     if todo.size:
-        ops = np.flatnonzero((kind == K["cpu_op"]) & (external_id >= 0))
+        ops = np.flatnonzero((kind == KIND_CODE["cpu_op"]) & (external_id >= 0))
         hit = _lookup(external_id[ops], ops, external_id[todo])
         op[todo] = hit
-        how[todo[hit >= 0]] = 3
+        how[todo[hit >= 0]] = LINK_CODE["external_id"]
     # Graph replays: Kineto gives every replayed kernel the correlation id of its graph launch call,
     # so the launch is found above; the kernels belong to the op or annotation around that launch.
-    graph = graph_launch & (kind == K["runtime"])
+    graph = graph_launch & (kind == KIND_CODE["runtime"])
     replay = dev[(launch[dev] >= 0) & graph[np.clip(launch[dev], 0, None)]]
-    how[replay] = LINK_HOW.index("graph")
+    how[replay] = LINK_CODE["graph"]
     unlinked = np.zeros(n, dtype=np.int8)
-    timed = dev[np.isin(kind[dev], codes(*DEVICE_TIME_KINDS))]
+    timed = dev[np.isin(kind[dev], kind_codes(*DEVICE_TIME_KINDS))]
     lost = timed[op[timed] < 0]
     has_launch = launch[lost] >= 0
     no_ids = (correlation[lost] < 0) & (external_id[lost] < 0)
     unlinked[lost] = np.where(
-        has_launch, _U["launch_outside_op"],
-        np.where(not has_host, _U["gpu_only_trace"],
-                 np.where(no_ids, _U["no_correlation"], _U["no_launch_in_trace"])))
+        has_launch, REASON_CODE["launch_outside_op"],
+        np.where(not has_host, REASON_CODE["gpu_only_trace"],
+                 np.where(no_ids, REASON_CODE["no_correlation"], REASON_CODE["no_launch_in_trace"])))
     return Links(launch=launch, op=op, how=how, unlinked=unlinked)
 
 
@@ -212,7 +291,8 @@ def _flow_links(flows: Flows, thread: np.ndarray, ts: np.ndarray, runtime: np.nd
     t0 = min(ts.min(initial=0), flows.ts.min(initial=0))
 
     def key(th: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return th.astype(np.int64) * span + (t - t0)
+        out: np.ndarray = th.astype(np.int64) * span + (t - t0)
+        return out
 
     fin, start = flows.ph == 1, flows.ph == 0
     fid = _lookup(key(flows.thread[fin], flows.ts[fin]), np.flatnonzero(fin), key(thread[todo], ts[todo]))
@@ -220,10 +300,10 @@ def _flow_links(flows: Flows, thread: np.ndarray, ts: np.ndarray, runtime: np.nd
     has = fid >= 0
     if not has.any():
         return out
-    ids = flows.ids
+    start_of = np.full(len(flows.id_text), NONE, dtype=np.int64)  # the last start of each flow id
     start_idx = np.flatnonzero(start)
-    by_id = {ids[i]: i for i in start_idx}
-    s = np.array([by_id.get(ids[f], NONE) for f in fid[has]], dtype=np.int64)
+    np.maximum.at(start_of, flows.ids[start_idx], start_idx)
+    s = start_of[flows.ids[fid[has]]]
     ok = s >= 0
     launch = np.full(len(s), NONE, dtype=np.int64)
     launch[ok] = _lookup(key(thread[runtime], ts[runtime]), runtime, key(flows.thread[s[ok]], flows.ts[s[ok]]))
@@ -232,13 +312,17 @@ def _flow_links(flows: Flows, thread: np.ndarray, ts: np.ndarray, runtime: np.nd
 
 
 def unmatched_flows(flows: Flows) -> int:
-    s = set(flows.ids[flows.ph == 0].tolist())
-    f = set(flows.ids[flows.ph == 1].tolist())
-    return len(s ^ f)
+    """Flow ids with a start and no finish, or a finish and no start."""
+    started, finished = (np.zeros(len(flows.id_text), dtype=bool) for _ in range(2))
+    started[flows.ids[flows.ph == 0]] = True
+    finished[flows.ids[flows.ph == 1]] = True
+    return int(np.count_nonzero(started ^ finished))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Attribution:
+    """Time attributed to each event (host events; 0 elsewhere), in ns and device-event counts."""
+
     self_cpu: np.ndarray
     self_device: np.ndarray
     device_total: np.ndarray
@@ -251,12 +335,12 @@ def attribute(
 ) -> Attribution:
     """Self CPU time over the op-table tree, and device time per op (self and inclusive)."""
     n = len(kind)
-    in_table = np.isin(kind, codes(*TABLE_KINDS))
+    in_table = np.isin(kind, kind_codes(*TABLE_KINDS))
     table_parent = nearest_ancestor(parent, in_table, include_self=False)
     child = np.flatnonzero(in_table & (table_parent >= 0))
     children_dur = np.bincount(table_parent[child], weights=dur[child], minlength=n)
     self_cpu = np.where(in_table, dur - children_dur.astype(np.int64), 0)
-    timed = np.flatnonzero(np.isin(kind, codes(*DEVICE_TIME_KINDS)) & (device_op >= 0))
+    timed = np.flatnonzero(np.isin(kind, kind_codes(*DEVICE_TIME_KINDS)) & (device_op >= 0))
     owner = device_op[timed]
     self_device = np.bincount(owner, weights=dur[timed], minlength=n).astype(np.int64)
     kernels = np.bincount(owner, minlength=n).astype(np.int64)

@@ -4,7 +4,7 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 9  # bump when tables change: caches with another version are rebuilt
+SCHEMA_VERSION = 10  # bump when tables change: caches with another version are rebuilt (10: nesting fix)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
@@ -51,14 +51,13 @@ DEVICE_TIME_KINDS = ("kernel", "memcpy", "memset")
 # Host events that torch's key_averages() lists as rows (what the op table shows).
 TABLE_KINDS = ("cpu_op", "annotation", "runtime", "sync")
 
+# While tables are built, the kind column holds each kind's position in KINDS (its code).
+KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
 
 
-K = {k: i for i, k in enumerate(KINDS)}
-
-
-def codes(*kinds: str) -> list[int]:
-    """Integer codes of kinds, for fast vector tests on the ``kind`` column while building."""
-    return [KINDS.index(k) for k in kinds]
+def kind_codes(*kinds: str) -> list[int]:
+    """The codes of ``kinds`` (positions in KINDS), for vector tests such as ``np.isin(kind, ...)``."""
+    return [KIND_CODE[k] for k in kinds]
 
 
 UNLINKED_REASONS = {

@@ -51,19 +51,23 @@ class Trace:
 
     @cached_property
     def meta(self) -> dict[str, Any]:
+        """The ``meta`` table as a dict (JSON values decoded): counts, device, source; see docs/schema.md."""
         return {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
 
     @property
     def device_kind(self) -> str:
+        """The device the trace ran on: CUDA, ROCm, MTIA, a PrivateUse1 backend's name (e.g. Neuron), or CPU.
+
+        Reports head their device-time columns with this same word, reading it as ``device_label``:
+        one value under two names, not two notions.
+        """
         return str(self.meta["device_kind"])
 
-    @property
-    def device_label(self) -> str:
-        """Column heading for device time: CUDA, ROCm, MTIA, CPU, ..."""
-        return self.device_kind
+    device_label = device_kind  # the same property (see device_kind)
 
     @property
     def cpu_only(self) -> bool:
+        """True when the trace has no device: the op table's device columns then show CPU time."""
         return self.device_kind == "CPU"
 
     def sql(self, query: str, params: list[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -100,6 +104,7 @@ class Trace:
         return self.writer.error
 
     def close(self) -> None:
+        """Wait for the cache write, then close the connection."""
         self.wait_for_cache()
         self.con.close()
 

@@ -1,0 +1,165 @@
+"""Decoded columns -> :class:`DecodedEvents`: names resolved, kinds classified, threads numbered, times checked.
+
+The step between the decoder (``_build.Columns``, still interned and per chunk) and correlation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import TraceError
+from ._build import THREAD_SHIFT, Columns, factorize, kinds_of, thread_key
+from .correlate import LINK_HOW, UNLINKED
+from .event_columns import DecodedEvents, EventStrings, Flows
+from .schema import KINDS
+
+_TIME_LIMIT = 2**62  # every time, and the sum of all durations, stays below this many ns: no sum overflows
+
+
+@dataclass(frozen=True)
+class Threads:
+    """Every (pid, tid) of the trace, numbered in (pid, tid) order: numbers before names."""
+
+    keys: list[tuple[str, str]]   # thread number -> (pid, tid) as text
+    events: np.ndarray            # thread number of each complete event
+    flows: np.ndarray             # ... of each flow event
+    instants: np.ndarray          # ... of each instant event
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What correlation and the table writers need of a decoded trace."""
+
+    events: DecodedEvents
+    strings: EventStrings
+    threads: Threads
+    flow_cat: np.ndarray             # code of each flow's category into ``flow_cat_text``
+    flow_cat_text: list[str | None]
+    instants: dict[str, np.ndarray]  # name, cat (codes into strings), ts, thread of instant events
+    unnamed: int                     # complete events with "name": null (kept, named "")
+
+
+def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
+    """Resolve the decoder's interned columns into per-event arrays (``cols`` is consumed)."""
+    n = cols.n
+    names, cats = _lookup_list(cols.names), _lookup_list(cols.cats)
+    name_id, cat_id = cols.take("name"), cols.take("cat")
+    unnamed = int(np.count_nonzero(name_id == cols.names[None])) if None in cols.names else 0
+    if None in cols.names:  # "name": null: kept, named "" (every analysis groups and matches by name)
+        names[cols.names[None]] = ""
+    kind = kinds_of(cols, names, name_id, cat_id) if n else np.empty(0, dtype=np.int8)
+    threads = number_threads(cols)
+    ts, dur, flow_ts = cols.take("ts"), cols.take("dur"), cols.take("flow_ts")
+    inst_ts = cols.take("inst_ts")
+    check_times(path, base_ns, ts, dur, flow_ts, inst_ts)
+    flow_ids, flow_text = factorize(cols.flow_ids)
+    flows = Flows(ids=flow_ids, id_text=np.array(flow_text, dtype=object),
+                  ph=cols.take("flow_ph").astype(np.int8),
+                  ts=flow_ts + base_ns, thread=threads.flows)
+    pids = [k[0] for k in threads.keys] or [""]
+    tids = [k[1] for k in threads.keys] or [""]
+    events = DecodedEvents(
+        kind=kind, name=name_id, names=names, cat=cat_id, ts=ts + base_ns, dur=dur, thread=threads.events,
+        pid_of_thread=np.array([_int_or(p) for p in pids], dtype=np.int64),
+        tid_of_thread=np.array([_int_or(t) for t in tids], dtype=np.int64),
+        device=cols.take("device"), stream=cols.take("stream"), correlation=cols.take("correlation"),
+        external_id=cols.take("external_id"), seq=cols.take("seq"), python_id=cols.take("python_id"),
+        python_parent_id=cols.take("python_parent_id"), nbytes=cols.take("nbytes"),
+        flops=cols.take("flops") if n else np.empty(0), flows=flows)
+    instants = {}
+    if len(threads.instants):
+        instants = {"name": cols.take("inst_name"), "cat": cols.take("inst_cat"), "ts": inst_ts + base_ns,
+                    "thread": threads.instants}
+    strings = EventStrings(kinds=list(KINDS), cats=cats.tolist(), names=names.tolist(), pids=pids, tids=tids,
+                           how=list(LINK_HOW), why=list(UNLINKED))
+    flow_cat, flow_cat_text = factorize(cols.flow_cats)
+    return Prepared(events=events, strings=strings, threads=threads, flow_cat=flow_cat,
+                    flow_cat_text=flow_cat_text, instants=instants, unnamed=unnamed)
+
+
+def number_threads(cols: Columns) -> Threads:
+    """Number every (pid, tid) seen on complete events, flows and instants densely, in (pid, tid) order."""
+    keys, flow_keys, inst_keys = (cols.take(k) for k in ("thread_key", "flow_thread_key", "inst_thread_key"))
+    uniq, inverse = _distinct(np.concatenate([keys, flow_keys, inst_keys]), len(cols.pids), len(cols.tids))
+    pid_list, tid_list = _lookup_list(cols.pids), _lookup_list(cols.tids)
+    found = [thread_key(pid_list[k // THREAD_SHIFT], tid_list[k % THREAD_SHIFT]) for k in uniq.tolist()]
+    order = sorted(range(len(found)), key=lambda i: tuple(_natural(v) for v in found[i]))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    number = rank[inverse] if len(order) else inverse.astype(np.int64)
+    n, n_flows = len(keys), len(flow_keys)
+    return Threads(keys=[found[i] for i in order], events=number[:n], flows=number[n:n + n_flows],
+                   instants=number[n + n_flows:])
+
+
+def _distinct(keys: np.ndarray, pids: int, tids: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for thread keys (pid code * THREAD_SHIFT + tid code),
+    without a sort when the pid x tid grid is small: a table over it marks the keys present."""
+    if not len(keys) or pids * tids > 1 << 22:
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    cell = (keys // THREAD_SHIFT) * tids + keys % THREAD_SHIFT
+    present = np.zeros(pids * tids, dtype=bool)
+    present[cell] = True
+    cells = np.flatnonzero(present)
+    number = np.zeros(pids * tids, dtype=np.int64)
+    number[cells] = np.arange(len(cells))
+    return (cells // tids) * THREAD_SHIFT + cells % tids, number[cell]
+
+
+def _lookup_list(table: dict[Any, int]) -> np.ndarray:
+    """An interning table (value -> code) as an object array indexed by code."""
+    out = np.empty(len(table), dtype=object)
+    for v, i in table.items():
+        out[i] = v
+    return out
+
+
+def _natural(s: str) -> tuple[int, int, str]:
+    """Sort key of a pid or tid: numbers first, in numeric order, then names."""
+    v = _int_or(s)
+    return (0, v, "") if v >= 0 or s.lstrip("-").isdigit() else (1, 0, s)
+
+
+def _int_or(s: str) -> int:
+    """``s`` as an int when it is one that fits in 64 bits (pids and tids can be any JSON value), else -1."""
+    try:
+        v = int(s)
+    except ValueError:
+        return -1
+    return v if -(2**63) <= v < 2**63 else -1
+
+
+def base_time_ns(path: str, value: Any) -> int:
+    """``baseTimeNanoseconds``: added to every ts, so it must keep them within 64 bits."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceError(path, f"baseTimeNanoseconds is {_short(value)}, not a whole number of ns")
+    if not -(2**62) < value < 2**62:
+        raise TraceError(path, f"baseTimeNanoseconds {value} is out of range (must be below 2^62 ns)")
+    return value
+
+
+def check_times(path: str, base_ns: int, ts: np.ndarray, dur: np.ndarray, *other_ts: np.ndarray) -> None:
+    """With ``baseTimeNanoseconds`` added, every time and every sum of durations must fit in 64 bits.
+
+    Each ts and dur is already below 2^62 ns (the decoder refuses others), so these sums cannot wrap.
+    """
+    parts = [a for a in (ts, *other_ts) if len(a)]
+    if not parts:
+        return
+    lo = min(int(a.min()) for a in parts) + base_ns
+    hi = max([int(a.max()) for a in other_ts if len(a)] + ([int((ts + dur).max())] if len(ts) else [])) + base_ns
+    if not -_TIME_LIMIT < lo <= hi < _TIME_LIMIT:
+        raise TraceError(path, f"times out of range: with baseTimeNanoseconds {base_ns} the events run from "
+                               f"{lo} to {hi} ns, beyond ±2^62 ns")
+    if float(dur.sum(dtype=np.float64)) >= _TIME_LIMIT:
+        raise TraceError(path, "event durations add up to more than 2^62 ns (146 years): the times are not real")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

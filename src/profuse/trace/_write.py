@@ -1,0 +1,144 @@
+"""The table writers: :class:`EventColumns` and the side tables into an in-memory DuckDB.
+
+String columns go in as small codes and are looked up by DuckDB in lists bound as parameters:
+no join, no sort, and each distinct string crosses from Python once.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import fields
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from ._build import FLOW_PHASES, Columns
+from ._prepare import Prepared
+from .correlate import device_threads, module_scopes
+from .event_columns import EventColumns, EventStrings, insert_sql
+from .schema import KIND_CODE
+
+INSERT_BATCH = 1 << 20
+# Longer string lists go in as strings: DuckDB's lookup in a list bound as a parameter slows with the
+# list's length (120k rows of kernel-like names: 29 ms through 100 names, 190 ms through 50,000; as
+# strings 14-18 ms either way); through a handful of values (kinds, links) the lookup is the cheaper.
+LOOKUP_MAX = 32
+_MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
+
+
+def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: EventStrings) -> None:
+    """Insert the ``events`` table, in batches of INSERT_BATCH rows; string columns as codes looked up
+    by DuckDB in the (short) lists bound as parameters, or as strings (see LOOKUP_MAX).
+
+    Between batches the database is checkpointed (compressed, when it was attached with COMPRESS),
+    so DuckDB's copy of a big trace never sits uncompressed beside ours; a small trace goes in at
+    once and is compressed by the cache write.
+    """
+    arrays, n = events.arrays(), len(events)
+    params = {k: v for k, v in strings.params().items() if len(v) <= LOOKUP_MAX}
+    for f in fields(EventColumns):
+        lookup = f.metadata.get("lookup")
+        if lookup is not None and lookup not in params:
+            arrays[f.name] = np.array(getattr(strings, lookup), dtype=object)[arrays[f.name]]
+    insert = insert_sql("_frame", params)
+    for lo in range(0, max(n, 1), INSERT_BATCH):
+        con.register("_frame", {k: v[lo:lo + INSERT_BATCH] for k, v in arrays.items()})
+        con.execute(insert, params)
+        if lo + INSERT_BATCH < n:
+            con.execute("CHECKPOINT trace")
+    con.unregister("_frame")
+
+
+def write_side_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared: Prepared,
+                      events: EventColumns) -> None:
+    """The ``threads``, ``shapes``, ``scopes``, ``flows`` and ``instants`` tables."""
+    _write_threads(con, cols, prepared, events)
+    insert_rows(con, "shapes", cols.shapes, 5)
+    _write_scopes(con, prepared, events)
+    _write_flows(con, prepared)
+    if prepared.instants:
+        _write_instants(con, prepared)
+
+
+def _write_threads(con: duckdb.DuckDBPyConnection, cols: Columns, prepared: Prepared, events: EventColumns) -> None:
+    keys = prepared.threads.keys
+    on_device = device_threads(events.kind, events.thread, len(keys))
+    rows = []
+    for i, (pid, tid) in enumerate(keys):
+        pm = cols.thread_meta.get((pid, ""), {})
+        tm = cols.thread_meta.get((pid, tid), {})
+        rows.append((i, pid, tid, pm.get("process_name"), tm.get("thread_name"), pm.get("process_labels"),
+                     bool(on_device[i])))
+    insert_rows(con, "threads", rows, 7)
+
+
+def _write_scopes(con: duckdb.DuckDBPyConnection, prepared: Prepared, events: EventColumns) -> None:
+    """One row per nn.Module scope and user annotation; a scope's parent is the scope enclosing it."""
+    is_module = module_scopes(prepared.events)
+    scope_ids = np.flatnonzero(is_module | (events.kind == KIND_CODE["annotation"]))
+    if not scope_ids.size:
+        return
+    labels = prepared.events.names[events.name[scope_ids]]
+    scope_kind = np.where(is_module[scope_ids], "module", "annotation")
+    clean = [(module_class(s) if k == "module" else s) for s, k in zip(labels, scope_kind)]
+    con.register("_scopes", {
+        "id": scope_ids.astype(np.int64), "kind": scope_kind.astype(object), "name": np.array(clean, dtype=object),
+        "label": labels, "parent": events.scope[scope_ids], "ts": events.ts[scope_ids],
+        "dur": events.dur[scope_ids], "thread": events.thread[scope_ids].astype(np.int32)})
+    con.execute("INSERT INTO scopes SELECT id, kind, name, label, NULLIF(parent, -1), ts, dur, thread FROM _scopes")
+    con.unregister("_scopes")
+
+
+def _write_instants(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
+    inst, strings = prepared.instants, prepared.strings
+    frame: dict[str, np.ndarray] = {"ts": inst["ts"]}
+    params: dict[str, list[Any]] = {}
+    exprs = []
+    for col, codes, values in (("name", inst["name"], strings.names), ("cat", inst["cat"], strings.cats),
+                               ("pid", inst["thread"], strings.pids), ("tid", inst["thread"], strings.tids)):
+        if len(values) <= LOOKUP_MAX:
+            frame[col], params[col] = codes, values
+            exprs.append(f"list_extract(${col}::VARCHAR[], {col} + 1)")
+        else:
+            frame[col] = np.array(values, dtype=object)[codes]
+            exprs.append(col)
+    con.register("_inst", frame)
+    con.execute(f"INSERT INTO instants SELECT {exprs[0]}, {exprs[1]}, ts, {exprs[2]}, {exprs[3]} FROM _inst", params)
+    con.unregister("_inst")
+
+
+def _write_flows(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
+    """Flow events; category and phase go in as codes into short lists (ids are too many for a list:
+    looking them up was measured 4x slower than handing DuckDB the strings)."""
+    flows = prepared.events.flows
+    if not flows.ids.size:
+        return
+    con.register("_flows", {"id": flows.id_text[flows.ids], "cat": prepared.flow_cat, "ph": flows.ph,
+                            "ts": flows.ts, "thread": flows.thread.astype(np.int32)})
+    con.execute("INSERT INTO flows SELECT id, list_extract($cats::VARCHAR[], cat + 1), "
+                "list_extract($phases::VARCHAR[], ph + 1), ts, thread FROM _flows",
+                {"cats": prepared.flow_cat_text, "phases": list(FLOW_PHASES)})
+    con.unregister("_flows")
+
+
+def module_class(label: str) -> str:
+    """'nn.Module: LlamaRMSNorm_0' -> 'LlamaRMSNorm'."""
+    m = _MODULE.match(label)
+    return m.group("cls") if m else label
+
+
+def write_meta(con: duckdb.DuckDBPyConnection, meta: dict[str, Any]) -> None:
+    """The ``meta`` table: one row per key, its value as JSON."""
+    insert_rows(con, "meta", [(k, json.dumps(v)) for k, v in meta.items()], 2)
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple[Any, ...]], width: int) -> None:
+    """Insert Python rows column-wise (DuckDB's executemany is row-at-a-time and slow)."""
+    if not rows:
+        return
+    columns = list(zip(*rows))
+    frame = {f"c{i}": np.array(columns[i], dtype=object) for i in range(width)}
+    con.register("_rows", frame)
+    con.execute(f"INSERT INTO {table} SELECT * FROM _rows")
+    con.unregister("_rows")

@@ -1,0 +1,155 @@
+"""The two records of the engine pipeline: events as decoded, and the ``events`` table's columns.
+
+:class:`DecodedEvents` is what the decoder knows of each complete event (kind, times, thread, ids);
+:func:`profuse.trace.correlate.correlate` turns it into :class:`EventColumns`, one array per column
+of the ``events`` table (schema.DDL), in the table's order. Row ``i`` of every array is the trace's
+``i``-th complete event; -1 means "none" in integer columns and NaN in ``flops``. Neither record
+needs DuckDB, so the correlation rules are tested on hand-built inputs.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+NONE = -1  # "no such event / value" in integer columns
+
+
+@dataclass(frozen=True)
+class Flows:
+    """Flow events (``s``/``f``/``t``), in file order."""
+
+    ids: np.ndarray      # int32: code of the flow's id (events of one flow share it) into ``id_text``
+    id_text: np.ndarray  # object: each distinct flow id as text
+    ph: np.ndarray       # int8: 0 start, 1 finish, 2 step (index into _build.FLOW_PHASES)
+    ts: np.ndarray       # int64 ns
+    thread: np.ndarray   # int64 thread number
+
+
+@dataclass(frozen=True)
+class DecodedEvents:
+    """Per-event columns as decoded, before correlation (see the module docstring)."""
+
+    kind: np.ndarray              # int8 code into schema.KINDS
+    name: np.ndarray              # int32 code into ``names``
+    names: np.ndarray             # object: every distinct name ("" for a null one)
+    cat: np.ndarray               # int32 code into the trace's distinct categories
+    ts: np.ndarray                # int64 ns, baseTimeNanoseconds added
+    dur: np.ndarray               # int64 ns
+    thread: np.ndarray            # int64 thread number
+    pid_of_thread: np.ndarray     # int64 per thread number: its pid as a number, -1 when it is not one
+    tid_of_thread: np.ndarray     # int64 per thread number: its tid as a number, -1 when it is not one
+    device: np.ndarray            # int64 args.device
+    stream: np.ndarray            # int64 args.stream (or stream id)
+    correlation: np.ndarray       # int64 args.correlation
+    external_id: np.ndarray       # int64 args["External id"]
+    seq: np.ndarray               # int64 args["Sequence number"]
+    python_id: np.ndarray         # int64 args["Python id"]
+    python_parent_id: np.ndarray  # int64 args["Python parent id"]
+    nbytes: np.ndarray            # int64 args.bytes (memcpy / memset)
+    flops: np.ndarray             # float64 args.flops, NaN when absent
+    flows: Flows
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+# How a column is written (the metadata of its field): a code into the string list named by
+# "lookup" (0-based), an integer where "null" stands for SQL NULL, or a float where NaN is NULL.
+_OPTIONAL = {"null": NONE}
+_NAN_NULL = {"nan_null": True}
+
+
+@dataclass(frozen=True)
+class EventColumns:
+    """One array per column of the ``events`` table, named and ordered as in schema.DDL.
+
+    String columns hold codes into lists kept beside (:class:`EventStrings`): ``kind`` into
+    schema.KINDS, ``link`` into correlate.LINK_HOW, ``unlinked`` into correlate.UNLINKED, ``pid`` and
+    ``tid`` are the thread number (into the per-thread pid and tid lists). Each field's metadata says
+    how it is written: ``lookup`` (a code into that list), ``null`` (that value is NULL), ``nan_null``.
+    """
+
+    id: np.ndarray
+    kind: np.ndarray = field(metadata={"lookup": "kinds"})
+    cat: np.ndarray = field(metadata={"lookup": "cats"})
+    name: np.ndarray = field(metadata={"lookup": "names"})
+    ts: np.ndarray = field()
+    dur: np.ndarray = field()
+    pid: np.ndarray = field(metadata={"lookup": "pids"})
+    tid: np.ndarray = field(metadata={"lookup": "tids"})
+    thread: np.ndarray = field()
+    device: np.ndarray = field(metadata=_OPTIONAL)
+    stream: np.ndarray = field(metadata=_OPTIONAL)
+    correlation: np.ndarray = field(metadata=_OPTIONAL)
+    external_id: np.ndarray = field(metadata=_OPTIONAL)
+    parent: np.ndarray = field(metadata=_OPTIONAL)
+    depth: np.ndarray = field(metadata=_OPTIONAL)
+    op: np.ndarray = field(metadata=_OPTIONAL)
+    module: np.ndarray = field(metadata=_OPTIONAL)
+    scope: np.ndarray = field(metadata=_OPTIONAL)
+    parent_op: np.ndarray = field(metadata=_OPTIONAL)
+    launch: np.ndarray = field(metadata=_OPTIONAL)
+    link: np.ndarray = field(metadata={"lookup": "how"})
+    unlinked: np.ndarray = field(metadata={"lookup": "why"})
+    self_cpu: np.ndarray = field()
+    self_device: np.ndarray = field()
+    device_total: np.ndarray = field()
+    kernels: np.ndarray = field()
+    kernels_total: np.ndarray = field()
+    seq: np.ndarray = field(metadata=_OPTIONAL)
+    python_id: np.ndarray = field(metadata=_OPTIONAL)
+    python_parent_id: np.ndarray = field(metadata=_OPTIONAL)
+    bytes: np.ndarray = field(metadata=_OPTIONAL)
+    flops: np.ndarray = field(metadata=_NAN_NULL)
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every column by name, in table order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def column_names() -> list[str]:
+    """The ``events`` table's columns, in order, as :class:`EventColumns` declares them."""
+    return [f.name for f in fields(EventColumns)]
+
+
+def insert_sql(frame: str, looked_up: Collection[str]) -> str:
+    """``INSERT INTO events SELECT ...`` from a registered frame holding :class:`EventColumns` arrays.
+
+    A coded column whose ``lookup`` is in ``looked_up`` is looked up in that list, bound as a
+    parameter of that name; the frame holds the other coded columns as strings already.
+    """
+    exprs = []
+    for f in fields(EventColumns):
+        col = f"{frame}.{f.name}"
+        if f.metadata.get("lookup") in looked_up:
+            exprs.append(f"list_extract(${f.metadata['lookup']}::VARCHAR[], {col} + 1)")
+        elif "null" in f.metadata:
+            exprs.append(f"NULLIF({col}, {f.metadata['null']})")
+        elif f.metadata.get("nan_null"):
+            exprs.append(f"CASE WHEN isnan({col}) THEN NULL ELSE {col} END")
+        else:
+            exprs.append(col)
+    return f"INSERT INTO events SELECT {', '.join(exprs)} FROM {frame}"
+
+
+@dataclass(frozen=True)
+class EventStrings:
+    """The string lists that the coded columns of :class:`EventColumns` index (one per ``lookup``)."""
+
+    kinds: list[str]
+    cats: list[str | None]
+    names: list[str]
+    pids: list[str]               # per thread number
+    tids: list[str]               # per thread number
+    how: list[str | None]
+    why: list[str | None]
+
+    def params(self) -> dict[str, list[Any]]:
+        """The lists as named SQL parameters for :func:`insert_sql`."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,73 @@
+"""The table writers on a trace with more distinct names than fit a lookup list (LOOKUP_MAX).
+
+String columns go to DuckDB as codes looked up in a short list, or as the strings themselves when
+the list is long; both must give the names the file holds (read back with plain json).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+import profuse
+from profuse.trace._write import LOOKUP_MAX
+
+
+def _trace(path: Path, names: int) -> dict:
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op_{i}", "pid": 1, "tid": i % 3, "ts": 10 * i, "dur": 5}
+              for i in range(names)]
+    events += [{"ph": "i", "cat": "mark", "name": f"mark_{i}", "pid": 1, "tid": 0, "ts": 10 * i + 1, "s": "t"}
+               for i in range(names)]
+    doc = {"traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return doc
+
+
+def test_many_distinct_names_reach_the_tables(tmp_path: Path):
+    # GIVEN a trace with more distinct names than a lookup list holds
+    doc = _trace(tmp_path / "t.json", LOOKUP_MAX + 50)
+    with profuse.load(tmp_path / "t.json", cache=False) as t:
+        got = t.con.execute("SELECT name, cat, pid, tid FROM events ORDER BY id").fetchall()
+        instants = t.con.execute("SELECT name, cat, pid, tid FROM instants ORDER BY ts").fetchall()
+    # THEN every event carries its own name, category and thread, as json reads them
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert got == [(e["name"], e["cat"], str(e["pid"]), str(e["tid"])) for e in xs]
+    marks = [e for e in doc["traceEvents"] if e["ph"] == "i"]
+    assert instants == [(e["name"], e["cat"], str(e["pid"]), str(e["tid"])) for e in marks]
+
+
+def test_thread_keys_are_numbered_as_np_unique_numbers_them():
+    # GIVEN thread keys (pid code * THREAD_SHIFT + tid code) over small and large pid x tid grids
+    from profuse.trace._build import THREAD_SHIFT
+    from profuse.trace._prepare import _distinct
+
+    rng = np.random.default_rng(3)
+    for pids, tids in ((1, 1), (3, 7), (50, 2000), (3000, 3000)):
+        keys = rng.integers(0, pids, 5000) * THREAD_SHIFT + rng.integers(0, tids, 5000)
+        uniq, inverse = _distinct(keys, pids, tids)
+        want_uniq, want_inverse = np.unique(keys, return_inverse=True)
+        assert uniq.tolist() == want_uniq.tolist()
+        assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+    empty = _distinct(np.empty(0, dtype=np.int64), 0, 0)
+    assert len(empty[0]) == len(empty[1]) == 0
+
+
+def test_big_trace_path_writes_the_same_tables(monkeypatch):
+    # GIVEN a shared trace, loaded as a small one and then down the path of a trace of millions of events
+    # (tables attached compressed, events inserted in checkpointed batches)
+    from conftest import ALL_TRACES
+
+    from profuse.trace import _write, loader
+
+    path = next(p for p in ALL_TRACES if p.name.startswith("h100_bert"))
+
+    def tables() -> list:
+        with profuse.load(path, cache=False) as t:
+            return [t.con.execute(f"SELECT * FROM {tb} ORDER BY ALL").fetchall()
+                    for tb in ("events", "shapes", "scopes", "threads", "instants", "flows", "meta")]
+
+    small = tables()
+    monkeypatch.setattr(loader, "COMPRESS_MIN_EVENTS", 10)
+    monkeypatch.setattr(_write, "INSERT_BATCH", 1000)
+    assert tables() == small
