@@ -13,6 +13,7 @@
  */
 
 /**
+ * Device busy time over a window: the union of device activity, and its share of the window.
  * @typedef {Object} Busy
  * @property {number} window_us
  * @property {number} busy_us
@@ -190,6 +191,7 @@
  */
 
 /**
+ * An op, module or kernel with the largest share of device time.
  * @typedef {Object} Hotspot
  * @property {string} kind
  * @property {string} name
@@ -199,6 +201,7 @@
  */
 
 /**
+ * A scope whose kernels leave the device idle between them: busy and idle time per instance.
  * @typedef {Object} Interruption
  * @property {string} scope
  * @property {number} instances
@@ -477,6 +480,7 @@
  */
 
 /**
+ * Busy and idle device time within one profiler step (or scope), and whether host launches bound it.
  * @typedef {Object} StepBusy
  * @property {string} name
  * @property {number} window_us
