@@ -460,20 +460,47 @@ static const char *const ARG_KEYS[N_ARGS] = {
     "name", "labels"};
 static unsigned char ARG_LENS[N_ARGS];
 
-static int parse_args(Scan *s, Tok *a) {
-    for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
-    if (s->cur >= s->end || *s->cur != '{') return -1;   /* args must be an object */
+/* A JSON object, member by member, for the event and its args alike:
+ *   for (int r = object_start(s); r == 0; r = member_end(s)) { member_key(...); <the value> }
+ * Each returns -1 on anything the reference decoder must judge (the caller gives up on the chunk). */
+
+/* At `{`: 0 when members follow, 1 for an empty object (consumed), -1 when it is not an object. */
+static int object_start(Scan *s) {
+    if (s->cur >= s->end || *s->cur != '{') return -1;
     s->cur++;
     ws(s);
-    if (s->cur < s->end && *s->cur == '}') { s->cur++; return 0; }
-    for (;;) {
+    if (s->cur < s->end && *s->cur == '}') { s->cur++; return 1; }
+    return 0;
+}
+
+/* A member's `"key":` (no escapes in the key), leaving the value next; *which is the key's index in
+ * keys[], or -1 for any other (or an empty) key. */
+static int member_key(Scan *s, const char *const *keys, const unsigned char *lens, int n, Tok *key, int *which) {
+    if (s->cur >= s->end || *s->cur != '"' || lex_string(s, key) || key->esc) return -1;
+    ws(s);
+    if (s->cur >= s->end || *s->cur != ':') return -1;
+    s->cur++;
+    ws(s);
+    *which = key->len ? key_index(key, keys, lens, n) : -1;
+    return 0;
+}
+
+/* After a member's value: 0 when another member follows (`,`), 1 at the object's `}`, else -1. */
+static int member_end(Scan *s) {
+    ws(s);
+    if (s->cur >= s->end) return -1;
+    if (*s->cur == ',') { s->cur++; ws(s); return 0; }
+    if (*s->cur == '}') { s->cur++; return 1; }
+    return -1;
+}
+
+static int parse_args(Scan *s, Tok *a) {
+    for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
+    int r;
+    for (r = object_start(s); r == 0; r = member_end(s)) {   /* args must be an object */
         Tok key;
-        if (s->cur >= s->end || *s->cur != '"' || lex_string(s, &key) || key.esc) return -1;
-        ws(s);
-        if (s->cur >= s->end || *s->cur != ':') return -1;
-        s->cur++;
-        ws(s);
-        int which = key.len ? key_index(&key, ARG_KEYS, ARG_LENS, N_ARGS) : -1;
+        int which;
+        if (member_key(s, ARG_KEYS, ARG_LENS, N_ARGS, &key, &which)) return -1;
         if (which < 0) {
             if (key.len == 2 && key.p[0] == 't' && key.p[1] == 's') return -1;
             if (skip_value(s, 2)) return -1;
@@ -485,12 +512,8 @@ static int parse_args(Scan *s, Tok *a) {
                 a[which].len += 2;
             }
         }
-        ws(s);
-        if (s->cur >= s->end) return -1;
-        if (*s->cur == ',') { s->cur++; ws(s); continue; }
-        if (*s->cur == '}') { s->cur++; return 0; }
-        return -1;
     }
+    return r < 0 ? -1 : 0;
 }
 
 /* msgspec's `int | str | None` and the reference's int_column, as one int64 (-1: absent). */
@@ -562,18 +585,11 @@ static int parse_event(Scan *s) {
     Tok e[N_EV], a[N_ARGS];
     for (int k = 0; k < N_EV; k++) e[k].type = T_MISSING;
     for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
-    if (s->cur >= s->end || *s->cur != '{') return -1;
-    s->cur++;
-    ws(s);
-    if (s->cur < s->end && *s->cur == '}') s->cur++;
-    else for (;;) {
+    int r;
+    for (r = object_start(s); r == 0; r = member_end(s)) {
         Tok key;
-        if (s->cur >= s->end || *s->cur != '"' || lex_string(s, &key) || key.esc) return -1;
-        ws(s);
-        if (s->cur >= s->end || *s->cur != ':') return -1;
-        s->cur++;
-        ws(s);
-        int which = key.len ? key_index(&key, EV_KEYS, EV_LENS, N_EV) : -1;
+        int which;
+        if (member_key(s, EV_KEYS, EV_LENS, N_EV, &key, &which)) return -1;
         if (which < 0) {
             if (skip_value(s, 1)) return -1;
         } else {
@@ -585,12 +601,8 @@ static int parse_event(Scan *s) {
                 return -1;
             }
         }
-        ws(s);
-        if (s->cur >= s->end) return -1;
-        if (*s->cur == ',') { s->cur++; ws(s); continue; }
-        if (*s->cur == '}') { s->cur++; break; }
-        return -1;
     }
+    if (r < 0) return -1;
     /* the types msgspec's Event struct demands */
     if (e[E_PH].type != T_MISSING && (e[E_PH].type != T_STR || e[E_PH].esc)) return -1;
     for (int k = E_CAT; k <= E_BP; k++) {
