@@ -246,6 +246,9 @@ def show(name: str, path: Path, rows: dict[str, dict], targets: list[tuple[str, 
         if "error" in r:
             print(f"{label:30} failed: {r['error']}")
             continue
+        if "seconds" not in r:  # not run (e.g. --big-hta-reps 0)
+            print(f"{label:30} not run")
+            continue
         s = r["seconds"]
         rate = f"{mb / s:8.0f}" if s else f"{'-':>8}"
         print(f"{label:30} {s:9.3f} {rate} {r['peak_rss'] / 1e6:8.0f}MB {r['peak_rss'] / (mb * 1e6):8.2f}x "
