@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_KINDS
+from ..trace.schema import DEVICE_TIME_SQL
 from ._memo import once_per_trace
 
 LAUNCH_BOUND_BUSY_PCT = 50.0   # the device must be idle for more than half the window ...
@@ -35,7 +35,6 @@ LAUNCH_BOUND_WAIT_PCT = 50.0   # ... and the host must dispatch or launch for ov
 # A gap longer than this is a host stall (initialisation, autotuning, data loading, a blocking wait),
 # never launch overhead, which costs microseconds per kernel.
 LAUNCH_GAP_MAX_US = 1000.0
-_DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 
 
 @dataclass(frozen=True)
@@ -196,7 +195,7 @@ def activities(trace: Trace) -> Activities:
         SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1),
                coalesce(l.dur, 0), coalesce(l.thread, -1)
         FROM events d LEFT JOIN events l ON l.id = d.launch
-        WHERE d.kind IN ({_DEVICE}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
     start, end, launched, *launch = rows.values()
     return Activities(np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64),
                       np.asarray(launched, dtype=bool), *(np.asarray(c, dtype=np.int64) for c in launch))
@@ -259,7 +258,7 @@ def cpu_work(trace: Trace) -> CpuWork:
     rows = trace.con.execute(f"""
         SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
         FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
-        WHERE d.kind IN ({_DEVICE}) AND {_LAUNCH_CALL}""").fetchnumpy()
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {_LAUNCH_CALL}""").fetchnumpy()
     _ids, start, end = (np.asarray(rows[k], dtype=np.int64) for k in rows)
     return CpuWork.of(start, end)
 

@@ -10,26 +10,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from ..trace.schema import DEVICE_TIME_KINDS, TABLE_KINDS
+from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from ._choices import GROUPS
 
 if TYPE_CHECKING:
     from ..trace import Trace
 
-_KINDS = ", ".join(f"'{k}'" for k in TABLE_KINDS)
-_DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 RowId = tuple[str, "str | None"]  # (name, shape); shape only when grouped by shape
 
 _QUERIES = {
     "op": f"""SELECT o.name, NULL, k.name, count(*), sum(k.dur) FROM events k JOIN events o ON o.id = k.op
-              WHERE k.kind IN ({_DEVICE}) AND o.kind IN ({_KINDS}) AND o.depth IS NOT NULL GROUP BY ALL""",
+              WHERE k.kind IN ({DEVICE_TIME_SQL}) AND o.kind IN ({TABLE_KINDS_SQL}) AND o.depth IS NOT NULL GROUP BY ALL""",
     "shape": f"""SELECT o.name, coalesce(s.input_dims, ''), k.name, count(*), sum(k.dur)
                  FROM events k JOIN events o ON o.id = k.op LEFT JOIN shapes s ON s.id = o.id
-                 WHERE k.kind IN ({_DEVICE}) AND o.kind IN ({_KINDS}) AND o.depth IS NOT NULL GROUP BY ALL""",
+                 WHERE k.kind IN ({DEVICE_TIME_SQL}) AND o.kind IN ({TABLE_KINDS_SQL})
+                   AND o.depth IS NOT NULL GROUP BY ALL""",
     "module": f"""SELECT m.name, NULL, k.name, count(*), sum(k.dur) FROM events k
                   JOIN scopes m ON m.id = k.module AND m.kind = 'module'
-                  WHERE k.kind IN ({_DEVICE}) GROUP BY ALL""",
-    "kernel": f"""SELECT name, NULL, name, count(*), sum(dur) FROM events WHERE kind IN ({_DEVICE})
+                  WHERE k.kind IN ({DEVICE_TIME_SQL}) GROUP BY ALL""",
+    "kernel": f"""SELECT name, NULL, name, count(*), sum(dur) FROM events WHERE kind IN ({DEVICE_TIME_SQL})
                   GROUP BY ALL""",
 }
 
@@ -69,5 +68,5 @@ def kernels_by_row(trace: Trace, group_by: str = "op") -> RowKernels:
     for kernels in rows.values():
         kernels.sort(key=lambda k: (-k.device_us, k.name))
     (unlinked,), = trace.con.execute(
-        f"SELECT count(*) FILTER (WHERE {_UNDER_NO_ROW[group_by]}) FROM events WHERE kind IN ({_DEVICE})").fetchall()
+        f"SELECT count(*) FILTER (WHERE {_UNDER_NO_ROW[group_by]}) FROM events WHERE kind IN ({DEVICE_TIME_SQL})").fetchall()
     return RowKernels(group_by=group_by, rows=rows, unlinked=int(unlinked))

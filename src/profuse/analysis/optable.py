@@ -8,15 +8,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import UserError
-from ..trace.schema import DEVICE_TIME_KINDS, TABLE_KINDS
+from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from ._choices import GROUPS, SORT_KEYS
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
 
 
-_KINDS = ", ".join(f"'{k}'" for k in TABLE_KINDS)
-_DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 
 
 class OpRow(msgspec.Struct, frozen=True):
@@ -60,9 +58,9 @@ class OpTable:
 def total_device_us(trace: Trace) -> float:
     """Device time of the whole trace in µs (the CPU's own self time on a CPU-only trace)."""
     if trace.cpu_only:
-        q = f"SELECT sum(self_cpu) FROM events WHERE kind IN ({_KINDS}) AND depth IS NOT NULL"
+        q = f"SELECT sum(self_cpu) FROM events WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL"
     else:
-        q = f"SELECT sum(dur) FROM events WHERE kind IN ({_DEVICE})"
+        q = f"SELECT sum(dur) FROM events WHERE kind IN ({DEVICE_TIME_SQL})"
     (v,) = trace.con.execute(q).fetchall()[0]
     return (v or 0) / 1000.0
 
@@ -120,7 +118,7 @@ def _by_op(trace: Trace) -> list[OpRow]:
     sd, dt = _device_cols(trace)
     return _rows(trace, f"""
         SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels)
-        FROM events WHERE kind IN ({_KINDS}) AND depth IS NOT NULL GROUP BY name""")
+        FROM events WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL GROUP BY name""")
 
 
 def _by_shape(trace: Trace) -> list[OpRow]:
@@ -129,13 +127,13 @@ def _by_shape(trace: Trace) -> list[OpRow]:
         SELECT e.name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels),
                coalesce(s.input_dims, '')
         FROM events e LEFT JOIN shapes s USING (id)
-        WHERE kind IN ({_KINDS}) AND depth IS NOT NULL GROUP BY e.name, s.input_dims""", with_shape=True)
+        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL GROUP BY e.name, s.input_dims""", with_shape=True)
 
 
 def _by_module(trace: Trace) -> list[OpRow]:
     """Per nn.Module class: instances, CPU time of the scope, device time under it (self and total)."""
     dev = "self_cpu" if trace.cpu_only else "dur"
-    kinds = _KINDS if trace.cpu_only else _DEVICE
+    kinds = TABLE_KINDS_SQL if trace.cpu_only else DEVICE_TIME_SQL
     return _rows(trace, f"""
         WITH RECURSIVE up(scope, anc) AS (
             SELECT id, id FROM scopes WHERE kind = 'module'
@@ -156,4 +154,4 @@ def _by_kernel(trace: Trace) -> list[OpRow]:
         return _by_op(trace)
     return _rows(trace, f"""
         SELECT name, count(*), 0, 0, sum(dur), sum(dur), count(*)
-        FROM events WHERE kind IN ({_DEVICE}) GROUP BY name""")
+        FROM events WHERE kind IN ({DEVICE_TIME_SQL}) GROUP BY name""")

@@ -5,14 +5,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import printable
-from ..trace.schema import DEVICE_TIME_KINDS
+from ..trace.schema import DEVICE_TIME_SQL
 from .busy import Busy, StepBusy, device_busy, steps_busy
 from .optable import total_device_us
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
 
-_DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ def summarize(trace: Trace) -> Summary:
     bundle's capture status."""
     m = trace.meta
     kernels, linked = trace.con.execute(
-        f"SELECT count(*), count(op) FROM events WHERE kind IN ({_DEVICE})").fetchall()[0]
+        f"SELECT count(*), count(op) FROM events WHERE kind IN ({DEVICE_TIME_SQL})").fetchall()[0]
     return Summary(path=printable(str(trace.path)), device_kind=m["device_kind"], device_name=m.get("device_name"),
                    events=int(m["events"]), span_us=float(m["span_us"]), device_us=total_device_us(trace),
                    kernels=int(kernels), kernels_linked=int(linked), unlinked=dict(m.get("unlinked") or {}),

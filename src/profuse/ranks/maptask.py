@@ -25,14 +25,13 @@ import numpy as np
 
 from ..analysis.breakdown import COMM_KERNEL_SQL
 from ..errors import UserError
-from ..trace.schema import DEVICE_TIME_KINDS
+from ..trace.schema import DEVICE_TIME_SQL
 
 TABLES_VERSION = 2  # bump when a per-rank table changes: older rank folders are rebuilt
 DONE = "done.json"
 # host annotations that are collectives when there is no device (gloo, MPI, UCC)
 COMM_HOST = re.compile(r"^(gloo|nccl|mpi|ucc|xccl|rccl):")
 _KERNEL_COLL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
-_DEVICE = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
 
 # name -> (column, SQL type) of every per-rank table; the reduce reads these names
 SCHEMAS: dict[str, list[tuple[str, str]]] = {
@@ -184,7 +183,7 @@ def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
     else:
         dev = con.execute(f"""
             SELECT ts, ts + dur AS e, kind, kind = 'kernel' AND {COMM_KERNEL_SQL} AS comm
-            FROM events WHERE kind IN ({_DEVICE})""").fetchnumpy()
+            FROM events WHERE kind IN ({DEVICE_TIME_SQL})""").fetchnumpy()
         s, e, kind, comm = dev["ts"], dev["e"], np.asarray(dev["kind"], dtype=object), np.asarray(dev["comm"], bool)
         mem = (kind == "memcpy") | (kind == "memset")
         comp_s, comp_e = s[~comm & ~mem], e[~comm & ~mem]

@@ -50,6 +50,9 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "device_other")
 DEVICE_TIME_KINDS = ("kernel", "memcpy", "memset")
 # Host events that torch's key_averages() lists as rows (what the op table shows).
 TABLE_KINDS = ("cpu_op", "annotation", "runtime", "sync")
+# The same two sets as the text of an SQL IN list (fixed names, never anything from a trace).
+DEVICE_TIME_SQL = ", ".join(f"'{k}'" for k in DEVICE_TIME_KINDS)
+TABLE_KINDS_SQL = ", ".join(f"'{k}'" for k in TABLE_KINDS)
 
 # While tables are built, the kind column holds each kind's position in KINDS (its code).
 KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
