@@ -252,3 +252,69 @@ def test_a_database_shipped_beside_a_trace_is_never_opened(tmp_path):
         assert not t.from_cache
         kinds = {k for (k,) in t.sql("SELECT DISTINCT kind FROM events")[1]}
     assert "LEAKED" not in kinds and "kernel" in kinds
+
+
+def _json_events(raw: bytes) -> int:
+    """Complete events of a trace's bytes (gzip or plain), counted with plain json."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return sum(1 for e in doc["traceEvents"] if e.get("ph") == "X")
+
+
+@pytest.mark.parametrize("scanner", ["1", "0"], ids=["scanner", "msgspec"])
+@pytest.mark.parametrize("gzipped", [True, False], ids=["gzip", "plain"])
+@pytest.mark.parametrize("change", ["replaced", "deleted"])
+def test_a_trace_changed_while_it_loads_is_cached_under_the_bytes_decoded(tmp_path, monkeypatch, gzipped, change,
+                                                                          scanner):
+    import gzip
+
+    from profuse.trace import _decode
+
+    monkeypatch.setenv("PROFUSE_SCANNER", scanner)
+
+    first, other = trace_path("compare_base.json.gz").read_bytes(), trace_path("a100_alexnet.json.gz").read_bytes()
+    if not gzipped:
+        first, other = gzip.decompress(first), gzip.decompress(other)
+    assert _json_events(first) != _json_events(other)
+    src = tmp_path / ("t.json.gz" if gzipped else "t.json")
+    src.write_bytes(first)
+    real_read = _decode.read_trace
+
+    def read_then_change(path: str):  # the file changes right after its bytes were read
+        got = real_read(path)
+        if change == "replaced":
+            src.write_bytes(other)
+        else:
+            src.unlink()
+        return got
+
+    # GIVEN a load during which the file is replaced by another trace (or deleted)
+    monkeypatch.setattr(_decode, "read_trace", read_then_change)
+    with profuse.load(src) as t:
+        assert t.meta["events"] == _json_events(first)  # it decoded what it read
+    monkeypatch.setattr(_decode, "read_trace", real_read)
+    # THEN the other trace's bytes, loaded later, never get the first trace's tables from the cache
+    again = tmp_path / ("o.json.gz" if gzipped else "o.json")
+    again.write_bytes(other)
+    with profuse.load(again) as t:
+        assert t.meta["events"] == _json_events(other)
+    # AND the first trace's bytes are served from the cache the interrupted load wrote
+    back = tmp_path / ("f.json.gz" if gzipped else "f.json")
+    back.write_bytes(first)
+    with profuse.load(back) as t:
+        assert t.from_cache and t.meta["events"] == _json_events(first)
+
+
+def test_a_write_through_the_connection_after_load_never_reaches_the_cache(tmp_path):
+    # GIVEN a first load whose tables are changed through the engine's connection while the cache is written
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path(SMALL), src)
+    with profuse.load(src) as t:
+        assert not t.from_cache
+        t.con.execute("UPDATE events SET name = 'POISON'")
+    # THEN the cache holds the tables as they were built
+    with profuse.load(src) as t:
+        assert t.from_cache
+        assert t.sql("SELECT count(*) FROM events WHERE name = 'POISON'")[1] == [(0,)]

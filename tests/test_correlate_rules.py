@@ -170,11 +170,22 @@ def _stack_reference(events: list[tuple[int, int, int]]) -> tuple[list[int], lis
     return parent, depth
 
 
+def test_a_chain_of_rounding_overhangs_keeps_each_child_in_its_parent():
+    # GIVEN A [0, 6 µs), B [1, 7 µs) and C [2, 8 µs), each ending 1 µs after its parent (rounding: each
+    # stays its parent's child), and D, zero length at 6 µs: past A's end, inside B and C
+    ts, dur = [0, 1_000, 2_000, 6_000], [6_000, 6_000, 6_000, 0]
+    parent, depth = nesting(np.zeros(4, dtype=np.int64), np.array(ts, dtype=np.int64), np.array(dur, dtype=np.int64),
+                            np.ones(4, dtype=bool))
+    # THEN D's parent is C, the innermost event holding it (the vectorised count once said B)
+    assert parent.tolist() == [-1, 0, 1, 2] and depth.tolist() == [0, 1, 2, 3]
+    assert (parent.tolist(), depth.tolist()) == _stack_reference([(0, t, d) for t, d in zip(ts, dur)])
+
+
 def test_nesting_matches_the_rule_on_random_overlaps():
     # GIVEN random events on three threads: nested calls, ties, zero lengths, and overhangs of a few
     # ns up to a few µs past the parent
     rng = random.Random(7)
-    for _ in range(300):
+    for _ in range(1500):
         events = [(rng.randint(0, 2), rng.choice([0, 1_000, 2_000, rng.randint(0, 20_000)]),
                    rng.choice([0, 1, 1_000, rng.randint(0, 15_000)])) for _ in range(rng.randint(1, 25))]
         parent, depth = nesting(np.array([e[0] for e in events], dtype=np.int64),

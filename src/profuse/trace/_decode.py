@@ -7,6 +7,7 @@ rest of ``args`` is skipped by the decoder. No per-event dicts are built on the 
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -109,8 +110,30 @@ def read_bytes(path: str) -> bytes | bytearray:
     return read_trace(path)[0]
 
 
-def read_trace(path: str) -> tuple[bytes | bytearray, bool]:
-    """:func:`read_bytes`, and whether the file was gzip (else the bytes are the file's own)."""
+class _Hashed:
+    """A file read through SHA-1: the digest and size of exactly the bytes read from it."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.sha1, self.size = fh, hashlib.sha1(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        """``n`` bytes of the file (all that is left for -1), hashed on the way."""
+        block = self.fh.read(n)
+        self.sha1.update(block)
+        self.size += len(block)
+        return block
+
+    def drain(self) -> None:
+        """Hash the rest of the file (what the decoder did not need to read)."""
+        while self.read(_READ_BLOCK):
+            pass
+
+
+def read_trace(path: str) -> tuple[bytes | bytearray, tuple[str, int] | None]:
+    """:func:`read_bytes`, and for a gzip file the SHA-1 and size of the compressed bytes it inflated
+    (None for plain JSON: the bytes returned are the file's own, to be hashed by the caller). So a
+    cache is always keyed by the bytes actually decoded, never by a second read of a file that may
+    have changed in between."""
     limit = max_trace_bytes()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -127,10 +150,13 @@ def read_trace(path: str) -> tuple[bytes | bytearray, bool]:
                 raise TraceError(path, "is a folder with no trace in it")
             if not stat.S_ISREG(st.st_mode):
                 raise TraceError(path, "is not a regular file (a FIFO or a device); give a .json or .json.gz file")
-            head = fh.read(2)
-            gzipped = head == b"\x1f\x8b"
-            if gzipped:
-                data: bytes | bytearray = _gunzip(path, fh, head, limit)
+            hashed = _Hashed(fh)
+            head = hashed.read(2)
+            raw: tuple[str, int] | None = None
+            if head == b"\x1f\x8b":
+                data: bytes | bytearray = _gunzip(path, hashed, head, limit)
+                hashed.drain()
+                raw = (hashed.sha1.hexdigest(), hashed.size)
             else:
                 if st.st_size > limit:
                     raise _too_big(path, limit, "holds")
@@ -143,7 +169,7 @@ def read_trace(path: str) -> tuple[bytes | bytearray, bool]:
         raise TraceError(path, f"too big for the memory left; set {MAX_TRACE_BYTES_ENV} lower") from None
     if not data or data.isspace():
         raise TraceError(path, "file is empty")
-    return data, gzipped
+    return data, raw
 
 
 def _read_rest(fh: BinaryIO, size: int, limit: int) -> bytes:
@@ -176,7 +202,7 @@ def _inflate_errors() -> tuple[type[Exception], ...]:
     return (zlib.error, cast("type[Exception]", isal_zlib.error))
 
 
-def _gunzip(path: str, fh: BinaryIO, head: bytes, limit: int) -> bytearray:
+def _gunzip(path: str, fh: BinaryIO | _Hashed, head: bytes, limit: int) -> bytearray:
     """Inflate every gzip member of ``fh`` into one buffer, refusing more than ``limit`` bytes."""
     out = bytearray()
     inflater = _inflater()

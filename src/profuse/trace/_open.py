@@ -98,7 +98,8 @@ def load(
     src = resolve(path)
     notes: list[str] = []
     caches = cache_folder(cache_dir) if cache and not lenient else None
-    fp = None  # with no cache of this size in the folder, the trace is hashed while it is decoded
+    # With no cache of this size in the folder, no hash can find one: the trace is hashed while it is
+    # decoded (the new cache is keyed by the bytes decoded, whatever happens to the file meanwhile).
     if caches is not None and holds_cache_of_size(caches, src.stat().st_size):
         fp = fingerprint(src)
         cached, problem = CacheSlot(caches, slot_key(fp)).open_if_valid(fp)
@@ -108,7 +109,7 @@ def load(
             notes.append(f"cache {problem}; tables rebuilt from the trace")
     from .loader import build
 
-    return with_bundle(with_mapping(build(src, fp, cache_folder=caches, notes=notes, lenient=lenient,
+    return with_bundle(with_mapping(build(src, cache_folder=caches, notes=notes, lenient=lenient,
                                           progress=progress)))
 
 

@@ -54,7 +54,12 @@ def fingerprint(src: Path) -> dict[str, Any]:
 
 def fingerprint_of_bytes(data: bytes | bytearray) -> dict[str, Any]:
     """:func:`fingerprint` of a file whose bytes are ``data`` (already read: no second read)."""
-    return {"size": len(data), "sha1": hashlib.sha1(data).hexdigest(), "schema_version": SCHEMA_VERSION}
+    return fingerprint_of_hash(hashlib.sha1(data).hexdigest(), len(data))
+
+
+def fingerprint_of_hash(sha1: str, size: int) -> dict[str, Any]:
+    """:func:`fingerprint` of a file of ``size`` bytes whose SHA-1 was taken while it was read."""
+    return {"size": size, "sha1": sha1, "schema_version": SCHEMA_VERSION}
 
 
 def user_cache_dir() -> Path:
@@ -239,6 +244,10 @@ class CacheWriter:
         self.slot = slot
         self.error: str | None = None
         self._cursor = con.cursor()
+        # A snapshot of the tables as built, taken now: a later write through the trace's connection
+        # (Trace.con is the engine's own) never reaches the cache.
+        self._cursor.execute("BEGIN TRANSACTION")
+        self._cursor.execute("SELECT count(*) FROM trace.meta").fetchall()
         self._thread = threading.Thread(target=self._run, name="profuse-cache-writer", daemon=True)
         _live.add(self)
         self._thread.start()
@@ -248,6 +257,7 @@ class CacheWriter:
         try:
             self._cursor.execute(f"ATTACH {sql_string(work)} AS profuse_cache")
             self._cursor.execute("COPY FROM DATABASE trace TO profuse_cache")
+            self._cursor.execute("COMMIT")
             self._cursor.execute("DETACH profuse_cache")
             final = self.slot.commit(work)
             evict(self.slot.folder, keep=final, max_bytes=max_cache_bytes())

@@ -140,7 +140,7 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     has = par_sorted >= 0
     bad = np.zeros(m, dtype=bool)
     parent_end = end[pos_of[par_sorted[has]]]
-    bad[has] = (start[has] >= parent_end) | (end[has] > parent_end + OVERHANG_NS)
+    bad[has] = (start[has] >= parent_end) | (end[has] > parent_end)  # any overhang: the count may be off
     for t in np.unique(th[bad]):
         sel = np.flatnonzero(th == t)
         p_loc, d_loc = _stack_nesting(start[sel], end[sel])

@@ -22,7 +22,7 @@ from ._parallel import decode_parallel, worker_count
 from ._prepare import Prepared, base_time_ns, prepare
 from ._privateuse1 import privateuse1_name
 from ._write import write_events, write_meta, write_side_tables
-from .cache import CacheSlot, CacheWriter, fingerprint, fingerprint_of_bytes, slot_key
+from .cache import CacheSlot, CacheWriter, fingerprint_of_bytes, fingerprint_of_hash, slot_key
 from .correlate import UNLINKED, correlate, unmatched_flows
 from .event_columns import EventColumns
 from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION, kind_codes
@@ -33,16 +33,16 @@ COMPRESS_MIN_EVENTS = 1_000_000
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
-def build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, notes: list[str],
-          lenient: bool = False, progress: Progress | None = None) -> Trace:
+def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool = False,
+          progress: Progress | None = None) -> Trace:
     """Decode ``src`` into in-memory tables and start writing them to a cache in ``cache_folder``
     behind (see :func:`profuse.trace.load`, which tries the cache first).
 
-    ``fp``: the trace's fingerprint, or None when no cache lookup needed it; it is then hashed on
-    another thread while the trace is decoded.
+    The cache is keyed by the fingerprint of the bytes decoded (hashed on another thread while they
+    are decoded), never by an earlier or later read of the file, which may have changed meanwhile.
     """
     with _no_cyclic_gc():
-        return _build(src, fp, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
+        return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
 
 
 @contextlib.contextmanager
@@ -60,8 +60,8 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, notes: list[str],
-           lenient: bool, progress: Progress | None) -> Trace:
+def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool,
+           progress: Progress | None) -> Trace:
     started = time.perf_counter()
     # With the scanner, DuckDB starts up with empty tables (and the trace is hashed) on other threads
     # while the trace is decoded; the forked msgspec workers are then not used (forking after threads
@@ -69,8 +69,8 @@ def _build(src: Path, fp: dict[str, Any] | None, *, cache_folder: Path | None, n
     threads = _native.enabled() and not lenient
     connection = _behind(_empty_tables, "profuse-connect") if threads else None
     try:
-        data, gzipped = _decode.read_trace(str(src))
-        fingerprint_of = _hash_behind(src, data, gzipped) if fp is None and threads else _known(fp, src)
+        data, gzip_hash = _decode.read_trace(str(src))
+        fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
         del data
         source = fingerprint_of()
@@ -121,18 +121,18 @@ def _min_cache_seconds() -> float:
         return 0.05
 
 
-def _hash_behind(src: Path, data: bytes | bytearray, gzipped: bool) -> Callable[[], dict[str, Any]]:
-    """The fingerprint of ``src``, computed on another thread: from ``data`` when those are the file's
-    bytes (no second read), else (a gzip file) from the file."""
-    if gzipped:
-        return _behind(lambda: fingerprint(src), "profuse-hash")
-    return _behind(lambda: fingerprint_of_bytes(data), "profuse-hash")
-
-
-def _known(fp: dict[str, Any] | None, src: Path) -> Callable[[], dict[str, Any]]:
-    """``fp``, or the fingerprint of ``src`` computed now."""
-    known = fp if fp is not None else fingerprint(src)
-    return lambda: known
+def _fingerprint_of(data: bytes | bytearray, gzip_hash: tuple[str, int] | None, *,
+                    behind: bool) -> Callable[[], dict[str, Any]]:
+    """The fingerprint of the bytes decoded: of the compressed bytes a gzip file inflated from
+    (``gzip_hash``, taken as they were read), else of ``data`` itself, hashed on another thread when
+    ``behind`` (hashlib releases the GIL) or now."""
+    if gzip_hash is not None:
+        known = fingerprint_of_hash(*gzip_hash)
+        return lambda: known
+    if behind:
+        return _behind(lambda: fingerprint_of_bytes(data), "profuse-hash")
+    now = fingerprint_of_bytes(data)
+    return lambda: now
 
 
 T = TypeVar("T")
