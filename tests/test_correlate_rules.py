@@ -91,6 +91,9 @@ def test_event_columns_are_the_ddl_columns_in_order():
     for looked_up in ({"kinds", "cats", "names", "pids", "tids", "how", "why"}, set()):
         read = re.findall(r"\bf\.(\w+)", insert_sql("f", looked_up))
         assert [c for i, c in enumerate(read) if i == 0 or read[i - 1] != c] == ddl_columns
+    # and every write rule names a column (a misspelt one would silently write codes as numbers)
+    from profuse.trace.event_columns import WRITE_RULES
+    assert set(WRITE_RULES) <= set(ddl_columns)
 
 
 def test_timestamp_ties_nest_longer_first_then_in_file_order():

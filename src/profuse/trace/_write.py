@@ -16,7 +16,7 @@ import numpy as np
 from ._build import FLOW_PHASES, Columns
 from ._prepare import Prepared
 from .correlate import device_threads, module_scopes
-from .event_columns import EventColumns, EventStrings, insert_sql
+from .event_columns import WRITE_RULES, EventColumns, EventStrings, insert_sql
 from .schema import KIND_CODE
 
 INSERT_BATCH = 1 << 20
@@ -38,7 +38,7 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
     arrays, n = events.arrays(), len(events)
     params = {k: v for k, v in strings.params().items() if len(v) <= LOOKUP_MAX}
     for f in fields(EventColumns):
-        lookup = f.metadata.get("lookup")
+        lookup = WRITE_RULES.get(f.name, {}).get("lookup")
         if lookup is not None and lookup not in params:
             arrays[f.name] = np.array(getattr(strings, lookup), dtype=object)[arrays[f.name]]
     insert = insert_sql("_frame", params)

@@ -9,7 +9,7 @@ needs DuckDB, so the correlation rules are tested on hand-built inputs.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -56,10 +56,16 @@ class DecodedEvents:
         return len(self.ts)
 
 
-# How a column is written (the metadata of its field): a code into the string list named by
-# "lookup" (0-based), an integer where "null" stands for SQL NULL, or a float where NaN is NULL.
+# How a column is written: a code into the string list named by "lookup" (0-based), an integer where
+# "null" stands for SQL NULL, or a float where NaN is NULL; a column not named here is written as it is.
 _OPTIONAL = {"null": NONE}
-_NAN_NULL = {"nan_null": True}
+WRITE_RULES: dict[str, dict[str, Any]] = {
+    "kind": {"lookup": "kinds"}, "cat": {"lookup": "cats"}, "name": {"lookup": "names"},
+    "pid": {"lookup": "pids"}, "tid": {"lookup": "tids"}, "link": {"lookup": "how"}, "unlinked": {"lookup": "why"},
+    **dict.fromkeys(("device", "stream", "correlation", "external_id", "parent", "depth", "op", "module", "scope",
+                     "parent_op", "launch", "seq", "python_id", "python_parent_id", "bytes"), _OPTIONAL),
+    "flops": {"nan_null": True},
+}
 
 
 @dataclass(frozen=True)
@@ -68,42 +74,42 @@ class EventColumns:
 
     String columns hold codes into lists kept beside (:class:`EventStrings`): ``kind`` into
     schema.KINDS, ``link`` into correlate.LINK_HOW, ``unlinked`` into correlate.UNLINKED, ``pid`` and
-    ``tid`` are the thread number (into the per-thread pid and tid lists). Each field's metadata says
-    how it is written: ``lookup`` (a code into that list), ``null`` (that value is NULL), ``nan_null``.
+    ``tid`` are the thread number (into the per-thread pid and tid lists). How each is written is
+    :data:`WRITE_RULES`.
     """
 
     id: np.ndarray
-    kind: np.ndarray = field(metadata={"lookup": "kinds"})
-    cat: np.ndarray = field(metadata={"lookup": "cats"})
-    name: np.ndarray = field(metadata={"lookup": "names"})
-    ts: np.ndarray = field()
-    dur: np.ndarray = field()
-    pid: np.ndarray = field(metadata={"lookup": "pids"})
-    tid: np.ndarray = field(metadata={"lookup": "tids"})
-    thread: np.ndarray = field()
-    device: np.ndarray = field(metadata=_OPTIONAL)
-    stream: np.ndarray = field(metadata=_OPTIONAL)
-    correlation: np.ndarray = field(metadata=_OPTIONAL)
-    external_id: np.ndarray = field(metadata=_OPTIONAL)
-    parent: np.ndarray = field(metadata=_OPTIONAL)
-    depth: np.ndarray = field(metadata=_OPTIONAL)
-    op: np.ndarray = field(metadata=_OPTIONAL)
-    module: np.ndarray = field(metadata=_OPTIONAL)
-    scope: np.ndarray = field(metadata=_OPTIONAL)
-    parent_op: np.ndarray = field(metadata=_OPTIONAL)
-    launch: np.ndarray = field(metadata=_OPTIONAL)
-    link: np.ndarray = field(metadata={"lookup": "how"})
-    unlinked: np.ndarray = field(metadata={"lookup": "why"})
-    self_cpu: np.ndarray = field()
-    self_device: np.ndarray = field()
-    device_total: np.ndarray = field()
-    kernels: np.ndarray = field()
-    kernels_total: np.ndarray = field()
-    seq: np.ndarray = field(metadata=_OPTIONAL)
-    python_id: np.ndarray = field(metadata=_OPTIONAL)
-    python_parent_id: np.ndarray = field(metadata=_OPTIONAL)
-    bytes: np.ndarray = field(metadata=_OPTIONAL)
-    flops: np.ndarray = field(metadata=_NAN_NULL)
+    kind: np.ndarray
+    cat: np.ndarray
+    name: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    thread: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    external_id: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+    op: np.ndarray
+    module: np.ndarray
+    scope: np.ndarray
+    parent_op: np.ndarray
+    launch: np.ndarray
+    link: np.ndarray
+    unlinked: np.ndarray
+    self_cpu: np.ndarray
+    self_device: np.ndarray
+    device_total: np.ndarray
+    kernels: np.ndarray
+    kernels_total: np.ndarray
+    seq: np.ndarray
+    python_id: np.ndarray
+    python_parent_id: np.ndarray
+    bytes: np.ndarray
+    flops: np.ndarray
 
     def __len__(self) -> int:
         return len(self.id)
@@ -126,12 +132,12 @@ def insert_sql(frame: str, looked_up: Collection[str]) -> str:
     """
     exprs = []
     for f in fields(EventColumns):
-        col = f"{frame}.{f.name}"
-        if f.metadata.get("lookup") in looked_up:
-            exprs.append(f"list_extract(${f.metadata['lookup']}::VARCHAR[], {col} + 1)")
-        elif "null" in f.metadata:
-            exprs.append(f"NULLIF({col}, {f.metadata['null']})")
-        elif f.metadata.get("nan_null"):
+        col, rule = f"{frame}.{f.name}", WRITE_RULES.get(f.name, {})
+        if rule.get("lookup") in looked_up:
+            exprs.append(f"list_extract(${rule['lookup']}::VARCHAR[], {col} + 1)")
+        elif "null" in rule:
+            exprs.append(f"NULLIF({col}, {rule['null']})")
+        elif rule.get("nan_null"):
             exprs.append(f"CASE WHEN isnan({col}) THEN NULL ELSE {col} END")
         else:
             exprs.append(col)
