@@ -12,7 +12,6 @@ so fused time = time now x bytes fused / bytes now. Bytes come from the recorded
 """
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,27 +81,20 @@ class Candidate:
     shape: str = ""       # input shapes of the first op: instances that differ in shape are grouped apart
 
 
-# --- names ---------------------------------------------------------------------------------------
-# A pass asks for the class and base name of the same few op names thousands of times: both are pure
-# functions of the name, remembered.
-_base = functools.lru_cache(maxsize=1 << 16)(base)
-_cls = functools.lru_cache(maxsize=1 << 16)(op_class)
-
-
 # --- patterns ----------------------------------------------------------------------------------
 
 
 def _names(units: list[Unit]) -> list[str]:
-    return [_base(u.name) if u.kind == "op" else f"<{u.cls}>" for u in units]
+    return [base(u.name) if u.kind == "op" else f"<{u.cls}>" for u in units]
 
 
 def _is_norm(u: Unit) -> bool:
-    return (u.kind == "op" and _base(u.name) in NORM) or u.cls == "norm_module"
+    return (u.kind == "op" and base(u.name) in NORM) or u.cls == "norm_module"
 
 
 def _residual_then_norm(units: list[Unit]) -> bool:
     for a, b in zip(units, units[1:]):
-        if a.kind == "op" and _base(a.name) == "add" and _is_norm(b):
+        if a.kind == "op" and base(a.name) == "add" and _is_norm(b):
             big = max((t.numel for t in a.ins), default=None)
             if big is None or big > 1:
                 return True
@@ -112,7 +104,7 @@ def _residual_then_norm(units: list[Unit]) -> bool:
 def _scalar_mul(u: Unit) -> bool:
     """A multiply by a constant: one tensor input (the other operand is a Scalar), or, without
     shapes, a mul that feeds the sigmoid directly. A Python scalar may be recorded as a 0-dim tensor."""
-    return u.kind == "op" and _base(u.name) == "mul" and sum(t.numel > 1 for t in u.ins) <= 1
+    return u.kind == "op" and base(u.name) == "mul" and sum(t.numel > 1 for t in u.ins) <= 1
 
 
 def _sigmoid_form(n: list[str], units: list[Unit]) -> str | None:
@@ -123,11 +115,11 @@ def _sigmoid_form(n: list[str], units: list[Unit]) -> str | None:
     if "sigmoid" not in n:
         return None
     i = n.index("sigmoid")
-    after = [u for u in units[i + 1:] if u.kind == "op" and _base(u.name) == "mul" and not _scalar_mul(u)]
-    if not after and not any(_base(u.name) == "mul" for u in units[i + 1:] if u.kind == "op"):
+    after = [u for u in units[i + 1:] if u.kind == "op" and base(u.name) == "mul" and not _scalar_mul(u)]
+    if not after and not any(base(u.name) == "mul" for u in units[i + 1:] if u.kind == "op"):
         return None
     before = units[i - 1] if i > 0 else None
-    if before is not None and before.kind == "op" and _base(before.name) == "mul" and (
+    if before is not None and before.kind == "op" and base(before.name) == "mul" and (
             _scalar_mul(before) or not before.ins):
         return "quick_gelu"
     return "gated" if len(after) >= 2 else "silu"
@@ -166,7 +158,7 @@ def name_chain(units: list[Unit]) -> str | None:
 def _fusible(u: Unit) -> bool:
     if u.kind == "scope":
         return u.cls in ("norm_module", "activation_module")
-    return _cls(u.name) in FUSIBLE
+    return op_class(u.name) in FUSIBLE
 
 
 def _work(u: Unit, cpu: bool) -> bool:
@@ -204,7 +196,7 @@ def chains(inst: ScopeInstance, cpu: bool) -> list[list[Unit]]:
         run.clear()
 
     for u in inst.units:
-        if u.kind == "op" and _cls(u.name) == "view":
+        if u.kind == "op" and op_class(u.name) == "view":
             continue
         if not _fusible(u):
             close()
@@ -232,19 +224,19 @@ def _transparent(u: Unit, cpu: bool) -> bool:
 
 def _attention(inst: ScopeInstance, cpu: bool = False) -> list[list[Unit]]:
     """matmul -> (scale / mask) -> softmax -> (dropout) -> matmul windows."""
-    units = [u for u in inst.units if not (u.kind == "op" and _cls(u.name) == "view")]
+    units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
     found = []
     i = 0
     while i < len(units):
-        if units[i].kind == "op" and _cls(units[i].name) == "matmul":
+        if units[i].kind == "op" and op_class(units[i].name) == "matmul":
             j = i + 1
             saw_softmax = False
-            while j < len(units) and j - i <= 8 and ((units[j].kind == "op" and _cls(units[j].name) in FUSIBLE)
+            while j < len(units) and j - i <= 8 and ((units[j].kind == "op" and op_class(units[j].name) in FUSIBLE)
                                                      or _transparent(units[j], cpu)):
-                n = _base(units[j].name) if units[j].kind == "op" else ""
-                saw_softmax |= (units[j].kind == "op" and _cls(units[j].name) == "softmax") or n == "exp"
+                n = base(units[j].name) if units[j].kind == "op" else ""
+                saw_softmax |= (units[j].kind == "op" and op_class(units[j].name) == "softmax") or n == "exp"
                 j += 1
-            if saw_softmax and j < len(units) and units[j].kind == "op" and _cls(units[j].name) == "matmul":
+            if saw_softmax and j < len(units) and units[j].kind == "op" and op_class(units[j].name) == "matmul":
                 found.append(units[i:j + 1])
                 i = j + 1
                 continue
@@ -254,17 +246,17 @@ def _attention(inst: ScopeInstance, cpu: bool = False) -> list[list[Unit]]:
 
 def _swiglu(inst: ScopeInstance) -> list[list[Unit]]:
     """silu(gate(x)) * up(x): the up projection runs between the activation and the product."""
-    units = [u for u in inst.units if not (u.kind == "op" and _cls(u.name) == "view")]
+    units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
     found = []
     for i, u in enumerate(units):
-        is_silu = (u.kind == "op" and _base(u.name) == "silu") or (u.kind == "scope" and "SiLU" in u.name)
+        is_silu = (u.kind == "op" and base(u.name) == "silu") or (u.kind == "scope" and "SiLU" in u.name)
         if not is_silu:
             continue
         for w in units[i + 1:i + 4]:
-            if w.kind == "op" and _base(w.name) == "mul":
+            if w.kind == "op" and base(w.name) == "mul":
                 found.append([u, w])
                 break
-            if (w.kind == "op" and _cls(w.name) != "matmul") or (w.kind == "scope" and w.cls != "scope"):
+            if (w.kind == "op" and op_class(w.name) != "matmul") or (w.kind == "scope" and w.cls != "scope"):
                 break
     return found
 
@@ -337,7 +329,7 @@ def candidate_ops(trace: Trace) -> set[str]:
     """The trace's op names that can be part of a match: a scope instance none of whose own ops is
     one of these (only views, "other" ops, child modules) holds no chain, attention or SwiGLU."""
     names = trace.con.execute("SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' AND name IS NOT NULL").fetchall()
-    return {n for (n,) in names if _cls(n) in _MATCHABLE}
+    return {n for (n,) in names if op_class(n) in _MATCHABLE}
 
 
 def find_matches(trace: Trace) -> list[Match]:
@@ -357,7 +349,7 @@ def find_matches(trace: Trace) -> list[Match]:
         for run in chains(inst, cpu):
             run = [u for u in run if u.id not in taken]
             if not cpu:
-                for u in [u for u in run if u.kind == "op" and _cls(u.name) == "norm" and u.kernels >= 2]:
+                for u in [u for u in run if u.kind == "op" and op_class(u.name) == "norm" and u.kernels >= 2]:
                     out.append(_match("multi-kernel norm", inst, [u], cpu))
                     run = [v for v in run if v is not u]
             if len(run) < 2:

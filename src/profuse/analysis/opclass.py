@@ -57,8 +57,10 @@ def short(name: str | None) -> str:
     return name.split("::", 1)[1] if name.startswith("aten::") else name
 
 
+@lru_cache(maxsize=65536)
 def base(name: str) -> str:
-    """In-place and out variants share a class: ``add_`` -> ``add``."""
+    """In-place and out variants share a class: ``add_`` -> ``add`` (remembered: passes ask for the
+    same few names thousands of times)."""
     s = short(name)
     return s[:-1] if s.endswith("_") and not s.startswith("_") else s
 
