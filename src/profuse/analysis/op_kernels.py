@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from ._choices import GROUPS
+from ._memo import once_per_trace
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -56,9 +57,15 @@ class RowKernels:
 
 
 def kernels_by_row(trace: Trace, group_by: str = "op") -> RowKernels:
-    """Kernels per op-table row (most device time first). A CPU-only trace has none."""
+    """Kernels per op-table row (most device time first), once per loaded trace and grouping (the
+    explorer asks again on every opened row). A CPU-only trace has none."""
     if group_by not in GROUPS:
         raise UserError(f"--group-by must be one of {', '.join(GROUPS)} (got {group_by!r})")
+    return _kernels_by_row(trace, group_by)
+
+
+@once_per_trace
+def _kernels_by_row(trace: Trace, group_by: str) -> RowKernels:
     rows: dict[RowId, list[KernelCalls]] = {}
     if trace.cpu_only:
         return RowKernels(group_by=group_by, rows=rows, unlinked=0)

@@ -1,7 +1,6 @@
 """The op table: torch's ``key_averages()`` with device time correlated, grouped four ways."""
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +9,7 @@ import msgspec
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from ._choices import GROUPS, SORT_KEYS
+from ._memo import once_per_trace
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
@@ -65,18 +65,13 @@ def total_device_us(trace: Trace) -> float:
     return (v or 0) / 1000.0
 
 
-_TABLES: weakref.WeakKeyDictionary[Trace, dict[tuple[str, str], OpTable]] = weakref.WeakKeyDictionary()
-
-
 def op_table(trace: Trace, *, group_by: str = "op", sort: str = "self_device") -> OpTable:
     """The op table grouped and sorted as asked; built once per loaded trace and (group, sort), since
     the report and the advisor's hotspots ask for the same one (callers only read it)."""
-    found = _TABLES.setdefault(trace, {}).get((group_by, sort))
-    if found is None:
-        found = _TABLES[trace][(group_by, sort)] = _op_table(trace, group_by, sort)
-    return found
+    return _op_table(trace, group_by, sort)
 
 
+@once_per_trace
 def _op_table(trace: Trace, group_by: str, sort: str) -> OpTable:
     if group_by not in GROUPS:
         raise UserError(f"--group-by must be one of {', '.join(GROUPS)} (got {group_by!r})")
