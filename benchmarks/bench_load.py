@@ -113,7 +113,8 @@ def child(code: str, path: Path, python: str = sys.executable, env: dict[str, st
 
 def process(argv: list[str], env: dict[str, str] | None = None, reps: int = 1,
             before: Callable[[], None] | None = None) -> dict:
-    """Whole-process wall time (fastest of ``reps``) and peak RSS of a command."""
+    """Whole-process wall time (fastest of ``reps``), the CPU seconds of that run, and the peak RSS of
+    a command."""
     best: dict = {}
     for _ in range(reps):
         if before:
@@ -129,19 +130,31 @@ def process(argv: list[str], env: dict[str, str] | None = None, reps: int = 1,
             return {"error": err.splitlines()[-1] if err else f"exit {code}"}
         rss = max(usage.ru_maxrss * 1024, best.get("peak_rss", 0))
         if not best or seconds < best["seconds"]:
-            best = {"seconds": seconds}
+            best = {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime}
         best["peak_rss"] = rss
     return best
 
 
-def shared_trace(key: str) -> Path:
-    """A shared trace decompressed into a folder of its own (HTA reads every trace of a folder)."""
+def shared_trace(key: str, file: str | None = None) -> Path:
+    """A shared trace (``file``, else ``INPUTS[key]``) decompressed into a folder of its own (HTA reads
+    every trace of a folder)."""
     folder = WORK / key
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{key}.json"
     if not path.exists():
-        path.write_bytes(gzip.decompress((SHARED / INPUTS[key]).read_bytes()))
+        path.write_bytes(gzip.decompress((SHARED / (file or INPUTS[key])).read_bytes()))
     return path
+
+
+def finish(targets: list[tuple[str, bool | None, str]], results: dict, json_path: str | None, *,
+           decimals: int = 1) -> None:
+    """The closing lines of a benchmark: load average, which targets hold, and the raw JSON if asked."""
+    print(f"\nload average at end: {' '.join(f'{x:.{decimals}f}' for x in os.getloadavg())}")
+    print("targets (issue 10), min of runs, same machine and run:")
+    for what, ok, figure in targets:
+        print(f"  {'HOLDS ' if ok else 'MISSED' if ok is not None else 'n/a   '} {what}: {figure}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2))
 
 
 def big_trace(gb: float) -> Path:
@@ -323,12 +336,7 @@ def main() -> int:
         big = big_trace(args.big_gb)
         results["synthetic_big"] = measure(big, hta_py, args.big_reps, args.big_hta_reps)
         show(f"synthetic >= {args.big_gb:g} GB", big, results["synthetic_big"], targets)
-    print(f"\nload average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print("targets (issue 10), min of runs, same machine and run:")
-    for what, ok, figure in targets:
-        print(f"  {'HOLDS ' if ok else 'MISSED' if ok is not None else 'n/a   '} {what}: {figure}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    finish(targets, results, args.json)
     return 0
 
 

@@ -19,18 +19,16 @@ hold. Not a test: these machines are shared and noisy, so it reports, never fail
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent.parent / "shared" / "traces"
+import bench_load  # the same process timing, shared traces and closing lines
+
 INPUTS = {"v100_216k": "v100_rank1_of2_216k_events.json.gz", "v100_ns": "v100_ns_timestamps.json.gz",
           "a100_nccl": "a100_nccl_rank0_of2.json.gz", "mtia": "mtia_inference.json.gz",
           "mi300_norm": "mi300_normalization_layers.json.gz", "h100_vit": "h100_vit_falconsai.json.gz"}
@@ -92,25 +90,14 @@ print(json.dumps(marks))
 
 
 def process(argv: list[str], env: dict[str, str], reps: int) -> float | str:
-    """Fastest whole-process wall time of ``argv`` over ``reps`` runs, or the error it printed.
-
-    The CPU time (user + system) of the fastest run is kept in ``CPU[argv-key]``: on a loaded
-    machine it moves less than the wall time."""
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env})
-        _, status, usage = os.wait4(p.pid, 0)
-        seconds = time.perf_counter() - t
-        err = p.stderr.read().decode(errors="replace").strip().splitlines() if p.stderr else []
-        if p.stderr:
-            p.stderr.close()
-        if os.waitstatus_to_exitcode(status) != 0:
-            return err[-1] if err else f"exit {os.waitstatus_to_exitcode(status)}"
-        if seconds < best:
-            best = seconds
-            CPU[" ".join(argv)] = usage.ru_utime + usage.ru_stime
-    return best
+    """Fastest whole-process wall time of ``argv`` over ``reps`` runs (bench_load's measure), or the
+    error it printed. The CPU time of the fastest run is kept in ``CPU[argv-key]``: on a loaded machine
+    it moves less than the wall time."""
+    r = bench_load.process(argv, env, reps)
+    if "error" in r:
+        return str(r["error"])
+    CPU[" ".join(argv)] = r["cpu"]
+    return float(r["seconds"])
 
 
 CPU: dict[str, float] = {}
@@ -170,9 +157,7 @@ def main() -> int:
     results: dict[str, object] = {"floor": floor}
     targets = []
     for key in args.only or list(INPUTS):
-        src = SHARED / INPUTS[key]
-        path = work / f"{key}.json"
-        path.write_bytes(gzip.decompress(src.read_bytes()))
+        path = bench_load.shared_trace(key, INPUTS[key])
         mb = path.stat().st_size / 1e6
         report = [str(PROFUSE_BIN), "report", str(path)]
         warm = process(report, env, 1)   # builds the cache
@@ -201,14 +186,10 @@ def main() -> int:
                 print(f"    {name:36} {seconds:8.3f}")
         table = rows["report (table, advice)"]
         if isinstance(table, float):
-            targets.append((f"{key}: cached report (table, advice) <= {TARGET_S} s", table <= TARGET_S, table))
+            targets.append((f"{key}: cached report (table, advice) <= {TARGET_S} s", table <= TARGET_S,
+                            f"{table:.3f} s"))
         results[key] = entry
-    print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("targets (issue 10), fastest of runs, same machine and run:")
-    for what, ok, seconds in targets:
-        print(f"  {'HOLDS ' if ok else 'MISSED'} {what}: {seconds:.3f} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    bench_load.finish(targets, results, args.json, decimals=2)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
