@@ -9,12 +9,15 @@ const { Timeline } = profuse.timelineView;
 
 /** @type {Source | null} */
 let source = null;
-let isReport = false;  // data embedded in an HTML report: no server to ask
 
 /** Every view reads from this source from now on (app.start calls it once). */
 function bind(src) {
   source = src;
-  isReport = !src.live;
+}
+
+/** Whether the data is embedded in an HTML report (no server to ask). */
+function isReport() {
+  return !source.live;
 }
 
 /** The JSON at an API path ("/api/0/overview"), or null where the source has none. */
@@ -65,7 +68,7 @@ async function ops(main, st, go) {
   const rows = d.rows.map(r => ({ ...r, pct: d.device_us ? 100 * r.self_device_us / d.device_us : 0 }));
   const dev = d.device_label;
   const filter = el("input", { placeholder: "filter by name", id: "ops-filter", value: st.q || "" });
-  const select = el("select", { id: "group-by" }, (isReport ? [group] : ["op", "shape", "module", "kernel"]).map(g =>
+  const select = el("select", { id: "group-by" }, (isReport() ? [group] : ["op", "shape", "module", "kernel"]).map(g =>
     el("option", g === group ? { value: g, selected: "" } : { value: g }, g)));
   select.addEventListener("change", () => go({ ...st, group: select.value, op: "" }));
   const holder = el("div");
@@ -83,7 +86,7 @@ async function ops(main, st, go) {
     go({ ...st, group, op: r.key }, { replace: true, rerender: false });
     render();
     const found = await get(`/api/${st.run}/op_kernels?group_by=${group}&key=${encodeURIComponent(r.key)}`);
-    const k = isReport ? found && found[r.key] : found;
+    const k = isReport() ? found && found[r.key] : found;
     kernelsBox.replaceChildren(el("h2", {}, `Kernels under ${r.name}${r.shape ? " " + r.shape : ""}`));
     if (!k) return kernelsBox.append(el("p", { class: "muted" }, "no kernel list for this row"));
     kernelsBox.append(k.kernels.length ? table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
@@ -143,7 +146,7 @@ function details(box, ev, st, pick) {
 async function timeline(main, st, go, life) {
   const wrap = el("div", { id: "tl-wrap" });
   const box = el("div", { id: "details" });
-  const hint = isReport ? "click an event for its name, kind, start and duration"
+  const hint = isReport() ? "click an event for its name, kind, start and duration"
     : "click an op or a kernel for its launches, kernels and chains";
   main.append(el("div", { class: "toolbar muted" }, `wheel or W/S to zoom · drag or A/D to pan · 0 to reset · ${hint}`),
     wrap, box);
@@ -218,7 +221,7 @@ async function compare(main, st, go, life) {
   if (d.modules.length) main.append(el("h2", {}, "Modules"), table(cols, d.modules.slice(0, 100)));
   if (d.kernels_removed.length || d.kernels_added.length)
     main.append(el("p", {}, `${d.kernels_removed.length} kernel name(s) removed, ${d.kernels_added.length} added`));
-  if (isReport) return;
+  if (isReport()) return;
   main.append(el("h2", {}, "Both timelines, one time scale"));
   const wa = el("div", { id: "tl-a" }), wb = el("div", { id: "tl-b" });
   main.append(el("div", { class: "split" }, el("div", { class: "muted" }, "A"), wa, el("div", { class: "muted" }, "B"), wb));
