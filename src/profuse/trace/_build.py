@@ -113,11 +113,6 @@ def _needs_precise(events: list[Event]) -> bool:
     return bool(np.any(np.abs(ts) >= _PRECISE_ABOVE_US) and np.any(ts % 1 != 0))
 
 
-def _chunk_precise(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
-    """Exact ns times of every event of the chunk (complete events, instants and flows alike), or None."""
-    return _precise_ts(chunk, events) if _needs_precise(events) else None
-
-
 def _ns_of(events: list[Event], idx: list[int], precise: np.ndarray | None) -> np.ndarray:
     """Start times in ns of events[idx] (absent ts: 0), exact from the text where the floats are not."""
     us = np.nan_to_num(np.array([events[i].ts for i in idx], dtype=np.float64))
@@ -152,8 +147,10 @@ def add_chunk(
     """
     phases = list(map(_get["ph"], events))
     x_idx = [i for i, p in enumerate(phases) if p == "X"]
-    precise = _chunk_precise(chunk, events)
-    if precise is None and _needs_precise(events):
+    # exact ns times of every event of the chunk, read from the text when the floats may not hold them
+    needs_precise = _needs_precise(events)
+    precise = _precise_ts(chunk, events) if needs_precise else None
+    if needs_precise and precise is None:
         cols.imprecise_ts += len(x_idx)
     if len(x_idx) != len(events):
         _add_other_phases(cols, events, phases, precise, skipped)

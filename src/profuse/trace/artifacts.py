@@ -6,11 +6,9 @@ opened without following links and without blocking, and cut at a size before it
 """
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 INDUCTOR = ("artifacts", "inductor")
 MAX_FILES = 20
@@ -111,14 +109,6 @@ def read_side_bytes(path: str | os.PathLike[str], max_bytes: int = SIDE_FILE_MAX
     return data, ""
 
 
-def read_side_text(path: str | os.PathLike[str], max_bytes: int = SIDE_FILE_MAX_BYTES) -> str | None:
-    """The text of a regular file of at most ``max_bytes``, else None (missing, a link, a FIFO, a
-    device, too big). Opened non-blocking and checked on the open file, so a FIFO put in its place
-    cannot hang a report."""
-    data, _ = read_side_bytes(path, max_bytes)
-    return None if data is None else data.decode("utf-8", "replace")
-
-
 def side_files(folder: str | os.PathLike[str], suffix: str) -> list[tuple[Path, str]]:
     """``(path, "")`` for each regular file in ``folder`` whose name ends with ``suffix``, and
     ``(path, why not)`` for each other entry so named (a link, a FIFO, a device, a folder), sorted
@@ -149,14 +139,3 @@ def file_kind(mode: int) -> str:
              (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
     return next((label for test, label in kinds if test(mode)), "special file")
 
-
-def read_side_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """A side file holding one JSON object, else None: a bundle's meta.json is optional and may be anything."""
-    text = read_side_text(path)
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None

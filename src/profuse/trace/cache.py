@@ -299,8 +299,3 @@ def holds_cache_of_size(folder: Path, size: int) -> bool:
     """Whether ``folder`` holds a cache of any trace of ``size`` bytes (if not, no hash can find one)."""
     return any(_CACHE.match(p.name) for p in folder.glob(f"*-{int(size)}.*{SUFFIX}"))
 
-
-def cache_slot(fp: dict[str, Any], cache_dir: str | os.PathLike[str] | None = None) -> CacheSlot | None:
-    """The user-cache slot for a trace with fingerprint ``fp``, or None when no cache folder is writable."""
-    folder = cache_folder(cache_dir)
-    return CacheSlot(folder, slot_key(fp)) if folder is not None else None

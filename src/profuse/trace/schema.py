@@ -29,9 +29,8 @@ CATEGORY_KIND: dict[str, str] = {
     "mtia_ccp_events": "device_other",
 }
 # MTIA command-processor events, classified by what they are rather than by a list of compute names:
-# DMA is a copy, event records/waits are stream bookkeeping, and everything else (pe_exe, merge,
-# remote, or an event named after the op it runs) is compute.
-MTIA_DEVICE_KIND = {"dma_request": "memcpy", "pe_exe": "kernel", "merge": "kernel", "remote": "kernel"}
+# DMA (dma_request, ...) is a copy, event records/waits are stream bookkeeping, and everything else
+# (pe_exe, merge, remote, or an event named after the op it runs) is compute.
 
 
 def mtia_device_kind(name: str) -> str:
@@ -41,7 +40,7 @@ def mtia_device_kind(name: str) -> str:
         return "memcpy"
     if low.startswith("event_") or low in ("event", "barrier", "fence", "noop"):
         return "device_other"
-    return MTIA_DEVICE_KIND.get(name, "kernel")
+    return "kernel"
 
 HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "sync", "other")
 KINDS = (*HOST_KINDS, "kernel", "memcpy", "memset", "gpu_annotation", "device_other")
