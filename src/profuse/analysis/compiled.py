@@ -13,6 +13,7 @@ from typing import Any
 
 from ..trace import Trace
 from ..trace.artifacts import read_artifacts, read_side_bytes, side_files
+from ._memo import once_per_trace
 
 _KERNEL = re.compile(r"^(?:triton|cpp)_(?:poi|red|per|tem|for)?_?fused_(?P<ops>.+?)(?:_\d+)?$")
 _CPP_DEF = re.compile(r"cpp_fused_[A-Za-z0-9_]+")
@@ -128,6 +129,7 @@ class CompiledSummary:
     neffs: list[NeffBrief] = field(default_factory=list)  # *.neff beside the trace (Neuron's compiled graphs)
 
 
+@once_per_trace
 def compiled_regions(trace: Trace) -> CompiledSummary:
     """The torch.compile regions of a trace with their kernels, graph breaks and the eager ops between them."""
     con = trace.con

@@ -13,6 +13,7 @@ other rank wait ``last arrival - its arrival``; the sum of those waits is the wa
 """
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import duckdb
@@ -157,11 +158,7 @@ def merged_fusion(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[s
 
 def _median(vals: list[float | None]) -> float | None:
     xs = [v for v in vals if v is not None]
-    if not xs:
-        return None
-    xs.sort()
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    return statistics.median(xs) if xs else None
 
 
 def diff_docs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

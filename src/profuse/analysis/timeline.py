@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import numpy as np
 
-from ..trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL
+from ..trace.schema import DEVICE_TIME_KINDS
 
 if TYPE_CHECKING:
     from ..trace import Trace
 
 LANE_KINDS = ("scopes", "ops", "runtime", "stream")  # index = the lane kind code in the model
 _DEVICE_DRAWN = "('kernel', 'memcpy', 'memset', 'gpu_annotation', 'device_other')"
-_DEVICE_TIMED = f"({DEVICE_TIME_SQL})"
 _HOST_LINKS = ("cpu_op", "annotation", "python", "runtime")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UserError
-from ._common import add_load_args, console, count, load_trace
+from ._common import add_load_args, console, count, emit, load_trace
 from .ranks import add_rank_args, diff_rank_sets
 
 HELP = """examples:
@@ -48,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{many} holds several rank traces but {one} is one trace: "
                             "compare two folders of rank traces, or two traces")
         return diff_rank_sets(args, files_a, files_b)
-    import msgspec
     from rich.table import Table
     from rich.text import Text
 
@@ -59,8 +58,9 @@ def run(args: argparse.Namespace) -> int:
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
         d = compare_of(a, b)
     if args.format == "json":
-        print(msgspec.json.format(msgspec.json.encode(d), indent=2).decode())
-        return 0
+        from ..report.json_report import render_json
+
+        return emit(render_json(d), None)
     con = console()
     con.print(Text(f"A: {safe(d.a)}\nB: {safe(d.b)}", style="bold"))
     con.print(Text(f"device time {fmt_us(d.a_device_us)} -> {fmt_us(d.b_device_us)}: "

@@ -24,6 +24,7 @@ import duckdb
 import numpy as np
 
 from ..analysis.breakdown import COMM_KERNEL_SQL
+from ..analysis.busy import union_ns
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL
 
@@ -63,18 +64,7 @@ def collective_name(name: str) -> str:
 
 def union_us(start: np.ndarray, end: np.ndarray) -> float:
     """Length of the union of intervals [start, end) in µs (inputs in ns)."""
-    if start.size == 0:
-        return 0.0
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    group = np.cumsum(new) - 1
-    first = s[new]
-    last = np.zeros(int(group[-1]) + 1, dtype=np.int64)
-    np.maximum.at(last, group, e)
-    return float((last - first).sum()) / 1000.0
+    return union_ns(start, end) / 1000.0
 
 
 def map_rank(task: dict[str, Any]) -> dict[str, Any]:

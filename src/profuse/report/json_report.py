@@ -6,6 +6,6 @@ import msgspec
 from ..payloads.report import ReportDocument
 
 
-def render_json(doc: ReportDocument) -> str:
-    """The document as indented JSON."""
+def render_json(doc: ReportDocument | msgspec.Struct | dict[str, object]) -> str:
+    """A document (the report, or any other payload record) as indented JSON."""
     return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()

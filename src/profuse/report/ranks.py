@@ -6,7 +6,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -20,8 +19,9 @@ SHOW = 10
 def render_ranks_json(doc: dict[str, Any]) -> str:
     """A cross-rank document as indented JSON; ``profuse.ranks/1`` is checked against its record first
     (the ranks diff, ``profuse.ranks-diff/1``, is written as it is)."""
-    body = ranks_payload(doc) if doc.get("schema") == RANKS_SCHEMA else doc
-    return msgspec.json.format(msgspec.json.encode(body), indent=2).decode()
+    from .json_report import render_json
+
+    return render_json(ranks_payload(doc) if doc.get("schema") == RANKS_SCHEMA else doc)
 
 
 def _us(v: float | None) -> str:
