@@ -1,12 +1,20 @@
-"""Diff two runs: ops and modules matched by name (across devices too), kernels by name when the
-device kind is the same; time deltas, kernels removed or added, and the overall speedup."""
+"""Diff two runs, across devices too: ops matched by (name, input shapes, module instance), since
+kernels differ by vendor and ops do not; modules by class; kernels by name when both runs ran on
+the same device. Each side's device, peaks, roofline % of the ops both have, what exists on one
+side only (compiled regions, graph replays, fused kernels), and per-metric noise verdicts."""
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass, field
 
 from ..trace import Trace
+from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
+from .compiled import compiled_regions
 from .optable import op_table, total_device_us
+from .roofline import Peaks, device_peaks, roofline
+from .significance import Verdict, compare
+from .step_samples import samples
 
 
 @dataclass(frozen=True)
@@ -24,24 +32,81 @@ class DiffRow:
         """Time in run B minus time in run A (negative: B is faster)."""
         return self.b_us - self.a_us
 
+    @property
+    def ratio(self) -> float | None:
+        """B's time over A's (None when A has none)."""
+        return self.b_us / self.a_us if self.a_us else None
+
+
+@dataclass(frozen=True)
+class OpPair(DiffRow):
+    """One op instance kind in two runs: the op name, its recorded input shapes and the nn.Module
+    instance it ran in (``BertLayer_2``; "" outside any module)."""
+
+    shape: str = ""
+    module: str = ""
+
+    @property
+    def matched(self) -> bool:
+        """Whether both runs have it."""
+        return self.a_calls > 0 and self.b_calls > 0
+
+
+@dataclass(frozen=True)
+class RooflinePair:
+    """One op name both runs have: its time and % of its roofline on each side's own peaks."""
+
+    name: str
+    a_us: float
+    b_us: float
+    a_pct: float | None
+    b_pct: float | None
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one run is: its device, peaks, step times and what torch.compile / CUDA graphs did."""
+
+    label: str
+    device: str | None             # the device name the trace records (None: not recorded)
+    kind: str                      # CUDA, ROCm, MTIA, CPU, ...
+    peaks: Peaks | None
+    device_us: float
+    steps: int
+    step_median_us: float
+    compiled_regions: list[str]
+    graph_replay_kernels: int      # device events replayed by a graph launch
+    graph_replay_us: float
+    fused_kernels: list[str]       # generated kernels (triton_*, cpp_fused*, *fused*), by name
+
 
 @dataclass
 class Diff:
-    """Two runs compared: device totals and per-op, per-module and per-kernel rows."""
+    """Two runs compared: each side, per-op pairs, modules, kernels, rooflines and verdicts."""
 
-    a_label: str
-    b_label: str
-    a_device_us: float
-    b_device_us: float
+    a: Side
+    b: Side
     same_device: bool
-    ops: list[DiffRow] = field(default_factory=list)
+    ops: list[OpPair] = field(default_factory=list)
     modules: list[DiffRow] = field(default_factory=list)
     kernels: list[DiffRow] = field(default_factory=list)
+    roofline: list[RooflinePair] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def a_label(self) -> str:
+        """Run A's path."""
+        return self.a.label
+
+    @property
+    def b_label(self) -> str:
+        """Run B's path."""
+        return self.b.label
 
     @property
     def speedup(self) -> float:
-        """A's device time over B's (0 when B has none)."""
-        return self.a_device_us / self.b_device_us if self.b_device_us else 0.0
+        """A's device time over B's (0 when B has none): above 1, B is faster."""
+        return self.a.device_us / self.b.device_us if self.b.device_us else 0.0
 
     @property
     def kernels_removed(self) -> list[DiffRow]:
@@ -53,8 +118,15 @@ class Diff:
         """Kernels run B launched and run A did not."""
         return [k for k in self.kernels if k.a_calls == 0]
 
+    def matched_device_pct(self, side: str) -> float:
+        """Share of a side's device time spent in ops both runs have, in percent."""
+        s = self.a if side == "a" else self.b
+        t = sum((o.a_us if side == "a" else o.b_us) for o in self.ops if o.matched)
+        return 100.0 * t / s.device_us if s.device_us else 0.0
+
 
 _STEP = re.compile(r"^(ProfilerStep)#\d+$")
+_FUSED = ("triton_", "cpp_fused")
 
 
 def _totals(t: Trace, group: str, attr: str) -> dict[str, tuple[int, float]]:
@@ -77,13 +149,90 @@ def _rows(a: Trace, b: Trace, group: str, attr: str) -> list[DiffRow]:
     return out
 
 
-def diff(a: Trace, b: Trace) -> Diff:
-    """Compare two loaded traces op by op, module by module and kernel by kernel."""
-    same = a.device_kind == b.device_kind
-    d = Diff(a_label=str(a.path), b_label=str(b.path), a_device_us=total_device_us(a),
-             b_device_us=total_device_us(b), same_device=same)
-    d.ops = _rows(a, b, "op", "self_device_us")
+_LABEL = re.compile(r"^nn\.Module: ")
+
+
+def _op_keys(t: Trace) -> dict[tuple[str, str, str], tuple[int, float]]:
+    """(op name, input shapes, module instance) -> (calls, self device µs) of every op-table op (the
+    CPU's self time on a CPU-only trace), ProfilerStep#N counted as one name."""
+    own = "self_cpu" if t.cpu_only else "self_device"
+    rows = t.con.execute(f"""
+        SELECT regexp_replace(e.name, '^ProfilerStep#[0-9]+$', 'ProfilerStep#*'), coalesce(s.input_dims, ''),
+               coalesce(m.label, ''), count(*), sum(e.{own})
+        FROM events e LEFT JOIN shapes s USING (id) LEFT JOIN scopes m ON m.id = e.module
+        WHERE e.kind IN ({TABLE_KINDS_SQL}) AND e.depth IS NOT NULL
+        GROUP BY 1, 2, 3""").fetchall()
+    return {(n, sh, _LABEL.sub("", mod)): (int(c), (ns or 0) / 1e3) for n, sh, mod, c, ns in rows}
+
+
+def _op_pairs(a: Trace, b: Trace) -> list[OpPair]:
+    ka, kb = _op_keys(a), _op_keys(b)
+    out = []
+    for key in ka.keys() | kb.keys():
+        (ca, ua), (cb, ub) = ka.get(key, (0, 0.0)), kb.get(key, (0, 0.0))
+        out.append(OpPair(key[0], ca, cb, ua, ub, shape=key[1], module=key[2]))
+    out.sort(key=lambda r: (-max(r.a_us, r.b_us), r.name, r.shape, r.module))
+    return out
+
+
+def _peaks(t: Trace) -> Peaks | None:
+    return device_peaks(t, t.bundle.peaks if t.bundle is not None else None)
+
+
+def _side(t: Trace) -> Side:
+    steps = samples(t, "step")
+    n_steps = int(t.con.execute("SELECT count(*) FROM events WHERE kind = 'annotation' "
+                                "AND name LIKE 'ProfilerStep#%'").fetchall()[0][0])
+    replay_n, replay_ns = t.con.execute(
+        f"SELECT count(*), coalesce(sum(dur), 0) FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND link = 'graph'"
+    ).fetchall()[0]
+    if t.cpu_only:
+        fused = [r[0] for r in t.con.execute("SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' AND ("
+                                             "name LIKE 'triton_%' OR name LIKE 'cpp_fused%') ORDER BY 1").fetchall()]
+    else:
+        fused = [r[0] for r in t.con.execute(f"""SELECT DISTINCT name FROM events WHERE kind IN ({DEVICE_TIME_SQL})
+                 AND (name LIKE 'triton_%' OR name LIKE 'cpp_fused%' OR name ILIKE '%fused%') ORDER BY 1""").fetchall()]
+    name = t.meta.get("device_name")
+    return Side(label=str(t.path), device=str(name) if name else None, kind=t.device_kind, peaks=_peaks(t),
+                device_us=total_device_us(t), steps=n_steps, step_median_us=statistics.median(steps),
+                compiled_regions=[r.name for r in compiled_regions(t).regions], graph_replay_kernels=int(replay_n),
+                graph_replay_us=replay_ns / 1e3, fused_kernels=fused)
+
+
+def same_device(a: Side, b: Side) -> bool:
+    """The same device when both traces name it and the names agree; when either name is missing,
+    the same kind of device (CUDA, ROCm, ...) is all that can be told."""
+    if a.device and b.device:
+        return a.device == b.device
+    return a.kind == b.kind
+
+
+def _roofline_pairs(a: Trace, b: Trace, pa: Peaks | None, pb: Peaks | None) -> list[RooflinePair]:
+    ra = {r.name: r for r in roofline(a, pa, top=1 << 30)}
+    rb = {r.name: r for r in roofline(b, pb, top=1 << 30)}
+    out = [RooflinePair(n, ra[n].time_us, rb[n].time_us, ra[n].pct_of_roofline, rb[n].pct_of_roofline)
+           for n in ra.keys() & rb.keys()]
+    out.sort(key=lambda r: (-max(r.a_us, r.b_us), r.name))
+    return out
+
+
+METRICS = ("step", "device_busy")
+
+
+def diff(a: Trace, b: Trace, *, metrics: tuple[str, ...] = METRICS, gate_metric: str | None = None,
+         threshold_pct: float | None = None) -> Diff:
+    """Compare two loaded traces: sides, op pairs, modules, kernels (same device only), rooflines,
+    and a noise verdict per metric (the gate's metric tested against ``threshold_pct`` too)."""
+    sa, sb = _side(a), _side(b)
+    same = same_device(sa, sb)
+    d = Diff(a=sa, b=sb, same_device=same)
+    d.ops = _op_pairs(a, b)
     d.modules = _rows(a, b, "module", "device_total_us")
-    if same and not a.cpu_only:
+    if same and not a.cpu_only and not b.cpu_only:
         d.kernels = _rows(a, b, "kernel", "self_device_us")
+    d.roofline = _roofline_pairs(a, b, sa.peaks, sb.peaks)
+    names = list(dict.fromkeys((*metrics, *((gate_metric,) if gate_metric else ()))))
+    d.verdicts = [compare(m, samples(a, m), samples(b, m),
+                          threshold_pct=threshold_pct if m == gate_metric else None) for m in names]
     return d
+

@@ -76,9 +76,9 @@ def compiled_of(trace: Trace) -> CompiledView:
     return compiled_payload(compiled_regions(trace), read_artifacts(trace.path))
 
 
-def compare_of(a: Trace, b: Trace) -> DiffPayload:
-    """Run A against run B."""
-    return diff_payload(diff(a, b))
+def compare_of(a: Trace, b: Trace, *, gate_metric: str | None = None, threshold_pct: float | None = None) -> DiffPayload:
+    """Run A against run B (with the CI gate's metric and threshold when given)."""
+    return diff_payload(diff(a, b, gate_metric=gate_metric, threshold_pct=threshold_pct))
 
 
 def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: Findings | None, top: int | None,

@@ -2,6 +2,13 @@
 // do not edit. The shapes the explorer's API and the HTML report send.
 
 /**
+ * One figure for each side.
+ * @typedef {Object} AB
+ * @property {number} a
+ * @property {number} b
+ */
+
+/**
  * Every section of the trace-level advice (docs/advisor.md).
  * @typedef {Object} AdvicePayload
  * @property {Array<Hotspot>} hotspots
@@ -105,7 +112,14 @@
  */
 
 /**
- * One op, module or kernel name in both runs; ``delta_us = b_us - a_us``.
+ * The device name each trace records (null where it records none).
+ * @typedef {Object} DeviceNames
+ * @property {(string|null)} a
+ * @property {(string|null)} b
+ */
+
+/**
+ * One module or kernel name in both runs; ``delta_us = b_us - a_us``, ``ratio = b_us / a_us``.
  * @typedef {Object} DiffEntry
  * @property {string} name
  * @property {number} a_calls
@@ -113,23 +127,31 @@
  * @property {number} a_us
  * @property {number} b_us
  * @property {number} delta_us
+ * @property {(number|null)} ratio
  */
 
 /**
- * What changed from run A to run B, each list largest change first.
+ * What changed from run A to run B, each list largest first.
  * @typedef {Object} DiffPayload
  * @property {string} schema
  * @property {string} a
  * @property {string} b
+ * @property {DeviceNames} devices
+ * @property {boolean} same_device
+ * @property {Object<string, SideEntry>} sides
  * @property {number} a_device_us
  * @property {number} b_device_us
  * @property {number} speedup
- * @property {boolean} same_device
- * @property {Array<DiffEntry>} ops
+ * @property {AB} matched_device_pct
+ * @property {Object<string, OneSide>} only_in
+ * @property {Array<OpEntry>} ops
  * @property {Array<DiffEntry>} modules
  * @property {Array<DiffEntry>} kernels_removed
  * @property {Array<DiffEntry>} kernels_added
  * @property {Array<DiffEntry>} kernels
+ * @property {Array<RooflineEntry>} roofline
+ * @property {string} test
+ * @property {Array<VerdictEntry>} verdicts
  */
 
 /**
@@ -296,6 +318,31 @@
  */
 
 /**
+ * What one run has and the other does not.
+ * @typedef {Object} OneSide
+ * @property {number} ops
+ * @property {Array<string>} compiled_regions
+ * @property {Array<string>} fused_kernels
+ * @property {number} graph_replay_kernels
+ */
+
+/**
+ * One op in both runs, matched by name, recorded input shapes and nn.Module instance;
+ * ``matched`` is false when only one side has it (its calls on the other side are 0).
+ * @typedef {Object} OpEntry
+ * @property {string} name
+ * @property {string} shape
+ * @property {string} module
+ * @property {number} a_calls
+ * @property {number} b_calls
+ * @property {number} a_us
+ * @property {number} b_us
+ * @property {number} delta_us
+ * @property {(number|null)} ratio
+ * @property {boolean} matched
+ */
+
+/**
  * One kernel name under an ops row.
  * @typedef {Object} OpKernel
  * @property {string} name
@@ -363,6 +410,15 @@
  * @property {string} source
  * @property {number} tflops_tf32
  * @property {number} tflops_fp8
+ */
+
+/**
+ * The peaks one side's roofline is drawn against.
+ * @typedef {Object} PeaksEntry
+ * @property {string} source
+ * @property {number} tflops_half
+ * @property {number} tflops_fp32
+ * @property {number} gbps
  */
 
 /**
@@ -456,6 +512,16 @@
  */
 
 /**
+ * An op name both runs have: time and % of roofline on each side's own peaks (null: unknown).
+ * @typedef {Object} RooflineEntry
+ * @property {string} name
+ * @property {number} a_us
+ * @property {number} b_us
+ * @property {(number|null)} a_pct
+ * @property {(number|null)} b_pct
+ */
+
+/**
  * One op name's roofline: its time against the time the peaks allow for its FLOPs and bytes.
  * @typedef {Object} RooflineRow
  * @property {string} name
@@ -477,6 +543,21 @@
  * @property {string} device_label
  * @property {number} events
  * @property {number} [rank]
+ */
+
+/**
+ * One run: its device, peaks, steps, and what torch.compile and CUDA graphs did in it.
+ * @typedef {Object} SideEntry
+ * @property {string} kind
+ * @property {(string|null)} device
+ * @property {(PeaksEntry|null)} peaks
+ * @property {number} device_us
+ * @property {number} steps
+ * @property {number} step_median_us
+ * @property {Array<string>} compiled_regions
+ * @property {number} graph_replay_kernels
+ * @property {number} graph_replay_us
+ * @property {Array<string>} fused_kernels
  */
 
 /**
@@ -556,4 +637,20 @@
  * @property {(number|null)} spread_us
  * @property {(number|null)} min_rank
  * @property {(number|null)} max_rank
+ */
+
+/**
+ * One metric: per-step medians, ratio b/a, the test's p-value and verdict, and the gate.
+ * @typedef {Object} VerdictEntry
+ * @property {string} metric
+ * @property {number} a_steps
+ * @property {number} b_steps
+ * @property {number} a_median_us
+ * @property {number} b_median_us
+ * @property {(number|null)} ratio
+ * @property {(number|null)} p_value
+ * @property {string} verdict
+ * @property {(number|null)} threshold_pct
+ * @property {(number|null)} p_beyond_threshold
+ * @property {boolean} fails
  */

@@ -213,11 +213,23 @@ function neffSection(main, n) {
 async function compare(main, st, go, life) {
   const d = await get(`/api/compare`);
   if (!d || d.error) return main.append(el("p", { class: "muted" }, (d && d.error) || "compare needs two runs: profuse explore A B"));
-  main.append(el("h2", { id: "compare-title" }, `${fmtUs(d.a_device_us)} → ${fmtUs(d.b_device_us)}: ${d.speedup.toFixed(2)}x`),
-    el("p", { class: "muted" }, `A: ${d.a}`), el("p", { class: "muted" }, `B: ${d.b}`));
-  const cols = [{ key: "name", label: "Name", name: true }, { key: "a_calls", label: "Calls A" }, { key: "b_calls", label: "Calls B" },
+  // "0.52x (1.92x slower)": a speed above or below 1 says which way, never a bare factor
+  const speed = s => !s ? "n/a" : s.toFixed(2) === "1.00" ? "1.00x (same)"
+    : s < 1 ? `${s.toFixed(2)}x (${(1 / s).toFixed(2)}x slower)` : `${s.toFixed(2)}x (${s.toFixed(2)}x faster)`;
+  const dev = k => `${d.sides[k].kind} (${d.devices[k] || "device name not recorded"})`;
+  main.append(el("h2", { id: "compare-title" }, `${fmtUs(d.a_device_us)} → ${fmtUs(d.b_device_us)}: ${speed(d.speedup)}`),
+    el("p", { class: "muted" }, `A: ${d.a} · ${dev("a")}`), el("p", { class: "muted" }, `B: ${d.b} · ${dev("b")}`),
+    el("p", { id: "compare-devices" }, d.same_device ? "same device" : "different devices: kernels not matched"));
+  for (const v of d.verdicts) main.append(el("p", { class: "verdict" }, `${v.metric}: ${v.verdict}` +
+    (v.p_value === null ? "" : ` (p = ${v.p_value.toPrecision(3)})`) + `, ${speed(v.b_median_us ? v.a_median_us / v.b_median_us : 0)}`));
+  // names cut at their end, the whole name on hover
+  const short = v => el("span", { title: v }, v.length > 60 ? v.slice(0, 59) + "…" : v);
+  const ratio = (v, r) => !r.b_calls ? "only in A" : v === null ? "only in B" : `${v.toFixed(2)}x`;
+  const cols = [{ key: "name", label: "Name", name: true, fmt: short }, { key: "a_calls", label: "Calls A" }, { key: "b_calls", label: "Calls B" },
     { key: "a_us", label: "Time A", fmt: fmtUs }, { key: "b_us", label: "Time B", fmt: fmtUs }, { key: "delta_us", label: "Delta", fmt: fmtUs }];
-  main.append(el("h2", {}, "Ops"), el("div", { id: "diff-ops" }, table(cols, d.ops.slice(0, 200))));
+  const opCols = [cols[0], { key: "module", label: "Module", name: true, fmt: short }, ...cols.slice(1),
+    { key: "ratio", label: "B/A", fmt: ratio }];
+  main.append(el("h2", {}, "Ops"), el("div", { id: "diff-ops" }, table(opCols, d.ops.slice(0, 200))));
   if (d.modules.length) main.append(el("h2", {}, "Modules"), table(cols, d.modules.slice(0, 100)));
   if (d.kernels_removed.length || d.kernels_added.length)
     main.append(el("p", {}, `${d.kernels_removed.length} kernel name(s) removed, ${d.kernels_added.length} added`));
