@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
+from ..trace.schema import DEVICE_TIME_SQL
 from .compiled import compiled_regions
 from .optable import op_table, total_device_us
 from .roofline import Peaks, device_peaks, roofline
@@ -153,14 +153,15 @@ _LABEL = re.compile(r"^nn\.Module: ")
 
 
 def _op_keys(t: Trace) -> dict[tuple[str, str, str], tuple[int, float]]:
-    """(op name, input shapes, module instance) -> (calls, self device µs) of every op-table op (the
-    CPU's self time on a CPU-only trace), ProfilerStep#N counted as one name."""
+    """(op name, input shapes, module instance) -> (calls, self device µs) of every op and annotation
+    (the CPU's self time on a CPU-only trace), ProfilerStep#N counted as one name. Runtime calls are
+    left out: their names are the vendor's (cudaLaunchKernel, hipLaunchKernel), so never match."""
     own = "self_cpu" if t.cpu_only else "self_device"
     rows = t.con.execute(f"""
         SELECT regexp_replace(e.name, '^ProfilerStep#[0-9]+$', 'ProfilerStep#*'), coalesce(s.input_dims, ''),
                coalesce(m.label, ''), count(*), sum(e.{own})
         FROM events e LEFT JOIN shapes s USING (id) LEFT JOIN scopes m ON m.id = e.module
-        WHERE e.kind IN ({TABLE_KINDS_SQL}) AND e.depth IS NOT NULL
+        WHERE e.kind IN ('cpu_op', 'annotation') AND e.depth IS NOT NULL
         GROUP BY 1, 2, 3""").fetchall()
     return {(n, sh, _LABEL.sub("", mod)): (int(c), (ns or 0) / 1e3) for n, sh, mod, c, ns in rows}
 

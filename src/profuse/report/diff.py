@@ -158,7 +158,7 @@ def markdown(p: DiffPayload, top: int = 10) -> str:
             out.append(f"| {_md(shorten(o.name))} | {_md(shorten(o.module, 24))} | {fmt_us(o.a_us)} | "
                        f"{fmt_us(o.b_us)} | {ratio_words(o.ratio if o.a_calls else None) if o.b_calls else 'only in A'} |")
         out.append("")
-    out.append(f"<sub>{_md(p.test)}; full names and every row: `profuse diff --format json`</sub>")
+    out.append(f"_{_md(p.test)}; full names and every row: `profuse diff --format json`_")
     return "\n".join(out)
 
 
