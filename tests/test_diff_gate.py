@@ -129,3 +129,22 @@ def test_junit_of_a_failing_gate_carries_one_failure(runs, tmp_path, capsys):
     failures = doc.findall(".//testcase/failure")
     assert len(failures) == 1 and doc.getroot().get("failures") == "1"
     assert failures[0].getparent().get("name") == "step"
+
+
+def test_folders_of_repeated_runs_compare_distributions(tmp_path, capsys):
+    # GIVEN two folders of five repeated runs each (3 steps a run), B 20% slower: each run is one
+    # sample (its median step), so the folders' distributions are compared, not two numbers
+    torch.set_num_threads(1)
+    for side, extra in (("a", 0.0), ("b", 0.2)):
+        (tmp_path / side).mkdir()
+        for i in range(5):
+            record(tmp_path / side / f"run{i}", extra, 3)
+    work = ["--work-dir", str(tmp_path / "work"), "--workers", "2"]
+    rc = main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-if-slower", "5%", "--format", "json", *work])
+    d = json.loads(capsys.readouterr().out)
+    v = {x["metric"]: x for x in d["verdicts"]}
+    assert v["step"]["a_steps"] == v["step"]["b_steps"] == 5, "one sample per run"
+    assert rc == 1 and v["step"]["fails"] and v["step"]["verdict"] == "slower"
+    assert main(["diff", str(tmp_path / "a"), str(tmp_path / "a"), "--fail-if-slower", "5%", *work]) == 0
+    assert "per trace, step:" in capsys.readouterr().out
+    assert main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--metric", "aten::mm", *work]) == 2

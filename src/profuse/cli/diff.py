@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 from ..errors import UserError
 from ._common import add_load_args, console, count, emit, load_trace
-from .ranks import add_rank_args, diff_rank_sets
+from .ranks import add_rank_args
 
 HELP = """examples:
   profuse diff before/ after/                   two bundles
@@ -55,6 +57,50 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(func=run)
 
 
+# per trace of a folder: the figure its rank summary gives for a metric
+FOLDER_METRICS = {"step": "step_median_us", "device_busy": "device_us"}
+
+
+def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[Path]) -> int:
+    """Two folders of rank traces or repeated runs: rank by rank, and the distributions compared
+    (one figure per trace: its median step time, its device time) by the same test."""
+    import msgspec
+    from rich.text import Text
+
+    from ..analysis.ranks import diff_docs
+    from ..analysis.significance import compare
+    from ..payloads.diff import verdict_entry
+    from ..ranks import run_ranks
+    from ..report.diff import verdict_line
+    from ..report.ranks import print_ranks_diff, render_ranks_json
+
+    if args.metric not in FOLDER_METRICS:
+        raise UserError(f"--metric {args.metric!r}: folders compare {' or '.join(FOLDER_METRICS)} (per trace)")
+    if args.format in ("markdown", "junit"):
+        raise UserError(f"--format {args.format}: compare two traces or bundles (folders: table or json)")
+    docs = [run_ranks(path, files, engine=args.engine, ray_address=args.ray_address, workers=args.workers,
+                      lenient=args.lenient, cache=not args.no_cache, work_dir=args.work_dir).doc
+            for path, files in ((args.a, files_a), (args.b, files_b))]
+    d = diff_docs(*docs)
+
+    def per_trace(doc: dict[str, Any], key: str) -> list[float]:
+        return [float(r[key]) for r in doc["ranks"] if r.get(key) is not None]
+
+    verdicts = [compare(m, per_trace(docs[0], key), per_trace(docs[1], key),
+                        threshold_pct=args.fail_if_slower if m == args.metric else None)
+                for m, key in FOLDER_METRICS.items()]
+    entries = [verdict_entry(v) for v in verdicts]
+    d["verdicts"] = [msgspec.to_builtins(e) for e in entries]
+    if args.format == "json":
+        emit(render_ranks_json(d), args.output)
+    else:
+        con = console()
+        print_ranks_diff(con, d, args.top or None)
+        for e in entries:  # one figure per trace: "steps" are the folder's traces here
+            con.print(Text("per trace, " + verdict_line(e).replace("step(s)", "trace(s)")))
+    return 1 if any(v.fails for v in verdicts) else 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Compare two traces, bundles or folders of traces; print or write the differences; gate."""
     from ..ranks.discover import candidates
@@ -65,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             one, many = (args.a, args.b) if files_a is None else (args.b, args.a)
             raise UserError(f"{many} holds several traces but {one} is one trace: "
                             "compare two folders of traces, or two traces")
-        return diff_rank_sets(args, files_a, files_b)
+        return _diff_folders(args, files_a, files_b)
     from ..analysis.step_samples import check_metric
     from ..payloads.build import compare_of
 
