@@ -134,6 +134,23 @@ def test_compare_two_runs(page):
     b.close()
 
 
+def test_compare_across_devices_names_them_and_shows_ratios(page):
+    a, b = profuse.load(trace_path("h100_bert_small.json.gz")), profuse.load(trace_path("mi300_bert_small.json.gz"))
+    with running([a, b]) as url:
+        open_view(page, url, "compare")
+        page.wait_for_selector("#diff-ops tbody tr")
+        main_text = page.inner_text("main")
+        assert "NVIDIA H100 80GB HBM3" in main_text and "AMD Instinct MI300X VF" in main_text
+        assert "different devices" in page.inner_text("#compare-devices")
+        assert "x (1.26x slower)" in page.inner_text("#compare-title"), "309.4 µs -> 390.7 µs of device time"
+        assert "cannot tell" in main_text, "one ProfilerStep a side"
+        first = page.locator("#diff-ops tbody tr").first
+        assert first.locator("span").first.get_attribute("title") == "aten::addmm"
+        assert "Linear_25" in first.inner_text() and "0.62x" in first.inner_text()
+    a.close()
+    b.close()
+
+
 def hostile_trace(tmp_path: Path) -> Path:
     doc = json.load(gzip.open(trace_path("a100_event_sync.json.gz")))
     ops = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu_op", "kernel")]
