@@ -186,3 +186,45 @@ def test_junit_validates_against_the_jenkins_schema(tmp_path, capsys):
     assert doc.find(".//failure") is None
     props = {p.get("name"): p.get("value") for p in doc.findall(".//property")}
     assert props["a"] == str(a)
+
+
+def test_per_step_samples_equal_plain_json():
+    # step: each ProfilerStep#N's duration; device_busy: the union of the device events whose
+    # launching call starts inside the step (a100_nccl_rank0_of2: 3 steps, kernels on several
+    # streams, backward launched from the autograd thread). Times read as decimals: as floats,
+    # µs timestamps near 1.7e15 keep only a quarter of a µs.
+    from decimal import Decimal
+
+    import profuse
+    from profuse.analysis.step_samples import samples
+
+    path = trace_path("a100_nccl_rank0_of2.json.gz")
+    with gzip.open(path) as fh:
+        raw = [e for e in json.load(fh, parse_float=Decimal)["traceEvents"] if e.get("ph") == "X"]
+    by_corr = {e["args"]["correlation"]: e for e in raw
+               if category(e) in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
+    steps = sorted((e for e in raw if str(e["name"]).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    busy = []
+    for s in steps:
+        spans = sorted((Decimal(d["ts"]), Decimal(d["ts"]) + Decimal(d["dur"])) for d in raw if is_device(d)
+                       and (lc := by_corr.get(d["args"].get("correlation"))) is not None
+                       and s["ts"] <= lc["ts"] < s["ts"] + s["dur"])
+        total, reach = Decimal(0), Decimal("-Infinity")
+        for lo, hi in spans:
+            if hi > reach:
+                total += hi - max(lo, reach)
+                reach = hi
+        busy.append(float(total))
+    with profuse.load(path) as t:
+        assert samples(t, "step") == pytest.approx([float(s["dur"]) for s in steps], abs=1e-3)
+        assert samples(t, "device_busy") == pytest.approx(busy, abs=1e-3)
+    assert len(steps) == 3
+
+
+def test_a_serving_step_is_a_step(capsys):
+    # sglang marks its scheduler step (step[DECODE bs=32]) rather than a ProfilerStep#N
+    path = trace_path("mi300_sglang_decode_cudagraph.json.gz")
+    marked = [e for e in complete_events(path) if str(e["name"]).startswith("step[")]
+    _, d = run_json(capsys, str(path), str(path))
+    assert d["sides"]["a"]["steps"] == len(marked) == 1
+    assert d["sides"]["a"]["step_median_us"] == pytest.approx(float(marked[0]["dur"]), abs=1e-3)

@@ -14,7 +14,7 @@ from .compiled import compiled_regions
 from .optable import op_table, total_device_us
 from .roofline import Peaks, device_peaks, roofline
 from .significance import Verdict, compare
-from .step_samples import samples
+from .step_samples import samples, step_count
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,7 @@ def _peaks(t: Trace) -> Peaks | None:
 
 def _side(t: Trace) -> Side:
     steps = samples(t, "step")
-    n_steps = int(t.con.execute("SELECT count(*) FROM events WHERE kind = 'annotation' "
-                                "AND name LIKE 'ProfilerStep#%'").fetchall()[0][0])
+    n_steps = step_count(t)
     replay_n, replay_ns = t.con.execute(
         f"SELECT count(*), coalesce(sum(dur), 0) FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND link = 'graph'"
     ).fetchall()[0]

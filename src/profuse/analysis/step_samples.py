@@ -1,19 +1,21 @@
 """One figure per profiler step for a metric: the samples a diff's noise test compares.
 
-Metrics: ``step`` (each ``ProfilerStep#N``'s wall time), ``device_busy`` (the device's busy time
+Metrics: ``step`` (each step's wall time: ``ProfilerStep#N``, else a serving engine's scheduler
+step such as sglang's ``step[DECODE bs=32]``), ``device_busy`` (the device's busy time
 over the activities each step launched; on a CPU-only trace the CPU's own op time inside the
 step), an op class (``matmul``, ``attention``, ... from ``opclass.op_class``) or an op name (the
-self device time of those ops, per step). A trace with no ``ProfilerStep#N`` is one sample: the
-whole trace.
+self device time of those ops, per step). A trace with no step is one sample: the whole trace.
 """
 from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 from ..errors import UserError
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
-from .busy import device_busy, steps_busy
+from .busy import activities, device_busy, owners, union_ns
 from .opclass import op_class
 from .optable import op_table, total_device_us
 
@@ -21,11 +23,30 @@ CLASSES = ("pointwise", "reduction", "norm", "softmax", "copy", "matmul", "atten
 BUILTIN = ("step", "device_busy")
 
 
+# A step is a ``ProfilerStep#N`` (torch.profiler's schedule, ``profuse run``); a trace with none
+# may mark a serving engine's scheduler steps instead (sglang: ``step[DECODE bs=32]``).
+_STEP_WHERE = ("kind = 'annotation' AND name LIKE 'ProfilerStep#%'",
+               "kind = 'annotation' AND name LIKE 'step[%]'")
+
+
+def _step_rows(trace: Trace) -> list[tuple[int, int, int]]:
+    """(start, end, thread) in ns of every step, in time order: profiler steps, else serving steps."""
+    for where in _STEP_WHERE:
+        rows = trace.con.execute(f"SELECT ts, ts + dur, coalesce(thread, -2) FROM events WHERE {where} "
+                                 "ORDER BY ts, id").fetchall()
+        if rows:
+            return [(int(s), int(e), int(t)) for s, e, t in rows]
+    return []
+
+
 def _steps(trace: Trace) -> list[tuple[int, int]]:
-    """(start, end) in ns of every ProfilerStep#N, in time order."""
-    return [(int(ts), int(ts + dur)) for ts, dur in trace.con.execute(
-        "SELECT ts, dur FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%' ORDER BY ts, id"
-    ).fetchall()]
+    """(start, end) in ns of every step, in time order."""
+    return [(s, e) for s, e, _t in _step_rows(trace)]
+
+
+def step_count(trace: Trace) -> int:
+    """How many steps the trace marks (0: none, so the whole trace is one sample)."""
+    return len(_step_rows(trace))
 
 
 def step_times_us(trace: Trace) -> list[float]:
@@ -68,11 +89,15 @@ def _busy_per_step(trace: Trace) -> list[float]:
     if trace.cpu_only:
         names = [r.name for r in op_table(trace).rows]
         return _op_time_per_step(trace, names) if _steps(trace) else [total_device_us(trace)]
-    per = steps_busy(trace)
-    if per:
-        return [s.busy_us for s in per]
-    busy = device_busy(trace)
-    return [busy.busy_us if busy is not None else 0.0]
+    rows = _step_rows(trace)
+    if not rows:
+        busy = device_busy(trace)
+        return [busy.busy_us if busy is not None else 0.0]
+    # each activity belongs to the one step whose window holds its launch (as the report's steps)
+    a = activities(trace)
+    ts, end, thread = (np.array([r[k] for r in rows], dtype=np.int64) for k in range(3))
+    owner = owners(a, ts, end, thread)
+    return [union_ns(a.start[owner == i], a.end[owner == i]) / 1e3 for i in range(len(rows))]
 
 
 def known(trace: Trace, metric: str) -> bool:
