@@ -148,3 +148,16 @@ def test_folders_of_repeated_runs_compare_distributions(tmp_path, capsys):
     assert main(["diff", str(tmp_path / "a"), str(tmp_path / "a"), "--fail-if-slower", "5%", *work]) == 0
     assert "per trace, step:" in capsys.readouterr().out
     assert main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--metric", "aten::mm", *work]) == 2
+    # the CI outputs of folders: JUnit against the schema, markdown through a markdown parser
+    from lxml import etree
+    from markdown_it import MarkdownIt
+
+    xml, md = tmp_path / "f.xml", tmp_path / "f.md"
+    for fmt, out in (("junit", xml), ("markdown", md)):
+        assert main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-if-slower", "5%", "--format", fmt,
+                     "-o", str(out), *work]) == 1
+    doc = etree.parse(str(xml))
+    etree.XMLSchema(etree.parse(str(Path(__file__).parent / "fixtures" / "junit-jenkins.xsd"))).assertValid(doc)
+    assert [c.getparent().get("name") for c in doc.findall(".//testcase/failure")] == ["step"]
+    tokens = MarkdownIt("commonmark").enable("table").parse(md.read_text())
+    assert [t.type for t in tokens].count("tr_open") == 3, "a header and one row per metric"

@@ -68,16 +68,14 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
     from rich.text import Text
 
     from ..analysis.ranks import diff_docs
-    from ..analysis.significance import compare
+    from ..analysis.significance import TEST, compare
     from ..payloads.diff import verdict_entry
     from ..ranks import run_ranks
-    from ..report.diff import verdict_line
+    from ..report.diff import junit_of, markdown_folders, verdict_line
     from ..report.ranks import print_ranks_diff, render_ranks_json
 
     if args.metric not in FOLDER_METRICS:
         raise UserError(f"--metric {args.metric!r}: folders compare {' or '.join(FOLDER_METRICS)} (per trace)")
-    if args.format in ("markdown", "junit"):
-        raise UserError(f"--format {args.format}: compare two traces or bundles (folders: table or json)")
     docs = [run_ranks(path, files, engine=args.engine, ray_address=args.ray_address, workers=args.workers,
                       lenient=args.lenient, cache=not args.no_cache, work_dir=args.work_dir).doc
             for path, files in ((args.a, files_a), (args.b, files_b))]
@@ -93,6 +91,10 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
     d["verdicts"] = [msgspec.to_builtins(e) for e in entries]
     if args.format == "json":
         emit(render_ranks_json(d), args.output)
+    elif args.format == "markdown":
+        emit(markdown_folders(args.a, args.b, entries), args.output)
+    elif args.format == "junit":
+        emit(junit_of(entries, [("a", args.a), ("b", args.b), ("test", TEST + "; one figure per trace")]), args.output)
     else:
         con = console()
         print_ranks_diff(con, d, args.top or None)

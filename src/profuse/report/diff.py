@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.significance import TEST
 from ..payloads.diff import DiffPayload, VerdictEntry
 from ._text import safe, text
 from .console import fmt_us
@@ -132,22 +133,37 @@ def _md(s: str) -> str:
     return html.escape(s, quote=True).replace("|", "&#124;").replace("`", "&#96;").replace("\n", " ")
 
 
-def markdown(p: DiffPayload, top: int = 10) -> str:
-    """A short pull-request comment: the gate, the verdicts, the devices and the largest op changes."""
-    failed = [v for v in p.verdicts if v.fails]
-    gate = [v for v in p.verdicts if v.threshold_pct is not None]
-    head = "❌ slower" if failed else ("✅ no significant slowdown" if gate else "profuse diff")
-    out = [f"### profuse diff: {head}", "",
-           f"A: `{_md(p.a)}` on {_md(_device(p, 'a'))}  ", f"B: `{_md(p.b)}` on {_md(_device(p, 'b'))}", ""]
-    if not p.same_device:
-        out += ["Different devices: ops matched by name, shapes and module; kernels not compared.", ""]
-    out += ["| metric | A median | B median | A/B | verdict | gate |", "| --- | ---: | ---: | --- | --- | --- |"]
-    for v in p.verdicts:
+def _gate_head(verdicts: list[VerdictEntry]) -> str:
+    if any(v.fails for v in verdicts):
+        return "❌ slower"
+    return "✅ no significant slowdown" if any(v.threshold_pct is not None for v in verdicts) else "profuse diff"
+
+
+def _verdict_table(verdicts: list[VerdictEntry], unit: str = "steps") -> list[str]:
+    out = [f"| metric | A median ({unit}) | B median ({unit}) | A/B | verdict | gate |",
+           "| --- | ---: | ---: | --- | --- | --- |"]
+    for v in verdicts:
         word = v.verdict if v.p_value is None else f"{v.verdict} (p = {v.p_value:.3g})"
         g = "" if v.threshold_pct is None else (
             f"**fail** (> {v.threshold_pct:g}%)" if v.fails else f"pass ({v.threshold_pct:g}%)")
         out.append(f"| {_md(v.metric)} | {fmt_us(v.a_median_us)} ({v.a_steps}) | {fmt_us(v.b_median_us)} ({v.b_steps}) "
                    f"| {speed_words(v.a_median_us, v.b_median_us)} | {word} | {g} |")
+    return out
+
+
+def markdown_folders(a: str, b: str, verdicts: list[VerdictEntry]) -> str:
+    """The pull-request comment for two folders of runs: one figure per trace, the verdicts."""
+    return "\n".join([f"### profuse diff: {_gate_head(verdicts)}", "", f"A: `{_md(a)}`  ", f"B: `{_md(b)}`", "",
+                      *_verdict_table(verdicts, "traces"), "", f"_{_md(TEST)}; one figure per trace_"])
+
+
+def markdown(p: DiffPayload, top: int = 10) -> str:
+    """A short pull-request comment: the gate, the verdicts, the devices and the largest op changes."""
+    out = [f"### profuse diff: {_gate_head(p.verdicts)}", "",
+           f"A: `{_md(p.a)}` on {_md(_device(p, 'a'))}  ", f"B: `{_md(p.b)}` on {_md(_device(p, 'b'))}", ""]
+    if not p.same_device:
+        out += ["Different devices: ops matched by name, shapes and module; kernels not compared.", ""]
+    out += _verdict_table(p.verdicts)
     out += ["", f"Device time {fmt_us(p.a_device_us)} → {fmt_us(p.b_device_us)}: "
                 f"{speed_words(p.a_device_us, p.b_device_us)}; matched ops hold {p.matched_device_pct.a:.1f}% "
                 f"(A) and {p.matched_device_pct.b:.1f}% (B) of it.", ""]
@@ -163,17 +179,21 @@ def markdown(p: DiffPayload, top: int = 10) -> str:
 
 
 def junit(p: DiffPayload) -> str:
+    """JUnit XML of a two-trace diff (see :func:`junit_of`)."""
+    return junit_of(p.verdicts, [("a", p.a), ("b", p.b), ("device_a", p.devices.a or p.sides["a"].kind),
+                                 ("device_b", p.devices.b or p.sides["b"].kind), ("test", p.test)])
+
+
+def junit_of(cases: list[VerdictEntry], properties: list[tuple[str, str]]) -> str:
     """JUnit XML: one test case per metric; the gate's metric fails when B is significantly slower
-    beyond the threshold. ElementTree escapes every name."""
-    cases = p.verdicts
+    beyond the threshold, a metric too few steps can tell is skipped. ElementTree escapes every name."""
     suites = ET.Element("testsuites", name="profuse diff", tests=str(len(cases)),
                         failures=str(sum(v.fails for v in cases)), errors="0")
     suite = ET.SubElement(suites, "testsuite", name="profuse diff", tests=str(len(cases)),
                           failures=str(sum(v.fails for v in cases)), errors="0",
                           skipped=str(sum(v.verdict == "cannot tell" for v in cases)), time="0")
     props = ET.SubElement(suite, "properties")
-    for k, val in (("a", p.a), ("b", p.b), ("device_a", p.devices.a or p.sides["a"].kind),
-                   ("device_b", p.devices.b or p.sides["b"].kind), ("test", p.test)):
+    for k, val in properties:
         ET.SubElement(props, "property", name=k, value=safe(val))
     for v in cases:
         case = ET.SubElement(suite, "testcase", name=safe(v.metric), classname="profuse.diff",
