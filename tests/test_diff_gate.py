@@ -161,3 +161,16 @@ def test_folders_of_repeated_runs_compare_distributions(tmp_path, capsys):
     assert [c.getparent().get("name") for c in doc.findall(".//testcase/failure")] == ["step"]
     tokens = MarkdownIt("commonmark").enable("table").parse(md.read_text())
     assert [t.type for t in tokens].count("tr_open") == 3, "a header and one row per metric"
+
+
+def test_cpu_device_busy_is_the_ops_own_time_not_the_wait(runs, capsys):
+    # on a CPU-only trace device_busy is the ops' own CPU time per step: the step's 60 ms wait
+    # (time.sleep, inside the step but in no op) is not in it
+    from oracle import complete_events
+
+    events = complete_events(next(runs["base"].glob("*.json*")))
+    steps = [e for e in events if str(e["name"]).startswith("ProfilerStep#")]
+    _, v = gate(capsys, runs["base"], runs["same"], "--metric", "device_busy")
+    assert v["device_busy"]["a_steps"] == len(steps) == STEPS
+    assert 0 < v["device_busy"]["a_median_us"] < 0.5 * v["step"]["a_median_us"]
+    assert v["step"]["a_median_us"] >= 60_000

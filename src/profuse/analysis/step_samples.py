@@ -57,9 +57,14 @@ def step_times_us(trace: Trace) -> list[float]:
     return [float(trace.meta.get("span_us") or 0.0)]
 
 
+def _op_names(trace: Trace) -> list[str]:
+    """Every op-table name but the steps' own (a step's self time is not an op's work)."""
+    return [r.name for r in op_table(trace).rows if not r.name.startswith("ProfilerStep#")]
+
+
 def _names_of(trace: Trace, metric: str) -> list[str]:
     """The op names a class or op-name metric covers in this trace."""
-    names = [r.name for r in op_table(trace).rows]
+    names = _op_names(trace)
     if metric in CLASSES:
         return [n for n in names if op_class(n) == metric]
     return [n for n in names if n == metric]
@@ -87,8 +92,7 @@ def _op_time_per_step(trace: Trace, names: list[str]) -> list[float]:
 
 def _busy_per_step(trace: Trace) -> list[float]:
     if trace.cpu_only:
-        names = [r.name for r in op_table(trace).rows]
-        return _op_time_per_step(trace, names) if _steps(trace) else [total_device_us(trace)]
+        return _op_time_per_step(trace, _op_names(trace)) if _steps(trace) else [total_device_us(trace)]
     rows = _step_rows(trace)
     if not rows:
         busy = device_busy(trace)
