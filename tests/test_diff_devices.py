@@ -228,3 +228,14 @@ def test_a_serving_step_is_a_step(capsys):
     _, d = run_json(capsys, str(path), str(path))
     assert d["sides"]["a"]["steps"] == len(marked) == 1
     assert d["sides"]["a"]["step_median_us"] == pytest.approx(float(marked[0]["dur"]), abs=1e-3)
+
+
+def test_console_cuts_long_kernel_names_at_their_end(capsys):
+    a, b = trace_path("a100_alexnet.json.gz"), trace_path("a100_event_sync.json.gz")
+    _, d = run_json(capsys, str(a), str(b))
+    long = [k["name"] for k in d["kernels"][:15] if len(k["name"]) > 60]
+    assert long, "alexnet's cuDNN and elementwise kernels have long template names"
+    assert main(["diff", str(a), str(b), "--top", "15"]) == 0
+    out = capsys.readouterr().out
+    for name in long:
+        assert name[:59] + "…" in out
