@@ -147,6 +147,7 @@ def test_compare_across_devices_names_them_and_shows_ratios(page):
         first = page.locator("#diff-ops tbody tr").first
         assert first.locator("span").first.get_attribute("title") == "aten::addmm"
         assert "Linear_25" in first.inner_text() and "0.62x" in first.inner_text()
+        assert "% roofline B" in main_text
     a.close()
     b.close()
 

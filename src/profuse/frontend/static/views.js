@@ -222,6 +222,14 @@ async function compare(main, st, go, life) {
     el("p", { id: "compare-devices" }, d.same_device ? "same device" : "different devices: kernels not matched"));
   for (const v of d.verdicts) main.append(el("p", { class: "verdict" }, `${v.metric}: ${v.verdict}` +
     (v.p_value === null ? "" : ` (p = ${v.p_value.toPrecision(3)})`) + `, ${speed(v.b_median_us ? v.a_median_us / v.b_median_us : 0)}`));
+  for (const k of ["a", "b"]) {  // what one run has and the other does not
+    const o = d.only_in[k], bits = [];
+    if (o.ops) bits.push(`${o.ops} op(s)`);
+    if (o.compiled_regions.length) bits.push(`compiled region(s) ${o.compiled_regions.join(", ")}`);
+    if (o.graph_replay_kernels) bits.push(`${o.graph_replay_kernels} graph-replayed kernel(s)`);
+    if (o.fused_kernels.length) bits.push(`${o.fused_kernels.length} fused kernel name(s)`);
+    if (bits.length) main.append(el("p", { class: "muted only-in" }, `only in ${k.toUpperCase()}: ${bits.join(", ")}`));
+  }
   // names cut at their end, the whole name on hover
   const short = v => el("span", { title: v }, v.length > 60 ? v.slice(0, 59) + "…" : v);
   const ratio = (v, r) => !r.b_calls ? "only in A" : v === null ? "only in B" : `${v.toFixed(2)}x`;
@@ -231,6 +239,11 @@ async function compare(main, st, go, life) {
     { key: "ratio", label: "B/A", fmt: ratio }];
   main.append(el("h2", {}, "Ops"), el("div", { id: "diff-ops" }, table(opCols, d.ops.slice(0, 200))));
   if (d.modules.length) main.append(el("h2", {}, "Modules"), table(cols, d.modules.slice(0, 100)));
+  const pct = v => v === null ? "unknown" : `${v.toFixed(1)}%`;
+  if (d.roofline.length) main.append(el("h2", {}, "Roofline of the ops both have (each on its own peaks)"),
+    table([{ key: "name", label: "Name", name: true, fmt: short }, { key: "a_us", label: "Time A", fmt: fmtUs },
+      { key: "b_us", label: "Time B", fmt: fmtUs }, { key: "a_pct", label: "% roofline A", fmt: pct },
+      { key: "b_pct", label: "% roofline B", fmt: pct }], d.roofline.slice(0, 50)));
   if (d.kernels_removed.length || d.kernels_added.length)
     main.append(el("p", {}, `${d.kernels_removed.length} kernel name(s) removed, ${d.kernels_added.length} added`));
   if (isReport()) return;
