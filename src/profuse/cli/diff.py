@@ -17,8 +17,9 @@ HELP = """examples:
   profuse diff run_a/ run_b/                    two folders of rank traces (or repeated runs)
 Ops are matched by name, input shapes and nn.Module instance, so a CUDA run and a ROCm run compare;
 modules by class; kernels by name only between runs on the same device (device names compared).
-Each metric's per-step times (ProfilerStep#N) are compared by an exact Mann-Whitney U test: a
-verdict needs 4 steps a side at least; with fewer it says "cannot tell" and the gate passes.
+Each metric's per-step times (ProfilerStep#N, else serving steps) are compared by an exact
+Mann-Whitney U test: a verdict needs 4 steps a side at least; with fewer it says "cannot tell"
+and the gate passes. See docs/ci.md.
 Exit codes: 0 (no significant slowdown beyond the threshold), 1 (gate failed), 2 (bad input).
 Names longer than 60 characters are cut at their end ("…"); --format json gives them whole.
 """

@@ -136,14 +136,14 @@ def _md(s: str) -> str:
 def _gate_head(verdicts: list[VerdictEntry]) -> str:
     if any(v.fails for v in verdicts):
         return "❌ slower"
-    return "✅ no significant slowdown" if any(v.threshold_pct is not None for v in verdicts) else "profuse diff"
+    return "✅ no significant slowdown" if any(v.threshold_pct is not None for v in verdicts) else "comparison"
 
 
 def _verdict_table(verdicts: list[VerdictEntry], unit: str = "steps") -> list[str]:
-    out = [f"| metric | A median ({unit}) | B median ({unit}) | A/B | verdict | gate |",
+    out = [f"| metric | A median ({unit}) | B median ({unit}) | speed (A/B) | verdict | gate |",
            "| --- | ---: | ---: | --- | --- | --- |"]
     for v in verdicts:
-        word = v.verdict if v.p_value is None else f"{v.verdict} (p = {v.p_value:.3g})"
+        word = "cannot tell (too few to test)" if v.p_value is None else f"{v.verdict} (p = {v.p_value:.3g})"
         g = "" if v.threshold_pct is None else (
             f"**fail** (> {v.threshold_pct:g}%)" if v.fails else f"pass ({v.threshold_pct:g}%)")
         out.append(f"| {_md(v.metric)} | {fmt_us(v.a_median_us)} ({v.a_steps}) | {fmt_us(v.b_median_us)} ({v.b_steps}) "
