@@ -125,6 +125,7 @@ def test_names_are_cut_at_their_end_and_speed_says_which_way(capsys):
     assert speed_words(502.0, 964.0) == "0.52x (1.92x slower)"
     assert speed_words(964.0, 502.0) == "1.92x (1.92x faster)"
     assert ratio_words(1.92) == "1.92x slower" and ratio_words(0.5) == "0.50x (2.00x faster)"
+    assert ratio_words(None) == "-", "A took no time: no ratio, and not 'only in B'"
 
 
 def _hostile_pair(tmp_path: Path) -> tuple[Path, Path]:

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.significance import TEST
-from ..payloads.diff import DiffPayload, VerdictEntry
+from ..payloads.diff import DiffPayload, OpEntry, VerdictEntry
 from ._text import safe, text
 from .console import fmt_us
 
@@ -37,14 +37,23 @@ def speed_words(a_us: float, b_us: float) -> str:
 
 
 def ratio_words(ratio: float | None) -> str:
-    """B's time over A's, for one row: "1.92x slower", "0.52x (1.92x faster)"."""
+    """B's time over A's, for one row: "1.92x slower", "0.52x (1.92x faster)"; "-" when A took no time."""
     if ratio is None:
-        return "only in B"
-    if ratio == 0:
-        return "only in A"
+        return "-"
     if round(ratio, 2) == 1.0:
         return "1.00x"
+    if ratio == 0:
+        return "0.00x"
     return f"{ratio:.2f}x slower" if ratio > 1 else f"{ratio:.2f}x ({1 / ratio:.2f}x faster)"
+
+
+def row_ratio(o: OpEntry) -> str:
+    """One op row's B/A in words, or which run alone has it."""
+    if not o.a_calls:
+        return "only in B"
+    if not o.b_calls:
+        return "only in A"
+    return ratio_words(o.ratio)
 
 
 def _device(p: DiffPayload, side: str) -> str:
@@ -103,7 +112,7 @@ def print_diff(con: Console, p: DiffPayload, top: int | None) -> None:
     for r in p.ops[:n]:
         t.add_row(text(shorten(r.name)), text(shorten(r.module, 24)), str(r.a_calls), str(r.b_calls),
                   fmt_us(r.a_us), fmt_us(r.b_us),
-                  Text(ratio_words(r.ratio if r.a_calls else None) if r.b_calls else "only in A",
+                  Text(row_ratio(r),
                        style="red" if (r.ratio or 0) > 1 else "green"))
     con.print(t)
     for title, rows in (("Modules", p.modules), ("Kernels", p.kernels)):
@@ -172,7 +181,7 @@ def markdown(p: DiffPayload, top: int = 10) -> str:
         out += ["| op | module | A | B | B/A |", "| --- | --- | ---: | ---: | --- |"]
         for o in changed:
             out.append(f"| {_md(shorten(o.name))} | {_md(shorten(o.module, 24))} | {fmt_us(o.a_us)} | "
-                       f"{fmt_us(o.b_us)} | {ratio_words(o.ratio if o.a_calls else None) if o.b_calls else 'only in A'} |")
+                       f"{fmt_us(o.b_us)} | {row_ratio(o)} |")
         out.append("")
     out.append(f"_{_md(p.test)}; full names and every row: `profuse diff --format json`_")
     return "\n".join(out)

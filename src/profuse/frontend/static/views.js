@@ -232,7 +232,7 @@ async function compare(main, st, go, life) {
   }
   // names cut at their end, the whole name on hover
   const short = v => el("span", { title: v }, v.length > 60 ? v.slice(0, 59) + "…" : v);
-  const ratio = (v, r) => !r.b_calls ? "only in A" : v === null ? "only in B" : `${v.toFixed(2)}x`;
+  const ratio = (v, r) => !r.a_calls ? "only in B" : !r.b_calls ? "only in A" : v === null ? "-" : `${v.toFixed(2)}x`;
   const cols = [{ key: "name", label: "Name", name: true, fmt: short }, { key: "a_calls", label: "Calls A" }, { key: "b_calls", label: "Calls B" },
     { key: "a_us", label: "Time A", fmt: fmtUs }, { key: "b_us", label: "Time B", fmt: fmtUs }, { key: "delta_us", label: "Delta", fmt: fmtUs }];
   const opCols = [cols[0], { key: "module", label: "Module", name: true, fmt: short }, ...cols.slice(1),
