@@ -88,3 +88,17 @@ def test_a_swap_that_does_not_fit_the_module_is_not_made():
 def test_nothing_to_fix_leaves_best_none(tmp_path):
     res = profuse.advise(torch.nn.Linear(64, 64), (torch.randn(8, 64),), verify=True, steps=2, out=tmp_path)
     assert res.candidates == [] and res.fixes == [] and res.best is None
+
+
+def test_the_graphs_fix_is_measured_on_whole_steps(tmp_path, monkeypatch):
+    # No CUDA device is lent here; the reduce-overhead path itself (compile the whole model, warm it,
+    # time whole steps, judge, compose res.best) runs on the CPU, where inductor skips the graphs.
+    monkeypatch.setattr("profuse.fixes.swaps.graphable_device", lambda inputs: True)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), nm.NaiveGeluTanh()).eval()
+    res = profuse.advise(model, (torch.randn(8, 64),), verify=True, steps=3, out=tmp_path, patterns=set())
+    (g,) = [f for f in res.fixes if f.pattern == verify.GRAPHS_PATTERN]
+    assert g.scope == "model" and g.fix == verify.GRAPHS_FIX and g.ok and g.max_abs_err < 1e-5
+    assert g.samples >= 3 and g.scope_before_us > 0 and g.scope_after_us > 0
+    assert g.compiles_while_timed == 0
+    assert not any("reduce-overhead" in n for n in res.notes)
+    assert (res.best is not None) == (g.verdict == verify.VERIFIED)
