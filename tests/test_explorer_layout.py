@@ -78,6 +78,16 @@ def test_the_timeline_opens_with_the_device_lanes_in_view(page, bert):
             const b = t.boxes.find(b => d.kinds[d.kind[b.i]] === 'kernel' && d.id[b.i] >= 0); return [b.x, b.y]; })()""")
         page.mouse.click(canvas["x"] + x + 1, canvas["y"] + y + ROW / 2)
         page.wait_for_selector("#op-chain")
+        # AND a selection in a lane above them (from the URL) is scrolled into view
+        top_id = page.evaluate("[...window.profuseTimeline.positions].find(([id, p]) => p[1] < 20)[0]")
+        open_view(page, url, "overview")
+        open_view(page, url, "timeline", f"&sel={top_id}")
+        page.wait_for_function(f"window.profuseTimeline && window.profuseTimeline.selected === {top_id}")
+        page.wait_for_selector("#details b")
+        y = page.evaluate(f"window.profuseTimeline.positions.get({top_id})[1]")
+        canvas = page.locator("canvas").first.bounding_box()
+        wrap = page.locator("#tl-wrap").bounding_box()
+        assert wrap["y"] <= canvas["y"] + y and canvas["y"] + y + ROW <= wrap["y"] + wrap["height"]
 
 
 def test_modules_are_ordered_by_device_time(page, bert):

@@ -60,6 +60,14 @@
       this.draw();
     }
 
+    /** Scrolls the box holding the canvas (when it scrolls) so the drawn event `id` is in view. */
+    reveal(id) {
+      const box = this.canvas.parentElement, at = this.positions.get(id);
+      if (!box || !at) return;
+      const y = at[1];
+      if (y < box.scrollTop || y + ROW > box.scrollTop + box.clientHeight) box.scrollTop = Math.max(0, y - box.clientHeight / 2);
+    }
+
     /**
      * Scrolls the box holding the canvas (when it scrolls) so the device lanes are in view: the CPU
      * lanes above them can be taller than the window. As much of what is above them as fits stays.

@@ -160,7 +160,7 @@ async function timeline(main, st, go, life) {
     onSelect: (ev, id) => { details(box, ev, st, pick); go({ ...st, sel: id ?? "" }, { replace: true, rerender: false }); },
     onView: v => go({ ...st, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
   });
-  const pick = id => tl.select(id);
+  const pick = id => tl.select(id).then(ev => { tl.reveal(id); return ev; });
   window.profuseTimeline = tl;  // for tests: positions, highlight and arrows of what is drawn
   life.onLeave(() => {
     tl.destroy();
@@ -168,7 +168,7 @@ async function timeline(main, st, go, life) {
   });
   await tl.init(st.t0 && st.t1 ? [parseFloat(st.t0), parseFloat(st.t1)] : null);
   details(box, null, st);
-  if (st.sel !== undefined && st.sel !== "") details(box, await tl.select(parseInt(st.sel, 10)), st, pick);
+  if (st.sel !== undefined && st.sel !== "") details(box, await pick(parseInt(st.sel, 10)), st, pick);
 }
 
 async function modules(main, st) {
