@@ -414,9 +414,11 @@ def _advise(model: Any, example_inputs: Sequence[Any], *, verify: bool, steps: i
         if cls is None or (c.pattern, c.scope) in tried_scopes:
             continue
         tried_scopes.add((c.pattern, c.scope))
-        # the model's fraction, applied to the scopes' time measured without the Python tracer
+        # the model's fraction, applied to the scopes' time measured without the Python tracer (the
+        # median step, as the measured saving is: a mean would carry a busy spell into the prediction)
         fraction = c.predicted_saving_us / c.device_us if c.device_us else 0.0
-        per_step_pred = fraction * before.scope_us.get(cls, c.device_us / analysis_steps)
+        samples = before.scope_samples.get(cls)
+        per_step_pred = fraction * (statistics.median(samples) if samples else c.device_us / analysis_steps)
         tried: list[tuple[float, FixResult, Callable[[Any], bool]]] = []
         for j, (label, fn) in enumerate(fixes_for(c)):
             fixed = copy.deepcopy(model)
