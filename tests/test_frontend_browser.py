@@ -145,9 +145,11 @@ def test_lane_labels_name_their_kind_and_show_the_full_label_on_hover(page, bert
     assert {"ops", "stream"} <= kinds
     with running([bert]) as url:
         open_view(page, url, "timeline")
-        box = page.locator("canvas").first.bounding_box()
         y = 0
         for lane in lanes:
+            # the lanes scroll in their box (it opens on the device lanes): bring this one in view
+            page.evaluate("y => { document.getElementById('tl-wrap').scrollTop = y; }", y)
+            box = page.locator("canvas").first.bounding_box()
             page.mouse.move(box["x"] + 100, box["y"] + y + ROW / 2)
             expected = f"{lane['kind']}: {lane['label']}"
             page.wait_for_function("t => document.querySelector('canvas').title === t", arg=expected)
@@ -158,6 +160,8 @@ def test_lane_labels_name_their_kind_and_show_the_full_label_on_hover(page, bert
             if lane["kind"] != "stream":
                 by_thread.setdefault(lane["label"].rsplit(" · ", 1)[0], set()).add(lane["kind"])
         assert any(len(k) > 1 for k in by_thread.values())
+        page.evaluate("document.getElementById('tl-wrap').scrollTop = 0")
+        box = page.locator("canvas").first.bounding_box()
         page.mouse.move(box["x"] + 600, box["y"] + 5)
         page.wait_for_function("document.querySelector('canvas').title === ''")
 

@@ -23,7 +23,8 @@ class ModuleNode:
 
 
 def module_tree(trace: Trace) -> list[ModuleNode]:
-    """Every module path with its calls and times, sorted by path (a depth-first order)."""
+    """Every module path with its calls and times in depth-first order, the children of each node
+    (and the roots) by device time, largest first (ties by path)."""
     insts = scope_instances(trace)
     nodes: dict[str, ModuleNode] = {}
     for inst in insts.values():
@@ -40,4 +41,25 @@ def module_tree(trace: Trace) -> list[ModuleNode]:
         n.calls += 1
         n.device_us += inst.device_ns / 1e3
         n.cpu_us += inst.dur / 1e3
-    return sorted(nodes.values(), key=lambda n: n.path)
+    return by_device_time(list(nodes.values()))
+
+
+def by_device_time(nodes: list[ModuleNode]) -> list[ModuleNode]:
+    """Nodes in depth-first order, siblings by device time (largest first, then path); a node whose
+    parent path is not among them is a root."""
+    known = {n.path for n in nodes}
+    children: dict[str | None, list[ModuleNode]] = {}
+    for n in nodes:
+        parent = n.path.rsplit("/", 1)[0] if "/" in n.path else None
+        children.setdefault(parent if parent in known else None, []).append(n)
+
+    def order(ns: list[ModuleNode]) -> list[ModuleNode]:  # reversed: a stack pops the largest first
+        return sorted(ns, key=lambda n: (-n.device_us, n.path))[::-1]
+
+    out: list[ModuleNode] = []
+    stack = order(children.get(None, []))
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack += order(children.get(n.path, []))
+    return out

@@ -14,6 +14,7 @@ HELP = """examples:
   profuse study rmsnorm --format json > rmsnorm.json
   profuse study llama                                     tiny Llama, RMSNorm found, fixed, verified
   profuse study llama --size small --all-patterns         every candidate the advisor finds
+  profuse study llama --size small --threads 1            measured on one thread (a busy, shared CPU)
 """
 
 
@@ -32,6 +33,9 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--steps", type=int, default=6, help="llama: profiled steps per measurement (default 6)")
     p.add_argument("--all-patterns", action="store_true",
                    help="llama: verify every candidate, not only RMSNorm (slower: compiles more modules)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="llama: torch intra-op threads while measuring (default: torch's own); 1 on a CPU "
+                        "shared with other work, where parallel regions wait for descheduled threads")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
 
@@ -82,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _llama(args: argparse.Namespace, out: str) -> int:
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be at least 1 (got {args.threads})")
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -95,7 +101,8 @@ def _llama(args: argparse.Namespace, out: str) -> int:
     if status:
         status.start()
     try:
-        result = run_llama_study(size=args.size, steps=args.steps, out=out, all_patterns=args.all_patterns)
+        result = run_llama_study(size=args.size, steps=args.steps, out=out, all_patterns=args.all_patterns,
+                                 threads=args.threads)
     finally:
         if status:
             status.stop()

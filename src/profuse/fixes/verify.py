@@ -1,31 +1,41 @@
 """``profuse.advise(model, example_inputs, verify=True)``: find, fix, check, measure.
 
-Profiles the model, finds fusion candidates, applies each fix to a deep copy of the model (swap in
-the fused op where the pattern is exact, else ``torch.compile`` the scope), checks numerics against
-the original (failing loudly past a dtype-aware bound), re-profiles before and after in interleaved
-rounds and reports the median saving with its spread: a fix is "verified faster" only when its gain
-exceeds the noise (the larger inter-quartile range of the two variants), else "not significant".
-The user's model is never modified. Needs torch (imported lazily).
+Profiles the model, finds fusion candidates, applies each fix to a deep copy of the model (the
+exact swap the recommendation names where the module has that form: ``F.rms_norm``,
+``F.layer_norm``, ``F.gelu``, ``F.silu``, ``scaled_dot_product_attention``; ``torch.compile`` of
+the scope always; ``torch.compile(mode="reduce-overhead")`` of the whole model when the inputs are
+on a CUDA/ROCm device), checks numerics against the original (failing loudly past a dtype-aware
+bound), warms every copy up (compilation, CUDA-graph recording) before anything is timed, re-profiles
+before and after in interleaved rounds and reports the median saving with its spread: a fix is
+"verified faster" only when its gain exceeds the noise (the larger inter-quartile range of the two
+variants), else "not significant"; a copy that still compiled while it was timed is "recompiled
+while timed" and never counted faster. The user's model is never modified. Needs torch (imported
+lazily).
 """
 from __future__ import annotations
 
 import copy
 import statistics
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..analysis.fusion import Candidate
 from ..errors import ProfuseError
+from . import swaps
 
 # dtype -> (abs, rel) bounds a fix must stay within
 TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "bfloat16": (2e-2, 2e-2), "float16": (1e-2, 1e-2)}
 
 
 ROUNDS = 3              # interleaved before/after measurements per fix
+WARM_CALLS = 3          # calls of a fixed copy before it is timed: compilation, graph recording, caches
 VERIFIED, NOT_SIGNIFICANT, SLOWER = "verified faster", "not significant", "slower"
+RECOMPILED = "recompiled while timed"
+GRAPHS_PATTERN, GRAPHS_FIX = "launch overhead (CUDA graphs)", 'torch.compile(mode="reduce-overhead") the model'
 
 
 def spread_us(samples: Sequence[float]) -> float:
@@ -73,7 +83,8 @@ class FixResult:
     scope_before_spread_us: float = 0.0   # inter-quartile range of the per-step samples before
     scope_after_spread_us: float = 0.0
     samples: int = 0                      # per-step samples per variant (rounds x steps)
-    verdict: str = ""                     # verified faster | not significant | slower
+    verdict: str = ""                     # verified faster | not significant | slower | recompiled while timed
+    compiles_while_timed: int = 0         # dynamo compilations during the kept timed calls (0 when clean)
 
 
 @dataclass
@@ -84,7 +95,10 @@ class AdviseResult:
     candidates: list[Candidate]
     fixes: list[FixResult] = field(default_factory=list)
     bundle: str = ""
-    best: Callable[..., Any] | None = None   # the copy with every fix that paid, when verified
+    # A deep copy of the model with every verified-faster fix applied (numerics checked again on the
+    # combination); None when no fix was verified faster, so callers keep the original model.
+    best: Callable[..., Any] | None = None
+    notes: list[str] = field(default_factory=list)   # fixes not tried, and why
 
     @property
     def applied(self) -> list[FixResult]:
@@ -156,6 +170,11 @@ def compile_module(module: Any) -> bool:
 EXACT_SWAPS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "RMSNorm": ("swap in torch.nn.functional.rms_norm", swap_rms_norm),
     "LayerNorm": ("swap in torch.nn.functional.layer_norm", swap_layer_norm),
+    "GELU (tanh)": ("swap in torch.nn.functional.gelu(approximate='tanh')", swaps.swap_gelu_tanh),
+    "GELU (erf)": ("swap in torch.nn.functional.gelu", swaps.swap_gelu_erf),
+    "SiLU (x * sigmoid(x))": ("swap in torch.nn.functional.silu", swaps.swap_silu),
+    "attention (matmul-softmax-matmul)": ("swap in torch.nn.functional.scaled_dot_product_attention",
+                                          swaps.swap_sdpa),
 }
 
 
@@ -173,6 +192,21 @@ def _run(model: Any, inputs: Sequence[Any]) -> Any:
 
     with torch.no_grad():
         return model(*inputs)
+
+
+def _warm(model: Any, inputs: Sequence[Any]) -> None:
+    """Call a fixed copy until compilation and CUDA-graph recording are behind it."""
+    for _ in range(WARM_CALLS):
+        _run(model, inputs)
+
+
+def compiles_so_far() -> int:
+    """Frames torch.compile (dynamo) has compiled in this process, recompilations included."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover - torch without dynamo
+        return 0
+    return int(counters["frames"]["total"])
 
 
 def _tensor_out(out: Any) -> Any:
@@ -196,6 +230,8 @@ class Timing:
     step_us: float                     # median device time per step
     scope_us: dict[str, float]         # device time per step inside each watched nn.Module class
     scope_samples: dict[str, list[float]] = field(default_factory=dict)  # per step, each class
+    step_samples: list[float] = field(default_factory=list)               # device time of each step
+    compiles: int = 0                  # dynamo compilations while this variant was profiled
 
 
 SCOPE_MARK = "profuse.scope: "
@@ -232,6 +268,7 @@ def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes:
     from ..trace import load
 
     handles = _watch(model, classes)
+    compiled_before = compiles_so_far()
     try:
         bundle = profile_calls(lambda: model(*inputs),
                                ProfileConfig(out=out, warmup=2, steps=steps, streams="ops,device,runtime"))
@@ -252,12 +289,97 @@ def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes:
                 k = next((i for i, (lo, hi) in enumerate(steps_at) if lo <= inst.ts < hi), None)
                 if k is not None:
                     samples[k] += inst.device_ns / 1e3
-    return Timing(stats.device_us_per_call, per_class, per_step)
+    return Timing(stats.device_us_per_call, per_class, per_step, list(stats.per_step_us),
+                  compiles_so_far() - compiled_before)
+
+
+def measured(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes: set[str]) -> Timing:
+    """:func:`timing`, measured again once when torch.compile compiled during the profiled calls
+    (a guard that failed only under the profiler): compile time never counts as the model's time.
+    The result's ``compiles`` says whether the kept measurement is still not clean."""
+    t = timing(model, inputs, steps=steps, out=out, classes=classes)
+    if t.compiles:
+        t = timing(model, inputs, steps=steps, out=out.with_name(out.name + "-again"), classes=classes)
+    return t
+
+
+@dataclass
+class _Rounds:
+    before: list[float] = field(default_factory=list)       # per-step samples in the watched scope
+    after: list[float] = field(default_factory=list)
+    before_steps: list[float] = field(default_factory=list)  # median device time per step, each round
+    after_steps: list[float] = field(default_factory=list)
+    compiles: int = 0
+
+
+def _rounds(model: Any, fixed: Any, inputs: Sequence[Any], *, steps: int, work: Path, tag: str,
+            cls: str | None, first: Timing) -> _Rounds:
+    """Interleaved rounds (before, after, before, after, ...) so a busy spell hits both alike.
+    ``cls`` None measures whole steps (a fix of the whole model)."""
+    r = _Rounds()
+    classes = {cls} if cls else set()
+    for k in range(ROUNDS):
+        b = first if k == 0 else measured(model, inputs, steps=steps, out=work / f"{tag}-b{k}", classes=classes)
+        a = measured(fixed, inputs, steps=steps, out=work / f"{tag}-a{k}", classes=classes)
+        r.before += b.scope_samples.get(cls, []) if cls else b.step_samples
+        r.after += a.scope_samples.get(cls, []) if cls else a.step_samples
+        r.before_steps.append(b.step_us)
+        r.after_steps.append(a.step_us)
+        r.compiles += a.compiles
+    return r
+
+
+def _judge(pattern: str, scope: str, label: str, changed: int, predicted: float, r: _Rounds,
+           errs: tuple[float, float]) -> FixResult:
+    saving, judged = verdict(r.before, r.after)
+    if r.compiles:
+        judged = RECOMPILED
+    med_b = statistics.median(r.before) if r.before else 0.0
+    med_a = statistics.median(r.after) if r.after else 0.0
+    return FixResult(pattern, scope, label, changed, round(predicted, 2), round(saving, 2), round(med_b, 2),
+                     round(med_a, 2), round(statistics.median(r.before_steps) - statistics.median(r.after_steps), 2),
+                     errs[0], errs[1], True, round(spread_us(r.before), 2), round(spread_us(r.after), 2),
+                     min(len(r.before), len(r.after)), judged, r.compiles)
+
+
+@contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` inside the block (None: left as it is), restored after.
+
+    On a CPU shared with other work, a parallel region waits at its barrier for a thread the OS has
+    descheduled, so with more threads than free cores a timed call can take a scheduler quantum
+    longer; one thread measures the work itself. Set before anything compiles: inductor's CPU
+    kernels take the thread count in force when they are compiled.
+    """
+    import torch
+
+    if n is None:
+        yield
+        return
+    if n < 1:
+        raise ValueError(f"threads must be at least 1 (got {n})")
+    was = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(was)
 
 
 def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, steps: int = 10,
-           out: str | Path | None = None, patterns: set[str] | None = None) -> AdviseResult:
-    """Find fusion candidates in ``model`` and, with ``verify``, prove each fix on a copy of it."""
+           out: str | Path | None = None, patterns: set[str] | None = None,
+           threads: int | None = None) -> AdviseResult:
+    """Find fusion candidates in ``model`` and, with ``verify``, prove each fix on a copy of it.
+
+    ``res.best`` is a copy with every fix verified faster, or None when none was (keep ``model``).
+    ``threads`` sets torch's intra-op threads for the whole run (see :func:`intra_op_threads`).
+    """
+    with intra_op_threads(threads):
+        return _advise(model, example_inputs, verify=verify, steps=steps, out=out, patterns=patterns)
+
+
+def _advise(model: Any, example_inputs: Sequence[Any], *, verify: bool, steps: int,
+            out: str | Path | None, patterns: set[str] | None) -> AdviseResult:
     from ..analysis.fusion import fusion_candidates
     from ..trace import load
 
@@ -269,13 +391,21 @@ def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, st
         cands = [c for c in fusion_candidates(trace) if patterns is None or c.pattern in patterns]
         kind = trace.device_kind
     classes = {c for c in (_module_class(k.scope) for k in cands) if c}
-    before = timing(model, inputs, steps=steps, out=work / "before", classes=classes)
+    before = measured(model, inputs, steps=steps, out=work / "before", classes=classes)
     result = AdviseResult(device_kind=kind, before_us=before.step_us, candidates=cands, bundle=str(work))
     if not verify:
         return result
     reference = _run(model, inputs)
     dtype = str(_tensor_out(reference).dtype).removeprefix("torch.")
     tol_abs, tol_rel = TOLERANCE.get(dtype, (1e-3, 1e-3))
+
+    def check(label: str, where: str, got: Any) -> tuple[float, float]:
+        err_abs, err_rel = compare(reference, got)
+        if not (err_abs <= tol_abs or err_rel <= tol_rel):
+            raise VerificationError(f"{label} on {where} changed the output by {err_abs:.3g} (abs), "
+                                    f"{err_rel:.3g} (rel); the bound for {dtype} is {tol_abs:g}/{tol_rel:g}")
+        return err_abs, err_rel
+
     best_fixes: list[tuple[str, Callable[[Any], bool]]] = []
     tried_scopes: set[tuple[str, str]] = set()
     for i, c in enumerate(cands):
@@ -284,51 +414,48 @@ def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, st
         if cls is None or (c.pattern, c.scope) in tried_scopes:
             continue
         tried_scopes.add((c.pattern, c.scope))
-        # the model's fraction, applied to the scopes' time measured without the Python tracer
+        # the model's fraction, applied to the scopes' time measured without the Python tracer (the
+        # median step, as the measured saving is: a mean would carry a busy spell into the prediction)
         fraction = c.predicted_saving_us / c.device_us if c.device_us else 0.0
-        per_step_pred = fraction * before.scope_us.get(cls, c.device_us / analysis_steps)
+        samples = before.scope_samples.get(cls)
+        per_step_pred = fraction * (statistics.median(samples) if samples else c.device_us / analysis_steps)
         tried: list[tuple[float, FixResult, Callable[[Any], bool]]] = []
         for j, (label, fn) in enumerate(fixes_for(c)):
             fixed = copy.deepcopy(model)
             changed = sum(bool(fn(m)) for _, m in _instances(fixed, cls))
             if not changed:
+                result.notes.append(f"{label}: {c.scope} does not have the form it replaces; not tried")
                 continue
-            got = _run(fixed, inputs)
-            err_abs, err_rel = compare(reference, got)
-            ok = err_abs <= tol_abs or err_rel <= tol_rel
-            if not ok:
-                raise VerificationError(f"{label} on {c.scope} changed the output by {err_abs:.3g} (abs), "
-                                        f"{err_rel:.3g} (rel); the bound for {dtype} is {tol_abs:g}/{tol_rel:g}")
-            # interleaved rounds (before, after, before, after, ...) so a busy spell hits both alike
-            b_samples, a_samples, b_steps, a_steps = [], [], [], []
-            for r in range(ROUNDS):
-                b = before if r == 0 else timing(model, inputs, steps=steps, out=work / f"fix{i}-{j}-b{r}",
-                                                 classes={cls})
-                a = timing(fixed, inputs, steps=steps, out=work / f"fix{i}-{j}-a{r}", classes={cls})
-                b_samples += b.scope_samples.get(cls, [])
-                a_samples += a.scope_samples.get(cls, [])
-                b_steps.append(b.step_us)
-                a_steps.append(a.step_us)
-            saving, judged = verdict(b_samples, a_samples)
-            med_b = statistics.median(b_samples) if b_samples else 0.0
-            med_a = statistics.median(a_samples) if a_samples else 0.0
-            fr = FixResult(c.pattern, c.scope, label, changed, round(per_step_pred, 2), round(saving, 2),
-                           round(med_b, 2), round(med_a, 2),
-                           round(statistics.median(b_steps) - statistics.median(a_steps), 2), err_abs, err_rel,
-                           ok, round(spread_us(b_samples), 2), round(spread_us(a_samples), 2),
-                           min(len(b_samples), len(a_samples)), judged)
-            tried.append((-saving, fr, fn))
+            errs = check(label, c.scope, _run(fixed, inputs))
+            _warm(fixed, inputs)  # compilation and its first calls stay out of the timed calls
+            r = _rounds(model, fixed, inputs, steps=steps, work=work, tag=f"fix{i}-{j}", cls=cls, first=before)
+            fr = _judge(c.pattern, c.scope, label, changed, per_step_pred, r, errs)
+            tried.append((-fr.measured_saving_us, fr, fn))
         if tried:
             tried.sort(key=lambda t: t[0])
             result.fixes.extend(fr for _, fr, _ in tried)
             _, fr, fn = tried[0]
             if fr.verdict == VERIFIED:
                 best_fixes.append((cls, fn))
-    if best_fixes:
+    graphs = False
+    if swaps.graphable_device(inputs):
+        fixed = swaps.compile_reduce_overhead(copy.deepcopy(model))
+        errs = check(GRAPHS_FIX, "the model", _run(fixed, inputs))
+        _warm(fixed, inputs)
+        r = _rounds(model, fixed, inputs, steps=steps, work=work, tag="graphs", cls=None, first=before)
+        fr = _judge(GRAPHS_PATTERN, "model", GRAPHS_FIX, 1, 0.0, r, errs)
+        result.fixes.append(fr)
+        graphs = fr.verdict == VERIFIED
+    else:
+        result.notes.append(f"{GRAPHS_FIX}: not tried, the inputs are not on a CUDA/ROCm device")
+    if best_fixes or graphs:
         best = copy.deepcopy(model)
         for cls, fn in best_fixes:
             for _, m in _instances(best, cls):
                 fn(m)
+        if graphs:
+            best = swaps.compile_reduce_overhead(best)
+        check("the verified fixes together", "the model", _run(best, inputs))
         result.best = best
     return result
 

@@ -67,7 +67,7 @@ def print_llama(console: Console, r: LlamaStudy) -> None:
         t.add_row(Text(f.fix), Text(f.scope), str(f.modules_changed),
                   f"{fmt_us(f.scope_before_us)} ±{fmt_us(f.scope_before_spread_us)} -> "
                   f"{fmt_us(f.scope_after_us)} ±{fmt_us(f.scope_after_spread_us)}",
-                  fmt_us(f.measured_saving_us) if f.verdict != "not significant" else "not significant",
+                  fmt_us(f.measured_saving_us) if f.verdict in ("verified faster", "slower") else f.verdict,
                   fmt_us(f.predicted_saving_us), f"{f.max_abs_err:.1e}", "ok" if f.ok else "NO",
                   Text(f.verdict))
     console.print(t)

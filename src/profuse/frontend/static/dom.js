@@ -39,8 +39,9 @@ function fmtBytes(b) {
   return b + " B";
 }
 
-function table(columns, rows, { onRow, selected, sortable = true } = {}) {
-  // columns: [{key, label, name?: bool, fmt?: fn}]; rows: array of objects
+function table(columns, rows, { onRow, selected, sortable = true, detail } = {}) {
+  // columns: [{key, label, name?: bool, fmt?: fn}]; rows: array of objects;
+  // detail(r): a node shown in a full-width row right under r's row (it follows r when sorted), or null
   let sortKey = null, asc = false;
   const tbody = el("tbody");
   const render = () => {
@@ -60,6 +61,8 @@ function table(columns, rows, { onRow, selected, sortable = true } = {}) {
         tr.addEventListener("keydown", e => { if (e.key === "Enter") onRow(r); });
       }
       tbody.appendChild(tr);
+      const more = detail && detail(r);
+      if (more) tbody.appendChild(el("tr", { class: "detail" }, el("td", { colspan: columns.length }, more)));
     }
   };
   const head = el("tr", {}, columns.map(c => el("th", {

@@ -55,8 +55,29 @@
       this.view = view && view[1] > view[0] ? view : [this.span[0], this.span[1]];
       this.data = full;
       this.resize();
+      this.showDeviceLanes();
       await this.fetch();
       this.draw();
+    }
+
+    /** Scrolls the box holding the canvas (when it scrolls) so the drawn event `id` is in view. */
+    reveal(id) {
+      const box = this.canvas.parentElement, at = this.positions.get(id);
+      if (!box || !at) return;
+      const y = at[1];
+      if (y < box.scrollTop || y + ROW > box.scrollTop + box.clientHeight) box.scrollTop = Math.max(0, y - box.clientHeight / 2);
+    }
+
+    /**
+     * Scrolls the box holding the canvas (when it scrolls) so the device lanes are in view: the CPU
+     * lanes above them can be taller than the window. As much of what is above them as fits stays.
+     */
+    showDeviceLanes() {
+      const box = this.canvas.parentElement;
+      const dev = this.lanes.filter(l => l.kind === "stream");
+      if (!box || !dev.length) return;
+      const top = Math.min(...dev.map(l => l.y)), bottom = Math.max(...dev.map(l => l.y + l.rows * ROW));
+      box.scrollTop = Math.max(0, Math.min(top, bottom - box.clientHeight + LANE_GAP));
     }
 
     /** Removes the canvas and every listener this timeline added; later replies are dropped. */

@@ -79,13 +79,16 @@ async function ops(main, st, go) {
     { key: "cpu_total_us", label: "CPU total", fmt: fmtUs }, { key: "self_device_us", label: `Self ${dev}`, fmt: fmtUs },
     { key: "device_total_us", label: `${dev} total`, fmt: fmtUs }, { key: "pct", label: `${dev} %`, fmt: v => v.toFixed(1) + "%" },
     { key: "kernels", label: "Kernels" });
-  let openKey = st.op || null;
+  let openKey = st.op || null, opening = 0;
   // an opened row lists the kernels under it (explorer: asked for; report: embedded per shown row)
   const openRow = async r => {
     openKey = r.key;
+    const mine = ++opening;
     go({ ...st, group, op: r.key }, { replace: true, rerender: false });
-    render();
+    kernelsBox.replaceChildren(el("p", { class: "muted" }, "loading kernels…"));
+    render();  // the box now sits in a row right under the clicked one
     const found = await get(`/api/${st.run}/op_kernels?group_by=${group}&key=${encodeURIComponent(r.key)}`);
+    if (mine !== opening) return;  // another row was opened meanwhile
     const k = isReport() ? found && found[r.key] : found;
     kernelsBox.replaceChildren(el("h2", {}, `Kernels under ${r.name}${r.shape ? " " + r.shape : ""}`));
     if (!k) return kernelsBox.append(el("p", { class: "muted" }, "no kernel list for this row"));
@@ -95,16 +98,17 @@ async function ops(main, st, go) {
     // why some device events are in no row depends on the grouping: no op launched them, or no module ran them
     const why = group === "module" ? "ran inside no nn.Module" : "have no op (not linked to a launch)";
     if (k.unlinked) kernelsBox.append(el("p", { class: "muted" }, `${k.unlinked} device event(s) of this trace ${why}, so no row lists them`));
+    kernelsBox.scrollIntoView({ block: "nearest" });
   };
   const render = () => {
     const q = filter.value.toLowerCase();
     holder.replaceChildren(table(cols, rows.filter(r => r.name.toLowerCase().includes(q)),
-      { onRow: openRow, selected: r => r.key === openKey }));
+      { onRow: openRow, selected: r => r.key === openKey, detail: r => r.key === openKey ? kernelsBox : null }));
   };
   filter.addEventListener("input", render);
   const shown = d.total_rows > rows.length ? `${rows.length} of ${d.total_rows} rows` : `${rows.length} rows`;
   main.append(el("div", { class: "toolbar" }, "Group by ", select, filter, el("span", { class: "muted" }, shown),
-    el("span", { class: "muted" }, " · click a row (or Enter) to list its kernels")), holder, kernelsBox);
+    el("span", { class: "muted" }, " · click a row (or Enter) to list its kernels")), holder);
   render();
   if (!d.rows.length && group === "module") {
     main.append(el("p", { class: "muted", id: "no-modules" }, "No nn.Module scopes in this trace, so there is nothing to group by module: " +
@@ -131,7 +135,9 @@ function details(box, ev, st, pick) {
     // each kernel is selectable: a click selects it on the timeline
     box.append(el("div", {}, `${ev.kernels.length} kernel(s) launched:`), el("ul", { id: "kernel-list" },
       ev.kernels.map(k => {
-        const li = el("li", { dataset: { id: k.id } }, `${k.name} — at ${fmtUs(k.ts)}, ${fmtUs(k.dur)}${k.graph ? " (graph)" : ""}`);
+        // a long name is cut at its end to the box's width, all of it on hover; the times always show
+        const li = el("li", { dataset: { id: k.id } }, el("span", { class: "kname", title: k.name }, k.name),
+          el("span", { class: "when" }, ` — at ${fmtUs(k.ts)}, ${fmtUs(k.dur)}${k.graph ? " (graph)" : ""}`));
         if (pick) { li.style.cursor = "pointer"; li.addEventListener("click", () => pick(k.id)); }
         return li;
       })));
@@ -154,7 +160,7 @@ async function timeline(main, st, go, life) {
     onSelect: (ev, id) => { details(box, ev, st, pick); go({ ...st, sel: id ?? "" }, { replace: true, rerender: false }); },
     onView: v => go({ ...st, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
   });
-  const pick = id => tl.select(id);
+  const pick = id => tl.select(id).then(ev => { tl.reveal(id); return ev; });
   window.profuseTimeline = tl;  // for tests: positions, highlight and arrows of what is drawn
   life.onLeave(() => {
     tl.destroy();
@@ -162,7 +168,7 @@ async function timeline(main, st, go, life) {
   });
   await tl.init(st.t0 && st.t1 ? [parseFloat(st.t0), parseFloat(st.t1)] : null);
   details(box, null, st);
-  if (st.sel !== undefined && st.sel !== "") details(box, await tl.select(parseInt(st.sel, 10)), st, pick);
+  if (st.sel !== undefined && st.sel !== "") details(box, await pick(parseInt(st.sel, 10)), st, pick);
 }
 
 async function modules(main, st) {
