@@ -9,7 +9,8 @@ profuse with these answers compares two independent readings of the same trace.
   then comes later in the file.
 - A device event (kernel, memcpy, memset) is launched by the runtime call with its correlation id;
   its op is the innermost cpu_op or user_annotation holding that call's start; its module is the
-  innermost ``nn.Module: X`` python scope holding the op's start.
+  innermost ``nn.Module: X`` python scope holding that call's start (a graph replay's kernels so
+  take the module of their graph launch).
 """
 from __future__ import annotations
 
@@ -106,14 +107,15 @@ def module_around(events: list[Event], e: Event) -> Event | None:
 
 
 def device_events_by_module_class(path: Path | str) -> dict[str, int]:
-    """Device events per nn.Module class of the op that launched them (device event -> launch -> op -> module)."""
+    """Device events per nn.Module class around their launch call, when the call runs inside an op
+    (device event -> launch -> module)."""
     events = complete_events(path)
     by_corr = launches(events)
     out: dict[str, int] = {}
     for d in filter(is_device, events):
         launch = launch_of(d, by_corr)
         op = op_of(events, launch) if launch is not None else None
-        module = module_around(events, op) if op is not None else None
+        module = module_around(events, launch) if op is not None and launch is not None else None
         if module is not None:
             cls = module_class(module["name"])
             out[cls] = out.get(cls, 0) + 1

@@ -4,7 +4,8 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 10  # bump when tables change: caches with another version are rebuilt (10: nesting fix)
+SCHEMA_VERSION = 11  # bump when tables change: caches with another version are rebuilt (11: device events'
+# module and scope are those holding their launch call)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
