@@ -137,3 +137,25 @@ def test_graph_replayed_by_a_compiled_region_counts_in_compiled(tmp_path):
     with profuse.load(p) as t:
         (region,) = compiled_regions(t).regions
     assert region.device_us == pytest.approx(16.0)
+
+
+def test_sglang_replayed_kernels_carry_their_launchs_module_and_annotation():
+    from oracle import category, complete_events, innermost_around, is_module, launch_of, launches, module_class
+
+    path = trace_path("mi300_sglang_decode_cudagraph.json.gz")
+    events = complete_events(path)
+    by_corr = {**launches(events), **{e["args"]["correlation"]: e for e in events
+                                      if category(e) == "hip_runtime" and "correlation" in (e.get("args") or {})}}
+    want = {}
+    for d in events:
+        launch = launch_of(d, by_corr) if category(d) == "kernel" else None
+        if launch is not None and launch["name"] in GRAPH_LAUNCHES:
+            scope = innermost_around(events, launch, lambda o: category(o) == "user_annotation" or is_module(o))
+            module = innermost_around(events, launch, is_module)
+            want[d["order"]] = (scope["name"] if scope else None, module_class(module["name"]) if module else None)
+    assert len(want) > 400 and {s for s, _ in want.values()} == {"step[DECODE bs=32]"}
+    with profuse.load(path) as t:
+        got = dict((i, (s, m)) for i, s, m in t.sql(
+            "SELECT d.id, s.label, m.name FROM events d LEFT JOIN scopes s ON s.id = d.scope "
+            "LEFT JOIN scopes m ON m.id = d.module WHERE d.link = 'graph'")[1])
+    assert got == want

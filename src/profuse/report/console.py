@@ -146,8 +146,9 @@ def print_advice(console: Console, advice: Findings, device: str, top: int = 8) 
     if comp.regions:
         console.print(_section("Compiled regions"))
         for r in comp.regions:
+            events = f"{r.device_events:,} device event(s)" + (f" ({r.replayed:,} replayed)" if r.replayed else "")
             console.print(text(f"  {r.name}: {r.calls} call(s), {fmt_us(r.device_us)} {device}, "
-                               f"{len(r.kernels)} compiled kernel(s)"))
+                               + (f"{events}, " if r.device_events else "") + f"{len(r.kernels)} compiled kernel(s)"))
             for k in r.kernels[:top]:
                 console.print(text(f"    {k.name}  {fmt_us(k.device_us)}  fuses {', '.join(k.fused_ops)}"))
             if r.eager_ops_inside:

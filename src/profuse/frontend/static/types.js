@@ -91,6 +91,8 @@
  * @property {number} device_us
  * @property {Array<CompiledKernel>} kernels
  * @property {Array<string>} eager_ops_inside
+ * @property {number} device_events
+ * @property {number} replayed
  */
 
 /**
