@@ -1,9 +1,11 @@
 """Roofline: FLOPs and bytes per op from recorded shapes against the device's peaks.
 
-An op whose FLOPs or bytes profuse cannot model from its recorded shapes (convolutions, whose
-stride is not kept; gathers and slice writes, which touch only part of their tensors; unknown ops),
+An op whose FLOPs or bytes profuse cannot model from its recorded shapes (gathers and slice writes,
+which touch only part of their tensors; a convolution without its recorded stride, padding and
+groups; unknown ops),
 or whose modelled time would beat the device's peak, is listed as "unknown", never as a percentage.
 The compute peak is the one for the op's element size (FP8, BF16/FP16; FP32 matmuls against TF32).
+Convolutions and causal attention read their scalar arguments (``Concrete Inputs``): perf_models.
 
 Peaks, in this order: datasheet numbers when the trace names a known device (marked as such; they
 hold every element size's peak, which one measured fp32 matmul rate cannot), else the peaks the
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..trace import Trace
-from .opclass import flops, io_bytes, modelled, op_class, tensors
+from .opclass import ATTENTION, base, flops, io_bytes, modelled, op_class, tensors
+from .perf_models import CONV_OPS, attention_model_flops, conv_model
 
 if TYPE_CHECKING:
     from ..trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
@@ -97,30 +100,34 @@ def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[Roofli
     where = "e.parent_op IS NULL" if trace.cpu_only else "e.kernels > 0"
     time_col = "e.dur" if trace.cpu_only else "e.self_device"
     groups = trace.con.execute(f"""
-        SELECT e.name, s.input_dims, s.input_types, count(*), sum({time_col}), min(e.id) AS first
+        SELECT e.name, s.input_dims, s.input_types, s.concrete_inputs, count(*), sum({time_col}), min(e.id) AS first
         FROM events e JOIN shapes s USING (id)
         WHERE e.kind = 'cpu_op' AND {where} AND {time_col} IS NOT NULL AND {time_col} <> 0
-        GROUP BY e.name, s.input_dims, s.input_types ORDER BY first""").fetchall()
+        GROUP BY e.name, s.input_dims, s.input_types, s.concrete_inputs ORDER BY first""").fetchall()
     agg: dict[str, list[float]] = {}
     unknown: dict[str, list[float]] = {}
-    for name, dims, types, calls, ns, _first in groups:
+    for name, dims, types, concrete, calls, ns, _first in groups:
         ins = tensors(dims, types)
         if not ins:
             continue
-        if not modelled(name):
+        conv = conv_model(name, dims, types, concrete) if base(name) in CONV_OPS else None
+        if conv is None and not modelled(name):
             u = unknown.setdefault(name, [0, 0])
             u[0] += calls
             u[1] += ns
             continue
-        r, w = io_bytes(name, ins)
+        if conv is not None:
+            f, r, w, elem, matrix = conv.flops, conv.read, conv.write, conv.elem, True
+        else:
+            r, w = io_bytes(name, ins)
+            f = attention_model_flops(name, ins, concrete) if base(name) in ATTENTION else flops(name, ins)
+            elem, matrix = ins[0].elem, op_class(name) in ("matmul", "attention")
         a = agg.setdefault(name, [0, 0, 0.0, 0.0, 0.0])
         a[0] += calls
         a[1] += ns
-        f = flops(name, ins)
         a[2] += f * calls
         a[3] += (r + w) * calls
-        matrix = op_class(name) in ("matmul", "attention")
-        a[4] += f / (peaks.compute_tflops(ins[0].elem, matrix) * 1e12) * 1e6 * calls
+        a[4] += f / (peaks.compute_tflops(elem, matrix) * 1e12) * 1e6 * calls
     out = []
     for name, (calls, ns, f, b, compute_us) in agg.items():
         t = ns / 1e3
