@@ -52,6 +52,7 @@ class AdvicePayload(Struct):
     peaks: Peaks | None
     roofline: list[RooflineRow]
     compiled: CompiledAdvice
+    roofline_note: str | None = None   # "no peak for <device name>: ..." where there are no peaks
 
 
 def _candidate(c: Candidate) -> FusionCandidate:
@@ -72,4 +73,5 @@ def advice_payload(advice: Findings) -> AdvicePayload:
         roofline=list(advice.roofline),
         compiled=CompiledAdvice(regions=list(comp.regions), graph_breaks=comp.graph_breaks,
                                 eager_between=list(comp.eager_between),
-                                generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)))
+                                generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)),
+        roofline_note=advice.roofline_note)

@@ -174,6 +174,9 @@ def print_advice(console: Console, advice: Findings, device: str, top: int = 8) 
                       f"{row.intensity:.2f}" if known else "unknown", row.bound,
                       "unknown" if row.pct_of_roofline is None else f"{row.pct_of_roofline:.0f}%")
         console.print(t)
+    elif advice.roofline_note:
+        console.print(_section("Roofline"))
+        console.print(text(f"  {advice.roofline_note}", style="yellow"))
     if advice.hotspots:
         console.print(_section("Hotspots"))
         for kind in ("op", "module", "kernel"):

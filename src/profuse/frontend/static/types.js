@@ -10,6 +10,7 @@
  * @property {(Peaks|null)} peaks
  * @property {Array<RooflineRow>} roofline
  * @property {CompiledAdvice} compiled
+ * @property {(string|null)} roofline_note
  */
 
 /**
@@ -443,6 +444,7 @@
  * @property {(Peaks|null)} [peaks]
  * @property {Array<RooflineRow>} [roofline]
  * @property {CompiledAdvice} [compiled]
+ * @property {(string|null)} [roofline_note]
  */
 
 /**
