@@ -91,7 +91,7 @@ def test_report_keys_are_the_documented_ones(capsys):
     assert main(["report", p, "--format", "json", "--no-advice"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == keys - {"hotspots", "interruptions", "fusion_candidates", "peaks", "roofline", "compiled",
-                               "roofline_note"}
+                               "roofline_note", "skewed_launches"}
     assert all(set(r) == op_keys - {"shape"} for r in doc["ops"])
 
 

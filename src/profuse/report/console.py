@@ -142,6 +142,9 @@ def print_advice(console: Console, advice: Findings, device: str, top: int = 8) 
         if bound:
             console.print(Text(f"  {len(bound)} launch-bound scope(s): many short kernels with gaps; fusing "
                                "them removes the gaps.", style="yellow"))
+        if advice.skewed_launches:
+            console.print(Text(f"  clock skew: {advice.skewed_launches:,} device activities start before their "
+                               "launch call; they are left out of queue delays", style="yellow"))
     comp = advice.compiled
     if comp.regions:
         console.print(_section("Compiled regions"))

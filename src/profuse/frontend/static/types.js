@@ -11,6 +11,7 @@
  * @property {Array<RooflineRow>} roofline
  * @property {CompiledAdvice} compiled
  * @property {(string|null)} roofline_note
+ * @property {number} skewed_launches
  */
 
 /**
@@ -216,6 +217,7 @@
  * @property {number} queue_delay_us
  * @property {number} avg_kernel_us
  * @property {boolean} launch_bound
+ * @property {number} skewed_launches
  */
 
 /**
@@ -445,6 +447,7 @@
  * @property {Array<RooflineRow>} [roofline]
  * @property {CompiledAdvice} [compiled]
  * @property {(string|null)} [roofline_note]
+ * @property {number} [skewed_launches]
  */
 
 /**
