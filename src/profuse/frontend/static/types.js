@@ -27,6 +27,7 @@
  * @typedef {Object} Capture
  * @property {string} status
  * @property {(string|null)} error
+ * @property {(number|null)} script_exit_code
  */
 
 /**
