@@ -4,7 +4,7 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 11  # bump when tables change: caches with another version are rebuilt (11: device events'
+SCHEMA_VERSION = 12  # bump when tables change: caches with another version are rebuilt (12: device events'
 # module and scope are those holding their launch call; shapes.concrete_inputs)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
