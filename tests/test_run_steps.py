@@ -99,3 +99,20 @@ def test_cpu_steps_report_per_step_cpu_time(run, capsys):
     text = capsys.readouterr().out
     assert "3 profiler step(s):" in text and "of CPU time each" in text
     assert "The profiled script exited with code 3; the capture is complete" in text
+
+
+def test_profile_steps_hold_each_forward(tmp_path):
+    import profuse
+
+    net = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU())
+    cfg = profuse.ProfileConfig(out=tmp_path / "p", warmup=1, steps=3)
+    with torch.no_grad(), profuse.profile(cfg) as p:
+        for _ in range(4):
+            net(torch.randn(8, 32))
+            p.step()
+    events = _events(p.bundle)
+    steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    fwd = [e for e in events if e.get("cat") == "python_function" and e["name"].startswith("nn.Module: Sequential")]
+    assert len(steps) == 3 and len(fwd) == 3
+    for f in fwd:
+        assert sum(_holds(s, f) for s in steps) == 1, f
