@@ -185,3 +185,11 @@ def test_real_cpu_inductor_trace(tmp_path):
         assert regions[name].calls == len(calls) == 2
         assert regions[name].device_us == pytest.approx(sum(e["dur"] for e in calls))
     assert "aten::addmm" in regions["Torch-Compiled Region: 0/0"].eager_ops_inside
+
+
+def test_a_compiled_backward_is_no_graph_break(tmp_path):
+    path = _cuda_style(tmp_path)
+    with profuse.load(path) as t:
+        s = compiled_regions(t)
+    assert {r.name for r in s.regions} == {"Torch-Compiled Region: 0/0", "CompiledFunctionBackward"}
+    assert s.graph_breaks == 0 and s.eager_between == []

@@ -210,14 +210,15 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
         regions.append(CompiledRegion(name, calls, cpu / 1e3, device_us, sorted(ks, key=lambda k: (-k.device_us, k.name)),
                                       sorted(eager), device_events=0 if trace.cpu_only else int(n_dev),
                                       replayed=replayed))
-    frames = {r.name.split(":")[-1].strip().split("/")[0] for r in regions}
+    # compiled frames: "Torch-Compiled Region: 1/0" is frame 1; a compiled backward is no frame of its own
+    frames = {r.name.split(":")[-1].strip().split("/")[0] for r in regions if r.name.startswith("Torch-Compiled Region")}
     between = [r[0] for r in con.execute("""
         WITH c AS (SELECT id, ts, dur, thread, parent FROM events WHERE name LIKE 'Torch-Compiled Region%')
         SELECT DISTINCT e.name FROM events e JOIN c c1 ON e.thread = c1.thread AND e.ts >= c1.ts + c1.dur
         JOIN c c2 ON c2.thread = e.thread AND c2.ts > e.ts AND c2.parent IS NOT DISTINCT FROM c1.parent
         WHERE e.kind = 'cpu_op' AND e.parent_op IS NULL AND e.name LIKE 'aten::%'
           AND NOT EXISTS (SELECT 1 FROM c c3 WHERE c3.thread = e.thread AND c3.ts > c1.ts AND c3.ts < e.ts)
-        ORDER BY 1""").fetchall()] if len(regions) > 1 else []
+        ORDER BY 1""").fetchall()] if sum(r.name.startswith("Torch-Compiled Region") for r in regions) > 1 else []
     return CompiledSummary(regions=regions, graph_breaks=max(len(frames) - 1, 0), eager_between=between,
                            generated_kernels=_saved_kernels(trace.path), neffs=neffs_beside(trace.path))
 
