@@ -143,9 +143,10 @@ _REGION_SQL = """
     inside(root, id) AS (
         SELECT id, id FROM roots
         UNION ALL SELECT i.root, e.id FROM events e JOIN inside i ON e.parent = i.id),
-    nested AS (SELECT i.id FROM inside i JOIN roots r ON r.id = i.id WHERE i.root <> i.id)
-    SELECT r.name, i.root, i.id FROM inside i JOIN roots r ON r.id = i.root
-    WHERE i.root NOT IN (SELECT id FROM nested)"""
+    nested AS (SELECT i.id FROM inside i JOIN roots r ON r.id = i.id WHERE i.root <> i.id),
+    owned AS (SELECT r.name, i.root, i.id FROM inside i JOIN roots r ON r.id = i.root
+              WHERE i.root NOT IN (SELECT id FROM nested))
+"""
 
 
 _INDUCTOR = re.compile(r"^(?:graph_\d+_)?(?:triton_|cpp_fused)")
@@ -163,24 +164,26 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
     replays included, so its device time is its op-table device total. A region inside another
     region counts in the outer one only."""
     con = trace.con
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _compiled_inside AS {_REGION_SQL}")
-    try:
-        heads = con.execute("""
+    (has,) = con.execute("""SELECT count(*) FROM events WHERE kind = 'cpu_op'
+        AND (name LIKE 'Torch-Compiled Region%' OR name = 'CompiledFunctionBackward')""").fetchone() or (0,)
+    heads: list[Any] = []
+    dev_rows: list[Any] = []
+    host_rows: list[Any] = []
+    if has:
+        heads = con.execute(_REGION_SQL + """
             SELECT r.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), sum(coalesce(e.kernels_total, 0))
-            FROM (SELECT DISTINCT name, root FROM _compiled_inside) r JOIN events e ON e.id = r.root
+            FROM (SELECT DISTINCT name, root FROM owned) r JOIN events e ON e.id = r.root
             GROUP BY 1 ORDER BY 1""").fetchall()
         # device events launched by anything inside, by kernel name and by the inductor op that launched them
-        dev_rows = con.execute("""
+        dev_rows = con.execute(_REGION_SQL + """
             SELECT i.name, d.name, o.name, count(*), sum(d.dur), count(*) FILTER (WHERE d.link = 'graph')
-            FROM _compiled_inside i JOIN events d ON d.op = i.id JOIN events o ON o.id = d.op
+            FROM owned i JOIN events d ON d.op = i.id JOIN events o ON o.id = d.op
             WHERE d.kind IN ('kernel', 'memcpy', 'memset') GROUP BY 1, 2, 3""").fetchall()
-        host_rows = con.execute("""
+        host_rows = con.execute(_REGION_SQL + """
             SELECT i.name, e.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), p.name
-            FROM _compiled_inside i JOIN events e ON e.id = i.id LEFT JOIN events p ON p.id = e.parent_op
+            FROM owned i JOIN events e ON e.id = i.id LEFT JOIN events p ON p.id = e.parent_op
             WHERE e.kind = 'cpu_op' AND e.id <> i.root AND (regexp_matches(e.name, '^(graph_[0-9]+_)?(triton_|cpp_fused)')
                   OR e.name LIKE 'aten::%') GROUP BY 1, 2, 6""").fetchall()
-    finally:
-        con.execute("DROP TABLE IF EXISTS _compiled_inside")
     regions = []
     for name, calls, cpu, dev_ns, n_dev in heads:
         kernels: dict[str, list[float]] = {}   # name -> [calls, µs]
