@@ -9,7 +9,8 @@ profuse with these answers compares two independent readings of the same trace.
   then comes later in the file.
 - A device event (kernel, memcpy, memset) is launched by the runtime call with its correlation id;
   its op is the innermost cpu_op or user_annotation holding that call's start; its module is the
-  innermost ``nn.Module: X`` python scope holding the op's start.
+  innermost ``nn.Module: X`` python scope holding that call's start (a graph replay's kernels so
+  take the module of their graph launch).
 """
 from __future__ import annotations
 
@@ -106,14 +107,15 @@ def module_around(events: list[Event], e: Event) -> Event | None:
 
 
 def device_events_by_module_class(path: Path | str) -> dict[str, int]:
-    """Device events per nn.Module class of the op that launched them (device event -> launch -> op -> module)."""
+    """Device events per nn.Module class around their launch call, when the call runs inside an op
+    (device event -> launch -> module)."""
     events = complete_events(path)
     by_corr = launches(events)
     out: dict[str, int] = {}
     for d in filter(is_device, events):
         launch = launch_of(d, by_corr)
         op = op_of(events, launch) if launch is not None else None
-        module = module_around(events, op) if op is not None else None
+        module = module_around(events, launch) if op is not None and launch is not None else None
         if module is not None:
             cls = module_class(module["name"])
             out[cls] = out.get(cls, 0) + 1
@@ -173,3 +175,48 @@ def compiled_region_names(path: Path | str) -> list[str]:
     """Distinct names of the ``Torch-Compiled Region`` cpu_ops, sorted."""
     return sorted({e["name"] for e in complete_events(path)
                    if category(e) == "cpu_op" and str(e["name"]).startswith("Torch-Compiled Region")})
+
+
+_INDUCTOR_OP = re.compile(r"(?:graph_\d+_)?(?:triton_|cpp_fused)")
+
+
+def is_compiled_region(e: Event) -> bool:
+    """A compiled region call: a ``Torch-Compiled Region`` cpu_op, or a compiled backward (``CompiledFunctionBackward``)."""
+    name = str(e.get("name", ""))
+    return category(e) == "cpu_op" and (name.startswith("Torch-Compiled Region") or name == "CompiledFunctionBackward")
+
+
+def outermost_region_holding(events: list[Event], e: Event) -> Event | None:
+    """The outermost compiled region call on e's thread whose interval holds e's start."""
+    found = [r for r in events if r is not e and is_compiled_region(r) and same_thread(r, e) and holds(r, e["ts"])]
+    return min(found, key=lambda r: (r["ts"], -r["dur"], r["order"])) if found else None
+
+
+def compiled_region_device(path: Path | str) -> dict[str, tuple[int, float]]:
+    """Per compiled region name: (device events, their µs) whose launch call (by correlation id)
+    starts inside one of its calls, at any depth; graph replays share their launch's correlation id."""
+    events = complete_events(path)
+    by_corr = launches(events)
+    out: dict[str, tuple[int, float]] = {}
+    for d in filter(is_device, events):
+        launch = launch_of(d, by_corr)
+        region = outermost_region_holding(events, launch) if launch is not None else None
+        if region is not None:
+            n, us = out.get(region["name"], (0, 0.0))
+            out[region["name"]] = (n + 1, us + float(d["dur"]))
+    return out
+
+
+def compiled_region_inductor_ops(path: Path | str) -> dict[str, dict[str, tuple[int, float]]]:
+    """Per compiled region name: the inductor kernel cpu_ops (``triton_*``, ``[graph_N_]cpp_fused*``)
+    that start inside one of its calls at any depth, each with (calls, total µs of the cpu_op)."""
+    events = complete_events(path)
+    out: dict[str, dict[str, tuple[int, float]]] = {}
+    for e in events:
+        if category(e) == "cpu_op" and _INDUCTOR_OP.match(str(e["name"])):
+            region = outermost_region_holding(events, e)
+            if region is not None:
+                per = out.setdefault(region["name"], {})
+                n, us = per.get(e["name"], (0, 0.0))
+                per[e["name"]] = (n + 1, us + float(e["dur"]))
+    return out

@@ -10,13 +10,13 @@ import naive_models as nm
 import profuse
 from profuse.analysis.fusion import fusion_candidates
 
-X = (2, 16, 64)
+X = (16, 128, 64)  # large enough that the ops move bytes (at tiny sizes CPU time is dispatch, not traffic)
 
 
 def _cases():
     x, r = torch.randn(X), torch.randn(X)
-    q, k, v = (torch.randn(2, 4, 16, 32) for _ in range(3))
-    cos, sin = torch.randn(16, 32), torch.randn(16, 32)
+    q, k, v = (torch.randn(4, 8, 128, 64) for _ in range(3))
+    cos, sin = torch.randn(128, 64), torch.randn(128, 64)
     return [
         ("RMSNorm", nm.NaiveRMSNorm(64), (x,)),
         ("LayerNorm", nm.NaiveLayerNorm(64), (x,)),
@@ -72,7 +72,7 @@ def test_rmsnorm_intermediates_are_what_fusion_avoids_writing(tmp_path):
     with profuse.load(p.bundle) as trace:
         c = next(c for c in fusion_candidates(trace) if c.pattern == "RMSNorm")
     written = {d["op"]: d["bytes_per_instance"] for d in c.intermediates}
-    n, rows = 2 * 16 * 64, 2 * 16
+    n, rows = X[0] * X[1] * X[2], X[0] * X[1]
     assert written["aten::pow"] == 4 * n          # x_sq
     assert written["aten::mean"] == 4 * rows      # mean_sq
     assert "aten::mul" in written and c.intermediate_bytes >= 4 * (n + rows)

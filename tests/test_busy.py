@@ -149,7 +149,11 @@ def test_cpu_only_trace_makes_no_device_idle_claims(tmp_path, capsys):
     path = _write(tmp_path, events)
     with profuse.load(path) as t:
         assert t.cpu_only
-        assert device_busy(t) is None and steps_busy(t) == []
+        assert device_busy(t) is None
+        # the step's CPU time, and its time in ops: 2-10, 10-15, 17-77, 80-85, 88-96 = 86 of 100 µs
+        (step,) = steps_busy(t)
+        assert (step.window_us, step.busy_us, step.idle_us, step.activities) == (100.0, 86.0, 14.0, 5)
+        assert not step.launch_bound
         rows = {i.scope: i for i in interruptions(t)}
     block = rows["nn.Module: Block"]
     # the child module's 70 µs are work, never the parent's idle: gaps are 10->10, 15->16, 86->88
@@ -157,7 +161,7 @@ def test_cpu_only_trace_makes_no_device_idle_claims(tmp_path, capsys):
     assert not block.launch_bound
     assert main(["report", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["device_busy"] is None and doc["steps"] == []
+    assert doc["device_busy"] is None and [s["busy_us"] for s in doc["steps"]] == [86.0]
 
 
 def _independent_busy(path):

@@ -128,7 +128,8 @@ def test_run_profiles_an_unmodified_script(tmp_path, capsys):
     assert meta.run is not None
     assert meta.run.forwards == 5, "2 warm-up + 3 recorded outermost calls seen"
     assert meta.run.steps_recorded == 3
-    assert meta.status == "failed", "a non-zero exit marks the bundle failed"
+    assert meta.status == "complete", "the capture's status is the capture's own"
+    assert meta.run.exit_code == 3, "the script's exit code is recorded apart from it"
     assert main(["report", str(out), "--format", "json"]) == 0
     ops = {o["name"]: o for o in json.loads(capsys.readouterr().out)["ops"]}
     # outermost Net calls are steps: the inner Linear does not start steps of its own
@@ -136,7 +137,7 @@ def test_run_profiles_an_unmodified_script(tmp_path, capsys):
     assert ops["aten::relu"]["calls"] == 3
 
 
-def test_run_script_that_raises_keeps_a_failed_bundle(tmp_path, capsys):
+def test_run_script_that_raises_keeps_its_error_apart_from_the_capture(tmp_path, capsys):
     script = tmp_path / "boom.py"
     script.write_text("import torch\nm = torch.nn.Linear(2, 2)\nm(torch.randn(1, 2))\nm(torch.randn(1, 2))\n"
                       "raise RuntimeError('boom')\n")
@@ -144,9 +145,11 @@ def test_run_script_that_raises_keeps_a_failed_bundle(tmp_path, capsys):
     assert code == 1
     assert "RuntimeError: boom" in capsys.readouterr().err
     meta = read_meta(tmp_path / "b")
-    assert meta.status == "failed" and meta.run is not None and "boom" in (meta.run.error or "")
+    assert meta.status == "complete" and meta.run is not None and "boom" in (meta.run.error or "")
+    assert meta.run.exit_code == 1
     assert main(["report", str(tmp_path / "b")]) == 0
-    assert "This bundle's capture failed: RuntimeError: boom" in capsys.readouterr().out
+    assert "The profiled script exited with code 1 (RuntimeError: boom); the capture is complete" \
+        in capsys.readouterr().out
 
 
 def test_run_without_a_module_profiles_the_whole_run(tmp_path, capsys):
@@ -201,4 +204,5 @@ def test_run_defaults_record_steps_and_modules_and_keep_markers_off_stderr(tmp_p
     assert {"Sequential", "Linear", "ReLU"} <= modules
     assert main(["report", str(out), "--format", "json"]) == 0
     doc = json.loads(capfd.readouterr().out)
-    assert doc["steps"] == [] and doc["device_busy"] is None, "CPU-only: no device claims"
+    assert doc["device_busy"] is None, "CPU-only: no device claims"
+    assert [s["name"] for s in doc["steps"]] == [n for (n,) in steps], "per-step CPU time, one per mark"

@@ -122,6 +122,21 @@ def test_every_view_renders(page, bert):
         assert "Kernel" in page.inner_text("main") or page.locator("tbody tr").count() > 0
 
 
+def test_compiled_view_gives_region_device_time_and_events(page):
+    # the region's device time is its op-table device total; its 12 device events from the raw JSON
+    from oracle import compiled_region_device
+
+    path = trace_path("mi300_torch_compile_triton.json.gz")
+    ((name, (n, us)),) = compiled_region_device(path).items()
+    t = profuse.load(path)
+    with running([t]) as url:
+        open_view(page, url, "compiled")
+        heading = page.locator("main h2").first.inner_text()
+    t.close()
+    assert name in heading and f"{n} device event(s)" in heading
+    assert f"{us / 1e3:.2f} ms" in heading
+
+
 def test_compare_two_runs(page):
     a, b = profuse.load(trace_path("compare_base.json.gz")), profuse.load(trace_path("compare_test.json.gz"))
     with running([a, b]) as url:

@@ -137,3 +137,52 @@ def test_graph_replayed_by_a_compiled_region_counts_in_compiled(tmp_path):
     with profuse.load(p) as t:
         (region,) = compiled_regions(t).regions
     assert region.device_us == pytest.approx(16.0)
+
+
+def test_sglang_replayed_kernels_carry_their_launchs_module_and_annotation():
+    from oracle import category, complete_events, innermost_around, is_module, launch_of, launches, module_class
+
+    path = trace_path("mi300_sglang_decode_cudagraph.json.gz")
+    events = complete_events(path)
+    by_corr = {**launches(events), **{e["args"]["correlation"]: e for e in events
+                                      if category(e) == "hip_runtime" and "correlation" in (e.get("args") or {})}}
+    want = {}
+    for d in events:
+        launch = launch_of(d, by_corr) if category(d) == "kernel" else None
+        if launch is not None and launch["name"] in GRAPH_LAUNCHES:
+            scope = innermost_around(events, launch, lambda o: category(o) == "user_annotation" or is_module(o))
+            module = innermost_around(events, launch, is_module)
+            want[d["order"]] = (scope["name"] if scope else None, module_class(module["name"]) if module else None)
+    assert len(want) > 400 and {s for s, _ in want.values()} == {"step[DECODE bs=32]"}
+    with profuse.load(path) as t:
+        got = dict((i, (s, m)) for i, s, m in t.sql(
+            "SELECT d.id, s.label, m.name FROM events d LEFT JOIN scopes s ON s.id = d.scope "
+            "LEFT JOIN scopes m ON m.id = d.module WHERE d.link = 'graph'")[1])
+    assert got == want
+
+
+def test_replay_inside_a_module_under_the_launching_op_takes_that_module(tmp_path, capsys):
+    # vLLM piecewise: the graph launch sits in a GraphModule scope, itself inside the annotation that is
+    # the innermost op around the launch; the replayed kernels belong to the module, not to no module
+    events = [
+        _x("user_annotation", "execute_model", 0, 100),
+        _x("python_function", "nn.Module: GraphModule_0", 2, 90),
+        _x("hip_runtime", "hipGraphLaunch", 10, 5, correlation=4),
+        _x("kernel", "fused_a", 20, 30, pid=0, tid=7, correlation=4, stream=7, device=0),
+        _x("kernel", "fused_b", 50, 10, pid=0, tid=7, correlation=4, stream=7, device=0),
+        _x("cpu_op", "aten::argmax", 95, 4),
+        _x("hip_runtime", "hipLaunchKernel", 96, 2, correlation=5),
+        _x("kernel", "argmax_k", 100, 2, pid=0, tid=7, correlation=5, stream=7, device=0),
+    ]
+    p = tmp_path / "piecewise.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    with profuse.load(p) as t:
+        rows = t.sql("SELECT d.name, o.name, m.name, s.name FROM events d LEFT JOIN events o ON o.id = d.op "
+                     "LEFT JOIN scopes m ON m.id = d.module LEFT JOIN scopes s ON s.id = d.scope "
+                     "WHERE d.kind = 'kernel' ORDER BY d.ts")[1]
+    assert rows == [("fused_a", "execute_model", "GraphModule", "GraphModule"),
+                    ("fused_b", "execute_model", "GraphModule", "GraphModule"),
+                    ("argmax_k", "aten::argmax", None, "execute_model")]
+    assert main(["report", str(p), "--format", "json", "--group-by", "module"]) == 0
+    mods = {o["name"]: o for o in json.loads(capsys.readouterr().out)["ops"]}
+    assert mods["GraphModule"]["device_total_us"] == pytest.approx(40.0) and mods["GraphModule"]["kernels"] == 2

@@ -90,7 +90,8 @@ def test_report_keys_are_the_documented_ones(capsys):
     assert all(set(r) == op_keys for r in doc["ops"])
     assert main(["report", p, "--format", "json", "--no-advice"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == keys - {"hotspots", "interruptions", "fusion_candidates", "peaks", "roofline", "compiled"}
+    assert set(doc) == keys - {"hotspots", "interruptions", "fusion_candidates", "peaks", "roofline", "compiled",
+                               "roofline_note", "skewed_launches"}
     assert all(set(r) == op_keys - {"shape"} for r in doc["ops"])
 
 

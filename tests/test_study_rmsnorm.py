@@ -67,3 +67,36 @@ def test_compiled_output_matches_reference_directly():
     ref = rms_norm_op_by_op(x.double(), w.double())
     got = torch.compile(rms_norm_op_by_op)(x, w)
     assert (got.double() - ref).abs().max() < 1e-5
+
+
+def test_roofline_never_above_100_with_a_cached_peak_below_the_achieved_rate(tmp_path, monkeypatch, capsys):
+    import re
+
+    from profuse.capture.peaks import cached_peaks, peaks
+
+    monkeypatch.setenv("PROFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    peaks("cpu")  # a real measurement, then set far below anything the machine does
+    cache = tmp_path / "cache" / "peaks.json"
+    doc = json.loads(cache.read_text())
+    (key,) = doc
+    doc[key]["copy_bandwidth_gbps"] = 0.001
+    cache.write_text(json.dumps(doc))
+    assert cached_peaks("cpu").copy_bandwidth_gbps == 0.001
+    out = tmp_path / "study"
+    assert main(["study", "rmsnorm", "--device", "cpu", "--shape", "2,8,64", "--iters", "3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    rows = [ln for ln in text.splitlines() if ln.split() and ln.split()[0] in ("op_by_op", "torch.rms_norm",
+                                                                              "torch.compile")]
+    pcts = [int(m) for ln in rows for m in re.findall(r"(\d+)%", ln)]
+    assert len(pcts) == 3 and all(0 <= p <= 100 for p in pcts), text
+    assert "cached peak copy bandwidth raised from 0.0 to" in text
+    result = json.loads((out / "study.json").read_text())
+    assert all(0 <= v["roofline_pct"] <= 100 for v in result["variants"])
+    # the cache now holds the highest rate seen: at least what every variant achieved
+    raised = json.loads(cache.read_text())[key]["copy_bandwidth_gbps"]
+    assert raised == pytest.approx(result["peak_copy_bandwidth_gbps"], rel=1e-3)
+    for v in result["variants"]:
+        assert v["bytes_per_call"] / (v["device_us_per_call"] * 1e3) <= raised * (1 + 1e-2)
+    # a later refresh that measures less keeps the highest figure
+    before = cached_peaks("cpu")
+    assert peaks("cpu", refresh=True).copy_bandwidth_gbps >= before.copy_bandwidth_gbps

@@ -18,7 +18,10 @@ The definitions (docs/advisor.md states them for users):
   most 1 ms. Idle time spent in Python between ops, in synchronous copies or synchronize calls,
   data loading, sleeping, or any gap longer than 1 ms (a host stall) is not launch-bound.
 
-A CPU-only trace has no device, so none of this is claimed for it.
+A CPU-only trace has no device, so none of this is claimed for it, except per step: there the CPU
+is the device, a step's window is its own interval and its busy time the union of the ops (any
+thread) that start in it, clipped to it; activities counts its outermost ops, and no step is
+launch-bound.
 """
 from __future__ import annotations
 
@@ -271,10 +274,30 @@ def device_busy(trace: Trace) -> Busy | None:
     return busy_of(a.start, a.end)
 
 
-def steps_busy(trace: Trace) -> list[StepBusy]:
-    """One entry per profiler step (``ProfilerStep#N``), in time order; empty on CPU-only traces."""
-    if trace.cpu_only:
+def _cpu_steps(trace: Trace) -> list[StepBusy]:
+    """Per ``ProfilerStep#N`` of a CPU-only trace: its CPU time (window) and the time in ops in it."""
+    steps = trace.con.execute("""
+        SELECT name, ts, ts + greatest(dur, 0) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'
+        ORDER BY ts, id""").fetchall()
+    if not steps:
         return []
+    ops = trace.con.execute("""SELECT ts, ts + greatest(dur, 0), parent_op IS NULL FROM events
+        WHERE kind = 'cpu_op' ORDER BY ts""").fetchnumpy()
+    ts, end, top = (np.asarray(ops[k]) for k in ops)
+    out = []
+    for name, lo, hi in steps:
+        m = (ts >= lo) & (ts < hi)
+        window = int(hi - lo)
+        busy = union_ns(ts[m].astype(np.int64), np.minimum(end[m], hi).astype(np.int64)) if m.any() else 0
+        out.append(StepBusy(name, window / 1e3, busy / 1e3, (window - busy) / 1e3, _pct(busy, window), False,
+                            int(np.count_nonzero(top[m]))))
+    return out
+
+
+def steps_busy(trace: Trace) -> list[StepBusy]:
+    """One entry per profiler step (``ProfilerStep#N``), in time order (CPU-only traces: :func:`_cpu_steps`)."""
+    if trace.cpu_only:
+        return _cpu_steps(trace)
     steps = trace.con.execute("""
         SELECT name, ts, dur, coalesce(thread, -2) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'
         ORDER BY ts, id""").fetchall()

@@ -15,7 +15,8 @@ from ..trace import Trace
 from ..trace.artifacts import read_artifacts, read_side_bytes, side_files
 from ._memo import once_per_trace
 
-_KERNEL = re.compile(r"^(?:triton|cpp)_(?:poi|red|per|tem|for)?_?fused_(?P<ops>.+?)(?:_\d+)?$")
+# CPU kernels profiled (inductor's cpp.enable_kernel_profile) are named graph_<n>_cpp_fused_...
+_KERNEL = re.compile(r"^(?:graph_\d+_)?(?:triton|cpp)_(?:poi|red|per|tem|for)?_?fused_(?P<ops>.+?)(?:_\d+)?$")
 _CPP_DEF = re.compile(r"cpp_fused_[A-Za-z0-9_]+")
 _TRITON_DEF = re.compile(r"triton_[a-z]+_fused_[A-Za-z0-9_]+")
 _EXTRA_OPS = """
@@ -28,6 +29,7 @@ _native_batch_norm_legit_functional _native_batch_norm_legit_no_training avg_poo
 _adaptive_avg_pool2d adaptive_avg_pool2d upsample_nearest2d upsample_bilinear2d _unsafe_index
 _unsafe_index_put new_zeros new_ones new_empty scalar_tensor sort topk cumsum cumprod isnan isinf repeat
 roll flip tril triu any all erfinv split_with_sizes unbind constant_pad_nd reflection_pad2d
+silu_backward gelu_backward sigmoid_backward tanh_backward threshold_backward native_layer_norm_backward
 """.split()
 
 
@@ -97,12 +99,14 @@ class CompiledKernel:
 class CompiledRegion:
     """One ``Torch-Compiled Region`` op: its calls, host and device time, kernels, and aten ops it ran as extern calls."""
 
-    name: str                      # 'Torch-Compiled Region: 0/0'
+    name: str                      # 'Torch-Compiled Region: 0/0', or 'CompiledFunctionBackward'
     calls: int
     cpu_us: float
-    device_us: float
+    device_us: float               # device time of all it launched at any depth (= its op-table device total)
     kernels: list[CompiledKernel] = field(default_factory=list)
     eager_ops_inside: list[str] = field(default_factory=list)   # aten ops that ran as extern calls
+    device_events: int = 0         # device events it launched at any depth, graph replays included
+    replayed: int = 0              # of those, replayed by a graph launch inside it
 
 
 @dataclass
@@ -129,40 +133,95 @@ class CompiledSummary:
     neffs: list[NeffBrief] = field(default_factory=list)  # *.neff beside the trace (Neuron's compiled graphs)
 
 
+# A compiled region's own events: under ``Torch-Compiled Region`` torch 2.x runs ``CompiledFunction``
+# (AOTAutograd), then ``## Call CompiledFxGraph <hash> ##``, then the inductor kernels; a compiled
+# backward runs as ``CompiledFunctionBackward`` (autograd thread) outside every forward region.
+_REGION_SQL = """
+    WITH RECURSIVE roots AS (
+        SELECT id, name FROM events WHERE kind = 'cpu_op'
+        AND (name LIKE 'Torch-Compiled Region%' OR name = 'CompiledFunctionBackward')),
+    inside(root, id) AS (
+        SELECT id, id FROM roots
+        UNION ALL SELECT i.root, e.id FROM events e JOIN inside i ON e.parent = i.id),
+    nested AS (SELECT i.id FROM inside i JOIN roots r ON r.id = i.id WHERE i.root <> i.id),
+    owned AS (SELECT r.name, i.root, i.id FROM inside i JOIN roots r ON r.id = i.root
+              WHERE i.root NOT IN (SELECT id FROM nested))
+"""
+
+
+_INDUCTOR = re.compile(r"^(?:graph_\d+_)?(?:triton_|cpp_fused)")
+
+
+def _is_inductor(name: str) -> bool:
+    return _INDUCTOR.match(name) is not None
+
+
 @once_per_trace
 def compiled_regions(trace: Trace) -> CompiledSummary:
-    """The torch.compile regions of a trace with their kernels, graph breaks and the eager ops between them."""
+    """The torch.compile regions of a trace with their kernels, graph breaks and the eager ops between them.
+
+    A region owns every event under it at any depth and every device event those launched, graph
+    replays included, so its device time is its op-table device total. A region inside another
+    region counts in the outer one only."""
     con = trace.con
+    (has,) = con.execute("""SELECT count(*) FROM events WHERE kind = 'cpu_op'
+        AND (name LIKE 'Torch-Compiled Region%' OR name = 'CompiledFunctionBackward')""").fetchone() or (0,)
+    heads: list[Any] = []
+    dev_rows: list[Any] = []
+    host_rows: list[Any] = []
+    if has:
+        heads = con.execute(_REGION_SQL + """
+            SELECT r.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), sum(coalesce(e.kernels_total, 0))
+            FROM (SELECT DISTINCT name, root FROM owned) r JOIN events e ON e.id = r.root
+            GROUP BY 1 ORDER BY 1""").fetchall()
+        # device events launched by anything inside, by kernel name and by the inductor op that launched them
+        dev_rows = con.execute(_REGION_SQL + """
+            SELECT i.name, d.name, o.name, count(*), sum(d.dur), count(*) FILTER (WHERE d.link = 'graph')
+            FROM owned i JOIN events d ON d.op = i.id JOIN events o ON o.id = d.op
+            WHERE d.kind IN ('kernel', 'memcpy', 'memset') GROUP BY 1, 2, 3""").fetchall()
+        host_rows = con.execute(_REGION_SQL + """
+            SELECT i.name, e.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), p.name
+            FROM owned i JOIN events e ON e.id = i.id LEFT JOIN events p ON p.id = e.parent_op
+            WHERE e.kind = 'cpu_op' AND e.id <> i.root AND (regexp_matches(e.name, '^(graph_[0-9]+_)?(triton_|cpp_fused)')
+                  OR e.name LIKE 'aten::%') GROUP BY 1, 2, 6""").fetchall()
     regions = []
-    for name, calls, cpu, own_ns in con.execute("""
-            SELECT name, count(*), sum(dur), sum(coalesce(self_device, 0)) FROM events WHERE kind = 'cpu_op'
-            AND name LIKE 'Torch-Compiled Region%' GROUP BY name ORDER BY name""").fetchall():
-        rows = con.execute("""
-            SELECT e.kind, e.name, count(*), sum(coalesce(e.device_total, 0)), sum(e.dur)
-            FROM events e JOIN events r ON r.id = e.parent_op
-            WHERE r.name = ? AND e.kind = 'cpu_op' GROUP BY 1, 2""", [name]).fetchall()
-        # kernels the region launched itself: a CUDA graph it replays (cudagraph trees), or direct launches
-        kernels, eager, dev = [], [], 0.0 if trace.cpu_only else own_ns / 1e3
-        for _kind, op, n, dev_ns, dur in rows:
-            if op.startswith(("triton_", "cpp_fused")):
-                t = (dur if trace.cpu_only else dev_ns) / 1e3
-                kernels.append(CompiledKernel(op, n, t, source_ops(op)))
-                dev += t
-            elif op.startswith("aten::") and dev_ns:
-                eager.append(op)
-                dev += dev_ns / 1e3
-        if trace.cpu_only and not kernels:
-            dev = cpu / 1e3  # the CPU is the device; its C++ kernels are not profiler events
-        regions.append(CompiledRegion(name, calls, cpu / 1e3, dev, sorted(kernels, key=lambda k: -k.device_us),
-                                      sorted(set(eager))))
-    frames = {r.name.split(":")[-1].strip().split("/")[0] for r in regions}
+    for name, calls, cpu, dev_ns, n_dev in heads:
+        kernels: dict[str, list[float]] = {}   # name -> [calls, µs]
+        replayed = 0
+        eager: set[str] = set()
+        for region, kname, launcher, n, dur, n_graph in dev_rows:
+            if region != name:
+                continue
+            replayed += n_graph
+            if _is_inductor(kname) or _is_inductor(launcher):
+                kname = kname if _is_inductor(kname) else launcher
+                acc = kernels.setdefault(kname, [0, 0.0])
+                acc[0] += n
+                acc[1] += dur / 1e3
+        for region, op, n, dur, dev, parent_name in host_rows:
+            if region != name:
+                continue
+            top = parent_name is None or not (parent_name.startswith("aten::") or _is_inductor(parent_name))
+            if trace.cpu_only and _is_inductor(op):  # the CPU is the device: its kernels' time is their CPU time
+                acc = kernels.setdefault(op, [0, 0.0])
+                acc[0] += n
+                acc[1] += dur / 1e3
+            elif op.startswith("aten::") and top and (trace.cpu_only or dev):
+                eager.add(op)
+        device_us = cpu / 1e3 if trace.cpu_only else dev_ns / 1e3
+        ks = [CompiledKernel(k, int(c), t, source_ops(k)) for k, (c, t) in kernels.items()]
+        regions.append(CompiledRegion(name, calls, cpu / 1e3, device_us, sorted(ks, key=lambda k: (-k.device_us, k.name)),
+                                      sorted(eager), device_events=0 if trace.cpu_only else int(n_dev),
+                                      replayed=replayed))
+    # compiled frames: "Torch-Compiled Region: 1/0" is frame 1; a compiled backward is no frame of its own
+    frames = {r.name.split(":")[-1].strip().split("/")[0] for r in regions if r.name.startswith("Torch-Compiled Region")}
     between = [r[0] for r in con.execute("""
         WITH c AS (SELECT id, ts, dur, thread, parent FROM events WHERE name LIKE 'Torch-Compiled Region%')
         SELECT DISTINCT e.name FROM events e JOIN c c1 ON e.thread = c1.thread AND e.ts >= c1.ts + c1.dur
         JOIN c c2 ON c2.thread = e.thread AND c2.ts > e.ts AND c2.parent IS NOT DISTINCT FROM c1.parent
         WHERE e.kind = 'cpu_op' AND e.parent_op IS NULL AND e.name LIKE 'aten::%'
           AND NOT EXISTS (SELECT 1 FROM c c3 WHERE c3.thread = e.thread AND c3.ts > c1.ts AND c3.ts < e.ts)
-        ORDER BY 1""").fetchall()] if len(regions) > 1 else []
+        ORDER BY 1""").fetchall()] if sum(r.name.startswith("Torch-Compiled Region") for r in regions) > 1 else []
     return CompiledSummary(regions=regions, graph_breaks=max(len(frames) - 1, 0), eager_between=between,
                            generated_kernels=_saved_kernels(trace.path), neffs=neffs_beside(trace.path))
 

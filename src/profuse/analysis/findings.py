@@ -13,8 +13,8 @@ from ..trace import Trace
 from .compiled import CompiledSummary, compiled_regions
 from .fusion import Candidate, fusion_candidates
 from .hotspots import Hotspot, hotspots
-from .interruptions import Interruption, interruptions
-from .roofline import Peaks, RooflineRow, device_peaks, roofline
+from .interruptions import Interruption, interruptions, skewed_launches
+from .roofline import Peaks, RooflineRow, device_peaks, missing_peak, roofline
 
 if TYPE_CHECKING:
     from ..trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
@@ -30,6 +30,8 @@ class Findings:
     peaks: Peaks | None
     roofline: list[RooflineRow]
     compiled: CompiledSummary
+    roofline_note: str | None = None   # "no peak for <device name>: ..." where there are no peaks
+    skewed_launches: int = 0           # device activities starting before their launch call (clock skew)
 
 
 def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None) -> Findings:
@@ -39,4 +41,5 @@ def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None)
     peaks = device_peaks(trace, measured_peaks or bundle_peaks)
     return Findings(hotspots=hotspots(trace), interruptions=interruptions(trace),
                     fusion_candidates=fusion_candidates(trace), peaks=peaks, roofline=roofline(trace, peaks),
-                    compiled=compiled_regions(trace))
+                    compiled=compiled_regions(trace), roofline_note=missing_peak(trace, peaks),
+                    skewed_launches=skewed_launches(trace))

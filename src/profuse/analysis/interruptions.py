@@ -21,6 +21,7 @@ from functools import partial
 import numpy as np
 
 from ..trace import Trace
+from ..trace.schema import DEVICE_TIME_SQL
 from .busy import (
     LAUNCH_BOUND_BUSY_PCT,
     Activities,
@@ -49,9 +50,10 @@ class Interruption:
     idle_us: float          # window minus busy (window: union of the instances' windows)
     busy_pct: float
     launch_us: float        # CPU time in launch calls (runtime API), summed
-    queue_delay_us: float   # mean of kernel start - launch start
+    queue_delay_us: float   # mean of kernel start - launch start, over activities not clock-skewed
     avg_kernel_us: float
     launch_bound: bool
+    skewed_launches: int = 0  # activities that start before their launch call: clock skew, not a delay
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,17 @@ class _Scope:
     busy_ns: int
     window_ns: int
     launch_us: float
-    queue_delay_us: float   # mean over instances of their mean queue delay
+    queue_delay_us: float   # mean over instances of their mean queue delay (skewed activities left out)
     waiting: Callable[[], int]  # launch work (ns) in the idle gaps, computed only when needed
+    skewed: int = 0         # activities starting before their launch call (the device clock is off)
+
+
+def skewed_launches(trace: Trace) -> int:
+    """Device activities that start before the runtime call that launched them: the device's clock is
+    off from the host's (a queue delay cannot be negative)."""
+    (n,) = trace.con.execute(f"""SELECT count(*) FROM events d JOIN events l ON l.id = d.launch
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND d.ts < l.ts""").fetchone() or (0,)
+    return int(n)
 
 
 def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
@@ -83,7 +94,7 @@ def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
             scope=title, instances=g.instances, kernels_per_instance=round(g.kernels / g.instances, 2),
             busy_us=g.busy_ns / 1e3, idle_us=idle_ns / 1e3, busy_pct=round(pct, 1),
             launch_us=round(g.launch_us, 3), queue_delay_us=round(g.queue_delay_us, 3),
-            avg_kernel_us=round(g.busy_ns / 1e3 / g.kernels, 3), launch_bound=bool(bound)))
+            avg_kernel_us=round(g.busy_ns / 1e3 / g.kernels, 3), launch_bound=bool(bound), skewed_launches=g.skewed))
     out.sort(key=lambda r: -r.idle_us)
     return out[:top]
 
@@ -122,12 +133,20 @@ def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, trace
         return None
     idx = idx[np.argsort(owner[idx], kind="stable")]   # grouped by instance
     s, e = a.start[idx], a.end[idx]
-    _, first, count = np.unique(owner[idx], return_index=True, return_counts=True)
+    _, first = np.unique(owner[idx], return_index=True)
     ws, we = np.minimum.reduceat(s, first), np.maximum.reduceat(e, first)   # each instance's window
-    delay = np.add.reduceat(s - a.launch_ts[idx], first) / count
+    # A device activity that starts before its launch call does (clock skew between host and device)
+    # has no queue delay to report: it is counted, and left out of the mean, never a negative delay.
+    d = s - a.launch_ts[idx]
+    fine = d >= 0
+    n_fine = np.add.reduceat(fine.astype(np.int64), first)
+    sums = np.add.reduceat(np.where(fine, d, 0), first)
+    has = n_fine > 0
+    delay_us = float((sums[has] / n_fine[has]).mean()) / 1e3 if has.any() else 0.0
     return _Scope(instances=int(first.size), kernels=int(idx.size), busy_ns=union_ns(s, e),
                   window_ns=union_ns(ws, we), launch_us=float(launch_ns[idx].sum()) / 1e3,
-                  queue_delay_us=float(delay.mean()) / 1e3, waiting=partial(_waiting, s, e, ws, we, trace))
+                  queue_delay_us=delay_us, waiting=partial(_waiting, s, e, ws, we, trace),
+                  skewed=int(np.count_nonzero(~fine)))
 
 
 def _waiting(start: np.ndarray, end: np.ndarray, win_start: np.ndarray, win_end: np.ndarray, trace: Trace) -> int:

@@ -35,7 +35,8 @@ MATMUL = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "conv2d", "convol
           "conv1d", "conv3d", "einsum", "_scaled_mm"}
 ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-             "_flash_attention_forward", "_efficient_attention_forward", "_scaled_dot_product_attention_math"}
+             "_flash_attention_forward", "_efficient_attention_forward", "_scaled_dot_product_attention_math",
+             "_scaled_dot_product_flash_attention_for_cpu"}
 VIEW = set("""
 view reshape expand expand_as t transpose permute unsqueeze squeeze slice select narrow as_strided alias
 detach empty empty_like empty_strided zeros zeros_like ones ones_like full result_type lift_fresh chunk split
@@ -211,8 +212,8 @@ def io_bytes(name: str, ins: list[Tensor]) -> tuple[int, int]:
 
 
 def attention_flops(name: str, ins: list[Tensor]) -> float:
-    """4·B·H·Nq·Nkv·d for an attention forward (two matmuls): counted non-causal, as the tables do
-    not keep the is_causal flag, so a causal attention's figure is an upper bound (2x)."""
+    """4·B·H·Nq·Nkv·d for an attention forward (two matmuls), non-causal; perf_models halves it for a
+    call whose recorded arguments say it is causal."""
     if len(ins) < 3 or len(ins[0].dims) != 4 or len(ins[1].dims) != 4:
         return 0.0
     q, k = ins[0].dims, ins[1].dims

@@ -126,7 +126,10 @@ def _by_shape(trace: Trace) -> list[OpRow]:
 
 
 def _by_module(trace: Trace) -> list[OpRow]:
-    """Per nn.Module class: instances, CPU time of the scope, device time under it (self and total)."""
+    """Per nn.Module class: instances, CPU time of the scope, device time under it (self and total).
+
+    Totals count each class's outermost instances only: a module nested in one of its own class
+    (recursion, wrappers) is inside that one's time already, so a class never exceeds the trace."""
     dev = "self_cpu" if trace.cpu_only else "dur"
     kinds = TABLE_KINDS_SQL if trace.cpu_only else DEVICE_TIME_SQL
     return _rows(trace, f"""
@@ -138,9 +141,14 @@ def _by_module(trace: Trace) -> list[OpRow]:
         timed AS (SELECT module, {dev} AS t FROM events WHERE kind IN ({kinds}) AND module IS NOT NULL),
         self_t AS (SELECT module AS scope, sum(t) AS t, count(*) AS k FROM timed GROUP BY 1),
         total_t AS (SELECT u.anc AS scope, sum(st.t) AS t FROM up u JOIN self_t st ON st.scope = u.scope
-                    JOIN scopes a ON a.id = u.anc AND a.kind = 'module' GROUP BY 1)
-        SELECT s.name, count(*), 0, sum(s.dur), sum(coalesce(st.t, 0)), sum(coalesce(tt.t, 0)), sum(coalesce(st.k, 0))
+                    JOIN scopes a ON a.id = u.anc AND a.kind = 'module' GROUP BY 1),
+        -- an instance inside another of its own class is already in that one's totals
+        inner_same AS (SELECT DISTINCT u.scope FROM up u JOIN scopes a ON a.id = u.anc JOIN scopes s ON s.id = u.scope
+                       WHERE u.anc <> u.scope AND a.kind = 'module' AND a.name = s.name)
+        SELECT s.name, count(*), 0, sum(CASE WHEN i.scope IS NULL THEN s.dur ELSE 0 END), sum(coalesce(st.t, 0)),
+               sum(CASE WHEN i.scope IS NULL THEN coalesce(tt.t, 0) ELSE 0 END), sum(coalesce(st.k, 0))
         FROM scopes s LEFT JOIN self_t st ON st.scope = s.id LEFT JOIN total_t tt ON tt.scope = s.id
+        LEFT JOIN inner_same i ON i.scope = s.id
         WHERE s.kind = 'module' GROUP BY s.name""")
 
 

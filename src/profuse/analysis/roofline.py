@@ -1,9 +1,11 @@
 """Roofline: FLOPs and bytes per op from recorded shapes against the device's peaks.
 
-An op whose FLOPs or bytes profuse cannot model from its recorded shapes (convolutions, whose
-stride is not kept; gathers and slice writes, which touch only part of their tensors; unknown ops),
+An op whose FLOPs or bytes profuse cannot model from its recorded shapes (gathers and slice writes,
+which touch only part of their tensors; a convolution without its recorded stride, padding and
+groups; unknown ops),
 or whose modelled time would beat the device's peak, is listed as "unknown", never as a percentage.
 The compute peak is the one for the op's element size (FP8, BF16/FP16; FP32 matmuls against TF32).
+Convolutions and causal attention read their scalar arguments (``Concrete Inputs``): perf_models.
 
 Peaks, in this order: datasheet numbers when the trace names a known device (marked as such; they
 hold every element size's peak, which one measured fp32 matmul rate cannot), else the peaks the
@@ -16,21 +18,51 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..trace import Trace
-from .opclass import flops, io_bytes, modelled, op_class, tensors
+from .opclass import ATTENTION, base, flops, io_bytes, modelled, op_class, tensors
+from .perf_models import CONV_OPS, attention_model_flops, conv_model
 
 if TYPE_CHECKING:
     from ..trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
 
 # name fragment -> (dense bf16/fp16 TFLOP/s, fp32 TFLOP/s, memory GB/s, dense TF32 (AMD: fp32 matrix)
-# TFLOP/s, dense FP8 TFLOP/s or 0 where the device has none); vendor datasheets
+# TFLOP/s, dense FP8 TFLOP/s or 0 where the device has none). Dense figures: datasheets that quote
+# "with sparsity" are halved. Where a figure exists with FP16 and with FP32 accumulation (GeForce),
+# the higher one is kept: a roofline's peak is the fastest the device can go. The longest matching
+# fragment wins ("L40S" before "L4", "MI325X" before "MI300").
 DATASHEET: dict[str, tuple[float, float, float, float, float]] = {
-    "V100": (125.0, 15.7, 900.0, 15.7, 0.0), "A100": (312.0, 19.5, 2039.0, 156.0, 0.0),
-    "H100": (989.0, 67.0, 3350.0, 494.7, 1979.0), "H200": (989.0, 67.0, 4800.0, 494.7, 1979.0),
-    "B200": (2250.0, 80.0, 8000.0, 1100.0, 4500.0), "L4": (121.0, 30.3, 300.0, 60.0, 242.0),
-    "A10G": (70.0, 31.2, 600.0, 35.0, 0.0), "MI210": (181.0, 22.6, 1638.0, 45.3, 0.0),
-    "MI250": (362.0, 47.9, 3277.0, 95.7, 0.0), "MI300X": (1307.0, 163.4, 5300.0, 653.7, 2614.9),
+    # nvidia.com/en-us/data-center/v100/ (SXM2)
+    "V100": (125.0, 15.7, 900.0, 15.7, 0.0),
+    # nvidia.com/en-us/data-center/a100/ (SXM 80GB)
+    "A100": (312.0, 19.5, 2039.0, 156.0, 0.0),
+    # nvidia.com/en-us/data-center/h100/ (SXM)
+    "H100": (989.0, 67.0, 3350.0, 494.7, 1979.0),
+    # nvidia.com/en-us/data-center/h200/ (SXM): H100's compute, 4.8 TB/s HBM3e
+    "H200": (989.0, 67.0, 4800.0, 494.7, 1979.0),
+    # nvidia.com/en-us/data-center/hgx/ (HGX B200, 8 GPUs, sparse figures; per GPU, dense)
+    "B200": (2250.0, 80.0, 8000.0, 1100.0, 4500.0),
+    # nvidia.com/en-us/data-center/hgx/ (HGX B300, 8 GPUs, sparse figures; per GPU, dense)
+    "B300": (2250.0, 75.0, 8000.0, 1100.0, 4500.0),
+    # nvidia.com/en-us/data-center/l4/
+    "L4": (121.0, 30.3, 300.0, 60.0, 242.0),
+    # nvidia.com/en-us/data-center/l40s/
+    "L40S": (366.0, 91.6, 864.0, 183.0, 733.0),
+    # aws.amazon.com/ec2/instance-types/g5/ and NVIDIA A10 datasheet
+    "A10G": (70.0, 31.2, 600.0, 35.0, 0.0),
+    # NVIDIA Ada GPU architecture whitepaper, appendix (GeForce RTX 4090 / 4080)
+    "RTX 4090": (330.3, 82.6, 1008.0, 82.6, 660.6),
+    "RTX 4080": (194.9, 48.7, 716.8, 48.7, 389.9),
+    # amd.com/en/products/accelerators/instinct/mi200/mi210.html
+    "MI210": (181.0, 22.6, 1638.0, 45.3, 0.0),
+    # amd.com/en/products/accelerators/instinct/mi200/mi250.html
+    "MI250": (362.0, 47.9, 3277.0, 95.7, 0.0),
+    # amd.com/en/products/accelerators/instinct/mi300/mi300x.html
+    "MI300X": (1307.0, 163.4, 5300.0, 653.7, 2614.9),
+    # amd.com/en/products/accelerators/instinct/mi300/mi325x.html
     "MI325X": (1307.0, 163.4, 6000.0, 653.7, 2614.9),
+    # amd.com/en/products/accelerators/instinct/mi350/mi355x.html (no TF32: its fp32 matrix rate)
+    "MI355X": (2516.6, 157.3, 8000.0, 157.3, 5033.2),
 }
+_BY_LENGTH = sorted(DATASHEET, key=len, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -74,8 +106,9 @@ def device_peaks(trace: Trace, measured: MeasuredPeaks | None = None) -> Peaks |
     """Datasheet peaks for a device the trace names, else ``measured`` (one fp32 rate for every
     element size), else None."""
     name = trace.meta.get("device_name") or ""
-    for key, (half, fp32, bw, tf32, fp8) in DATASHEET.items():
+    for key in _BY_LENGTH:
         if key.lower() in name.lower():
+            half, fp32, bw, tf32, fp8 = DATASHEET[key]
             return Peaks(half, fp32, bw, f"datasheet: {key}", tf32, fp8)
     if measured is not None:
         tf, copy_bw = measured.matmul_tflops_fp32, measured.copy_bandwidth_gbps
@@ -83,6 +116,15 @@ def device_peaks(trace: Trace, measured: MeasuredPeaks | None = None) -> Peaks |
             return None  # peaks that are not numbers measure nothing
         return Peaks(float(tf), float(tf), float(copy_bw), "measured")
     return None
+
+
+def missing_peak(trace: Trace, peaks: Peaks | None) -> str | None:
+    """Why a trace has no roofline: "no peak for <device name>" (None when it has peaks)."""
+    if peaks is not None:
+        return None
+    what = trace.meta.get("device_name") or trace.meta.get("device_kind") or "this device"
+    hint = "run profuse peaks on that machine; bundles captured after it carry its peaks"
+    return f"no peak for {what}: {hint}"
 
 
 def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[RooflineRow]:
@@ -97,30 +139,34 @@ def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[Roofli
     where = "e.parent_op IS NULL" if trace.cpu_only else "e.kernels > 0"
     time_col = "e.dur" if trace.cpu_only else "e.self_device"
     groups = trace.con.execute(f"""
-        SELECT e.name, s.input_dims, s.input_types, count(*), sum({time_col}), min(e.id) AS first
+        SELECT e.name, s.input_dims, s.input_types, s.concrete_inputs, count(*), sum({time_col}), min(e.id) AS first
         FROM events e JOIN shapes s USING (id)
         WHERE e.kind = 'cpu_op' AND {where} AND {time_col} IS NOT NULL AND {time_col} <> 0
-        GROUP BY e.name, s.input_dims, s.input_types ORDER BY first""").fetchall()
+        GROUP BY e.name, s.input_dims, s.input_types, s.concrete_inputs ORDER BY first""").fetchall()
     agg: dict[str, list[float]] = {}
     unknown: dict[str, list[float]] = {}
-    for name, dims, types, calls, ns, _first in groups:
+    for name, dims, types, concrete, calls, ns, _first in groups:
         ins = tensors(dims, types)
         if not ins:
             continue
-        if not modelled(name):
+        conv = conv_model(name, dims, types, concrete) if base(name) in CONV_OPS else None
+        if conv is None and not modelled(name):
             u = unknown.setdefault(name, [0, 0])
             u[0] += calls
             u[1] += ns
             continue
-        r, w = io_bytes(name, ins)
+        if conv is not None:
+            f, r, w, elem, matrix = conv.flops, conv.read, conv.write, conv.elem, True
+        else:
+            r, w = io_bytes(name, ins)
+            f = attention_model_flops(name, ins, concrete) if base(name) in ATTENTION else flops(name, ins)
+            elem, matrix = ins[0].elem, op_class(name) in ("matmul", "attention")
         a = agg.setdefault(name, [0, 0, 0.0, 0.0, 0.0])
         a[0] += calls
         a[1] += ns
-        f = flops(name, ins)
         a[2] += f * calls
         a[3] += (r + w) * calls
-        matrix = op_class(name) in ("matmul", "attention")
-        a[4] += f / (peaks.compute_tflops(ins[0].elem, matrix) * 1e12) * 1e6 * calls
+        a[4] += f / (peaks.compute_tflops(elem, matrix) * 1e12) * 1e6 * calls
     out = []
     for name, (calls, ns, f, b, compute_us) in agg.items():
         t = ns / 1e3

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import printable
 from ..trace.schema import DEVICE_TIME_SQL
@@ -31,6 +31,7 @@ class Summary:
     from_cache: bool = False
     bundle_status: str | None = None   # a profuse bundle's status (complete / failed), else None
     bundle_error: str | None = None
+    script_exit_code: int | None = None  # ``profuse run``: the script's own exit code (apart from the capture's status)
     device_busy: Busy | None = None    # union of device activity over every stream; None on CPU-only traces
     steps: list[StepBusy] = field(default_factory=list)  # per ProfilerStep#N
 
@@ -49,10 +50,13 @@ def summarize(trace: Trace) -> Summary:
                    **_bundle_status(trace))
 
 
-def _bundle_status(trace: Trace) -> dict[str, str | None]:
+def _bundle_status(trace: Trace) -> dict[str, Any]:
     """A bundle's meta.json says whether the capture completed; plain traces have none."""
     meta = trace.bundle
     if meta is None:
         return {}
     run_error = meta.run.error if meta.run is not None else None
-    return {"bundle_status": meta.status, "bundle_error": meta.error or run_error}
+    out: dict[str, Any] = {"bundle_status": meta.status, "bundle_error": meta.error or run_error}
+    if meta.run is not None:
+        out["script_exit_code"] = meta.run.exit_code
+    return out

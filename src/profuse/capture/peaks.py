@@ -105,14 +105,30 @@ def cached_peaks(device: str = "cpu") -> MeasuredPeaks | None:
 
 
 def peaks(device: str = "cpu", *, refresh: bool = False) -> MeasuredPeaks:
-    """Cached peaks for this machine and device; measured on first use or with ``refresh``."""
+    """Cached peaks for this machine and device; measured on first use or with ``refresh``.
+
+    A peak is the highest rate ever seen: a new measurement lower than the cached one (a busy
+    spell) keeps the cached figure, so a roofline never gets a lower bound than the machine reached."""
     key = _key(device)
     path = _cache_file()
     cached = _read_cache(path)
-    known = None if refresh else _entry(cached, key)
-    if known is not None:
+    known = _entry(cached, key)
+    if known is not None and not refresh:
         return known
-    result = measure(device)
+    result = _highest(measure(device), known)
+    _store(path, cached, key, result)
+    return result
+
+
+def _highest(new: MeasuredPeaks, old: MeasuredPeaks | None) -> MeasuredPeaks:
+    """``new`` with each figure raised to ``old``'s where that was higher."""
+    if old is None:
+        return new
+    return msgspec.structs.replace(new, copy_bandwidth_gbps=max(new.copy_bandwidth_gbps, old.copy_bandwidth_gbps),
+                                   matmul_tflops_fp32=max(new.matmul_tflops_fp32, old.matmul_tflops_fp32))
+
+
+def _store(path: Path, cached: dict[str, Any], key: str, result: MeasuredPeaks) -> None:
     cached[key] = msgspec.to_builtins(result)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,4 +137,15 @@ def peaks(device: str = "cpu", *, refresh: bool = False) -> MeasuredPeaks:
         atomic_write(path, msgspec.json.format(msgspec.json.encode(cached), indent=2))
     except (OSError, UserError):
         pass  # an unwritable cache costs the next run a measurement, nothing else
-    return result
+
+
+def raise_copy_peak(device: str, known: MeasuredPeaks, achieved_gbps: float) -> MeasuredPeaks:
+    """Raise the cached copy bandwidth to ``achieved_gbps`` when something moved bytes faster than
+    it: the old figure was not the machine's peak. Returns the peaks now cached (``known`` when not raised)."""
+    if not achieved_gbps > known.copy_bandwidth_gbps:
+        return known
+    raised = msgspec.structs.replace(known, copy_bandwidth_gbps=achieved_gbps,
+                                     measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), source="raised: achieved")
+    path = _cache_file()
+    _store(path, _read_cache(path), _key(device), raised)
+    return raised

@@ -1,10 +1,15 @@
 """``profuse run -- python script.py ...``: profile an unmodified script.
 
 Each call of the outermost ``nn.Module`` forward is one step, marked ``ProfilerStep#N`` in the trace
-as torch's own ``step()`` marks it. The first ``warmup`` such calls run
-with the profiler off (compilation and first-call costs stay out); the next ``steps`` are recorded.
-A script that never calls an ``nn.Module`` is profiled whole. The script runs in this process (so
-its modules can be hooked), with its own ``sys.argv``; its exit code and output are kept.
+(N: the call's number, counting warm-up calls), the name torch's own ``step()`` gives. The mark is a
+``record_function`` opened in the forward pre-hook and closed in the forward hook, so it holds the
+call's work and nothing else: torch's ``step()`` called from a forward hook would start the next
+mark inside the module's own scope, which then straddles the marks (steps double counted). The first
+``warmup`` such calls run with the profiler off (compilation and first-call costs stay out); the
+next ``steps`` are recorded. A script that never calls an ``nn.Module`` is profiled whole. The
+script runs in this process (so its modules can be hooked), with its own ``sys.argv``; its exit code
+and output are kept, and recorded in the bundle apart from the capture's status (a script exiting
+with code 3 still leaves a complete capture).
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ class _StepHooks:
         self.depth = 0
         self.forwards = 0          # outermost forward calls finished
         self.recorded = 0
+        self.mark: Any = None      # the open ProfilerStep#N record_function, if any
         self.prof: Any = self._new_profiler()  # whole-run profiler until a module shows up
         with quiet_profiler_markers():
             self.prof.start()
@@ -58,10 +64,8 @@ class _StepHooks:
         ]
 
     def _new_profiler(self) -> Any:
-        # A schedule that always records makes torch mark each step() as `ProfilerStep#N`, as its
-        # own loop does (without a schedule it records no step marks at all).
-        record = self.torch.profiler.ProfilerAction.RECORD
-        return self.torch.profiler.profile(**self.cfg.torch_kwargs(), schedule=lambda _step: record)
+        # No schedule: torch then writes no step marks of its own; the hooks write them (see above).
+        return self.torch.profiler.profile(**self.cfg.torch_kwargs())
 
     def _pre(self, module: Any, args: Any) -> None:
         self.depth += 1
@@ -77,6 +81,14 @@ class _StepHooks:
             self.prof = self._new_profiler()
             with quiet_profiler_markers():
                 self.prof.start()
+        if self.prof is not None:
+            self.mark = self.torch.profiler.record_function(f"ProfilerStep#{self.forwards + 1}")
+            self.mark.__enter__()
+
+    def _close_mark(self) -> None:
+        if self.mark is not None:
+            mark, self.mark = self.mark, None
+            mark.__exit__(None, None, None)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         self.depth -= 1
@@ -84,14 +96,13 @@ class _StepHooks:
             return
         self.forwards += 1
         if self.prof is not None:
+            self._close_mark()   # no sync here: a step's device work is found by its launches
             self.recorded += 1
             if self.recorded >= self.cfg.steps:
                 self._sync()
                 with quiet_profiler_markers():
                     self.prof.stop()
                 self.done = True
-            else:
-                self.prof.step()
 
     def _sync(self) -> None:
         if self.torch.cuda.is_available():
@@ -102,6 +113,7 @@ class _StepHooks:
             h.remove()
         if self.prof is not None and not self.done:
             self._sync()
+            self._close_mark()
             with quiet_profiler_markers():
                 self.prof.stop()
             self.done = True
@@ -142,7 +154,8 @@ def run_script(argv: list[str], cfg: ProfileConfig) -> RunResult:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exit_code)
-    result = RunResult(exit_code=exit_code, bundle=None, status="failed" if exit_code else "complete",
+    # the capture's status is the capture's: the script's exit code and error are kept in `run`
+    result = RunResult(exit_code=exit_code, bundle=None, status="complete",
                        forwards=hooks.forwards, steps_recorded=hooks.recorded)
     if interrupted:
         result.status = "interrupted"

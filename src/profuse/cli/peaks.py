@@ -13,7 +13,8 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         epilog="examples:\n  profuse peaks\n  profuse peaks --device cuda --refresh",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--refresh", action="store_true", help="measure again instead of using the cache")
+    p.add_argument("--refresh", action="store_true",
+                   help="measure again instead of using the cache (which keeps the highest figure seen)")
     p.set_defaults(func=run)
 
 

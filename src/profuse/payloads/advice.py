@@ -52,6 +52,8 @@ class AdvicePayload(Struct):
     peaks: Peaks | None
     roofline: list[RooflineRow]
     compiled: CompiledAdvice
+    roofline_note: str | None = None   # "no peak for <device name>: ..." where there are no peaks
+    skewed_launches: int = 0           # device activities starting before their launch call (clock skew)
 
 
 def _candidate(c: Candidate) -> FusionCandidate:
@@ -72,4 +74,5 @@ def advice_payload(advice: Findings) -> AdvicePayload:
         roofline=list(advice.roofline),
         compiled=CompiledAdvice(regions=list(comp.regions), graph_breaks=comp.graph_breaks,
                                 eager_between=list(comp.eager_between),
-                                generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)))
+                                generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)),
+        roofline_note=advice.roofline_note, skewed_launches=advice.skewed_launches)

@@ -36,6 +36,7 @@ class Capture(Struct):
 
     status: str
     error: str | None
+    script_exit_code: int | None = None   # profuse run: the script's own exit code, apart from the status
 
 
 class Overview(Struct):
@@ -70,7 +71,8 @@ def capture(summary: Summary, *, keep_metadata: bool = False) -> Capture | None:
         return None
     error = summary.bundle_error
     return Capture(status=summary.bundle_status,
-                   error=error if keep_metadata or error is None else redact_text(error))
+                   error=error if keep_metadata or error is None else redact_text(error),
+                   script_exit_code=summary.script_exit_code)
 
 
 def categories(breakdown: Breakdown) -> dict[str, float]:

@@ -39,6 +39,8 @@ class ReportDocument(Struct, kw_only=True):
     peaks: Peaks | UnsetType | None = UNSET
     roofline: list[RooflineRow] | UnsetType = UNSET
     compiled: CompiledAdvice | UnsetType = UNSET
+    roofline_note: str | UnsetType | None = UNSET   # "no peak for <device name>: ..." where there are no peaks
+    skewed_launches: int | UnsetType = UNSET         # device activities starting before their launch call
 
 
 def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = None, *,

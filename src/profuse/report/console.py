@@ -47,6 +47,10 @@ def notes(summary: Summary, table: OpTable) -> list[Text]:
     if summary.bundle_status not in (None, "complete"):
         why = f": {redact_text(summary.bundle_error)}" if summary.bundle_error else ""
         out.append(Text(f"This bundle's capture {summary.bundle_status}{why}", style="red"))
+    elif summary.script_exit_code:
+        why = f" ({redact_text(summary.bundle_error)})" if summary.bundle_error else ""
+        out.append(Text(f"The profiled script exited with code {summary.script_exit_code}{why}; the capture "
+                        "is complete", style="yellow"))
     if table.cpu_only:
         out.append(Text("CPU-only trace: the CPU is the device, so device time is each op's self CPU time.",
                         style="yellow"))
@@ -58,7 +62,12 @@ def notes(summary: Summary, table: OpTable) -> list[Text]:
         out.append(Text(f"Device busy {fmt_us(busy.busy_us)} of a {fmt_us(busy.window_us)} window "
                         f"({busy.busy_pct:.1f}%, union over every stream).", style="dim"))
     judged = [st for st in summary.steps if st.busy_pct is not None]
-    if judged:
+    if judged and summary.device_busy is None:  # CPU-only: a step's window is its CPU time
+        cpu = sorted(st.window_us for st in judged)
+        pcts = sorted(st.busy_pct for st in judged if st.busy_pct is not None)
+        out.append(Text(f"{len(judged)} profiler step(s): {fmt_us(cpu[0])} to {fmt_us(cpu[-1])} of CPU time each, "
+                        f"{pcts[0]:.0f}% to {pcts[-1]:.0f}% of it in ops", style="dim"))
+    elif judged:
         pcts = sorted(st.busy_pct for st in judged if st.busy_pct is not None)
         bound = sum(st.launch_bound for st in judged)
         out.append(Text(f"{len(judged)} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}% of each "
@@ -142,12 +151,16 @@ def print_advice(console: Console, advice: Findings, device: str, top: int = 8) 
         if bound:
             console.print(Text(f"  {len(bound)} launch-bound scope(s): many short kernels with gaps; fusing "
                                "them removes the gaps.", style="yellow"))
+        if advice.skewed_launches:
+            console.print(Text(f"  clock skew: {advice.skewed_launches:,} device activities start before their "
+                               "launch call; they are left out of queue delays", style="yellow"))
     comp = advice.compiled
     if comp.regions:
         console.print(_section("Compiled regions"))
         for r in comp.regions:
+            events = f"{r.device_events:,} device event(s)" + (f" ({r.replayed:,} replayed)" if r.replayed else "")
             console.print(text(f"  {r.name}: {r.calls} call(s), {fmt_us(r.device_us)} {device}, "
-                               f"{len(r.kernels)} compiled kernel(s)"))
+                               + (f"{events}, " if r.device_events else "") + f"{len(r.kernels)} compiled kernel(s)"))
             for k in r.kernels[:top]:
                 console.print(text(f"    {k.name}  {fmt_us(k.device_us)}  fuses {', '.join(k.fused_ops)}"))
             if r.eager_ops_inside:
@@ -173,6 +186,9 @@ def print_advice(console: Console, advice: Findings, device: str, top: int = 8) 
                       f"{row.intensity:.2f}" if known else "unknown", row.bound,
                       "unknown" if row.pct_of_roofline is None else f"{row.pct_of_roofline:.0f}%")
         console.print(t)
+    elif advice.roofline_note:
+        console.print(_section("Roofline"))
+        console.print(text(f"  {advice.roofline_note}", style="yellow"))
     if advice.hotspots:
         console.print(_section("Hotspots"))
         for kind in ("op", "module", "kernel"):

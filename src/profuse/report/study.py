@@ -26,6 +26,8 @@ def print_study(console: Console, r: StudyResult) -> None:
                   f"{v.speedup_vs_op_by_op:.2f}x", f"{v.bytes_per_call / 1e6:.1f} MB", f"{v.roofline_pct:.0f}%",
                   f"{v.max_abs_err:.1e}")
     console.print(t)
+    for note in r.notes:
+        console.print(Text(f"  note: {note}", style="yellow"))
     for v in r.variants:
         ran = ", ".join(v.ran[:8]) + (" ..." if len(v.ran) > 8 else "")
         console.print(Text(f"  {v.name}: ran {ran}", style="dim"))

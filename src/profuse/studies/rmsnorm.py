@@ -67,6 +67,7 @@ class StudyResult:
     variants: list[VariantResult]
     out: str
     peak_copy_bandwidth_gbps: float = 0.0
+    notes: list[str] = field(default_factory=list)   # e.g. the cached peak was raised to what a variant reached
 
     def to_json(self) -> dict[str, Any]:
         """The study as its JSON document."""
@@ -74,7 +75,7 @@ class StudyResult:
                 "device_name": self.device_name, "shape": list(self.shape), "dtype": self.dtype,
                 "iters": self.iters, "copy_bandwidth_gbps": round(self.copy_bandwidth_gbps, 2),
                 "peak_copy_bandwidth_gbps": round(self.peak_copy_bandwidth_gbps, 2),
-                "variants": [asdict(v) for v in self.variants]}
+                "variants": [asdict(v) for v in self.variants], "notes": list(self.notes)}
 
 
 def traffic_bytes(shape: tuple[int, int, int], elem: int, fused: bool) -> int:
@@ -170,20 +171,36 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
             per_step[name] += list(st.per_step_us)
             stats[name], bundles[name] = st, bundle
     shutil.rmtree(out / ".rounds", ignore_errors=True)
-    results: list[VariantResult] = []
+    merged_stats: dict[str, StepStats] = {}
     for name in VARIANTS:
         st = stats[name]
         steps = sorted(per_step[name])
-        merged = StepStats(steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
-                           device_us_per_call=statistics.median(steps), spread_pct=spread_pct(steps),
-                           op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
-        results.append(_variant(name, merged, shape, DTYPES[dtype], bw, errors[name], bundles[name]))
+        merged_stats[name] = StepStats(
+            steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
+            device_us_per_call=statistics.median(steps), spread_pct=spread_pct(steps),
+            op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
+    # The roofline's bandwidth is the highest seen: the copy at this size, the cached peak, and what
+    # any variant achieved (a fused kernel can beat a copy of a cache-resident input). A rate above
+    # the cached peak raises the cache, and says so, so no roofline is above 100%.
+    achieved = {n: _achieved_gbps(s, shape, DTYPES[dtype]) for n, s in merged_stats.items()}
+    notes: list[str] = []
+    fastest = max(achieved, key=lambda n: achieved[n])
+    best, best_from = max((bw, "the copy of x"), (achieved[fastest], fastest))
+    if best > peak.copy_bandwidth_gbps:
+        from ..capture.peaks import raise_copy_peak
+
+        notes.append(f"cached peak copy bandwidth raised from {peak.copy_bandwidth_gbps:.1f} to {best:.1f} GB/s "
+                     f"({best_from} moved its bytes faster)")
+        peak = raise_copy_peak(device, peak, best)
+    bound = max(bw, peak.copy_bandwidth_gbps, achieved[fastest])
+    results = [_variant(name, merged_stats[name], shape, DTYPES[dtype], bound, errors[name], bundles[name])
+               for name in VARIANTS]
     base = results[0].device_us_per_call
     for r in results:
         r.speedup_vs_op_by_op = round(base / r.device_us_per_call, 2) if r.device_us_per_call else 0.0
     result = StudyResult(device_kind=device_kind_of(device), device_name=_device_name(device), shape=shape,
                          dtype=dtype, iters=iters, copy_bandwidth_gbps=bw, variants=results, out=str(out),
-                         peak_copy_bandwidth_gbps=peak.copy_bandwidth_gbps)
+                         peak_copy_bandwidth_gbps=peak.copy_bandwidth_gbps, notes=notes)
     from .._io import atomic_write
 
     atomic_write(out / "study.json", json.dumps(result.to_json(), indent=2))
@@ -201,12 +218,18 @@ def _profile_calls(fn: Any, calls: int, out: Path, device: str) -> Path:
                                            streams=("ops", "device", "runtime", "shapes")))
 
 
+def _achieved_gbps(stats: StepStats, shape: tuple[int, int, int], elem: int) -> float:
+    """GB/s a variant moved: its modelled bytes per call over its time per call."""
+    nbytes = traffic_bytes(shape, elem, stats.kernels_per_call <= 1.0)
+    return nbytes / (stats.device_us_per_call * 1e3) if stats.device_us_per_call > 0 else 0.0
+
+
 def _variant(name: str, stats: StepStats, shape: tuple[int, int, int], elem: int, bw: float, err: float,
              bundle: Path) -> VariantResult:
     fused = stats.kernels_per_call <= 1.0
     nbytes = traffic_bytes(shape, elem, fused)
     at_roofline_us = nbytes / (bw * 1e9) * 1e6
-    pct = 100.0 * at_roofline_us / stats.device_us_per_call if stats.device_us_per_call else 0.0
+    pct = min(100.0 * at_roofline_us / stats.device_us_per_call, 100.0) if stats.device_us_per_call else 0.0
     return VariantResult(name=name, ops_per_call=round(stats.ops_per_call, 2),
                          kernels_per_call=round(stats.kernels_per_call, 2),
                          device_us_per_call=round(stats.device_us_per_call, 2), speedup_vs_op_by_op=1.0,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
-from ._decode import Event, Skipped, args_of, int_column, raw_text
+from ._decode import Event, Skipped, args_of, concrete_text, int_column, raw_text
 from .schema import CATEGORY_KIND, KINDS, mtia_device_kind
 
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?\d+)(?:\.(\d+))?')
@@ -45,7 +45,7 @@ class Columns:
     pids: dict[Any, int] = field(default_factory=dict)
     tids: dict[Any, int] = field(default_factory=dict)
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
-    shapes: list[tuple[int, str | None, str | None, str | None, str | None]] = field(default_factory=list)
+    shapes: list[tuple[int, str | None, str | None, str | None, str | None, str | None]] = field(default_factory=list)
     thread_meta: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     flow_ids: list[str] = field(default_factory=list)
     flow_cats: list[str | None] = field(default_factory=list)
@@ -195,7 +195,7 @@ def add_chunk(
     for k in [k for k, (d, g) in enumerate(zip(dims, grids)) if d or g]:
         a = args[k]
         cols.shapes.append((cols.n + k, raw_text(a.input_dims), raw_text(a.input_type),
-                            raw_text(a.grid), raw_text(a.block)))
+                            raw_text(a.grid), raw_text(a.block), concrete_text(a.concrete)))
     cols.n += n
 
 

@@ -39,6 +39,7 @@ class Args(Struct, gc=False, frozen=True):
     stream_id: Any = None
     input_dims: Raw = msgspec.field(name="Input Dims", default=Raw(b""))
     input_type: Raw = msgspec.field(name="Input type", default=Raw(b""))
+    concrete: Raw = msgspec.field(name="Concrete Inputs", default=Raw(b""))
     grid: Raw = Raw(b"")
     block: Raw = Raw(b"")
     python_id: Any = msgspec.field(name="Python id", default=None)
@@ -435,6 +436,12 @@ def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
 def raw_text(raw: Raw) -> str | None:
     """An undecoded JSON value as its text (None when absent)."""
     return bytes(raw).decode() if raw else None
+
+
+def concrete_text(raw: Raw) -> str | None:
+    """``Concrete Inputs`` as its text; None when absent or when every entry is an empty string."""
+    text = raw_text(raw)
+    return None if text is None or not text.strip('[]", ') else text
 
 
 def args_of(events: list[Event]) -> list[Args]:

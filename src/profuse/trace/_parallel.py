@@ -84,7 +84,7 @@ def merge(dst: Columns, src: Columns) -> None:
             elif key.endswith("thread_key"):
                 arr = threads(arr)
             dst.add(key, arr)
-    dst.shapes.extend((dst.n + s[0], s[1], s[2], s[3], s[4]) for s in src.shapes)
+    dst.shapes.extend((dst.n + s[0], *s[1:]) for s in src.shapes)
     for k, v in src.thread_meta.items():
         dst.thread_meta.setdefault(k, {}).update(v)
     dst.flow_ids.extend(src.flow_ids)

@@ -156,7 +156,14 @@ static const char *const IGNORED_NAMES[N_I64] = {
     "ts", "dur", "correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes",
     "External id", "device", "stream"};
 
-typedef struct { int64_t row; const char *p[4]; Py_ssize_t len[4]; } Shape;
+typedef struct { int64_t row; const char *p[5]; Py_ssize_t len[5]; } Shape;
+
+/* Concrete Inputs that say nothing (every entry an empty string: `["", "", ""]`) are not kept. */
+static int blank_concrete(const char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] != '[' && p[i] != ']' && p[i] != '"' && p[i] != ',' && p[i] != ' ') return 0;
+    return 1;
+}
 typedef struct { int64_t row; const char *p; Py_ssize_t len; } FloatFix;
 typedef struct { Tok pid, tid, name, aname, alabels; } Meta;
 typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat; Tok id; } Flow;
@@ -453,11 +460,11 @@ static int key_index(const Tok *k, const char *const *words, const unsigned char
 }
 
 enum { A_EXT, A_EXT_LC, A_CORR, A_DEV, A_STREAM, A_STREAM_ID, A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_PYID, A_PYPID,
-       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, N_ARGS };
+       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, A_CONC, N_ARGS };
 static const char *const ARG_KEYS[N_ARGS] = {
     "External id", "external id", "correlation", "device", "stream", "stream_id", "Input Dims", "Input type",
     "grid", "block", "Python id", "Python parent id", "Sequence number", "Fwd thread id", "bytes", "flops",
-    "name", "labels"};
+    "name", "labels", "Concrete Inputs"};
 static unsigned char ARG_LENS[N_ARGS];
 
 /* A JSON object, member by member, for the event and its args alike:
@@ -507,7 +514,8 @@ static int parse_args(Scan *s, Tok *a) {
         } else {
             if (a[which].type != T_MISSING) return -1;   /* a repeated key: left to the reference */
             if (lex_value(s, &a[which], 2)) return -1;
-            if ((which == A_DIMS || which == A_TYPE || which == A_GRID || which == A_BLOCK) && a[which].type == T_STR) {
+            if ((which == A_DIMS || which == A_TYPE || which == A_GRID || which == A_BLOCK || which == A_CONC)
+                && a[which].type == T_STR) {
                 a[which].p -= 1;          /* Raw: the value's text, quotes included */
                 a[which].len += 2;
             }
@@ -658,11 +666,12 @@ static int parse_event(Scan *s) {
         if (a[A_DIMS].type != T_MISSING || a[A_GRID].type != T_MISSING) {
             Shape sh;
             sh.row = row;
-            static const int raw[4] = {A_DIMS, A_TYPE, A_GRID, A_BLOCK};
-            for (int k = 0; k < 4; k++) {
+            static const int raw[5] = {A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_CONC};
+            for (int k = 0; k < 5; k++) {
                 sh.p[k] = a[raw[k]].type == T_MISSING ? NULL : a[raw[k]].p;
                 sh.len[k] = a[raw[k]].type == T_MISSING ? 0 : a[raw[k]].len;
             }
+            if (sh.p[4] && blank_concrete(sh.p[4], sh.len[4])) { sh.p[4] = NULL; sh.len[4] = 0; }
             if (VEC_PUSH(&s->shapes, Shape, sh)) goto nomem;
         }
         return 0;
@@ -894,13 +903,13 @@ static PyObject *build(Scan *s) {
         PyObject *l = PyList_New((Py_ssize_t)s->shapes.len);
         if (put(d, "shapes", l)) goto fail;
         for (size_t k = 0; k < s->shapes.len; k++) {
-            PyObject *t = PyTuple_New(5);
+            PyObject *t = PyTuple_New(6);
             if (!t) goto fail;
             PyList_SET_ITEM(l, (Py_ssize_t)k, t);
             PyObject *row = PyLong_FromLongLong(sh[k].row);
             if (!row) goto fail;
             PyTuple_SET_ITEM(t, 0, row);
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < 5; j++) {
                 PyObject *o;
                 if (sh[k].p[j]) o = PyUnicode_DecodeUTF8(sh[k].p[j], sh[k].len[j], "strict");
                 else { o = Py_None; Py_INCREF(o); }

@@ -54,7 +54,7 @@ def write_side_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared
                       events: EventColumns) -> None:
     """The ``threads``, ``shapes``, ``scopes``, ``flows`` and ``instants`` tables."""
     _write_threads(con, cols, prepared, events)
-    insert_rows(con, "shapes", cols.shapes, 5)
+    insert_rows(con, "shapes", cols.shapes, 6)
     _write_scopes(con, prepared, events)
     _write_flows(con, prepared)
     if prepared.instants:

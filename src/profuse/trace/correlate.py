@@ -43,8 +43,8 @@ def correlate(events: DecodedEvents) -> EventColumns:
         ts=events.ts, dur=events.dur, pid=thread, tid=thread, thread=thread, device=device, stream=stream,
         correlation=events.correlation, external_id=events.external_id, parent=parent,
         depth=depth.astype(np.int64), op=np.where(host, op_of_host, links.op),
-        module=_enclosing_or_launchers(parent, is_module, host, links.op),
-        scope=_enclosing_or_launchers(parent, is_scope, host, links.op),
+        module=_enclosing_or_launchers(parent, is_module, host, links),
+        scope=_enclosing_or_launchers(parent, is_scope, host, links),
         parent_op=nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=False),
         launch=links.launch, link=links.how.astype(np.int32), unlinked=links.unlinked.astype(np.int32),
         self_cpu=attr.self_cpu, self_device=attr.self_device, device_total=attr.device_total,
@@ -71,11 +71,14 @@ def module_scopes(events: DecodedEvents) -> np.ndarray:
     return flags
 
 
-def _enclosing_or_launchers(parent: np.ndarray, accept: np.ndarray, host: np.ndarray,
-                            device_op: np.ndarray) -> np.ndarray:
-    """Host events: the innermost enclosing ``accept`` event; device events: their launching op's."""
+def _enclosing_or_launchers(parent: np.ndarray, accept: np.ndarray, host: np.ndarray, links: Links) -> np.ndarray:
+    """Host events: the innermost enclosing ``accept`` event; device events: the innermost one holding
+    their launch call (so a graph replay inherits the scope of its graph launch, even one that sits in a
+    module inside the launching op), else, linked by external id only, the one holding their op."""
     of_host = nearest_ancestor(parent, accept, include_self=False)
-    of_launcher = np.where(device_op >= 0, of_host[np.clip(device_op, 0, None)], NONE)
+    holding = nearest_ancestor(parent, accept, include_self=True)
+    src = np.where(links.launch >= 0, links.launch, links.op)
+    of_launcher = np.where(src >= 0, holding[np.clip(src, 0, None)], NONE)
     return np.where(host, of_host, of_launcher)
 
 

@@ -235,7 +235,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
 def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict[str, Any],
                   process_names: Iterable[str] = ()) -> tuple[str, str | None]:
     """The device kind (CUDA, ROCm, MTIA, CPU, or the backend's name) and the device's name."""
-    props = top.get("deviceProperties") or []
+    props = top.get("deviceProperties") or top.get("computeProperties") or []  # older traces: computeProperties
     props = props if isinstance(props, list) else []  # any other shape says nothing usable
     dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
     dev_name = dev_name if isinstance(dev_name, str) else None
@@ -284,6 +284,7 @@ def _meta(path: str, cols: Columns, prepared: Prepared, events: EventColumns, *,
         "ignored_args": cols.ignored_args,
         "base_time_ns": top.get("baseTimeNanoseconds"),
         "trace_meta": {k: v for k, v in top.items() if k in ("schemaVersion", "distributedInfo", "deviceProperties",
+                                                            "computeProperties",
                                                             "traceName", "displayTimeUnit", "record_shapes",
                                                             "with_stack", "with_modules", "with_flops",
                                                             "profile_memory", "cuda_runtime_version",

@@ -4,7 +4,8 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 10  # bump when tables change: caches with another version are rebuilt (10: nesting fix)
+SCHEMA_VERSION = 12  # bump when tables change: caches with another version are rebuilt (12: device events'
+# module and scope are those holding their launch call; shapes.concrete_inputs)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
@@ -112,7 +113,8 @@ CREATE TABLE shapes (
     input_dims VARCHAR,       -- JSON list of input shapes as recorded ("Input Dims")
     input_types VARCHAR,      -- JSON list of input dtypes ("Input type")
     grid VARCHAR,             -- device events: launch grid as JSON
-    block VARCHAR
+    block VARCHAR,
+    concrete_inputs VARCHAR   -- JSON list of scalar arguments as recorded ("Concrete Inputs"), NULL when all empty
 );
 CREATE TABLE scopes (
     id BIGINT,                -- events.id of the python_function / user_annotation event

@@ -17,6 +17,8 @@
  * @property {(Peaks|null)} peaks
  * @property {Array<RooflineRow>} roofline
  * @property {CompiledAdvice} compiled
+ * @property {(string|null)} roofline_note
+ * @property {number} skewed_launches
  */
 
 /**
@@ -32,6 +34,7 @@
  * @typedef {Object} Capture
  * @property {string} status
  * @property {(string|null)} error
+ * @property {(number|null)} script_exit_code
  */
 
 /**
@@ -98,6 +101,8 @@
  * @property {number} device_us
  * @property {Array<CompiledKernel>} kernels
  * @property {Array<string>} eager_ops_inside
+ * @property {number} device_events
+ * @property {number} replayed
  */
 
 /**
@@ -235,6 +240,7 @@
  * @property {number} queue_delay_us
  * @property {number} avg_kernel_us
  * @property {boolean} launch_bound
+ * @property {number} skewed_launches
  */
 
 /**
@@ -497,6 +503,8 @@
  * @property {(Peaks|null)} [peaks]
  * @property {Array<RooflineRow>} [roofline]
  * @property {CompiledAdvice} [compiled]
+ * @property {(string|null)} [roofline_note]
+ * @property {number} [skewed_launches]
  */
 
 /**

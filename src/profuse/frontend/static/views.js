@@ -189,7 +189,8 @@ async function compiled(main, st) {
   }
   main.append(el("p", {}, `graph breaks: ${d.graph_breaks}`));
   for (const r of d.regions) {
-    main.append(el("h2", {}, `${r.name} — ${r.calls} call(s), ${fmtUs(r.device_us)}`));
+    const evs = r.device_events ? `, ${r.device_events} device event(s)${r.replayed ? ` (${r.replayed} replayed)` : ""}` : "";
+    main.append(el("h2", {}, `${r.name} — ${r.calls} call(s), ${fmtUs(r.device_us)}${evs}`));
     if (r.kernels.length) main.append(table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
         { key: "device_us", label: "Time", fmt: fmtUs }, { key: "fused_ops", label: "Fuses", name: true, fmt: v => v.join(", ") }],
         r.kernels));
