@@ -1,0 +1,263 @@
+"""The ``memory`` and ``op_memory`` tables: torch.profiler's ``[memory]`` instant events (``profile_memory=True``).
+
+Read only when the trace has such events (the decoder has already interned the name ``[memory]``), so a
+trace without them loads exactly as before. Each event is one allocation (``Bytes`` > 0) or free (< 0)
+of the caching allocator (or the CPU allocator) with the totals after it; see docs/memory.md.
+
+- ``memory``: one row per event in time order, the innermost host event holding it on its thread (its op,
+  module, profiler step), and each free matched to its allocation by address on the same device (a
+  free with no allocation in the trace is memory *allocated before the trace*).
+- ``op_memory``: torch's ``key_averages()`` memory per op-table event: the bytes of every memory event
+  with ``ts <= t <= ts + dur`` (any thread, as torch counts them), CPU and device apart, and the self
+  figures: that minus the op's direct children in the op table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import msgspec
+import numpy as np
+
+from ._build import thread_key
+from .correlate import nearest_ancestor
+from .event_columns import NONE, EventColumns
+from .schema import HOST_KINDS, TABLE_KINDS, kind_codes
+
+MEMORY_EVENT = "[memory]"
+_RAW_NAME = b'"[memory]"'
+# c10::DeviceType -> the label profuse uses; torch counts CPU, MKLDNN and IDEEP as CPU memory and CUDA,
+# HIP, XPU and PrivateUse1 as device memory (torch/autograd/profiler.py, _parse_kineto_results).
+DEVICE_TYPES = {0: "CPU", 1: "CUDA", 2: "CPU", 5: "CPU", 6: "ROCm", 12: "XPU", 13: "MPS", 19: "MTIA",
+                20: "PrivateUse1"}
+CPU_TYPES = frozenset({0, 2, 5})
+DEVICE_MEM_TYPES = frozenset({1, 6, 12, 20})
+_ARGS = ("Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
+
+
+class _Ev(msgspec.Struct):
+    """One trace event, nothing decoded but what tells a memory event apart."""
+
+    name: msgspec.Raw = msgspec.Raw(b"null")
+    ph: msgspec.Raw = msgspec.Raw(b"null")
+    ts: msgspec.Raw = msgspec.Raw(b"null")
+    pid: msgspec.Raw = msgspec.Raw(b"null")
+    tid: msgspec.Raw = msgspec.Raw(b"null")
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+@dataclass(frozen=True)
+class MemoryEvents:
+    """The memory events of a trace as read, in file order (ns times before baseTimeNanoseconds)."""
+
+    ts: np.ndarray          # int64 ns (exact from the text)
+    pid_tid: list[tuple[str, str]]
+    bytes: np.ndarray       # int64, > 0 allocation, < 0 free
+    addr: np.ndarray        # int64
+    total_allocated: np.ndarray
+    total_reserved: np.ndarray
+    device_type: np.ndarray  # int64 c10::DeviceType
+    device: np.ndarray       # int64 Device Id (-1 for the CPU)
+    skipped: int             # memory events left out: a field missing or not an integer
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+def has_memory_events(names: dict[Any, int]) -> bool:
+    """Whether the decoder met the name ``[memory]`` (its interning table): one dict lookup."""
+    return MEMORY_EVENT in names
+
+
+def read_memory_events(events: memoryview | bytes | bytearray) -> MemoryEvents:
+    """The ``[memory]`` instant events of a ``traceEvents`` array (its raw bytes)."""
+    try:
+        evs = msgspec.json.decode(events, type=list[_Ev])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        evs = _one_by_one(events)
+    rows: list[tuple[int, str, str, int, int, int, int, int, int]] = []
+    skipped = 0
+    for e in evs:
+        if bytes(e.name) != _RAW_NAME or bytes(e.ph) not in (b'"i"', b'"I"'):
+            continue
+        row = _row(e)
+        if row is None:
+            skipped += 1
+        else:
+            rows.append(row)
+    cols = list(zip(*rows)) if rows else [()] * 9
+    ints = [np.array(c, dtype=np.int64) for c in cols]
+    return MemoryEvents(ts=ints[0], pid_tid=list(zip(cols[1], cols[2])), bytes=ints[3], addr=ints[4],
+                        total_allocated=ints[5], total_reserved=ints[6], device_type=ints[7], device=ints[8],
+                        skipped=skipped)
+
+
+def _one_by_one(events: memoryview | bytes | bytearray) -> list[_Ev]:
+    """Element by element, for an array with elements that are not objects (a lenient load)."""
+    out = []
+    for raw in msgspec.json.decode(events, type=list[msgspec.Raw]):
+        try:
+            out.append(msgspec.json.decode(raw, type=_Ev))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            continue
+    return out
+
+
+def _row(e: _Ev) -> tuple[int, str, str, int, int, int, int, int, int] | None:
+    ts = _ns_text(bytes(e.ts))
+    try:
+        args = msgspec.json.decode(e.args)
+        pid, tid = msgspec.json.decode(e.pid), msgspec.json.decode(e.tid)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if ts is None or not isinstance(args, dict):
+        return None
+    vals = [args.get(k) for k in _ARGS]
+    if any(not isinstance(v, int) or isinstance(v, bool) or not -(2**63) <= v < 2**63 for v in vals):
+        return None
+    p, t = thread_key(pid, tid)
+    return (ts, p, t, *vals)
+
+
+def _ns_text(raw: bytes) -> int | None:
+    """A µs time as written (``123.456``) -> exact integer ns; None when it is not a plain number."""
+    text = raw.strip()
+    neg = text.startswith(b"-")
+    body = text[1:] if neg else text
+    whole, _, frac = body.partition(b".")
+    if not whole.isdigit() or (frac and not frac.isdigit()):
+        if b"e" in body.lower():
+            try:
+                return int(round(float(text) * 1000))
+            except ValueError:
+                return None
+        return None
+    ns = int(whole) * 1000 + int(frac[:3].ljust(3, b"0") or b"0")
+    return -ns if neg else ns
+
+
+def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, base_ns: int,
+                        thread_keys: list[tuple[str, str]], events: EventColumns,
+                        names: np.ndarray) -> None:
+    """Write ``memory`` and ``op_memory`` (see the module docstring)."""
+    if not len(mem):
+        return
+    ts = mem.ts + base_ns
+    order = np.lexsort((np.arange(len(ts)), ts))  # time order, file order among equal times
+    ts = ts[order]
+    number = {k: i for i, k in enumerate(thread_keys)}
+    thread = np.array([number.get(mem.pid_tid[i], NONE) for i in order.tolist()], dtype=np.int64)
+    nbytes, addr = mem.bytes[order], mem.addr[order]
+    dtype, device = mem.device_type[order], mem.device[order]
+    holder = _holders(events, ts, thread)
+    has = holder >= 0
+    op = np.full(len(ts), NONE, dtype=np.int64)
+    module = op.copy()
+    op[has], module[has] = events.op[holder[has]], events.module[holder[has]]
+    step = _steps(events, names, ts)
+    alloc, free = _match(nbytes, addr, dtype, device)
+    labels = np.array([DEVICE_TYPES.get(int(d), f"type {int(d)}") for d in dtype], dtype=object)
+    con.register("_mem", {
+        "id": np.arange(len(ts), dtype=np.int64), "device_type": labels, "device": device, "ts": ts,
+        "bytes": nbytes, "addr": addr, "total_allocated": mem.total_allocated[order],
+        "total_reserved": mem.total_reserved[order], "thread": thread, "op": op, "module": module, "step": step,
+        "alloc": alloc, "free": free})
+    con.execute("""INSERT INTO memory SELECT id, device_type, CASE WHEN device_type = 'CPU' THEN NULL ELSE device END,
+                   ts, bytes, addr, total_allocated, total_reserved, NULLIF(thread, -1), NULLIF(op, -1),
+                   NULLIF(module, -1), NULLIF(step, -1), NULLIF(alloc, -1), NULLIF(free, -1),
+                   bytes < 0 AND alloc = -1 FROM _mem""")
+    con.unregister("_mem")
+    _write_op_memory(con, events, ts, nbytes, dtype)
+
+
+def _holders(events: EventColumns, ts: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """The innermost host event on the memory event's thread with ev.ts <= t < ev.ts + dur (a
+    zero-length event counts as 1 ns long), or -1."""
+    out = np.full(len(ts), NONE, dtype=np.int64)
+    host = np.isin(events.kind, kind_codes(*HOST_KINDS))
+    end = events.ts + np.maximum(events.dur, 1)
+    for th in np.unique(thread[thread >= 0]).tolist():
+        cand = np.flatnonzero(host & (events.thread == th))
+        if not cand.size:
+            continue
+        cand = cand[np.lexsort((events.depth[cand], events.ts[cand]))]
+        sel = np.flatnonzero(thread == th)
+        t = ts[sel]
+        pos = np.searchsorted(events.ts[cand], t, side="right") - 1
+        cur = np.where(pos >= 0, cand[np.maximum(pos, 0)], NONE)
+        while True:  # walk out to the first enclosing event that still runs at t
+            live = cur >= 0
+            bad = live.copy()
+            bad[live] = end[cur[live]] <= t[live]
+            if not bad.any():
+                break
+            cur[bad] = events.parent[cur[bad]]
+        out[sel] = cur
+    return out
+
+
+def _steps(events: EventColumns, names: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """The ``ProfilerStep#N`` annotation running at each time (events.id), or -1."""
+    out = np.full(len(ts), NONE, dtype=np.int64)
+    ann = np.flatnonzero(np.isin(events.kind, kind_codes("annotation")))
+    steps = np.array([i for i in ann.tolist() if str(names[events.name[i]]).startswith("ProfilerStep#")],
+                     dtype=np.int64)
+    if not steps.size:
+        return out
+    steps = steps[np.argsort(events.ts[steps], kind="stable")]
+    start, stop = events.ts[steps], events.ts[steps] + events.dur[steps]
+    pos = np.searchsorted(start, ts, side="right") - 1
+    ok = (pos >= 0) & (ts <= stop[np.maximum(pos, 0)])
+    out[ok] = steps[pos[ok]]
+    return out
+
+
+def _match(nbytes: np.ndarray, addr: np.ndarray, dtype: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each free the row of the allocation it frees, for each allocation the row of its free (-1: none),
+    by address per device, in time order."""
+    n = len(nbytes)
+    alloc, free = np.full(n, NONE, dtype=np.int64), np.full(n, NONE, dtype=np.int64)
+    open_: dict[tuple[int, int, int], int] = {}
+    for i, (b, a, t, d) in enumerate(zip(nbytes.tolist(), addr.tolist(), dtype.tolist(), device.tolist())):
+        key = (t, d, a)
+        if b > 0:
+            open_[key] = i
+        elif b < 0:
+            j = open_.pop(key, NONE)
+            if j >= 0:
+                alloc[i], free[j] = j, i
+    return alloc, free
+
+
+def _write_op_memory(con: duckdb.DuckDBPyConnection, events: EventColumns, ts: np.ndarray, nbytes: np.ndarray,
+                     dtype: np.ndarray) -> None:
+    """torch's per-event memory (see the module docstring), for the op-table events with any."""
+    in_table = np.isin(events.kind, kind_codes(*TABLE_KINDS))
+    rows = np.flatnonzero(in_table)
+    if not rows.size:
+        return
+    start, stop = events.ts[rows], events.ts[rows] + events.dur[rows]
+    lo = np.searchsorted(ts, start, side="left")
+    hi = np.searchsorted(ts, stop, side="right")
+    n = len(events.kind)
+    totals = []
+    for kinds in (CPU_TYPES, DEVICE_MEM_TYPES):
+        cum = np.concatenate([[0], np.cumsum(np.where(np.isin(dtype, list(kinds)), nbytes, 0))])
+        total = np.zeros(n, dtype=np.int64)
+        total[rows] = cum[hi] - cum[lo]
+        totals.append(total)
+    parent = nearest_ancestor(events.parent, in_table, include_self=False)
+    child = np.flatnonzero(in_table & (parent >= 0))
+    selfs = []
+    for total in totals:
+        children = np.zeros(n, dtype=np.int64)
+        np.add.at(children, parent[child], total[child])
+        selfs.append(total - children)
+    keep = rows[(totals[0][rows] != 0) | (totals[1][rows] != 0) | (selfs[0][rows] != 0) | (selfs[1][rows] != 0)]
+    if not keep.size:
+        return
+    con.register("_opm", {"id": keep.astype(np.int64), "cpu": totals[0][keep], "self_cpu": selfs[0][keep],
+                          "dev": totals[1][keep], "self_dev": selfs[1][keep]})
+    con.execute("INSERT INTO op_memory SELECT id, cpu, self_cpu, dev, self_dev FROM _opm")
+    con.unregister("_opm")
