@@ -1,0 +1,90 @@
+"""Memory events (profile_memory=True): the memory tables, the op table's memory columns and the peaks.
+
+Expected numbers come from tests/oracle.py (plain json, torch's rules written out) on the five shared
+traces that carry ``[memory]`` events, and from torch's own key_averages() on a CPU run recorded here.
+"""
+from __future__ import annotations
+
+import pytest
+
+import oracle
+import profuse
+from conftest import trace_path
+from profuse.analysis.memory import BEFORE_TRACE, memory_peaks
+from profuse.analysis.optable import op_table
+from profuse.payloads.ops import ops_payload
+
+MEMORY_TRACES = ["h100_bert_small", "h100_vit_falconsai", "mi300_bert_small", "mi300_normalization_layers",
+                 "v100_rank1_of2_216k_events"]
+LABEL = {0: "CPU", 1: "CUDA", 6: "ROCm"}
+
+
+@pytest.mark.parametrize("name", MEMORY_TRACES)
+def test_op_memory_and_peaks_match_the_oracle(name: str) -> None:
+    # GIVEN a real trace with [memory] events
+    path = trace_path(f"{name}.json.gz")
+    expected_ops = oracle.op_memory_by_name(path)
+    raw = oracle.memory_events(path)
+    # WHEN profuse loads it
+    with profuse.load(path) as trace:
+        (rows,) = trace.con.execute("SELECT count(*) FROM memory").fetchone() or (0,)
+        ops = ops_payload(op_table(trace, group_by="op"))
+        peaks = {p.device: p for p in memory_peaks(trace)}
+        (freed_unmatched,) = trace.con.execute(
+            "SELECT count(*) FROM memory WHERE bytes < 0 AND alloc IS NULL").fetchone() or (0,)
+        (before,) = trace.con.execute("SELECT count(*) FILTER (WHERE before_trace) FROM memory").fetchone() or (0,)
+    # THEN every memory event is a row, and every op row's memory equals torch's rules computed apart
+    assert rows == len(raw) > 0
+    assert freed_unmatched == before
+    checked = 0
+    for row in ops.rows:
+        want = expected_ops[row.name]
+        got = (row.cpu_mem_bytes, row.self_cpu_mem_bytes, row.device_mem_bytes, row.self_device_mem_bytes)
+        assert got == want, row.name
+        checked += any(want)
+    assert checked > 0
+    # AND each device's peak is the largest Total Allocated its events report
+    want_peaks = oracle.peak_allocated_by_device(path)
+    assert len(peaks) == len(want_peaks)
+    for (dtype, dev), peak in want_peaks.items():
+        label = "CPU" if dtype == 0 else f"{LABEL[dtype]} {dev}"
+        assert peaks[label].peak_allocated_bytes == peak, label
+        # what is live at the peak adds up to the peak (allocations seen plus "before the trace")
+        assert sum(g.bytes for g in peaks[label].live_at_peak) == peak
+
+
+def test_trace_without_memory_events_has_no_memory_columns() -> None:
+    with profuse.load(trace_path("a100_alexnet.json.gz")) as trace:
+        ops = ops_payload(op_table(trace))
+        assert memory_peaks(trace) == []
+    assert all(r.cpu_mem_bytes is None for r in ops.rows)
+    import msgspec
+    assert b"mem_bytes" not in msgspec.json.encode(ops)
+
+
+def test_before_the_trace_row_holds_what_the_trace_did_not_see_allocated() -> None:
+    # GIVEN v100: a training step whose weights and optimizer state were allocated before the capture
+    path = trace_path("v100_rank1_of2_216k_events.json.gz")
+    raw = sorted((e for e in oracle.memory_events(path) if e["args"]["Device Type"] == 1), key=lambda e: e["ns"])
+    peak = max(e["args"]["Total Allocated"] for e in raw)
+    at = next(i for i, e in enumerate(raw) if e["args"]["Total Allocated"] == peak)
+    # what was allocated when the trace began, less what of it was freed (frees of addresses the trace
+    # never saw allocated) up to the peak
+    started = raw[0]["args"]["Total Allocated"] - raw[0]["args"]["Bytes"]
+    seen: set[int] = set()
+    freed_early = 0
+    for e in raw[:at + 1]:
+        a = e["args"]
+        if a["Bytes"] > 0:
+            seen.add(a["Addr"])
+        elif a["Addr"] in seen:
+            seen.discard(a["Addr"])
+        else:
+            freed_early -= a["Bytes"]
+    # WHEN profuse reads it
+    with profuse.load(path) as trace:
+        dev = memory_peaks(trace)[0]
+    # THEN the peak says so as its own row
+    before = [g.bytes for g in dev.live_at_peak if g.op == BEFORE_TRACE]
+    assert dev.device == "CUDA 1" and dev.peak_allocated_bytes == peak
+    assert before == [started - freed_early] and started - freed_early > 10**9
