@@ -88,3 +88,53 @@ def test_before_the_trace_row_holds_what_the_trace_did_not_see_allocated() -> No
     before = [g.bytes for g in dev.live_at_peak if g.op == BEFORE_TRACE]
     assert dev.device == "CUDA 1" and dev.peak_allocated_bytes == peak
     assert before == [started - freed_early] and started - freed_early > 10**9
+
+
+def test_cpu_memory_profile_matches_key_averages_and_names_the_op_and_module(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    from profuse.analysis.memory import memory_peaks as peaks_of
+
+    class Grow(torch.nn.Module):
+        """Keeps one new 1 MiB tensor per call."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.kept: list[object] = []
+
+        def forward(self, x):  # noqa: D102
+            self.kept.append(torch.zeros(256, 1024))  # 256 * 1024 float32 = 1 MiB
+            return x
+
+    # GIVEN a model that allocates a known tensor per step, profiled on the CPU with profile_memory=True
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), Grow())
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        model(x)
+        model[1].kept.clear()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True,
+                                    with_stack=True, record_shapes=True) as prof:
+            for _ in range(3):
+                with torch.profiler.record_function("step"):
+                    model(x)
+    path = tmp_path / "cpu_memory.json"
+    prof.export_chrome_trace(str(path))
+    ka = {e.key: e for e in prof.key_averages()}
+    # WHEN profuse reads the trace
+    with profuse.load(path) as trace:
+        rows = {r.name: r for r in ops_payload(op_table(trace)).rows}
+        allocs = trace.con.execute("""
+            SELECT o.name, s.name, count(*) FROM memory m JOIN events o ON o.id = m.op
+            LEFT JOIN scopes s ON s.id = m.module WHERE m.bytes = 1048576 GROUP BY ALL""").fetchall()
+        (cpu,) = peaks_of(trace)
+    # THEN every op's memory columns are torch's own
+    for key, e in ka.items():
+        if key not in rows:
+            continue
+        assert rows[key].cpu_mem_bytes == e.cpu_memory_usage, key
+        assert rows[key].self_cpu_mem_bytes == e.self_cpu_memory_usage, key
+    assert ka["aten::zeros"].cpu_memory_usage == 3 * 1048576
+    # AND the three 1 MiB allocations are aten::empty (under aten::zeros) in module Grow, held at the peak
+    assert allocs == [("aten::empty", "Grow", 3)]
+    assert rows["aten::empty"].self_cpu_mem_bytes == 3 * 1048576 and rows["aten::zeros"].self_cpu_mem_bytes == 0
+    grow = [g for g in cpu.live_at_peak if g.module == "Grow" and g.op == "aten::empty"]
+    assert cpu.device == "CPU" and grow and grow[0].bytes >= 3 * 1048576
