@@ -50,6 +50,7 @@ class DevicePeak(msgspec.Struct, frozen=True):
     gap_bytes: int | None           # reserved - allocated at the peak: cached by the allocator, not in use
                                     # (None where nothing is reported reserved: CPU memory)
     peak_at: PeakAt
+    peak_id: int                    # the memory event (memory.id) that first reached the peak
     live_at_peak: list[LiveGroup]
 
 
@@ -114,6 +115,7 @@ def _peaks(trace: Trace, live_rows: int) -> list[DevicePeak]:
                               peak_reserved_bytes=int(peak_res), reserved_at_peak_bytes=int(reserved),
                               gap_bytes=int(reserved) - int(peak) if peak_res else None,
                               peak_at=PeakAt(ts_ns=int(ts) - int(t0), step=step, op=op, module=module),
+                              peak_id=int(at),
                               live_at_peak=shown))
     return out
 

@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
         advice = None if args.no_advice else trace_findings(trace)
+        from ..payloads.memory import memory_of
+
+        memory = memory_of(trace)  # None without memory events
         if args.format == "html":
             from ..payloads.build import report_payloads
             from ..report.html import render_html
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         from ..report.json_report import render_json  # each format imports only its own renderer
 
         doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
-                              keep_metadata=args.keep_metadata)
+                              keep_metadata=args.keep_metadata, memory=memory)
         return emit(render_json(doc), args.output)
     from ..report.console import print_advice, print_report
 
@@ -99,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         con = console()
     print_report(con, summary, table, args.top or None)
+    from ..report.console_memory import render_memory
+
+    render_memory(con, memory)
     if advice is not None:
         print_advice(con, advice, table.device_label)
     if args.output:

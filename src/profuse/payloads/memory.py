@@ -1,0 +1,42 @@
+"""The memory section as sent: each device's peak, when it happened and what is live at it (docs/memory.md)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from msgspec import Struct
+
+from ..analysis.memory import DevicePeak, MemoryPoint, memory_peaks, memory_series
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+
+class MemoryPayload(Struct):
+    """``memory``: one entry per device with memory events (``profile_memory=True``), the CPU last."""
+
+    devices: list[DevicePeak]
+
+
+class MemoryLane(Struct):
+    """A device's allocated and reserved bytes over time (points thinned to keep every bucket's highest),
+    with the id of its peak's memory event."""
+
+    device: str
+    peak_id: int
+    points: list[MemoryPoint]
+
+
+def memory_payload(peaks: list[DevicePeak]) -> MemoryPayload | None:
+    """The section, or None for a trace without memory events (the key is left out)."""
+    return MemoryPayload(devices=peaks) if peaks else None
+
+
+def memory_of(trace: Trace, live_rows: int = 20) -> MemoryPayload | None:
+    """The memory section of a loaded trace."""
+    return memory_payload(memory_peaks(trace, live_rows))
+
+
+def memory_lanes_of(trace: Trace, max_points: int = 4000) -> list[MemoryLane]:
+    """One lane per device with memory events, for the timeline."""
+    return [MemoryLane(device=p.device, peak_id=p.peak_id, points=memory_series(trace, p.device, max_points))
+            for p in memory_peaks(trace)]
