@@ -138,3 +138,44 @@ def test_cpu_memory_profile_matches_key_averages_and_names_the_op_and_module(tmp
     assert rows["aten::empty"].self_cpu_mem_bytes == 3 * 1048576 and rows["aten::zeros"].self_cpu_mem_bytes == 0
     grow = [g for g in cpu.live_at_peak if g.module == "Grow" and g.op == "aten::empty"]
     assert cpu.device == "CPU" and grow and grow[0].bytes >= 3 * 1048576
+
+
+def test_profile_config_memory_records_memory_events(tmp_path, capsys) -> None:
+    torch = pytest.importorskip("torch")
+    import json
+
+    from profuse.cli import main
+    # GIVEN ProfileConfig(memory=True) around a model whose Linear(16, 32) output is 8 x 32 float32 = 1 KiB
+    assert "memory" in profuse.ProfileConfig(memory=True).streams
+    assert "memory" not in profuse.ProfileConfig().streams
+    with pytest.raises(ValueError, match="ProfileConfig.memory"):
+        profuse.ProfileConfig(memory="yes")  # type: ignore[arg-type]
+    m, x = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()), torch.randn(8, 16)
+    with profuse.profile(profuse.ProfileConfig(out=tmp_path / "b", warmup=1, steps=2, memory=True)) as p:
+        for _ in range(3):
+            m(x)
+            p.step()
+    # WHEN the bundle is reported as JSON
+    assert main(["report", str(p.bundle), "--format", "json", "--no-advice"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ops = {o["name"]: o for o in doc["ops"]}
+    # THEN each addmm allocated its 1 KiB output itself, and the memory section names the CPU
+    assert ops["aten::addmm"]["self_cpu_mem_bytes"] == 2 * 8 * 32 * 4
+    assert [d["device"] for d in doc["memory"]["devices"]] == ["CPU"]
+
+
+def test_run_memory_flag_turns_on_profile_memory(tmp_path, capsys) -> None:
+    pytest.importorskip("torch")
+    import json
+
+    from profuse.cli import main
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nnet = torch.nn.Linear(8, 64)\nfor _ in range(3):\n    net(torch.randn(4, 8))\n")
+    out = tmp_path / "bundle"
+    assert main(["run", "--memory", "--out", str(out), "--warmup", "1", "--steps", "2", "--", "python",
+                 str(script)]) == 0
+    printed = capsys.readouterr().out
+    assert "Memory (profile_memory)" in printed and "CPU Mem" in printed
+    assert main(["report", str(out), "--format", "json", "--no-advice"]) == 0
+    ops = {o["name"]: o for o in json.loads(capsys.readouterr().out)["ops"]}
+    assert ops["aten::addmm"]["self_cpu_mem_bytes"] == 2 * 4 * 64 * 4
