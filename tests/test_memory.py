@@ -5,11 +5,11 @@ traces that carry ``[memory]`` events, and from torch's own key_averages() on a 
 """
 from __future__ import annotations
 
-import pytest
-
 import oracle
-import profuse
+import pytest
 from conftest import trace_path
+
+import profuse
 from profuse.analysis.memory import BEFORE_TRACE, memory_peaks
 from profuse.analysis.optable import op_table
 from profuse.payloads.ops import ops_payload
@@ -101,7 +101,7 @@ def test_cpu_memory_profile_matches_key_averages_and_names_the_op_and_module(tmp
             super().__init__()
             self.kept: list[object] = []
 
-        def forward(self, x):  # noqa: D102
+        def forward(self, x):
             self.kept.append(torch.zeros(256, 1024))  # 256 * 1024 float32 = 1 MiB
             return x
 
@@ -148,7 +148,7 @@ def test_profile_config_memory_records_memory_events(tmp_path, capsys) -> None:
     # GIVEN ProfileConfig(memory=True) around a model whose Linear(16, 32) output is 8 x 32 float32 = 1 KiB
     assert "memory" in profuse.ProfileConfig(memory=True).streams
     assert "memory" not in profuse.ProfileConfig().streams
-    with pytest.raises(ValueError, match="ProfileConfig.memory"):
+    with pytest.raises(ValueError, match=r"ProfileConfig\.memory"):
         profuse.ProfileConfig(memory="yes")  # type: ignore[arg-type]
     m, x = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()), torch.randn(8, 16)
     with profuse.profile(profuse.ProfileConfig(out=tmp_path / "b", warmup=1, steps=2, memory=True)) as p:

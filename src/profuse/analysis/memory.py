@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 BEFORE_TRACE = "(allocated before the trace)"
+# the trace's start: its first event, or (a memory snapshot has no events) its first memory entry
+_T0 = "SELECT coalesce((SELECT min(ts) FROM events), (SELECT min(ts) FROM memory), 0)"
+# a snapshot entry's allocation site as text: 'name (file:line)'
+_SITE = "fr.name || ' (' || fr.filename || ':' || fr.line || ')'"
 
 
 class LiveGroup(msgspec.Struct, frozen=True):
@@ -37,6 +41,7 @@ class PeakAt(msgspec.Struct, frozen=True):
     step: str | None
     op: str | None
     module: str | None
+    frame: str | None = None  # a memory snapshot's allocation site (its frames; traces have none)
 
 
 class DevicePeak(msgspec.Struct, frozen=True):
@@ -83,7 +88,7 @@ def memory_peaks(trace: Trace, live_rows: int = 20) -> list[DevicePeak]:
 @once_per_trace
 def _peaks(trace: Trace, live_rows: int) -> list[DevicePeak]:
     con = trace.con
-    (t0,) = con.execute("SELECT coalesce(min(ts), 0) FROM events").fetchone() or (0,)
+    (t0,) = con.execute(_T0).fetchone() or (0,)
     devices = con.execute("""
         SELECT device_type, device, count(*), max(total_allocated), max(total_reserved),
                min(id) FILTER (WHERE total_allocated = m)
@@ -91,14 +96,15 @@ def _peaks(trace: Trace, live_rows: int) -> list[DevicePeak]:
         GROUP BY device_type, device ORDER BY device_type = 'CPU', device_type, device""").fetchall()
     out = []
     for dtype, dev, n, peak, peak_res, at in devices:
-        (ts, reserved, step, op, module) = con.execute("""
-            SELECT m.ts, m.total_reserved, s.name, o.name, sc.name FROM memory m
+        (ts, reserved, step, op, module, frame) = con.execute(f"""
+            SELECT m.ts, m.total_reserved, s.name, o.name, sc.name, {_SITE} FROM memory m
             LEFT JOIN events s ON s.id = m.step LEFT JOIN events o ON o.id = m.op
-            LEFT JOIN scopes sc ON sc.id = m.module WHERE m.id = ?""", [at]).fetchone() or (0, 0, None, None, None)
-        groups = con.execute("""
-            SELECT coalesce(o.name, '(no op)'), sc.name, sum(a.bytes), count(*) FROM memory a
+            LEFT JOIN scopes sc ON sc.id = m.module LEFT JOIN memory_frames fr ON fr.id = m.id AND fr.site
+            WHERE m.id = ?""", [at]).fetchone() or (0, 0, None, None, None, None)
+        groups = con.execute(f"""
+            SELECT coalesce(o.name, {_SITE}, '(no op)'), sc.name, sum(a.bytes), count(*) FROM memory a
             LEFT JOIN memory f ON f.id = a.free LEFT JOIN events o ON o.id = a.op
-            LEFT JOIN scopes sc ON sc.id = a.module
+            LEFT JOIN scopes sc ON sc.id = a.module LEFT JOIN memory_frames fr ON fr.id = a.id AND fr.site
             WHERE a.device_type = ? AND a.device IS NOT DISTINCT FROM ? AND a.bytes > 0 AND a.id <= ?
               AND (f.id IS NULL OR f.id > ?)
             GROUP BY ALL ORDER BY 3 DESC, 1, 2""", [dtype, dev, at, at]).fetchall()
@@ -114,7 +120,7 @@ def _peaks(trace: Trace, live_rows: int) -> list[DevicePeak]:
         out.append(DevicePeak(device=device_label(dtype, dev), events=int(n), peak_allocated_bytes=int(peak),
                               peak_reserved_bytes=int(peak_res), reserved_at_peak_bytes=int(reserved),
                               gap_bytes=int(reserved) - int(peak) if peak_res else None,
-                              peak_at=PeakAt(ts_ns=int(ts) - int(t0), step=step, op=op, module=module),
+                              peak_at=PeakAt(ts_ns=int(ts) - int(t0), step=step, op=op, module=module, frame=frame),
                               peak_id=int(at),
                               live_at_peak=shown))
     return out
@@ -134,7 +140,7 @@ def memory_series(trace: Trace, device: str, max_points: int = 4000) -> list[Mem
     ``max_points``, else the highest point of each of ``max_points`` equal time buckets (so the peak is kept)."""
     if not has_memory(trace):
         return []
-    (t0,) = trace.con.execute("SELECT coalesce(min(ts), 0) FROM events").fetchone() or (0,)
+    (t0,) = trace.con.execute(_T0).fetchone() or (0,)
     rows = trace.con.execute("""
         WITH d AS (SELECT * FROM memory WHERE device_type || coalesce(' ' || device, '') = ?),
         b AS (SELECT *, CASE WHEN (SELECT count(*) FROM d) <= ? THEN id

@@ -13,6 +13,7 @@ HELP = """examples:
   profuse report trace.json.gz --group-by kernel --top 10
   profuse report prof/ --format json > report.json     (a bundle folder works too)
   profuse report prof/ --format html -o report.html    (one file, opens offline)
+  profuse report snapshot.pickle                       (torch.cuda.memory._dump_snapshot: read, never run)
   profuse report explorer_out/                         (a neuron-explorer Parquet folder: built from the
                                                         published schema 7.4.0, not yet checked on a capture)
 
@@ -56,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
+    from ..trace.snapshot import is_snapshot_path
+
+    if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
+        from .snapshot import run_snapshot_report
+
+        return run_snapshot_report(args)
     files = candidates(args.path)
     if files is not None:
         return run_ranks_report(args, files)

@@ -113,11 +113,14 @@ def _row(e: _Ev) -> tuple[int, str, str, int, int, int, int, int, int] | None:
         return None
     if ts is None or not isinstance(args, dict):
         return None
-    vals = [args.get(k) for k in _ARGS]
-    if any(not isinstance(v, int) or isinstance(v, bool) or not -(2**63) <= v < 2**63 for v in vals):
-        return None
+    vals: list[int] = []
+    for k in _ARGS:
+        v = args.get(k)
+        if not isinstance(v, int) or isinstance(v, bool) or not -(2**63) <= v < 2**63:
+            return None
+        vals.append(v)
     p, t = thread_key(pid, tid)
-    return (ts, p, t, *vals)
+    return (ts, p, t, vals[0], vals[1], vals[2], vals[3], vals[4], vals[5])
 
 
 def _ns_text(raw: bytes) -> int | None:
@@ -129,7 +132,7 @@ def _ns_text(raw: bytes) -> int | None:
     if not whole.isdigit() or (frac and not frac.isdigit()):
         if b"e" in body.lower():
             try:
-                return int(round(float(text) * 1000))
+                return round(float(text) * 1000)
             except ValueError:
                 return None
         return None
@@ -156,7 +159,7 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     module = op.copy()
     op[has], module[has] = events.op[holder[has]], events.module[holder[has]]
     step = _steps(events, names, ts)
-    alloc, free = _match(nbytes, addr, dtype, device)
+    alloc, free = match_frees(nbytes, addr, dtype, device)
     labels = np.array([DEVICE_TYPES.get(int(d), f"type {int(d)}") for d in dtype], dtype=object)
     con.register("_mem", {
         "id": np.arange(len(ts), dtype=np.int64), "device_type": labels, "device": device, "ts": ts,
@@ -213,7 +216,8 @@ def _steps(events: EventColumns, names: np.ndarray, ts: np.ndarray) -> np.ndarra
     return out
 
 
-def _match(nbytes: np.ndarray, addr: np.ndarray, dtype: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def match_frees(nbytes: np.ndarray, addr: np.ndarray, dtype: np.ndarray,
+                device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each free the row of the allocation it frees, for each allocation the row of its free (-1: none),
     by address per device, in time order."""
     n = len(nbytes)

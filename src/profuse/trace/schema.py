@@ -132,6 +132,11 @@ CREATE TABLE memory (        -- torch.profiler [memory] events (profile_memory=T
     total_allocated BIGINT, total_reserved BIGINT, thread INTEGER, op BIGINT, module BIGINT, step BIGINT,
     alloc BIGINT, free BIGINT, before_trace BOOLEAN);
 CREATE TABLE op_memory (id BIGINT, cpu_mem BIGINT, self_cpu_mem BIGINT, device_mem BIGINT, self_device_mem BIGINT);
+CREATE TABLE memory_frames (id BIGINT, depth INTEGER, name VARCHAR, filename VARCHAR, line BIGINT, site BOOLEAN);
+CREATE TABLE memory_segments (device INTEGER, address BIGINT, total_size BIGINT, stream BIGINT, segment_type VARCHAR,
+                              allocated_size BIGINT, active_size BIGINT);
+CREATE TABLE memory_blocks (device INTEGER, segment BIGINT, address BIGINT, size BIGINT, requested_size BIGINT,
+                            state VARCHAR, name VARCHAR, filename VARCHAR, line BIGINT);
 CREATE VIEW links AS
     SELECT d.id AS device_event, d.kind, d.name, d.dur, d.launch, d.op, d.module, d.scope, d.link, d.unlinked
     FROM events d WHERE d.kind IN ('kernel', 'memcpy', 'memset');
