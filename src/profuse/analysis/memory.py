@@ -59,6 +59,19 @@ class DevicePeak(msgspec.Struct, frozen=True):
     live_at_peak: list[LiveGroup]
 
 
+class MemorySection(msgspec.Struct, frozen=True):
+    """Every device with memory events, its peak and what is live at it (the CPU last); the JSON report's
+    ``memory`` (payloads.memory.MemoryPayload is this record)."""
+
+    devices: list[DevicePeak]
+
+
+def memory_section(trace: Trace, live_rows: int = 20) -> MemorySection | None:
+    """The memory section of a loaded trace, or None for a trace without memory events."""
+    peaks = memory_peaks(trace, live_rows)
+    return MemorySection(devices=peaks) if peaks else None
+
+
 def has_memory(trace: Trace) -> bool:
     """Whether the trace has memory events (``profile_memory=True``)."""
     return _has_memory(trace)

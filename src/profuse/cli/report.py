@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
         advice = None if args.no_advice else trace_findings(trace)
-        from ..payloads.memory import memory_of
+        from ..analysis.memory import memory_section as memory_of
 
         memory = memory_of(trace)  # None without memory events
         if args.format == "html":

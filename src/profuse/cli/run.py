@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     with load(result.bundle) as trace:
         print_report(con, summarize(trace), op_table(trace), args.top)
-        from ..payloads.memory import memory_of
+        from ..analysis.memory import memory_section as memory_of
         from ..report.console_memory import render_memory
 
         render_memory(con, memory_of(trace))

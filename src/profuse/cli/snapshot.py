@@ -11,7 +11,7 @@ SCHEMA = "profuse.memory_snapshot/1"
 
 def run_snapshot_report(args: argparse.Namespace) -> int:
     """Print (or write as JSON) each device's peak and what is live at it, from a memory snapshot."""
-    from ..payloads.memory import memory_of
+    from ..analysis.memory import memory_section as memory_of
     from ..trace.snapshot import load_snapshot
 
     if args.format == "html":

@@ -5,16 +5,14 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
-from ..analysis.memory import DevicePeak, MemoryPoint, memory_peaks, memory_series
+from ..analysis.memory import MemoryPoint, MemorySection, memory_peaks, memory_section, memory_series
 
 if TYPE_CHECKING:
     from ..trace import Trace
 
-
-class MemoryPayload(Struct):
-    """``memory``: one entry per device with memory events (``profile_memory=True``), the CPU last."""
-
-    devices: list[DevicePeak]
+# ``memory``: one entry per device with memory events (``profile_memory=True``), the CPU last; the
+# analysis record as it is (as OpRow is for ops), so the console can print it without this package
+MemoryPayload = MemorySection
 
 
 class MemoryLane(Struct):
@@ -26,14 +24,9 @@ class MemoryLane(Struct):
     points: list[MemoryPoint]
 
 
-def memory_payload(peaks: list[DevicePeak]) -> MemoryPayload | None:
-    """The section, or None for a trace without memory events (the key is left out)."""
-    return MemoryPayload(devices=peaks) if peaks else None
-
-
 def memory_of(trace: Trace, live_rows: int = 20) -> MemoryPayload | None:
-    """The memory section of a loaded trace."""
-    return memory_payload(memory_peaks(trace, live_rows))
+    """The memory section of a loaded trace, or None for a trace without memory events (the key is left out)."""
+    return memory_section(trace, live_rows)
 
 
 def memory_lanes_of(trace: Trace, max_points: int = 4000) -> list[MemoryLane]:

@@ -5,7 +5,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..payloads.memory import MemoryPayload
+from ..analysis.memory import MemorySection
 from ._text import text
 
 
@@ -21,7 +21,7 @@ def fmt_bytes(n: int | None) -> str:
     return f"{sign}{v:.2f} TiB"  # pragma: no cover - the loop returns at GiB
 
 
-def render_memory(console: Console, payload: MemoryPayload | None) -> None:
+def render_memory(console: Console, payload: MemorySection | None) -> None:
     """Print the memory section (nothing for a trace without memory events)."""
     if payload is None:
         return
