@@ -179,3 +179,37 @@ def test_run_memory_flag_turns_on_profile_memory(tmp_path, capsys) -> None:
     assert main(["report", str(out), "--format", "json", "--no-advice"]) == 0
     ops = {o["name"]: o for o in json.loads(capsys.readouterr().out)["ops"]}
     assert ops["aten::addmm"]["self_cpu_mem_bytes"] == 2 * 4 * 64 * 4
+
+
+def test_diff_shows_memory_peaks_and_op_deltas(capsys) -> None:
+    import json
+
+    from profuse.cli import main
+    # GIVEN the same model on an H100 and an MI300X, both recorded with profile_memory
+    a, b = trace_path("h100_bert_small.json.gz"), trace_path("mi300_bert_small.json.gz")
+    # WHEN they are diffed as JSON
+    assert main(["diff", str(a), str(b), "--format", "json"]) == 0
+    mem = json.loads(capsys.readouterr().out)["memory"]
+    # THEN the device peaks pair the two GPUs, and each op's delta is B - A from the oracle
+    pa, pb = oracle.peak_allocated_by_device(a), oracle.peak_allocated_by_device(b)
+    gpu = mem["peaks"][0]
+    assert (gpu["a_device"], gpu["b_device"]) == ("CUDA 0", "ROCm 0")
+    assert gpu["a_peak_allocated_bytes"] == pa[(1, 0)] and gpu["b_peak_allocated_bytes"] == pb[(6, 0)]
+    assert gpu["delta_allocated_bytes"] == pb[(6, 0)] - pa[(1, 0)]
+    oa, ob = oracle.op_memory_by_name(a), oracle.op_memory_by_name(b)
+    for row in mem["ops"][:10]:
+        want_a, want_b = oa.get(row["name"], (0, 0, 0, 0))[2], ob.get(row["name"], (0, 0, 0, 0))[2]
+        assert (row["a_device_mem_bytes"], row["b_device_mem_bytes"]) == (want_a, want_b), row["name"]
+    # AND the table says so
+    assert main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "Memory peaks" in out and "Op memory" in out
+
+
+def test_diff_without_memory_has_no_memory_key(capsys) -> None:
+    import json
+
+    from profuse.cli import main
+    a, b = trace_path("compare_base.json.gz"), trace_path("compare_test.json.gz")
+    assert main(["diff", str(a), str(b), "--format", "json"]) == 0
+    assert "memory" not in json.loads(capsys.readouterr().out)

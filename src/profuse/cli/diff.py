@@ -51,12 +51,16 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
+    from ..analysis.memory_diff import memory_diff
     from ..payloads.build import compare_of
     from ..report._text import safe, text
     from ..report.console import fmt_us
 
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
         d = compare_of(a, b)
+        memory = memory_diff(a, b)
+    if memory is not None:
+        d.memory = memory
     if args.format == "json":
         from ..report.json_report import render_json
 
@@ -77,4 +81,7 @@ def run(args: argparse.Namespace) -> int:
         con.print(t)
     if d.kernels:
         con.print(Text(f"{len(d.kernels_removed)} kernel name(s) removed, {len(d.kernels_added)} added"))
+    from ..report.console_memory import render_memory_diff
+
+    render_memory_diff(con, memory, args.top)
     return 0

@@ -1,9 +1,10 @@
 """Two runs compared (``profuse diff``, the explorer's Compare view): schema ``profuse.diff/1``."""
 from __future__ import annotations
 
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
 
 from ..analysis.diff import Diff, DiffRow
+from ..analysis.memory_diff import MemoryDiff
 
 DIFF_SCHEMA = "profuse.diff/1"
 
@@ -34,6 +35,7 @@ class DiffPayload(Struct, kw_only=True):
     kernels_removed: list[DiffEntry]
     kernels_added: list[DiffEntry]
     kernels: list[DiffEntry]
+    memory: MemoryDiff | UnsetType = UNSET  # when either run recorded memory (analysis.memory_diff)
 
 
 def _entries(rows: list[DiffRow]) -> list[DiffEntry]:

@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.memory import MemorySection
+from ..analysis.memory_diff import MemoryDiff
 from ._text import text
 
 
@@ -47,3 +48,33 @@ def render_memory(console: Console, payload: MemorySection | None) -> None:
         for g in d.live_at_peak:
             t.add_row(text(g.op), text(g.module or ""), fmt_bytes(g.bytes), f"{g.allocations:,}" if g.allocations else "")
         console.print(t)
+
+
+def _delta(n: int) -> Text:
+    return Text(("+" if n > 0 else "") + fmt_bytes(n), style="green" if n < 0 else "red" if n > 0 else "")
+
+
+def render_memory_diff(console: Console, diff: MemoryDiff | None, top: int = 15) -> None:
+    """Print the diff's memory: peaks per device and the ops whose memory changed most (nothing without any)."""
+    if diff is None:
+        return
+    t = Table(title="Memory peaks", show_edge=False, header_style="bold", title_justify="left")
+    for c in ("Device A", "Device B", "Peak A", "Peak B", "Delta", "Reserved A", "Reserved B", "Delta reserved"):
+        t.add_column(c, justify="left" if c.startswith("Device") else "right")
+    for p in diff.peaks:
+        t.add_row(text(p.a_device or "-"), text(p.b_device or "-"), fmt_bytes(p.a_peak_allocated_bytes),
+                  fmt_bytes(p.b_peak_allocated_bytes), _delta(p.delta_allocated_bytes),
+                  fmt_bytes(p.a_peak_reserved_bytes), fmt_bytes(p.b_peak_reserved_bytes),
+                  _delta(p.delta_reserved_bytes))
+    console.print(t)
+    changed = [o for o in diff.ops if o.delta_device_mem_bytes or o.delta_cpu_mem_bytes][:top]
+    if not changed:
+        return
+    t = Table(title="Op memory", show_edge=False, header_style="bold", title_justify="left")
+    for c in ("Name", "Device mem A", "Device mem B", "Delta", "CPU mem A", "CPU mem B", "Delta CPU"):
+        t.add_column(c, justify="left" if c == "Name" else "right")
+    for o in changed:
+        t.add_row(text(o.name), fmt_bytes(o.a_device_mem_bytes), fmt_bytes(o.b_device_mem_bytes),
+                  _delta(o.delta_device_mem_bytes), fmt_bytes(o.a_cpu_mem_bytes), fmt_bytes(o.b_cpu_mem_bytes),
+                  _delta(o.delta_cpu_mem_bytes))
+    console.print(t)
