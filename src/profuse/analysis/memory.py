@@ -114,14 +114,7 @@ def _peaks(trace: Trace, live_rows: int) -> list[DevicePeak]:
             LEFT JOIN events s ON s.id = m.step LEFT JOIN events o ON o.id = m.op
             LEFT JOIN scopes sc ON sc.id = m.module LEFT JOIN memory_frames fr ON fr.id = m.id AND fr.site
             WHERE m.id = ?""", [at]).fetchone() or (0, 0, None, None, None, None)
-        groups = con.execute(f"""
-            SELECT coalesce(o.name, {_SITE}, '(no op)'), sc.name, sum(a.bytes), count(*) FROM memory a
-            LEFT JOIN memory f ON f.id = a.free LEFT JOIN events o ON o.id = a.op
-            LEFT JOIN scopes sc ON sc.id = a.module LEFT JOIN memory_frames fr ON fr.id = a.id AND fr.site
-            WHERE a.device_type = ? AND a.device IS NOT DISTINCT FROM ? AND a.bytes > 0 AND a.id <= ?
-              AND (f.id IS NULL OR f.id > ?)
-            GROUP BY ALL ORDER BY 3 DESC, 1, 2""", [dtype, dev, at, at]).fetchall()
-        live = [LiveGroup(op=g[0], module=g[1], bytes=int(g[2]), allocations=int(g[3])) for g in groups]
+        live = _live(con, dtype, dev, int(at))
         before = int(peak) - sum(g.bytes for g in live)
         shown = live[:live_rows]
         if len(live) > live_rows:
@@ -137,6 +130,55 @@ def _peaks(trace: Trace, live_rows: int) -> list[DevicePeak]:
                               peak_id=int(at),
                               live_at_peak=shown))
     return out
+
+
+def _live(con: duckdb.DuckDBPyConnection, dtype: str, dev: int | None, at: int) -> list[LiveGroup]:
+    """Allocations on the device made at or before memory event ``at`` and not freed by then, grouped by
+    the op (or a snapshot's frame) and module that made them, most bytes first."""
+    groups = con.execute(f"""
+        SELECT coalesce(o.name, {_SITE}, '(no op)'), sc.name, sum(a.bytes), count(*) FROM memory a
+        LEFT JOIN memory f ON f.id = a.free LEFT JOIN events o ON o.id = a.op
+        LEFT JOIN scopes sc ON sc.id = a.module LEFT JOIN memory_frames fr ON fr.id = a.id AND fr.site
+        WHERE a.device_type = ? AND a.device IS NOT DISTINCT FROM ? AND a.bytes > 0 AND a.id <= ?
+          AND (f.id IS NULL OR f.id > ?)
+        GROUP BY ALL ORDER BY 3 DESC, 1, 2""", [dtype, dev, at, at]).fetchall()
+    return [LiveGroup(op=g[0], module=g[1], bytes=int(g[2]), allocations=int(g[3])) for g in groups]
+
+
+class LiveAt(msgspec.Struct, frozen=True):
+    """What is live on a device just after one memory event: its totals and the groups, "before the trace" last."""
+
+    device: str
+    id: int
+    ts_ns: int
+    allocated_bytes: int
+    reserved_bytes: int
+    live: list[LiveGroup]
+
+
+def live_at(trace: Trace, device: str, at: int, live_rows: int = 20) -> LiveAt | None:
+    """What is live on ``device`` ('CUDA 0', 'CPU') just after memory event ``at``, or None if there is no
+    such event on that device."""
+    if not has_memory(trace):
+        return None
+    con = trace.con
+    (t0,) = con.execute(_T0).fetchone() or (0,)
+    row = con.execute("""SELECT device_type, device, ts, total_allocated, total_reserved FROM memory
+                         WHERE id = ? AND device_type || coalesce(' ' || device, '') = ?""", [at, device]).fetchone()
+    if row is None:
+        return None
+    dtype, dev, ts, allocated, reserved = row
+    groups = _live(con, dtype, dev, at)
+    shown = groups[:live_rows]
+    if len(groups) > live_rows:
+        rest = groups[live_rows:]
+        shown.append(LiveGroup(op=f"({len(rest)} more)", module=None, bytes=sum(g.bytes for g in rest),
+                               allocations=sum(g.allocations for g in rest)))
+    before = int(allocated) - sum(g.bytes for g in groups)
+    if before:
+        shown.append(LiveGroup(op=BEFORE_TRACE, module=None, bytes=before, allocations=0))
+    return LiveAt(device=device, id=at, ts_ns=int(ts) - int(t0), allocated_bytes=int(allocated),
+                  reserved_bytes=int(reserved), live=shown)
 
 
 class MemoryPoint(msgspec.Struct, frozen=True, array_like=True):

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
-from ..analysis.memory import MemoryPoint, MemorySection, memory_peaks, memory_section, memory_series
+from ..analysis.memory import DevicePeak, MemoryPoint, MemorySection, memory_peaks, memory_section, memory_series
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -29,7 +29,17 @@ def memory_of(trace: Trace, live_rows: int = 20) -> MemoryPayload | None:
     return memory_section(trace, live_rows)
 
 
-def memory_lanes_of(trace: Trace, max_points: int = 4000) -> list[MemoryLane]:
-    """One lane per device with memory events, for the timeline."""
-    return [MemoryLane(device=p.device, peak_id=p.peak_id, points=memory_series(trace, p.device, max_points))
-            for p in memory_peaks(trace)]
+class MemoryTimeline(Struct):
+    """The timeline's memory counter lanes, one per device (empty without memory events), and each
+    device's peak with what is live at it (what a report can show without a server)."""
+
+    lanes: list[MemoryLane]
+    devices: list[DevicePeak]
+
+
+def memory_timeline_of(trace: Trace, max_points: int = 4000) -> MemoryTimeline:
+    """One counter lane per device with memory events, for the timeline."""
+    peaks = memory_peaks(trace)
+    return MemoryTimeline(lanes=[MemoryLane(device=p.device, peak_id=p.peak_id,
+                                            points=memory_series(trace, p.device, max_points)) for p in peaks],
+                          devices=peaks)

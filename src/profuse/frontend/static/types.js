@@ -277,9 +277,31 @@
  */
 
 /**
+ * A device's allocated and reserved bytes over time (points thinned to keep every bucket's highest),
+ * with the id of its peak's memory event.
+ * @typedef {Object} MemoryLane
+ * @property {string} device
+ * @property {number} peak_id
+ * @property {Array<MemoryPoint>} points
+ */
+
+/**
+ * One point of a device's memory lane: [ns since the trace's start, allocated, reserved, memory id].
+ * @typedef {Object} MemoryPoint
+ */
+
+/**
  * Every device with memory events, its peak and what is live at it (the CPU last); the JSON report's
  * ``memory`` (payloads.memory.MemoryPayload is this record).
  * @typedef {Object} MemorySection
+ * @property {Array<DevicePeak>} devices
+ */
+
+/**
+ * The timeline's memory counter lanes, one per device (empty without memory events), and each
+ * device's peak with what is live at it (what a report can show without a server).
+ * @typedef {Object} MemoryTimeline
+ * @property {Array<MemoryLane>} lanes
  * @property {Array<DevicePeak>} devices
  */
 
@@ -531,6 +553,7 @@
  * @property {Array<Lane>} lanes
  * @property {TimelineWindow} timeline
  * @property {Modules} modules
+ * @property {(MemoryTimeline|null)} memory
  */
 
 /**
