@@ -213,3 +213,27 @@ def test_diff_without_memory_has_no_memory_key(capsys) -> None:
     a, b = trace_path("compare_base.json.gz"), trace_path("compare_test.json.gz")
     assert main(["diff", str(a), str(b), "--format", "json"]) == 0
     assert "memory" not in json.loads(capsys.readouterr().out)
+
+
+def test_memory_events_written_another_way_read_the_same(tmp_path) -> None:
+    import gzip
+    import json
+
+    from profuse.trace import _decode
+    from profuse.trace import memory as trace_memory
+    # GIVEN a real trace, and the same trace with each memory event's args written before its name and
+    # a brace in its category (what the quick cut around each name refuses)
+    path = trace_path("mi300_normalization_layers.json.gz")
+    doc = json.loads(gzip.open(path).read())
+    doc["traceEvents"] = [({"args": e["args"], **{k: v for k, v in e.items() if k != "args"}, "cat": "cpu {x}"}
+                           if e.get("name") == "[memory]" else e) for e in doc["traceEvents"]]
+    other = json.dumps(doc).encode()
+    quick = _decode.split_document("a", gzip.open(path).read()).events
+    slow = _decode.split_document("b", other).events
+    assert trace_memory._fast(bytes(quick)) is not None and trace_memory._fast(bytes(slow)) is None
+    # WHEN both are read THEN they hold the same memory events
+    a, b = trace_memory.read_memory_events(quick), trace_memory.read_memory_events(slow)
+    assert len(a) == len(b) == 475 and a.skipped == b.skipped == 0
+    for field in ("ts", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device"):
+        assert (getattr(a, field) == getattr(b, field)).all(), field
+    assert a.pid_tid == b.pid_tid

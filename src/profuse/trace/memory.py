@@ -13,6 +13,7 @@ of the caching allocator (or the CPU allocator) with the totals after it; see do
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,16 +71,32 @@ def has_memory_events(names: dict[Any, int]) -> bool:
     return MEMORY_EVENT in names
 
 
+class _MemEv(msgspec.Struct):
+    """A memory event with what the table needs; ``ts`` kept as written (exact ns from the text)."""
+
+    name: Any = None
+    ph: Any = None
+    ts: msgspec.Raw = msgspec.Raw(b"null")
+    pid: Any = None
+    tid: Any = None
+    args: Any = None
+
+
+# An event object holding at most one nested object (args) and no braces in its strings: what torch writes
+# for a memory event. Found from each "[memory]" name; anything else sends the whole array down the slow path.
+_FLAT_EVENT = re.compile(rb"\{[^{}]*(?:\{[^{}]*\}[^{}]*)?\}")
+_EVENT_START = re.compile(rb"[\[,]\s*\{")
+
+
 def read_memory_events(events: memoryview | bytes | bytearray) -> MemoryEvents:
     """The ``[memory]`` instant events of a ``traceEvents`` array (its raw bytes)."""
-    try:
-        evs = msgspec.json.decode(events, type=list[_Ev])
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        evs = _one_by_one(events)
+    found = _fast(bytes(events))
+    if found is None:
+        found = _slow(events)
     rows: list[tuple[int, str, str, int, int, int, int, int, int]] = []
     skipped = 0
-    for e in evs:
-        if bytes(e.name) != _RAW_NAME or bytes(e.ph) not in (b'"i"', b'"I"'):
+    for e in found:
+        if e.name != MEMORY_EVENT or e.ph not in ("i", "I"):
             continue
         row = _row(e)
         if row is None:
@@ -93,6 +110,57 @@ def read_memory_events(events: memoryview | bytes | bytearray) -> MemoryEvents:
                         skipped=skipped)
 
 
+def _fast(data: bytes) -> list[_MemEv] | None:
+    """Each memory event cut out around its name and all decoded at once, or None where any cut is not
+    one whole event naming ``[memory]`` (then the whole array is decoded)."""
+    pieces = []
+    pos = data.find(_RAW_NAME)
+    while pos >= 0:
+        start = data.rfind(b"{", 0, pos)
+        if start < 0 or data.find(b"}", start, pos) >= 0 or not _EVENT_START.match(_before(data, start)):
+            return None
+        m = _FLAT_EVENT.match(data, start)
+        if m is None or m.end() < pos:
+            return None
+        pieces.append(m.group())
+        pos = data.find(_RAW_NAME, m.end())
+    if not pieces:
+        return []
+    try:
+        out = msgspec.json.decode(b"[" + b",".join(pieces) + b"]", type=list[_MemEv])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return out if len(out) == len(pieces) and all(e.name == MEMORY_EVENT for e in out) else None
+
+
+def _before(data: bytes, start: int) -> bytes:
+    """The array separator before an object at ``start`` and the object's brace: ``,{`` or ``[ {``."""
+    i = start - 1
+    while i >= 0 and data[i] in b" \t\r\n":
+        i -= 1
+    return data[max(i, 0):start + 1]
+
+
+def _slow(events: memoryview | bytes | bytearray) -> list[_MemEv]:
+    """Every event decoded (only names and phases looked at), the memory events kept."""
+    try:
+        evs = msgspec.json.decode(events, type=list[_Ev])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        evs = _one_by_one(events)
+    keep = [e for e in evs if bytes(e.name) == _RAW_NAME]
+    if not keep:
+        return []
+    out = []
+    for e in keep:
+        try:
+            out.append(_MemEv(name=MEMORY_EVENT, ph=msgspec.json.decode(e.ph), ts=e.ts,
+                              pid=msgspec.json.decode(e.pid), tid=msgspec.json.decode(e.tid),
+                              args=msgspec.json.decode(e.args)))
+        except (msgspec.DecodeError, RecursionError):
+            continue
+    return out
+
+
 def _one_by_one(events: memoryview | bytes | bytearray) -> list[_Ev]:
     """Element by element, for an array with elements that are not objects (a lenient load)."""
     out = []
@@ -104,13 +172,9 @@ def _one_by_one(events: memoryview | bytes | bytearray) -> list[_Ev]:
     return out
 
 
-def _row(e: _Ev) -> tuple[int, str, str, int, int, int, int, int, int] | None:
+def _row(e: _MemEv) -> tuple[int, str, str, int, int, int, int, int, int] | None:
     ts = _ns_text(bytes(e.ts))
-    try:
-        args = msgspec.json.decode(e.args)
-        pid, tid = msgspec.json.decode(e.pid), msgspec.json.decode(e.tid)
-    except (msgspec.DecodeError, RecursionError):
-        return None
+    args = e.args
     if ts is None or not isinstance(args, dict):
         return None
     vals: list[int] = []
@@ -119,7 +183,7 @@ def _row(e: _Ev) -> tuple[int, str, str, int, int, int, int, int, int] | None:
         if not isinstance(v, int) or isinstance(v, bool) or not -(2**63) <= v < 2**63:
             return None
         vals.append(v)
-    p, t = thread_key(pid, tid)
+    p, t = thread_key(e.pid, e.tid)
     return (ts, p, t, vals[0], vals[1], vals[2], vals[3], vals[4], vals[5])
 
 
