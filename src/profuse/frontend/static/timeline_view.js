@@ -152,7 +152,7 @@
           const x = Math.max(p[0], LABEL_W), nx = i + 1 < path.length ? path[i + 1][0] : right;
           ctx.lineTo(x, p[1]); ctx.lineTo(Math.min(nx, right), p[1]);
         });
-        ctx.lineTo(Math.min(right, path[path.length - 1][0] > right ? right : right), bottom); ctx.closePath();
+        ctx.lineTo(right, bottom); ctx.closePath();
         ctx.fillStyle = "rgba(194, 37, 92, 0.35)"; ctx.fill();
         ctx.beginPath();
         path.forEach((p, i) => {
