@@ -237,3 +237,16 @@ def test_memory_events_written_another_way_read_the_same(tmp_path) -> None:
     for field in ("ts", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device"):
         assert (getattr(a, field) == getattr(b, field)).all(), field
     assert a.pid_tid == b.pid_tid
+
+
+def test_memory_tables_come_back_from_the_cache(monkeypatch) -> None:
+    monkeypatch.setenv("PROFUSE_CACHE_MIN_SECONDS", "0")  # this small trace is cached too
+    path = trace_path("h100_bert_small.json.gz")
+    with profuse.load(path) as first:
+        built = first.con.execute("SELECT count(*), sum(bytes) FROM memory").fetchone()
+        first.wait_for_cache()
+    with profuse.load(path) as again:
+        assert again.from_cache
+        assert again.con.execute("SELECT count(*), sum(bytes) FROM memory").fetchone() == built
+        assert memory_peaks(again)[0].peak_allocated_bytes == oracle.peak_allocated_by_device(path)[(1, 0)]
+    assert built[0] == len(oracle.memory_events(path))
