@@ -73,6 +73,10 @@ def test_snapshot_peak_and_what_is_live_by_frame(tmp_path, capsys) -> None:
     live = {(g["op"], g["bytes"]) for g in dev["live_at_peak"]}
     assert live == {("attn (/home/u/model.py:20)", 4096), ("fwd (/home/u/model.py:10)", 1024),
                     ("(allocated before the trace)", 512)}
+    # AND the timeline holds allocated and reserved after each entry, from where the history began
+    (lane,) = doc["timeline"]
+    assert [p[1] for p in lane["points"]] == [512 + 1024, 512 + 1024 + 4096, 512 + 1024, 512 + 1024 + 2048]
+    assert {p[2] for p in lane["points"]} == {SEG}
     # AND the console says the same in words
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out
@@ -146,3 +150,19 @@ def _nested(depth: int) -> object:
 def _fan_out() -> list[object]:
     """A small pickle that stands for 200 million entries through shared references."""
     return [[{"action": "alloc", "addr": 1, "size": 1, "frames": []}] * 1000] * 200_000
+
+
+def test_snapshot_without_history_says_so_and_html_is_refused(tmp_path, capsys) -> None:
+    doc = snapshot()
+    doc["device_traces"] = [[]]  # _record_memory_history was never on: the state only
+    path = tmp_path / "state.pickle"
+    path.write_bytes(pickle.dumps(doc))
+    assert main(["report", str(path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory"] == {"devices": []} and out["counts"]["blocks"] == 4 and out["counts"]["entries"] == 0
+    assert main(["report", str(path)]) == 0
+    assert "No alloc/free history" in capsys.readouterr().out
+    assert main(["report", str(path), "--format", "html", "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not available for a memory snapshot" in err
+    assert not (tmp_path / "r.html").exists()

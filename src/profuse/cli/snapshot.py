@@ -12,6 +12,7 @@ SCHEMA = "profuse.memory_snapshot/1"
 def run_snapshot_report(args: argparse.Namespace) -> int:
     """Print (or write as JSON) each device's peak and what is live at it, from a memory snapshot."""
     from ..analysis.memory import memory_section as memory_of
+    from ..payloads.memory import memory_timeline_of
     from ..trace.snapshot import load_snapshot
 
     if args.format == "html":
@@ -19,13 +20,15 @@ def run_snapshot_report(args: argparse.Namespace) -> int:
     with load_snapshot(args.path) as trace:
         payload = memory_of(trace)
         counts = trace.meta.get("memory_snapshot") or {}
+        lanes = memory_timeline_of(trace).lanes if args.format == "json" else []
     if args.format == "json":
         import msgspec
 
         from ..report.json_report import render_json
 
         doc = {"schema": SCHEMA, "path": str(args.path), "counts": counts,
-               "memory": msgspec.to_builtins(payload) if payload is not None else {"devices": []}}
+               "memory": msgspec.to_builtins(payload) if payload is not None else {"devices": []},
+               "timeline": msgspec.to_builtins(lanes)}
         return emit(render_json(doc), args.output)
     from rich.text import Text
 
