@@ -5,7 +5,7 @@
 Loads (uncached, each rep in its own subprocess, minimum of --reps) the V100 216k-event trace with its
 28,010 ``[memory]`` events removed, the same trace as it is, and the MTIA trace (no memory events),
 with this checkout's ``src`` and, given --baseline, another checkout's (e.g. main before the memory
-tables) for comparison. Not a test: these machines are shared and noisy, so it reports, never fails.
+tables) for comparison, the two taking turns. Not a test: these machines are shared and noisy, so it reports, never fails.
 """
 from __future__ import annotations
 
@@ -54,12 +54,20 @@ def inputs() -> dict[str, Path]:
     return out
 
 
-def load_seconds(src: Path, path: Path, reps: int) -> float:
-    """The fastest of ``reps`` uncached loads, each in a fresh interpreter with ``src`` first on the path."""
+def load_once(src: Path, path: Path) -> float:
+    """One uncached load in a fresh interpreter with ``src`` first on the path."""
     env = dict(os.environ, PYTHONPATH=str(src))
-    runs = [float(subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, check=True,
-                                 capture_output=True, text=True).stdout.strip().splitlines()[-1]) for _ in range(reps)]
-    return min(runs)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, check=True, capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def load_seconds(srcs: list[Path], path: Path, reps: int) -> list[float]:
+    """The fastest of ``reps`` loads per source, the sources taking turns (so a busy spell hits both)."""
+    best = [float("inf")] * len(srcs)
+    for _ in range(reps):
+        for i, src in enumerate(srcs):
+            best[i] = min(best[i], load_once(src, path))
+    return best
 
 
 def main() -> int:
@@ -69,10 +77,11 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, help="another checkout's src folder to compare with")
     args = ap.parse_args()
     for name, path in inputs().items():
-        here = load_seconds(SRC, path, args.reps)
+        times = load_seconds([SRC, *([args.baseline] if args.baseline else [])], path, args.reps)
+        here = times[0]
         line = f"{name:28s} this checkout {here:.3f} s"
         if args.baseline:
-            base = load_seconds(args.baseline, path, args.reps)
+            base = times[1]
             line += f"   baseline {base:.3f} s   ({100 * (here - base) / base:+.1f}%)"
         print(line, flush=True)
     return 0
