@@ -166,3 +166,19 @@ def test_snapshot_without_history_says_so_and_html_is_refused(tmp_path, capsys) 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not available for a memory snapshot" in err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_snapshot_text_fields_that_are_not_text_are_not_printed(tmp_path, capsys) -> None:
+    # a field torch writes as text, holding a list that stands for 8**20 values through shared references
+    # (20 deep: within the depth cap)
+    huge: list[object] = ["x"]
+    for _ in range(20):
+        huge = [huge] * 8
+    doc = snapshot()
+    doc["device_traces"][0][0]["action"] = huge  # type: ignore[index]
+    doc["segments"][0]["segment_type"] = huge  # type: ignore[index]
+    path = tmp_path / "odd.pickle"
+    path.write_bytes(pickle.dumps(doc))
+    assert main(["report", str(path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["counts"]["entries"] == 3, "the entry whose action is not text is no alloc/free"

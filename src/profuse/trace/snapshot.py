@@ -137,6 +137,12 @@ def _check_tree(where: str, obj: Any) -> None:
         stack.extend((x, depth + 1) for x in items)
 
 
+def _str(v: Any) -> str:
+    """A text field as it is; anything else (a container a hostile file put there: printing it could cost
+    as much as the tree it stands for) as ""."""
+    return v if isinstance(v, str) else ""
+
+
 def _int(v: Any, default: int = 0) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else default
 
@@ -160,7 +166,7 @@ def _frames(entry: dict[str, Any], budget: _Budget) -> list[tuple[str, str, int]
     budget.take(len(frames) if isinstance(frames, list) else 0)
     for f in frames if isinstance(frames, list) else []:
         if isinstance(f, dict):
-            out.append((str(f.get("name", "")), str(f.get("filename", "")), _int(f.get("line"))))
+            out.append((_str(f.get("name")), _str(f.get("filename")), _int(f.get("line"))))
     return out
 
 
@@ -206,7 +212,7 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snap: dict[str, Any], budget
         if not isinstance(s, dict):
             continue
         dev, addr, total = _int(s.get("device")), _int(s.get("address")), _int(s.get("total_size"))
-        segs.append((dev, addr, total, _int(s.get("stream")), str(s.get("segment_type", "")),
+        segs.append((dev, addr, total, _int(s.get("stream")), _str(s.get("segment_type")),
                      _int(s.get("allocated_size")), _int(s.get("active_size"))))
         end_reserved[dev] = end_reserved.get(dev, 0) + total
         seg_blocks = s.get("blocks")
@@ -214,7 +220,7 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snap: dict[str, Any], budget
         for b in seg_blocks if isinstance(seg_blocks, list) else []:
             if not isinstance(b, dict):
                 continue
-            state = str(b.get("state", ""))
+            state = _str(b.get("state"))
             size = _int(b.get("size"))
             fr = _frames(b, budget)
             site = fr[_site(fr)] if fr else ("", "", 0)
@@ -229,12 +235,12 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snap: dict[str, Any], budget
     budget.take(sum(len(t) for t in traces if isinstance(t, list)) if isinstance(traces, list) else 0)
     for dev, entries in enumerate(traces if isinstance(traces, list) else []):
         acts = [e for e in (entries if isinstance(entries, list) else []) if isinstance(e, dict)]
-        alloc_net = sum(ALLOC_ACTIONS.get(str(e.get("action")), 0) * _int(e.get("size")) for e in acts)
-        seg_net = sum(SEGMENT_ACTIONS.get(str(e.get("action")), 0) * _int(e.get("size")) for e in acts)
+        alloc_net = sum(ALLOC_ACTIONS.get(_str(e.get("action")), 0) * _int(e.get("size")) for e in acts)
+        seg_net = sum(SEGMENT_ACTIONS.get(_str(e.get("action")), 0) * _int(e.get("size")) for e in acts)
         allocated = end_alloc.get(dev, 0) - alloc_net   # what was allocated when the history began
         reserved = end_reserved.get(dev, 0) - seg_net
         for i, e in enumerate(acts):
-            action = str(e.get("action"))
+            action = _str(e.get("action"))
             size = _int(e.get("size"))
             if action in SEGMENT_ACTIONS:
                 reserved += SEGMENT_ACTIONS[action] * size
