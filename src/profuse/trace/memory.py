@@ -21,7 +21,7 @@ import duckdb
 import msgspec
 import numpy as np
 
-from ._build import thread_key
+from ._build import _PRECISE_ABOVE_US, _ns, thread_key
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns
 from .schema import HOST_KINDS, TABLE_KINDS, kind_codes
@@ -82,6 +82,28 @@ class _MemEv(msgspec.Struct):
     args: Any = None
 
 
+class _Args(msgspec.Struct):
+    """A memory event's args as torch writes them: every figure an integer."""
+
+    nbytes: int = msgspec.field(name="Bytes")
+    addr: int = msgspec.field(name="Addr")
+    total_allocated: int = msgspec.field(name="Total Allocated")
+    total_reserved: int = msgspec.field(name="Total Reserved")
+    device_type: int = msgspec.field(name="Device Type")
+    device: int = msgspec.field(name="Device Id")
+
+
+class _TypedEv(msgspec.Struct):
+    """A memory event whose args are all there and all integers (the common case: read in one pass)."""
+
+    ts: msgspec.Raw
+    args: _Args
+    name: Any = None
+    ph: Any = None
+    pid: Any = None
+    tid: Any = None
+
+
 # An event object holding at most one nested object (args) and no braces in its strings: what torch writes
 # for a memory event. Found from each "[memory]" name; anything else sends the whole array down the slow path.
 _FLAT_EVENT = re.compile(rb"\{[^{}]*(?:\{[^{}]*\}[^{}]*)?\}")
@@ -90,7 +112,12 @@ _EVENT_START = re.compile(rb"[\[,]\s*\{")
 
 def read_memory_events(events: memoryview | bytes | bytearray) -> MemoryEvents:
     """The ``[memory]`` instant events of a ``traceEvents`` array (its raw bytes)."""
-    found = _fast(bytes(events))
+    data = bytes(events)
+    pieces = _cut(data)
+    typed = _typed(pieces) if pieces else None
+    if typed is not None:
+        return typed
+    found = _decode_pieces(pieces) if pieces is not None else None
     if found is None:
         found = _slow(events)
     rows: list[tuple[int, str, str, int, int, int, int, int, int]] = []
@@ -113,6 +140,51 @@ def read_memory_events(events: memoryview | bytes | bytearray) -> MemoryEvents:
 def _fast(data: bytes) -> list[_MemEv] | None:
     """Each memory event cut out around its name and all decoded at once, or None where any cut is not
     one whole event naming ``[memory]`` (then the whole array is decoded)."""
+    pieces = _cut(data)
+    return None if pieces is None else _decode_pieces(pieces)
+
+
+def _typed(pieces: list[bytes]) -> MemoryEvents | None:
+    """The cut events read straight into columns when every one has all its figures as integers and a
+    plain time; None otherwise (then each is looked at on its own)."""
+    try:
+        evs = msgspec.json.decode(b"[" + b",".join(pieces) + b"]", type=list[_TypedEv])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    if len(evs) != len(pieces) or any(e.name != MEMORY_EVENT or e.ph not in ("i", "I") for e in evs):
+        return None
+    ts = _ns_column([e.ts for e in evs])
+    if ts is None:
+        return None
+    try:
+        cols = [np.array([getattr(e.args, f) for e in evs], dtype=np.int64) for f in _Args.__struct_fields__]
+    except OverflowError:
+        return None
+    return MemoryEvents(ts=ts, pid_tid=[thread_key(e.pid, e.tid) for e in evs],
+                        bytes=cols[0], addr=cols[1], total_allocated=cols[2], total_reserved=cols[3],
+                        device_type=cols[4], device=cols[5], skipped=0)
+
+
+def _ns_column(raws: list[msgspec.Raw]) -> np.ndarray | None:
+    """Times as written (µs) -> exact integer ns: as floats where a double holds whole ns, else from the text
+    (as the decoder reads event times); None if one is not a number."""
+    try:
+        us = np.array(msgspec.json.decode(b"[" + b",".join(bytes(r) for r in raws) + b"]", type=list[float]),
+                      dtype=np.float64)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if not np.isfinite(us).all():
+        return None
+    if not np.any((np.abs(us) >= _PRECISE_ABOVE_US) & (us % 1 != 0)):
+        return _ns(us)
+    exact = [_ns_text(bytes(r)) for r in raws]
+    if any(t is None for t in exact):
+        return None
+    return np.array(exact, dtype=np.int64)
+
+
+def _cut(data: bytes) -> list[bytes] | None:
+    """Each memory event's text, cut out around its name, or None where a cut is not one whole event."""
     pieces = []
     pos = data.find(_RAW_NAME)
     while pos >= 0:
@@ -124,6 +196,11 @@ def _fast(data: bytes) -> list[_MemEv] | None:
             return None
         pieces.append(m.group())
         pos = data.find(_RAW_NAME, m.end())
+    return pieces
+
+
+def _decode_pieces(pieces: list[bytes]) -> list[_MemEv] | None:
+    """The cut events decoded at once (any args), or None where they are not all memory events."""
     if not pieces:
         return []
     try:
