@@ -220,3 +220,77 @@ def compiled_region_inductor_ops(path: Path | str) -> dict[str, dict[str, tuple[
                 n, us = per.get(e["name"], (0, 0.0))
                 per[e["name"]] = (n + 1, us + float(e["dur"]))
     return out
+
+
+# --- memory (profile_memory=True): torch's key_averages() rules, from torch/autograd/profiler.py --------
+# An op's memory is the sum of ``Bytes`` of every ``[memory]`` instant with op.ts <= t <= op.ts + dur, on
+# any thread; CPU memory is Device Type 0, 2, 5 (CPU, MKLDNN, IDEEP), device memory 1, 6, 12, 20 (CUDA, HIP,
+# XPU, PrivateUse1). Self memory is that minus the memory of the op's direct children in the op table
+# (the innermost op-table event on the same thread holding the child's start). Times are read as decimals,
+# so no float rounding decides a boundary.
+TABLE_CATS = frozenset({"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver",
+                        "hip_runtime", "mtia_runtime", "privateuse1_runtime", "privateuse1_driver", "cuda_sync"})
+CPU_MEM_TYPES = frozenset({0, 2, 5})
+DEVICE_MEM_TYPES = frozenset({1, 6, 12, 20})
+
+
+def _decimal_doc(path: str) -> Any:
+    from decimal import Decimal
+    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as fh:
+        return json.load(fh, parse_float=Decimal)
+
+
+def memory_events(path: Path | str) -> list[Event]:
+    """The ``[memory]`` instant events, each with ``ns`` (its time in integer ns)."""
+    doc = _decimal_doc(str(path))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    return [dict(e, ns=int(e["ts"] * 1000)) for e in events
+            if isinstance(e, dict) and e.get("ph") in ("i", "I") and e.get("name") == "[memory]"]
+
+
+def op_memory_by_name(path: Path | str) -> dict[str, tuple[int, int, int, int]]:
+    """Op name -> (cpu_mem, self_cpu_mem, device_mem, self_device_mem) summed over its calls."""
+    doc = _decimal_doc(str(path))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    mem = sorted((int(e["ts"] * 1000), e["args"]["Bytes"], e["args"]["Device Type"]) for e in events
+                 if isinstance(e, dict) and e.get("ph") in ("i", "I") and e.get("name") == "[memory]")
+    import bisect
+    times = [m[0] for m in mem]
+    ops = [dict(e, start=int(e["ts"] * 1000), end=int(e["ts"] * 1000) + int(e.get("dur", 0) * 1000), order=i)
+           for i, e in enumerate(events) if isinstance(e, dict) and e.get("ph") == "X" and category(e) in TABLE_CATS]
+    for o in ops:
+        inside = mem[bisect.bisect_left(times, o["start"]):bisect.bisect_right(times, o["end"])]
+        o["cpu"] = sum(b for _, b, t in inside if t in CPU_MEM_TYPES)
+        o["dev"] = sum(b for _, b, t in inside if t in DEVICE_MEM_TYPES)
+        o["child_cpu"] = o["child_dev"] = 0
+    by_thread: dict[Any, list[Event]] = {}
+    for o in ops:
+        by_thread.setdefault((o.get("pid"), o.get("tid")), []).append(o)
+    for group in by_thread.values():
+        # a sweep in (start, longest first, file order): the innermost open op holding a start is its parent
+        stack: list[Event] = []
+        for o in sorted(group, key=lambda o: (o["start"], -(o["end"] - o["start"]), o["order"])):
+            while stack and max(stack[-1]["end"], stack[-1]["start"] + 1) <= o["start"]:
+                stack.pop()
+            if stack:
+                stack[-1]["child_cpu"] += o["cpu"]
+                stack[-1]["child_dev"] += o["dev"]
+            stack.append(o)
+    out: dict[str, list[int]] = {}
+    for o in ops:
+        row = out.setdefault(o.get("name") or "", [0, 0, 0, 0])
+        row[0] += o["cpu"]
+        row[1] += o["cpu"] - o["child_cpu"]
+        row[2] += o["dev"]
+        row[3] += o["dev"] - o["child_dev"]
+    return {k: (v[0], v[1], v[2], v[3]) for k, v in out.items()}
+
+
+def peak_allocated_by_device(path: Path | str) -> dict[tuple[int, int], int]:
+    """(Device Type, Device Id) -> the largest ``Total Allocated`` its memory events report."""
+    out: dict[tuple[int, int], int] = {}
+    for e in memory_events(path):
+        a = e["args"]
+        key = (a["Device Type"], a["Device Id"])
+        out[key] = max(out.get(key, a["Total Allocated"]), a["Total Allocated"])
+    return out

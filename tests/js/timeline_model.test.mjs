@@ -208,3 +208,26 @@ test("what the data says of an event: name, kind, start and duration", () => {
   assert.equal(M.indexOfId(d, 99), null);
   assert.equal(M.indexOfId(d, -1), null, "a merged block is never selected by id");
 });
+
+test("memory counter lanes: layout, scale, the peak, the point in force at x", () => {
+  // points are [ns since the start, allocated, reserved, memory id]; the peak is memory id 7
+  const memory = { lanes: [
+    { device: "CUDA 0", peak_id: 7, points: [[0, 100, 400, 1], [1000, 300, 400, 7], [2000, 200, 500, 9]] },
+    { device: "CPU", peak_id: 2, points: [] },
+  ] };
+  const { lanes, height } = M.layoutCounters(memory, 50, 40, GAP);
+  assert.equal(lanes.length, 1, "a device with no points gets no lane");
+  assert.equal(height, 46);
+  const [l] = lanes;
+  assert.deepEqual([l.y, l.h, l.max, l.peak], [50, 40, 500, 1]);
+  assert.equal(M.counterY(l, 0), 90);
+  assert.equal(M.counterY(l, 500), 52);
+  const win = M.makeWindow(0, 2, 100, 200);  // 0..2 µs on 200 px from x = 100
+  assert.deepEqual(M.counterPath(l, win).map(p => p[0]), [100, 200, 300]);
+  assert.equal(M.counterPointAt(l, win, 99), null, "before the first point");
+  assert.equal(M.counterPointAt(l, win, 199), 0);
+  assert.equal(M.counterPointAt(l, win, 200), 1);
+  assert.equal(M.counterPointAt(l, win, 1000), 2);
+  assert.equal(M.counterAt(lanes, 60), l);
+  assert.equal(M.counterAt(lanes, 95), null);
+});

@@ -10,6 +10,7 @@ from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from ._choices import GROUPS, SORT_KEYS
 from ._memo import once_per_trace
+from .memory import has_memory
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
@@ -32,6 +33,12 @@ class OpRow(msgspec.Struct, frozen=True):
     device_total_us: float
     kernels: int
     shape: str | None = None
+    # torch's key_averages() memory columns (bytes, net within the op; self: minus its children), set
+    # when the trace has memory events (profile_memory=True) and the rows are ops (by op or shape)
+    cpu_mem_bytes: int | None = None
+    self_cpu_mem_bytes: int | None = None
+    device_mem_bytes: int | None = None
+    self_device_mem_bytes: int | None = None
 
     @property
     def avg_device_us(self) -> float:
@@ -98,31 +105,42 @@ def _device_cols(trace: Trace) -> tuple[str, str]:
     return "self_device", "device_total"
 
 
-def _rows(trace: Trace, query: str, with_shape: bool = False) -> list[OpRow]:
+def _rows(trace: Trace, query: str, with_shape: bool = False, with_memory: bool = False) -> list[OpRow]:
     out = []
     for r in trace.con.execute(query).fetchall():
         name, calls, self_cpu, cpu_total, self_dev, dev_total, kernels = r[:7]
+        mem = [int(v or 0) for v in r[-4:]] if with_memory else [None] * 4
         out.append(OpRow(name=name or "", calls=int(calls), self_cpu_us=(self_cpu or 0) / 1000,
                          cpu_total_us=(cpu_total or 0) / 1000, self_device_us=(self_dev or 0) / 1000,
                          device_total_us=(dev_total or 0) / 1000, kernels=int(kernels or 0),
-                         shape=r[7] if with_shape else None))
+                         shape=r[7] if with_shape else None, cpu_mem_bytes=mem[0], self_cpu_mem_bytes=mem[1],
+                         device_mem_bytes=mem[2], self_device_mem_bytes=mem[3]))
     return out
+
+
+# the op_memory columns summed per row, and the join that brings them (analysis.memory.has_memory)
+_MEM_SUMS = ", sum(m.cpu_mem), sum(m.self_cpu_mem), sum(m.device_mem), sum(m.self_device_mem)"
+_MEM_JOIN = " LEFT JOIN op_memory m USING (id)"
 
 
 def _by_op(trace: Trace) -> list[OpRow]:
     sd, dt = _device_cols(trace)
+    mem = has_memory(trace)
     return _rows(trace, f"""
-        SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels)
-        FROM events WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL GROUP BY name""")
+        SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels){_MEM_SUMS if mem else ""}
+        FROM events{_MEM_JOIN if mem else ""} WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL GROUP BY name""",
+                 with_memory=mem)
 
 
 def _by_shape(trace: Trace) -> list[OpRow]:
     sd, dt = _device_cols(trace)
+    mem = has_memory(trace)
     return _rows(trace, f"""
         SELECT e.name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels),
-               coalesce(s.input_dims, '')
-        FROM events e LEFT JOIN shapes s USING (id)
-        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL GROUP BY e.name, s.input_dims""", with_shape=True)
+               coalesce(s.input_dims, ''){_MEM_SUMS if mem else ""}
+        FROM events e LEFT JOIN shapes s USING (id){_MEM_JOIN if mem else ""}
+        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL GROUP BY e.name, s.input_dims""", with_shape=True,
+                 with_memory=mem)
 
 
 def _by_module(trace: Trace) -> list[OpRow]:

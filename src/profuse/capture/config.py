@@ -81,6 +81,8 @@ class ProfileConfig:
     ``"neuron"`` or ``"privateuse1"`` for the PrivateUse1 backend torch has registered, e.g. TorchNeuron).
     ``warmup`` steps run with the profiler off; ``steps`` are recorded. ``max_events`` caps the
     trace (0 = no cap); events past the cap are dropped and counted in the bundle's meta.json.
+    ``memory=True`` adds the ``memory`` stream (torch's ``profile_memory``: every allocation and free,
+    see docs/memory.md); ``memory=False`` leaves the streams as given.
     """
 
     streams: tuple[str, ...] | str = DEFAULT_STREAMS  # a tuple, or "ops,device" as one string
@@ -90,9 +92,14 @@ class ProfileConfig:
     steps: int = 5
     max_events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    memory: bool = False
 
     def __post_init__(self) -> None:
         streams = _split(self.streams)
+        if self.memory is True and "memory" not in streams:
+            streams = (*streams, "memory")
+        elif not isinstance(self.memory, bool):
+            raise ValueError(f"ProfileConfig.memory: must be True or False (got {self.memory!r})")
         bad = [s for s in streams if s not in STREAMS]
         if bad or not streams:
             raise ValueError(f"ProfileConfig.streams: unknown {', '.join(map(repr, bad)) or 'empty list'}; "

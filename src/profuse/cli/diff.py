@@ -115,12 +115,16 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{many} holds several traces but {one} is one trace: "
                             "compare two folders of traces, or two traces")
         return _diff_folders(args, files_a, files_b)
+    from ..analysis.memory_diff import memory_diff
     from ..analysis.step_samples import check_metric
     from ..payloads.build import compare_of
 
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
         check_metric(args.metric, [a, b])
         d = compare_of(a, b, gate_metric=args.metric, threshold_pct=args.fail_if_slower)
+        memory = memory_diff(a, b)
+    if memory is not None:
+        d.memory = memory
     failed = any(v.fails for v in d.verdicts)
     if args.format == "json":
         from ..report.json_report import render_json
@@ -135,7 +139,10 @@ def run(args: argparse.Namespace) -> int:
 
         emit(junit(d), args.output)
     else:
+        from ..report.console_memory import render_memory_diff
         from ..report.diff import print_diff
 
-        print_diff(console(), d, args.top or None)
+        con = console()
+        print_diff(con, d, args.top or None)
+        render_memory_diff(con, memory, args.top or 15)
     return 1 if failed else 0

@@ -13,6 +13,7 @@ HELP = """examples:
   profuse report trace.json.gz --group-by kernel --top 10
   profuse report prof/ --format json > report.json     (a bundle folder works too)
   profuse report prof/ --format html -o report.html    (one file, opens offline)
+  profuse report snapshot.pickle                       (torch.cuda.memory._dump_snapshot: read, never run)
   profuse report explorer_out/                         (a neuron-explorer Parquet folder: built from the
                                                         published schema 7.4.0, not yet checked on a capture)
 
@@ -56,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
+    from ..trace.snapshot import is_snapshot_path
+
+    if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
+        from .snapshot import run_snapshot_report
+
+        return run_snapshot_report(args)
     files = candidates(args.path)
     if files is not None:
         return run_ranks_report(args, files)
@@ -69,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)
         advice = None if args.no_advice else trace_findings(trace)
+        from ..analysis.memory import memory_section as memory_of
+
+        memory = memory_of(trace)  # None without memory events
         if args.format == "html":
             from ..payloads.build import report_payloads
             from ..report.html import render_html
@@ -85,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         from ..report.json_report import render_json  # each format imports only its own renderer
 
         doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
-                              keep_metadata=args.keep_metadata)
+                              keep_metadata=args.keep_metadata, memory=memory)
         return emit(render_json(doc), args.output)
     from ..report.console import print_advice, print_report
 
@@ -99,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         con = console()
     print_report(con, summary, table, args.top or None)
+    from ..report.console_memory import render_memory
+
+    render_memory(con, memory)
     if advice is not None:
         print_advice(con, advice, table.device_label)
     if args.output:

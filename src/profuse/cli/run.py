@@ -33,6 +33,8 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--streams", default="ops,device,runtime,shapes,python",
                    help="ops,device,runtime,python,shapes,memory,flops (default ops,device,runtime,shapes,python:"
                         " python records nn.Module scopes, which the advisor needs)")
+    p.add_argument("--memory", action="store_true",
+                   help="record every allocation and free (torch's profile_memory): memory columns, peaks")
     p.add_argument("--devices", default="auto",
                    help="cpu, cuda, cuda:0,1, neuron / privateuse1 (default: every device present)")
     p.add_argument("--top", type=count, default=15, help="op table rows to print after the run")
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("profuse run needs torch: pip install 'profuse[capture]'") from None
     try:
         cfg = ProfileConfig(out=args.out, warmup=args.warmup, steps=args.steps, streams=args.streams,
-                            devices=args.devices)
+                            devices=args.devices, memory=args.memory)
         cfg.device_map()
     except ValueError as e:
         raise UserError(str(e)) from None
@@ -67,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
     with load(result.bundle) as trace:
         print_report(con, summarize(trace), op_table(trace), args.top)
+        from ..analysis.memory import memory_section as memory_of
+        from ..report.console_memory import render_memory
+
+        render_memory(con, memory_of(trace))
     err.print(f"profuse: bundle {result.bundle} ({result.status}, {result.steps_recorded} step(s) recorded, "
               f"{result.forwards} forward call(s) seen)", markup=False)
     err.print(f"profuse: explore it with: profuse explore {result.bundle}   (or: profuse report {result.bundle})",

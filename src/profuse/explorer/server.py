@@ -20,9 +20,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..analysis._choices import GROUPS
+from ..analysis.memory import live_at
 from ..analysis.timeline import TimelineModel, event_links, timeline_model, timeline_window
 from ..frontend import assets
 from ..payloads import build
+from ..payloads.memory import memory_timeline_of
 from ..payloads.ranks import ranks_payload
 from ..payloads.views import RunInfo
 from ..trace import Trace
@@ -160,6 +162,18 @@ def _lanes(run: Loaded, request: Request, opts: Options) -> Any:
     return run.model.lanes
 
 
+def _memory(run: Loaded, request: Request, opts: Options) -> Any:
+    return memory_timeline_of(run.trace)
+
+
+def _memory_live(run: Loaded, request: Request, opts: Options) -> Any:
+    q = request.query_params
+    found = live_at(run.trace, q.get("device", ""), int(q.get("id", "-1")))
+    if found is None:
+        raise ApiError(404, "no such memory event on that device")
+    return found
+
+
 def _timeline(run: Loaded, request: Request, opts: Options) -> Any:
     q = request.query_params
     t0 = float(q["t0"]) if "t0" in q else None
@@ -194,6 +208,8 @@ RUN_ROUTES: dict[str, Callable[[Loaded, Request, Options], Any]] = {
     "event/{id:int}": _event,
     "modules": _modules,
     "compiled": _compiled,
+    "memory": _memory,
+    "memory_live": _memory_live,
 }
 
 

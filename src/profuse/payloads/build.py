@@ -10,6 +10,7 @@ from ..analysis.breakdown import device_breakdown
 from ..analysis.compiled import compiled_regions
 from ..analysis.diff import diff
 from ..analysis.findings import Findings, trace_findings
+from ..analysis.memory import has_memory
 from ..analysis.module_tree import module_tree
 from ..analysis.op_kernels import kernels_by_row
 from ..analysis.optable import OpTable, op_table
@@ -18,6 +19,7 @@ from ..analysis.timeline import Lane, TimelineWindow, timeline_model, timeline_w
 from ..trace.artifacts import read_artifacts
 from .advice import advice_payload
 from .diff import DiffPayload, diff_payload
+from .memory import MemoryTimeline, memory_timeline_of
 from .ops import OpKernels, Ops, op_kernels_payload, ops_payload
 from .overview import Overview, overview_payload
 from .views import CompiledView, Modules, RunInfo, compiled_payload, modules_payload
@@ -36,6 +38,7 @@ class ReportPayloads(Struct):
     lanes: list[Lane]
     timeline: TimelineWindow
     modules: Modules
+    memory: MemoryTimeline | None = None  # the timeline's memory lanes (None: no memory events)
 
 
 def run_info(run: int, trace: Trace) -> RunInfo:
@@ -95,5 +98,6 @@ def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: F
         runs=[run_info(0, trace)],
         overview=overview_of(trace, summary=summary, advice=advice, with_advice=advice is not None,
                              keep_metadata=keep_metadata),
-        ops=ops, op_kernels=op_kernels_of(trace, ops), lanes=lanes, timeline=window, modules=modules_of(trace))
+        ops=ops, op_kernels=op_kernels_of(trace, ops), lanes=lanes, timeline=window, modules=modules_of(trace),
+        memory=memory_timeline_of(trace) if has_memory(trace) else None)
 

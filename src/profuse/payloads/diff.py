@@ -5,9 +5,10 @@ their ratio, what exists on one side only, each side's peaks and rooflines, and 
 """
 from __future__ import annotations
 
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
 
 from ..analysis.diff import Diff, DiffRow, OpPair, Side
+from ..analysis.memory_diff import MemoryDiff
 from ..analysis.roofline import Peaks
 from ..analysis.significance import TEST, Verdict
 
@@ -137,6 +138,7 @@ class DiffPayload(Struct, kw_only=True):
     roofline: list[RooflineEntry]
     test: str
     verdicts: list[VerdictEntry]
+    memory: MemoryDiff | UnsetType = UNSET  # when either run recorded memory (analysis.memory_diff)
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:

@@ -55,7 +55,8 @@ def _row(r: OpRow, by_shape: bool) -> OpsRow:
     return OpsRow(name=r.name, calls=r.calls, self_cpu_us=round(r.self_cpu_us, 3),
                   cpu_total_us=round(r.cpu_total_us, 3), self_device_us=round(r.self_device_us, 3),
                   device_total_us=round(r.device_total_us, 3), kernels=r.kernels, shape=shape,
-                  key=row_key(r.name, shape))
+                  key=row_key(r.name, shape), cpu_mem_bytes=r.cpu_mem_bytes, self_cpu_mem_bytes=r.self_cpu_mem_bytes,
+                  device_mem_bytes=r.device_mem_bytes, self_device_mem_bytes=r.self_device_mem_bytes)
 
 
 def ops_payload(table: OpTable, top: int | None = None) -> Ops:

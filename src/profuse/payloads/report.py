@@ -11,6 +11,7 @@ from ..analysis.interruptions import Interruption
 from ..analysis.roofline import Peaks, RooflineRow
 from ..analysis.summary import Summary
 from .advice import AdvicePayload, CompiledAdvice, FusionCandidate
+from .memory import MemoryPayload
 from .ops import Ops, OpsRow
 from .overview import Capture, Totals, TraceInfo, capture, totals, trace_info
 
@@ -41,10 +42,11 @@ class ReportDocument(Struct, kw_only=True):
     compiled: CompiledAdvice | UnsetType = UNSET
     roofline_note: str | UnsetType | None = UNSET   # "no peak for <device name>: ..." where there are no peaks
     skewed_launches: int | UnsetType = UNSET         # device activities starting before their launch call
+    memory: MemoryPayload | UnsetType = UNSET  # only for a trace with memory events (docs/memory.md)
 
 
 def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = None, *,
-                    keep_metadata: bool = False) -> ReportDocument:
+                    keep_metadata: bool = False, memory: MemoryPayload | None = None) -> ReportDocument:
     """The document from the summary, the op table payload and the advice (None: no advice keys)."""
     sections: dict[str, Any] = {}
     if advice is not None:
@@ -53,4 +55,5 @@ def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = N
                           steps=list(summary.steps), group_by=ops.group_by, device_label=ops.device_label,
                           cpu_only=ops.cpu_only, skipped=dict(summary.skipped),
                           unmatched_flows=summary.unmatched_flows,
-                          capture=capture(summary, keep_metadata=keep_metadata), ops=ops.rows, **sections)
+                          capture=capture(summary, keep_metadata=keep_metadata), ops=ops.rows,
+                          memory=UNSET if memory is None else memory, **sections)

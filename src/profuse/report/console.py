@@ -13,6 +13,7 @@ from ..analysis.findings import Findings
 from ..redact import redact_text
 from ..trace.schema import UNLINKED_REASONS
 from ._text import safe, text
+from .console_memory import fmt_bytes
 
 
 def make_console() -> Console:
@@ -90,12 +91,19 @@ def op_table_renderable(table: OpTable, top: int | None) -> Table:
         t.add_column("Input shapes", overflow="fold", max_width=40)
     for col in ("Calls", "Self CPU", "CPU total", f"Self {dev}", f"{dev} total", f"{dev} %", f"Avg {dev}", "Kernels"):
         t.add_column(col, justify="right")
+    memory = bool(table.rows) and table.rows[0].cpu_mem_bytes is not None  # the trace has memory events
+    if memory:
+        for col in ("CPU Mem", "Self CPU Mem", f"{dev} Mem", f"Self {dev} Mem"):
+            t.add_column(col, justify="right")
     for r in table.rows[:top] if top else table.rows:
         cells: list[Text | str] = [text(r.name)]  # Text(): names from traces are never parsed as markup
         if table.group_by == "shape":
             cells.append(text(r.shape or ""))
         cells += [f"{r.calls:,}", fmt_us(r.self_cpu_us), fmt_us(r.cpu_total_us), fmt_us(r.self_device_us),
                   fmt_us(r.device_total_us), f"{table.pct(r):.1f}%", fmt_us(r.avg_device_us), f"{r.kernels:,}"]
+        if memory:
+            cells += [fmt_bytes(r.cpu_mem_bytes), fmt_bytes(r.self_cpu_mem_bytes), fmt_bytes(r.device_mem_bytes),
+                      fmt_bytes(r.self_device_mem_bytes)]
         t.add_row(*cells)
     return t
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import TraceError
 from . import _decode, _native
+from . import memory as _memory
 from ._build import Columns, add_chunk
 from ._open import TRACE_NAMES, load, resolve  # noqa: F401 - re-exported
 from ._parallel import decode_parallel, worker_count
@@ -72,6 +73,8 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         data, gzip_hash = _decode.read_trace(str(src))
         fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
+        memory = (_memory.read_memory_events(_decode.split_document(str(src), data).events)
+                  if _memory.has_memory_events(cols.names) else None)
         del data
         source = fingerprint_of()
     except BaseException:
@@ -82,7 +85,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
     try:
         if cols.n >= COMPRESS_MIN_EVENTS:
             _compressed_tables(con)
-        _write_tables(con, str(src), cols, top, source, skipped)
+        _write_tables(con, str(src), cols, top, source, skipped, memory=memory)
     except BaseException:
         con.close()
         raise
@@ -219,7 +222,7 @@ def _safe_json(raw: msgspec.Raw) -> Any:
 
 
 def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top: dict[str, Any],
-                  fp: dict[str, Any], skipped: _decode.Skipped) -> None:
+                  fp: dict[str, Any], skipped: _decode.Skipped, memory: _memory.MemoryEvents | None = None) -> None:
     """The pipeline after decoding: prepare, correlate, write every table.
 
     (Inserting the events on another thread while this one writes the side tables and meta was
@@ -229,7 +232,12 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
     events = correlate(prepared.events)
     write_events(con, events, prepared.strings)
     write_side_tables(con, cols=cols, prepared=prepared, events=events)
-    write_meta(con, _meta(path, cols, prepared, events, top=top, fp=fp, skipped=skipped))
+    meta = _meta(path, cols, prepared, events, top=top, fp=fp, skipped=skipped)
+    if memory is not None:
+        _memory.write_memory_tables(con, memory, base_ns=base_time_ns(path, top.get("baseTimeNanoseconds")),
+                                    thread_keys=prepared.threads.keys, events=events, names=prepared.events.names)
+        meta["memory_events"], meta["memory_skipped"] = len(memory), memory.skipped
+    write_meta(con, meta)
 
 
 def detect_device(kind: np.ndarray, cats: set[str], names: np.ndarray, top: dict[str, Any],

@@ -4,8 +4,8 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 12  # bump when tables change: caches with another version are rebuilt (12: device events'
-# module and scope are those holding their launch call; shapes.concrete_inputs)
+SCHEMA_VERSION = 13  # bump when tables change: caches with another version are rebuilt (13: device events'
+# module and scope are those holding their launch call; shapes.concrete_inputs; the memory tables)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
@@ -129,6 +129,16 @@ CREATE TABLE threads (thread INTEGER, pid VARCHAR, tid VARCHAR, process_name VAR
 CREATE TABLE instants (name VARCHAR, cat VARCHAR, ts BIGINT, pid VARCHAR, tid VARCHAR);
 CREATE TABLE flows (id VARCHAR, cat VARCHAR, ph VARCHAR, ts BIGINT, thread INTEGER);
 CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);  -- JSON values
+CREATE TABLE memory (        -- torch.profiler [memory] events (profile_memory=True), time order; docs/memory.md
+    id BIGINT, device_type VARCHAR, device INTEGER, ts BIGINT, bytes BIGINT, addr BIGINT,
+    total_allocated BIGINT, total_reserved BIGINT, thread INTEGER, op BIGINT, module BIGINT, step BIGINT,
+    alloc BIGINT, free BIGINT, before_trace BOOLEAN);
+CREATE TABLE op_memory (id BIGINT, cpu_mem BIGINT, self_cpu_mem BIGINT, device_mem BIGINT, self_device_mem BIGINT);
+CREATE TABLE memory_frames (id BIGINT, depth INTEGER, name VARCHAR, filename VARCHAR, line BIGINT, site BOOLEAN);
+CREATE TABLE memory_segments (device INTEGER, address BIGINT, total_size BIGINT, stream BIGINT, segment_type VARCHAR,
+                              allocated_size BIGINT, active_size BIGINT);
+CREATE TABLE memory_blocks (device INTEGER, segment BIGINT, address BIGINT, size BIGINT, requested_size BIGINT,
+                            state VARCHAR, name VARCHAR, filename VARCHAR, line BIGINT);
 CREATE VIEW links AS
     SELECT d.id AS device_event, d.kind, d.name, d.dur, d.launch, d.op, d.module, d.scope, d.link, d.unlinked
     FROM events d WHERE d.kind IN ('kernel', 'memcpy', 'memset');

@@ -286,8 +286,73 @@
       dur: data.dur[i], n: data.n[i] };
   }
 
+  /**
+   * A memory counter lane as laid out: the payload's device and points ([ns, allocated, reserved, id]),
+   * its top y and height, the scale top (the largest reserved or allocated value) and its peak's index.
+   * @typedef {{device: string, points: number[][], peak_id: number, y: number, h: number, max: number,
+   *   peak: number}} CounterLane
+   */
+
+  /**
+   * Counter lanes (one per device of the memory payload) stacked from y0, each `h` high.
+   * @returns {{lanes: CounterLane[], height: number}}
+   */
+  function layoutCounters(memory, y0, h, gap) {
+    const lanes = [];
+    let y = y0;
+    for (const l of (memory && memory.lanes) || []) {
+      if (!l.points.length) continue;
+      let max = 1, peak = 0;
+      l.points.forEach((p, i) => {
+        max = Math.max(max, p[1], p[2]);
+        if (p[3] === l.peak_id || (l.points[peak][3] !== l.peak_id && p[1] > l.points[peak][1])) peak = i;
+      });
+      lanes.push({ device: l.device, points: l.points, peak_id: l.peak_id, y, h, max, peak });
+      y += h + gap;
+    }
+    return { lanes, height: y - y0 };
+  }
+
+  /** The y of `bytes` in a counter lane (0 at its bottom, its max at its top). */
+  function counterY(lane, bytes) {
+    return lane.y + lane.h - (bytes / lane.max) * (lane.h - 2);
+  }
+
+  /**
+   * The step-line vertices of a counter lane in the window: [x, y of allocated, y of reserved] per
+   * point, from the last point before the window to the first after it.
+   * @returns {number[][]}
+   */
+  function counterPath(lane, win) {
+    const pts = lane.points, out = [];
+    for (let i = 0; i < pts.length; i++) {
+      const t = pts[i][0] / 1e3, next = i + 1 < pts.length ? pts[i + 1][0] / 1e3 : Infinity;
+      if (next < win.t0) continue;
+      out.push([tToX(win, t), counterY(lane, pts[i][1]), counterY(lane, pts[i][2])]);
+      if (t > win.t1) break;
+    }
+    return out;
+  }
+
+  /** The counter lane at y, or null. */
+  function counterAt(lanes, y) {
+    return lanes.find(l => y >= l.y && y < l.y + l.h) || null;
+  }
+
+  /** The index of the lane's point in force at pixel x (the last at or before it), or null before the first. */
+  function counterPointAt(lane, win, x) {
+    const t = xToT(win, x) * 1e3;
+    let lo = 0, hi = lane.points.length - 1, found = null;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (lane.points[mid][0] <= t) { found = mid; lo = mid + 1; } else hi = mid - 1;
+    }
+    return found;
+  }
+
   profuse.timelineModel = {
     MIN_SPAN, LANE_KINDS, makeWindow, tToX, xToT, clampSpan, zoomAt, panBy, keyStep, laneKind, layoutLanes,
     laneAt, middleTruncate, layoutBoxes, hitTest, covers, decimate, indexOfId, eventAt,
+    layoutCounters, counterY, counterPath, counterAt, counterPointAt,
   };
 })(globalThis.profuse = globalThis.profuse || {});

@@ -5,7 +5,18 @@
   "use strict";
 
   const M = profuse.timelineModel;
-  const ROW = 14, LANE_GAP = 6, LABEL_W = 220, BADGE_W = 52;
+
+  /** Bytes in binary units, as the console writes them. */
+  function fmtBytes(n) {
+    const sign = n < 0 ? "-" : "";
+    let v = Math.abs(n);
+    for (const u of ["B", "KiB", "MiB", "GiB"]) {
+      if (v < 1024 || u === "GiB") return u === "B" ? `${sign}${v.toFixed(0)} B` : `${sign}${v.toFixed(2)} ${u}`;
+      v /= 1024;
+    }
+    return `${sign}${v.toFixed(2)} TiB`;
+  }
+  const ROW = 14, LANE_GAP = 6, LABEL_W = 220, BADGE_W = 52, COUNTER_H = 48;
   const COLORS = { cpu_op: "#5b8def", annotation: "#9aa5b1", python: "#c9b6e4", runtime: "#f2b05e", sync: "#e07a7a",
     kernel: "#3fb27f", memcpy: "#e3c14f", memset: "#d9a441", gpu_annotation: "#b0c4b1", device_other: "#9ccbb5",
     other: "#bbbbbb" };
@@ -22,8 +33,11 @@
      * @param {Source} source
      * @param {number} run
      */
-    constructor(container, source, run, { onSelect, onView } = {}) {
+    constructor(container, source, run, { onSelect, onView, onMemory } = {}) {
       this.source = source; this.run = run; this.onSelect = onSelect; this.onView = onView;
+      this.onMemory = onMemory;
+      /** @type {CounterLane[]} memory lanes (allocated, reserved) under the event lanes */
+      this.counters = []; this.memory = null; this.memoryPick = null;
       this.canvas = document.createElement("canvas");
       this.canvas.tabIndex = 0;
       this.canvas.setAttribute("aria-label", "timeline");
@@ -48,7 +62,10 @@
     async init(view) {
       const laid = M.layoutLanes((await this.source.get(`/api/${this.run}/lanes`)) || [], ROW, LANE_GAP);
       this.lanes = laid.lanes;
-      this.height = Math.max(laid.height, 40);
+      this.memory = await this.source.get(`/api/${this.run}/memory`);
+      const counters = M.layoutCounters(this.memory, laid.height + LANE_GAP, COUNTER_H, LANE_GAP);
+      this.counters = counters.lanes;
+      this.height = Math.max(laid.height + (this.counters.length ? LANE_GAP + counters.height : 0), 40);
       const full = await this.source.get(`/api/${this.run}/timeline?width=${this.width()}`);
       if (this.destroyed) return;
       this.span = full ? full.span : [0, 1];
@@ -136,6 +153,70 @@
         if (d.id[b.i] >= 0) this.positions.set(d.id[b.i], [b.x, b.y, b.w]);
       }
       this._drawArrows();
+      for (const l of this.counters) this._drawCounter(l, win);
+    }
+
+    /** A memory lane: reserved as a line, allocated filled under it, the peak marked, a picked point ruled. */
+    _drawCounter(l, win) {
+      const ctx = this.ctx;
+      ctx.fillStyle = "#f4f4f6"; ctx.fillRect(0, l.y, LABEL_W - 4, l.h);
+      ctx.fillStyle = "#c2255c"; ctx.fillRect(2, l.y + 1, BADGE_W - 4, ROW - 2);
+      ctx.fillStyle = "#fff"; ctx.fillText("memory", 5, l.y + 11, BADGE_W - 8);
+      ctx.fillStyle = "#333"; ctx.fillText(l.device, BADGE_W + 2, l.y + 11);
+      ctx.fillStyle = "#666"; ctx.fillText(`max ${fmtBytes(l.max)}`, BADGE_W + 2, l.y + 25);
+      ctx.save(); ctx.beginPath(); ctx.rect(LABEL_W, l.y, this.width(), l.h); ctx.clip();
+      ctx.fillStyle = "#fbfbfd"; ctx.fillRect(LABEL_W, l.y, this.width(), l.h);
+      const path = M.counterPath(l, win), bottom = l.y + l.h, right = LABEL_W + this.width();
+      if (path.length) {
+        ctx.beginPath(); ctx.moveTo(Math.max(path[0][0], LABEL_W), bottom);
+        path.forEach((p, i) => {
+          const x = Math.max(p[0], LABEL_W), nx = i + 1 < path.length ? path[i + 1][0] : right;
+          ctx.lineTo(x, p[1]); ctx.lineTo(Math.min(nx, right), p[1]);
+        });
+        ctx.lineTo(right, bottom); ctx.closePath();
+        ctx.fillStyle = "rgba(194, 37, 92, 0.35)"; ctx.fill();
+        ctx.beginPath();
+        path.forEach((p, i) => {
+          const x = Math.max(p[0], LABEL_W), nx = i + 1 < path.length ? path[i + 1][0] : right;
+          if (i === 0) ctx.moveTo(x, p[2]); else ctx.lineTo(x, p[2]);
+          ctx.lineTo(Math.min(nx, right), p[2]);
+        });
+        ctx.strokeStyle = "#495057"; ctx.lineWidth = 1; ctx.stroke();
+      }
+      const pk = l.points[l.peak], px = M.tToX(win, pk[0] / 1e3), py = M.counterY(l, pk[1]);
+      l.peakXY = [px, py];
+      ctx.fillStyle = "#c2255c";
+      ctx.beginPath(); ctx.moveTo(px, py); ctx.lineTo(px - 5, py - 7); ctx.lineTo(px + 5, py - 7); ctx.fill();
+      ctx.fillText(`peak ${fmtBytes(pk[1])}`, Math.min(px + 7, right - 90), Math.max(py, l.y + 10));
+      if (this.memoryPick && this.memoryPick.lane === l) {
+        const x = M.tToX(win, l.points[this.memoryPick.i][0] / 1e3);
+        ctx.strokeStyle = "#1c7ed6"; ctx.beginPath(); ctx.moveTo(x, l.y); ctx.lineTo(x, bottom); ctx.stroke();
+      }
+      ctx.restore();
+    }
+
+    /**
+     * A click on a memory lane at x: the point in force there, and what is live just after it (the
+     * server's answer; a report knows it only at the peak).
+     */
+    async pickMemory(l, x) {
+      const i = M.counterPointAt(l, this.window(), x);
+      if (i === null) return null;
+      this.memoryPick = { lane: l, i };
+      this.draw();
+      const p = l.points[i];
+      let live = null;
+      if (this.source.live) {
+        live = await this.source.get(`/api/${this.run}/memory_live?device=${encodeURIComponent(l.device)}&id=${p[3]}`);
+      } else if (p[3] === l.peak_id) {
+        const d = ((this.memory && this.memory.devices) || []).find(v => v.device === l.device);
+        if (d) live = { device: d.device, id: p[3], ts_ns: p[0], allocated_bytes: d.peak_allocated_bytes,
+          reserved_bytes: d.reserved_at_peak_bytes, live: d.live_at_peak };
+      }
+      const picked = { device: l.device, ts_ns: p[0], allocated_bytes: p[1], reserved_bytes: p[2], id: p[3],
+        peak: p[3] === l.peak_id, live: live ? live.live : null };
+      if (this.onMemory) this.onMemory(picked);
+      return picked;
     }
 
     /** A lane's kind as a coloured badge, then its place cut in the middle to fit (all of it on hover). */
@@ -251,7 +332,10 @@
         if (drag.moved) { const v = M.panBy(drag.win, dx); this.setView(v[0], v[1]); }
       }, opts);
       window.addEventListener("mouseup", e => {
-        if (drag && !drag.moved && e.target === c) this._click(this.hit(e.offsetX, e.offsetY));
+        if (drag && !drag.moved && e.target === c) {
+          const lane = e.offsetX >= LABEL_W ? M.counterAt(this.counters, e.offsetY) : null;
+          if (lane) this.pickMemory(lane, e.offsetX); else this._click(this.hit(e.offsetX, e.offsetY));
+        }
         drag = null;
       }, opts);
       c.addEventListener("keydown", e => {
@@ -264,5 +348,5 @@
     }
   }
 
-  profuse.timelineView = { Timeline, ROW, LABEL_W };
+  profuse.timelineView = { Timeline, ROW, LABEL_W, COUNTER_H, fmtBytes };
 })(globalThis.profuse = globalThis.profuse || {});

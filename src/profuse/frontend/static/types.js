@@ -124,6 +124,20 @@
  */
 
 /**
+ * One device's memory: its peak allocated and reserved bytes, when, and what is live at the peak.
+ * @typedef {Object} DevicePeak
+ * @property {string} device
+ * @property {number} events
+ * @property {number} peak_allocated_bytes
+ * @property {number} peak_reserved_bytes
+ * @property {number} reserved_at_peak_bytes
+ * @property {(number|null)} gap_bytes
+ * @property {PeakAt} peak_at
+ * @property {number} peak_id
+ * @property {Array<LiveGroup>} live_at_peak
+ */
+
+/**
  * One module or kernel name in both runs; ``delta_us = b_us - a_us``, ``ratio = b_us / a_us``.
  * @typedef {Object} DiffEntry
  * @property {string} name
@@ -157,6 +171,7 @@
  * @property {Array<RooflineEntry>} roofline
  * @property {string} test
  * @property {Array<VerdictEntry>} verdicts
+ * @property {MemoryDiff} [memory]
  */
 
 /**
@@ -274,6 +289,51 @@
  */
 
 /**
+ * Bytes live at a peak that one op (in one module) allocated; ``op`` is BEFORE_TRACE for the rest.
+ * @typedef {Object} LiveGroup
+ * @property {string} op
+ * @property {(string|null)} module
+ * @property {number} bytes
+ * @property {number} allocations
+ */
+
+/**
+ * The diff's ``memory``: peaks per device, then ops, largest change first.
+ * @typedef {Object} MemoryDiff
+ * @property {Array<PeakDelta>} peaks
+ * @property {Array<OpMemoryDelta>} ops
+ */
+
+/**
+ * A device's allocated and reserved bytes over time (points thinned to keep every bucket's highest),
+ * with the id of its peak's memory event.
+ * @typedef {Object} MemoryLane
+ * @property {string} device
+ * @property {number} peak_id
+ * @property {Array<MemoryPoint>} points
+ */
+
+/**
+ * One point of a device's memory lane: [ns since the trace's start, allocated, reserved, memory id].
+ * @typedef {Object} MemoryPoint
+ */
+
+/**
+ * Every device with memory events, its peak and what is live at it (the CPU last); the JSON report's
+ * ``memory`` (payloads.memory.MemoryPayload is this record).
+ * @typedef {Object} MemorySection
+ * @property {Array<DevicePeak>} devices
+ */
+
+/**
+ * The timeline's memory counter lanes, one per device (empty without memory events), and each
+ * device's peak with what is live at it (what a report can show without a server).
+ * @typedef {Object} MemoryTimeline
+ * @property {Array<MemoryLane>} lanes
+ * @property {Array<DevicePeak>} devices
+ */
+
+/**
  * A fusion candidate merged over the ranks that have it.
  * @typedef {Object} MergedCandidate
  * @property {string} pattern
@@ -367,6 +427,18 @@
  */
 
 /**
+ * One op name's memory (torch's key_averages columns, summed over its calls) in both runs.
+ * @typedef {Object} OpMemoryDelta
+ * @property {string} name
+ * @property {number} a_device_mem_bytes
+ * @property {number} b_device_mem_bytes
+ * @property {number} delta_device_mem_bytes
+ * @property {number} a_cpu_mem_bytes
+ * @property {number} b_cpu_mem_bytes
+ * @property {number} delta_cpu_mem_bytes
+ */
+
+/**
  * The op table: ``rows`` are the first ``len(rows)`` of ``total_rows`` in the chosen order;
  * ``device_us`` is the trace's device time, the denominator of a row's share.
  * @typedef {Object} Ops
@@ -390,6 +462,10 @@
  * @property {number} device_total_us
  * @property {number} kernels
  * @property {string} [shape]
+ * @property {number} [cpu_mem_bytes]
+ * @property {number} [self_cpu_mem_bytes]
+ * @property {number} [device_mem_bytes]
+ * @property {number} [self_device_mem_bytes]
  * @property {string} key
  */
 
@@ -405,6 +481,29 @@
  * @property {(Capture|null)} capture
  * @property {Object<string, *>} metadata
  * @property {(AdvicePayload|null)} advice
+ */
+
+/**
+ * Where a peak happened: the memory event's time (ns since the trace's first event), step, op, module.
+ * @typedef {Object} PeakAt
+ * @property {number} ts_ns
+ * @property {(string|null)} step
+ * @property {(string|null)} op
+ * @property {(string|null)} module
+ * @property {(string|null)} frame
+ */
+
+/**
+ * One device's peak in both runs (devices paired in order, the CPU with the CPU); ``delta = b - a``.
+ * @typedef {Object} PeakDelta
+ * @property {(string|null)} a_device
+ * @property {(string|null)} b_device
+ * @property {number} a_peak_allocated_bytes
+ * @property {number} b_peak_allocated_bytes
+ * @property {number} delta_allocated_bytes
+ * @property {number} a_peak_reserved_bytes
+ * @property {number} b_peak_reserved_bytes
+ * @property {number} delta_reserved_bytes
  */
 
 /**
@@ -505,6 +604,7 @@
  * @property {CompiledAdvice} [compiled]
  * @property {(string|null)} [roofline_note]
  * @property {number} [skewed_launches]
+ * @property {MemorySection} [memory]
  */
 
 /**
@@ -517,6 +617,7 @@
  * @property {Array<Lane>} lanes
  * @property {TimelineWindow} timeline
  * @property {Modules} modules
+ * @property {(MemoryTimeline|null)} memory
  */
 
 /**

@@ -6,6 +6,7 @@
 
 const { el, fmtBytes, fmtUs, table } = profuse.dom;
 const { Timeline } = profuse.timelineView;
+const memBytes = profuse.timelineView.fmtBytes;  // binary units, signed: an op's self memory may be a net free
 
 /** @type {Source | null} */
 let source = null;
@@ -79,6 +80,10 @@ async function ops(main, st, go) {
     { key: "cpu_total_us", label: "CPU total", fmt: fmtUs }, { key: "self_device_us", label: `Self ${dev}`, fmt: fmtUs },
     { key: "device_total_us", label: `${dev} total`, fmt: fmtUs }, { key: "pct", label: `${dev} %`, fmt: v => v.toFixed(1) + "%" },
     { key: "kernels", label: "Kernels" });
+  if (rows.length && rows[0].cpu_mem_bytes !== undefined) {  // the trace has memory events
+    cols.push({ key: "cpu_mem_bytes", label: "CPU Mem", fmt: memBytes }, { key: "self_cpu_mem_bytes", label: "Self CPU Mem", fmt: memBytes },
+      { key: "device_mem_bytes", label: `${dev} Mem`, fmt: memBytes }, { key: "self_device_mem_bytes", label: `Self ${dev} Mem`, fmt: memBytes });
+  }
   let openKey = st.op || null, opening = 0;
   // an opened row lists the kernels under it (explorer: asked for; report: embedded per shown row)
   const openRow = async r => {
@@ -149,6 +154,20 @@ function details(box, ev, st, pick) {
   if (ev.unlinked) box.append(el("div", { class: "warn" }, `not linked: ${ev.unlinked}`));
 }
 
+/** What a click on a memory lane found: the totals there and what is live, by the op and module that allocated it. */
+function memoryDetails(box, m) {
+  box.replaceChildren(el("div", { id: "memory-point" }, el("b", {}, m.device), ` at ${fmtUs(m.ts_ns / 1e3)}: allocated `,
+    el("b", {}, memBytes(m.allocated_bytes)), `, reserved ${memBytes(m.reserved_bytes)}`, m.peak ? " (the peak)" : ""));
+  if (!m.live) {
+    box.append(el("div", { class: "muted" }, "what is live here: open the trace in the explorer (a report knows it at the peak)"));
+    return;
+  }
+  const rows = m.live.map(g => el("tr", {}, el("td", {}, g.op), el("td", {}, g.module || ""),
+    el("td", { class: "num" }, memBytes(g.bytes)), el("td", { class: "num" }, g.allocations ? String(g.allocations) : "")));
+  box.append(el("table", { id: "memory-live" }, el("thead", {}, el("tr", {}, el("th", {}, "live: allocated by"),
+    el("th", {}, "module"), el("th", {}, "bytes"), el("th", {}, "allocations"))), el("tbody", {}, ...rows)));
+}
+
 async function timeline(main, st, go, life) {
   const wrap = el("div", { id: "tl-wrap" });
   const box = el("div", { id: "details" });
@@ -159,6 +178,7 @@ async function timeline(main, st, go, life) {
   const tl = new Timeline(wrap, source, st.run, {
     onSelect: (ev, id) => { details(box, ev, st, pick); go({ ...st, sel: id ?? "" }, { replace: true, rerender: false }); },
     onView: v => go({ ...st, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
+    onMemory: m => memoryDetails(box, m),
   });
   const pick = id => tl.select(id).then(ev => { tl.reveal(id); return ev; });
   window.profuseTimeline = tl;  // for tests: positions, highlight and arrows of what is drawn

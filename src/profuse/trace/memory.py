@@ -1,0 +1,408 @@
+"""The ``memory`` and ``op_memory`` tables: torch.profiler's ``[memory]`` instant events (``profile_memory=True``).
+
+Read only when the trace has such events (the decoder has already interned the name ``[memory]``), so a
+trace without them loads exactly as before. Each event is one allocation (``Bytes`` > 0) or free (< 0)
+of the caching allocator (or the CPU allocator) with the totals after it; see docs/memory.md.
+
+- ``memory``: one row per event in time order, the innermost host event holding it on its thread (its op,
+  module, profiler step), and each free matched to its allocation by address on the same device (a
+  free with no allocation in the trace is memory *allocated before the trace*).
+- ``op_memory``: torch's ``key_averages()`` memory per op-table event: the bytes of every memory event
+  with ``ts <= t <= ts + dur`` (any thread, as torch counts them), CPU and device apart, and the self
+  figures: that minus the op's direct children in the op table.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import msgspec
+import numpy as np
+
+from ._build import _PRECISE_ABOVE_US, _ns, thread_key
+from .correlate import nearest_ancestor
+from .event_columns import NONE, EventColumns
+from .schema import HOST_KINDS, TABLE_KINDS, kind_codes
+
+MEMORY_EVENT = "[memory]"
+_RAW_NAME = b'"[memory]"'
+# c10::DeviceType -> the label profuse uses; torch counts CPU, MKLDNN and IDEEP as CPU memory and CUDA,
+# HIP, XPU and PrivateUse1 as device memory (torch/autograd/profiler.py, _parse_kineto_results).
+DEVICE_TYPES = {0: "CPU", 1: "CUDA", 2: "CPU", 5: "CPU", 6: "ROCm", 12: "XPU", 13: "MPS", 19: "MTIA",
+                20: "PrivateUse1"}
+CPU_TYPES = frozenset({0, 2, 5})
+DEVICE_MEM_TYPES = frozenset({1, 6, 12, 20})
+_ARGS = ("Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
+
+
+class _Ev(msgspec.Struct):
+    """One trace event, nothing decoded but what tells a memory event apart."""
+
+    name: msgspec.Raw = msgspec.Raw(b"null")
+    ph: msgspec.Raw = msgspec.Raw(b"null")
+    ts: msgspec.Raw = msgspec.Raw(b"null")
+    pid: msgspec.Raw = msgspec.Raw(b"null")
+    tid: msgspec.Raw = msgspec.Raw(b"null")
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+@dataclass(frozen=True)
+class MemoryEvents:
+    """The memory events of a trace as read, in file order (ns times before baseTimeNanoseconds)."""
+
+    ts: np.ndarray          # int64 ns (exact from the text)
+    pid_tid: list[tuple[str, str]]
+    bytes: np.ndarray       # int64, > 0 allocation, < 0 free
+    addr: np.ndarray        # int64
+    total_allocated: np.ndarray
+    total_reserved: np.ndarray
+    device_type: np.ndarray  # int64 c10::DeviceType
+    device: np.ndarray       # int64 Device Id (-1 for the CPU)
+    skipped: int             # memory events left out: a field missing or not an integer
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+def has_memory_events(names: dict[Any, int]) -> bool:
+    """Whether the decoder met the name ``[memory]`` (its interning table): one dict lookup."""
+    return MEMORY_EVENT in names
+
+
+class _MemEv(msgspec.Struct):
+    """A memory event with what the table needs; ``ts`` kept as written (exact ns from the text)."""
+
+    name: Any = None
+    ph: Any = None
+    ts: msgspec.Raw = msgspec.Raw(b"null")
+    pid: Any = None
+    tid: Any = None
+    args: Any = None
+
+
+class _Args(msgspec.Struct):
+    """A memory event's args as torch writes them: every figure an integer."""
+
+    nbytes: int = msgspec.field(name="Bytes")
+    addr: int = msgspec.field(name="Addr")
+    total_allocated: int = msgspec.field(name="Total Allocated")
+    total_reserved: int = msgspec.field(name="Total Reserved")
+    device_type: int = msgspec.field(name="Device Type")
+    device: int = msgspec.field(name="Device Id")
+
+
+class _TypedEv(msgspec.Struct):
+    """A memory event whose args are all there and all integers (the common case: read in one pass)."""
+
+    ts: msgspec.Raw
+    args: _Args
+    name: Any = None
+    ph: Any = None
+    pid: Any = None
+    tid: Any = None
+
+
+# An event object holding at most one nested object (args) and no braces in its strings: what torch writes
+# for a memory event. Found from each "[memory]" name; anything else sends the whole array down the slow path.
+_FLAT_EVENT = re.compile(rb"\{[^{}]*(?:\{[^{}]*\}[^{}]*)?\}")
+_EVENT_START = re.compile(rb"[\[,]\s*\{")
+
+
+def read_memory_events(events: memoryview | bytes | bytearray) -> MemoryEvents:
+    """The ``[memory]`` instant events of a ``traceEvents`` array (its raw bytes)."""
+    data = bytes(events)
+    pieces = _cut(data)
+    typed = _typed(pieces) if pieces else None
+    if typed is not None:
+        return typed
+    found = _decode_pieces(pieces) if pieces is not None else None
+    if found is None:
+        found = _slow(events)
+    rows: list[tuple[int, str, str, int, int, int, int, int, int]] = []
+    skipped = 0
+    for e in found:
+        if e.name != MEMORY_EVENT or e.ph not in ("i", "I"):
+            continue
+        row = _row(e)
+        if row is None:
+            skipped += 1
+        else:
+            rows.append(row)
+    cols = list(zip(*rows)) if rows else [()] * 9
+    ints = [np.array(c, dtype=np.int64) for c in cols]
+    return MemoryEvents(ts=ints[0], pid_tid=list(zip(cols[1], cols[2])), bytes=ints[3], addr=ints[4],
+                        total_allocated=ints[5], total_reserved=ints[6], device_type=ints[7], device=ints[8],
+                        skipped=skipped)
+
+
+def _fast(data: bytes) -> list[_MemEv] | None:
+    """Each memory event cut out around its name and all decoded at once, or None where any cut is not
+    one whole event naming ``[memory]`` (then the whole array is decoded)."""
+    pieces = _cut(data)
+    return None if pieces is None else _decode_pieces(pieces)
+
+
+def _typed(pieces: list[bytes]) -> MemoryEvents | None:
+    """The cut events read straight into columns when every one has all its figures as integers and a
+    plain time; None otherwise (then each is looked at on its own)."""
+    try:
+        evs = msgspec.json.decode(b"[" + b",".join(pieces) + b"]", type=list[_TypedEv])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    if len(evs) != len(pieces) or any(e.name != MEMORY_EVENT or e.ph not in ("i", "I") for e in evs):
+        return None
+    ts = _ns_column([e.ts for e in evs])
+    if ts is None:
+        return None
+    try:
+        cols = [np.array([getattr(e.args, f) for e in evs], dtype=np.int64) for f in _Args.__struct_fields__]
+    except OverflowError:
+        return None
+    return MemoryEvents(ts=ts, pid_tid=[thread_key(e.pid, e.tid) for e in evs],
+                        bytes=cols[0], addr=cols[1], total_allocated=cols[2], total_reserved=cols[3],
+                        device_type=cols[4], device=cols[5], skipped=0)
+
+
+def _ns_column(raws: list[msgspec.Raw]) -> np.ndarray | None:
+    """Times as written (µs) -> exact integer ns: as floats where a double holds whole ns, else from the text
+    (as the decoder reads event times); None if one is not a number."""
+    try:
+        us = np.array(msgspec.json.decode(b"[" + b",".join(bytes(r) for r in raws) + b"]", type=list[float]),
+                      dtype=np.float64)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if not np.isfinite(us).all():
+        return None
+    if not np.any((np.abs(us) >= _PRECISE_ABOVE_US) & (us % 1 != 0)):
+        return _ns(us)
+    exact = [_ns_text(bytes(r)) for r in raws]
+    if any(t is None for t in exact):
+        return None
+    return np.array(exact, dtype=np.int64)
+
+
+def _cut(data: bytes) -> list[bytes] | None:
+    """Each memory event's text, cut out around its name, or None where a cut is not one whole event."""
+    pieces = []
+    pos = data.find(_RAW_NAME)
+    while pos >= 0:
+        start = data.rfind(b"{", 0, pos)
+        if start < 0 or data.find(b"}", start, pos) >= 0 or not _EVENT_START.match(_before(data, start)):
+            return None
+        m = _FLAT_EVENT.match(data, start)
+        if m is None or m.end() < pos:
+            return None
+        pieces.append(m.group())
+        pos = data.find(_RAW_NAME, m.end())
+    return pieces
+
+
+def _decode_pieces(pieces: list[bytes]) -> list[_MemEv] | None:
+    """The cut events decoded at once (any args), or None where they are not all memory events."""
+    if not pieces:
+        return []
+    try:
+        out = msgspec.json.decode(b"[" + b",".join(pieces) + b"]", type=list[_MemEv])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return out if len(out) == len(pieces) and all(e.name == MEMORY_EVENT for e in out) else None
+
+
+def _before(data: bytes, start: int) -> bytes:
+    """The array separator before an object at ``start`` and the object's brace: ``,{`` or ``[ {``."""
+    i = start - 1
+    while i >= 0 and data[i] in b" \t\r\n":
+        i -= 1
+    return data[max(i, 0):start + 1]
+
+
+def _slow(events: memoryview | bytes | bytearray) -> list[_MemEv]:
+    """Every event decoded (only names and phases looked at), the memory events kept."""
+    try:
+        evs = msgspec.json.decode(events, type=list[_Ev])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        evs = _one_by_one(events)
+    keep = [e for e in evs if bytes(e.name) == _RAW_NAME]
+    if not keep:
+        return []
+    out = []
+    for e in keep:
+        try:
+            out.append(_MemEv(name=MEMORY_EVENT, ph=msgspec.json.decode(e.ph), ts=e.ts,
+                              pid=msgspec.json.decode(e.pid), tid=msgspec.json.decode(e.tid),
+                              args=msgspec.json.decode(e.args)))
+        except (msgspec.DecodeError, RecursionError):
+            continue
+    return out
+
+
+def _one_by_one(events: memoryview | bytes | bytearray) -> list[_Ev]:
+    """Element by element, for an array with elements that are not objects (a lenient load)."""
+    out = []
+    for raw in msgspec.json.decode(events, type=list[msgspec.Raw]):
+        try:
+            out.append(msgspec.json.decode(raw, type=_Ev))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            continue
+    return out
+
+
+def _row(e: _MemEv) -> tuple[int, str, str, int, int, int, int, int, int] | None:
+    ts = _ns_text(bytes(e.ts))
+    args = e.args
+    if ts is None or not isinstance(args, dict):
+        return None
+    vals: list[int] = []
+    for k in _ARGS:
+        v = args.get(k)
+        if not isinstance(v, int) or isinstance(v, bool) or not -(2**63) <= v < 2**63:
+            return None
+        vals.append(v)
+    p, t = thread_key(e.pid, e.tid)
+    return (ts, p, t, vals[0], vals[1], vals[2], vals[3], vals[4], vals[5])
+
+
+def _ns_text(raw: bytes) -> int | None:
+    """A µs time as written (``123.456``) -> exact integer ns; None when it is not a plain number."""
+    text = raw.strip()
+    neg = text.startswith(b"-")
+    body = text[1:] if neg else text
+    whole, _, frac = body.partition(b".")
+    if not whole.isdigit() or (frac and not frac.isdigit()):
+        if b"e" in body.lower():
+            try:
+                return round(float(text) * 1000)
+            except ValueError:
+                return None
+        return None
+    ns = int(whole) * 1000 + int(frac[:3].ljust(3, b"0") or b"0")
+    return -ns if neg else ns
+
+
+def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, base_ns: int,
+                        thread_keys: list[tuple[str, str]], events: EventColumns,
+                        names: np.ndarray) -> None:
+    """Write ``memory`` and ``op_memory`` (see the module docstring)."""
+    if not len(mem):
+        return
+    ts = mem.ts + base_ns
+    order = np.lexsort((np.arange(len(ts)), ts))  # time order, file order among equal times
+    ts = ts[order]
+    number = {k: i for i, k in enumerate(thread_keys)}
+    thread = np.array([number.get(mem.pid_tid[i], NONE) for i in order.tolist()], dtype=np.int64)
+    nbytes, addr = mem.bytes[order], mem.addr[order]
+    dtype, device = mem.device_type[order], mem.device[order]
+    holder = _holders(events, ts, thread)
+    has = holder >= 0
+    op = np.full(len(ts), NONE, dtype=np.int64)
+    module = op.copy()
+    op[has], module[has] = events.op[holder[has]], events.module[holder[has]]
+    step = _steps(events, names, ts)
+    alloc, free = match_frees(nbytes, addr, dtype, device)
+    labels = np.array([DEVICE_TYPES.get(int(d), f"type {int(d)}") for d in dtype], dtype=object)
+    con.register("_mem", {
+        "id": np.arange(len(ts), dtype=np.int64), "device_type": labels, "device": device, "ts": ts,
+        "bytes": nbytes, "addr": addr, "total_allocated": mem.total_allocated[order],
+        "total_reserved": mem.total_reserved[order], "thread": thread, "op": op, "module": module, "step": step,
+        "alloc": alloc, "free": free})
+    con.execute("""INSERT INTO memory SELECT id, device_type, CASE WHEN device_type = 'CPU' THEN NULL ELSE device END,
+                   ts, bytes, addr, total_allocated, total_reserved, NULLIF(thread, -1), NULLIF(op, -1),
+                   NULLIF(module, -1), NULLIF(step, -1), NULLIF(alloc, -1), NULLIF(free, -1),
+                   bytes < 0 AND alloc = -1 FROM _mem""")
+    con.unregister("_mem")
+    _write_op_memory(con, events, ts, nbytes, dtype)
+
+
+def _holders(events: EventColumns, ts: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """The innermost host event on the memory event's thread with ev.ts <= t < ev.ts + dur (a
+    zero-length event counts as 1 ns long), or -1."""
+    out = np.full(len(ts), NONE, dtype=np.int64)
+    host = np.isin(events.kind, kind_codes(*HOST_KINDS))
+    end = events.ts + np.maximum(events.dur, 1)
+    for th in np.unique(thread[thread >= 0]).tolist():
+        cand = np.flatnonzero(host & (events.thread == th))
+        if not cand.size:
+            continue
+        cand = cand[np.lexsort((events.depth[cand], events.ts[cand]))]
+        sel = np.flatnonzero(thread == th)
+        t = ts[sel]
+        pos = np.searchsorted(events.ts[cand], t, side="right") - 1
+        cur = np.where(pos >= 0, cand[np.maximum(pos, 0)], NONE)
+        while True:  # walk out to the first enclosing event that still runs at t
+            live = cur >= 0
+            bad = live.copy()
+            bad[live] = end[cur[live]] <= t[live]
+            if not bad.any():
+                break
+            cur[bad] = events.parent[cur[bad]]
+        out[sel] = cur
+    return out
+
+
+def _steps(events: EventColumns, names: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """The ``ProfilerStep#N`` annotation running at each time (events.id), or -1."""
+    out = np.full(len(ts), NONE, dtype=np.int64)
+    ann = np.flatnonzero(np.isin(events.kind, kind_codes("annotation")))
+    steps = np.array([i for i in ann.tolist() if str(names[events.name[i]]).startswith("ProfilerStep#")],
+                     dtype=np.int64)
+    if not steps.size:
+        return out
+    steps = steps[np.argsort(events.ts[steps], kind="stable")]
+    start, stop = events.ts[steps], events.ts[steps] + events.dur[steps]
+    pos = np.searchsorted(start, ts, side="right") - 1
+    ok = (pos >= 0) & (ts <= stop[np.maximum(pos, 0)])
+    out[ok] = steps[pos[ok]]
+    return out
+
+
+def match_frees(nbytes: np.ndarray, addr: np.ndarray, dtype: np.ndarray,
+                device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each free the row of the allocation it frees, for each allocation the row of its free (-1: none),
+    by address per device, in time order."""
+    n = len(nbytes)
+    alloc, free = np.full(n, NONE, dtype=np.int64), np.full(n, NONE, dtype=np.int64)
+    open_: dict[tuple[int, int, int], int] = {}
+    for i, (b, a, t, d) in enumerate(zip(nbytes.tolist(), addr.tolist(), dtype.tolist(), device.tolist())):
+        key = (t, d, a)
+        if b > 0:
+            open_[key] = i
+        elif b < 0:
+            j = open_.pop(key, NONE)
+            if j >= 0:
+                alloc[i], free[j] = j, i
+    return alloc, free
+
+
+def _write_op_memory(con: duckdb.DuckDBPyConnection, events: EventColumns, ts: np.ndarray, nbytes: np.ndarray,
+                     dtype: np.ndarray) -> None:
+    """torch's per-event memory (see the module docstring), for the op-table events with any."""
+    in_table = np.isin(events.kind, kind_codes(*TABLE_KINDS))
+    rows = np.flatnonzero(in_table)
+    if not rows.size:
+        return
+    start, stop = events.ts[rows], events.ts[rows] + events.dur[rows]
+    lo = np.searchsorted(ts, start, side="left")
+    hi = np.searchsorted(ts, stop, side="right")
+    n = len(events.kind)
+    totals = []
+    for kinds in (CPU_TYPES, DEVICE_MEM_TYPES):
+        cum = np.concatenate([[0], np.cumsum(np.where(np.isin(dtype, list(kinds)), nbytes, 0))])
+        total = np.zeros(n, dtype=np.int64)
+        total[rows] = cum[hi] - cum[lo]
+        totals.append(total)
+    parent = nearest_ancestor(events.parent, in_table, include_self=False)
+    child = np.flatnonzero(in_table & (parent >= 0))
+    selfs = []
+    for total in totals:
+        children = np.zeros(n, dtype=np.int64)
+        np.add.at(children, parent[child], total[child])
+        selfs.append(total - children)
+    keep = rows[(totals[0][rows] != 0) | (totals[1][rows] != 0) | (selfs[0][rows] != 0) | (selfs[1][rows] != 0)]
+    if not keep.size:
+        return
+    con.register("_opm", {"id": keep.astype(np.int64), "cpu": totals[0][keep], "self_cpu": selfs[0][keep],
+                          "dev": totals[1][keep], "self_dev": selfs[1][keep]})
+    con.execute("INSERT INTO op_memory SELECT id, cpu, self_cpu, dev, self_dev FROM _opm")
+    con.unregister("_opm")
