@@ -49,6 +49,8 @@ def _generic_bounds(doc) -> None:
         key = path.rsplit(".", 1)[-1].split("[")[0]
         if "pct" in key:
             assert 0.0 <= v <= 100.0, (path, v)
+        elif key.endswith("_mem_bytes"):
+            continue  # net bytes allocated within an op (torch's key_averages memory columns): frees make it negative
         elif key.endswith(("_us", "_ns", "_bytes")) or key in ("calls", "kernels", "instances", "bytes_now",
                                                                 "bytes_fused", "skewed_launches", "activities"):
             assert v >= 0, (path, v)
