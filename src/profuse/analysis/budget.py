@@ -84,8 +84,9 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         FROM events d LEFT JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = d.op
         LEFT JOIN shapes s ON s.id = d.op
         WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchall()
-    acts = Activities(*(_i64([x[k] for x in r]) for k in (0, 1)), np.asarray([x[2] for x in r], dtype=bool),
-                      *(_i64([x[k] for x in r]) for k in (3, 4, 5, 6)))
+    col = [_i64([x[k] for x in r]) for k in range(7)]
+    acts = Activities(start=col[0], end=col[1], launched=np.asarray([x[2] for x in r], dtype=bool),
+                      launch_id=col[3], launch_ts=col[4], launch_dur=col[5], launch_thread=col[6])
     prio = {c: i for i, c in enumerate(BUSY_PRIORITY)}
     classes = [kernel_class(x[7], x[8] or "", x[9] or None, x[10] or None) for x in r]
     cls = np.asarray([prio[c] for c in classes], dtype=np.int64)
@@ -130,7 +131,8 @@ def _encloses_step(ts: np.ndarray, end: np.ndarray, step_ts: np.ndarray, step_en
     i = np.searchsorted(sts, ts, side="left")
     inside = i < sts.size
     ic = np.clip(i, 0, sts.size - 1)
-    return inside & (sen[ic] <= end) & (sts[ic] >= ts) & (end - ts >= sen[ic] - sts[ic])
+    out: np.ndarray = inside & (sen[ic] <= end) & (sts[ic] >= ts)
+    return out
 
 
 def covered(runs: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .diagnosis import Diagnosis, _Step
 
 CPU_CLASSES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "communication", "other")
-CPU_LEAVES = tuple(f"cpu/{c}" for c in CPU_CLASSES) + ("cpu/python", "idle")
+CPU_LEAVES = (*(f"cpu/{c}" for c in CPU_CLASSES), "cpu/python", "idle")
 
 
 def _leaf(kind: str, name: str) -> int:

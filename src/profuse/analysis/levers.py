@@ -343,7 +343,7 @@ def rank(levers: list[Lever], leaves: dict[str, int], span_ns: int) -> tuple[tup
     left = dict(leaves)
     combined = 0
     for lv in levers:
-        want = int(round(lv.gain_us * 1e3))
+        want = round(lv.gain_us * 1e3)
         for k in lv.draws:
             take = min(want, left.get(k, 0))
             left[k] = left.get(k, 0) - take
