@@ -1,8 +1,10 @@
 """The time budget of a CPU-only trace: the CPU is the device, so each piece of a step goes to the
-innermost thing running on the step's thread: ``cpu/<class>`` for an op (the kernel classes of
-:mod:`.kernel_class`, from the op's name), ``cpu/python`` for a Python frame, ``cpu/other`` for a
-runtime call or an annotation with nothing inside, ``idle`` when only the step itself is open.
-No device claim is made. Without steps, the span is the busiest thread's first to last event.
+innermost thing running on the step's thread: ``cpu/<class>`` for an op or annotation (the kernel
+classes of :mod:`.kernel_class`, from its name: ``gloo:all_reduce`` is communication),
+``cpu/python`` for a Python frame, ``cpu/other`` for anything else; where the step's thread runs
+nothing but the step, what another thread runs there (gloo's collective threads, a worker), and
+``idle`` when no thread runs anything. No device claim is made. Without steps, the span is the
+busiest thread's first to last event.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ CPU_LEAVES = (*(f"cpu/{c}" for c in CPU_CLASSES), "cpu/python", "idle")
 
 
 def _leaf(kind: str, name: str) -> int:
-    if kind == "cpu_op":
+    if kind in ("cpu_op", "annotation"):
         return CPU_LEAVES.index(f"cpu/{_op_kernel_class(name) or 'other'}")
     if kind == "python":
         return CPU_LEAVES.index("cpu/python")
@@ -29,18 +31,19 @@ def _leaf(kind: str, name: str) -> int:
 
 
 def span_ns(trace: Trace, thread: int, lo: int, hi: int, skip: int) -> np.ndarray:
-    """ns per CPU leaf of [lo, hi) on ``thread``, the event ``skip`` (the step) left out."""
+    """ns per CPU leaf of [lo, hi) seen from ``thread`` (other threads fill its gaps), the event
+    ``skip`` (the step) left out."""
     rows = trace.con.execute("""
         SELECT greatest(ts, ?), least(ts + dur, ?), depth, kind, name FROM events
-        WHERE thread = ? AND ts < ? AND ts + dur > ? AND id <> ? AND kind IN ('cpu_op', 'python', 'runtime',
-              'annotation', 'sync', 'other')
-        ORDER BY depth, ts, id""", [lo, hi, thread, hi, lo, skip]).fetchall()
+        WHERE ts < ? AND ts + dur > ? AND id <> ? AND kind IN ('cpu_op', 'python', 'runtime',
+              'annotation', 'sync') AND NOT (kind = 'annotation' AND name LIKE 'ProfilerStep#%')
+        ORDER BY thread = ?, depth, ts, id""", [lo, hi, hi, lo, skip, thread]).fetchall()
     out = np.zeros(len(CPU_LEAVES), dtype=np.int64)
     rows = [r for r in rows if r[1] > r[0] and not (r[3] == "annotation" and r[0] == lo and r[1] == hi)]
     cuts = np.unique(np.asarray([lo, hi, *(r[0] for r in rows), *(r[1] for r in rows)], dtype=np.int64))
     cuts = cuts[(cuts >= lo) & (cuts <= hi)]
     label = np.full(cuts.size - 1, CPU_LEAVES.index("idle"), dtype=np.int64)
-    for s, e, _depth, kind, name in rows:   # shallow first: the innermost paints last
+    for s, e, _depth, kind, name in rows:   # other threads, then the step's; shallow first: innermost last
         i, j = np.searchsorted(cuts, s), np.searchsorted(cuts, e)
         label[i:j] = _leaf(kind, name or "")
     np.add.at(out, label, np.diff(cuts))
@@ -82,4 +85,4 @@ def cpu_diagnosis(trace: Trace, steps: list[_Step], candidates: list[Any]) -> Di
     budget = leaves_of(CPU_LEAVES, np.asarray([steady.leaves[k] for k in CPU_LEAVES]), steady.span_ns)
     return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
                      budget=budget, steps=tuple(out), levers=levers, small_items=small, combined_gain_us=combined,
-                     notes=("CPU-only trace: the budget is the CPU's time on the step's thread; no device claim",))
+                     notes=("CPU-only trace: the budget is the CPU time of the step's thread (other threads where it runs nothing); no device claim",))

@@ -12,6 +12,7 @@ from ..analysis.fusion import Candidate
 from ..analysis.hotspots import Hotspot
 from ..analysis.interruptions import Interruption
 from ..analysis.roofline import Peaks, RooflineRow
+from .diagnosis import DiagnosisPayload, diagnosis_payload
 
 
 class FusionCandidate(Struct):
@@ -52,6 +53,7 @@ class AdvicePayload(Struct):
     peaks: Peaks | None
     roofline: list[RooflineRow]
     compiled: CompiledAdvice
+    diagnosis: DiagnosisPayload | None = None
 
 
 def _candidate(c: Candidate) -> FusionCandidate:
@@ -72,4 +74,5 @@ def advice_payload(advice: Findings) -> AdvicePayload:
         roofline=list(advice.roofline),
         compiled=CompiledAdvice(regions=list(comp.regions), graph_breaks=comp.graph_breaks,
                                 eager_between=list(comp.eager_between),
-                                generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)))
+                                generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)),
+        diagnosis=diagnosis_payload(advice.diagnosis) if advice.diagnosis is not None else None)

@@ -10,6 +10,15 @@
  * @property {(Peaks|null)} peaks
  * @property {Array<RooflineRow>} roofline
  * @property {CompiledAdvice} compiled
+ * @property {(DiagnosisPayload|null)} diagnosis
+ */
+
+/**
+ * One leaf of a budget: ``busy/<class>``, ``idle/<cause>`` or (CPU-only) ``cpu/<class>`` / ``idle``.
+ * @typedef {Object} BudgetLeaf
+ * @property {string} key
+ * @property {number} us
+ * @property {number} pct
  */
 
 /**
@@ -102,6 +111,22 @@
  * @property {Object<string, string>} code
  * @property {Array<GeneratedKernel>} generated_kernels
  * @property {Array<NeffBrief>} neffs
+ */
+
+/**
+ * Where the steady steps' (or the whole trace's) time went and what buys it back
+ * (docs/advisor.md); ``device`` false: no device claim (CPU-only, or device activity not recorded).
+ * @typedef {Object} DiagnosisPayload
+ * @property {boolean} device
+ * @property {string} scope
+ * @property {number} span_us
+ * @property {Array<BudgetLeaf>} budget
+ * @property {Array<StepGroup>} groups
+ * @property {Array<StepDiagnosis>} steps
+ * @property {Array<LeverCard>} levers
+ * @property {SmallItems} small_items
+ * @property {number} combined_gain_us
+ * @property {Array<string>} notes
  */
 
 /**
@@ -243,6 +268,21 @@
  * @property {string} name
  * @property {number} ts
  * @property {number} dur
+ */
+
+/**
+ * A change ranked by gain; ``gain_us`` is at most the sum of the leaves in ``draws``; ``ops`` and
+ * ``kernels`` name the op-table rows and kernels it is about.
+ * @typedef {Object} LeverCard
+ * @property {string} kind
+ * @property {string} target
+ * @property {number} gain_us
+ * @property {string} confidence
+ * @property {string} evidence
+ * @property {string} how
+ * @property {Array<string>} draws
+ * @property {Array<string>} ops
+ * @property {Array<string>} kernels
  */
 
 /**
@@ -426,6 +466,7 @@
  * @property {string} schema
  * @property {TraceInfo} trace
  * @property {Totals} totals
+ * @property {(DiagnosisPayload|null)} [diagnosis]
  * @property {(Busy|null)} device_busy
  * @property {Array<StepBusy>} steps
  * @property {string} group_by
@@ -480,6 +521,14 @@
  */
 
 /**
+ * Levers under 1% of the span (or 10 µs), folded into one line.
+ * @typedef {Object} SmallItems
+ * @property {number} count
+ * @property {number} gain_us
+ * @property {Array<string>} kinds
+ */
+
+/**
  * Busy and idle device time within one profiler step (or scope), and whether host launches bound it.
  * @typedef {Object} StepBusy
  * @property {string} name
@@ -489,6 +538,27 @@
  * @property {(number|null)} busy_pct
  * @property {boolean} launch_bound
  * @property {number} activities
+ */
+
+/**
+ * One step: ``phase``/``batch``/``tokens`` from a serving engine's step name (null where unknown).
+ * @typedef {Object} StepDiagnosis
+ * @property {string} name
+ * @property {(string|null)} phase
+ * @property {(number|null)} batch
+ * @property {(number|null)} tokens
+ * @property {number} span_us
+ * @property {Array<BudgetLeaf>} budget
+ * @property {boolean} warmup
+ */
+
+/**
+ * The steady steps of one kind (a serving phase, or ``step``) together: their summed budget.
+ * @typedef {Object} StepGroup
+ * @property {string} kind
+ * @property {number} count
+ * @property {number} span_us
+ * @property {Array<BudgetLeaf>} budget
  */
 
 /**
