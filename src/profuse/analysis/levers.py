@@ -202,6 +202,17 @@ def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, 
     return {int(r[0]): (r[1] or "", r[2] or "", r[3] or "", r[4] or "") for r in rows}
 
 
+def _outer_ops(trace: Trace, ids: list[int]) -> dict[int, str]:
+    """Call id -> the outermost op around it (what the code called: ``aten::to``, not its ``copy_``)."""
+    if not ids:
+        return {}
+    rows = trace.con.execute(f"""
+        SELECT c.id, (SELECT o.name FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op'
+                      AND o.parent_op IS NULL AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts LIMIT 1)
+        FROM events c WHERE c.id IN ({", ".join(str(i) for i in sorted(set(ids)))})""").fetchall()
+    return {int(r[0]): r[1] or "" for r in rows}
+
+
 def _cpu_work(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
     w = ctx.work
     assert w is not None
@@ -250,9 +261,10 @@ def _pinned(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray) ->
     if not v:
         return []
     w = ctx.work
+    outer = _outer_ops(ctx.trace, [int(i) for i in w.acts.launch_id[w.pageable] if i >= 0])
     ops: Counter[str] = Counter()
-    for op, s, e in zip(w.op_name[w.pageable], w.acts.start[w.pageable], w.acts.end[w.pageable]):
-        ops[op] += int(e - s)
+    for lid, s, e in zip(w.acts.launch_id[w.pageable], w.acts.start[w.pageable], w.acts.end[w.pageable]):
+        ops[outer.get(int(lid), "")] += int(e - s)
     return [_lever(ctx, "pinned_memory", ", ".join(_top(ops)) or "host-to-device copies", v, "high",
                    f"{_us(v)} of pageable host-to-device copies not overlapped with compute", HOW["pinned_memory"],
                    ("busy/memcpy_h2d",), ops=tuple(_top(ops)))]
