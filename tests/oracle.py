@@ -195,7 +195,7 @@ def is_device_time(e: Event) -> bool:
 def step_annotations(path: Path | str) -> list[Event]:
     """The outermost step annotations (ProfilerStep#N, vLLM execute_*, sglang step[...]) of each
     thread, by start: one nested in another on its thread is not a step of its own."""
-    found = [e for e in complete_events(path)
+    found = [e for e in exact_events(str(path))
              if category(e) == "user_annotation" and STEP_NAME.match(str(e.get("name", "")))]
     return sorted((s for s in found if not any(o is not s and same_thread(o, s) and o["ts"] <= s["ts"]
                                                and s["ts"] + s["dur"] <= o["ts"] + o["dur"]
@@ -203,9 +203,9 @@ def step_annotations(path: Path | str) -> list[Event]:
                                                for o in found)), key=lambda s: (s["ts"], s["order"]))
 
 
-def union_us(intervals: list[tuple[float, float]]) -> float:
+def union_us(intervals: list[tuple[Any, Any]]) -> Any:
     """Length of the union of [start, end) intervals, by sorting and sweeping."""
-    total, reach = 0.0, None
+    total, reach = 0, None
     for s, e in sorted(intervals):
         if reach is None or s > reach:
             total += e - s
@@ -221,12 +221,24 @@ def _launch_starts(events: list[Event]) -> dict[Any, Event]:
             if category(e) in LAUNCH_CATS and "correlation" in (e.get("args") or {})}
 
 
+@lru_cache(maxsize=2)
+def exact_events(path: str) -> tuple[Event, ...]:
+    """complete_events with ts and dur read exactly (decimal text, kept as Decimal µs): traces with
+    ns-resolution timestamps lose digits as floats."""
+    from decimal import Decimal
+
+    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as fh:
+        doc = json.load(fh, parse_float=Decimal)
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    return tuple(dict(e, order=i) for i, e in enumerate(xs))
+
+
 def step_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
     """(name, start, end, busy) in µs for each step: from its start to the later of its end and the
     end of the last device activity whose launch call starts inside it (on its own thread first,
     else any thread); busy is the union of every device activity (any step's) inside that span.
     Without steps, one entry for the whole trace (first event start to last event end)."""
-    events = complete_events(path)
+    events = list(exact_events(str(path)))
     device = [e for e in events if is_device_time(e)]
     by_corr = _launch_starts(events)
     steps = step_annotations(path)
@@ -239,7 +251,7 @@ def step_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
         end = s["ts"] + s["dur"]
         for d in device:
             launch = by_corr.get((d.get("args") or {}).get("correlation"))
-            if launch is None or not holds(s, launch["ts"]) and not _held_elsewhere(steps, s, launch):
+            if launch is None or (not holds(s, launch["ts"]) and not _held_elsewhere(steps, s, launch)):
                 continue
             if not same_thread(s, launch) and any(same_thread(o, launch) and holds(o, launch["ts"]) for o in steps):
                 continue
@@ -249,7 +261,7 @@ def step_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
     for name, lo, hi in spans:
         busy = union_us([(max(d["ts"], lo), min(d["ts"] + d["dur"], hi)) for d in device
                          if d["ts"] < hi and d["ts"] + d["dur"] > lo])
-        out.append((name, lo, hi, busy))
+        out.append((name, float(lo), float(hi), float(busy)))
     return out
 
 

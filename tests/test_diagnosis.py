@@ -7,10 +7,10 @@ import gzip
 import json
 from pathlib import Path
 
+import oracle
 import pytest
 from conftest import SHARED
 
-import oracle
 import profuse
 from profuse.analysis.diagnosis import Diagnosis, diagnose
 from profuse.analysis.serving_steps import parse_step
@@ -220,7 +220,7 @@ def test_eager_attention_gives_attention_kernel(tmp_path):
     ev += _op("aten::_softmax", 600, 2, [*s, [], []], ["float", "Scalar", "Scalar"], 2000, "softmax_warp_forward")
     ev += _op("aten::bmm", 2700, 3, [[128, 1024, 1024], [128, 1024, 64]], ["float", "float"], 500, "sgemm_bmm")
     d = diag(_write(tmp_path, ev, device="unknown accelerator"))
-    top = [lv for lv in d.levers if lv.kind != "cpu_work"][0]
+    top = next(lv for lv in d.levers if lv.kind != "cpu_work")
     assert top.kind == "attention_kernel" and top.ops[0] == "aten::bmm"
     assert top.gain_us == pytest.approx(2000, abs=0.01)
 
@@ -229,8 +229,9 @@ def test_eager_rmsnorm_gives_fusion_rmsnorm(tmp_path):
     # GIVEN an eager RMSNorm (pow, mean, add, rsqrt, mul, mul), each kernel 300 µs, on [4, 2048, 4096] bf16
     x, r = [4, 2048, 4096], [4, 2048, 1]
     ev = [_step(0, 2200), _x("python_function", "nn.Module: LlamaRMSNorm_0", 0, 2200)]
-    chain = [("aten::pow", [x, []], ["c10::BFloat16", "Scalar"]), ("aten::mean", [x, [], [], []],
-             ["c10::BFloat16", "ScalarList", "Scalar", ""]), ("aten::add", [r, [], []], ["c10::BFloat16", "Scalar", "Scalar"]),
+    chain = [("aten::pow", [x, []], ["c10::BFloat16", "Scalar"]),
+             ("aten::mean", [x, [], [], []], ["c10::BFloat16", "ScalarList", "Scalar", ""]),
+             ("aten::add", [r, [], []], ["c10::BFloat16", "Scalar", "Scalar"]),
              ("aten::rsqrt", [r], ["c10::BFloat16"]), ("aten::mul", [x, r], ["c10::BFloat16", "c10::BFloat16"]),
              ("aten::mul", [[4096], x], ["c10::BFloat16", "c10::BFloat16"])]
     for i, (name, dims, types) in enumerate(chain):
@@ -273,12 +274,12 @@ def test_cpu_only_trace_gets_a_cpu_budget_and_no_device_claim():
     assert not any(k.startswith(("busy/", "idle/")) for k in keys)
     assert not [lv for lv in d.levers if any(k.startswith(("busy/", "idle/")) for k in lv.draws)]
     # the step thread waits on gloo's all-reduce threads: communication, by the oracle's own reading
-    events = oracle.complete_events(path)
+    events = oracle.exact_events(str(path))
     (step,) = oracle.step_annotations(path)
     lo, hi = step["ts"], step["ts"] + step["dur"]
     gloo = oracle.union_us([(max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in events
                             if "all_reduce" in e["name"] and e["ts"] < hi and e["ts"] + e["dur"] > lo])
-    assert leaves(d.budget)["cpu/communication"] == pytest.approx(gloo, abs=TOL_US)
+    assert leaves(d.budget)["cpu/communication"] == pytest.approx(float(gloo), abs=TOL_US)
 
 
 # --- shared traces with an injected blocking call -----------------------------------------------------

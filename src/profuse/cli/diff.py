@@ -65,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
     con.print(Text(f"A: {safe(d.a)}\nB: {safe(d.b)}", style="bold"))
     con.print(Text(f"device time {fmt_us(d.a_device_us)} -> {fmt_us(d.b_device_us)}: "
                    f"{d.speedup:.2f}x" + ("" if d.same_device else "  (different device kinds: kernels not matched)")))
+    if d.budget is not None:
+        from ..report.console_diagnosis import render_budget_diff
+
+        render_budget_diff(con, d.budget)
     for title, rows in (("Ops", d.ops), ("Modules", d.modules), ("Kernels", d.kernels)):
         if not rows:
             continue

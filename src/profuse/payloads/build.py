@@ -77,8 +77,13 @@ def compiled_of(trace: Trace) -> CompiledView:
 
 
 def compare_of(a: Trace, b: Trace) -> DiffPayload:
-    """Run A against run B."""
-    return diff_payload(diff(a, b))
+    """Run A against run B, with their diagnoses' budgets side by side."""
+    from ..analysis.diagnosis import diagnose
+    from .diagnosis import budget_diff
+
+    payload = diff_payload(diff(a, b))
+    payload.budget = budget_diff(diagnose(a), diagnose(b))
+    return payload
 
 
 def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: Findings | None, top: int | None,

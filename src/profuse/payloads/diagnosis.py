@@ -115,3 +115,35 @@ def diagnosis_payload(d: Diagnosis) -> DiagnosisPayload:
         small_items=SmallItems(count=len(d.small_items), gain_us=round(sum(lv.gain_us for lv in d.small_items), 3),
                                kinds=sorted({lv.kind for lv in d.small_items})),
         combined_gain_us=d.combined_gain_us, notes=list(d.notes))
+
+
+class BudgetRow(Struct):
+    """One budget leaf in two runs; ``delta_us = b_us - a_us``."""
+
+    key: str
+    a_us: float
+    b_us: float
+    delta_us: float
+    a_pct: float
+    b_pct: float
+
+
+class BudgetDiff(Struct):
+    """Two runs' budgets (the steady steps', or the whole trace's) side by side, largest change first."""
+
+    a_span_us: float
+    b_span_us: float
+    a_scope: str
+    b_scope: str
+    rows: list[BudgetRow]
+
+
+def budget_diff(a: Diagnosis, b: Diagnosis) -> BudgetDiff:
+    """Leaf by leaf, every leaf either run has."""
+    la, lb = {lf.key: lf for lf in a.budget}, {lf.key: lf for lf in b.budget}
+    keys = list(dict.fromkeys([*la, *lb]))
+    rows = [BudgetRow(key=k, a_us=la[k].us if k in la else 0.0, b_us=lb[k].us if k in lb else 0.0,
+                      delta_us=round((lb[k].us if k in lb else 0.0) - (la[k].us if k in la else 0.0), 3),
+                      a_pct=la[k].pct if k in la else 0.0, b_pct=lb[k].pct if k in lb else 0.0) for k in keys]
+    rows.sort(key=lambda r: -abs(r.delta_us))
+    return BudgetDiff(a_span_us=a.span_us, b_span_us=b.span_us, a_scope=a.scope, b_scope=b.scope, rows=rows)

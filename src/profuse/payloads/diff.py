@@ -4,6 +4,7 @@ from __future__ import annotations
 from msgspec import Struct
 
 from ..analysis.diff import Diff, DiffRow
+from .diagnosis import BudgetDiff
 
 DIFF_SCHEMA = "profuse.diff/1"
 
@@ -34,6 +35,7 @@ class DiffPayload(Struct, kw_only=True):
     kernels_removed: list[DiffEntry]
     kernels_added: list[DiffEntry]
     kernels: list[DiffEntry]
+    budget: BudgetDiff | None = None   # the two diagnoses' budgets, leaf by leaf
 
 
 def _entries(rows: list[DiffRow]) -> list[DiffEntry]:

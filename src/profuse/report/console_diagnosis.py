@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from ..payloads.diagnosis import BudgetLeaf, DiagnosisPayload, StepGroup
+from ..payloads.diagnosis import BudgetDiff, BudgetLeaf, DiagnosisPayload, StepGroup
 from ._text import text
 
 BAR = 60
@@ -100,3 +100,19 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
         console.print(Text(f"  small items: {d.small_items.count} lever(s) under 1% of the span, "
                            f"{fmt_us(d.small_items.gain_us)} together ({', '.join(d.small_items.kinds)})",
                            style="dim"))
+
+
+def render_budget_diff(console: Console, d: BudgetDiff) -> None:
+    """``profuse diff``: the two budgets leaf by leaf, largest change first."""
+    from rich.table import Table
+
+    console.print(Text(f"Budget ({d.a_scope} {fmt_us(d.a_span_us)} -> {d.b_scope} {fmt_us(d.b_span_us)})",
+                       style="bold underline"))
+    t = Table(show_edge=False, header_style="bold", pad_edge=False)
+    for c in ("Leaf", "A", "A %", "B", "B %", "Delta"):
+        t.add_column(c, justify="left" if c == "Leaf" else "right")
+    for r in d.rows:
+        t.add_row(r.key, fmt_us(r.a_us), f"{r.a_pct:.1f}%", fmt_us(r.b_us), f"{r.b_pct:.1f}%",
+                  Text(("-" if r.delta_us < 0 else "+") + fmt_us(abs(r.delta_us)),
+                       style="green" if r.delta_us < 0 else "red"))
+    console.print(t)

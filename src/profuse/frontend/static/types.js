@@ -14,11 +14,32 @@
  */
 
 /**
+ * Two runs' budgets (the steady steps', or the whole trace's) side by side, largest change first.
+ * @typedef {Object} BudgetDiff
+ * @property {number} a_span_us
+ * @property {number} b_span_us
+ * @property {string} a_scope
+ * @property {string} b_scope
+ * @property {Array<BudgetRow>} rows
+ */
+
+/**
  * One leaf of a budget: ``busy/<class>``, ``idle/<cause>`` or (CPU-only) ``cpu/<class>`` / ``idle``.
  * @typedef {Object} BudgetLeaf
  * @property {string} key
  * @property {number} us
  * @property {number} pct
+ */
+
+/**
+ * One budget leaf in two runs; ``delta_us = b_us - a_us``.
+ * @typedef {Object} BudgetRow
+ * @property {string} key
+ * @property {number} a_us
+ * @property {number} b_us
+ * @property {number} delta_us
+ * @property {number} a_pct
+ * @property {number} b_pct
  */
 
 /**
@@ -155,6 +176,7 @@
  * @property {Array<DiffEntry>} kernels_removed
  * @property {Array<DiffEntry>} kernels_added
  * @property {Array<DiffEntry>} kernels
+ * @property {(BudgetDiff|null)} budget
  */
 
 /**
