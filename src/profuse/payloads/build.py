@@ -91,6 +91,10 @@ def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: F
     """The HTML report's payloads from the analyses ``profuse report`` already ran (``advice`` None:
     ``--no-advice``); the ops and their kernels are the rows the table shows."""
     ops = ops_of(trace, top=top, table=table)
+    if advice is not None and advice.diagnosis is not None:  # the rows the lever cards link to
+        from .diagnosis import diagnosis_payload, with_lever_rows
+
+        ops = with_lever_rows(ops, table, diagnosis_payload(advice.diagnosis))
     model = timeline_model(trace)
     try:
         lanes, window = model.lanes, timeline_window(model, None, None, timeline_width)
