@@ -92,7 +92,8 @@ def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: F
     ``--no-advice``); the ops and their kernels are the rows the table shows."""
     ops = ops_of(trace, top=top, table=table)
     if advice is not None and advice.diagnosis is not None:  # the rows the lever cards link to
-        from .diagnosis import diagnosis_payload, with_lever_rows
+        from .diagnosis import diagnosis_payload
+        from .diagnosis_rows import with_lever_rows
 
         ops = with_lever_rows(ops, table, diagnosis_payload(advice.diagnosis))
     model = timeline_model(trace)

@@ -7,8 +7,6 @@ from collections import defaultdict
 from msgspec import Struct
 
 from ..analysis.diagnosis import Diagnosis, Leaf, Lever, StepBudget
-from ..analysis.optable import OpTable
-from .ops import Ops, _row
 
 
 class BudgetLeaf(Struct):
@@ -149,15 +147,3 @@ def budget_diff(a: Diagnosis, b: Diagnosis) -> BudgetDiff:
                       a_pct=la[k].pct if k in la else 0.0, b_pct=lb[k].pct if k in lb else 0.0) for k in keys]
     rows.sort(key=lambda r: -abs(r.delta_us))
     return BudgetDiff(a_span_us=a.span_us, b_span_us=b.span_us, a_scope=a.scope, b_scope=b.scope, rows=rows)
-
-
-def with_lever_rows(ops: Ops, table: OpTable, d: DiagnosisPayload) -> Ops:
-    """``ops`` with the table rows the levers name appended (after the shown ones, in table order),
-    so that every lever card's link finds its row in an HTML report that embeds only the top rows."""
-    if ops.group_by != "op":
-        return ops
-    named = {op for lv in d.levers for op in lv.ops}
-    shown = {r.key for r in ops.rows}
-    extra = [_row(r, False) for r in table.rows if r.name in named and r.name not in shown]
-    return Ops(group_by=ops.group_by, device_label=ops.device_label, cpu_only=ops.cpu_only, device_us=ops.device_us,
-               total_rows=ops.total_rows, rows=[*ops.rows, *extra])
