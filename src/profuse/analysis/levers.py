@@ -220,12 +220,29 @@ def _cpu_work(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray
     if not v:
         return []
     m = label == len(BUSY_PRIORITY) + 2
-    names = _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, start[m], ns[m])
-    top = _top(names, 4)
+    t, v_ns = start[m], ns[m]
+    top = w.host_top
+    held = _covering(w.host_ts[top], w.host_end[top], t)
+    ops: Counter[str] = Counter()
+    for i, v_ in zip(held[held >= 0], v_ns[held >= 0]):
+        ops[str(w.host_name[top][i])] += int(v_)
+    names = ops + _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, t[held < 0], v_ns[held < 0])
+    top_names = _top(names, 4)
     ev = f"the launching thread worked {_us(v)} outside launches while the device was idle" + (
-        f": {', '.join(top)}" if top else "")
+        f": {', '.join(top_names)}" if top_names else "")
     return [_lever(ctx, "cpu_work", ctx.target, v, "medium", ev, HOW["cpu_work"], ("idle/cpu_other",),
-                   ops=tuple(n for n in top if not n.startswith("nn.Module")))]
+                   ops=tuple(_top(ops, 4)))]
+
+
+def _covering(ts: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time t, the index of an interval (sorted by start) holding it, or -1: the one with
+    the latest end among those started by t."""
+    if ts.size == 0:
+        return np.full(t.size, -1, dtype=np.int64)
+    j = np.searchsorted(ts, t, side="right") - 1
+    best = _prefix_argmax(end)[np.clip(j, 0, None)]
+    out: np.ndarray = np.where((j >= 0) & (end[best] > t), best, -1)
+    return out
 
 
 def _holder_names(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, name: np.ndarray, is_op: np.ndarray,
