@@ -317,3 +317,21 @@ def test_injected_blocking_call_shows_as_host_sync_with_its_time_and_site(tmp_pa
     assert site and "aten::item" in site[0].target
     assert site[0].gain_us == pytest.approx(blocked, abs=TOL_US)
     assert d.levers[0] is site[0]
+
+
+def test_diff_compares_the_two_budgets(capsys):
+    from profuse.cli import main
+
+    a, b = (SHARED / "traces" / f"compare_{n}.json.gz" for n in ("base", "test"))
+    assert main(["diff", str(a), str(b), "--format", "json"]) == 0
+    bd = json.loads(capsys.readouterr().out)["budget"]
+    # THEN each side's span is the oracle's steady span, and each row is B's leaf minus A's
+    for side, path in (("a", a), ("b", b)):
+        assert bd[f"{side}_span_us"] == pytest.approx(sum(hi - lo for _n, lo, hi, _b in oracle.steady_spans(path)),
+                                                      abs=TOL_US)
+    da, db = leaves(diag(a).budget), leaves(diag(b).budget)
+    assert {r["key"] for r in bd["rows"]} == set(da) | set(db)
+    for r in bd["rows"]:
+        assert r["delta_us"] == pytest.approx(db.get(r["key"], 0) - da.get(r["key"], 0), abs=1e-3)
+    assert main(["diff", str(a), str(b)]) == 0
+    assert "Budget (steps" in capsys.readouterr().out

@@ -78,3 +78,28 @@ def test_explorer_overview_shows_the_json_numbers(page, doc):
         wait_ready(page, "overview")
         assert _shown(page) == _expected(doc)
         assert page.inner_text("#diagnosis h2").startswith("Where the time went")
+
+
+HOSTILE = '<img src=x onerror="window.__pwned=1">'
+
+
+def test_trace_names_in_lever_cards_are_text_not_markup(page, tmp_path):
+    # GIVEN a step whose CPU work is an op named with HTML markup, so the cpu_work card names it
+    def x(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+    ev = [x("user_annotation", "ProfilerStep#1", 0, 5000), x("cpu_op", HOSTILE, 10, 4000),
+          x("cpu_op", "aten::mm", 4100, 20), x("cuda_runtime", "cudaLaunchKernel", 4105, 4, correlation=1),
+          {"ph": "X", "cat": "kernel", "name": "sm90_gemm_bf16", "pid": 0, "tid": 7, "ts": 4120, "dur": 800,
+           "args": {"correlation": 1, "stream": 7, "device": 0}}]
+    src = tmp_path / "hostile.json"
+    src.write_text(json.dumps({"traceEvents": ev}))
+    out = tmp_path / "r.html"
+    assert main(["report", str(src), "--format", "html", "-o", str(out)]) == 0
+    page.goto(out.as_uri() + "#view=overview")
+    wait_ready(page, "overview")
+    # THEN the name is shown as text in the card and its link, and nothing ran
+    card = page.inner_text("#levers .lever[data-kind=cpu_work]")
+    assert HOSTILE in card
+    assert page.evaluate("window.__pwned") is None
+    assert page.query_selector("#diagnosis img") is None
