@@ -73,6 +73,8 @@ def test_sglang_cuda_graph_decode_is_a_decode_step_of_32_led_by_the_replayed_gem
     assert (step.phase, step.batch) == ("decode", 32)
     busy = {k: v for k, v in leaves(step.budget).items() if k.startswith("busy/")}
     assert max(busy, key=lambda k: busy[k]) == "busy/gemm"
+    # the GEMMs are bf16 (Tensile BBS): no lower-precision lever
+    assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "precision"]
 
 
 def test_serving_step_names():

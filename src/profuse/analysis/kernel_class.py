@@ -24,7 +24,7 @@ _CONV = re.compile(r"conv|fprop|dgrad|wgrad|implicit_gemm|implicitgemm|scudnn|ig
                    r"naive_conv|winograd|fft2d|wrw_|depthwise", re.I)
 _GEMM = re.compile(r"gemm|cublas|cijk_|cutlass|nvjet|matmul|triton_\w*mm|_mm_|splitk|hipblaslt|wvsplitk|"
                    r"xmma|^fc-|[_-]fc[_-]|bmm|sgemm|hgemm|dot_", re.I)
-_NORM = re.compile(r"norm|rms|bn_fw|bn_bw|batchnorm|rowwisemoments|welford|layer_?norm", re.I)
+_NORM = re.compile(r"norm|rms|rsqrt|bn_fw|bn_bw|batchnorm|rowwisemoments|welford|layer_?norm", re.I)
 _REDUCTION = re.compile(r"reduce|triton_red|triton_per|softmax|pool|argmax|topk|sort|scan|cumsum|sum_kernel|"
                         r"mean_kernel|max_kernel", re.I)
 _ELEMENTWISE = re.compile(r"elementwise|vectorized|unrolled|triton_poi|pointwise|act_and_mul|activation|"
@@ -86,10 +86,12 @@ def kernel_class(kind: str, name: str, op: str | None = None, launch: str | None
     return by_op or "other"
 
 
-# FP32 matrix kernels by name: cuBLAS/cuDNN single-precision (sgemm, scudnn), Tensile's S (single)
-# data type, MTIA's fc-dtype_Float; TF32 kernels (tf32 in the name) are already on the fast path.
-_FP32_NAME = re.compile(r"sgemm|scudnn|_s_?gemm|cijk_\w*_sb_|cijk_\w*_s_|dtype_float\b|fc-dtype_float|"
-                        r"f32f32_f32(?!.*tf32)", re.I)
+# FP32 matrix kernels by name: cuBLAS/cuDNN single-precision (sgemm, scudnn), MTIA's fc-dtype_Float,
+# CUTLASS/xmma f32 operands; TF32 kernels (tf32 in the name) are already on the fast path. Tensile
+# (hipBLASLt, rocBLAS) names the input data type after the layout: Cijk_Alik_Bljk_S... is single,
+# ..._BBS_... bf16 in and out with fp32 compute, ..._HHS_... half: only the first letter counts.
+_FP32_NAME = re.compile(r"sgemm|scudnn|_s_?gemm|dtype_float\b|fc-dtype_float|f32f32_f32(?!.*tf32)", re.I)
+_TENSILE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_(?P<dt>[A-Z0-9]+)_")
 _NOT_FP32 = re.compile(r"tf32|bf16|f16|half|fp8|int8|hgemm", re.I)
 
 
@@ -102,4 +104,7 @@ def fp32_matrix(name: str, input_types: str | None) -> bool:
             return not _NOT_FP32.search(name)
         if any(t in first for t in ("Half", "BFloat16", "Float8", "int")):
             return False
+    tensile = _TENSILE.match(name)
+    if tensile:
+        return tensile["dt"].startswith("S")
     return bool(_FP32_NAME.search(name)) and not _NOT_FP32.search(name)
