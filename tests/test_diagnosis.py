@@ -337,3 +337,19 @@ def test_diff_compares_the_two_budgets(capsys):
         assert r["delta_us"] == pytest.approx(db.get(r["key"], 0) - da.get(r["key"], 0), abs=1e-3)
     assert main(["diff", str(a), str(b)]) == 0
     assert "Budget (steps" in capsys.readouterr().out
+
+
+def test_every_class_cause_and_lever_kind_is_documented():
+    from conftest import REPO
+
+    from profuse.analysis.budget import BUSY_PRIORITY, IDLE_CAUSES
+    from profuse.analysis.cpu_budget import CPU_LEAVES
+    from profuse.analysis.levers import HOW, SLUG
+
+    doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
+    kinds = {"cuda_graphs", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm", "communication",
+             "attention_kernel", "no_device_data"} | {"fusion:<pattern>"} | set(SLUG.values())
+    assert set(HOW) - {"sync_copy", "sync_wait"} <= kinds
+    for word in (*BUSY_PRIORITY, *IDLE_CAUSES, "not_recorded", *kinds, *CPU_LEAVES):
+        assert f"`{word}`" in doc, word
+    assert ", ".join(BUSY_PRIORITY) in doc.replace("\n", " ").replace("`", "")
