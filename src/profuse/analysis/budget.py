@@ -169,8 +169,9 @@ def labels(w: DeviceWork) -> Labels:
     """Cut the time at every boundary and label every piece (see the module docstring)."""
     a = w.acts
     # the first cut lies before any time a span can start, so every time has a piece
-    cuts = np.unique(np.concatenate([[_BEFORE], a.start, a.end, w.sync_ts, w.sync_end, *w.launch_runs,
-                                     w.host_ts, w.host_end]))
+    cuts = np.sort(np.concatenate([[_BEFORE], a.start, a.end, w.sync_ts, w.sync_end, *w.launch_runs,
+                                   w.host_ts, w.host_end]).astype(np.int64))
+    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]   # unique (sorted: no hashing)
     label = np.full(cuts.size, -1, dtype=np.int64)
     pageable = np.zeros(cuts.size, dtype=bool)
     fp32 = np.zeros(cuts.size, dtype=bool)

@@ -223,9 +223,10 @@ def _cpu_work(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray
     t, v_ns = start[m], ns[m]
     top = w.host_top
     held = _covering(w.host_ts[top], w.host_end[top], t)
+    top_name = w.host_name[top]
     ops: Counter[str] = Counter()
     for i, v_ in zip(held[held >= 0], v_ns[held >= 0]):
-        ops[str(w.host_name[top][i])] += int(v_)
+        ops[str(top_name[i])] += int(v_)
     names = ops + _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, t[held < 0], v_ns[held < 0])
     top_names = _top(names, 4)
     ev = f"the launching thread worked {_us(v)} outside launches while the device was idle" + (
