@@ -294,3 +294,156 @@ def peak_allocated_by_device(path: Path | str) -> dict[tuple[int, int], int]:
         key = (a["Device Type"], a["Device Id"])
         out[key] = max(out.get(key, a["Total Allocated"]), a["Total Allocated"])
     return out
+
+
+# --- the diagnosis (docs/advisor.md "Diagnosis"): steps, spans, busy time, copies -------------------
+
+STEP_NAME = re.compile(r"^(ProfilerStep#\d+|execute_\d+_context_\d+|step\[[A-Z_]+)")
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "hip_runtime", "mtia_runtime",
+                         "privateuse1_runtime", "privateuse1_driver"})
+_MTIA_NOT_WORK = ("event", "barrier", "fence", "noop")
+
+
+def is_device_time(e: Event) -> bool:
+    """Kernels, copies and memsets; on MTIA every command-processor event but event records/waits
+    and barriers (docs/schema.md)."""
+    if category(e) == "mtia_ccp_events":
+        low = str(e.get("name", "")).lower()
+        return not (low.startswith("event_") or low in _MTIA_NOT_WORK)
+    return category(e) in DEVICE_CATS
+
+
+def step_annotations(path: Path | str) -> list[Event]:
+    """The outermost step annotations (ProfilerStep#N, vLLM execute_*, sglang step[...]) of each
+    thread, by start: one nested in another on its thread is not a step of its own."""
+    found = [e for e in exact_events(str(path))
+             if category(e) == "user_annotation" and STEP_NAME.match(str(e.get("name", "")))]
+    return sorted((s for s in found if not any(o is not s and same_thread(o, s) and o["ts"] <= s["ts"]
+                                               and s["ts"] + s["dur"] <= o["ts"] + o["dur"]
+                                               and (o["ts"], -o["dur"], o["order"]) < (s["ts"], -s["dur"], s["order"])
+                                               for o in found)), key=lambda s: (s["ts"], s["order"]))
+
+
+def union_us(intervals: list[tuple[Any, Any]]) -> Any:
+    """Length of the union of [start, end) intervals, by sorting and sweeping."""
+    total, reach = 0, None
+    for s, e in sorted(intervals):
+        if reach is None or s > reach:
+            total += e - s
+            reach = e
+        elif e > reach:
+            total += e - reach
+            reach = e
+    return total
+
+
+def _launch_starts(events: list[Event]) -> dict[Any, Event]:
+    return {e["args"]["correlation"]: e for e in events
+            if category(e) in LAUNCH_CATS and "correlation" in (e.get("args") or {})}
+
+
+@lru_cache(maxsize=2)
+def exact_events(path: str) -> tuple[Event, ...]:
+    """complete_events with ts and dur read exactly (decimal text, kept as Decimal µs): traces with
+    ns-resolution timestamps lose digits as floats."""
+    from decimal import Decimal
+
+    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as fh:
+        doc = json.load(fh, parse_float=Decimal)
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    return tuple(dict(e, order=i) for i, e in enumerate(xs))
+
+
+def step_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
+    """(name, start, end, busy) in µs for each step: from its start to the later of its end and the
+    end of the last device activity whose launch call starts inside it (on its own thread first,
+    else any thread); busy is the union of every device activity (any step's) inside that span.
+    Without steps, one entry for the whole trace (first event start to last event end)."""
+    events = list(exact_events(str(path)))
+    device = [e for e in events if is_device_time(e)]
+    by_corr = _launch_starts(events)
+    steps = step_annotations(path)
+    spans = []
+    if not steps:
+        lo = min(e["ts"] for e in events)
+        hi = max(e["ts"] + e["dur"] for e in events)
+        spans.append(("whole trace", lo, hi))
+    for s in steps:
+        end = s["ts"] + s["dur"]
+        for d in device:
+            launch = by_corr.get((d.get("args") or {}).get("correlation"))
+            if launch is None or (not holds(s, launch["ts"]) and not _held_elsewhere(steps, s, launch)):
+                continue
+            if not same_thread(s, launch) and any(same_thread(o, launch) and holds(o, launch["ts"]) for o in steps):
+                continue
+            end = max(end, d["ts"] + d["dur"])
+        spans.append((s["name"], s["ts"], end))
+    out = []
+    for name, lo, hi in spans:
+        busy = union_us([(max(d["ts"], lo), min(d["ts"] + d["dur"], hi)) for d in device
+                         if d["ts"] < hi and d["ts"] + d["dur"] > lo])
+        out.append((name, float(lo), float(hi), float(busy)))
+    return out
+
+
+def _held_elsewhere(steps: list[Event], s: Event, launch: Event) -> bool:
+    """A launch on a thread that runs no step: it belongs to the innermost step (any thread) holding it."""
+    if any(same_thread(o, launch) for o in steps):
+        return False
+    holders = [o for o in steps if o["ts"] <= launch["ts"] < o["ts"] + o["dur"]]
+    return innermost(holders) is s
+
+
+def steady_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
+    """The step spans without a warm-up first step (over 3x the median of the others' spans)."""
+    spans = step_spans(path)
+    if len(spans) >= 2:
+        others = sorted(hi - lo for _n, lo, hi, _b in spans[1:])
+        mid = len(others) // 2
+        median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+        if spans[0][2] - spans[0][1] > 3 * median:
+            return spans[1:]
+    return spans
+
+
+def copy_only_op_names(path: Path | str) -> set[str]:
+    """Names of ops every call of which launched device work (itself or under it: launch calls on its
+    thread inside it) and all of it memcpy/memset, never a kernel."""
+    events = complete_events(path)
+    kinds: dict[Any, set[str]] = {}
+    for d in events:
+        if is_device_time(d) and "correlation" in (d.get("args") or {}):
+            kinds.setdefault(d["args"]["correlation"], set()).add("kernel" if category(d) in ("kernel", "mtia_ccp_events")
+                                                                   else "copy")
+    by_thread: dict[tuple[Any, Any], list[tuple[float, set[str]]]] = {}
+    for e in events:
+        corr = (e.get("args") or {}).get("correlation")
+        if category(e) in LAUNCH_CATS and corr in kinds:
+            by_thread.setdefault((e.get("pid"), e.get("tid")), []).append((e["ts"], kinds[corr]))
+    for v in by_thread.values():
+        v.sort(key=lambda x: x[0])
+    verdict: dict[str, bool] = {}
+    import bisect
+    for op in events:
+        if category(op) != "cpu_op":
+            continue
+        launches_ = by_thread.get((op.get("pid"), op.get("tid")), [])
+        starts = [t for t, _ in launches_]
+        i, j = bisect.bisect_left(starts, op["ts"]), bisect.bisect_left(starts, op["ts"] + op["dur"])
+        seen = set().union(*(k for _t, k in launches_[i:j])) if j > i else set()
+        if not seen:
+            continue
+        verdict[op["name"]] = verdict.get(op["name"], True) and seen == {"copy"}
+    return {n for n, only in verdict.items() if only}
+
+
+def graph_replayed_kernel_time(path: Path | str) -> dict[str, float]:
+    """µs per kernel name of the kernels whose correlation id is that of a graph launch call."""
+    events = complete_events(path)
+    graph = {(e.get("args") or {}).get("correlation") for e in events
+             if category(e) in LAUNCH_CATS and "GraphLaunch" in str(e.get("name", ""))}
+    out: dict[str, float] = {}
+    for d in events:
+        if category(d) == "kernel" and (d.get("args") or {}).get("correlation") in graph:
+            out[d["name"]] = out.get(d["name"], 0.0) + d["dur"]
+    return out

@@ -66,7 +66,7 @@ def test_payloads_round_trip(path: Path):
 
 
 def documented_report_keys() -> tuple[set[str], set[str]]:
-    """The report/2 keys and op row keys as docs/schema.md lists them."""
+    """The report/3 keys and op row keys as docs/schema.md lists them."""
     doc = (REPO / "docs" / "schema.md").read_text()
     section = doc.split("## `profuse report --format json`", 1)[1].split("\n\n", 2)[1]
     keys: set[str] = set()
@@ -91,7 +91,7 @@ def test_report_keys_are_the_documented_ones(capsys):
     assert main(["report", p, "--format", "json", "--no-advice"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == keys - {"hotspots", "interruptions", "fusion_candidates", "peaks", "roofline", "compiled",
-                               "roofline_note", "skewed_launches"}
+                               "roofline_note", "skewed_launches", "diagnosis"}
     assert all(set(r) == op_keys - {"shape"} for r in doc["ops"])
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..trace import Trace
 from .compiled import CompiledSummary, compiled_regions
+from .diagnosis import Diagnosis, diagnose
 from .fusion import Candidate, fusion_candidates
 from .hotspots import Hotspot, hotspots
 from .interruptions import Interruption, interruptions, skewed_launches
@@ -32,6 +33,7 @@ class Findings:
     compiled: CompiledSummary
     roofline_note: str | None = None   # "no peak for <device name>: ..." where there are no peaks
     skewed_launches: int = 0           # device activities starting before their launch call (clock skew)
+    diagnosis: Diagnosis | None = None
 
 
 def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None) -> Findings:
@@ -39,7 +41,8 @@ def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None)
     bundle recorded, else by datasheet peaks for a known device (see :func:`device_peaks`)."""
     bundle_peaks = trace.bundle.peaks if trace.bundle is not None else None
     peaks = device_peaks(trace, measured_peaks or bundle_peaks)
+    candidates, rows = fusion_candidates(trace), roofline(trace, peaks)
     return Findings(hotspots=hotspots(trace), interruptions=interruptions(trace),
-                    fusion_candidates=fusion_candidates(trace), peaks=peaks, roofline=roofline(trace, peaks),
-                    compiled=compiled_regions(trace), roofline_note=missing_peak(trace, peaks),
-                    skewed_launches=skewed_launches(trace))
+                    fusion_candidates=candidates, peaks=peaks, roofline=rows, compiled=compiled_regions(trace),
+                    roofline_note=missing_peak(trace, peaks), skewed_launches=skewed_launches(trace),
+                    diagnosis=diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows)))

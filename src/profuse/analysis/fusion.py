@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..trace import Trace
+from ..trace.schema import DEVICE_TIME_SQL
 from .opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
 from .scopes import ScopeInstance, Unit, scope_instances_with, scope_title
 
@@ -192,10 +193,12 @@ def _flows_into(a: Unit, b: Unit) -> bool:
     return any(d and lo * d == hi for d in last)
 
 
-def chains(inst: ScopeInstance, cpu: bool) -> list[list[Unit]]:
+def chains(inst: ScopeInstance, cpu: bool, copies: frozenset[int] = frozenset()) -> list[list[Unit]]:
     """Maximal runs of fusible units that could feed each other (views neither join nor break a run).
 
-    A run needs at least one op: a row of child modules (a norm after a norm) is no chain.
+    A run needs at least one op: a row of child modules (a norm after a norm) is no chain. An op in
+    ``copies`` (all its device work is memcpy/memset: an input transfer) is not fusible and breaks
+    the run: fusion cannot remove a copy between host and device.
     """
     out: list[list[Unit]] = []
     run: list[Unit] = []
@@ -208,7 +211,7 @@ def chains(inst: ScopeInstance, cpu: bool) -> list[list[Unit]]:
     for u in inst.units:
         if u.kind == "op" and op_class(u.name) == "view":
             continue
-        if not _fusible(u):
+        if not _fusible(u) or u.id in copies:
             close()
             continue
         if not _work(u, cpu):
@@ -353,10 +356,24 @@ def candidate_ops(trace: Trace) -> set[str]:
     return {n for (n,) in names if op_class(n) in _MATCHABLE}
 
 
+def copy_only_ops(trace: Trace) -> frozenset[int]:
+    """Ops that launched device work (themselves or below) all of which is memcpy/memset: copies,
+    never fusion candidates. A device event belongs to its op and every op enclosing that one."""
+    if trace.cpu_only:
+        return frozenset()
+    rows = trace.con.execute(f"""
+        WITH RECURSIVE up(op, copy) AS (
+            SELECT DISTINCT op, kind <> 'kernel' FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND op IS NOT NULL
+            UNION SELECT e.parent_op, up.copy FROM up JOIN events e ON e.id = up.op WHERE e.parent_op IS NOT NULL)
+        SELECT op FROM up GROUP BY op HAVING bool_and(copy)""").fetchall()
+    return frozenset(int(r[0]) for r in rows)
+
+
 def find_matches(trace: Trace) -> list[Match]:
     """Every match in every scope instance, in instance (start time) order: attention windows first,
     then SwiGLU pairs, then the chains of what is left (and multi-kernel norms on devices)."""
     cpu = trace.cpu_only
+    copies = copy_only_ops(trace)
     out: list[Match] = []
     for inst in scope_instances_with(trace, candidate_ops(trace)).values():
         taken: set[int] = set()
@@ -367,7 +384,7 @@ def find_matches(trace: Trace) -> list[Match]:
             if not taken & {u.id for u in window}:
                 out.append(_match("SiLU x mul (SwiGLU)", inst, window, cpu))
                 taken |= {u.id for u in window}
-        for run in chains(inst, cpu):
+        for run in chains(inst, cpu, copies):
             run = [u for u in run if u.id not in taken]
             if not cpu:
                 for u in [u for u in run if u.kind == "op" and op_class(u.name) == "norm" and u.kernels >= 2]:

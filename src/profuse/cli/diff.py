@@ -139,10 +139,13 @@ def run(args: argparse.Namespace) -> int:
 
         emit(junit(d), args.output)
     else:
+        from ..report.console_diagnosis import render_budget_diff
         from ..report.console_memory import render_memory_diff
         from ..report.diff import print_diff
 
         con = console()
         print_diff(con, d, args.top or None)
+        if d.budget is not None:
+            render_budget_diff(con, d.budget)
         render_memory_diff(con, memory, args.top or 15)
     return 1 if failed else 0

@@ -108,6 +108,11 @@ def run(args: argparse.Namespace) -> int:
         con = Console(file=buf, width=200, soft_wrap=False, color_system=None)
     else:
         con = console()
+    if advice is not None and advice.diagnosis is not None:  # the report opens with where the time went
+        from ..payloads.diagnosis import diagnosis_payload
+        from ..report.console_diagnosis import render_diagnosis
+
+        render_diagnosis(con, diagnosis_payload(advice.diagnosis))
     print_report(con, summary, table, args.top or None)
     from ..report.console_memory import render_memory
 

@@ -17,7 +17,7 @@ from typing import Any
 STATIC = Path(__file__).parent / "static"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
-MODULES = ("dom.js", "api.js", "timeline_model.js", "timeline_view.js", "views.js", "app.js")
+MODULES = ("dom.js", "api.js", "timeline_model.js", "timeline_view.js", "diagnosis.js", "views.js", "app.js")
 EXPLORER_START = "start_explorer.js"
 REPORT_START = "start_report.js"
 _NOT_INLINE = ("</script", "<!--", "<script")

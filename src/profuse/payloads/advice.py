@@ -12,6 +12,7 @@ from ..analysis.fusion import Candidate
 from ..analysis.hotspots import Hotspot
 from ..analysis.interruptions import Interruption
 from ..analysis.roofline import Peaks, RooflineRow
+from .diagnosis import DiagnosisPayload, diagnosis_payload
 
 
 class FusionCandidate(Struct):
@@ -54,6 +55,7 @@ class AdvicePayload(Struct):
     compiled: CompiledAdvice
     roofline_note: str | None = None   # "no peak for <device name>: ..." where there are no peaks
     skewed_launches: int = 0           # device activities starting before their launch call (clock skew)
+    diagnosis: DiagnosisPayload | None = None
 
 
 def _candidate(c: Candidate) -> FusionCandidate:
@@ -75,4 +77,5 @@ def advice_payload(advice: Findings) -> AdvicePayload:
         compiled=CompiledAdvice(regions=list(comp.regions), graph_breaks=comp.graph_breaks,
                                 eager_between=list(comp.eager_between),
                                 generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)),
-        roofline_note=advice.roofline_note, skewed_launches=advice.skewed_launches)
+        roofline_note=advice.roofline_note, skewed_launches=advice.skewed_launches,
+        diagnosis=diagnosis_payload(advice.diagnosis) if advice.diagnosis is not None else None)

@@ -80,8 +80,14 @@ def compiled_of(trace: Trace) -> CompiledView:
 
 
 def compare_of(a: Trace, b: Trace, *, gate_metric: str | None = None, threshold_pct: float | None = None) -> DiffPayload:
-    """Run A against run B (with the CI gate's metric and threshold when given)."""
-    return diff_payload(diff(a, b, gate_metric=gate_metric, threshold_pct=threshold_pct))
+    """Run A against run B (with the CI gate's metric and threshold when given), with their diagnoses'
+    budgets side by side."""
+    from ..analysis.diagnosis import diagnose
+    from .diagnosis import budget_diff
+
+    payload = diff_payload(diff(a, b, gate_metric=gate_metric, threshold_pct=threshold_pct))
+    payload.budget = budget_diff(diagnose(a), diagnose(b))
+    return payload
 
 
 def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: Findings | None, top: int | None,
@@ -89,6 +95,11 @@ def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: F
     """The HTML report's payloads from the analyses ``profuse report`` already ran (``advice`` None:
     ``--no-advice``); the ops and their kernels are the rows the table shows."""
     ops = ops_of(trace, top=top, table=table)
+    if advice is not None and advice.diagnosis is not None:  # the rows the lever cards link to
+        from .diagnosis import diagnosis_payload
+        from .diagnosis_rows import with_lever_rows
+
+        ops = with_lever_rows(ops, table, diagnosis_payload(advice.diagnosis))
     model = timeline_model(trace)
     try:
         lanes, window = model.lanes, timeline_window(model, None, None, timeline_width)

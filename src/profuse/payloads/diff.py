@@ -11,6 +11,7 @@ from ..analysis.diff import Diff, DiffRow, OpPair, Side
 from ..analysis.memory_diff import MemoryDiff
 from ..analysis.roofline import Peaks
 from ..analysis.significance import TEST, Verdict
+from .diagnosis import BudgetDiff
 
 DIFF_SCHEMA = "profuse.diff/2"
 
@@ -139,6 +140,7 @@ class DiffPayload(Struct, kw_only=True):
     test: str
     verdicts: list[VerdictEntry]
     memory: MemoryDiff | UnsetType = UNSET  # when either run recorded memory (analysis.memory_diff)
+    budget: BudgetDiff | None = None   # the two diagnoses' budgets, leaf by leaf
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:

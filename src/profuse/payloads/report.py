@@ -1,4 +1,4 @@
-"""The ``profuse report --format json`` document, schema ``profuse.report/2`` (docs/schema.md)."""
+"""The ``profuse report --format json`` document, schema ``profuse.report/3`` (docs/schema.md)."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,11 +11,12 @@ from ..analysis.interruptions import Interruption
 from ..analysis.roofline import Peaks, RooflineRow
 from ..analysis.summary import Summary
 from .advice import AdvicePayload, CompiledAdvice, FusionCandidate
+from .diagnosis import DiagnosisPayload
 from .memory import MemoryPayload
 from .ops import Ops, OpsRow
 from .overview import Capture, Totals, TraceInfo, capture, totals, trace_info
 
-SCHEMA = "profuse.report/2"
+SCHEMA = "profuse.report/3"
 
 
 class ReportDocument(Struct, kw_only=True):
@@ -25,6 +26,7 @@ class ReportDocument(Struct, kw_only=True):
     schema: str = SCHEMA
     trace: TraceInfo
     totals: Totals
+    diagnosis: DiagnosisPayload | UnsetType | None = UNSET   # first of the advice: where the time went
     device_busy: Busy | None
     steps: list[StepBusy]
     group_by: str

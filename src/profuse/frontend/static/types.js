@@ -19,6 +19,36 @@
  * @property {CompiledAdvice} compiled
  * @property {(string|null)} roofline_note
  * @property {number} skewed_launches
+ * @property {(DiagnosisPayload|null)} diagnosis
+ */
+
+/**
+ * Two runs' budgets (the steady steps', or the whole trace's) side by side, largest change first.
+ * @typedef {Object} BudgetDiff
+ * @property {number} a_span_us
+ * @property {number} b_span_us
+ * @property {string} a_scope
+ * @property {string} b_scope
+ * @property {Array<BudgetRow>} rows
+ */
+
+/**
+ * One leaf of a budget: ``busy/<class>``, ``idle/<cause>`` or (CPU-only) ``cpu/<class>`` / ``idle``.
+ * @typedef {Object} BudgetLeaf
+ * @property {string} key
+ * @property {number} us
+ * @property {number} pct
+ */
+
+/**
+ * One budget leaf in two runs; ``delta_us = b_us - a_us``.
+ * @typedef {Object} BudgetRow
+ * @property {string} key
+ * @property {number} a_us
+ * @property {number} b_us
+ * @property {number} delta_us
+ * @property {number} a_pct
+ * @property {number} b_pct
  */
 
 /**
@@ -138,6 +168,22 @@
  */
 
 /**
+ * Where the steady steps' (or the whole trace's) time went and what buys it back
+ * (docs/advisor.md); ``device`` false: no device claim (CPU-only, or device activity not recorded).
+ * @typedef {Object} DiagnosisPayload
+ * @property {boolean} device
+ * @property {string} scope
+ * @property {number} span_us
+ * @property {Array<BudgetLeaf>} budget
+ * @property {Array<StepGroup>} groups
+ * @property {Array<StepDiagnosis>} steps
+ * @property {Array<LeverCard>} levers
+ * @property {SmallItems} small_items
+ * @property {number} combined_gain_us
+ * @property {Array<string>} notes
+ */
+
+/**
  * One module or kernel name in both runs; ``delta_us = b_us - a_us``, ``ratio = b_us / a_us``.
  * @typedef {Object} DiffEntry
  * @property {string} name
@@ -172,6 +218,7 @@
  * @property {string} test
  * @property {Array<VerdictEntry>} verdicts
  * @property {MemoryDiff} [memory]
+ * @property {(BudgetDiff|null)} budget
  */
 
 /**
@@ -286,6 +333,21 @@
  * @property {string} name
  * @property {number} ts
  * @property {number} dur
+ */
+
+/**
+ * A change ranked by gain; ``gain_us`` is at most the sum of the leaves in ``draws``; ``ops`` and
+ * ``kernels`` name the op-table rows and kernels it is about.
+ * @typedef {Object} LeverCard
+ * @property {string} kind
+ * @property {string} target
+ * @property {number} gain_us
+ * @property {string} confidence
+ * @property {string} evidence
+ * @property {string} how
+ * @property {Array<string>} draws
+ * @property {Array<string>} ops
+ * @property {Array<string>} kernels
  */
 
 /**
@@ -587,6 +649,7 @@
  * @property {string} schema
  * @property {TraceInfo} trace
  * @property {Totals} totals
+ * @property {(DiagnosisPayload|null)} [diagnosis]
  * @property {(Busy|null)} device_busy
  * @property {Array<StepBusy>} steps
  * @property {string} group_by
@@ -670,6 +733,14 @@
  */
 
 /**
+ * Levers under 1% of the span (or 10 µs), folded into one line.
+ * @typedef {Object} SmallItems
+ * @property {number} count
+ * @property {number} gain_us
+ * @property {Array<string>} kinds
+ */
+
+/**
  * Busy and idle device time within one profiler step (or scope), and whether host launches bound it.
  * @typedef {Object} StepBusy
  * @property {string} name
@@ -679,6 +750,27 @@
  * @property {(number|null)} busy_pct
  * @property {boolean} launch_bound
  * @property {number} activities
+ */
+
+/**
+ * One step: ``phase``/``batch``/``tokens`` from a serving engine's step name (null where unknown).
+ * @typedef {Object} StepDiagnosis
+ * @property {string} name
+ * @property {(string|null)} phase
+ * @property {(number|null)} batch
+ * @property {(number|null)} tokens
+ * @property {number} span_us
+ * @property {Array<BudgetLeaf>} budget
+ * @property {boolean} warmup
+ */
+
+/**
+ * The steady steps of one kind (a serving phase, or ``step``) together: their summed budget.
+ * @typedef {Object} StepGroup
+ * @property {string} kind
+ * @property {number} count
+ * @property {number} span_us
+ * @property {Array<BudgetLeaf>} budget
  */
 
 /**

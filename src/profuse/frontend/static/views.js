@@ -26,7 +26,7 @@ function get(path) {
   return source.get(path);
 }
 
-async function overview(main, st) {
+async function overview(main, st, go) {
   const o = await get(`/api/${st.run}/overview`);
   if (!o) return main.append(el("p", {}, "no data"));
   const t = o.trace, n = o.totals, dev = o.device_label, advice = o.advice;
@@ -39,6 +39,8 @@ async function overview(main, st) {
       el("div", { class: "card", dataset: { category: k } }, el("div", { class: "muted" }, k), el("div", { class: "big" }, fmtUs(v)),
         el("span", { class: "bar", style: `width:${Math.round(180 * v / total)}px` })))),
     el("h2", {}, "Advice"));
+  // the diagnosis opens the overview, under the trace's name
+  if (advice && advice.diagnosis) main.children[1].after(profuse.diagnosis.render(advice.diagnosis, st, go));
   if (!advice) return main.append(el("p", { class: "muted", id: "no-advice" }, "advice not computed (--no-advice)"));
   const cands = advice.fusion_candidates;
   main.append(

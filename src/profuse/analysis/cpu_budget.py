@@ -1,0 +1,89 @@
+"""The time budget of a CPU-only trace: the CPU is the device, so each piece of a step goes to the
+innermost thing running on the step's thread: ``cpu/<class>`` for an op or annotation (the kernel
+classes of :mod:`.kernel_class`, from its name: ``gloo:all_reduce`` is communication),
+``cpu/python`` for a Python frame, ``cpu/other`` for anything else; where the step's thread runs
+nothing but the step, what another thread runs there (gloo's collective threads, a worker), and
+``idle`` when no thread runs anything. No device claim is made. Without steps, the span is the
+busiest thread's first to last event.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..trace import Trace
+from .kernel_class import _op_kernel_class
+
+if TYPE_CHECKING:
+    from .diagnosis import Diagnosis, _Step
+
+CPU_CLASSES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "communication", "other")
+CPU_LEAVES = (*(f"cpu/{c}" for c in CPU_CLASSES), "cpu/python", "idle")
+
+
+def _leaf(kind: str, name: str) -> int:
+    if kind in ("cpu_op", "annotation"):
+        return CPU_LEAVES.index(f"cpu/{_op_kernel_class(name) or 'other'}")
+    if kind == "python":
+        return CPU_LEAVES.index("cpu/python")
+    return CPU_LEAVES.index("cpu/other")
+
+
+def span_ns(trace: Trace, thread: int, lo: int, hi: int, skip: int) -> np.ndarray:
+    """ns per CPU leaf of [lo, hi) seen from ``thread`` (other threads fill its gaps), the event
+    ``skip`` (the step) left out."""
+    rows = trace.con.execute("""
+        SELECT greatest(ts, ?), least(ts + dur, ?), depth, kind, name FROM events
+        WHERE ts < ? AND ts + dur > ? AND id <> ? AND kind IN ('cpu_op', 'python', 'runtime',
+              'annotation', 'sync') AND NOT (kind = 'annotation' AND name LIKE 'ProfilerStep#%')
+        ORDER BY thread = ?, depth, ts, id""", [lo, hi, hi, lo, skip, thread]).fetchall()
+    out = np.zeros(len(CPU_LEAVES), dtype=np.int64)
+    rows = [r for r in rows if r[1] > r[0] and not (r[3] == "annotation" and r[0] == lo and r[1] == hi)]
+    cuts = np.unique(np.asarray([lo, hi, *(r[0] for r in rows), *(r[1] for r in rows)], dtype=np.int64))
+    cuts = cuts[(cuts >= lo) & (cuts <= hi)]
+    label = np.full(cuts.size - 1, CPU_LEAVES.index("idle"), dtype=np.int64)
+    for s, e, _depth, kind, name in rows:   # other threads, then the step's; shallow first: innermost last
+        i, j = np.searchsorted(cuts, s), np.searchsorted(cuts, e)
+        label[i:j] = _leaf(kind, name or "")
+    np.add.at(out, label, np.diff(cuts))
+    return out
+
+
+def _busiest_thread(trace: Trace) -> tuple[int, int, int] | None:
+    rows = trace.con.execute("""
+        SELECT thread, min(ts), max(ts + dur) FROM events WHERE depth = 0 AND thread IS NOT NULL
+        GROUP BY thread ORDER BY sum(dur) DESC, thread LIMIT 1""").fetchall()
+    return (int(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
+
+
+def cpu_diagnosis(trace: Trace, steps: list[_Step], candidates: list[Any]) -> Diagnosis:
+    """The CPU budget of each step (or of the busiest thread) and the fusion levers; no device claim."""
+    from .diagnosis import Diagnosis, Steady, StepBudget, leaves_of, warmup_index
+    from .levers import Context, rank_levers
+
+    spans = [(s.thread, s.ts, s.end, s.id) for s in steps]
+    if not spans:
+        busiest = _busiest_thread(trace)
+        spans = [(busiest[0], busiest[1], busiest[2], -1)] if busiest else []
+    warm = warmup_index([hi - lo for _t, lo, hi, _i in spans]) if steps else None
+    steady = Steady({k: 0 for k in CPU_LEAVES}, 0, [])
+    out = []
+    for i, (thread, lo, hi, sid) in enumerate(spans):
+        ns = span_ns(trace, thread, lo, hi, sid)
+        if steps:
+            st = steps[i]
+            out.append(StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens, round((hi - lo) / 1e3, 3),
+                                  leaves_of(CPU_LEAVES, ns, hi - lo), i == warm))
+        if i != warm:
+            steady.span_ns += hi - lo
+            for k, v in zip(CPU_LEAVES, ns):
+                steady.leaves[k] += int(v)
+    ctx = Context(trace=trace, work=None, labels=None, steady=steady, candidates=candidates, peaks=None,
+                  roofline_rows=[], target="steps" if steps else "whole trace", cpu=True)
+    levers, small, combined = rank_levers(ctx)
+    budget = leaves_of(CPU_LEAVES, np.asarray([steady.leaves[k] for k in CPU_LEAVES]), steady.span_ns)
+    return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
+                     budget=budget, steps=tuple(out), levers=levers, small_items=small, combined_gain_us=combined,
+                     notes=("CPU-only trace: the budget is the CPU time of the step's thread (other threads' "
+                            "where it runs nothing); no device claim",))

@@ -1,0 +1,236 @@
+"""Diagnosis: every nanosecond of each step given to one cause, and the changes that buy most back.
+
+``diagnose(trace)`` returns the time budget of each step (``ProfilerStep#N`` and serving-engine
+steps, :mod:`.serving_steps`), of the steady steps together (a first step several times slower than
+the others is a warm-up, reported apart), or of the whole trace when it has no steps; and the
+levers, ranked by gain, each bounded by the budget leaves it draws from, with the gain of pulling
+them all counted once (:mod:`.levers`). The leaves are defined in :mod:`.budget` (device traces) and
+:mod:`.cpu_budget` (CPU-only traces: op classes, Python, idle; no device claim). docs/advisor.md
+states every rule.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Trace
+from .budget import BUSY_PRIORITY, LEAVES, NOT_RECORDED, Labels, Pieces, device_work, labels, leaf_ns, pieces
+from .busy import owners
+from .serving_steps import STEP_SQL, StepName, merge, parse_step
+
+WARMUP_FACTOR = 3.0   # a first step this many times the median of the others is a warm-up
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One leaf of a budget: its key (``busy/gemm``, ``idle/host_sync``, ``cpu/python``), µs and % of the span."""
+
+    key: str
+    us: float
+    pct: float
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """One step: its name, what a serving engine's name says of it, its span and budget."""
+
+    name: str
+    phase: str | None
+    batch: int | None
+    tokens: int | None
+    span_us: float
+    budget: tuple[Leaf, ...]
+    warmup: bool
+
+    @property
+    def kind(self) -> str:
+        """How steps are grouped for display: the phase of a serving step, else ``step``."""
+        return self.phase or "step"
+
+
+@dataclass(frozen=True)
+class Lever:
+    """A change ranked by what it buys back: ``gain_us <= sum of the leaves in draws``."""
+
+    kind: str
+    target: str
+    gain_us: float
+    confidence: str
+    evidence: str
+    how: str
+    draws: tuple[str, ...]
+    ops: tuple[str, ...] = ()
+    kernels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The budget of the steady steps (or the whole trace), each step's, and the ranked levers."""
+
+    device: bool                 # False: a CPU-only trace, or no device activity recorded
+    scope: str                   # steps | trace
+    span_us: float
+    budget: tuple[Leaf, ...]
+    steps: tuple[StepBudget, ...]
+    levers: tuple[Lever, ...]
+    small_items: tuple[Lever, ...]
+    combined_gain_us: float
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Step:
+    id: int
+    name: str
+    ts: int
+    end: int
+    thread: int
+    depth: int
+    info: StepName
+
+
+def find_steps(trace: Trace) -> list[_Step]:
+    """The outermost step annotations of each thread in time order; a step annotation nested in
+    another (sglang's ``step[...]`` inside a vLLM-style name, either inside ``ProfilerStep#N``)
+    describes its outer step instead of being one."""
+    rows = trace.con.execute(f"""
+        SELECT id, name, ts, ts + dur, coalesce(thread, -2), coalesce(depth, 0) FROM events
+        WHERE kind = 'annotation' AND {STEP_SQL} ORDER BY 5, ts, dur DESC, id""").fetchall()
+    out: list[_Step] = []
+    for id_, name, ts, end, thread, depth in rows:
+        info = parse_step(name)
+        if info is None:
+            continue
+        outer = out[-1] if out and out[-1].thread == thread and ts >= out[-1].ts and end <= out[-1].end else None
+        if outer is not None:
+            out[-1] = _Step(outer.id, outer.name, outer.ts, outer.end, thread, outer.depth, merge(outer.info, info))
+            continue
+        out.append(_Step(int(id_), name, int(ts), int(end), int(thread), int(depth), info))
+    out.sort(key=lambda s: (s.ts, s.id))
+    return out
+
+
+def warmup_index(spans: list[int]) -> int | None:
+    """0 when the first step is a warm-up outlier (over WARMUP_FACTOR x the median of the others)."""
+    if len(spans) < 2:
+        return None
+    return 0 if spans[0] > WARMUP_FACTOR * statistics.median(spans[1:]) else None
+
+
+def leaves_of(keys: tuple[str, ...], ns: np.ndarray, span_ns: int) -> tuple[Leaf, ...]:
+    """The non-zero leaves, in key order, µs rounded to the ns."""
+    return tuple(Leaf(k, round(int(v) / 1e3, 3), round(100.0 * int(v) / span_ns, 2) if span_ns else 0.0)
+                 for k, v in zip(keys, ns) if v)
+
+
+@dataclass
+class Steady:
+    """What the steady spans hold beyond their leaves, for the levers."""
+
+    leaves: dict[str, int]
+    span_ns: int
+    pieces: list[Pieces]
+
+
+def trace_window(trace: Trace) -> tuple[int, int]:
+    """First start and last end of any event: the whole trace's span."""
+    (lo, hi), = trace.con.execute("SELECT min(ts), max(ts + dur) FROM events").fetchall()
+    return int(lo or 0), int(hi or 0)
+
+
+def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: object = None,
+             roofline_rows: list[object] | None = None) -> Diagnosis:
+    """The diagnosis of a loaded trace; ``candidates``, ``peaks`` and ``roofline_rows`` are the
+    advisor's fusion candidates, peaks and roofline when already computed (else computed here)."""
+    from .fusion import fusion_candidates
+    from .roofline import device_peaks, roofline
+
+    if candidates is None:
+        candidates = list(fusion_candidates(trace))
+    if peaks is None:
+        peaks = device_peaks(trace)
+    if roofline_rows is None:
+        roofline_rows = list(roofline(trace, peaks)) if peaks is not None else []   # type: ignore[arg-type]
+    steps = find_steps(trace)
+    if trace.cpu_only:
+        from .cpu_budget import cpu_diagnosis
+        return cpu_diagnosis(trace, steps, candidates)
+    return _device_diagnosis(trace, steps, candidates, peaks, roofline_rows)
+
+
+def _step_kinds(steps: list[StepBudget]) -> str:
+    kinds: dict[str, int] = defaultdict(int)
+    for s in steps:
+        if not s.warmup:
+            kinds[s.kind] += 1
+    return ", ".join(f"{k} x{n}" for k, n in kinds.items()) or "whole trace"
+
+
+def _device_diagnosis(trace: Trace, steps: list[_Step], candidates: list[object], peaks: object,
+                      roofline_rows: list[object]) -> Diagnosis:
+    from .levers import Context, rank_levers
+
+    sts = np.asarray([s.ts for s in steps], dtype=np.int64)
+    send = np.asarray([s.end for s in steps], dtype=np.int64)
+    sthr = np.asarray([s.thread for s in steps], dtype=np.int64)
+    w = device_work(trace, {s.thread for s in steps}, sts, send)
+    if w.acts.start.size == 0:
+        return _not_recorded(trace, steps)
+    lab = labels(w)
+    spans: list[tuple[int, int]] = []
+    if steps:
+        owner = owners(w.acts, sts, send, sthr)
+        for i, s in enumerate(steps):
+            m = owner == i
+            spans.append((s.ts, max(s.end, int(w.acts.end[m].max())) if m.any() else s.end))
+    else:
+        spans.append(trace_window(trace))
+    warm = warmup_index([hi - lo for lo, hi in spans])
+    out_steps: list[StepBudget] = []
+    steady = Steady({k: 0 for k in LEAVES}, 0, [])
+    for i, (lo, hi) in enumerate(spans):
+        p = pieces(lab, lo, hi)
+        ns = leaf_ns(lab, p)
+        if steps:
+            st = steps[i]
+            out_steps.append(StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens,
+                                        round((hi - lo) / 1e3, 3), leaves_of(LEAVES, ns, hi - lo), i == warm))
+        if i != warm:
+            steady.span_ns += hi - lo
+            steady.pieces.append(p)
+            for k, v in zip(LEAVES, ns):
+                steady.leaves[k] += int(v)
+    notes = []
+    if warm is not None:
+        notes.append(f"{steps[warm].name} is a warm-up outlier ({(spans[warm][1] - spans[warm][0]) / 1e3:.1f} µs, "
+                     f"over {WARMUP_FACTOR:g}x the median of the other steps): reported apart, levers from the others")
+    ctx = Context(trace=trace, work=w, labels=lab, steady=steady, candidates=candidates, peaks=peaks,
+                  roofline_rows=roofline_rows, target=_step_kinds(out_steps), cpu=False)
+    levers, small, combined = rank_levers(ctx)
+    budget = leaves_of(LEAVES, np.asarray([steady.leaves[k] for k in LEAVES]), steady.span_ns)
+    return Diagnosis(device=True, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
+                     budget=budget, steps=tuple(out_steps), levers=levers, small_items=small,
+                     combined_gain_us=combined, notes=tuple(notes))
+
+
+def _not_recorded(trace: Trace, steps: list[_Step]) -> Diagnosis:
+    """Launches but no device activity: the whole span is ``idle/not_recorded``; no device claim."""
+    from .levers import no_device_data
+
+    spans = [(s.ts, s.end) for s in steps] or [trace_window(trace)]
+    total = sum(hi - lo for lo, hi in spans)
+    one = (NOT_RECORDED,)
+    out = tuple(StepBudget(s.name, s.info.phase, s.info.batch, s.info.tokens, round((s.end - s.ts) / 1e3, 3),
+                           leaves_of(one, np.asarray([s.end - s.ts]), s.end - s.ts), False) for s in steps)
+    lever = no_device_data(trace)
+    return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(total / 1e3, 3),
+                     budget=leaves_of(one, np.asarray([total]), total), steps=out,
+                     levers=(lever,) if lever else (), small_items=(), combined_gain_us=0.0,
+                     notes=("the trace has device launches but no device activity: nothing is claimed about "
+                            "the device",))
+
+
+__all__ = ["BUSY_PRIORITY", "Diagnosis", "Labels", "Leaf", "Lever", "StepBudget", "diagnose", "find_steps"]

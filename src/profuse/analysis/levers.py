@@ -1,0 +1,385 @@
+"""The levers of a diagnosis: changes ranked by the time they buy back, each bounded by its leaves.
+
+Every lever names the budget leaves it ``draws`` from and its ``gain_us`` never exceeds their sum.
+``combined_gain_us`` pulls every lever in rank order, each taking at most what its leaves still
+hold, so no leaf's time is counted twice and the total never exceeds the span. Levers under
+``max(1% of the span, 10 µs)`` are folded into "small items". docs/advisor.md states each rule.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..trace import Trace
+from .budget import BUSY_PRIORITY, LEAVES, DeviceWork, Labels
+from .diagnosis import Lever, Steady
+from .opclass import op_class
+
+SMALL_PCT = 1.0
+SMALL_US = 10.0
+GEMM_UNKNOWN_SHARE = 0.3   # no roofline: assume a tuned GEMM reaches 70% of what this one takes
+FP32_UNKNOWN_SPEEDUP = 2.0  # no peak table: every matrix unit here runs half precision at least 2x FP32
+
+FUSION_DRAWS = ("busy/elementwise", "busy/norm", "busy/reduction", "busy/other", "busy/attention")
+ATTENTION_DRAWS = ("busy/reduction", "busy/elementwise", "busy/other", "busy/gemm")
+CPU_FUSION_DRAWS = ("cpu/elementwise", "cpu/norm", "cpu/reduction", "cpu/other", "cpu/gemm", "cpu/attention")
+SLUG = {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm", "softmax": "softmax", "GELU (tanh)": "gelu",
+        "GELU (erf)": "gelu", "SiLU x mul (SwiGLU)": "swiglu", "QuickGELU (x * sigmoid(1.702 x))": "quickgelu",
+        "SiLU (x * sigmoid(x))": "silu", "rotary embedding": "rotary", "residual add + norm": "residual_norm",
+        "bias + activation": "bias_activation", "multi-kernel norm": "norm", "pointwise chain": "pointwise"}
+
+HOW = {
+    "cuda_graphs": "capture the step in a graph: torch.compile(mode=\"reduce-overhead\") or torch.cuda.CUDAGraph "
+                   "(HIP graphs on ROCm); serving engines: run without eager mode (vLLM without enforce_eager, "
+                   "sglang without --disable-cuda-graph)",
+    "cpu_work": "overlap the CPU work with device work (DataLoader num_workers > 0 and pin_memory=True, prefetch "
+                "the next batch, a side thread), move it to the device, or cut it",
+    "pinned_memory": "put the host tensors in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)) "
+                     "and copy with .to(device, non_blocking=True), or prefetch on a side stream",
+    "precision": "run the matrix work in lower precision: torch.autocast(device_type, dtype=torch.bfloat16) or "
+                 "a bf16/fp16 model; or allow TF32 (torch.set_float32_matmul_precision('high'), "
+                 "torch.backends.cudnn.allow_tf32 = True)",
+    "gemm": "check the GEMM shapes (dimensions multiples of 16/64), the dtype, and the backend's tuning "
+            "(PYTORCH_TUNABLEOP_ENABLED=1, hipBLASLt/cuBLASLt tuning, torch.compile(mode=\"max-autotune\"))",
+    "communication": "overlap the collectives with compute (DDP bucket_cap_mb, FSDP forward/backward prefetch, "
+                     "async ops waited on later) or send fewer, larger collectives",
+    "no_device_data": "record device activity: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+                      "ProfilerActivity.CUDA]) (CUPTI on NVIDIA, roctracer/rocprofiler on ROCm); check that no "
+                      "other profiler holds CUPTI and that profiling is allowed for this user",
+    "sync_copy": "keep the value on the device (no .item()/.cpu()/.tolist() inside the step), or copy into "
+                 "pinned memory with non_blocking=True and synchronise once, later",
+    "sync_wait": "remove the synchronise from the step (timing or debugging code?), or move it to where the "
+                 "result is needed",
+}
+
+
+@dataclass
+class Context:
+    """What the levers are computed from: the trace, its classified work, and the steady spans."""
+
+    trace: Trace
+    work: DeviceWork | None
+    labels: Labels | None
+    steady: Steady
+    candidates: list[Any]
+    peaks: Any
+    roofline_rows: list[Any]
+    target: str
+    cpu: bool
+
+    def leaf(self, *keys: str) -> int:
+        """ns in these leaves of the steady budget."""
+        return sum(self.steady.leaves.get(k, 0) for k in keys)
+
+
+def _lever(ctx: Context, kind: str, target: str, gain_ns: float, confidence: str, evidence: str, how: str,
+           draws: tuple[str, ...], **kw: Any) -> Lever:
+    """A lever with its gain bounded by its leaves."""
+    gain = min(max(float(gain_ns), 0.0), float(ctx.leaf(*draws)))
+    return Lever(kind, target, round(gain / 1e3, 3), confidence, evidence, how, draws, **kw)
+
+
+def _pieces(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ps = ctx.steady.pieces
+    if not ps:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    return (np.concatenate([p.start for p in ps]), np.concatenate([p.ns for p in ps]),
+            np.concatenate([p.idx for p in ps]))
+
+
+def _us(ns: float) -> str:
+    us = ns / 1e3
+    return f"{us / 1e3:.2f} ms" if us >= 1e3 else f"{us:.1f} µs"
+
+
+def _top(counter: Counter[str], n: int = 3) -> list[str]:
+    return [k for k, _ in counter.most_common(n) if k]
+
+
+def device_levers(ctx: Context) -> list[Lever]:
+    """Every device lever that applies to the steady spans."""
+    assert ctx.work is not None and ctx.labels is not None
+    start, ns, idx = _pieces(ctx)
+    label = ctx.labels.label[idx] if idx.size else idx
+    out: list[Lever] = []
+    out += _graphs(ctx, ns, idx, label)
+    out += _host_sync(ctx, start, ns, label)
+    out += _cpu_work(ctx, start, ns, label)
+    out += _pinned(ctx, ns, idx, label)
+    out += _precision(ctx, ns, idx, label)
+    out += _gemm(ctx)
+    comm = ctx.leaf("busy/communication")
+    if comm:
+        out.append(_lever(ctx, "communication", "collectives", comm, "medium",
+                          f"{_us(comm)} of collectives not overlapped with compute", HOW["communication"],
+                          ("busy/communication",), kernels=tuple(_kernels(ctx, "communication"))))
+    out += fusion_levers(ctx, FUSION_DRAWS, ATTENTION_DRAWS)
+    return out
+
+
+def _kernels(ctx: Context, cls: str, mask: np.ndarray | None = None) -> list[str]:
+    w = ctx.work
+    assert w is not None
+    m = w.cls == BUSY_PRIORITY.index(cls)
+    if mask is not None:
+        m &= mask
+    c: Counter[str] = Counter()
+    for name, s, e in zip(w.name[m], w.acts.start[m], w.acts.end[m]):
+        c[name] += int(e - s)
+    return _top(c)
+
+
+def _graphs(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray) -> list[Lever]:
+    causes = {k: ctx.leaf(k) for k in ("idle/host_sync", "idle/launch_overhead", "idle/cpu_other", "idle/no_work")}
+    launch = causes["idle/launch_overhead"]
+    if not launch:
+        return []
+    busy = ctx.leaf(*(k for k in LEAVES if k.startswith("busy/")))
+    assert ctx.labels is not None
+    replayed = int(ns[(label < len(BUSY_PRIORITY)) & ctx.labels.graph[idx]].sum()) if idx.size else 0
+    idle = sum(causes.values())
+    ev = f"idle {_us(idle)} of the span, {_us(launch)} of it while the host dispatches and launches"
+    if replayed:
+        ev += f"; graphs already replay {100 * replayed / busy:.0f}% of the busy time: the rest launches eagerly"
+    dominant = launch >= max(causes.values())
+    return [_lever(ctx, "cuda_graphs", ctx.target, launch, "medium" if dominant else "low", ev,
+                   HOW["cuda_graphs"], ("idle/launch_overhead",))]
+
+
+def _prefix_argmax(end: np.ndarray) -> np.ndarray:
+    """For each i, the index of the largest end among 0..i."""
+    run = np.maximum.accumulate(end)
+    idx: np.ndarray = np.maximum.accumulate(np.where(end == run, np.arange(end.size), 0))
+    return idx
+
+
+def _host_sync(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
+    w = ctx.work
+    assert w is not None
+    m = label == BUSY_PRIORITY.__len__()
+    if not m.any() or w.sync_ts.size == 0:
+        return []
+    j = np.clip(np.searchsorted(w.sync_ts, start[m], side="right") - 1, 0, None)
+    call = w.sync_id[_prefix_argmax(w.sync_end)[j]]
+    per: Counter[int] = Counter()
+    for c, v in zip(call, ns[m]):
+        per[int(c)] += int(v)
+    sites = _sync_sites(ctx.trace, list(per))
+    by_site: dict[tuple[str, str, str, str], list[int]] = {}
+    for c, v in per.items():
+        site = sites.get(c, ("?", "", "", ""))
+        acc = by_site.setdefault(site, [0, 0])
+        acc[0] += v
+        acc[1] += 1
+    out = []
+    for (call_name, op, module, frame), (v, n) in by_site.items():
+        where = " ".join(x for x in (f"in {op}" if op else "", f"under {module}" if module else "",
+                                     f"at {frame}" if frame else "") if x)
+        copy = "memcpy" in call_name.lower()
+        out.append(_lever(ctx, "host_sync", f"{call_name} {where}".strip(), v, "high",
+                          f"the host blocked {_us(v)} in {n} call(s) of {call_name} while the device was idle",
+                          HOW["sync_copy" if copy or "item" in op or "local_scalar" in op else "sync_wait"],
+                          ("idle/host_sync",), ops=(op,) if op else ()))
+    return out
+
+
+def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, str]]:
+    """Call id -> (call name, outermost op, module class, innermost Python frame)."""
+    if not ids:
+        return {}
+    rows = trace.con.execute(f"""
+        SELECT c.id, c.name,
+          (SELECT o.name FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op' AND o.parent_op IS NULL
+             AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts LIMIT 1),
+          (SELECT s.name FROM scopes s WHERE s.id = c.module),
+          (SELECT p.name FROM events p WHERE p.thread = c.thread AND p.kind = 'python' AND p.ts <= c.ts
+             AND p.ts + p.dur >= c.ts + c.dur AND p.name NOT LIKE 'nn.Module:%' ORDER BY p.ts DESC, p.dur LIMIT 1)
+        FROM events c WHERE c.id IN ({", ".join(str(int(i)) for i in ids)})""").fetchall()
+    return {int(r[0]): (r[1] or "", r[2] or "", r[3] or "", r[4] or "") for r in rows}
+
+
+def _outer_ops(trace: Trace, ids: list[int]) -> dict[int, str]:
+    """Call id -> the outermost op around it (what the code called: ``aten::to``, not its ``copy_``)."""
+    if not ids:
+        return {}
+    rows = trace.con.execute(f"""
+        SELECT c.id, (SELECT o.name FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op'
+                      AND o.parent_op IS NULL AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts LIMIT 1)
+        FROM events c WHERE c.id IN ({", ".join(str(i) for i in sorted(set(ids)))})""").fetchall()
+    return {int(r[0]): r[1] or "" for r in rows}
+
+
+def _cpu_work(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
+    w = ctx.work
+    assert w is not None
+    v = ctx.leaf("idle/cpu_other")
+    if not v:
+        return []
+    m = label == len(BUSY_PRIORITY) + 2
+    t, v_ns = start[m], ns[m]
+    top = w.host_top
+    held = _covering(w.host_ts[top], w.host_end[top], t)
+    top_name = w.host_name[top]
+    ops: Counter[str] = Counter()
+    for i, v_ in zip(held[held >= 0], v_ns[held >= 0]):
+        ops[str(top_name[i])] += int(v_)
+    names = ops + _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, t[held < 0], v_ns[held < 0])
+    top_names = _top(names, 4)
+    ev = f"the launching thread worked {_us(v)} outside launches while the device was idle" + (
+        f": {', '.join(top_names)}" if top_names else "")
+    return [_lever(ctx, "cpu_work", ctx.target, v, "medium", ev, HOW["cpu_work"], ("idle/cpu_other",),
+                   ops=tuple(_top(ops, 4)))]
+
+
+def _covering(ts: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time t, the index of an interval (sorted by start) holding it, or -1: the one with
+    the latest end among those started by t."""
+    if ts.size == 0:
+        return np.full(t.size, -1, dtype=np.int64)
+    j = np.searchsorted(ts, t, side="right") - 1
+    best = _prefix_argmax(end)[np.clip(j, 0, None)]
+    out: np.ndarray = np.where((j >= 0) & (end[best] > t), best, -1)
+    return out
+
+
+def _holder_names(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, name: np.ndarray, is_op: np.ndarray,
+                  t: np.ndarray, ns: np.ndarray, back: int = 64) -> Counter[str]:
+    """ns per name of what held each time t: the outermost op holding it (what the code called),
+    else the innermost Python frame or runtime call (among the ``back`` latest starts before t)."""
+    out: Counter[str] = Counter()
+    if ts.size == 0 or t.size == 0:
+        return out
+    last = np.searchsorted(ts, t, side="right") - 1
+    best = np.full(t.size, -1, dtype=np.int64)
+    # score: an op beats any non-op; among ops the shallowest wins, among the others the deepest
+    best_score = np.full(t.size, -(2 ** 40), dtype=np.int64)
+    for k in range(back):
+        j = last - k
+        ok = j >= 0
+        jc = np.clip(j, 0, None)
+        score = np.where(is_op[jc], 2 ** 30 - depth[jc], depth[jc])
+        hold = ok & (ts[jc] <= t) & (t < end[jc]) & (score > best_score)
+        best = np.where(hold, jc, best)
+        best_score = np.where(hold, score, best_score)
+    for b, v in zip(best, ns):
+        if b >= 0:
+            out[str(name[b])] += int(v)
+    return out
+
+
+def _pinned(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray) -> list[Lever]:
+    assert ctx.labels is not None and ctx.work is not None
+    if not idx.size:
+        return []
+    v = int(ns[(label == BUSY_PRIORITY.index("memcpy_h2d")) & ctx.labels.pageable[idx]].sum())
+    if not v:
+        return []
+    w = ctx.work
+    outer = _outer_ops(ctx.trace, [int(i) for i in w.acts.launch_id[w.pageable] if i >= 0])
+    ops: Counter[str] = Counter()
+    for lid, s, e in zip(w.acts.launch_id[w.pageable], w.acts.start[w.pageable], w.acts.end[w.pageable]):
+        ops[outer.get(int(lid), "")] += int(e - s)
+    return [_lever(ctx, "pinned_memory", ", ".join(_top(ops)) or "host-to-device copies", v, "high",
+                   f"{_us(v)} of pageable host-to-device copies not overlapped with compute", HOW["pinned_memory"],
+                   ("busy/memcpy_h2d",), ops=tuple(_top(ops)))]
+
+
+def _precision(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray) -> list[Lever]:
+    assert ctx.labels is not None and ctx.work is not None
+    if not idx.size:
+        return []
+    mat = (label == BUSY_PRIORITY.index("gemm")) | (label == BUSY_PRIORITY.index("conv"))
+    v = int(ns[mat & ctx.labels.fp32[idx]].sum())
+    if not v:
+        return []
+    p = ctx.peaks
+    if p is not None:
+        fast = max(p.tflops_tf32, p.tflops_half)
+        if fast <= p.tflops_fp32:
+            return []
+        gain, conf = v * (1 - p.tflops_fp32 / fast), "medium"
+        ev = (f"{_us(v)} of FP32 GEMM/conv kernels; {p.source}: FP32 {p.tflops_fp32:g} TFLOP/s, "
+              f"TF32/BF16 up to {fast:g} TFLOP/s")
+    else:
+        gain, conf = v * (1 - 1 / FP32_UNKNOWN_SPEEDUP), "low"
+        ev = f"{_us(v)} of FP32 GEMM/conv kernels; no peak table for this device: assumed {FP32_UNKNOWN_SPEEDUP:g}x"
+    kernels = tuple(_kernels(ctx, "gemm", ctx.work.fp32) + _kernels(ctx, "conv", ctx.work.fp32))[:4]
+    return [_lever(ctx, "precision", "FP32 GEMM/conv kernels", gain, conf, ev, HOW["precision"],
+                   ("busy/gemm", "busy/conv"), kernels=kernels)]
+
+
+def _gemm(ctx: Context) -> list[Lever]:
+    busy = {k: ctx.leaf(k) for k in LEAVES if k.startswith("busy/")}
+    gemm = busy["busy/gemm"]
+    if not gemm or gemm < max(busy.values()) or 2 * sum(busy.values()) < ctx.steady.span_ns:
+        return []
+    rows = [r for r in ctx.roofline_rows if op_class(r.name) == "matmul" and "conv" not in r.name]
+    known = [r for r in rows if r.roofline_us is not None]
+    kernels = tuple(_kernels(ctx, "gemm"))
+    if known:
+        above = sum(max(r.time_us - r.roofline_us, 0.0) for r in known) * 1e3
+        pct = ", ".join(f"{r.name} {r.pct_of_roofline:.0f}%" for r in known[:3] if r.pct_of_roofline is not None)
+        return [_lever(ctx, "gemm", "GEMM kernels", above, "medium",
+                       f"GEMMs take {_us(gemm)} of a device-bound span; % of roofline: {pct}", HOW["gemm"],
+                       ("busy/gemm",), ops=tuple(r.name for r in known[:3]), kernels=kernels)]
+    return [_lever(ctx, "gemm", "GEMM kernels", gemm * GEMM_UNKNOWN_SHARE, "low",
+                   f"GEMMs take {_us(gemm)} of a device-bound span; no FLOP model or peaks: the gain assumes "
+                   f"{100 * (1 - GEMM_UNKNOWN_SHARE):.0f}% of this time is reachable", HOW["gemm"], ("busy/gemm",),
+                   kernels=kernels)]
+
+
+def fusion_levers(ctx: Context, draws: tuple[str, ...], attention_draws: tuple[str, ...]) -> list[Lever]:
+    """The advisor's fusion candidates as ``fusion:<pattern>`` levers (eager attention as
+    ``attention_kernel``), each at most its predicted saving and its leaves."""
+    out = []
+    for c in ctx.candidates:
+        attention = c.pattern.startswith("attention")
+        kind = "attention_kernel" if attention else f"fusion:{SLUG.get(c.pattern, 'pointwise')}"
+        ev = (f"{c.instances} instance(s), {c.kernels_per_instance:g} kernels each, {_us(c.device_us * 1e3)} now; "
+              f"the memory-traffic model predicts {_us(c.predicted_saving_us * 1e3)} saved")
+        out.append(_lever(ctx, kind, f"{c.pattern} in {c.scope}", c.predicted_saving_us * 1e3, c.confidence, ev,
+                          c.recommendation, attention_draws if attention else draws, ops=tuple(c.ops)))
+    return out
+
+
+def no_device_data(trace: Trace) -> Lever | None:
+    """The lever for a trace with launches and no device activity (it claims no gain)."""
+    (n,), = trace.con.execute("SELECT count(*) FROM events WHERE kind = 'runtime' AND "
+                              "(name ILIKE '%launch%' OR name ILIKE 'runFunction%' OR name ILIKE 'enqueue%')"
+                              ).fetchall()
+    return Lever("no_device_data", "the trace", 0.0, "high",
+                 f"{n:,} launch call(s) but no kernel, copy or memset event: device activity was not recorded",
+                 HOW["no_device_data"], ())
+
+
+def rank_levers(ctx: Context) -> tuple[tuple[Lever, ...], tuple[Lever, ...], float]:
+    """(ranked levers, small items, combined gain in µs)."""
+    levers = device_levers(ctx) if not ctx.cpu else fusion_levers(ctx, CPU_FUSION_DRAWS, CPU_FUSION_DRAWS)
+    return rank(levers, ctx.steady.leaves, ctx.steady.span_ns)
+
+
+def rank(levers: list[Lever], leaves: dict[str, int], span_ns: int) -> tuple[tuple[Lever, ...], tuple[Lever, ...],
+                                                                              float]:
+    """Sort by gain, fold the small ones, and pull them all in rank order, each taking at most what
+    its leaves still hold (no time counted twice)."""
+    levers = sorted(levers, key=lambda lv: (lv.kind != "no_device_data", -lv.gain_us, lv.kind, lv.target))
+    small_us = max(SMALL_PCT / 100 * span_ns / 1e3, SMALL_US)
+    ranked = tuple(lv for lv in levers if lv.kind == "no_device_data" or lv.gain_us >= small_us)
+    small = tuple(lv for lv in levers if lv not in ranked)
+    left = dict(leaves)
+    combined = 0
+    for lv in levers:
+        want = round(lv.gain_us * 1e3)
+        for k in lv.draws:
+            take = min(want, left.get(k, 0))
+            left[k] = left.get(k, 0) - take
+            want -= take
+            combined += take
+    return ranked, small, round(combined / 1e3, 3)
+
+
+__all__ = ["Context", "rank", "rank_levers"]

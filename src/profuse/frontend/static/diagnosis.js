@@ -1,0 +1,82 @@
+// The diagnosis on the overview: a stacked bar per kind of step (and per step), and the levers as
+// cards linking to the op-table rows they are about. Renders the DiagnosisPayload as sent; every
+// number shown is one of its fields. A classic script that adds `profuse.diagnosis`.
+(function (profuse) {
+"use strict";
+
+const { el, fmtUs } = profuse.dom;
+
+// one colour per leaf; busy leaves are greens and blues, idle leaves reds and greys
+const COLOURS = {
+  "busy/gemm": "#1b7f3b", "busy/attention": "#2e9e5b", "busy/conv": "#4fb36f", "busy/norm": "#7cc68f",
+  "busy/elementwise": "#a5d8a9", "busy/reduction": "#5f9ea0", "busy/other": "#8fb8c9",
+  "busy/communication": "#3a6fb0", "busy/memcpy_h2d": "#c9a227", "busy/memcpy_d2h": "#d9b54a",
+  "busy/memcpy_d2d": "#e6cb7a", "busy/memset": "#efdca6", "idle/host_sync": "#b00020",
+  "idle/launch_overhead": "#e0583b", "idle/cpu_other": "#f08c6c", "idle/no_work": "#bdbdbd",
+  "idle/not_recorded": "#8d8d8d", "cpu/python": "#7cc68f", idle: "#bdbdbd",
+};
+
+function colour(key) {
+  return COLOURS[key] || (key.startsWith("cpu/") ? "#2e9e5b" : "#999");
+}
+
+/** One stacked bar: a segment per leaf, its width its share of the span. */
+function stack(budget, label) {
+  return el("div", { class: "stack-row" },
+    el("span", { class: "stack-label" }, label),
+    el("div", { class: "stack", role: "img", "aria-label": label },
+      budget.filter(l => l.pct > 0).map(l => el("span", {
+        class: "seg", title: `${l.key}: ${fmtUs(l.us)} (${l.pct}%)`, dataset: { key: l.key, us: String(l.us) },
+        style: `width:${l.pct}%;background:${colour(l.key)}`,
+      }))));
+}
+
+function legend(budget) {
+  return el("div", { class: "legend muted" }, budget.map(l => el("span", { class: "leg", dataset: { key: l.key } },
+    el("span", { class: "swatch", style: `background:${colour(l.key)}` }), `${l.key} ${fmtUs(l.us)} (${l.pct}%)`)));
+}
+
+/** A lever's card: gain, how, evidence, and links to the rows it is about. */
+function card(lv, span, st, go) {
+  const links = lv.ops.map(op => el("a", {
+    href: "#", class: "lever-op", dataset: { op },
+    on: { click: e => { e.preventDefault(); go({ view: "ops", run: st.run, op }); } },
+  }, op));
+  const kernels = lv.kernels.map(k => el("a", {
+    href: "#", class: "lever-kernel", title: k,
+    on: { click: e => { e.preventDefault(); go({ view: "timeline", run: st.run }); } },
+  }, k.length > 60 ? k.slice(0, 59) + "…" : k));
+  return el("div", { class: "card lever", dataset: { kind: lv.kind, gain: String(lv.gain_us) } },
+    el("div", {}, el("b", {}, lv.kind), " ", lv.target),
+    el("div", { class: "big" }, `save up to ${fmtUs(lv.gain_us)}` + (span ? ` (${(100 * lv.gain_us / span).toFixed(0)}%)` : "")),
+    el("div", { class: "muted" }, `confidence: ${lv.confidence} · ${lv.evidence}`),
+    el("div", { class: "rec" }, lv.how),
+    links.length ? el("div", {}, "ops: ", links) : null,
+    kernels.length ? el("div", { class: "muted" }, "kernels (timeline): ", kernels) : null);
+}
+
+/** The diagnosis section (returned, for the caller to place): bars, warm-up, notes, lever cards,
+ * small items, combined gain. */
+function render(d, st, go) {
+  const box = el("section", { id: "diagnosis" });
+  box.append(el("h2", {}, `Where the time went (${d.scope === "steps" ? "steady steps" : "whole trace"}, ${fmtUs(d.span_us)})`));
+  const rows = d.groups.length ? d.groups.map(g => stack(g.budget, `${g.kind} ×${g.count} (${fmtUs(g.span_us)})`))
+    : [stack(d.budget, "whole trace")];
+  box.append(...rows, legend(d.budget));
+  if (d.steps.length > 1) {
+    box.append(el("details", {}, el("summary", {}, `each step (${d.steps.length})`),
+      d.steps.map(s => stack(s.budget, `${s.warmup ? "warm-up " : ""}${s.name} (${fmtUs(s.span_us)})`))));
+  }
+  for (const n of d.notes) box.append(el("p", { class: "warn" }, n));
+  box.append(el("h2", {}, `Levers (pulling all: ${fmtUs(d.combined_gain_us)} of ${fmtUs(d.span_us)})`));
+  box.append(d.levers.length ? el("div", { class: "cards", id: "levers" }, d.levers.map(lv => card(lv, d.span_us, st, go)))
+    : el("p", { class: "muted" }, "no lever above 1% of the span"));
+  if (d.small_items.count) {
+    box.append(el("p", { class: "muted", id: "small-items" },
+      `small items: ${d.small_items.count} lever(s) under 1% of the span, ${fmtUs(d.small_items.gain_us)} together (${d.small_items.kinds.join(", ")})`));
+  }
+  return box;
+}
+
+profuse.diagnosis = { render };
+})(globalThis.profuse = globalThis.profuse || {});

@@ -1,0 +1,149 @@
+"""The diagnosis as sent: the JSON report's ``diagnosis`` key, the Overview's, the HTML report's and
+the console's (one record, so every renderer shows the same numbers)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from msgspec import Struct
+
+from ..analysis.diagnosis import Diagnosis, Leaf, Lever, StepBudget
+
+
+class BudgetLeaf(Struct):
+    """One leaf of a budget: ``busy/<class>``, ``idle/<cause>`` or (CPU-only) ``cpu/<class>`` / ``idle``."""
+
+    key: str
+    us: float
+    pct: float
+
+
+class StepDiagnosis(Struct):
+    """One step: ``phase``/``batch``/``tokens`` from a serving engine's step name (null where unknown)."""
+
+    name: str
+    phase: str | None
+    batch: int | None
+    tokens: int | None
+    span_us: float
+    budget: list[BudgetLeaf]
+    warmup: bool
+
+
+class StepGroup(Struct):
+    """The steady steps of one kind (a serving phase, or ``step``) together: their summed budget."""
+
+    kind: str
+    count: int
+    span_us: float
+    budget: list[BudgetLeaf]
+
+
+class LeverCard(Struct):
+    """A change ranked by gain; ``gain_us`` is at most the sum of the leaves in ``draws``; ``ops`` and
+    ``kernels`` name the op-table rows and kernels it is about."""
+
+    kind: str
+    target: str
+    gain_us: float
+    confidence: str
+    evidence: str
+    how: str
+    draws: list[str]
+    ops: list[str]
+    kernels: list[str]
+
+
+class SmallItems(Struct):
+    """Levers under 1% of the span (or 10 µs), folded into one line."""
+
+    count: int
+    gain_us: float
+    kinds: list[str]
+
+
+class DiagnosisPayload(Struct):
+    """Where the steady steps' (or the whole trace's) time went and what buys it back
+    (docs/advisor.md); ``device`` false: no device claim (CPU-only, or device activity not recorded)."""
+
+    device: bool
+    scope: str
+    span_us: float
+    budget: list[BudgetLeaf]
+    groups: list[StepGroup]
+    steps: list[StepDiagnosis]
+    levers: list[LeverCard]
+    small_items: SmallItems
+    combined_gain_us: float
+    notes: list[str]
+
+
+def _leaves(leaves: tuple[Leaf, ...]) -> list[BudgetLeaf]:
+    return [BudgetLeaf(key=lf.key, us=lf.us, pct=lf.pct) for lf in leaves]
+
+
+def _card(lv: Lever) -> LeverCard:
+    return LeverCard(kind=lv.kind, target=lv.target, gain_us=lv.gain_us, confidence=lv.confidence,
+                     evidence=lv.evidence, how=lv.how, draws=list(lv.draws), ops=list(lv.ops),
+                     kernels=list(lv.kernels))
+
+
+def _groups(steps: tuple[StepBudget, ...]) -> list[StepGroup]:
+    """Steady steps summed per kind, in order of first appearance; leaves keep the budget's order."""
+    span: dict[str, int] = defaultdict(int)
+    count: dict[str, int] = defaultdict(int)
+    ns: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for s in steps:
+        if s.warmup:
+            continue
+        count[s.kind] += 1
+        span[s.kind] += round(s.span_us * 1e3)
+        for lf in s.budget:
+            ns[s.kind][lf.key] += round(lf.us * 1e3)
+    return [StepGroup(kind=k, count=count[k], span_us=round(span[k] / 1e3, 3),
+                      budget=[BudgetLeaf(key=key, us=round(v / 1e3, 3),
+                                         pct=round(100.0 * v / span[k], 2) if span[k] else 0.0)
+                              for key, v in ns[k].items()]) for k in count]
+
+
+def diagnosis_payload(d: Diagnosis) -> DiagnosisPayload:
+    """The record every renderer sends."""
+    return DiagnosisPayload(
+        device=d.device, scope=d.scope, span_us=d.span_us, budget=_leaves(d.budget), groups=_groups(d.steps),
+        steps=[StepDiagnosis(name=s.name, phase=s.phase, batch=s.batch, tokens=s.tokens, span_us=s.span_us,
+                             budget=_leaves(s.budget), warmup=s.warmup) for s in d.steps],
+        levers=[_card(lv) for lv in d.levers],
+        small_items=SmallItems(count=len(d.small_items), gain_us=round(sum(lv.gain_us for lv in d.small_items), 3),
+                               kinds=sorted({lv.kind for lv in d.small_items})),
+        combined_gain_us=d.combined_gain_us, notes=list(d.notes))
+
+
+class BudgetRow(Struct):
+    """One budget leaf in two runs; ``delta_us = b_us - a_us``."""
+
+    key: str
+    a_us: float
+    b_us: float
+    delta_us: float
+    a_pct: float
+    b_pct: float
+
+
+class BudgetDiff(Struct):
+    """Two runs' budgets (the steady steps', or the whole trace's) side by side, largest change first."""
+
+    a_span_us: float
+    b_span_us: float
+    a_scope: str
+    b_scope: str
+    rows: list[BudgetRow]
+
+
+def budget_diff(a: Diagnosis, b: Diagnosis) -> BudgetDiff:
+    """Leaf by leaf, every leaf either run has."""
+    la, lb = {lf.key: lf for lf in a.budget}, {lf.key: lf for lf in b.budget}
+    keys = list(dict.fromkeys([*la, *lb]))
+    rows = [BudgetRow(key=k, a_us=la[k].us if k in la else 0.0, b_us=lb[k].us if k in lb else 0.0,
+                      delta_us=round((lb[k].us if k in lb else 0.0) - (la[k].us if k in la else 0.0), 3),
+                      a_pct=la[k].pct if k in la else 0.0, b_pct=lb[k].pct if k in lb else 0.0) for k in keys]
+    rows.sort(key=lambda r: -abs(r.delta_us))
+    return BudgetDiff(a_span_us=a.span_us, b_span_us=b.span_us, a_scope=a.scope, b_scope=b.scope, rows=rows)

@@ -1,0 +1,118 @@
+"""The report's opening lines: where the step's time went and the levers that buy it back.
+
+Renders a :class:`~profuse.payloads.diagnosis.DiagnosisPayload` and computes nothing: every figure
+printed is one of the record's (the JSON, the HTML report and the explorer show the same ones).
+"""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+from ..payloads.diagnosis import BudgetDiff, BudgetLeaf, DiagnosisPayload, StepGroup
+from ._text import text
+
+BAR = 60
+STYLE = {"busy": "green", "idle": "red", "cpu": "green"}
+SHOWN_LEVERS = 5
+
+
+def fmt_us(us: float) -> str:
+    """A duration in the largest unit that keeps it readable."""
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} µs"
+
+
+def _part(leaves: list[BudgetLeaf], prefix: str) -> tuple[float, str]:
+    mine = [lf for lf in leaves if lf.key.startswith(prefix)]
+    total = round(sum(lf.pct for lf in mine), 2)
+    inner = ", ".join(f"{lf.key.partition('/')[2]} {lf.pct:.0f}%" for lf in sorted(mine, key=lambda x: -x.us)[:3]
+                      if lf.pct >= 0.5 and "/" in lf.key)
+    return total, inner
+
+
+def budget_line(label: str, leaves: list[BudgetLeaf], device: bool) -> Text:
+    """``decode x5: busy 96% (gemm 66%, attention 5%) idle 4% (launch_overhead 3%)``."""
+    t = Text()
+    t.append(label, style="bold")
+    t.append(": ")
+    for prefix, word in ((("busy/", "busy"), ("idle/", "idle")) if device else (("cpu/", "cpu"), ("idle", "idle"))):
+        total, inner = _part(leaves, prefix)
+        if not total and word == "idle":
+            continue
+        t.append(f"{word} {total:.0f}%", style=STYLE[word])
+        t.append(f" ({inner}) " if inner else " ")
+    return t
+
+
+def bar(leaves: list[BudgetLeaf]) -> Text:
+    """The budget as one bar of BAR cells, busy green and idle red, a letter per leaf class."""
+    t = Text("  ")
+    for lf in leaves:
+        n = round(lf.pct / 100 * BAR)
+        if n:
+            kind, _, what = lf.key.partition("/")
+            t.append((what or kind)[0] * n, style=f"black on {STYLE.get(kind, 'red')}")
+    return t
+
+
+def _group_label(g: StepGroup) -> str:
+    return f"{g.kind} x{g.count} ({fmt_us(g.span_us)})"
+
+
+def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
+    """Print the budget (one line per kind of step, and its bar) and the top levers with gain and how."""
+    what = "steady steps" if d.scope == "steps" else "whole trace"
+    console.print(Text(f"Where the time went ({what}, {fmt_us(d.span_us)})", style="bold underline"))
+    if d.groups:
+        for g in d.groups:
+            console.print(budget_line(_group_label(g), g.budget, d.device))
+            console.print(bar(g.budget))
+    else:
+        console.print(budget_line("whole trace", d.budget, d.device))
+        console.print(bar(d.budget))
+    for s in d.steps:
+        if s.warmup:
+            console.print(budget_line(f"warm-up {s.name} ({fmt_us(s.span_us)})", s.budget, d.device), style="dim")
+    for note in d.notes:
+        console.print(text(f"  {note}", style="yellow"))
+    if not d.levers:
+        console.print(Text("No lever above 1% of the span.", style="dim"))
+        return
+    console.print(Text(f"Levers (pulling all: {fmt_us(d.combined_gain_us)} of {fmt_us(d.span_us)}, "
+                       "no time counted twice)", style="bold underline"))
+    for i, lv in enumerate(d.levers[:SHOWN_LEVERS], 1):
+        pct = 100 * lv.gain_us / d.span_us if d.span_us else 0.0
+        line = Text(f"  {i}. ")
+        line.append(lv.kind, style="bold cyan")
+        line.append(" ")
+        line.append(text(lv.target))
+        line.append(f"  save up to {fmt_us(lv.gain_us)} ({pct:.0f}%) [{lv.confidence}]", style="bold")
+        console.print(line)
+        console.print(text(f"     {lv.evidence}", style="dim"))
+        console.print(text(f"     how: {lv.how}"))
+    rest = len(d.levers) - SHOWN_LEVERS
+    if rest > 0:
+        console.print(Text(f"  {rest} more lever(s): --format json lists them all", style="dim"))
+    if d.small_items.count:
+        console.print(Text(f"  small items: {d.small_items.count} lever(s) under 1% of the span, "
+                           f"{fmt_us(d.small_items.gain_us)} together ({', '.join(d.small_items.kinds)})",
+                           style="dim"))
+
+
+def render_budget_diff(console: Console, d: BudgetDiff) -> None:
+    """``profuse diff``: the two budgets leaf by leaf, largest change first."""
+    from rich.table import Table
+
+    console.print(Text(f"Budget ({d.a_scope} {fmt_us(d.a_span_us)} -> {d.b_scope} {fmt_us(d.b_span_us)})",
+                       style="bold underline"))
+    t = Table(show_edge=False, header_style="bold", pad_edge=False)
+    for c in ("Leaf", "A", "A %", "B", "B %", "Delta"):
+        t.add_column(c, justify="left" if c == "Leaf" else "right")
+    for r in d.rows:
+        t.add_row(r.key, fmt_us(r.a_us), f"{r.a_pct:.1f}%", fmt_us(r.b_us), f"{r.b_pct:.1f}%",
+                  Text(("-" if r.delta_us < 0 else "+") + fmt_us(abs(r.delta_us)),
+                       style="green" if r.delta_us < 0 else "red"))
+    console.print(t)

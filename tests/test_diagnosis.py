@@ -1,0 +1,355 @@
+"""The diagnosis (docs/advisor.md "Diagnosis"): budgets that partition every step of every shared
+trace, levers within their bounds, and one small hand-built trace per lever kind and idle cause
+whose top lever is known. Expected spans and busy times come from tests/oracle.py (plain JSON)."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import oracle
+import pytest
+from conftest import SHARED
+
+import profuse
+from profuse.analysis.diagnosis import Diagnosis, diagnose
+from profuse.analysis.serving_steps import parse_step
+
+TRACES = sorted(str(p.relative_to(SHARED / "traces")) for p in (SHARED / "traces").rglob("*.json.gz"))
+TOL_US = 1.0
+
+
+def diag(path: Path | str) -> Diagnosis:
+    with profuse.load(path) as t:
+        return diagnose(t)
+
+
+def leaves(budget) -> dict[str, float]:
+    return {lf.key: lf.us for lf in budget}
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_budget_partitions_every_step_and_levers_stay_in_bounds(name):
+    path = SHARED / "traces" / name
+    d = diag(path)
+    expected = oracle.step_spans(path)
+    steady = oracle.steady_spans(path)
+    # THEN each step's leaves sum to its span, and span and busy time are the oracle's
+    if d.scope == "steps":
+        assert [s.name for s in d.steps] == [n for n, *_ in expected]
+        for s, (_n, lo, hi, busy) in zip(d.steps, expected):
+            assert abs(sum(lf.us for lf in s.budget) - s.span_us) <= TOL_US
+            assert abs(s.span_us - (hi - lo)) <= TOL_US
+            if d.device:
+                got_busy = sum(v for k, v in leaves(s.budget).items() if k.startswith("busy/"))
+                assert abs(got_busy - busy) <= TOL_US, s.name
+    assert abs(d.span_us - sum(hi - lo for _n, lo, hi, _b in steady)) <= TOL_US * len(steady)
+    assert abs(sum(lf.us for lf in d.budget) - d.span_us) <= TOL_US * len(steady)
+    if d.device:
+        busy = sum(v for k, v in leaves(d.budget).items() if k.startswith("busy/"))
+        assert abs(busy - sum(b for *_r, b in steady)) <= TOL_US * len(steady)
+    assert all(0 <= lf.pct <= 100 for lf in d.budget)
+    # every lever within the leaves it draws from; all of them together within the span
+    have = leaves(d.budget)
+    for lv in (*d.levers, *d.small_items):
+        assert 0 <= lv.gain_us <= sum(have.get(k, 0.0) for k in lv.draws) + 1e-3, lv
+    assert 0 <= d.combined_gain_us <= d.span_us + 1e-3
+    assert d.combined_gain_us <= sum(lv.gain_us for lv in (*d.levers, *d.small_items)) + 1e-3
+    # no fusion lever over an op that only ever copies
+    copies = oracle.copy_only_op_names(path)
+    for lv in (*d.levers, *d.small_items):
+        if lv.kind.startswith("fusion:"):
+            assert not set(lv.ops) & copies, lv
+
+
+def test_sglang_cuda_graph_decode_is_a_decode_step_of_32_led_by_the_replayed_gemms():
+    path = SHARED / "traces" / "mi300_sglang_decode_cudagraph.json.gz"
+    d = diag(path)
+    # GIVEN the replayed kernels by the oracle: the largest by time are hipBLASLt/Tensile GEMMs (Cijk_*)
+    replayed = oracle.graph_replayed_kernel_time(path)
+    top = max(replayed, key=lambda k: replayed[k])
+    assert top.startswith("Cijk_")
+    (step,) = d.steps
+    assert (step.phase, step.batch) == ("decode", 32)
+    busy = {k: v for k, v in leaves(step.budget).items() if k.startswith("busy/")}
+    assert max(busy, key=lambda k: busy[k]) == "busy/gemm"
+    # the GEMMs are bf16 (Tensile BBS): no lower-precision lever
+    assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "precision"]
+
+
+def test_serving_step_names():
+    s = parse_step("execute_32_context_0(sq0sk0)_generation_32(sq32sk32785)")
+    assert (s.engine, s.phase, s.batch, s.tokens) == ("vllm", "decode", 32, 32)
+    s = parse_step("execute_8192_context_4(sq2048)_generation_0()")
+    assert (s.phase, s.batch, s.tokens) == ("prefill", 4, 8192)
+    s = parse_step("execute_300_context_1(sq200)_generation_100(sq1)")
+    assert (s.phase, s.batch, s.tokens) == ("mixed", 101, 300)
+    s = parse_step("step[EXTEND bs=3 toks=1200]")
+    assert (s.engine, s.phase, s.batch, s.tokens) == ("sglang", "prefill", 3, 1200)
+    s = parse_step("step[DECODE bs=32]")
+    assert (s.phase, s.batch, s.tokens) == ("decode", 32, None)
+    assert parse_step("ProfilerStep#4").phase is None and parse_step("my_step") is None
+
+
+# --- small hand-built traces: one per lever kind and idle cause --------------------------------------
+
+def _x(cat, name, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _kernel(name, ts, dur, corr, cat="kernel", stream=7):
+    return _x(cat, name, ts, dur, pid=0, tid=stream, correlation=corr, stream=stream, device=0)
+
+
+def _launch(ts, corr, dur=4, name="cudaLaunchKernel", tid=1):
+    return _x("cuda_runtime", name, ts, dur, tid=tid, correlation=corr)
+
+
+def _write(tmp_path, events, name="t.json", device="NVIDIA H100 80GB HBM3"):
+    p = tmp_path / name
+    p.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": device}]}))
+    return p
+
+
+def _step(ts, dur, n=1):
+    return _x("user_annotation", f"ProfilerStep#{n}", ts, dur)
+
+
+def test_launch_bound_step_gives_cuda_graphs(tmp_path):
+    # GIVEN 100 ops of 20 µs each, each launching a 2 µs kernel at its end: the device waits on dispatch
+    ev = [_step(0, 2000)]
+    for i in range(100):
+        t = i * 20
+        ev += [_x("cpu_op", "aten::add", t, 20), _launch(t + 15, i), _kernel("vectorized_elementwise_kernel", t + 19, 2, i)]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    assert d.levers[0].kind == "cuda_graphs"
+    assert b["idle/launch_overhead"] > 0.8 * d.span_us
+    assert d.levers[0].gain_us == b["idle/launch_overhead"]
+
+
+def test_synchronous_copy_gives_host_sync_with_its_call_site(tmp_path):
+    # GIVEN a 100 µs kernel, then .item(): a D2H copy into pageable memory that blocks for 5000 µs
+    ev = [_step(0, 6000), _x("cpu_op", "aten::mm", 10, 20), _launch(15, 1), _kernel("sm90_gemm_bf16", 30, 100, 1),
+          _x("cpu_op", "aten::item", 200, 5200), _x("cpu_op", "aten::_local_scalar_dense", 205, 5190),
+          _launch(210, 2, dur=5100, name="cudaMemcpyAsync"),
+          _kernel("Memcpy DtoH (Device -> Pageable)", 5300, 2, 2, cat="gpu_memcpy")]
+    d = diag(_write(tmp_path, ev))
+    top = d.levers[0]
+    assert top.kind == "host_sync" and "aten::item" in top.target and "cudaMemcpyAsync" in top.target
+    # the call blocks [210, 5310) and the device is idle there but for the 2 µs copy at its end
+    assert top.gain_us == pytest.approx(5100 - 2 - 0, abs=0.01)
+    assert leaves(d.budget)["idle/host_sync"] == top.gain_us
+
+
+def test_cpu_preprocessing_gives_cpu_work_naming_the_op(tmp_path):
+    # GIVEN 4 ms of CPU work (no launches) before the step's one kernel
+    ev = [_step(0, 5000), _x("cpu_op", "aten::to_tensor_preprocess", 10, 4000),
+          _x("cpu_op", "aten::mm", 4100, 20), _launch(4105, 1), _kernel("sm90_gemm_bf16", 4120, 800, 1)]
+    d = diag(_write(tmp_path, ev))
+    top = d.levers[0]
+    assert top.kind == "cpu_work" and "aten::to_tensor_preprocess" in top.evidence
+    # the preprocessing, and aten::mm's time after its launch returned (4109) until the kernel starts
+    assert top.gain_us == pytest.approx(4000 + (4120 - 4109), abs=0.01)
+    assert leaves(d.budget)["idle/cpu_other"] == top.gain_us
+
+
+def test_nothing_running_is_no_work_and_no_lever_claims_it(tmp_path):
+    # GIVEN a step whose host sleeps 3 ms (no event at all) between two kernels
+    ev = [_step(0, 4000), _x("cpu_op", "aten::mm", 0, 20), _launch(5, 1), _kernel("sm90_gemm_bf16", 20, 300, 1),
+          _x("cpu_op", "aten::mm", 3400, 20), _launch(3405, 2), _kernel("sm90_gemm_bf16", 3420, 300, 2)]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    assert b["idle/no_work"] == pytest.approx(4000 - 600 - 20 - 20 + 5 + 5 - 5 - 5, abs=30)
+    assert max(b, key=lambda k: b[k]) == "idle/no_work"
+    assert not [lv for lv in (*d.levers, *d.small_items) if "idle/no_work" in lv.draws]
+
+
+def test_pageable_input_copy_gives_pinned_memory_not_fusion(tmp_path):
+    # GIVEN aten::to -> copy_ moving 3 ms of pageable host memory to the device, then a short kernel
+    ev = [_step(0, 4000), _x("cpu_op", "aten::to", 10, 40), _x("cpu_op", "aten::copy_", 12, 30),
+          _launch(15, 1, name="cudaMemcpyAsync", dur=20),
+          _kernel("Memcpy HtoD (Pageable -> Device)", 30, 3000, 1, cat="gpu_memcpy"),
+          _x("cpu_op", "aten::add", 3100, 20), _launch(3105, 2), _kernel("vectorized_elementwise_kernel", 3130, 50, 2)]
+    d = diag(_write(tmp_path, ev))
+    top = d.levers[0]
+    assert top.kind == "pinned_memory" and top.ops == ("aten::to",)
+    assert top.gain_us == pytest.approx(3000, abs=0.01) == leaves(d.budget)["busy/memcpy_h2d"]
+    assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind.startswith("fusion:")]
+
+
+def test_fp32_gemm_on_a_tensor_core_device_gives_precision(tmp_path):
+    # GIVEN a V100 (FP32 15.7 TFLOP/s, FP16 125) spending 5 ms in an FP32 SGEMM
+    ev = [_step(0, 5200), _x("cpu_op", "aten::mm", 10, 20, **{"Input Dims": [[4096, 4096], [4096, 4096]],
+                                                              "Input type": ["float", "float"]}),
+          _launch(15, 1), _kernel("volta_sgemm_128x64_nn", 40, 5000, 1)]
+    d = diag(_write(tmp_path, ev, device="Tesla V100-SXM2-16GB"))
+    top = d.levers[0]
+    assert top.kind == "precision"
+    assert top.gain_us == pytest.approx(5000 * (1 - 15.7 / 125), abs=0.01)
+
+
+def test_dominant_bf16_gemm_gives_the_gemm_lever(tmp_path):
+    # GIVEN a device-bound step: 900 of 1000 µs in a BF16 GEMM, no shapes recorded (no roofline)
+    ev = [_step(0, 1000), _x("cpu_op", "aten::mm", 0, 20), _launch(5, 1),
+          _kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 30, 900, 1)]
+    d = diag(_write(tmp_path, ev))
+    top = d.levers[0]
+    assert top.kind == "gemm" and top.confidence == "low"
+    assert top.gain_us == pytest.approx(0.3 * 900, abs=0.01)
+
+
+def test_exposed_collective_gives_communication(tmp_path):
+    # GIVEN an all-reduce of 3 ms that no compute overlaps, after 500 µs of GEMM
+    ev = [_step(0, 4000), _x("cpu_op", "aten::mm", 0, 20), _launch(5, 1), _kernel("sm90_gemm_bf16", 20, 500, 1),
+          _x("cpu_op", "c10d::allreduce_", 30, 20), _launch(35, 2),
+          _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 520, 3000, 2, stream=9)]
+    d = diag(_write(tmp_path, ev))
+    top = d.levers[0]
+    assert top.kind == "communication" and top.gain_us == pytest.approx(3000, abs=0.01)
+
+
+def _op(name, ts, corr, dims, types, kdur, kname):
+    return [_x("cpu_op", name, ts, 8, **{"Input Dims": dims, "Input type": types}), _launch(ts + 2, corr, dur=3),
+            _kernel(kname, ts + 10, kdur, corr)]
+
+
+def test_eager_attention_gives_attention_kernel(tmp_path):
+    # GIVEN bmm -> softmax -> bmm inside one module, the softmax taking 2 ms
+    s = [[8, 16, 1024, 1024]]
+    ev = [_step(0, 7000), _x("python_function", "nn.Module: Attn_0", 0, 7000)]
+    ev += _op("aten::bmm", 10, 1, [[128, 1024, 64], [128, 64, 1024]], ["float", "float"], 500, "sgemm_bmm")
+    ev += _op("aten::_softmax", 600, 2, [*s, [], []], ["float", "Scalar", "Scalar"], 2000, "softmax_warp_forward")
+    ev += _op("aten::bmm", 2700, 3, [[128, 1024, 1024], [128, 1024, 64]], ["float", "float"], 500, "sgemm_bmm")
+    d = diag(_write(tmp_path, ev, device="unknown accelerator"))
+    top = next(lv for lv in d.levers if lv.kind != "cpu_work")
+    assert top.kind == "attention_kernel" and top.ops[0] == "aten::bmm"
+    assert top.gain_us == pytest.approx(2000, abs=0.01)
+
+
+def test_eager_rmsnorm_gives_fusion_rmsnorm(tmp_path):
+    # GIVEN an eager RMSNorm (pow, mean, add, rsqrt, mul, mul), each kernel 300 µs, on [4, 2048, 4096] bf16
+    x, r = [4, 2048, 4096], [4, 2048, 1]
+    ev = [_step(0, 2200), _x("python_function", "nn.Module: LlamaRMSNorm_0", 0, 2200)]
+    chain = [("aten::pow", [x, []], ["c10::BFloat16", "Scalar"]),
+             ("aten::mean", [x, [], [], []], ["c10::BFloat16", "ScalarList", "Scalar", ""]),
+             ("aten::add", [r, [], []], ["c10::BFloat16", "Scalar", "Scalar"]),
+             ("aten::rsqrt", [r], ["c10::BFloat16"]), ("aten::mul", [x, r], ["c10::BFloat16", "c10::BFloat16"]),
+             ("aten::mul", [[4096], x], ["c10::BFloat16", "c10::BFloat16"])]
+    for i, (name, dims, types) in enumerate(chain):
+        ev += _op(name, 10 + 350 * i, i, dims, types, 300, "vectorized_elementwise_kernel")
+    d = diag(_write(tmp_path, ev))
+    top = d.levers[0]
+    assert top.kind == "fusion:rmsnorm"
+    assert 0 < top.gain_us <= 6 * 300
+
+
+def test_launches_without_device_events_give_no_device_data(tmp_path):
+    # GIVEN launches whose kernels were not recorded
+    ev = [_step(0, 1000), _x("cpu_op", "aten::mm", 10, 20), _launch(15, 1), _x("cpu_op", "aten::mm", 50, 20),
+          _launch(55, 2)]
+    d = diag(_write(tmp_path, ev))
+    assert not d.device and leaves(d.budget) == {"idle/not_recorded": 1000.0}
+    assert [lv.kind for lv in d.levers] == ["no_device_data"] and d.levers[0].gain_us == 0
+    assert "ProfilerActivity.CUDA" in d.levers[0].how
+
+
+def test_warmup_first_step_is_reported_apart(tmp_path):
+    # GIVEN a first step of 10 ms (compilation) and three of 1 ms
+    ev = []
+    for i, dur in enumerate((10000, 1000, 1000, 1000)):
+        t = i * 20000
+        ev += [_step(t, dur, n=i + 1), _x("cpu_op", "aten::mm", t, 20), _launch(t + 5, i),
+               _kernel("sm90_gemm_bf16", t + 20, dur - 100, i)]
+    d = diag(_write(tmp_path, ev))
+    assert [s.warmup for s in d.steps] == [True, False, False, False]
+    assert d.span_us == pytest.approx(3000, abs=0.01)
+
+
+def test_cpu_only_trace_gets_a_cpu_budget_and_no_device_claim():
+    path = SHARED / "traces" / "cpu_only_gloo_rank34.json.gz"
+    d = diag(path)
+    assert not d.device
+    keys = set(leaves(d.budget))
+    assert keys <= {f"cpu/{c}" for c in ("gemm", "attention", "conv", "norm", "elementwise", "reduction",
+                                         "communication", "other", "python")} | {"idle"}
+    assert not any(k.startswith(("busy/", "idle/")) for k in keys)
+    assert not [lv for lv in d.levers if any(k.startswith(("busy/", "idle/")) for k in lv.draws)]
+    # the step thread waits on gloo's all-reduce threads: communication, by the oracle's own reading
+    events = oracle.exact_events(str(path))
+    (step,) = oracle.step_annotations(path)
+    lo, hi = step["ts"], step["ts"] + step["dur"]
+    gloo = oracle.union_us([(max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in events
+                            if "all_reduce" in e["name"] and e["ts"] < hi and e["ts"] + e["dur"] > lo])
+    assert leaves(d.budget)["cpu/communication"] == pytest.approx(float(gloo), abs=TOL_US)
+
+
+# --- shared traces with an injected blocking call -----------------------------------------------------
+
+def _inject(src: Path, out: Path, make) -> Path:
+    """A copy of a shared trace with events from ``make(doc)`` added (the original is never edited)."""
+    with gzip.open(src) as fh:
+        doc = json.load(fh)
+    doc["traceEvents"] += make(doc)
+    out.write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize("call", ["cudaStreamSynchronize", "cudaMemcpy"])
+def test_injected_blocking_call_shows_as_host_sync_with_its_time_and_site(tmp_path, call):
+    # GIVEN h100_bert_small with the host blocked 20 ms in `call` (under aten::item) before the step
+    # ends, the device idle meanwhile: the step is extended by 20 ms from its last activity
+    src = SHARED / "traces" / "h100_bert_small.json.gz"
+    blocked = 20000.0
+
+    def make(doc):
+        ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+        step = next(e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#"))
+        dev_end = max(e["ts"] + e["dur"] for e in ev if oracle.is_device_time(e))
+        t0 = max(step["ts"] + step["dur"], dev_end) + 10
+        step["dur"] = t0 + blocked + 20 - step["ts"]
+        pid, tid = step["pid"], step["tid"]
+        return [{"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": pid, "tid": tid, "ts": t0,
+                 "dur": blocked + 10, "args": {}},
+                {"ph": "X", "cat": "cuda_runtime", "name": call, "pid": pid, "tid": tid, "ts": t0 + 5,
+                 "dur": blocked, "args": {"correlation": 99999991}}]
+
+    d = diag(_inject(src, tmp_path / "sync.json", make))
+    site = [lv for lv in d.levers if lv.kind == "host_sync" and call in lv.target]
+    assert site and "aten::item" in site[0].target
+    assert site[0].gain_us == pytest.approx(blocked, abs=TOL_US)
+    assert d.levers[0] is site[0]
+
+
+def test_diff_compares_the_two_budgets(capsys):
+    from profuse.cli import main
+
+    a, b = (SHARED / "traces" / f"compare_{n}.json.gz" for n in ("base", "test"))
+    assert main(["diff", str(a), str(b), "--format", "json"]) == 0
+    bd = json.loads(capsys.readouterr().out)["budget"]
+    # THEN each side's span is the oracle's steady span, and each row is B's leaf minus A's
+    for side, path in (("a", a), ("b", b)):
+        assert bd[f"{side}_span_us"] == pytest.approx(sum(hi - lo for _n, lo, hi, _b in oracle.steady_spans(path)),
+                                                      abs=TOL_US)
+    da, db = leaves(diag(a).budget), leaves(diag(b).budget)
+    assert {r["key"] for r in bd["rows"]} == set(da) | set(db)
+    for r in bd["rows"]:
+        assert r["delta_us"] == pytest.approx(db.get(r["key"], 0) - da.get(r["key"], 0), abs=1e-3)
+    assert main(["diff", str(a), str(b)]) == 0
+    assert "Budget (steps" in capsys.readouterr().out
+
+
+def test_every_class_cause_and_lever_kind_is_documented():
+    from conftest import REPO
+
+    from profuse.analysis.budget import BUSY_PRIORITY, IDLE_CAUSES
+    from profuse.analysis.cpu_budget import CPU_LEAVES
+    from profuse.analysis.levers import HOW, SLUG
+
+    doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
+    kinds = {"cuda_graphs", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm", "communication",
+             "attention_kernel", "no_device_data"} | {"fusion:<pattern>"} | set(SLUG.values())
+    assert set(HOW) - {"sync_copy", "sync_wait"} <= kinds
+    for word in (*BUSY_PRIORITY, *IDLE_CAUSES, "not_recorded", *kinds, *CPU_LEAVES):
+        assert f"`{word}`" in doc, word
+    assert ", ".join(BUSY_PRIORITY) in doc.replace("\n", " ").replace("`", "")

@@ -1,0 +1,120 @@
+"""The diagnosis shows the same numbers everywhere: console, JSON, the HTML report and the
+explorer's overview (real Chromium), and a lever card's op link opens that op's row."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import test_explorer_browser as explorer_browser
+from conftest import trace_path
+from explorer_util import running
+from test_explorer_browser import wait_ready
+
+import profuse
+from profuse.cli import main
+from profuse.report.console_diagnosis import fmt_us
+
+browser, page, pytestmark = explorer_browser.browser, explorer_browser.page, explorer_browser.pytestmark
+TRACE = "v100_rank1_of2_216k_events.json.gz"   # five steps, several levers, device-bound and idle leaves
+
+
+def json_diagnosis(name: str) -> dict:
+    import io
+    from contextlib import redirect_stdout
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["report", str(trace_path(name)), "--format", "json"]) == 0
+    return json.loads(buf.getvalue())["diagnosis"]
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return json_diagnosis(TRACE)
+
+
+def _shown(page) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """The budget segments (first bar) and the lever cards, as the page holds them."""
+    segs = page.eval_on_selector("#diagnosis > .stack-row", "row => [...row.querySelectorAll('.seg')].map("
+                                 "n => [n.dataset.key, parseFloat(n.dataset.us)])")
+    cards = page.eval_on_selector_all("#levers .lever", "ns => ns.map(n => [n.dataset.kind, parseFloat(n.dataset.gain)])")
+    return dict(segs), [tuple(c) for c in cards]
+
+
+def _expected(doc) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    first = doc["groups"][0]["budget"] if doc["groups"] else doc["budget"]
+    return {lf["key"]: lf["us"] for lf in first if lf["pct"] > 0}, [(lv["kind"], lv["gain_us"]) for lv in doc["levers"]]
+
+
+def test_console_prints_the_json_numbers(doc, capsys):
+    assert main(["report", str(trace_path(TRACE))]) == 0
+    out = capsys.readouterr().out
+    # THEN the report opens with the budget, and every shown lever's gain is the JSON's
+    assert out.startswith("Where the time went")
+    g = doc["groups"][0]
+    assert f"{g['kind']} x{g['count']} ({fmt_us(g['span_us'])})" in out
+    busy = round(sum(lf["pct"] for lf in g["budget"] if lf["key"].startswith("busy/")), 2)
+    assert f"busy {busy:.0f}%" in out
+    for lv in doc["levers"][:5]:
+        assert f"{lv['kind']} " in out and f"save up to {fmt_us(lv['gain_us'])}" in out
+    assert f"pulling all: {fmt_us(doc['combined_gain_us'])}" in out
+
+
+@pytest.mark.parametrize("name", ["cpu_only_gloo_rank34.json.gz", "a100_cupti_counters.json.gz",
+                                  "mi300_sglang_decode_cudagraph.json.gz"])
+def test_html_report_shows_the_json_numbers_cpu_only_and_unrecorded_too(page, tmp_path, name):
+    out = tmp_path / "r.html"
+    assert main(["report", str(trace_path(name)), "--format", "html", "-o", str(out)]) == 0
+    page.goto(out.as_uri() + "#view=overview")
+    wait_ready(page, "overview")
+    assert _shown(page) == _expected(json_diagnosis(name))
+
+
+def test_html_report_shows_the_json_numbers(page, doc, tmp_path):
+    out = tmp_path / "r.html"
+    assert main(["report", str(trace_path(TRACE)), "--format", "html", "-o", str(out)]) == 0
+    page.goto(out.as_uri() + "#view=overview")
+    wait_ready(page, "overview")
+    assert _shown(page) == _expected(doc)
+    # a lever's op link opens the op table on that row
+    # (the cpu_work lever names ops outside the report's top rows: the report embeds those rows too)
+    link = page.query_selector("#levers a.lever-op")
+    assert link is not None
+    op = link.get_attribute("data-op")
+    link.click()
+    wait_ready(page, "ops")
+    assert op in page.inner_text("tr.sel")
+
+
+def test_explorer_overview_shows_the_json_numbers(page):
+    name = "h100_vit_falconsai.json.gz"   # small: the explorer computes the advice on the first request
+    with profuse.load(trace_path(name)) as t, running([t]) as url:
+        page.goto(f"{url}/#view=overview")
+        wait_ready(page, "overview")
+        assert _shown(page) == _expected(json_diagnosis(name))
+        assert page.inner_text("#diagnosis h2").startswith("Where the time went")
+
+
+HOSTILE = '<img src=x onerror="window.__pwned=1">'
+
+
+def test_trace_names_in_lever_cards_are_text_not_markup(page, tmp_path):
+    # GIVEN a step whose CPU work is an op named with HTML markup, so the cpu_work card names it
+    def x(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+    ev = [x("user_annotation", "ProfilerStep#1", 0, 5000), x("cpu_op", HOSTILE, 10, 4000),
+          x("cpu_op", "aten::mm", 4100, 20), x("cuda_runtime", "cudaLaunchKernel", 4105, 4, correlation=1),
+          {"ph": "X", "cat": "kernel", "name": "sm90_gemm_bf16", "pid": 0, "tid": 7, "ts": 4120, "dur": 800,
+           "args": {"correlation": 1, "stream": 7, "device": 0}}]
+    src = tmp_path / "hostile.json"
+    src.write_text(json.dumps({"traceEvents": ev}))
+    out = tmp_path / "r.html"
+    assert main(["report", str(src), "--format", "html", "-o", str(out)]) == 0
+    page.goto(out.as_uri() + "#view=overview")
+    wait_ready(page, "overview")
+    # THEN the name is shown as text in the card and its link, and nothing ran
+    card = page.inner_text("#levers .lever[data-kind=cpu_work]")
+    assert HOSTILE in card
+    assert page.evaluate("window.__pwned") is None
+    assert page.query_selector("#diagnosis img") is None
