@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import trace_path
 
-HEAVY = ("numpy", "rich", "profuse.trace.loader", "profuse.trace._decode", "profuse.trace._build",
+HEAVY = ("numpy", "rich", "profuse.trace.build", "profuse.trace._decode", "profuse.trace._columns",
          "profuse.trace._native", "profuse.trace.correlate", "pandas")
 
 PROBE = """
@@ -77,7 +77,7 @@ def test_cached_report_imports_only_its_own_renderer(tmp_path: Path, fmt: str):
     shutil.copy(trace_path("h100_bert_small.json.gz"), src)
     cache = tmp_path / "cache"
     rc, first, _ = _run("report", str(src), "--format", fmt, env_cache=cache)  # builds the cache
-    assert rc == 0 and "profuse.trace.loader" in first
+    assert rc == 0 and "profuse.trace.build" in first
     rc, modules, out = _run("report", str(src), "--format", fmt, env_cache=cache)
     assert rc == 0
     not_wanted = [*HEAVY[2:], "profuse.neuron.neff", "profuse.ranks.coordinator", "profuse.ranks.engine",
