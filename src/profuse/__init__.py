@@ -33,6 +33,7 @@ def table(source: Any, *, top: int = 20, group_by: str = "op") -> None:
     ``top=0`` prints every row; ``group_by`` is op, shape, module or kernel (as ``profuse report``).
     """
     from .analysis import op_table, summarize
+    from .payloads.report import report_view
     from .report.console import make_console, print_report
     from .trace import load
 
@@ -40,7 +41,7 @@ def table(source: Any, *, top: int = 20, group_by: str = "op") -> None:
     if path is None:
         raise UserError("no bundle yet: the profiled block recorded no complete step")
     with load(path) as trace:
-        print_report(make_console(), summarize(trace), op_table(trace, group_by=group_by), top)
+        print_report(make_console(), report_view(summarize(trace), op_table(trace, group_by=group_by), top=top))
 
 
 def __getattr__(name: str) -> Any:
