@@ -72,6 +72,26 @@ def test_injected_straggler_and_clock_offsets(injected: Path, tmp_path: Path) ->
     assert doc["fusion"] and all(f["ranks"] == N for f in doc["fusion"])
 
 
+def test_cross_rank_savings_are_per_rank_and_per_step_never_summed(injected: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Ranks run in parallel: a candidate every rank has saves what one rank saves (the median over the
+    ranks), and per step that divided by the rank's profiled steps, not N times it (issue 18 item 6)."""
+    doc = run_ranks(str(injected), engine="local", workers=2, work_dir=tmp_path / "work").doc
+    # one rank's savings, from the single-trace report of the source trace
+    assert main(["report", str(trace_path(NCCL)), "--format", "json", "--no-cache"]) == 0
+    single: dict[tuple[str, str], float] = {}
+    for c in json.loads(capsys.readouterr().out)["fusion_candidates"]:
+        single[(c["pattern"], c["scope"])] = single.get((c["pattern"], c["scope"]), 0.0) + c["predicted_saving_us"]
+    raw = json.load(gzip.open(trace_path(NCCL)))["traceEvents"]
+    steps = sum(1 for e in raw if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    assert steps > 0 and {(f["pattern"], f["scope"]) for f in doc["fusion"]} == set(single)
+    for f in doc["fusion"]:
+        one = single[(f["pattern"], f["scope"])]
+        assert "predicted_saving_us" not in f  # the old key held the sum over ranks
+        assert f["saving_per_rank_us"] == pytest.approx(one, abs=0.01)
+        assert f["step_saving_us"] == pytest.approx(one / steps, abs=0.01)
+
+
 def test_real_sampled_ranks_match_plain_json(tmp_path: Path) -> None:
     """multirank/: two real ranks; offsets, skews and last arrivers as a plain json reading gives them."""
     folder = TRACES / "multirank"

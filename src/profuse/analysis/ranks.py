@@ -145,15 +145,38 @@ def varying_ops(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[str
 
 
 def merged_fusion(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[str, Any]]:
-    """Each rank's fusion candidates merged: the same (pattern, scope) on N ranks is one row with N."""
-    return [{"pattern": r["pattern"], "scope": r["scope"], "ranks": r["ranks"], "instances": r["instances"],
-             "device_us": _r(r["device_us"]), "predicted_saving_us": _r(r["saving"]),
-             "recommendation": r["recommendation"], "confidence": r["confidence"]}
-            for r in _rows(con, """
-        SELECT pattern, scope, count(DISTINCT rank) AS ranks, sum(instances) AS instances,
-               sum(device_us) AS device_us, sum(predicted_saving_us) AS saving,
-               min(recommendation) AS recommendation, min(confidence) AS confidence
-        FROM fusion GROUP BY pattern, scope ORDER BY saving DESC, pattern, scope LIMIT ?""", [top])]
+    """Each rank's fusion candidates merged: the same (pattern, scope) on N ranks is one row with N.
+
+    Ranks run in parallel, so a saving is never summed over them: ``saving_per_rank_us`` is the median,
+    over every rank of the run (0 on a rank without the candidate), of what it saves over its trace;
+    ``step_saving_us`` is what a profiled step saves: ranks meet at collectives every step, so a step
+    ends when the slowest rank does and shrinks by what every rank saves in it, the smallest
+    ``saving / steps`` over the ranks (None when a rank recorded no step)."""
+    steps = dict(con.execute("SELECT rank, steps FROM totals").fetchall())
+    per_rank = _rows(con, """
+        SELECT pattern, scope, rank, sum(instances) AS instances, sum(device_us) AS device_us,
+               sum(predicted_saving_us) AS saving, min(recommendation) AS recommendation,
+               min(confidence) AS confidence
+        FROM fusion GROUP BY pattern, scope, rank""")
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in per_rank:
+        groups.setdefault((r["pattern"], r["scope"]), []).append(r)
+    out = [_merged(pattern, scope, rows, steps) for (pattern, scope), rows in groups.items()]
+    out.sort(key=lambda m: (-(m["saving_per_rank_us"] or 0.0), m["pattern"], m["scope"]))
+    return out[:top]
+
+
+def _merged(pattern: str, scope: str, rows: list[dict[str, Any]], steps: dict[int, int]) -> dict[str, Any]:
+    """One candidate over the ranks of the run (see :func:`merged_fusion`)."""
+    saving = {r["rank"]: float(r["saving"] or 0.0) for r in rows}
+    every = [saving.get(rank, 0.0) for rank in steps]
+    per_step = [saving.get(rank, 0.0) / n for rank, n in steps.items() if n] if all(steps.values()) else []
+    return {"pattern": pattern, "scope": scope, "ranks": len(rows), "instances": sum(r["instances"] for r in rows),
+            "device_us": _r(sum(r["device_us"] or 0.0 for r in rows)),
+            "saving_per_rank_us": _r(statistics.median(every)) if every else None,
+            "step_saving_us": _r(min(per_step)) if per_step else None,
+            "recommendation": min(r["recommendation"] for r in rows),
+            "confidence": min(r["confidence"] for r in rows)}
 
 
 def _median(vals: list[float | None]) -> float | None:

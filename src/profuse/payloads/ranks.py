@@ -93,14 +93,17 @@ class VaryingOp(Struct):
 
 
 class MergedCandidate(Struct):
-    """A fusion candidate merged over the ranks that have it."""
+    """A fusion candidate merged over the ranks that have it: ``instances`` and ``device_us`` summed over
+    them; the saving per rank (the median over every rank, 0 where absent) and per profiled step (the
+    smallest over the ranks, which run in parallel; None when a rank recorded no step), never a sum."""
 
     pattern: str
     scope: str
     ranks: int
     instances: int
     device_us: float | None
-    predicted_saving_us: float | None
+    saving_per_rank_us: float | None
+    step_saving_us: float | None
     recommendation: str
     confidence: str
 

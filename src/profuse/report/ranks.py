@@ -104,12 +104,20 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
         con.print(t)
     if doc["fusion"]:
         t = Table(title="Fusion candidates, merged over ranks", title_justify="left")
-        for col in ("Pattern", "Scope", "Ranks", "Instances", "Predicted saving", "Do"):
-            t.add_column(col, justify="right" if col in ("Ranks", "Instances", "Predicted saving") else "left")
+        for col in ("Pattern", "Scope", "Ranks", "Instances", *SAVINGS, "Do"):
+            t.add_column(col, justify="right" if col in ("Ranks", "Instances", *SAVINGS) else "left")
         for f in doc["fusion"][:SHOW]:
             t.add_row(Text(f["pattern"]), Text(f["scope"]), str(f["ranks"]), str(f["instances"]),
-                      fmt_us(f["predicted_saving_us"]), Text(f["recommendation"]))
+                      *_savings(f), Text(f["recommendation"]))
         con.print(t)
+
+
+# ranks run in parallel: a saving is per rank (the median) and per step, never summed over ranks
+SAVINGS = ("Saving per rank (median)", "Step-time saving")
+
+
+def _savings(f: dict[str, Any]) -> list[str]:
+    return ["-" if f[k] is None else fmt_us(f[k]) for k in ("saving_per_rank_us", "step_saving_us")]
 
 
 def _print_heat(con: Console, steps: dict[str, Any], top: int | None) -> None:
@@ -223,10 +231,10 @@ def render_ranks_html(doc: dict[str, Any]) -> str:
                               _e(fmt_us(o["spread_us"])), _e(o["max_rank"])] for o in doc["varying_ops"]], left=(0,)))
     if doc["fusion"]:
         parts.append("<h2>Fusion candidates, merged over ranks</h2>")
-        parts.append(_table(["Pattern", "Scope", "Ranks", "Instances", "Predicted saving", "Do"],
+        parts.append(_table(["Pattern", "Scope", "Ranks", "Instances", *SAVINGS, "Do"],
                             [[_e(f["pattern"]), _e(f["scope"]), _e(f["ranks"]), _e(f["instances"]),
-                              _e(fmt_us(f["predicted_saving_us"])), _e(f["recommendation"])] for f in doc["fusion"]],
-                            left=(0, 1, 5)))
+                              *(_e(v) for v in _savings(f)), _e(f["recommendation"])] for f in doc["fusion"]],
+                            left=(0, 1, 6)))
     return (f'<!doctype html><html><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             f"<title>profuse ranks report</title><style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n")

@@ -283,7 +283,8 @@ async function ranks(main, st, go) {
     main.append(el("h2", {}, "Fusion candidates, merged over ranks"), table([
       { key: "pattern", label: "Pattern", name: true }, { key: "scope", label: "Scope", name: true },
       { key: "ranks", label: "Ranks" }, { key: "instances", label: "Instances" },
-      { key: "predicted_saving_us", label: "Predicted saving", fmt: fmtUs },
+      { key: "saving_per_rank_us", label: "Saving per rank (median)", fmt: v => v === null ? "-" : fmtUs(v) },
+      { key: "step_saving_us", label: "Step-time saving", fmt: v => v === null ? "-" : fmtUs(v) },
       { key: "recommendation", label: "Do", name: true }], d.fusion));
   }
 }
