@@ -151,7 +151,11 @@ def test_cli_report_on_a_folder(injected: Path, tmp_path: Path, capsys: pytest.C
     html_out = tmp_path / "ranks.html"
     assert main(["report", str(injected), "--format", "html", "-o", str(html_out), *work]) == 0
     page = html_out.read_text()
-    assert "<h2>Stragglers</h2>" in page and "rank × step" in page and "<script" not in page
+    # the shared front end over the embedded document (tests/test_ranks_explorer.py opens it in a browser)
+    tag = '<script type="application/json" id="profuse-data">'
+    start = page.index(tag) + len(tag)
+    embedded = json.loads(page[start:page.index("</script>", start)])
+    assert embedded["ranks"] == doc and [r["rank"] for r in embedded["runs"]] == list(range(N))
 
 
 def test_bad_rank_trace_is_one_line_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -44,7 +44,8 @@
     /** The view, run and selection the URL holds. */
     state() {
       const st = Object.fromEntries(new URLSearchParams(location.hash.slice(1)).entries());
-      if (!VIEWS.includes(st.view) || (st.view === "ranks" && !this.ranksMode)) st.view = this.ranksMode ? "ranks" : "overview";
+      if (!VIEWS.includes(st.view) || (st.view === "ranks" && !this.ranksMode)
+          || (this.ranksMode && !this.source.live)) st.view = this.ranksMode ? "ranks" : "overview";
       st.run = parseInt(st.run || "0", 10) || 0;
       return st;
     }
@@ -84,7 +85,7 @@
     /** The run picker, the navigation and the first render. */
     async boot() {
       const runs = (await this.source.get("/api/runs")) || [];
-      this.ranksMode = this.source.live && runs.some(r => r.rank !== undefined);
+      this.ranksMode = runs.some(r => r.rank !== undefined);
       const sel = document.getElementById("run");
       const label = r => r.rank !== undefined ? `rank ${r.rank}` : (r.run === 0 ? "A" : "B");
       sel.replaceChildren(...runs.map(r => el("option", { value: r.run }, `${label(r)}: ${r.path}`)));
@@ -94,6 +95,11 @@
       if (runs.length < 2 || this.ranksMode) hide("compare");
       if (!this.ranksMode) hide("ranks");
       if (!this.source.live) hide("compiled");
+      // a cross-rank report page embeds the Ranks view's data only: no rank's own views, no run picker
+      if (this.ranksMode && !this.source.live) {
+        for (const v of ["overview", "ops", "timeline", "modules"]) hide(v);
+        sel.style.display = "none";
+      }
       for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {
         e.preventDefault(); this.go({ view: a.dataset.view, run: this.state().run });
       });

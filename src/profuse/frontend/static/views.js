@@ -240,9 +240,10 @@ async function ranks(main, st, go) {
   if (!d || d.error) return main.append(el("p", { class: "muted" }, (d && d.error) || "no ranks: profuse explore DIR"));
   const runs = (await get("/api/runs")) || [];
   const runOf = Object.fromEntries(runs.map(r => [r.rank, r.run]));
-  const open = r => go({ view: "overview", run: runOf[r.rank] });
+  // a report page holds no rank's own views: rows open nothing there
+  const open = source.live ? r => go({ view: "overview", run: runOf[r.rank] }) : undefined;
   main.append(el("h2", { id: "ranks-title" }, `${d.ranks_found} ranks · ${d.source}`),
-    el("p", { class: "muted" }, `ranks named by ${d.rank_source}; clocks aligned to rank ${d.clock.reference_rank} from collective end times; click a rank to open it`));
+    el("p", { class: "muted" }, `ranks named by ${d.rank_source}; clocks aligned to rank ${d.clock.reference_rank} from collective end times` + (open ? "; click a rank to open it" : "")));
   const pct = v => v === null || v === undefined ? "-" : v.toFixed(0) + "%";
   const holder = el("div", { id: "ranks-table" }, table([
     { key: "rank", label: "Rank" }, { key: "path", label: "Trace", name: true },
@@ -265,7 +266,7 @@ async function ranks(main, st, go) {
       return r >= 1 ? `rgba(192,57,43,${Math.min((r - 1) / 0.5, 1).toFixed(2)})` : `rgba(41,128,185,${Math.min((1 - r) / 0.5, 1).toFixed(2)})`;
     };
     const head = el("tr", {}, el("th", {}, "Rank"), sp.steps.map(s => el("th", {}, "#" + s)));
-    const body = sp.ranks.map((rank, i) => el("tr", { on: { click: () => open({ rank }) } }, el("td", {}, rank),
+    const body = sp.ranks.map((rank, i) => el("tr", open ? { on: { click: () => open({ rank }) } } : {}, el("td", {}, rank),
       sp.dur_us[i].map(v => v === null ? el("td", {}, "-") : el("td", { style: `background:${color(v)}`, title: fmtUs(v) }, fmtUs(v)))));
     main.append(el("h2", {}, "Step time, rank × step"), el("table", { id: "heat" }, el("thead", {}, head), el("tbody", {}, body)));
   }
