@@ -3,6 +3,7 @@ front end's Ranks view: report/html.py ``render_ranks_html``)."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,15 @@ def _bytes(b: int | None) -> str:
     return f"{b} B"
 
 
-def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None:
-    """Print the rank report: per-rank rows, stragglers and cross-rank findings."""
-    ranks = doc["ranks"]
-    kinds = sorted({r["device_kind"] for r in ranks})
+def _print_head(con: Console, doc: dict[str, Any], top: int | None) -> None:
+    kinds = sorted({r["device_kind"] for r in doc["ranks"]})
     con.print(Text(f"{doc['source']}", style="bold"))
     con.print(f"{doc['ranks_found']} ranks (named by {doc['rank_source']}) · {', '.join(kinds)} · "
               f"clock reference: rank {doc['clock']['reference_rank']}")
+
+
+def _print_rank_table(con: Console, doc: dict[str, Any], top: int | None) -> None:
+    ranks = doc["ranks"]
     t = Table(title="Ranks", title_justify="left")
     for col in ("Rank", "Trace", "Device", "Compute", "Comm", "Overlap", "Memory", "Idle", "Step median",
                 "Clock offset"):
@@ -67,6 +70,9 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
                                                              for r in skipped[:8]), style="red"))
     if len(shown) < len(ranks):
         con.print(Text(f"... {len(ranks) - len(shown)} more ranks (--top 0 shows all)", style="dim"))
+
+
+def _print_stragglers(con: Console, doc: dict[str, Any], top: int | None) -> None:
     late = [s for s in doc["stragglers"] if s["late_collectives"]]
     if late:
         t = Table(title="Stragglers: ranks that arrived last at collectives, by the wait they caused",
@@ -84,6 +90,9 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
     if doc["unmatched_rank_events"]:
         con.print(Text(f"{doc['unmatched_rank_events']:,} collective kernels are not on every rank and were not "
                        "matched (subgroups, or a trace window that cut a call).", style="yellow"))
+
+
+def _print_skew(con: Console, doc: dict[str, Any], top: int | None) -> None:
     skewed = sorted(doc["collectives"], key=lambda c: -c["skew_us"])[:SHOW]
     if skewed and skewed[0]["skew_us"] > 0:
         t = Table(title="Collective skew (largest): last arrival minus first, clocks aligned", title_justify="left")
@@ -93,7 +102,13 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
             t.add_row(Text(f"{c['name']} #{c['seq']}"), _bytes(c["bytes"]), fmt_us(c["skew_us"]),
                       "-" if c["last_arriver"] is None else str(c["last_arriver"]))
         con.print(t)
+
+
+def _print_steps(con: Console, doc: dict[str, Any], top: int | None) -> None:
     _print_heat(con, doc["steps"], top)
+
+
+def _print_varying(con: Console, doc: dict[str, Any], top: int | None) -> None:
     if doc["varying_ops"]:
         t = Table(title="Ops whose device time varies most across ranks", title_justify="left")
         for col in ("Op", "Ranks", "Min", "Max", "Spread", "Slowest rank"):
@@ -102,6 +117,9 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
             t.add_row(Text(o["name"]), str(o["ranks"]), fmt_us(o["min_us"]), fmt_us(o["max_us"]), fmt_us(o["spread_us"]),
                       str(o["max_rank"]))
         con.print(t)
+
+
+def _print_fusion(con: Console, doc: dict[str, Any], top: int | None) -> None:
     if doc["fusion"]:
         t = Table(title="Fusion candidates, merged over ranks", title_justify="left")
         for col in ("Pattern", "Scope", "Ranks", "Instances", *SAVINGS, "Do"):
@@ -110,6 +128,17 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
             t.add_row(Text(f["pattern"]), Text(f["scope"]), str(f["ranks"]), str(f["instances"]),
                       *_savings(f), Text(f["recommendation"]))
         con.print(t)
+
+
+# The rank report's sections in print order, each one function over the cross-rank document.
+RANK_SECTIONS: list[Callable[[Console, dict[str, Any], int | None], None]] = [
+    _print_head, _print_rank_table, _print_stragglers, _print_skew, _print_steps, _print_varying, _print_fusion]
+
+
+def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None:
+    """Print the rank report: per-rank rows, stragglers and cross-rank findings."""
+    for section in RANK_SECTIONS:
+        section(con, doc, top)
 
 
 # ranks run in parallel: a saving is per rank (the median) and per step, never summed over ranks
