@@ -1,7 +1,8 @@
+// @ts-check
 // The explorer's views. Each renders into `main` from JSON; strings go in as text only.
 // A classic script (body not indented) that adds `profuse.views`: view(main, st, go, life), where
 // life.onLeave(fn) runs fn when the route changes (a timeline's destroy).
-(function (profuse) {
+(function (/** @type {any} the profuse namespace */ profuse) {
 "use strict";
 
 const { el, fmtBytes, fmtUs, table } = profuse.dom;
@@ -73,6 +74,7 @@ async function ops(main, st, go) {
   select.addEventListener("change", () => go({ ...st, group: select.value, op: "" }));
   const holder = el("div");
   const kernelsBox = el("div", { id: "op-kernels" });
+  /** @type {Column[]} */
   const cols = [{ key: "name", label: "Name", name: true }];
   if (group === "shape") cols.push({ key: "shape", label: "Input shapes", name: true });
   cols.push({ key: "calls", label: "Calls" }, { key: "self_cpu_us", label: "Self CPU", fmt: fmtUs },
