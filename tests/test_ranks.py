@@ -282,7 +282,12 @@ def test_html_and_console_show_hostile_names_as_text(tmp_path: Path, capsys: pyt
     out = tmp_path / "r.html"
     assert main(["report", str(folder), "--format", "html", "-o", str(out), *work]) == 0
     page = out.read_text()
-    assert "<img" not in page and "&lt;img src=x onerror=&quot;window.x=1&quot;&gt;[bold]_rank_0.json.gz" in page
+    # the name travels as JSON data only (\u003c-escaped), which the front end shows through textContent
+    tag = '<script type="application/json" id="profuse-data">'
+    start = page.index(tag) + len(tag)
+    assert "<img" not in page and "\\u003cimg src=x" in page[start:page.index("</script>", start)]
+    embedded = json.loads(page[start:page.index("</script>", start)])
+    assert [Path(r["path"]).name for r in embedded["ranks"]["ranks"]] == [f"{hostile}_rank_{r}.json.gz" for r in range(2)]
     capsys.readouterr()
     assert main(["report", str(folder), *work]) == 0
     assert f"{hostile}_rank_0.json.gz" in capsys.readouterr().out  # printed as text, not rich markup
