@@ -126,13 +126,13 @@ def _node() -> str:
 
 
 def _steps_table(con: Any) -> dict[str, np.ndarray]:
-    """Every ``ProfilerStep#N`` annotation: its number (its order where unnumbered), start and length."""
-    steps = con.execute("""
-        SELECT TRY_CAST(regexp_extract(name, '#(\\d+)', 1) AS BIGINT), ts, dur FROM events
-        WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%' ORDER BY ts""").fetchall()
-    return {"step": np.array([s[0] if s[0] is not None else i for i, s in enumerate(steps)], dtype=np.int64),
-            "ts_ns": np.array([s[1] for s in steps], dtype=np.int64),
-            "dur_us": np.array([s[2] / 1000 for s in steps], dtype=np.float64)}
+    """Every profiler step (analysis/profiler_steps.py): its number, start and length."""
+    from ..analysis.profiler_steps import profiler_steps
+
+    steps = profiler_steps(con)
+    return {"step": np.array([s.number for s in steps], dtype=np.int64),
+            "ts_ns": np.array([s.ts_ns for s in steps], dtype=np.int64),
+            "dur_us": np.array([s.dur_ns / 1000 for s in steps], dtype=np.float64)}
 
 
 def _collectives_table(con: Any, cpu_only: bool) -> dict[str, np.ndarray]:
