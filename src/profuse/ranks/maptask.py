@@ -202,18 +202,18 @@ def _totals_table(trace: Any, busy: dict[str, float], durs: list[float], collect
     from ..analysis.optable import total_device_us
 
     meta = trace.meta
-    dist = (meta.get("trace_meta") or {}).get("distributedInfo") or {}
+    dist = meta.trace_meta.get("distributedInfo") or {}
     return {
         "path": np.array([str(trace.path)], dtype=object), "device_kind": np.array([trace.device_kind], dtype=object),
-        "device_name": np.array([meta.get("device_name")], dtype=object),
-        "events": np.array([int(meta["events"])]), "span_us": np.array([float(meta["span_us"])]),
+        "device_name": np.array([meta.device_name], dtype=object),
+        "events": np.array([meta.events]), "span_us": np.array([meta.span_us]),
         "device_us": np.array([total_device_us(trace)]), **{k: np.array([v]) for k, v in busy.items()},
         "steps": np.array([len(durs)]), "step_median_us": np.array([statistics.median(durs) if durs else None],
                                                                    dtype=object),
         "world_size": np.array([_int_or_none(dist.get("world_size"))], dtype=object),
         "backend": np.array([dist.get("backend") if isinstance(dist.get("backend"), str) else None], dtype=object),
         "collectives": np.array([collectives]),
-        "skipped_events": np.array([sum(int(v) for v in (meta.get("skipped") or {}).values())])}
+        "skipped_events": np.array([sum(meta.skipped.values())])}
 
 
 def _ops_table(trace: Any) -> dict[str, np.ndarray]:
@@ -247,7 +247,7 @@ def _fusion_table(trace: Any, fusion: bool) -> dict[str, np.ndarray]:
 def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
     con = trace.con
     meta = trace.meta
-    dist = (meta.get("trace_meta") or {}).get("distributedInfo") or {}
+    dist = meta.trace_meta.get("distributedInfo") or {}
     step_tab = _steps_table(con)
     coll_tab = _collectives_table(con, trace.cpu_only)
     durs = step_tab["dur_us"].tolist()
@@ -259,7 +259,7 @@ def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
             write_parquet(out, folder / f"{name}.parquet", name, cols)
     finally:
         out.close()
-    return {"events": int(meta["events"]), "device_kind": trace.device_kind, "collectives": len(coll_tab["name"]),
+    return {"events": meta.events, "device_kind": trace.device_kind, "collectives": len(coll_tab["name"]),
             "steps": len(durs), "distributed_rank": _int_or_none(dist.get("rank"))}
 
 
