@@ -33,9 +33,18 @@ test: venv browser
 	node --test tests/js/*.test.mjs
 	$(BIN)/python -m pytest -q -p no:logging
 
+# Code shape where the renderers live: complexity <= 15 (ruff C901, [tool.ruff.lint.mccabe]) and
+# functions <= 60 lines. The front end is type-checked against the generated types.js (tsconfig.json;
+# typescript from npm, package.json's devDependencies, installed into node_modules/ on first use).
+SHAPED := src/profuse/ranks src/profuse/report src/profuse/payloads
+
 lint: venv
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff check --select C901 $(SHAPED)
+	$(BIN)/python tools/check_function_length.py --max 60 $(SHAPED)
 	$(BIN)/mypy --strict src/profuse
+	@test -x node_modules/.bin/tsc || npm install --no-audit --no-fund --silent
+	node_modules/.bin/tsc -p tsconfig.json
 
 # The compiled scanner built with ASan + UBSan in a temporary folder, run over the differential test
 # and a larger mutation corpus, and the nesting pass over random overlaps (the interpreter itself is not

@@ -56,7 +56,7 @@ done(time.perf_counter() - t, events=len(events))
 
 PROFUSE = CHILD_PRELUDE + """
 import profuse
-import profuse.trace.loader  # imports outside the timer, as for HTA (profuse imports them lazily)
+import profuse.trace.build  # imports outside the timer, as for HTA (profuse imports them lazily)
 t = time.perf_counter()
 tr = profuse.load(path)
 n = tr.meta['events']

@@ -62,7 +62,7 @@ def test_profile_writes_a_bundle_report_reads(tmp_path, capsys, monkeypatch):
     ops = {o["name"]: o for o in doc["ops"]}
     assert ops["aten::addmm"]["calls"] == 2 * 3, "two Linear layers over three recorded steps"
     assert sum(1 for n in ops if n.startswith("ProfilerStep#")) == 3
-    p.table(top=0)  # every row: with module scopes on by default, Python frames reorder the top
+    profuse.table(p, top=0)  # every row: with module scopes on by default, Python frames reorder the top
     assert "aten::addmm" in capsys.readouterr().out
 
 

@@ -232,7 +232,7 @@ def test_killed_bundle_write_leaves_the_old_bundle(tmp_path):
     write_bundle(out, raw, config=CaptureConfig(steps=1), status="complete", build_cache=False)
     # a child rewriting the bundle is SIGKILLed while building the new one's cache
     code = ("import sys, os, signal; from pathlib import Path\n"
-            "import profuse.trace.loader as L\n"
+            "import profuse.trace.open_trace as L\n"
             "real = L.load\n"
             "def dying(*a, **k):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
             "L.load = dying\nimport profuse.trace as T; T.load = dying\n"

@@ -72,6 +72,26 @@ def test_injected_straggler_and_clock_offsets(injected: Path, tmp_path: Path) ->
     assert doc["fusion"] and all(f["ranks"] == N for f in doc["fusion"])
 
 
+def test_cross_rank_savings_are_per_rank_and_per_step_never_summed(injected: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Ranks run in parallel: a candidate every rank has saves what one rank saves (the median over the
+    ranks), and per step that divided by the rank's profiled steps, not N times it (issue 18 item 6)."""
+    doc = run_ranks(str(injected), engine="local", workers=2, work_dir=tmp_path / "work").doc
+    # one rank's savings, from the single-trace report of the source trace
+    assert main(["report", str(trace_path(NCCL)), "--format", "json", "--no-cache"]) == 0
+    single: dict[tuple[str, str], float] = {}
+    for c in json.loads(capsys.readouterr().out)["fusion_candidates"]:
+        single[(c["pattern"], c["scope"])] = single.get((c["pattern"], c["scope"]), 0.0) + c["predicted_saving_us"]
+    raw = json.load(gzip.open(trace_path(NCCL)))["traceEvents"]
+    steps = sum(1 for e in raw if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    assert steps > 0 and {(f["pattern"], f["scope"]) for f in doc["fusion"]} == set(single)
+    for f in doc["fusion"]:
+        one = single[(f["pattern"], f["scope"])]
+        assert "predicted_saving_us" not in f  # the old key held the sum over ranks
+        assert f["saving_per_rank_us"] == pytest.approx(one, abs=0.01)
+        assert f["step_saving_us"] == pytest.approx(one / steps, abs=0.01)
+
+
 def test_real_sampled_ranks_match_plain_json(tmp_path: Path) -> None:
     """multirank/: two real ranks; offsets, skews and last arrivers as a plain json reading gives them."""
     folder = TRACES / "multirank"
@@ -131,7 +151,11 @@ def test_cli_report_on_a_folder(injected: Path, tmp_path: Path, capsys: pytest.C
     html_out = tmp_path / "ranks.html"
     assert main(["report", str(injected), "--format", "html", "-o", str(html_out), *work]) == 0
     page = html_out.read_text()
-    assert "<h2>Stragglers</h2>" in page and "rank × step" in page and "<script" not in page
+    # the shared front end over the embedded document (tests/test_ranks_explorer.py opens it in a browser)
+    tag = '<script type="application/json" id="profuse-data">'
+    start = page.index(tag) + len(tag)
+    embedded = json.loads(page[start:page.index("</script>", start)])
+    assert embedded["ranks"] == doc and [r["rank"] for r in embedded["runs"]] == list(range(N))
 
 
 def test_bad_rank_trace_is_one_line_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -258,7 +282,12 @@ def test_html_and_console_show_hostile_names_as_text(tmp_path: Path, capsys: pyt
     out = tmp_path / "r.html"
     assert main(["report", str(folder), "--format", "html", "-o", str(out), *work]) == 0
     page = out.read_text()
-    assert "<img" not in page and "&lt;img src=x onerror=&quot;window.x=1&quot;&gt;[bold]_rank_0.json.gz" in page
+    # the name travels as JSON data only (\u003c-escaped), which the front end shows through textContent
+    tag = '<script type="application/json" id="profuse-data">'
+    start = page.index(tag) + len(tag)
+    assert "<img" not in page and "\\u003cimg src=x" in page[start:page.index("</script>", start)]
+    embedded = json.loads(page[start:page.index("</script>", start)])
+    assert [Path(r["path"]).name for r in embedded["ranks"]["ranks"]] == [f"{hostile}_rank_{r}.json.gz" for r in range(2)]
     capsys.readouterr()
     assert main(["report", str(folder), *work]) == 0
     assert f"{hostile}_rank_0.json.gz" in capsys.readouterr().out  # printed as text, not rich markup

@@ -64,3 +64,32 @@ def test_ranks_view_then_click_a_rank(page, tmp_path: Path) -> None:
     finally:
         for r in rr.runs:
             r.unload()
+
+
+def test_ranks_report_page_is_the_ranks_view_offline(page, tmp_path: Path) -> None:
+    """``profuse report DIR --format html``: the shared front end's Ranks view over the embedded document,
+    with no rank's own views (they are not in the file) and no network."""
+    import json
+
+    from profuse.cli import main
+
+    work = ["--work-dir", str(tmp_path / "work"), "--workers", "1"]
+    out = tmp_path / "ranks.html"
+    assert main(["report", str(TRACES / "multirank"), "--format", "html", "-o", str(out), *work]) == 0
+    assert main(["report", str(TRACES / "multirank"), "--format", "json", "-o", str(tmp_path / "r.json"), *work]) == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(out.as_uri() + "#view=overview")  # a rank's view asked for: the page has only the Ranks view
+    page.wait_for_selector("body[data-ready=ranks], body[data-ready=error]", timeout=15000)
+    assert page.get_attribute("body", "data-ready") == "ranks", page.get_attribute("body", "data-error")
+    assert page.locator("#ranks-table tbody tr").count() == len(doc["ranks"]) > 1
+    assert page.locator("#heat tbody tr").count() == len(doc["steps"]["ranks"])
+    assert page.locator("#skew tbody tr").count() == min(50, len(doc["collectives"]))
+    for v in ("overview", "ops", "timeline", "modules", "compiled", "compare"):
+        assert not page.locator(f'#nav a[data-view="{v}"]').is_visible()
+    fusion = page.locator("table", has=page.locator("th", has_text="Saving per rank (median)"))
+    assert fusion.locator("tbody tr").count() == len(doc["fusion"]) > 0
+    page.locator("#ranks-table tbody tr").first.click()  # opens nothing: the rank's tables are not here
+    assert page.get_attribute("body", "data-ready") == "ranks"
+    assert [u for u in requests if not u.startswith("file:")] == []

@@ -39,7 +39,7 @@ def test_many_distinct_names_reach_the_tables(tmp_path: Path):
 
 def test_thread_keys_are_numbered_as_np_unique_numbers_them():
     # GIVEN thread keys (pid code * THREAD_SHIFT + tid code) over small and large pid x tid grids
-    from profuse.trace._build import THREAD_SHIFT
+    from profuse.trace._columns import THREAD_SHIFT
     from profuse.trace._prepare import _distinct
 
     rng = np.random.default_rng(3)
@@ -58,7 +58,7 @@ def test_big_trace_path_writes_the_same_tables(monkeypatch):
     # (tables attached compressed, events inserted in checkpointed batches)
     from conftest import ALL_TRACES
 
-    from profuse.trace import _write, loader
+    from profuse.trace import _write, build
 
     path = next(p for p in ALL_TRACES if p.name.startswith("h100_bert"))
 
@@ -68,6 +68,6 @@ def test_big_trace_path_writes_the_same_tables(monkeypatch):
                     for tb in ("events", "shapes", "scopes", "threads", "instants", "flows", "meta")]
 
     small = tables()
-    monkeypatch.setattr(loader, "COMPRESS_MIN_EVENTS", 10)
+    monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
     monkeypatch.setattr(_write, "INSERT_BATCH", 1000)
     assert tables() == small

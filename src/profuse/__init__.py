@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import ProfuseError, TraceError, UserError
 
 if TYPE_CHECKING:
+    from .analysis import OpTable, Summary
+    from .report.notebook import NotebookReport
     from .trace import Trace, load
 
 __version__ = "0.1.0"
@@ -19,28 +21,66 @@ __all__ = [
     "__version__",
     "advise",
     "load",
+    "notebook_report",
     "profile",
     "read_neff",
+    "report",
     "table",
 ]
 
 _CAPTURE = {"ProfileConfig", "Exporter", "profile"}
 
 
-def table(source: Any, *, top: int = 20, group_by: str = "op") -> None:
-    """Print the correlated op table of a trace or bundle: a path, or a ``profuse.profile`` block once it ended.
-
-    ``top=0`` prints every row; ``group_by`` is op, shape, module or kernel (as ``profuse report``).
-    """
-    from .analysis import op_table, summarize
-    from .report.console import make_console, print_report
-    from .trace import load
-
+def _source_path(source: Any) -> Any:
     path = getattr(source, "bundle", source)
     if path is None:
         raise UserError("no bundle yet: the profiled block recorded no complete step")
+    return path
+
+
+def notebook_report(source: Any, *, top: int = 25, group_by: str = "op", advice: bool = True,
+                    keep_metadata: bool = False) -> NotebookReport:
+    """The report of a trace or bundle (a path, or a ``profuse.profile`` block once it ended), as the
+    object a notebook shows: the HTML report inline (offline, no server); ``.view`` holds its records.
+    ``profuse.report(path)`` calls this (the ``profuse.report`` package is callable: report/__init__.py).
+
+    ``top`` rows of the op table (0: all), ``group_by`` op, shape, module or kernel, ``advice`` the
+    advisor's sections (as ``profuse report``; ``--no-advice`` is ``advice=False``).
+    """
+    from .analysis import op_table, summarize
+    from .analysis.findings import Findings, trace_findings
+    from .payloads.build import ReportPayloads, report_payloads
+    from .payloads.report import report_view
+    from .report.notebook import NotebookReport
+    from .trace import load
+
+    path = _source_path(source)
+
+    def analyse(trace: Trace) -> tuple[Summary, OpTable, Findings | None]:
+        return summarize(trace), op_table(trace, group_by=group_by), trace_findings(trace) if advice else None
+
+    def payloads() -> ReportPayloads:  # the HTML's payloads, from the (now cached) tables, when shown
+        with load(path) as trace:
+            summary, table_, found = analyse(trace)
+            return report_payloads(trace, summary=summary, table=table_, advice=found, top=top or None,
+                                   keep_metadata=keep_metadata)
+
     with load(path) as trace:
-        print_report(make_console(), summarize(trace), op_table(trace, group_by=group_by), top)
+        summary, table_, found = analyse(trace)
+    return NotebookReport(report_view(summary, table_, found, top=top, keep_metadata=keep_metadata), payloads)
+
+
+def table(source: Any, *, top: int = 20, group_by: str = "op") -> NotebookReport:
+    """Print the correlated op table of a trace or bundle: a path, or a ``profuse.profile`` block once it ended.
+
+    ``top=0`` prints every row; ``group_by`` is op, shape, module or kernel (as ``profuse report``).
+    Returns the :func:`notebook_report` without advice, which a notebook shows as the HTML report.
+    """
+    from .report.console import make_console, print_report
+
+    rep = notebook_report(source, top=top, group_by=group_by, advice=False)
+    print_report(make_console(), rep.view)
+    return rep
 
 
 def __getattr__(name: str) -> Any:
@@ -57,6 +97,10 @@ def __getattr__(name: str) -> Any:
         from . import trace
 
         return getattr(trace, name)
+    if name == "report":  # the renderers' package, callable as profuse.report(path): notebook_report
+        import importlib
+
+        return importlib.import_module(".report", __name__)
     if name == "advise":
         from .fixes.verify import advise
 

@@ -2,7 +2,8 @@
 
 Each function takes a DuckDB connection on which the per-rank tables are views with a ``rank``
 column (``totals``, ``steps``, ``ops``, ``collectives``, ``fusion``; see ``profuse.ranks.maptask``)
-and returns plain rows ready for JSON. Times are µs unless a name says ns.
+and returns typed records (msgspec Structs, those ``payloads.ranks.RanksDocument`` holds). Times are
+µs unless a name says ns.
 
 Collectives are matched across ranks by their type and order on each rank: the k-th AllReduce of
 every rank is one call. A rank *arrives* at a call when its collective kernel starts (on a host
@@ -17,11 +18,95 @@ import statistics
 from typing import Any
 
 import duckdb
+import msgspec
 
 TOP = 20
 # Per-rank arrivals of every call go into the document up to this many ranks; beyond, the document
 # would grow with ranks x calls, so it keeps skew and last arriver and the Parquet keeps the arrivals.
 ARRIVALS_MAX_RANKS = 256
+
+
+class RankRow(msgspec.Struct):
+    """One rank's totals (µs), overlap of compute and communication, and clock offset (None: unknown)."""
+
+    rank: int
+    path: str
+    device_kind: str
+    device_name: str | None
+    events: int
+    span_us: float | None
+    device_us: float | None
+    busy_us: float | None
+    compute_us: float | None
+    comm_us: float | None
+    memory_us: float | None
+    idle_us: float | None
+    overlap_us: float | None
+    overlap_pct: float | None
+    steps: int
+    step_median_us: float | None
+    collectives: int
+    world_size: int | None
+    backend: str | None
+    clock_offset_us: float | None
+    skipped_events: int
+
+
+class Straggler(msgspec.Struct):
+    """A rank with the wait it caused others as the last arriver."""
+
+    rank: int
+    late_collectives: int
+    wait_caused_us: float
+
+
+class CollectiveCall(msgspec.Struct):
+    """One collective call matched on every rank: skew, last arriver, per-rank arrivals (µs)."""
+
+    name: str
+    seq: int
+    bytes: int | None
+    skew_us: float
+    last_arriver: int | None
+    end_spread_us: float
+    arrivals_us: list[float] | None
+
+
+class StepTimes(msgspec.Struct):
+    """The rank x step heat map: ``dur_us[rank index][step index]`` (None: the rank has no such step)."""
+
+    steps: list[int]
+    ranks: list[int]
+    dur_us: list[list[float | None]]
+
+
+class VaryingOp(msgspec.Struct):
+    """An op whose device time differs between ranks."""
+
+    name: str
+    ranks: int
+    min_us: float | None
+    max_us: float | None
+    mean_us: float | None
+    spread_us: float | None
+    min_rank: int | None
+    max_rank: int | None
+
+
+class MergedCandidate(msgspec.Struct):
+    """A fusion candidate merged over the ranks that have it: ``instances`` and ``device_us`` summed over
+    them; the saving per rank (the median over every rank, 0 where absent) and per profiled step (the
+    smallest over the ranks, which run in parallel; None when a rank recorded no step), never a sum."""
+
+    pattern: str
+    scope: str
+    ranks: int
+    instances: int
+    device_us: float | None
+    saving_per_rank_us: float | None
+    step_saving_us: float | None
+    recommendation: str
+    confidence: str
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -82,17 +167,16 @@ def collectives(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> dict
         FROM arrivals GROUP BY name, seq ORDER BY first_ns, name, seq""")
     total, matched = con.execute(
         "SELECT (SELECT count(*) FROM collectives), (SELECT count(*) FROM matched)").fetchall()[0]
-    out = []
-    for c in calls:
-        out.append({"name": c["name"], "seq": c["seq"], "bytes": c["bytes"], "skew_us": c["skew_ns"] / 1000,
-                    "last_arriver": c["last_arriver"], "end_spread_us": c["end_spread_ns"] / 1000,
-                    "arrivals_us": None if c["arrivals_ns"] is None else [a / 1000 for a in c["arrivals_ns"]]})
+    out = [CollectiveCall(name=c["name"], seq=c["seq"], bytes=c["bytes"], skew_us=c["skew_ns"] / 1000,
+                          last_arriver=c["last_arriver"], end_spread_us=c["end_spread_ns"] / 1000,
+                          arrivals_us=None if c["arrivals_ns"] is None else [a / 1000 for a in c["arrivals_ns"]])
+           for c in calls]
     return {"calls": out, "matched_rank_events": int(matched), "unmatched_rank_events": int(total - matched)}
 
 
-def stragglers(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+def stragglers(con: duckdb.DuckDBPyConnection) -> list[Straggler]:
     """Ranks by the wait they caused others as the last arriver (needs :func:`collectives` first)."""
-    return [{"rank": r["rank"], "late_collectives": int(r["late"]), "wait_caused_us": (r["wait"] or 0) / 1000}
+    return [Straggler(rank=r["rank"], late_collectives=int(r["late"]), wait_caused_us=(r["wait"] or 0) / 1000)
             for r in _rows(con, """
         WITH per_call AS (
             SELECT name, seq, min(rank) FILTER (WHERE pos = 1) AS rank, sum(last - arr) AS wait,
@@ -103,38 +187,37 @@ def stragglers(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         GROUP BY t.rank ORDER BY wait DESC NULLS LAST, t.rank""")]
 
 
-def rank_table(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> list[dict[str, Any]]:
+def rank_table(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> list[RankRow]:
     """One row per rank: its totals, compute/communication overlap and clock offset."""
     off = {o["rank"]: o["offset_us"] for o in offsets["offsets"]}
     out = []
     for r in _rows(con, "SELECT * FROM totals ORDER BY rank"):
         comm = r["comm_us"] or 0.0
-        out.append({
-            "rank": r["rank"], "path": r["path"], "device_kind": r["device_kind"], "device_name": r["device_name"],
-            "events": r["events"], "span_us": _r(r["span_us"]), "device_us": _r(r["device_us"]),
-            "busy_us": _r(r["busy_us"]), "compute_us": _r(r["compute_us"]), "comm_us": _r(comm),
-            "memory_us": _r(r["memory_us"]), "idle_us": _r(r["idle_us"]), "overlap_us": _r(r["overlap_us"]),
-            "overlap_pct": _r(100.0 * r["overlap_us"] / comm, 1) if comm else None,
-            "steps": r["steps"], "step_median_us": _r(r["step_median_us"]), "collectives": r["collectives"],
-            "world_size": r["world_size"], "backend": r["backend"], "clock_offset_us": off.get(r["rank"]),
-            "skipped_events": r["skipped_events"]})
+        out.append(RankRow(
+            rank=r["rank"], path=r["path"], device_kind=r["device_kind"], device_name=r["device_name"],
+            events=r["events"], span_us=_r(r["span_us"]), device_us=_r(r["device_us"]),
+            busy_us=_r(r["busy_us"]), compute_us=_r(r["compute_us"]), comm_us=_r(comm),
+            memory_us=_r(r["memory_us"]), idle_us=_r(r["idle_us"]), overlap_us=_r(r["overlap_us"]),
+            overlap_pct=_r(100.0 * r["overlap_us"] / comm, 1) if comm else None,
+            steps=r["steps"], step_median_us=_r(r["step_median_us"]), collectives=r["collectives"],
+            world_size=r["world_size"], backend=r["backend"], clock_offset_us=off.get(r["rank"]),
+            skipped_events=r["skipped_events"]))
     return out
 
 
-def step_times(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+def step_times(con: duckdb.DuckDBPyConnection) -> StepTimes:
     """Rank x step: each profiler step's wall time, for the heat map."""
     steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps ORDER BY step").fetchall()]
     ranks = [r[0] for r in con.execute("SELECT rank FROM totals ORDER BY rank").fetchall()]
     cell = {(r, s): d for r, s, d in con.execute("SELECT rank, step, dur_us FROM steps").fetchall()}
-    return {"steps": steps, "ranks": ranks,
-            "dur_us": [[_r(cell.get((r, s))) for s in steps] for r in ranks]}
+    return StepTimes(steps=steps, ranks=ranks, dur_us=[[_r(cell.get((r, s))) for s in steps] for r in ranks])
 
 
-def varying_ops(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[str, Any]]:
+def varying_ops(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[VaryingOp]:
     """Ops whose device time differs most between ranks (max - min over the ranks that ran them)."""
-    return [{"name": r["name"], "ranks": r["ranks"], "min_us": _r(r["lo"]), "max_us": _r(r["hi"]),
-             "mean_us": _r(r["mean"]), "spread_us": _r(r["hi"] - r["lo"]), "min_rank": r["min_rank"],
-             "max_rank": r["max_rank"]}
+    return [VaryingOp(name=r["name"], ranks=r["ranks"], min_us=_r(r["lo"]), max_us=_r(r["hi"]),
+                      mean_us=_r(r["mean"]), spread_us=_r(r["hi"] - r["lo"]), min_rank=r["min_rank"],
+                      max_rank=r["max_rank"])
             for r in _rows(con, """
         WITH s AS (SELECT name, count(*) AS ranks, min(self_device_us) AS lo, max(self_device_us) AS hi,
                           avg(self_device_us) AS mean FROM ops GROUP BY name HAVING count(*) > 1)
@@ -144,16 +227,39 @@ def varying_ops(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[str
         GROUP BY s.name, s.ranks, s.lo, s.hi, s.mean ORDER BY s.hi - s.lo DESC, s.name LIMIT ?""", [top])]
 
 
-def merged_fusion(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[dict[str, Any]]:
-    """Each rank's fusion candidates merged: the same (pattern, scope) on N ranks is one row with N."""
-    return [{"pattern": r["pattern"], "scope": r["scope"], "ranks": r["ranks"], "instances": r["instances"],
-             "device_us": _r(r["device_us"]), "predicted_saving_us": _r(r["saving"]),
-             "recommendation": r["recommendation"], "confidence": r["confidence"]}
-            for r in _rows(con, """
-        SELECT pattern, scope, count(DISTINCT rank) AS ranks, sum(instances) AS instances,
-               sum(device_us) AS device_us, sum(predicted_saving_us) AS saving,
-               min(recommendation) AS recommendation, min(confidence) AS confidence
-        FROM fusion GROUP BY pattern, scope ORDER BY saving DESC, pattern, scope LIMIT ?""", [top])]
+def merged_fusion(con: duckdb.DuckDBPyConnection, top: int = TOP) -> list[MergedCandidate]:
+    """Each rank's fusion candidates merged: the same (pattern, scope) on N ranks is one row with N.
+
+    Ranks run in parallel, so a saving is never summed over them: ``saving_per_rank_us`` is the median,
+    over every rank of the run (0 on a rank without the candidate), of what it saves over its trace;
+    ``step_saving_us`` is what a profiled step saves: ranks meet at collectives every step, so a step
+    ends when the slowest rank does and shrinks by what every rank saves in it, the smallest
+    ``saving / steps`` over the ranks (None when a rank recorded no step)."""
+    steps = dict(con.execute("SELECT rank, steps FROM totals").fetchall())
+    per_rank = _rows(con, """
+        SELECT pattern, scope, rank, sum(instances) AS instances, sum(device_us) AS device_us,
+               sum(predicted_saving_us) AS saving, min(recommendation) AS recommendation,
+               min(confidence) AS confidence
+        FROM fusion GROUP BY pattern, scope, rank""")
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in per_rank:
+        groups.setdefault((r["pattern"], r["scope"]), []).append(r)
+    out = [_merged(pattern, scope, rows, steps) for (pattern, scope), rows in groups.items()]
+    out.sort(key=lambda m: (-(m.saving_per_rank_us or 0.0), m.pattern, m.scope))
+    return out[:top]
+
+
+def _merged(pattern: str, scope: str, rows: list[dict[str, Any]], steps: dict[int, int]) -> MergedCandidate:
+    """One candidate over the ranks of the run (see :func:`merged_fusion`)."""
+    saving = {r["rank"]: float(r["saving"] or 0.0) for r in rows}
+    every = [saving.get(rank, 0.0) for rank in steps]
+    per_step = [saving.get(rank, 0.0) / n for rank, n in steps.items() if n] if all(steps.values()) else []
+    return MergedCandidate(pattern=pattern, scope=scope, ranks=len(rows), instances=sum(r["instances"] for r in rows),
+                           device_us=_r(sum(r["device_us"] or 0.0 for r in rows)),
+                           saving_per_rank_us=_r(statistics.median(every)) if every else None,
+                           step_saving_us=_r(min(per_step)) if per_step else None,
+                           recommendation=min(r["recommendation"] for r in rows),
+                           confidence=min(r["confidence"] for r in rows))
 
 
 def _median(vals: list[float | None]) -> float | None:

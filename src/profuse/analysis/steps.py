@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..trace import Trace
+from .profiler_steps import profiler_steps
 
 # Ops that allocate, view or dispatch but do no arithmetic: not "kernels" on the CPU.
 NO_WORK = ("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::as_strided",
@@ -59,8 +60,7 @@ def spread_pct(values: list[float]) -> float:
 def step_stats(trace: Trace) -> StepStats:
     """Per-step statistics over the ``ProfilerStep#`` annotations of a trace (the whole trace as one step if none)."""
     con = trace.con
-    steps = con.execute("SELECT count(*) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'"
-                        ).fetchall()[0][0] or 1
+    steps = len(profiler_steps(con)) or 1
     # top-level ops of a step: their nearest enclosing op is the step (python frames may sit between)
     top = con.execute("""
         SELECT e.name, e.dur, e.id, p.op FROM events e JOIN events p ON p.id = e.parent

@@ -42,10 +42,10 @@ def summarize(trace: Trace) -> Summary:
     m = trace.meta
     kernels, linked = trace.con.execute(
         f"SELECT count(*), count(op) FROM events WHERE kind IN ({DEVICE_TIME_SQL})").fetchall()[0]
-    return Summary(path=printable(str(trace.path)), device_kind=m["device_kind"], device_name=m.get("device_name"),
-                   events=int(m["events"]), span_us=float(m["span_us"]), device_us=total_device_us(trace),
-                   kernels=int(kernels), kernels_linked=int(linked), unlinked=dict(m.get("unlinked") or {}),
-                   skipped=dict(m.get("skipped") or {}), unmatched_flows=int(m.get("unmatched_flows") or 0),
+    return Summary(path=printable(str(trace.path)), device_kind=m.device_kind, device_name=m.device_name,
+                   events=m.events, span_us=m.span_us, device_us=total_device_us(trace),
+                   kernels=int(kernels), kernels_linked=int(linked), unlinked=dict(m.unlinked),
+                   skipped=dict(m.skipped), unmatched_flows=m.unmatched_flows,
                    from_cache=trace.from_cache, device_busy=device_busy(trace), steps=steps_busy(trace),
                    **_bundle_status(trace))
 

@@ -110,14 +110,6 @@ class Profile:
         """The underlying ``torch.profiler.profile``."""
         return self._prof
 
-    def table(self, *, top: int = 20, group_by: str = "op") -> None:
-        """Print the correlated op table of the bundle just written: ``profuse.table(p)``, kept here so
-        ``p.table()`` reads like torch's ``key_averages().table()``. Capture renders nothing itself: the
-        call goes through the package's facade."""
-        from .. import table
-
-        table(self, top=top, group_by=group_by)
-
 
 def profile_calls(fn: Callable[[], Any], cfg: ProfileConfig) -> Path:
     """Call ``fn`` for the config's warm-up and steps, one step per call, without autograd (device

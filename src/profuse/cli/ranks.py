@@ -32,7 +32,7 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
 
     from .._io import atomic_write
     from ..ranks import run_ranks
-    from ..report.ranks import print_ranks, render_ranks_html, render_ranks_json
+    from ..report.ranks import print_ranks, render_ranks_json
 
     err = Console(stderr=True)
     done = {"n": 0}
@@ -50,7 +50,10 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
         text = render_ranks_json(doc)
         return emit(text, args.output)
     if args.format == "html":
-        atomic_write(args.output, render_ranks_html(doc))
+        from ..payloads.ranks import ranks_payload
+        from ..report.html import render_ranks_html
+
+        atomic_write(args.output, render_ranks_html(ranks_payload(doc)))
         print(f"wrote {args.output}")
         return 0
     con = console()

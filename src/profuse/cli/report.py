@@ -88,16 +88,14 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(args.output, render_html(payloads))
             print(f"wrote {args.output}")
             return 0
+    from ..payloads.report import report_view
+
+    view = report_view(summary, table, advice, top=args.top, keep_metadata=args.keep_metadata, memory=memory)
     if args.format == "json":
-        from ..payloads.advice import advice_payload
-        from ..payloads.ops import ops_payload
-        from ..payloads.report import report_document
         from ..report.json_report import render_json  # each format imports only its own renderer
 
-        doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
-                              keep_metadata=args.keep_metadata, memory=memory)
-        return emit(render_json(doc), args.output)
-    from ..report.console import print_advice, print_report
+        return emit(render_json(view.document), args.output)
+    from ..report.console import print_report
 
     if args.output:  # the table as plain text in a file
         import io
@@ -108,17 +106,7 @@ def run(args: argparse.Namespace) -> int:
         con = Console(file=buf, width=200, soft_wrap=False, color_system=None)
     else:
         con = console()
-    if advice is not None and advice.diagnosis is not None:  # the report opens with where the time went
-        from ..payloads.diagnosis import diagnosis_payload
-        from ..report.console_diagnosis import render_diagnosis
-
-        render_diagnosis(con, diagnosis_payload(advice.diagnosis))
-    print_report(con, summary, table, args.top or None)
-    from ..report.console_memory import render_memory
-
-    render_memory(con, memory)
-    if advice is not None:
-        print_advice(con, advice, table.device_label)
+    print_report(con, view)
     if args.output:
         atomic_write(args.output, buf.getvalue())
         print(f"wrote {args.output}")

@@ -64,15 +64,14 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"profuse: no bundle written ({result.status})", style="yellow", markup=False)
         return result.exit_code
     from ..analysis import op_table, summarize
+    from ..payloads.report import report_view
     from ..report.console import print_report
     from ..trace import load
 
     with load(result.bundle) as trace:
-        print_report(con, summarize(trace), op_table(trace), args.top)
         from ..analysis.memory import memory_section as memory_of
-        from ..report.console_memory import render_memory
 
-        render_memory(con, memory_of(trace))
+        print_report(con, report_view(summarize(trace), op_table(trace), top=args.top, memory=memory_of(trace)))
     err.print(f"profuse: bundle {result.bundle} ({result.status}, {result.steps_recorded} step(s) recorded, "
               f"{result.forwards} forward call(s) seen)", markup=False)
     err.print(f"profuse: explore it with: profuse explore {result.bundle}   (or: profuse report {result.bundle})",

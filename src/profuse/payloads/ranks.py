@@ -7,33 +7,12 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from ..analysis.ranks import CollectiveCall, MergedCandidate, RankRow, StepTimes, Straggler, VaryingOp
+
 RANKS_SCHEMA = "profuse.ranks/1"
-
-
-class RankRow(Struct):
-    """One rank's totals (µs), overlap of compute and communication, and clock offset (None: unknown)."""
-
-    rank: int
-    path: str
-    device_kind: str
-    device_name: str | None
-    events: int
-    span_us: float | None
-    device_us: float | None
-    busy_us: float | None
-    compute_us: float | None
-    comm_us: float | None
-    memory_us: float | None
-    idle_us: float | None
-    overlap_us: float | None
-    overlap_pct: float | None
-    steps: int
-    step_median_us: float | None
-    collectives: int
-    world_size: int | None
-    backend: str | None
-    clock_offset_us: float | None
-    skipped_events: int
+# the rows are the analysis records themselves (analysis/ranks.py), as OpsRow is OpRow: one record family
+__all__ = ["RANKS_SCHEMA", "Clock", "ClockOffset", "CollectiveCall", "MergedCandidate", "RankRow", "RanksDocument",
+           "StepTimes", "Straggler", "VaryingOp", "ranks_payload"]
 
 
 class ClockOffset(Struct):
@@ -49,60 +28,6 @@ class Clock(Struct):
 
     reference_rank: int | None
     offsets: list[ClockOffset]
-
-
-class Straggler(Struct):
-    """A rank with the wait it caused others as the last arriver."""
-
-    rank: int
-    late_collectives: int
-    wait_caused_us: float
-
-
-class CollectiveCall(Struct):
-    """One collective call matched on every rank: skew, last arriver, per-rank arrivals (µs)."""
-
-    name: str
-    seq: int
-    bytes: int | None
-    skew_us: float
-    last_arriver: int | None
-    end_spread_us: float
-    arrivals_us: list[float] | None
-
-
-class StepTimes(Struct):
-    """The rank x step heat map: ``dur_us[rank index][step index]`` (None: the rank has no such step)."""
-
-    steps: list[int]
-    ranks: list[int]
-    dur_us: list[list[float | None]]
-
-
-class VaryingOp(Struct):
-    """An op whose device time differs between ranks."""
-
-    name: str
-    ranks: int
-    min_us: float | None
-    max_us: float | None
-    mean_us: float | None
-    spread_us: float | None
-    min_rank: int | None
-    max_rank: int | None
-
-
-class MergedCandidate(Struct):
-    """A fusion candidate merged over the ranks that have it."""
-
-    pattern: str
-    scope: str
-    ranks: int
-    instances: int
-    device_us: float | None
-    predicted_saving_us: float | None
-    recommendation: str
-    confidence: str
 
 
 class RanksDocument(Struct):

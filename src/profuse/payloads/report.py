@@ -6,14 +6,16 @@ from typing import Any
 from msgspec import UNSET, Struct, UnsetType
 
 from ..analysis.busy import Busy, StepBusy
+from ..analysis.findings import Findings
 from ..analysis.hotspots import Hotspot
 from ..analysis.interruptions import Interruption
+from ..analysis.optable import OpTable
 from ..analysis.roofline import Peaks, RooflineRow
 from ..analysis.summary import Summary
-from .advice import AdvicePayload, CompiledAdvice, FusionCandidate
+from .advice import AdvicePayload, CompiledAdvice, FusionCandidate, advice_payload
 from .diagnosis import DiagnosisPayload
 from .memory import MemoryPayload
-from .ops import Ops, OpsRow
+from .ops import Ops, OpsRow, ops_payload
 from .overview import Capture, Totals, TraceInfo, capture, totals, trace_info
 
 SCHEMA = "profuse.report/3"
@@ -59,3 +61,22 @@ def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = N
                           unmatched_flows=summary.unmatched_flows,
                           capture=capture(summary, keep_metadata=keep_metadata), ops=ops.rows,
                           memory=UNSET if memory is None else memory, **sections)
+
+
+class ReportView(Struct, kw_only=True):
+    """What every renderer of one trace's report reads: the JSON document (written as is by
+    ``--format json``), and what only a terminal shows: whether the tables came from the cache, and how
+    many op-table rows to show (``top``; None: all, the document always holds every row)."""
+
+    document: ReportDocument
+    from_cache: bool = False
+    top: int | None = None
+
+
+def report_view(summary: Summary, table: OpTable, advice: Findings | None = None, *, top: int | None = None,
+                keep_metadata: bool = False, memory: MemoryPayload | None = None) -> ReportView:
+    """The report's records from the analyses (``advice`` None: ``--no-advice``; ``memory`` None: the
+    trace has no memory events): the op table with every row, the advice as :func:`advice_payload` sends it."""
+    doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
+                          keep_metadata=keep_metadata, memory=memory)
+    return ReportView(document=doc, from_cache=summary.from_cache, top=top or None)

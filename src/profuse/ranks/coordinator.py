@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 
 from ..analysis import ranks as cross
 from ..errors import UserError
@@ -114,14 +115,15 @@ def reduce(folder: Path, rs: RankSet) -> dict[str, Any]:
             "ranks_found": len(rs.traces),
             "clock": {"reference_rank": offsets["reference_rank"],
                       "offsets": [{k: o[k] for k in ("rank", "offset_us", "collectives")} for o in offsets["offsets"]]},
-            "ranks": cross.rank_table(con, offsets),
-            "stragglers": cross.stragglers(con),
-            "collectives": coll["calls"],
+            # the typed records as plain values: the document is read as JSON-shaped data (docs/ranks.md)
+            "ranks": msgspec.to_builtins(cross.rank_table(con, offsets)),
+            "stragglers": msgspec.to_builtins(cross.stragglers(con)),
+            "collectives": msgspec.to_builtins(coll["calls"]),
             "matched_rank_events": coll["matched_rank_events"],
             "unmatched_rank_events": coll["unmatched_rank_events"],
-            "steps": cross.step_times(con),
-            "varying_ops": cross.varying_ops(con),
-            "fusion": cross.merged_fusion(con),
+            "steps": msgspec.to_builtins(cross.step_times(con)),
+            "varying_ops": msgspec.to_builtins(cross.varying_ops(con)),
+            "fusion": msgspec.to_builtins(cross.merged_fusion(con)),
         }
     finally:
         con.close()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceError, UserError
-from ..trace._open import MAPPING_PATTERN, TRACE_NAMES
+from ..trace.open_trace import MAPPING_PATTERN, TRACE_NAMES
 
 HEAD_BYTES = 1 << 20
 _SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")

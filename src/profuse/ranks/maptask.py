@@ -125,21 +125,18 @@ def _node() -> str:
     return socket.gethostname()
 
 
-def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
-    from ..analysis.optable import op_table, total_device_us
+def _steps_table(con: Any) -> dict[str, np.ndarray]:
+    """Every profiler step (analysis/profiler_steps.py): its number, start and length."""
+    from ..analysis.profiler_steps import profiler_steps
 
-    con = trace.con
-    meta = trace.meta
-    dist = (meta.get("trace_meta") or {}).get("distributedInfo") or {}
-    cpu_only = trace.cpu_only
-    # steps
-    steps = con.execute("""
-        SELECT TRY_CAST(regexp_extract(name, '#(\\d+)', 1) AS BIGINT), ts, dur FROM events
-        WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%' ORDER BY ts""").fetchall()
-    step_tab = {"step": np.array([s[0] if s[0] is not None else i for i, s in enumerate(steps)], dtype=np.int64),
-                "ts_ns": np.array([s[1] for s in steps], dtype=np.int64),
-                "dur_us": np.array([s[2] / 1000 for s in steps], dtype=np.float64)}
-    # collectives: device kernels, or host annotations on a CPU-only trace
+    steps = profiler_steps(con)
+    return {"step": np.array([s.number for s in steps], dtype=np.int64),
+            "ts_ns": np.array([s.ts_ns for s in steps], dtype=np.int64),
+            "dur_us": np.array([s.dur_ns / 1000 for s in steps], dtype=np.float64)}
+
+
+def _collectives_table(con: Any, cpu_only: bool) -> dict[str, np.ndarray]:
+    """Collective kernels (host annotations on a CPU-only trace), numbered per type in time order."""
     if cpu_only:
         rows = [r for r in con.execute("""
             SELECT id, name, ts, ts + dur, id FROM events WHERE kind = 'annotation' ORDER BY ts, id""").fetchall()
@@ -156,78 +153,114 @@ def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
         names.append(c)
         seqs.append(seen.get(c, 0))
         seen[c] = seen.get(c, 0) + 1
-    coll_tab = {"name": np.array(names, dtype=object), "seq": np.array(seqs, dtype=np.int64),
-                "kernel": np.array([r[1] for r in rows], dtype=object),
-                "start_ns": np.array([r[2] for r in rows], dtype=np.int64),
-                "end_ns": np.array([r[3] for r in rows], dtype=np.int64),
-                "bytes": np.array([coll_bytes.get(r[4]) for r in rows], dtype=object)}
-    # busy time: compute, communication, memory; their union, overlap and idle gaps
+    return {"name": np.array(names, dtype=object), "seq": np.array(seqs, dtype=np.int64),
+            "kernel": np.array([r[1] for r in rows], dtype=object),
+            "start_ns": np.array([r[2] for r in rows], dtype=np.int64),
+            "end_ns": np.array([r[3] for r in rows], dtype=np.int64),
+            "bytes": np.array([coll_bytes.get(r[4]) for r in rows], dtype=object)}
+
+
+Spans = tuple[np.ndarray, np.ndarray]
+
+
+def _work_spans(con: Any, cpu_only: bool, coll: dict[str, np.ndarray]) -> tuple[Spans, Spans, Spans]:
+    """(compute, communication, memory) as (starts, ends) in ns: device events by kind, or on a CPU-only
+    trace the top-level CPU ops and annotations (work) and the collective annotations."""
     if cpu_only:
         top = con.execute("""
             SELECT ts, ts + dur AS e, name FROM events WHERE kind IN ('cpu_op', 'annotation') AND depth = 0
               AND name NOT LIKE 'ProfilerStep#%'""").fetchnumpy()
         work = np.array([not COMM_HOST.match(n or "") for n in top["name"]], dtype=bool)
-        comm_s, comm_e = coll_tab["start_ns"], coll_tab["end_ns"]
-        comp_s, comp_e = top["ts"][work], top["e"][work]
-        mem_s = mem_e = np.empty(0, dtype=np.int64)
-    else:
-        dev = con.execute(f"""
-            SELECT ts, ts + dur AS e, kind, kind = 'kernel' AND {COMM_KERNEL_SQL} AS comm
-            FROM events WHERE kind IN ({DEVICE_TIME_SQL})""").fetchnumpy()
-        s, e, kind, comm = dev["ts"], dev["e"], np.asarray(dev["kind"], dtype=object), np.asarray(dev["comm"], bool)
-        mem = (kind == "memcpy") | (kind == "memset")
-        comp_s, comp_e = s[~comm & ~mem], e[~comm & ~mem]
-        comm_s, comm_e = s[comm], e[comm]
-        mem_s, mem_e = s[mem], e[mem]
-    all_s = np.concatenate([comp_s, comm_s, mem_s]).astype(np.int64)
-    all_e = np.concatenate([comp_e, comm_e, mem_e]).astype(np.int64)
+        none = np.empty(0, dtype=np.int64)
+        return (top["ts"][work], top["e"][work]), (coll["start_ns"], coll["end_ns"]), (none, none)
+    dev = con.execute(f"""
+        SELECT ts, ts + dur AS e, kind, kind = 'kernel' AND {COMM_KERNEL_SQL} AS comm
+        FROM events WHERE kind IN ({DEVICE_TIME_SQL})""").fetchnumpy()
+    s, e, kind, comm = dev["ts"], dev["e"], np.asarray(dev["kind"], dtype=object), np.asarray(dev["comm"], bool)
+    mem = (kind == "memcpy") | (kind == "memset")
+    return (s[~comm & ~mem], e[~comm & ~mem]), (s[comm], e[comm]), (s[mem], e[mem])
+
+
+def _busy(comp: Spans, comm: Spans, mem: Spans) -> dict[str, float]:
+    """Busy time (the union of all three), each part's union, compute/communication overlap and idle gaps."""
+    all_s = np.concatenate([comp[0], comm[0], mem[0]]).astype(np.int64)
+    all_e = np.concatenate([comp[1], comm[1], mem[1]]).astype(np.int64)
     busy_us = union_us(all_s, all_e)
-    compute_us, comm_us = union_us(comp_s, comp_e), union_us(comm_s, comm_e)
-    both_us = union_us(np.concatenate([comp_s, comm_s]), np.concatenate([comp_e, comm_e]))
+    compute_us, comm_us = union_us(*comp), union_us(*comm)
+    both_us = union_us(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
     window_us = float(all_e.max() - all_s.min()) / 1000 if all_s.size else 0.0
-    device_us = total_device_us(trace)
-    durs = step_tab["dur_us"].tolist()
-    totals = {
+    return {"busy_us": busy_us, "compute_us": compute_us, "comm_us": comm_us, "memory_us": union_us(*mem),
+            "overlap_us": compute_us + comm_us - both_us, "idle_us": window_us - busy_us}
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) else None
+
+
+def _totals_table(trace: Any, busy: dict[str, float], durs: list[float], collectives: int) -> dict[str, np.ndarray]:
+    """The rank's one-row totals."""
+    from ..analysis.optable import total_device_us
+
+    meta = trace.meta
+    dist = meta.trace_meta.get("distributedInfo") or {}
+    return {
         "path": np.array([str(trace.path)], dtype=object), "device_kind": np.array([trace.device_kind], dtype=object),
-        "device_name": np.array([meta.get("device_name")], dtype=object),
-        "events": np.array([int(meta["events"])]), "span_us": np.array([float(meta["span_us"])]),
-        "device_us": np.array([device_us]), "busy_us": np.array([busy_us]), "compute_us": np.array([compute_us]),
-        "comm_us": np.array([comm_us]), "memory_us": np.array([union_us(mem_s, mem_e)]),
-        "overlap_us": np.array([compute_us + comm_us - both_us]), "idle_us": np.array([window_us - busy_us]),
+        "device_name": np.array([meta.device_name], dtype=object),
+        "events": np.array([meta.events]), "span_us": np.array([meta.span_us]),
+        "device_us": np.array([total_device_us(trace)]), **{k: np.array([v]) for k, v in busy.items()},
         "steps": np.array([len(durs)]), "step_median_us": np.array([statistics.median(durs) if durs else None],
                                                                    dtype=object),
-        "world_size": np.array([dist.get("world_size") if isinstance(dist.get("world_size"), int) else None],
-                               dtype=object),
+        "world_size": np.array([_int_or_none(dist.get("world_size"))], dtype=object),
         "backend": np.array([dist.get("backend") if isinstance(dist.get("backend"), str) else None], dtype=object),
-        "collectives": np.array([len(rows)]),
-        "skipped_events": np.array([sum(int(v) for v in (meta.get("skipped") or {}).values())])}
-    table = op_table(trace, group_by="op")
-    ops = {"name": np.array([r.name for r in table.rows], dtype=object),
-           "calls": np.array([r.calls for r in table.rows], dtype=np.int64),
-           "self_cpu_us": np.array([r.self_cpu_us for r in table.rows], dtype=np.float64),
-           "self_device_us": np.array([r.self_device_us for r in table.rows], dtype=np.float64),
-           "device_total_us": np.array([r.device_total_us for r in table.rows], dtype=np.float64)}
+        "collectives": np.array([collectives]),
+        "skipped_events": np.array([sum(meta.skipped.values())])}
+
+
+def _ops_table(trace: Any) -> dict[str, np.ndarray]:
+    """The op table grouped by op."""
+    from ..analysis.optable import op_table
+
+    rows = op_table(trace, group_by="op").rows
+    return {"name": np.array([r.name for r in rows], dtype=object),
+            "calls": np.array([r.calls for r in rows], dtype=np.int64),
+            "self_cpu_us": np.array([r.self_cpu_us for r in rows], dtype=np.float64),
+            "self_device_us": np.array([r.self_device_us for r in rows], dtype=np.float64),
+            "device_total_us": np.array([r.device_total_us for r in rows], dtype=np.float64)}
+
+
+def _fusion_table(trace: Any, fusion: bool) -> dict[str, np.ndarray]:
+    """The rank's fusion candidates (none when ``fusion`` is off)."""
     cands = []
     if fusion:
         from ..analysis.fusion import fusion_candidates
 
         cands = fusion_candidates(trace)
-    fus = {"pattern": np.array([c.pattern for c in cands], dtype=object),
-           "scope": np.array([c.scope for c in cands], dtype=object),
-           "instances": np.array([c.instances for c in cands], dtype=np.int64),
-           "device_us": np.array([c.device_us for c in cands], dtype=np.float64),
-           "predicted_saving_us": np.array([c.predicted_saving_us for c in cands], dtype=np.float64),
-           "recommendation": np.array([c.recommendation for c in cands], dtype=object),
-           "confidence": np.array([c.confidence for c in cands], dtype=object)}
+    return {"pattern": np.array([c.pattern for c in cands], dtype=object),
+            "scope": np.array([c.scope for c in cands], dtype=object),
+            "instances": np.array([c.instances for c in cands], dtype=np.int64),
+            "device_us": np.array([c.device_us for c in cands], dtype=np.float64),
+            "predicted_saving_us": np.array([c.predicted_saving_us for c in cands], dtype=np.float64),
+            "recommendation": np.array([c.recommendation for c in cands], dtype=object),
+            "confidence": np.array([c.confidence for c in cands], dtype=object)}
+
+
+def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
+    con = trace.con
+    meta = trace.meta
+    dist = meta.trace_meta.get("distributedInfo") or {}
+    step_tab = _steps_table(con)
+    coll_tab = _collectives_table(con, trace.cpu_only)
+    durs = step_tab["dur_us"].tolist()
+    totals = _totals_table(trace, _busy(*_work_spans(con, trace.cpu_only, coll_tab)), durs, len(coll_tab["name"]))
     out = duckdb.connect()
     try:
-        for name, cols in (("totals", totals), ("steps", step_tab), ("ops", ops), ("collectives", coll_tab),
-                           ("fusion", fus)):
+        for name, cols in (("totals", totals), ("steps", step_tab), ("ops", _ops_table(trace)),
+                           ("collectives", coll_tab), ("fusion", _fusion_table(trace, fusion))):
             write_parquet(out, folder / f"{name}.parquet", name, cols)
     finally:
         out.close()
-    return {"events": int(meta["events"]), "device_kind": trace.device_kind, "collectives": len(rows),
-            "steps": len(durs), "distributed_rank": dist.get("rank") if isinstance(dist.get("rank"), int) else None}
+    return {"events": meta.events, "device_kind": trace.device_kind, "collectives": len(coll_tab["name"]),
+            "steps": len(durs), "distributed_rank": _int_or_none(dist.get("rank"))}
 
 
 def _bytes_of(con: Any, ids: list[Any]) -> dict[Any, int]:

@@ -1,8 +1,9 @@
-"""The cross-rank report (``profuse.ranks/1``) as JSON, console tables and one self-contained HTML page."""
+"""The cross-rank report (``profuse.ranks/1``) as JSON and console tables (its HTML page is the shared
+front end's Ranks view: report/html.py ``render_ranks_html``)."""
 from __future__ import annotations
 
-import html
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,15 @@ def _bytes(b: int | None) -> str:
     return f"{b} B"
 
 
-def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None:
-    """Print the rank report: per-rank rows, stragglers and cross-rank findings."""
-    ranks = doc["ranks"]
-    kinds = sorted({r["device_kind"] for r in ranks})
+def _print_head(con: Console, doc: dict[str, Any], top: int | None) -> None:
+    kinds = sorted({r["device_kind"] for r in doc["ranks"]})
     con.print(Text(f"{doc['source']}", style="bold"))
     con.print(f"{doc['ranks_found']} ranks (named by {doc['rank_source']}) · {', '.join(kinds)} · "
               f"clock reference: rank {doc['clock']['reference_rank']}")
+
+
+def _print_rank_table(con: Console, doc: dict[str, Any], top: int | None) -> None:
+    ranks = doc["ranks"]
     t = Table(title="Ranks", title_justify="left")
     for col in ("Rank", "Trace", "Device", "Compute", "Comm", "Overlap", "Memory", "Idle", "Step median",
                 "Clock offset"):
@@ -67,6 +70,9 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
                                                              for r in skipped[:8]), style="red"))
     if len(shown) < len(ranks):
         con.print(Text(f"... {len(ranks) - len(shown)} more ranks (--top 0 shows all)", style="dim"))
+
+
+def _print_stragglers(con: Console, doc: dict[str, Any], top: int | None) -> None:
     late = [s for s in doc["stragglers"] if s["late_collectives"]]
     if late:
         t = Table(title="Stragglers: ranks that arrived last at collectives, by the wait they caused",
@@ -84,6 +90,9 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
     if doc["unmatched_rank_events"]:
         con.print(Text(f"{doc['unmatched_rank_events']:,} collective kernels are not on every rank and were not "
                        "matched (subgroups, or a trace window that cut a call).", style="yellow"))
+
+
+def _print_skew(con: Console, doc: dict[str, Any], top: int | None) -> None:
     skewed = sorted(doc["collectives"], key=lambda c: -c["skew_us"])[:SHOW]
     if skewed and skewed[0]["skew_us"] > 0:
         t = Table(title="Collective skew (largest): last arrival minus first, clocks aligned", title_justify="left")
@@ -93,7 +102,13 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
             t.add_row(Text(f"{c['name']} #{c['seq']}"), _bytes(c["bytes"]), fmt_us(c["skew_us"]),
                       "-" if c["last_arriver"] is None else str(c["last_arriver"]))
         con.print(t)
+
+
+def _print_steps(con: Console, doc: dict[str, Any], top: int | None) -> None:
     _print_heat(con, doc["steps"], top)
+
+
+def _print_varying(con: Console, doc: dict[str, Any], top: int | None) -> None:
     if doc["varying_ops"]:
         t = Table(title="Ops whose device time varies most across ranks", title_justify="left")
         for col in ("Op", "Ranks", "Min", "Max", "Spread", "Slowest rank"):
@@ -102,14 +117,36 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
             t.add_row(Text(o["name"]), str(o["ranks"]), fmt_us(o["min_us"]), fmt_us(o["max_us"]), fmt_us(o["spread_us"]),
                       str(o["max_rank"]))
         con.print(t)
+
+
+def _print_fusion(con: Console, doc: dict[str, Any], top: int | None) -> None:
     if doc["fusion"]:
         t = Table(title="Fusion candidates, merged over ranks", title_justify="left")
-        for col in ("Pattern", "Scope", "Ranks", "Instances", "Predicted saving", "Do"):
-            t.add_column(col, justify="right" if col in ("Ranks", "Instances", "Predicted saving") else "left")
+        for col in ("Pattern", "Scope", "Ranks", "Instances", *SAVINGS, "Do"):
+            t.add_column(col, justify="right" if col in ("Ranks", "Instances", *SAVINGS) else "left")
         for f in doc["fusion"][:SHOW]:
             t.add_row(Text(f["pattern"]), Text(f["scope"]), str(f["ranks"]), str(f["instances"]),
-                      fmt_us(f["predicted_saving_us"]), Text(f["recommendation"]))
+                      *_savings(f), Text(f["recommendation"]))
         con.print(t)
+
+
+# The rank report's sections in print order, each one function over the cross-rank document.
+RANK_SECTIONS: list[Callable[[Console, dict[str, Any], int | None], None]] = [
+    _print_head, _print_rank_table, _print_stragglers, _print_skew, _print_steps, _print_varying, _print_fusion]
+
+
+def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None:
+    """Print the rank report: per-rank rows, stragglers and cross-rank findings."""
+    for section in RANK_SECTIONS:
+        section(con, doc, top)
+
+
+# ranks run in parallel: a saving is per rank (the median) and per step, never summed over ranks
+SAVINGS = ("Saving per rank (median)", "Step-time saving")
+
+
+def _savings(f: dict[str, Any]) -> list[str]:
+    return ["-" if f[k] is None else fmt_us(f[k]) for k in ("saving_per_rank_us", "step_saving_us")]
 
 
 def _print_heat(con: Console, steps: dict[str, Any], top: int | None) -> None:
@@ -134,102 +171,6 @@ def _print_heat(con: Console, steps: dict[str, Any], top: int | None) -> None:
             cells.append(Text(fmt_us(v), style=style))
         t.add_row(str(rank), *cells)
     con.print(t)
-
-
-# --- HTML ----------------------------------------------------------------------------------------
-
-CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
-STYLE = """
-body{font:13px system-ui,sans-serif;margin:24px;color:#222}h1{font-size:18px}h2{font-size:15px;margin-top:28px}
-table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
-th{background:#f6f6f6}td.l,th.l{text-align:left}.bar{background:#c0392b;height:10px}.note{color:#666}
-.heat td{border:1px solid #fff;min-width:52px;font-size:11px}
-"""
-
-
-def _e(v: Any) -> str:
-    return html.escape(str(v), quote=True)
-
-
-def _table(headers: list[str], rows: list[list[str]], left: tuple[int, ...] = (), cls: str = "") -> str:
-    head = "".join(f'<th class="{"l" if i in left else ""}">{_e(h)}</th>' for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(f'<td class="{"l" if i in left else ""}">{c}</td>' for i, c in enumerate(r))
-                   + "</tr>" for r in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def _heat_color(ratio: float) -> str:
-    """White at the median step, deeper red the slower, blue the faster."""
-    if ratio >= 1:
-        a = min((ratio - 1) / 0.5, 1.0)
-        return f"rgba(192,57,43,{a:.2f})"
-    a = min((1 - ratio) / 0.5, 1.0)
-    return f"rgba(41,128,185,{a:.2f})"
-
-
-def render_ranks_html(doc: dict[str, Any]) -> str:
-    """The rank report as one self-contained HTML page, every string from a trace escaped."""
-    ranks = doc["ranks"]
-    parts = [f"<h1>profuse: {doc['ranks_found']} ranks · {_e(doc['source'])}</h1>",
-             f'<p class="note">Ranks named by {_e(doc["rank_source"])}; clocks aligned to rank '
-             f'{_e(doc["clock"]["reference_rank"])} from collective end times.</p>', "<h2>Ranks</h2>"]
-    parts.append(_table(
-        ["Rank", "Trace", "Device", "Compute", "Comm", "Overlap", "Memory", "Idle", "Step median", "Clock offset"],
-        [[_e(r["rank"]), _e(_name(r["path"])), _e(_us(r["device_us"])), _e(_us(r["compute_us"])),
-          _e(_us(r["comm_us"])), "-" if r["overlap_pct"] is None else f"{r['overlap_pct']:.0f}%",
-          _e(_us(r["memory_us"])), _e(_us(r["idle_us"])), _e(_us(r["step_median_us"])),
-          _e("unknown" if r["clock_offset_us"] is None else fmt_us(r["clock_offset_us"]))] for r in ranks],
-        left=(1,)))
-    parts.append("<h2>Stragglers</h2>")
-    late = [s for s in doc["stragglers"] if s["late_collectives"]]
-    if late:
-        parts.append(_table(["Rank", "Late collectives", "Wait caused (all other ranks)"],
-                            [[_e(s["rank"]), _e(s["late_collectives"]), _e(fmt_us(s["wait_caused_us"]))]
-                             for s in late[:SHOW * 2]]))
-    else:
-        parts.append('<p class="note">No rank arrived late at a matched collective (or none was matched).</p>')
-    steps = doc["steps"]
-    if steps["steps"]:
-        vals = [v for row in steps["dur_us"] for v in row if v is not None]
-        med = statistics.median(vals) if vals else 0.0
-        parts.append("<h2>Step time, rank × step</h2>")
-        rows = []
-        for rank, row in zip(steps["ranks"], steps["dur_us"]):
-            cells = [_e(rank)]
-            for v in row:
-                if v is None:
-                    cells.append("-")
-                else:
-                    color = _heat_color(v / med if med else 1.0)
-                    cells.append(f'<span title="{_e(fmt_us(v))}" style="display:block;background:{color}">'
-                                 f"{_e(fmt_us(v))}</span>")
-            rows.append(cells)
-        parts.append(_table(["Rank"] + [f"#{s}" for s in steps["steps"]], rows, cls="heat"))
-    calls = doc["collectives"]
-    if calls:
-        worst = max(c["skew_us"] for c in calls) or 1.0
-        parts.append("<h2>Collective skew</h2>"
-                     '<p class="note">Per matched call: last arrival minus first (kernel start, clocks aligned).</p>')
-        rows = [[_e(f"{c['name']} #{c['seq']}"), _e(_bytes(c["bytes"])), _e(fmt_us(c["skew_us"])),
-                 f'<div class="bar" style="width:{200 * c["skew_us"] / worst:.0f}px"></div>',
-                 _e("-" if c["last_arriver"] is None else c["last_arriver"])] for c in calls[:500]]
-        parts.append(_table(["Collective", "Bytes", "Skew", "", "Last arriver"], rows, left=(0, 3)))
-        if len(calls) > 500:
-            parts.append(f'<p class="note">{len(calls) - 500} more calls in the JSON report.</p>')
-    if doc["varying_ops"]:
-        parts.append("<h2>Ops varying most across ranks</h2>")
-        parts.append(_table(["Op", "Ranks", "Min", "Max", "Spread", "Slowest rank"],
-                            [[_e(o["name"]), _e(o["ranks"]), _e(fmt_us(o["min_us"])), _e(fmt_us(o["max_us"])),
-                              _e(fmt_us(o["spread_us"])), _e(o["max_rank"])] for o in doc["varying_ops"]], left=(0,)))
-    if doc["fusion"]:
-        parts.append("<h2>Fusion candidates, merged over ranks</h2>")
-        parts.append(_table(["Pattern", "Scope", "Ranks", "Instances", "Predicted saving", "Do"],
-                            [[_e(f["pattern"]), _e(f["scope"]), _e(f["ranks"]), _e(f["instances"]),
-                              _e(fmt_us(f["predicted_saving_us"])), _e(f["recommendation"])] for f in doc["fusion"]],
-                            left=(0, 1, 5)))
-    return (f'<!doctype html><html><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f"<title>profuse ranks report</title><style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n")
 
 
 def print_ranks_diff(con: Console, d: dict[str, Any], top: int | None = 15) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._open import load, resolve
+    from .open_trace import load, resolve
     from .trace import Trace
 
 __all__ = ["Trace", "load", "resolve"]
@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return Trace
     if name in ("load", "resolve"):
-        from . import _open
+        from . import open_trace
 
-        return getattr(_open, name)
+        return getattr(open_trace, name)
     raise AttributeError(name)

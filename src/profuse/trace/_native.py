@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import _decode
-from ._build import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key
+from ._columns import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key
 
 
 def _load_scanner() -> Any:

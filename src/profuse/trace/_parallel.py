@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import TraceError
 from . import _decode
-from ._build import THREAD_SHIFT, Columns, add_chunk
+from ._columns import THREAD_SHIFT, Columns, add_chunk
 
 _DOC: _decode.Document | None = None  # set in the parent before forking; read by the workers
 _PATH = ""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
-from ._build import THREAD_SHIFT, Columns, factorize, kinds_of, thread_key
+from ._columns import THREAD_SHIFT, Columns, factorize, kinds_of, thread_key
 from .correlate import LINK_HOW, UNLINKED
 from .event_columns import DecodedEvents, EventStrings, Flows
 from .schema import KINDS

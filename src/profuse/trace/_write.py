@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ._build import FLOW_PHASES, Columns
+from ._columns import FLOW_PHASES, Columns
 from ._prepare import Prepared
 from .correlate import device_threads, module_scopes
 from .event_columns import WRITE_RULES, EventColumns, EventStrings, insert_sql

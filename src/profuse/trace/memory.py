@@ -21,7 +21,7 @@ import duckdb
 import msgspec
 import numpy as np
 
-from ._build import _PRECISE_ABOVE_US, _ns, thread_key
+from ._columns import _PRECISE_ABOVE_US, _ns, thread_key
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns
 from .schema import HOST_KINDS, TABLE_KINDS, kind_codes

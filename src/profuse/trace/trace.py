@@ -15,6 +15,7 @@ from .cache import CacheWriter
 
 if TYPE_CHECKING:
     from .bundle import BundleMeta
+    from .meta import TraceMeta
 
 _READ_ONLY = {"SELECT", "EXPLAIN", "PRAGMA", "CALL"}
 _EXPLAIN = re.compile(r"^\s*explain\s+(?:analy[sz]e\s+)?", re.IGNORECASE)
@@ -50,9 +51,11 @@ class Trace:
         self.bundle: BundleMeta | None = None  # a profuse bundle's meta.json, when the trace is in one
 
     @cached_property
-    def meta(self) -> dict[str, Any]:
-        """The ``meta`` table as a dict (JSON values decoded): counts, device, source; see docs/schema.md."""
-        return {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
+    def meta(self) -> TraceMeta:
+        """The ``meta`` table as a typed record (JSON values decoded): counts, device, source; see docs/schema.md."""
+        from .meta import trace_meta
+
+        return trace_meta({k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()})
 
     @property
     def device_kind(self) -> str:
@@ -61,7 +64,7 @@ class Trace:
         Reports head their device-time columns with this same word, reading it as ``device_label``:
         one value under two names, not two notions.
         """
-        return str(self.meta["device_kind"])
+        return self.meta.device_kind
 
     device_label = device_kind  # the same property (see device_kind)
 
@@ -115,4 +118,4 @@ class Trace:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Trace {self.path.name}: {self.meta['events']} events, {self.device_kind}>"
+        return f"<Trace {self.path.name}: {self.meta.events} events, {self.device_kind}>"

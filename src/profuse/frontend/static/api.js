@@ -1,13 +1,13 @@
+// @ts-check
 // Data sources: the explorer's HTTP API, or the payload embedded in a self-contained HTML report.
 // Both answer the same paths ("/api/0/overview", "/api/0/timeline?width=800", ...) with the same JSON,
 // or null where they have nothing; `live` says whether the source can answer new questions (a server)
 // or only holds what was embedded (a report: one timeline over the whole span, no event details).
-(function (profuse) {
+/**
+ * @typedef {{live: boolean, get: (path: string) => Promise<any>}} Source
+ */
+(function (/** @type {any} the profuse namespace */ profuse) {
   "use strict";
-
-  /**
-   * @typedef {{live: boolean, get: (path: string) => Promise<any>}} Source
-   */
 
   /**
    * The explorer's server, same origin.

@@ -1,8 +1,9 @@
+// @ts-check
 // The front end's one entry, start(source): a hash router over the views, reading from `source`
 // (the explorer's HTTP API or a report's embedded payload, see api.js). The URL carries the view
 // and the selection. body[data-ready] is the view's name once it rendered, "error" if it threw
 // (the error is shown on the page and in body[data-error]); tests wait on it.
-(function (profuse) {
+(function (/** @type {any} the profuse namespace */ profuse) {
   "use strict";
 
   const { el } = profuse.dom;
@@ -33,6 +34,13 @@
     document.body.dataset.ready = "error";
   }
 
+  /**
+   * A navigation link (an `a` of #nav) as the HTML element it is.
+   * @param {Element | null} a
+   * @returns {HTMLElement}
+   */
+  const nav = a => /** @type {HTMLElement} */ (a);
+
   class Router {
     /** @param {Source} source */
     constructor(source) {
@@ -41,10 +49,15 @@
       this.life = newLife();
     }
 
-    /** The view, run and selection the URL holds. */
+    /**
+     * The view, run and selection the URL holds.
+     * @returns {Record<string, any>}
+     */
     state() {
+      /** @type {Record<string, any>} */
       const st = Object.fromEntries(new URLSearchParams(location.hash.slice(1)).entries());
-      if (!VIEWS.includes(st.view) || (st.view === "ranks" && !this.ranksMode)) st.view = this.ranksMode ? "ranks" : "overview";
+      if (!VIEWS.includes(st.view) || (st.view === "ranks" && !this.ranksMode)
+          || (this.ranksMode && !this.source.live)) st.view = this.ranksMode ? "ranks" : "overview";
       st.run = parseInt(st.run || "0", 10) || 0;
       return st;
     }
@@ -65,7 +78,7 @@
       for (const fn of old.leave.splice(0)) fn();
       const mine = this.life = newLife();
       const st = this.state();
-      for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.view === st.view);
+      for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", nav(a).dataset.view === st.view);
       const main = document.getElementById("main");
       main.replaceChildren();
       document.getElementById("status").textContent = "loading…";
@@ -84,18 +97,23 @@
     /** The run picker, the navigation and the first render. */
     async boot() {
       const runs = (await this.source.get("/api/runs")) || [];
-      this.ranksMode = this.source.live && runs.some(r => r.rank !== undefined);
-      const sel = document.getElementById("run");
+      this.ranksMode = runs.some(r => r.rank !== undefined);
+      const sel = /** @type {HTMLSelectElement} */ (document.getElementById("run"));
       const label = r => r.rank !== undefined ? `rank ${r.rank}` : (r.run === 0 ? "A" : "B");
       sel.replaceChildren(...runs.map(r => el("option", { value: r.run }, `${label(r)}: ${r.path}`)));
       sel.value = String(this.state().run);
       sel.addEventListener("change", () => this.go({ ...this.state(), run: sel.value, sel: "", t0: "", t1: "" }));
-      const hide = v => { document.querySelector(`#nav a[data-view="${v}"]`).style.display = "none"; };
+      const hide = v => { nav(document.querySelector(`#nav a[data-view="${v}"]`)).style.display = "none"; };
       if (runs.length < 2 || this.ranksMode) hide("compare");
       if (!this.ranksMode) hide("ranks");
       if (!this.source.live) hide("compiled");
+      // a cross-rank report page embeds the Ranks view's data only: no rank's own views, no run picker
+      if (this.ranksMode && !this.source.live) {
+        for (const v of ["overview", "ops", "timeline", "modules"]) hide(v);
+        sel.style.display = "none";
+      }
       for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {
-        e.preventDefault(); this.go({ view: a.dataset.view, run: this.state().run });
+        e.preventDefault(); this.go({ view: nav(a).dataset.view, run: this.state().run });
       });
       window.addEventListener("popstate", () => this.render());
       await this.render();

@@ -1,6 +1,11 @@
+// @ts-check
 // Building DOM from data: every string goes through textContent, never innerHTML.
 // A classic script (body not indented) that adds `profuse.dom`.
-(function (profuse) {
+/**
+ * A table column: the row key it shows, its header, whether it holds a name (left-aligned), how to format it.
+ * @typedef {{key: string, label: string, name?: boolean, fmt?: (v: any, row: any) => any}} Column
+ */
+(function (/** @type {any} the profuse namespace */ profuse) {
 "use strict";
 
 function el(tag, attrs = {}, ...children) {
@@ -39,6 +44,12 @@ function fmtBytes(b) {
   return b + " B";
 }
 
+/**
+ * A table of `rows` under `columns`, sortable by a header click unless `sortable` is false.
+ * @param {Column[]} columns
+ * @param {any[]} rows
+ * @param {{onRow?: (row: any) => void, selected?: any, sortable?: boolean, detail?: (row: any) => (Node | null)}} [options]
+ */
 function table(columns, rows, { onRow, selected, sortable = true, detail } = {}) {
   // columns: [{key, label, name?: bool, fmt?: fn}]; rows: array of objects;
   // detail(r): a node shown in a full-width row right under r's row (it follows r when sorted), or null

@@ -1,45 +1,41 @@
+// @ts-check
 // The timeline's pure model: the time window and its x <-> t mapping, zoom and pan, lane layout and
 // labels, hit testing and level of detail. No DOM and no canvas, so node's test runner loads this
 // file as it is (tests/js/) and the canvas view (timeline_view.js) only draws what it computes.
 // Times are µs from the trace start; x and y are CSS pixels.
-(function (profuse) {
+/**
+ * The visible window: times t0..t1 drawn on pixels x0..x0+width.
+ * @typedef {{t0: number, t1: number, x0: number, width: number}} TimeWindow
+ */
+
+/**
+ * One drawn box: data index i at x..x+w, y..y+h (w is at least one pixel).
+ * @typedef {{x: number, y: number, w: number, h: number, i: number}} Box
+ */
+
+/**
+ * What the model reads of the timeline payload: one entry per event or merged block (id -1 for
+ * a block of several, n its count), names and kinds interned; t0..t1 the window it was cut for,
+ * span the trace's, bucket_us its level of detail (events shorter than that were merged).
+ * @typedef {{lane: number[], row: number[], ts: number[], dur: number[], name: number[],
+ *   kind: number[], id: number[], n: number[], names: string[], kinds: string[],
+ *   t0?: number, t1?: number, span?: [number, number], bucket_us?: number}} TimelineColumns
+ */
+
+/**
+ * A lane as the front end draws it: the payload's lane with its top y, its kind and the place it
+ * belongs to (the thread or device stream), apart.
+ * @typedef {{lane: number, label: string, rows: number, y: number, kind: string, place: string}} LaidLane
+ */
+
+(function (/** @type {any} the profuse namespace */ profuse) {
   "use strict";
 
   /** The smallest window, µs: zooming stops there. */
   const MIN_SPAN = 0.01;
   const LANE_KINDS = ["scopes", "ops", "runtime", "stream"];
 
-  /**
-   * The visible window: times t0..t1 drawn on pixels x0..x0+width.
-   * @typedef {{t0: number, t1: number, x0: number, width: number}} Window
-   */
-
-  /**
-   * One drawn box: data index i at x..x+w, y..y+h (w is at least one pixel).
-   * @typedef {{x: number, y: number, w: number, h: number, i: number}} Box
-   */
-
-  /**
-   * What the model reads of the timeline payload: one entry per event or merged block (id -1 for
-   * a block of several, n its count), names and kinds interned; t0..t1 the window it was cut for,
-   * span the trace's, bucket_us its level of detail (events shorter than that were merged).
-   * @typedef {{lane: number[], row: number[], ts: number[], dur: number[], name: number[],
-   *   kind: number[], id: number[], n: number[], names: string[], kinds: string[],
-   *   t0?: number, t1?: number, span?: [number, number], bucket_us?: number}} TimelineColumns
-   */
-
-  /**
-   * What the model reads of a lane of the payload (kind optional: derived from the label if absent).
-   * @typedef {{lane: number, label: string, rows: number, kind?: string}} LanePayload
-   */
-
-  /**
-   * A lane as the front end draws it: the payload's lane with its top y, its kind and the place it
-   * belongs to (the thread or device stream), apart.
-   * @typedef {{lane: number, label: string, rows: number, y: number, kind: string, place: string}} LaidLane
-   */
-
-  /** @returns {Window} */
+  /** @returns {TimeWindow} */
   function makeWindow(t0, t1, x0, width) {
     return { t0, t1, x0, width };
   }
@@ -105,7 +101,7 @@
   /**
    * The lane's kind: the payload's `kind` when it names one, else read from its label, whose last
    * part names it ("main · ops", "GPU 0 · stream 7").
-   * @param {LanePayload} lane
+   * @param {Lane} lane
    * @returns {string}
    */
   function laneKind(lane) {
@@ -125,7 +121,7 @@
 
   /**
    * Lanes stacked top to bottom, `rowHeight` per row and `gap` between lanes.
-   * @param {LanePayload[]} lanes
+   * @param {Lane[]} lanes
    * @returns {{lanes: LaidLane[], height: number}}
    */
   function layoutLanes(lanes, rowHeight, gap) {
@@ -166,7 +162,7 @@
    * get none.
    * @param {TimelineColumns} data
    * @param {Map<number, LaidLane>} lanesById
-   * @param {Window} win
+   * @param {TimeWindow} win
    * @returns {Box[]}
    */
   function layoutBoxes(data, lanesById, win, rowHeight) {
@@ -226,7 +222,7 @@
    * and the name and kind of its longest member; its id is -1 unless it holds one event. Events out
    * of the window are left out. The result has the columns of the payload's timeline.
    * @param {TimelineColumns} data
-   * @param {Window} win
+   * @param {TimeWindow} win
    * @returns {TimelineColumns}
    */
   function decimate(data, win, minPx = 1) {

@@ -1,7 +1,8 @@
+// @ts-check
 // The timeline's canvas: draws what timeline_model.js lays out and turns wheel, drag, keys and clicks
 // into model calls. Every listener it adds goes through one AbortController, so destroy() removes
 // them all (the window's included) along with the canvas.
-(function (profuse) {
+(function (/** @type {any} the profuse namespace */ profuse) {
   "use strict";
 
   const M = profuse.timelineModel;
@@ -32,6 +33,7 @@
      * @param {HTMLElement} container
      * @param {Source} source
      * @param {number} run
+     * @param {{onSelect?: (event: any, id: number | null) => void, onView?: (view: number[]) => void}} [callbacks]
      */
     constructor(container, source, run, { onSelect, onView, onMemory } = {}) {
       this.source = source; this.run = run; this.onSelect = onSelect; this.onView = onView;
@@ -107,7 +109,7 @@
 
     width() { return Math.max((this.canvas.parentElement?.clientWidth || 1200) - LABEL_W, 200); }
 
-    /** @returns {Window} */
+    /** @returns {TimeWindow} */
     window() { return M.makeWindow(this.view[0], this.view[1], LABEL_W, this.width()); }
 
     resize() {

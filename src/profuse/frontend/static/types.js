@@ -396,14 +396,17 @@
  */
 
 /**
- * A fusion candidate merged over the ranks that have it.
+ * A fusion candidate merged over the ranks that have it: ``instances`` and ``device_us`` summed over
+ * them; the saving per rank (the median over every rank, 0 where absent) and per profiled step (the
+ * smallest over the ranks, which run in parallel; None when a rank recorded no step), never a sum.
  * @typedef {Object} MergedCandidate
  * @property {string} pattern
  * @property {string} scope
  * @property {number} ranks
  * @property {number} instances
  * @property {(number|null)} device_us
- * @property {(number|null)} predicted_saving_us
+ * @property {(number|null)} saving_per_rank_us
+ * @property {(number|null)} step_saving_us
  * @property {string} recommendation
  * @property {string} confidence
  */

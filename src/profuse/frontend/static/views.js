@@ -1,7 +1,8 @@
+// @ts-check
 // The explorer's views. Each renders into `main` from JSON; strings go in as text only.
 // A classic script (body not indented) that adds `profuse.views`: view(main, st, go, life), where
 // life.onLeave(fn) runs fn when the route changes (a timeline's destroy).
-(function (profuse) {
+(function (/** @type {any} the profuse namespace */ profuse) {
 "use strict";
 
 const { el, fmtBytes, fmtUs, table } = profuse.dom;
@@ -76,6 +77,7 @@ async function ops(main, st, go) {
   select.addEventListener("change", () => go({ ...st, group: select.value, op: "" }));
   const holder = el("div");
   const kernelsBox = el("div", { id: "op-kernels" });
+  /** @type {Column[]} */
   const cols = [{ key: "name", label: "Name", name: true }];
   if (group === "shape") cols.push({ key: "shape", label: "Input shapes", name: true });
   cols.push({ key: "calls", label: "Calls" }, { key: "self_cpu_us", label: "Self CPU", fmt: fmtUs },
@@ -294,9 +296,10 @@ async function ranks(main, st, go) {
   if (!d || d.error) return main.append(el("p", { class: "muted" }, (d && d.error) || "no ranks: profuse explore DIR"));
   const runs = (await get("/api/runs")) || [];
   const runOf = Object.fromEntries(runs.map(r => [r.rank, r.run]));
-  const open = r => go({ view: "overview", run: runOf[r.rank] });
+  // a report page holds no rank's own views: rows open nothing there
+  const open = source.live ? r => go({ view: "overview", run: runOf[r.rank] }) : undefined;
   main.append(el("h2", { id: "ranks-title" }, `${d.ranks_found} ranks · ${d.source}`),
-    el("p", { class: "muted" }, `ranks named by ${d.rank_source}; clocks aligned to rank ${d.clock.reference_rank} from collective end times; click a rank to open it`));
+    el("p", { class: "muted" }, `ranks named by ${d.rank_source}; clocks aligned to rank ${d.clock.reference_rank} from collective end times` + (open ? "; click a rank to open it" : "")));
   const pct = v => v === null || v === undefined ? "-" : v.toFixed(0) + "%";
   const holder = el("div", { id: "ranks-table" }, table([
     { key: "rank", label: "Rank" }, { key: "path", label: "Trace", name: true },
@@ -319,7 +322,7 @@ async function ranks(main, st, go) {
       return r >= 1 ? `rgba(192,57,43,${Math.min((r - 1) / 0.5, 1).toFixed(2)})` : `rgba(41,128,185,${Math.min((1 - r) / 0.5, 1).toFixed(2)})`;
     };
     const head = el("tr", {}, el("th", {}, "Rank"), sp.steps.map(s => el("th", {}, "#" + s)));
-    const body = sp.ranks.map((rank, i) => el("tr", { on: { click: () => open({ rank }) } }, el("td", {}, rank),
+    const body = sp.ranks.map((rank, i) => el("tr", open ? { on: { click: () => open({ rank }) } } : {}, el("td", {}, rank),
       sp.dur_us[i].map(v => v === null ? el("td", {}, "-") : el("td", { style: `background:${color(v)}`, title: fmtUs(v) }, fmtUs(v)))));
     main.append(el("h2", {}, "Step time, rank × step"), el("table", { id: "heat" }, el("thead", {}, head), el("tbody", {}, body)));
   }
@@ -337,7 +340,8 @@ async function ranks(main, st, go) {
     main.append(el("h2", {}, "Fusion candidates, merged over ranks"), table([
       { key: "pattern", label: "Pattern", name: true }, { key: "scope", label: "Scope", name: true },
       { key: "ranks", label: "Ranks" }, { key: "instances", label: "Instances" },
-      { key: "predicted_saving_us", label: "Predicted saving", fmt: fmtUs },
+      { key: "saving_per_rank_us", label: "Saving per rank (median)", fmt: v => v === null ? "-" : fmtUs(v) },
+      { key: "step_saving_us", label: "Step-time saving", fmt: v => v === null ? "-" : fmtUs(v) },
       { key: "recommendation", label: "Do", name: true }], d.fusion));
   }
 }

@@ -1,4 +1,4 @@
-"""``profuse.load(path)``: a Kineto trace (or a profuse bundle) into DuckDB tables, cached."""
+"""Build the DuckDB tables of a Kineto trace: decode, correlate, write, cache (``load`` in load.py opens one)."""
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +17,7 @@ import numpy as np
 from ..errors import TraceError
 from . import _decode, _native
 from . import memory as _memory
-from ._build import Columns, add_chunk
-from ._open import TRACE_NAMES, load, resolve  # noqa: F401 - re-exported
+from ._columns import Columns, add_chunk
 from ._parallel import decode_parallel, worker_count
 from ._prepare import Prepared, base_time_ns, prepare
 from ._privateuse1 import privateuse1_name

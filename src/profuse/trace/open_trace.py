@@ -107,7 +107,7 @@ def load(
             return with_bundle(with_mapping(Trace(src, cached, from_cache=True, notes=notes)))
         if problem is not None:
             notes.append(f"cache {problem}; tables rebuilt from the trace")
-    from .loader import build
+    from .build import build
 
     return with_bundle(with_mapping(build(src, cache_folder=caches, notes=notes, lenient=lenient,
                                           progress=progress)))
