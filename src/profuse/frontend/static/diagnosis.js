@@ -1,7 +1,8 @@
+// @ts-check
 // The diagnosis on the overview: a stacked bar per kind of step (and per step), and the levers as
 // cards linking to the op-table rows they are about. Renders the DiagnosisPayload as sent; every
 // number shown is one of its fields. A classic script that adds `profuse.diagnosis`.
-(function (profuse) {
+(function (/** @type {any} the profuse namespace */ profuse) {
 "use strict";
 
 const { el, fmtUs } = profuse.dom;

@@ -33,12 +33,13 @@
      * @param {HTMLElement} container
      * @param {Source} source
      * @param {number} run
-     * @param {{onSelect?: (event: any, id: number | null) => void, onView?: (view: number[]) => void}} [callbacks]
+     * @param {{onSelect?: (event: any, id: number | null) => void, onView?: (view: number[]) => void,
+     *   onMemory?: (pick: any) => void}} [callbacks]
      */
     constructor(container, source, run, { onSelect, onView, onMemory } = {}) {
       this.source = source; this.run = run; this.onSelect = onSelect; this.onView = onView;
       this.onMemory = onMemory;
-      /** @type {CounterLane[]} memory lanes (allocated, reserved) under the event lanes */
+      /** @type {any[]} memory lanes (timeline_model.js CounterLane) (allocated, reserved) under the event lanes */
       this.counters = []; this.memory = null; this.memoryPick = null;
       this.canvas = document.createElement("canvas");
       this.canvas.tabIndex = 0;
