@@ -47,14 +47,26 @@ def budget_line(label: str, leaves: list[BudgetLeaf], device: bool) -> Text:
     return t
 
 
+def _letters(leaves: list[BudgetLeaf]) -> dict[str, str]:
+    """A distinct letter per leaf: the first of its name not taken by a larger leaf."""
+    out: dict[str, str] = {}
+    for lf in sorted(leaves, key=lambda x: -x.us):
+        name = lf.key.partition("/")[2] or lf.key
+        free = [c for c in name.replace("_", "") + "abcdefghijklmnopqrstuvwxyz" if c not in out.values()]
+        out[lf.key] = free[0] if free else "?"
+    return out
+
+
 def bar(leaves: list[BudgetLeaf]) -> Text:
-    """The budget as one bar of BAR cells, busy green and idle red, a letter per leaf class."""
+    """The budget as one bar of BAR cells, busy green and idle red, a letter per leaf, and the letters' legend."""
     t = Text("  ")
+    letters = _letters([lf for lf in leaves if round(lf.pct / 100 * BAR)])
     for lf in leaves:
         n = round(lf.pct / 100 * BAR)
         if n:
-            kind, _, what = lf.key.partition("/")
-            t.append((what or kind)[0] * n, style=f"black on {STYLE.get(kind, 'red')}")
+            kind = lf.key.partition("/")[0]
+            t.append(letters[lf.key] * n, style=f"black on {STYLE.get(kind, 'red')}")
+    t.append("  " + " · ".join(f"{c} {k}" for k, c in letters.items()), style="dim")
     return t
 
 
