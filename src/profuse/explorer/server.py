@@ -306,6 +306,8 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
 
     import uvicorn
 
+    from ._guard import HeadTimeoutH11
+
     app = create_app(traces, keep_metadata=keep_metadata, ranks=ranks)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -313,7 +315,9 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
     sock.listen(2048)  # connections made as soon as the URL is printed wait for the server
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     # a request still running after Ctrl-C / SIGTERM is cut after 2 s instead of holding the exit
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+    # a connection that sends no complete request head within a few seconds is closed (_guard)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2,
+                            http=HeadTimeoutH11)
     server = uvicorn.Server(config)
     if on_ready:
         on_ready(url)

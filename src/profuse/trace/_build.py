@@ -53,6 +53,7 @@ class Columns:
     n: int = 0
     imprecise_ts: int = 0
     ignored_args: dict[str, int] = field(default_factory=dict)  # args values of a type profuse cannot use
+    notes: list[str] = field(default_factory=list)  # what the load should tell the user (a repeated key)
 
     def add(self, key: str, arr: np.ndarray) -> None:
         """Append one chunk's values to column ``key``."""
@@ -182,14 +183,15 @@ def add_chunk(
     cols.add("cat", cat_ids)
     cols.add("thread_key", _thread_keys(cols, xs))
     args = args_of(xs)
-    where = f"in {path}"
+    beyond = skipped if lenient else None  # numbers beyond 64 bits: read as absent and counted, or refused
     for key in _ARG_INTS:
-        cols.add(key, int_column(map(attrgetter(key), args), n, key, where, cols.ignored_args))
+        cols.add(key, int_column(map(attrgetter(key), args), n, key, path, cols.ignored_args, skipped=beyond))
     ext = [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
-    cols.add("external_id", int_column(ext, n, "External id", where, cols.ignored_args))
-    cols.add("device", int_column(map(attrgetter("device"), args), n, "device", where, cols.ignored_args))
+    cols.add("external_id", int_column(ext, n, "External id", path, cols.ignored_args, skipped=beyond))
+    cols.add("device", int_column(map(attrgetter("device"), args), n, "device", path, cols.ignored_args,
+                                  skipped=beyond))
     stream = [a.stream if a.stream is not None else a.stream_id for a in args]
-    cols.add("stream", int_column(stream, n, "stream", where, cols.ignored_args))
+    cols.add("stream", int_column(stream, n, "stream", path, cols.ignored_args, skipped=beyond))
     cols.add("flops", _float_column(list(map(_get_flops, args)), "flops", cols.ignored_args))
     dims, grids = list(map(_get_dims, args)), list(map(_get_grid, args))
     for k in [k for k, (d, g) in enumerate(zip(dims, grids)) if d or g]:

@@ -72,6 +72,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         data, gzip_hash = _decode.read_trace(str(src))
         fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
+        notes.extend(cols.notes)
         del data
         source = fingerprint_of()
     except BaseException:
@@ -208,6 +209,8 @@ def _decode_reference(path: str, data: bytes | bytearray, *, lenient: bool, skip
         for base, events, span in _decode.iter_chunks(path, doc, lenient=lenient, skipped=skipped,
                                                       on_progress=on_chunk):
             add_chunk(cols, path, base, events, span, lenient=lenient, skipped=skipped)
+    for key in doc.repeated:
+        cols.notes.append(f"{path}: top-level key {key!r} appears more than once; the last one is read")
     return cols, {k: _safe_json(v) for k, v in doc.top.items()}
 
 
