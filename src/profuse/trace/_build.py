@@ -107,11 +107,15 @@ def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
     return out
 
 
-def _needs_precise(events: list[Event]) -> bool:
-    """Whether this chunk's µs floats may not hold whole ns (a big fractional ts somewhere)."""
+def _needs_precise(events: list[Event]) -> tuple[bool, bool]:
+    """Whether this chunk's times are read from the text (it holds a ts of 2^33 µs or more, where a
+    double may not hold whole ns), and whether any ts has a fraction (else the doubles were exact).
+
+    Reading the text does not hang on whether a double kept a fraction (4458676522709.0000001 is
+    a whole double), so the compiled scanner can follow the same rule event by event."""
     ts = np.array(list(map(_get["ts"], events)), dtype=np.float64)  # None -> nan
     ts = ts[~np.isnan(ts)]
-    return bool(np.any(np.abs(ts) >= _PRECISE_ABOVE_US) and np.any(ts % 1 != 0))
+    return bool(np.any(np.abs(ts) >= _PRECISE_ABOVE_US)), bool(np.any(ts % 1 != 0))
 
 
 def _ns_of(events: list[Event], idx: list[int], precise: np.ndarray | None) -> np.ndarray:
@@ -149,9 +153,9 @@ def add_chunk(
     phases = list(map(_get["ph"], events))
     x_idx = [i for i, p in enumerate(phases) if p == "X"]
     # exact ns times of every event of the chunk, read from the text when the floats may not hold them
-    needs_precise = _needs_precise(events)
+    needs_precise, fractional = _needs_precise(events)
     precise = _precise_ts(chunk, events) if needs_precise else None
-    if needs_precise and precise is None:
+    if needs_precise and fractional and precise is None:
         cols.imprecise_ts += len(x_idx)
     if len(x_idx) != len(events):
         _add_other_phases(cols, events, phases, precise, skipped)
