@@ -52,7 +52,7 @@ def test_sigint_at_many_moments_of_run(tmp_path):
     outcomes = []
     for k, frac in enumerate((0.03, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)):
         out = tmp_path / f"b{k}"
-        rc, stdout, stderr, took = _run(tmp_path, out, whole * frac)
+        rc, stdout, stderr, _took = _run(tmp_path, out, whole * frac)
         outcomes.append((frac, rc, stderr))
         if rc == 0:  # the run had finished before the signal came
             assert _complete_bundle(out)
