@@ -129,3 +129,19 @@ def test_explorer_closes_connections_that_send_no_request(tmp_path):
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/prlimit"), reason="needs prlimit (util-linux)")
+@pytest.mark.parametrize("mib", [600, 700])
+def test_load_that_cannot_fit_says_so_in_one_line(tmp_path, mib):
+    # GIVEN the 216k-event trace (about 400 MB of JSON inflated) on the msgspec path, in an address
+    # space far too small for it
+    env = {**os.environ, "PROFUSE_SCANNER": "0", "PROFUSE_CACHE_DIR": str(tmp_path)}
+    path = trace_path("v100_rank1_of2_216k_events.json.gz")
+    r = subprocess.run(["prlimit", f"--as={mib << 20}", sys.executable, "-m", "profuse", "sql", str(path),
+                        "SELECT count(*) FROM events", "--no-cache"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    # THEN one line naming the file says it does not fit, exit 2
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"profuse: {path}: "), r.stderr[-2000:]
+    assert "memory" in r.stderr

@@ -42,7 +42,11 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
     are decoded), never by an earlier or later read of the file, which may have changed meanwhile.
     """
     with _no_cyclic_gc():
-        return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
+        try:
+            return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
+        except (MemoryError, duckdb.OutOfMemoryException):
+            raise TraceError(str(src), "does not fit in the memory left: a load needs about 3 times the "
+                                       "trace's JSON size (see docs/input.md)") from None
 
 
 @contextlib.contextmanager
