@@ -10,6 +10,7 @@ def entry() -> NoReturn:
     """The command line as a program: a Ctrl-C at any moment, imports and exit too, is one line, exit 130."""
     import atexit
     import contextlib
+    import gc
     import os
     import signal
     import sys
@@ -28,7 +29,8 @@ def entry() -> NoReturn:
     for t in threading.enumerate():
         if t is not threading.current_thread() and not t.daemon:
             t.join()
-    atexit._run_exitfuncs()  # cache writes finishing
+    atexit._run_exitfuncs()  # cache writes finishing, logging flushed
+    gc.collect()  # files left in garbage cycles (a profiled script's) are closed, so flushed
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
             stream.flush()
