@@ -258,6 +258,118 @@ class Builder:
                  name="members.json.gz")
         self.add("structure", "empty gzip", gzip.compress(b""), name="empty.json.gz")
 
+    def duplicate_ids(self, rng: random.Random, count: int) -> None:
+        """Ids that should be unique, repeated: correlations, External ids, flow ids, Python ids."""
+        for _ in range(count):
+            base = rng.choice(BASES)
+            doc = copy.deepcopy(self.docs[base])
+            evs = _events(doc)
+            how = rng.choice(("correlation", "External id", "flow id", "Python id", "every id"))
+            if how == "flow id":
+                for e in evs:
+                    if e.get("ph") in ("s", "f", "t"):
+                        e["id"] = 1
+            else:
+                for e in rng.sample(evs, k=min(len(evs), max(2, len(evs) // 2))):
+                    args = e.setdefault("args", {}) if isinstance(e.get("args", {}), dict) else {}
+                    for key in (("correlation", "External id", "Python id") if how == "every id" else (how,)):
+                        args[key] = 7
+            self.add("dup_ids", f"{base}: {how} repeated", _dump(doc))
+
+    def cycles(self, rng: random.Random, count: int) -> None:
+        """Parent links that loop: a Python parent id naming itself or a descendant, flows that go round."""
+        for _ in range(count):
+            base = rng.choice(BASES)
+            doc = copy.deepcopy(self.docs[base])
+            evs = [e for e in _events(doc) if e.get("ph") == "X"]
+            how = rng.choice(("self parent", "two-cycle", "ring", "flow ring"))
+            picked = rng.sample(evs, k=min(len(evs), 6))
+            if how == "flow ring":
+                for k, e in enumerate(picked):
+                    nxt = picked[(k + 1) % len(picked)]
+                    doc["traceEvents"] += [{"ph": "s", "id": 900 + k, "pid": e.get("pid"), "tid": e.get("tid"),
+                                            "ts": e.get("ts"), "cat": "ac2g", "name": "f"},
+                                           {"ph": "f", "id": 900 + k, "pid": nxt.get("pid"), "tid": nxt.get("tid"),
+                                            "ts": nxt.get("ts"), "cat": "ac2g", "name": "f", "bp": "e"}]
+            else:
+                n = {"self parent": 1, "two-cycle": 2, "ring": len(picked)}[how]
+                for k, e in enumerate(picked[:n]):
+                    args = e.setdefault("args", {}) if isinstance(e.get("args", {}), dict) else {}
+                    args["Python id"] = 500 + k
+                    args["Python parent id"] = 500 + (k + 1) % n
+            self.add("cycles", f"{base}: {how}", _dump(doc))
+
+    def time_units(self, rng: random.Random, count: int) -> None:
+        """Times in other units or with float noise: displayTimeUnit, ns written as µs, ms, noise digits."""
+        for _ in range(count):
+            base = rng.choice(BASES)
+            doc = copy.deepcopy(self.docs[base])
+            how = rng.choice(("displayTimeUnit ns", "x1000", "/1000", "noise", "noise small", "negative"))
+            for e in _events(doc):
+                for key in ("ts", "dur"):
+                    v = e.get(key)
+                    if not isinstance(v, (int, float)) or isinstance(v, bool):
+                        continue
+                    if how == "x1000":
+                        e[key] = v * 1000
+                    elif how == "/1000":
+                        e[key] = v / 1000
+                    elif how == "noise":
+                        e[key] = v + rng.uniform(1e-7, 4e-4)
+                    elif how == "noise small" and key == "ts":
+                        e[key] = (v % 1e6) + rng.uniform(1e-7, 4e-4)
+                    elif how == "negative" and key == "ts":
+                        e[key] = -v
+            if how == "displayTimeUnit ns":
+                doc["displayTimeUnit"] = rng.choice(("ns", "ms", "s", 5, None))
+            self.add("time_units", f"{base}: {how}", _dump(doc))
+
+    def overlaps(self, rng: random.Random, count: int) -> None:
+        """Events on one thread that overlap without nesting; kernels that overlap on one stream; graph
+        launches whose kernels run before them or overlap the next replay."""
+        for _ in range(count):
+            base = rng.choice(BASES)
+            doc = copy.deepcopy(self.docs[base])
+            evs = [e for e in _events(doc) if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))
+                   and isinstance(e.get("dur"), (int, float))]
+            how = rng.choice(("partial", "child longer", "same start", "graph replay"))
+            for e in rng.sample(evs, k=min(len(evs), 8)):
+                if how == "partial":
+                    e["ts"] = e["ts"] + e["dur"] / 2
+                    e["dur"] = e["dur"] * 3
+                elif how == "child longer":
+                    e["dur"] = e["dur"] * 50 + 10
+                elif how == "same start":
+                    e["ts"] = evs[0]["ts"]
+                else:
+                    e["name"] = "cudaGraphLaunch" if rng.random() < 0.5 else e.get("name")
+                    e["ts"] = e["ts"] - rng.uniform(0, 50)
+                    e.setdefault("args", {})["correlation"] = 42
+            self.add("overlaps", f"{base}: {how}", _dump(doc))
+
+    def int_edges(self, rng: random.Random) -> None:
+        """64-bit edges in every numeric field profuse reads, strict and --lenient."""
+        edges: tuple[Any, ...] = (2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 2**70, 1e308, -1e308, 1.5e19)
+        fields = ("ts", "dur", "pid", "tid", "id", "External id", "correlation", "device", "stream", "Python id",
+                  "Python parent id", "Sequence number", "Fwd thread id", "bytes", "flops")
+        for k, key in enumerate(fields):
+            for j, value in enumerate(edges):  # every edge in every field, half of them --lenient
+                base = BASES[(k + len(self.cases)) % len(BASES)]
+                doc = copy.deepcopy(self.docs[base])
+                # an event that has the field already (a kernel's device, a flow's id), else any
+                holding = [e for e in _events(doc) if key in e or key in (e.get("args") or {})]
+                ev = rng.choice(holding) if holding else _pick_event(rng, doc, complete=key != "id")
+                if key in EVENT_FIELDS:
+                    ev[key] = value
+                else:
+                    ev.setdefault("args", {})[key] = value
+                lenient = (j + k) % 2 == 1
+                path_name = f"m{len(self.cases):04d}-int_edges.json"
+                argv = ["report", str(self.folder / path_name), "--format", "json", "--no-cache",
+                        *(["--lenient"] if lenient else [])]
+                self.add("int_edges", f"{base}: {key}={_short(value)}{' lenient' if lenient else ''}", _dump(doc),
+                         name=path_name, argv=argv)
+
     def names(self) -> None:
         data = self.raw["a100_event_sync.json.gz"]
         for raw_name in (b"t\xff\xfe.json", b"caf\xe9.json", b"a'b\";c.json", b"new\nline.json", b"-dash.json"):
@@ -356,7 +468,18 @@ def build_corpus(folder: Path) -> list[Case]:
         b.listed, lambda: b.event_types(rng, 80), lambda: b.arg_types(rng, 70), lambda: b.top_level(rng, 40),
         lambda: b.ranges(rng, 40), lambda: b.truncation(rng, 24), lambda: b.byte_flips(rng, 40),
         lambda: b.nesting(rng), b.names, lambda: b.structure(rng), b.special_files, b.bundles, b.bombs,
+        # structure-aware families (what an outside probe's 318 mutants found): repeated ids, parent
+        # cycles, time units and float noise, overlapping events and graph replays, 64-bit edges
+        lambda: b.duplicate_ids(rng, 10), lambda: b.cycles(rng, 10), lambda: b.time_units(rng, 12),
+        lambda: b.int_edges(rng),
     ]
     for make in families:
         make()
+    return b.cases
+
+
+def build_overlaps(folder: Path) -> list[Case]:
+    """The overlapping-events and graph-replay family (kept apart: see test_fuzz_overlaps)."""
+    b = Builder(folder)
+    b.overlaps(random.Random(SEED + 1), 16)
     return b.cases

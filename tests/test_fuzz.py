@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fuzz_corpus import Case, build_corpus
+import pytest
+from fuzz_corpus import Case, build_corpus, build_overlaps
 
 from profuse.cli import main
 
@@ -184,3 +185,15 @@ def test_fuzz_corpus(tmp_path, capsys):
     assert all("PROFUSE_MAX_TRACE_BYTES" in o.err for o in refused if o.case.family == "bombs")
     assert rss_growth < INPROCESS_RSS_GROWTH, f"in-process mutants raised peak RSS by {rss_growth >> 20} MiB"
     assert all(o.seconds < CASE_TIMEOUT_S for o in outcomes)
+
+
+@pytest.mark.xfail(strict=True, reason="overlapping events give a negative self CPU time: the attribution "
+                                       "issue's finding (same probe); remove this mark when it is fixed")
+def test_fuzz_overlaps(tmp_path, capsys):
+    # GIVEN events that overlap on one thread without nesting, children longer than their parents,
+    # and graph launches whose kernels start before them
+    cases = build_overlaps(tmp_path)
+    outcomes = [run_inprocess(c, capsys) for c in cases]
+    report = table(outcomes)
+    # THEN every one ends in exit 0 with sane numbers (no negative times) or exit 2 naming the file
+    assert not [o for o in outcomes if o.verdict.startswith("other")], report

@@ -143,6 +143,13 @@ TYPE_CASES: list[bytes] = [
     b'{"traceEvents": [{"ph": "X", "ts": -0.5, "dur": 0.001, "pid": -0}]}',
     b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": -0}]}',
     b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "pid": 1}, {"ph": "X", "ts": 1, "dur": 1, "pid": "1"}]}',
+    # float noise in times: read as the reference reads the doubles, or (from 2^33 µs) left to it
+    _with_event(ts=1.0000000001), _with_event(dur=2.0004999999999997), _with_event(ts=-3.1234565),
+    _with_event(ts=1234567.0005), _with_event(ts=0.0015, dur=0.0025), _with_event(ts=8589934591.123456),
+    _with_event(ts=8589934590.9999999), _with_event(ph="i", ts=77.77777777), _with_event(ph="s", id=4, ts=5.55555555),
+    b'{"traceEvents": [{"ph": "X", "ts": 1.23456, "dur": 1}, {"ph": "X", "ts": 9000000000.5, "dur": 1}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1.23456, "dur": 1}, {"ph": "X", "ts": 9000000000, "dur": 1}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1.2345678901234567890123, "dur": 0.99999999999999999999}]}',
 ]
 
 
@@ -231,3 +238,38 @@ def test_flow_and_instant_times_are_exact_ns(scanner: bool, monkeypatch: pytest.
     assert len(want_flows) > 1000
     assert sorted(r[3] for r in tables["flows"]) == want_flows
     assert sorted(r[2] for r in tables["instants"]) == want_inst
+
+
+def _noisy(path: Path, seed: int) -> bytes:
+    """A real trace whose times carry float noise below the ns, as float maths leaves it: every dur
+    nudged (shortest repr: 156.7767396258617), every fractional ts nudged and written with 7 digits
+    (4458676522690.6552734)."""
+    import re
+
+    rng = random.Random(seed)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("dur"), (int, float)) and e["dur"] > 0:
+            e["dur"] = e["dur"] + rng.uniform(1e-9, 4e-4)
+    text = json.dumps(doc).encode()
+    return re.sub(rb'"ts": (\d+\.\d+)', lambda m: b'"ts": %.7f' % (float(m.group(1)) + rng.uniform(0, 4e-4)), text)
+
+
+NOISY = [p for p in ALL_TRACES if p.name in ("h100_bert_small.json.gz", "a100_nccl_rank0_of2.json.gz",
+                                               "mi300_sglang_decode_cudagraph.json.gz")]
+
+
+@pytest.mark.parametrize("path", NOISY, ids=lambda p: p.name)
+def test_scanner_reads_noisy_float_times_as_the_reference(path: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    # GIVEN a real trace whose every time carries float noise (1234.5670000001)
+    data = _noisy(path, 7)
+    assert data.count(b'"ts": ') > 1000 and b'"dur": ' in data
+    # THEN the scanner accepts it, on one thread and on two, and builds the reference's tables
+    assert _native.scan_document(data, threads=1) is not None
+    doc = _decode.split_document("t.json", data)
+    assert _native.scan_columns(doc, threads=1) is not None
+    noisy = tmp_path / "noisy.json"
+    noisy.write_bytes(data)
+    assert _load_tables(noisy, scanner=True, monkeypatch=monkeypatch) == \
+        _load_tables(noisy, scanner=False, monkeypatch=monkeypatch)

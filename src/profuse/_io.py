@@ -14,7 +14,12 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
     folder = target.parent.resolve()
     if not folder.is_dir():
         raise UserError(f"{target}: cannot write: folder {folder} does not exist")
-    raw = data.encode() if isinstance(data, str) else data
+    if isinstance(data, str):
+        from .redact import output_redacted, redact_text
+
+        raw = (redact_text(data) if output_redacted() else data).encode()  # the output boundary
+    else:
+        raw = data
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as err:

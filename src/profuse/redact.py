@@ -6,7 +6,10 @@ such text through here unless the user asks for ``--keep-metadata``.
 """
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 REDACTED = "[redacted]"
@@ -18,34 +21,57 @@ _WORD = (r"(?:passwords?|passwd|pwd|tokens?|secrets?|api[-_]?keys?|apikey|access
          r"|auth(?:[-_]?token|orization)?|credentials?)(?![a-z])")
 # a command-line flag naming a secret: --password, --api-key, --hf-token, -p is too vague to count
 _FLAG = re.compile(rf"^--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}$", re.IGNORECASE)
+# a token shape starts where no letter or digit is before it: after a space, `_`, `-`, `/`, `=`, a quote
+_START = r"(?<![A-Za-z0-9])"
+# a value ends at white space, a quote, a separator or a backslash (so a JSON string's escapes stay whole)
+_VALUE = r"[^\s\"',;&\\<>]{1,4096}"
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # Authorization: Bearer xyz
     (re.compile(r"\b(?P<pre>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
     # scheme://user:password@host (also as a path has it, scheme:/user:password@host)
-    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]{0,31}:/{1,2}[^/\s:@]{0,256}:)[^/\s@]{1,512}(?=@)", re.IGNORECASE),
+    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]{0,31}:/{1,2}[^/\s:@]{0,256}:)[^/\s@\"\\]{1,512}(?=@)",
+                re.IGNORECASE),
      rf"\g<pre>{REDACTED}"),
-    # --password=hunter2, --api-key=sk-..., token=..., PASSWORD: x
-    (re.compile(rf"(?P<pre>{_WORD}[\w.-]{{0,64}}\s{{0,8}}[=:]\s{{0,8}})(?P<q>[\"']?)[^\s\"',;&]+(?P=q)",
+    # --password=hunter2, --api-key=sk-..., token=..., PASSWORD: x, and JSON pairs "api_key": "x"
+    # (also as they read inside a JSON string, \"api_key\": \"x\", escaped once or more)
+    (re.compile(rf"(?P<pre>{_WORD}[\w.-]{{0,64}}(?:\\{{0,7}}[\"'])?\s{{0,8}}[=:]\s{{0,8}}(?:\\{{0,7}}[\"'])?){_VALUE}",
                 re.IGNORECASE),
      rf"\g<pre>{REDACTED}"),
     # --password hunter2 (flag, space, value)
-    (re.compile(rf"(?P<pre>(?<!\S)--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}\s{{1,8}})(?!-)\S+", re.IGNORECASE),
+    (re.compile(rf"(?P<pre>(?<!\S)--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}\s{{1,8}})(?!-){_VALUE}", re.IGNORECASE),
      rf"\g<pre>{REDACTED}"),
     # (every repeat is bounded: an unbounded one before a fixed word is quadratic on long strings)
-    # token shapes: Hugging Face, OpenAI-style, AWS access key ids, GitHub, Slack, JWTs
-    (re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"), REDACTED),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}\b|\bgithub_pat_[A-Za-z0-9_]{20,}"), REDACTED),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
+    # token shapes, anywhere in a string (run_hf_..., bad_ghp_..., /ghp_...): Hugging Face, OpenAI-style,
+    # AWS access key ids, GitHub, Slack, JWTs
+    (re.compile(rf"{_START}hf_[A-Za-z0-9]{{16,}}"), REDACTED),
+    (re.compile(rf"{_START}sk-[A-Za-z0-9_-]{{16,}}"), REDACTED),
+    (re.compile(rf"{_START}(?:AKIA|ASIA)[0-9A-Z]{{16}}(?![0-9A-Z])"), REDACTED),
+    (re.compile(rf"{_START}(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{{20,}}|{_START}github_pat_[A-Za-z0-9_]{{20,}}"),
+     REDACTED),
+    (re.compile(rf"{_START}xox[abposr]-[A-Za-z0-9-]{{10,}}"), REDACTED),
+    (re.compile(rf"{_START}eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}"), REDACTED),
 ]
+
+
+_SECRET_WORDS = ("pass", "pwd", "token", "secret", "apikey", "api_key", "api-key", "access_key", "access-key",
+                 "accesskey", "private_key", "private-key", "privatekey", "auth", "credential")
+# what each pattern cannot match without: (needles in the lowercased text, needles in the text); a
+# pattern is run only where one is there (a regex scan costs ~20-100 ms a MB, a substring test ~1)
+_NEEDLES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
+    (("bearer", "basic"), ()), ((), (":/",)), (_SECRET_WORDS, ()), (_SECRET_WORDS, ()), ((), ("hf_",)),
+    ((), ("sk-",)), ((), ("AKIA", "ASIA")), ((), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    ((), ("xox",)), ((), ("eyJ",)),
+]
+assert len(_NEEDLES) == len(_PATTERNS)
 
 
 def redact_text(text: str) -> str:
     """``text`` with credentials in URLs, secret flags and token-shaped strings replaced."""
-    for pattern, repl in _PATTERNS:
-        text = pattern.sub(repl, text)
+    lower = text.lower()
+    for (pattern, repl), (low, exact) in zip(_PATTERNS, _NEEDLES):
+        if any(n in lower for n in low) or any(n in text for n in exact):
+            text = pattern.sub(repl, text)
+            lower = text.lower()
     return text
 
 
@@ -72,3 +98,70 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact_text(obj)
     return obj
+
+
+class RedactingStream:
+    """A text stream that redacts each complete line before passing it on (and what is left on ``flush``).
+
+    Redacting whole lines keeps a secret that a caller writes in pieces (``print("--token", x)``
+    writes three times) together. A write that ends without a newline is held until the next
+    newline or ``flush()``: a progress bar, which flushes after each frame, still draws at once.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._held = ""
+
+    def write(self, s: str) -> int:
+        """Redact and pass on every complete line of what was written so far; hold the rest."""
+        text = self._held + s
+        cut = text.rfind("\n") + 1
+        self._held = text[cut:]
+        if cut:
+            self.inner.write(redact_text(text[:cut]))
+        return len(s)
+
+    def flush(self) -> None:
+        """Pass on what is held (redacted) and flush the stream underneath."""
+        if self._held:
+            held, self._held = self._held, ""
+            self.inner.write(redact_text(held))
+        self.inner.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ... as the stream underneath
+        return getattr(self.inner, name)
+
+
+_ACTIVE: list[bool] = []
+
+
+def output_redacted() -> bool:
+    """Whether text written now goes out redacted (inside :func:`redacted_output` without ``keep``)."""
+    return bool(_ACTIVE) and _ACTIVE[-1]
+
+
+@contextlib.contextmanager
+def redacted_output(*, keep: bool = False) -> Iterator[None]:
+    """The output boundary: stdout, stderr and files written (``_io.atomic_write``) are redacted inside.
+
+    ``keep`` (``--keep-metadata``) passes everything through as it is.
+    """
+    if keep:
+        _ACTIVE.append(False)
+        try:
+            yield
+        finally:
+            _ACTIVE.pop()
+        return
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(out), RedactingStream(err)
+    _ACTIVE.append(True)
+    try:
+        yield
+    finally:
+        _ACTIVE.pop()
+        for s in (sys.stdout, sys.stderr):
+            if isinstance(s, RedactingStream):
+                with contextlib.suppress(OSError, ValueError):  # a closed pipe: nowhere for what is held
+                    s.flush()
+        sys.stdout, sys.stderr = out, err

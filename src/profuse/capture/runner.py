@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import _interrupt
 from ..errors import UserError
 from ..trace.bundle import ScriptRun
 from ._quiet import quiet_profiler_markers
@@ -143,8 +144,11 @@ def run_script(argv: list[str], cfg: ProfileConfig) -> RunResult:
     except KeyboardInterrupt:
         interrupted, exit_code = True, 130
     except BaseException as e:  # the script's own error: show it as Python would, keep the bundle
-        traceback.print_exc()
-        exit_code, error = 1, f"{type(e).__name__}: {e}"
+        if _interrupt.seen():  # a Ctrl-C swallowed on the way (a guarded import) and what it broke
+            interrupted, exit_code = True, 130
+        else:
+            traceback.print_exc()
+            exit_code, error = 1, f"{type(e).__name__}: {e}"
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
         prof = hooks.finish()

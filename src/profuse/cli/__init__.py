@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import UserError, printable
-from ..redact import redact_text
+from ..redact import redact_text, redacted_output
 from . import diff, explore, neff, peaks, report, run, sql, study
 
 COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "explore": explore, "peaks": peaks,
@@ -44,7 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        if args.command == "run":  # the script's own output is the user's, not profuse's
+            return int(args.func(args) or 0)
+        with redacted_output(keep=getattr(args, "keep_metadata", False)):
+            return int(args.func(args) or 0)
     except UserError as err:
         print(f"profuse: {printable(redact_text(str(err)))}", file=sys.stderr)
         return err.exit_code

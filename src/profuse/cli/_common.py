@@ -30,7 +30,7 @@ def add_load_args(p: argparse.ArgumentParser) -> None:
 
 
 class _LazyBar:
-    """A progress bar that appears only once a load has taken more than a second."""
+    """A progress bar (on a terminal only) that appears once a load has taken more than a second."""
 
     def __init__(self, label: str) -> None:
         self.label, self.start = label, time.monotonic()
@@ -39,7 +39,8 @@ class _LazyBar:
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            if time.monotonic() - self.start < 1.0:
+            # not on a pipe or a file: a bar there is noise, and its last frame leaves a lone newline
+            if time.monotonic() - self.start < 1.0 or not sys.stderr.isatty():
                 return
             from rich.console import Console
             from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn

@@ -43,7 +43,25 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a script under the profiler and write a bundle; needs torch."""
+    """Run a script under the profiler and write a bundle; needs torch.
+
+    A Ctrl-C at any moment ends in one line and exit 130 with no half bundle, also where it broke
+    something that only fails later (see ``profuse._interrupt``).
+    """
+    from .. import _interrupt
+
+    _interrupt.watch()
+    try:
+        return _run(args)
+    except UserError:
+        raise
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt) or _interrupt.seen():
+            raise KeyboardInterrupt from None  # the command line says so in one line, exit 130
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         from ..capture import ProfileConfig, run_script
     except ImportError:

@@ -23,6 +23,9 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("path", help="a Kineto trace or a profuse bundle folder")
     p.add_argument("query", help="the SQL to run (DuckDB dialect)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--keep-metadata", action="store_true",
+                   help="keep values that look secret (passwords, tokens, keys in paths, names and metadata); "
+                        "by default they are shown as [redacted]")
     add_load_args(p)
     p.set_defaults(func=run)
 

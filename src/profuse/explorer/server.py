@@ -27,6 +27,7 @@ from ..payloads import build
 from ..payloads.memory import memory_timeline_of
 from ..payloads.ranks import ranks_payload
 from ..payloads.views import RunInfo
+from ..redact import redact_text
 from ..trace import Trace
 
 SECURITY_HEADERS = {
@@ -213,9 +214,11 @@ RUN_ROUTES: dict[str, Callable[[Loaded, Request, Options], Any]] = {
 }
 
 
-def _json(obj: Any, status: int = 200) -> Response:
-    return Response(msgspec.json.encode(obj), status_code=status, media_type="application/json",
-                    headers=SECURITY_HEADERS)
+def _json(obj: Any, status: int = 200, *, keep_metadata: bool = False) -> Response:
+    body = msgspec.json.encode(obj)
+    if not keep_metadata:  # the output boundary: secret shapes in names and paths, as every output does
+        body = redact_text(body.decode()).encode()
+    return Response(body, status_code=status, media_type="application/json", headers=SECURITY_HEADERS)
 
 
 def _not_found() -> Response:
@@ -261,6 +264,9 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
     files = assets()
     opts = Options(keep_metadata=keep_metadata)
 
+    def reply(obj: Any, status: int = 200) -> Response:
+        return _json(obj, status, keep_metadata=keep_metadata)
+
     def static(request: Request) -> Response:
         """A front-end file from the table read at start-up."""
         name = request.path_params.get("name", "index.html")
@@ -270,18 +276,18 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
         return Response(body, media_type=mime, headers=SECURITY_HEADERS | {"Cache-Control": "no-cache"})
 
     def api_runs(request: Request) -> Response:
-        return _json([r.info(i) for i, r in enumerate(runs)])
+        return reply([r.info(i) for i, r in enumerate(runs)])
 
     def api_ranks(request: Request) -> Response:
         if ranks is None:
-            return _json({"error": "start profuse explore on a folder of rank traces for the Ranks view"}, 404)
-        return _json(ranks_payload(ranks.doc))
+            return reply({"error": "start profuse explore on a folder of rank traces for the Ranks view"}, 404)
+        return reply(ranks_payload(ranks.doc))
 
     def api_compare(request: Request) -> Response:
         if len(runs) < 2 or ranks is not None:
-            return _json({"error": "start profuse explore with two traces to compare them"}, 404)
+            return reply({"error": "start profuse explore with two traces to compare them"}, 404)
         with runs[0].lock, runs[1].lock:
-            return _json(build.compare_of(runs[0].loaded.trace, runs[1].loaded.trace))
+            return reply(build.compare_of(runs[0].loaded.trace, runs[1].loaded.trace))
 
     def on_run(builder: Callable[[Loaded, Request, Options], Any]) -> Callable[[Request], Response]:
         """The handler of one ``RUN_ROUTES`` entry: find the run, build the payload, encode it."""
@@ -290,11 +296,11 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
             if not 0 <= i < len(runs):
                 return _not_found()
             try:
-                return _json(runs[i].call(builder, request, opts))
+                return reply(runs[i].call(builder, request, opts))
             except ApiError as e:
-                return _json({"error": str(e)}, e.status)
+                return reply({"error": str(e)}, e.status)
             except ValueError:
-                return _json({"error": "bad query parameter"}, 400)
+                return reply({"error": "bad query parameter"}, 400)
         return handler
 
     routes = [Route("/", static), Route("/assets/{name}", static), Route("/api/runs", api_runs),
@@ -316,6 +322,8 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
 
     import uvicorn
 
+    from ._guard import HeadTimeoutH11
+
     app = create_app(traces, keep_metadata=keep_metadata, ranks=ranks)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -323,7 +331,9 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
     sock.listen(2048)  # connections made as soon as the URL is printed wait for the server
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     # a request still running after Ctrl-C / SIGTERM is cut after 2 s instead of holding the exit
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+    # a connection that sends no complete request head within a few seconds is closed (_guard)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2,
+                            http=HeadTimeoutH11)
     server = uvicorn.Server(config)
     if on_ready:
         on_ready(url)

@@ -1,10 +1,12 @@
 """Executors for the map step: a local process pool, or Ray tasks. Both run :func:`map_rank`."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import socket
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
@@ -52,20 +54,48 @@ def pool_size(tasks: Sequence[dict[str, Any]], workers: int | None = None) -> in
 
 def run_local(tasks: Sequence[dict[str, Any]], *, workers: int | None = None,
               on_done: Done | None = None) -> list[dict[str, Any]]:
-    """Map every task in a process pool (fresh interpreters: nothing of the coordinator is copied)."""
+    """Map every task in a process pool (fresh interpreters: nothing of the coordinator is copied).
+
+    A worker that dies (killed, out of memory) breaks the pool and every task it still held; each
+    of those ranks is mapped once more, alone in a fresh worker, and a rank whose worker dies again
+    comes back as an error naming it.
+    """
     size = pool_size(tasks, workers)
     # with several ranks at once, each decodes on one core; a lone rank may use them all
     decode = 1 if size > 1 else None
-    results = []
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=size, mp_context=ctx) as pool:
-        futures = [pool.submit(map_rank, {**t, "decode_workers": decode}) for t in tasks]
-        for fut in as_completed(futures):
-            res = fut.result()
+    results, lost = _pool_map(tasks, size, decode, on_done)
+    for t in lost:  # once more each, alone, so one rank that kills its worker costs no other its retry
+        again, still_lost = _pool_map([t], 1, decode, on_done)
+        results += again
+        if still_lost:
+            res = {"rank": t["rank"], "path": t["path"],
+                   "error": f"{t['path']}: rank {t['rank']}: the worker process mapping it died, and again in a "
+                            "fresh worker (killed, or out of memory?)"}
             results.append(res)
             if on_done:
                 on_done(res)
     return results
+
+
+def _pool_map(tasks: Sequence[dict[str, Any]], size: int, decode: int | None,
+              on_done: Done | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The results of the tasks a pool of ``size`` finished, and the tasks lost with a dead worker."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    results, lost = [], []
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=size, mp_context=ctx) as pool:
+        futures = {pool.submit(map_rank, {**t, "decode_workers": decode}): t for t in tasks}
+        for fut in as_completed(futures):
+            try:
+                res = fut.result()
+            except BrokenProcessPool:
+                lost.append(futures[fut])
+                continue
+            results.append(res)
+            if on_done:
+                on_done(res)
+    return results, sorted(lost, key=lambda t: int(t["rank"]))
 
 
 def ray_address(flag: str | None) -> str | None:
@@ -94,6 +124,37 @@ def run_ray(tasks: Sequence[dict[str, Any]], *, address: str | None = None,
         import ray
     except ImportError:
         raise UserError("--engine ray needs Ray: pip install 'profuse[cluster]'") from None
+    with _stdout_to_stderr():
+        return _run_ray(ray, tasks, address=address, on_done=on_done)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Ray's own output on stderr while Ray runs, so stdout holds exactly the report.
+
+    Ray's driver prints what its nodes report (``(raylet) A worker died ...``) to ``sys.stdout``
+    from a thread of its own, and processes it starts inherit file descriptor 1: both point at
+    stderr until Ray has shut down.
+    """
+    saved, saved_fd = sys.stdout, None
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        saved_fd = os.dup(1)
+        os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        if saved_fd is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+                os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+
+
+def _run_ray(ray: Any, tasks: Sequence[dict[str, Any]], *, address: str | None,
+             on_done: Done | None) -> list[dict[str, Any]]:
     started = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}

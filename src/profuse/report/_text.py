@@ -12,11 +12,17 @@ from typing import Any
 from rich.text import Text
 
 from ..errors import printable
+from ..redact import output_redacted, redact_text
 
 
 def safe(value: Any) -> str:
-    """``str(value)`` with every control character written as a visible ``\\xNN``/``\\uNNNN`` escape."""
-    return printable(value if isinstance(value, str) else str(value))
+    """``str(value)`` with every control character written as a visible ``\\xNN``/``\\uNNNN`` escape.
+
+    Inside the output boundary (:func:`profuse.redact.redacted_output`) secrets are redacted here too,
+    before a table cell can wrap a token over two lines.
+    """
+    out = printable(value if isinstance(value, str) else str(value))
+    return redact_text(out) if output_redacted() else out
 
 
 def text(value: Any, style: str | None = None) -> Text:

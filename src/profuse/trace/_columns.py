@@ -53,6 +53,7 @@ class Columns:
     n: int = 0
     imprecise_ts: int = 0
     ignored_args: dict[str, int] = field(default_factory=dict)  # args values of a type profuse cannot use
+    notes: list[str] = field(default_factory=list)  # what the load should tell the user (a repeated key)
 
     def add(self, key: str, arr: np.ndarray) -> None:
         """Append one chunk's values to column ``key``."""
@@ -106,11 +107,15 @@ def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
     return out
 
 
-def _needs_precise(events: list[Event]) -> bool:
-    """Whether this chunk's µs floats may not hold whole ns (a big fractional ts somewhere)."""
+def _needs_precise(events: list[Event]) -> tuple[bool, bool]:
+    """Whether this chunk's times are read from the text (it holds a ts of 2^33 µs or more, where a
+    double may not hold whole ns), and whether any ts has a fraction (else the doubles were exact).
+
+    Reading the text does not hang on whether a double kept a fraction (4458676522709.0000001 is
+    a whole double), so the compiled scanner can follow the same rule event by event."""
     ts = np.array(list(map(_get["ts"], events)), dtype=np.float64)  # None -> nan
     ts = ts[~np.isnan(ts)]
-    return bool(np.any(np.abs(ts) >= _PRECISE_ABOVE_US) and np.any(ts % 1 != 0))
+    return bool(np.any(np.abs(ts) >= _PRECISE_ABOVE_US)), bool(np.any(ts % 1 != 0))
 
 
 def _ns_of(events: list[Event], idx: list[int], precise: np.ndarray | None) -> np.ndarray:
@@ -148,9 +153,9 @@ def add_chunk(
     phases = list(map(_get["ph"], events))
     x_idx = [i for i, p in enumerate(phases) if p == "X"]
     # exact ns times of every event of the chunk, read from the text when the floats may not hold them
-    needs_precise = _needs_precise(events)
+    needs_precise, fractional = _needs_precise(events)
     precise = _precise_ts(chunk, events) if needs_precise else None
-    if needs_precise and precise is None:
+    if needs_precise and fractional and precise is None:
         cols.imprecise_ts += len(x_idx)
     if len(x_idx) != len(events):
         _add_other_phases(cols, events, phases, precise, skipped)
@@ -182,14 +187,15 @@ def add_chunk(
     cols.add("cat", cat_ids)
     cols.add("thread_key", _thread_keys(cols, xs))
     args = args_of(xs)
-    where = f"in {path}"
+    beyond = skipped if lenient else None  # numbers beyond 64 bits: read as absent and counted, or refused
     for key in _ARG_INTS:
-        cols.add(key, int_column(map(attrgetter(key), args), n, key, where, cols.ignored_args))
+        cols.add(key, int_column(map(attrgetter(key), args), n, key, path, cols.ignored_args, skipped=beyond))
     ext = [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
-    cols.add("external_id", int_column(ext, n, "External id", where, cols.ignored_args))
-    cols.add("device", int_column(map(attrgetter("device"), args), n, "device", where, cols.ignored_args))
+    cols.add("external_id", int_column(ext, n, "External id", path, cols.ignored_args, skipped=beyond))
+    cols.add("device", int_column(map(attrgetter("device"), args), n, "device", path, cols.ignored_args,
+                                  skipped=beyond))
     stream = [a.stream if a.stream is not None else a.stream_id for a in args]
-    cols.add("stream", int_column(stream, n, "stream", where, cols.ignored_args))
+    cols.add("stream", int_column(stream, n, "stream", path, cols.ignored_args, skipped=beyond))
     cols.add("flops", _float_column(list(map(_get_flops, args)), "flops", cols.ignored_args))
     dims, grids = list(map(_get_dims, args)), list(map(_get_grid, args))
     for k in [k for k, (d, g) in enumerate(zip(dims, grids)) if d or g]:

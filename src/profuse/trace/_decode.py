@@ -245,6 +245,7 @@ class Document:
 
     events: memoryview
     top: dict[str, Raw]
+    repeated: list[str] = field(default_factory=list)  # top-level keys given more than once (the last is read)
 
 
 def split_document(path: str, data: bytes | bytearray) -> Document:
@@ -268,7 +269,37 @@ def split_document(path: str, data: bytes | bytearray) -> Document:
     view = memoryview(raw)
     if bytes(view[:1]) != b"[":
         raise TraceError(path, "JSON but not a trace: 'traceEvents' is not a list")
-    return Document(events=view, top=top)
+    return Document(events=view, top=top, repeated=repeated_keys(data, {**top, "traceEvents": raw}))
+
+
+def _address(buf: Any) -> int:
+    return int(np.frombuffer(buf, dtype=np.uint8).__array_interface__["data"][0])
+
+
+def repeated_keys(data: bytes | bytearray, top: dict[str, Raw]) -> list[str]:
+    """The top-level keys of ``data`` given more than once, where the decoder kept only the last.
+
+    msgspec's ``Raw`` values point into ``data``: between two kept values there is room for exactly
+    one key, so a gap holding more is where a repeated member was dropped, and it is decoded to
+    name it. Only a document with a repeated key pays more than a look at a few gaps.
+    """
+    spans = sorted((_address(v) - _address(data), len(v), k) for k, v in top.items() if len(v))
+    names: list[str] = []
+    pos = data.find(b"{") + 1
+    for start, size, key in spans:
+        gap = bytes(data[pos:start])
+        if not _ONE_KEY.fullmatch(gap):
+            body = gap[gap.find(b",") + 1 if pos > data.find(b"{") + 1 else 0:gap.rfind(b'"', 0, gap.rfind(b'"'))]
+            try:
+                dropped = msgspec.json.decode(b"{" + body.rstrip().rstrip(b",") + b"}", type=dict[str, Raw])
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                dropped = {key: Raw(b"")}
+            names.extend(k for k in dropped if k not in names)
+        pos = start + size
+    return names
+
+
+_ONE_KEY = re.compile(rb'\s*,?\s*"(?:[^"\\]|\\.)*"\s*:\s*', re.DOTALL)
 
 
 NESTED_TOO_DEEP = "JSON is nested too deeply (arrays or objects inside each other beyond the decoder's limit)"
@@ -406,11 +437,18 @@ def iter_chunks(
 _get_args = attrgetter("args")
 
 
+# the args key each int column is read from, as the trace spells it (for messages)
+ARG_LABELS = {"seq": "Sequence number", "fwd_tid": "Fwd thread id", "python_id": "Python id",
+              "python_parent_id": "Python parent id", "nbytes": "bytes"}
+
+
 def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
-               ignored: dict[str, int] | None = None) -> np.ndarray:
+               ignored: dict[str, int] | None = None, *, skipped: Skipped | None = None) -> np.ndarray:
     """Optional ints to int64 with -1 for absent; strings of digits are accepted (MTIA streams).
 
-    Values of other types are read as absent and counted per key in ``ignored``.
+    Values of other types are read as absent and counted per key in ``ignored``. A number beyond
+    64 bits (``2**70``, ``1e308``) is an error naming ``path``, or with ``skipped`` (``--lenient``)
+    read as absent and counted there.
     """
     vals = values if isinstance(values, list) else list(values)
     try:
@@ -428,9 +466,21 @@ def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
                 ignored[what] = ignored.get(what, 0) + 1
             continue
         if not -(2**63) <= v < 2**63:
-            raise TraceError(path, f"event {what} value {v} does not fit in 64 bits")
+            label, shown = ARG_LABELS.get(what, what), _number_text(v)
+            if skipped is None:
+                raise TraceError(path, f"an event's args {label!r} value {shown} does not fit in 64 bits "
+                                       "(use --lenient to read it as absent)")
+            skipped.add(f"{label} beyond 64 bits (read as absent)", f"args {label!r} value {shown}")
+            continue
         out[i] = int(v)
     return out
+
+
+def _number_text(v: float) -> str:
+    """A number for a message: as written, or its size where printing it whole would be huge."""
+    if isinstance(v, int) and v.bit_length() > 256:
+        return f"of {v.bit_length()} bits"
+    return str(v)
 
 
 def raw_text(raw: Raw) -> str | None:

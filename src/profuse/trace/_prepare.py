@@ -64,7 +64,7 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
         kind=kind, name=name_id, names=names, cat=cat_id, ts=ts + base_ns, dur=dur, thread=threads.events,
         pid_of_thread=np.array([_int_or(p) for p in pids], dtype=np.int64),
         tid_of_thread=np.array([_int_or(t) for t in tids], dtype=np.int64),
-        device=cols.take("device"), stream=cols.take("stream"), correlation=cols.take("correlation"),
+        device=_device_index(cols), stream=cols.take("stream"), correlation=cols.take("correlation"),
         external_id=cols.take("external_id"), seq=cols.take("seq"), python_id=cols.take("python_id"),
         python_parent_id=cols.take("python_parent_id"), nbytes=cols.take("nbytes"),
         flops=cols.take("flops") if n else np.empty(0), flows=flows)
@@ -163,3 +163,14 @@ def check_times(path: str, base_ns: int, ts: np.ndarray, dur: np.ndarray, *other
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _device_index(cols: Columns) -> np.ndarray:
+    """The ``device`` column; a number beyond the table's 32 bits is no device index: read as absent and
+    counted in ``meta.ignored_args``, as a device of another type is."""
+    device = cols.take("device")
+    wide = (device < -(2**31)) | (device > 2**31 - 1)
+    if wide.any():
+        cols.ignored_args["device"] = cols.ignored_args.get("device", 0) + int(wide.sum())
+        device = np.where(wide, -1, device)
+    return device

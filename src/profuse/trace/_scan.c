@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,8 @@ typedef struct {
     int met;
     int nomem;
     int top_level;                        /* skipping a top-level value: "ts" keys there are harmless */
+    int small_noisy;                      /* a ts below 2^33 us - 1 with float noise (over 3 fraction digits) */
+    int big;                              /* a ts of 2^33 us - 1 or more */
 } Scan;
 
 /* ---- lexing --------------------------------------------------------------------------------- */
@@ -562,10 +565,43 @@ static int arg_int(const Tok *t, int typed, int64_t *out, int64_t *ignored) {
     }
 }
 
-/* ts / dur: exact integer ns from the text; only forms where the reference is exact too. */
-static int time_ns(const Tok *t, int64_t *out) {
+/* Times with float noise (more than 3 fraction digits: 1234.5670000001), read as the reference
+ * reads them. Its rule is per chunk of events: where a chunk holds a ts of 2^33 us or more, every
+ * ts of the chunk is read from the text, truncated after the ns digit;
+ * elsewhere a ts is the double msgspec parses (strtod rounds correctly, as msgspec does) in ns as
+ * floor(us) * 1000 + rint(frac(us) * 1000), and a dur is always rint(us * 1000), ties to even.
+ * So: a noisy dur -> from its double; a noisy ts of 2^33 us or more (its own chunk reads text)
+ * -> truncated text; a noisy ts below -> from its double, provided the
+ * trace holds no ts of 2^33 us or more (s->small_noisy, s->big: else the reference decides). */
+static int noisy_double(const Tok *t, double *us) {
+    char buf[64];
+    if (t->len <= 0 || t->len >= (Py_ssize_t)sizeof(buf)) return -1;
+    memcpy(buf, t->p, (size_t)t->len);
+    buf[t->len] = 0;
+    *us = strtod(buf, NULL);
+    return 0;
+}
+
+/* ts / dur: exact integer ns from the text; only forms where the reference is exact too (and the
+ * noisy forms above). */
+static int time_ns(Scan *s, const Tok *t, int is_dur, int64_t *out) {
     if (t->type != T_INT && t->type != T_FLOAT) return -1;
-    if (t->has_exp || t->frac_digits > 3) return -1;
+    if (t->has_exp) return -1;
+    int64_t mag = t->neg ? -t->i : t->i;
+    if (!is_dur && mag >= TWO33 - 1) s->big = 1;
+    if (t->frac_digits > 3) {
+        double us;
+        if (noisy_double(t, &us)) return -1;
+        if (is_dur) { *out = (int64_t)rint(us * 1000.0); return 0; }
+        if (mag == TWO33 - 1) return -1;                       /* which side of 2^33 the double is */
+        if (mag < TWO33 - 1) {
+            double whole = floor(us);
+            s->small_noisy = 1;
+            *out = (int64_t)whole * 1000 + (int64_t)rint((us - whole) * 1000.0);
+            return 0;
+        }
+        /* truncated text, below */
+    }
     int64_t whole = t->neg ? -t->i : t->i;
     if (whole >= TWO53) return -1;
     int64_t f = t->frac;
@@ -626,8 +662,8 @@ static int parse_event(Scan *s) {
     }
     int64_t ts = 0, dur = 0;
     int has_ts = e[E_TS].type == T_INT || e[E_TS].type == T_FLOAT;
-    if (has_ts && time_ns(&e[E_TS], &ts)) return -1;
-    if ((e[E_DUR].type == T_INT || e[E_DUR].type == T_FLOAT) && time_ns(&e[E_DUR], &dur)) return -1;
+    if (has_ts && time_ns(s, &e[E_TS], 0, &ts)) return -1;
+    if ((e[E_DUR].type == T_INT || e[E_DUR].type == T_FLOAT) && time_ns(s, &e[E_DUR], 1, &dur)) return -1;
 
     Tok *ph = &e[E_PH];
     if (ph->type == T_STR && !ph->esc && ph->len == 1 && ph->p[0] == 'X') {
@@ -980,6 +1016,7 @@ static PyObject *build(Scan *s) {
     }
     if (put(d, "members", members_list(s))) goto fail;
     if (put(d, "n", PyLong_FromSize_t(s->i64[C_TS].len)) || put(d, "met", PyBool_FromLong(s->met)) ||
+        put(d, "small_noisy", PyBool_FromLong(s->small_noisy)) || put(d, "big", PyBool_FromLong(s->big)) ||
         put(d, "end", PyLong_FromSsize_t(s->cur - s->buf)))
         goto fail;
     return d;

@@ -42,7 +42,11 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
     are decoded), never by an earlier or later read of the file, which may have changed meanwhile.
     """
     with _no_cyclic_gc():
-        return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
+        try:
+            return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
+        except (MemoryError, duckdb.OutOfMemoryException):
+            raise TraceError(str(src), "does not fit in the memory left: a load needs about 3 times the "
+                                       "trace's JSON size (see docs/input.md)") from None
 
 
 @contextlib.contextmanager
@@ -74,6 +78,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
         memory = (_memory.read_memory_events(_decode.split_document(str(src), data).events)
                   if _memory.has_memory_events(cols.names) else None)
+        notes.extend(cols.notes)
         del data
         source = fingerprint_of()
     except BaseException:
@@ -210,6 +215,8 @@ def _decode_reference(path: str, data: bytes | bytearray, *, lenient: bool, skip
         for base, events, span in _decode.iter_chunks(path, doc, lenient=lenient, skipped=skipped,
                                                       on_progress=on_chunk):
             add_chunk(cols, path, base, events, span, lenient=lenient, skipped=skipped)
+    for key in doc.repeated:
+        cols.notes.append(f"{path}: top-level key {key!r} appears more than once; the last one is read")
     return cols, {k: _safe_json(v) for k, v in doc.top.items()}
 
 
