@@ -29,3 +29,9 @@ def running(traces, **kw):
         server.should_exit = True
         thread.join(5)
         sock.close()
+
+
+def scroll_timeline_to(page, y: float) -> None:
+    """Scroll the timeline's lane box (it opens on the device lanes) so canvas row ``y`` is mid-view."""
+    page.evaluate("y => { const w = document.getElementById('tl-wrap'); "
+                  "w.scrollTop = Math.max(0, y - w.clientHeight / 2); }", y)

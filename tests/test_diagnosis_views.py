@@ -49,8 +49,9 @@ def _expected(doc) -> tuple[dict[str, float], list[tuple[str, float]]]:
 def test_console_prints_the_json_numbers(doc, capsys):
     assert main(["report", str(trace_path(TRACE))]) == 0
     out = capsys.readouterr().out
-    # THEN the report opens with the budget, and every shown lever's gain is the JSON's
-    assert out.startswith("Where the time went")
+    # THEN the report opens with the budget (under the two header lines: the trace, its device and span),
+    # and every shown lever's gain is the JSON's
+    assert out.splitlines()[2].startswith("Where the time went")
     g = doc["groups"][0]
     assert f"{g['kind']} x{g['count']} ({fmt_us(g['span_us'])})" in out
     busy = round(sum(lf["pct"] for lf in g["budget"] if lf["key"].startswith("busy/")), 2)

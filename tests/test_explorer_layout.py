@@ -41,7 +41,11 @@ def test_an_ops_kernels_open_right_under_its_row_and_in_view(page, bert):
         rows = page.locator("main table").first.locator(":scope > tbody > tr")
         # an op far down the table: its kernels must not land after all the rows
         names = rows.evaluate_all("rs => rs.map(r => r.cells[0].textContent)")
-        kernel_counts = rows.evaluate_all("rs => rs.map(r => r.cells[r.cells.length - 1].textContent)")
+        # the Kernels column by its header (memory columns follow it on a trace with memory events)
+        col = page.locator("main table").first.locator("thead th").evaluate_all(
+            "hs => hs.findIndex(h => h.textContent.startsWith('Kernels'))")
+        assert col > 0
+        kernel_counts = rows.evaluate_all("(rs, c) => rs.map(r => r.cells[c].textContent)", col)
         i = max(k for k, c in enumerate(kernel_counts) if c != "0")
         assert i > 3
         rows.nth(i).click()

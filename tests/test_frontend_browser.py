@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import test_explorer_browser as explorer_browser
 from conftest import trace_path
-from explorer_util import running
+from explorer_util import running, scroll_timeline_to
 from test_explorer_browser import open_view, wait_ready
 
 import profuse
@@ -134,6 +134,9 @@ def test_report_timeline_click_shows_the_event_from_the_embedded_data(page, bert
     # AND a click on nothing clears it (the gap above the memory lanes, which a click would pick a point of)
     memory_top = page.evaluate("window.profuseTimeline.counters.length ? window.profuseTimeline.counters[0].y : null")
     nothing_y = box["height"] - 1 if memory_top is None else memory_top - 2
+    # the lanes scroll in their box (it opens on the device lanes): bring that gap in view
+    scroll_timeline_to(page, nothing_y)
+    box = page.locator("canvas").first.bounding_box()
     page.mouse.click(box["x"] + box["width"] - 2, box["y"] + nothing_y)
     page.wait_for_function("window.profuseTimeline.selected === null")
     assert "click an event to select it" in page.inner_text("#details")

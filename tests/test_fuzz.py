@@ -32,11 +32,21 @@ CHILD_RSS_LIMIT = 1 << 30    # peak RSS of a child that meets a bomb or a device
 CHILD_AS_LIMIT = 6 << 30     # address space of such a child, so a broken build cannot take the machine down
 INPROCESS_RSS_GROWTH = 768 << 20
 
+# The child writes its own peak RSS (VmHWM of the process after exec) to the file $PROFUSE_FUZZ_HWM: the
+# rusage that wait4 reports also holds the high-water mark of the memory the child was forked from, so a
+# large test process (after the suite's heavier tests) would make every child look large.
 RUNNER = """
-import resource, sys
+import os, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
-from profuse.cli import main
-sys.exit(main(sys.argv[2:]))
+def hwm():
+    with open("/proc/self/status") as f, open(os.environ["PROFUSE_FUZZ_HWM"], "w") as out:
+        out.write(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
+try:
+    from profuse.cli import main
+    code = main(sys.argv[2:])
+finally:
+    hwm()
+sys.exit(code)
 """
 
 
@@ -129,10 +139,12 @@ def run_inprocess(case: Case, capsys: Any) -> Outcome:
 def run_child(case: Case, folder: Path) -> Outcome:
     """Run one case in a child with an address-space limit and a timeout; measure its peak RSS."""
     start = time.monotonic()
-    out_f, err_f = folder / "child.out", folder / "child.err"
+    out_f, err_f, hwm_f = folder / "child.out", folder / "child.err", folder / "child.hwm"
+    hwm_f.unlink(missing_ok=True)
     with open(out_f, "wb") as out, open(err_f, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(CHILD_AS_LIMIT), *case.argv],
-                                stdout=out, stderr=err, env={**os.environ, **case.env})
+                                stdout=out, stderr=err,
+                                env={**os.environ, **case.env, "PROFUSE_FUZZ_HWM": str(hwm_f)})
     timer = threading.Timer(CASE_TIMEOUT_S, proc.kill)
     timer.start()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -142,7 +154,8 @@ def run_child(case: Case, folder: Path) -> Outcome:
     if proc.returncode < 0:
         code = f"hang > {CASE_TIMEOUT_S} s" if time.monotonic() - start >= CASE_TIMEOUT_S else f"signal {-code}"
     return Outcome(case, code, out_f.read_text(errors="replace"), err_f.read_text(errors="replace"),
-                   time.monotonic() - start, rss=usage.ru_maxrss * 1024)
+                   time.monotonic() - start,
+                   rss=int(hwm_f.read_text()) * 1024 if hwm_f.exists() else usage.ru_maxrss * 1024)
 
 
 def table(outcomes: list[Outcome]) -> str:

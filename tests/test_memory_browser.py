@@ -7,7 +7,7 @@ import oracle
 import pytest
 import test_explorer_browser as explorer_browser
 from conftest import trace_path
-from explorer_util import running
+from explorer_util import running, scroll_timeline_to
 from test_explorer_browser import open_view, wait_ready
 
 import profuse
@@ -26,6 +26,8 @@ def bert():
 
 def _click_peak(page, lane: int) -> None:
     x, y = page.evaluate(f"window.profuseTimeline.counters[{lane}].peakXY")
+    # the lanes scroll in their box (it opens on the device lanes): bring the memory lane's peak in view
+    scroll_timeline_to(page, y)
     box = page.locator("canvas").first.bounding_box()
     page.mouse.click(box["x"] + x + 1, box["y"] + y + 4)
 

@@ -71,7 +71,12 @@ def test_report_shows_the_html_report_inline(executed) -> None:
     device = [e for e in complete_events(trace_path(TRACE)) if is_device(e)]
     assert data["0/overview"]["totals"]["kernels"] == len(device)
     assert data["0/overview"]["totals"]["device_us"] == pytest.approx(sum(e["dur"] for e in device), abs=0.01)
-    assert data["0/overview"]["advice"] is not None and len(data["0/ops"]["rows"]) == 25
+    advice = data["0/overview"]["advice"]
+    assert advice is not None
+    # the top 25 rows, then the rows the diagnosis's lever cards link to (payloads/diagnosis_rows.py)
+    rows = [r["name"] for r in data["0/ops"]["rows"]]
+    linked = {op for lv in advice["diagnosis"]["levers"] for op in lv["ops"]} - set(rows[:25])
+    assert len(rows) == 25 + len(linked) and set(rows[25:]) == linked
     assert "device time" in executed[1].outputs[0].data["text/plain"]
 
 

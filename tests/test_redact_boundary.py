@@ -100,3 +100,17 @@ def test_redaction_changes_nothing_without_secrets(tmp_path, capsys, name):
             outs.append(o.read_text())
         assert outs[0] == outs[1], fmt
     capsys.readouterr()
+
+
+def test_json_pairs_whose_value_is_no_string_are_left_so_json_stays_json():
+    # GIVEN the report's own fields named like secrets ("tokens" of a serving step) holding null, a count or
+    # an object: WHEN they pass the output boundary THEN the document is unchanged (a string value is still
+    # redacted)
+    import json
+
+    from profuse.redact import redact_text
+
+    doc = json.dumps({"tokens": None, "steps": [{"tokens": 128, "token_ids": [1, 2]}], "password": {"a": 1}},
+                     indent=2)
+    assert redact_text(doc) == doc
+    assert json.loads(redact_text(json.dumps({"api_key": "abc"}))) == {"api_key": "[redacted]"}

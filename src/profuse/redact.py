@@ -34,7 +34,10 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
      rf"\g<pre>{REDACTED}"),
     # --password=hunter2, --api-key=sk-..., token=..., PASSWORD: x, and JSON pairs "api_key": "x"
     # (also as they read inside a JSON string, \"api_key\": \"x\", escaped once or more)
-    (re.compile(rf"(?P<pre>{_WORD}[\w.-]{{0,64}}(?:\\{{0,7}}[\"'])?\s{{0,8}}[=:]\s{{0,8}}(?:\\{{0,7}}[\"'])?){_VALUE}",
+    # A JSON pair's value that is no string ("tokens": null, "tokens": 128: a count, not a secret; an object)
+    # is left: replacing it would break the JSON document that passes this boundary.
+    (re.compile(rf"(?P<pre>{_WORD}[\w.-]{{0,64}}(?:\\{{0,7}}[\"'])?\s{{0,8}}[=:]\s{{0,8}}(?:\\{{0,7}}[\"'])?)"
+                rf"(?<![\"']:)(?<![\"']: ){_VALUE}",
                 re.IGNORECASE),
      rf"\g<pre>{REDACTED}"),
     # --password hunter2 (flag, space, value)

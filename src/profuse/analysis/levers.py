@@ -37,6 +37,9 @@ HOW = {
                    "sglang without --disable-cuda-graph)",
     "cpu_work": "overlap the CPU work with device work (DataLoader num_workers > 0 and pin_memory=True, prefetch "
                 "the next batch, a side thread), move it to the device, or cut it",
+    "cpu_work_model": "the CPU time is the model's own forward (Python and op dispatch between kernels), not "
+                      "input work: cut the op count with torch.compile (mode=\"reduce-overhead\" also captures a "
+                      "graph, which removes the dispatch), or give each step more work (a larger batch)",
     "pinned_memory": "put the host tensors in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)) "
                      "and copy with .to(device, non_blocking=True), or prefetch on a side stream",
     "precision": "run the matrix work in lower precision: torch.autocast(device_type, dtype=torch.bfloat16) or "
@@ -229,10 +232,20 @@ def _cpu_work(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray
         ops[str(top_name[i])] += int(v_)
     names = ops + _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, t[held < 0], v_ns[held < 0])
     top_names = _top(names, 4)
+    model = sum(n for name, n in names.items() if _in_model(name))
+    in_model = model > sum(names.values()) / 2
     ev = f"the launching thread worked {_us(v)} outside launches while the device was idle" + (
-        f": {', '.join(top_names)}" if top_names else "")
-    return [_lever(ctx, "cpu_work", ctx.target, v, "medium", ev, HOW["cpu_work"], ("idle/cpu_other",),
-                   ops=tuple(_top(ops, 4)))]
+        f": {', '.join(top_names)}" if top_names else "") + (
+        f" ({100 * model / sum(names.values()):.0f}% of it inside the model's ops and forward calls)" if in_model else "")
+    return [_lever(ctx, "cpu_work", ctx.target, v, "medium", ev, HOW["cpu_work_model" if in_model else "cpu_work"],
+                   ("idle/cpu_other",), ops=tuple(_top(ops, 4)))]
+
+
+def _in_model(name: str) -> bool:
+    """An op or frame of the model's forward (aten/framework ops, nn.Module calls), not data loading or
+    other Python around the model."""
+    return (name.startswith(("aten::", "nn.Module:")) or "nn/modules/" in name or name.endswith("forward")
+            or "_call_impl" in name)
 
 
 def _covering(ts: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -279,8 +279,8 @@ def _whole(view: ReportView) -> ReportView:
 # The advisor's sections read fields that --no-advice leaves UNSET, so they drop out by themselves.
 SECTIONS: list[Section] = [
     Section("header", _whole, render_header),
+    Section("diagnosis", lambda v: v.document.diagnosis, render_diagnosis),  # the report opens with it
     Section("notes", _whole, render_notes),
-    Section("diagnosis", lambda v: v.document.diagnosis, render_diagnosis),
     Section("ops", _whole, render_op_table),
     Section("memory", lambda v: v.document.memory, render_memory),
     Section("fusion_candidates", _whole, render_fusion),

@@ -29,6 +29,9 @@ class TraceMeta(msgspec.Struct, kw_only=True, frozen=True):
     base_time_ns: int | None = None
     trace_meta: dict[str, Any] = msgspec.field(default_factory=dict)  # the trace file's own top-level keys
     unnamed_events: int = 0
+    memory_events: int = 0                  # profile_memory's [memory] events read into the memory table
+    memory_skipped: Any = None              # memory events left out, per reason (a field missing or not an integer)
+    memory_snapshot: dict[str, int] | None = None  # a torch memory snapshot: entries read into each table
 
     def __getitem__(self, key: str) -> Any:
         """The field named ``key`` (``KeyError`` if there is none)."""

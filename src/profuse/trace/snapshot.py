@@ -27,7 +27,7 @@ import duckdb
 import numpy as np
 
 from ..errors import TraceError
-from .schema import DDL
+from .schema import DDL, SCHEMA_VERSION
 from .trace import Trace
 
 MAX_SNAPSHOT_BYTES_ENV = "PROFUSE_MAX_SNAPSHOT_BYTES"
@@ -193,9 +193,10 @@ def load_snapshot(path: str | os.PathLike[str]) -> Trace:
         con.execute(DDL)
         counts = _write_snapshot(con, snap, _Budget(str(path)))
         import json
-        con.execute("INSERT INTO meta VALUES ('source', ?), ('path', ?), ('device_kind', '\"CUDA\"'), "
-                    "('events', '0'), ('memory_snapshot', ?)",
-                    [json.dumps({"format": "torch memory snapshot"}), json.dumps(str(path)), json.dumps(counts)])
+        con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('source', ?), ('path', ?), "
+                    "('device_kind', '\"CUDA\"'), ('events', '0'), ('span_us', '0'), ('memory_snapshot', ?)",
+                    [json.dumps(SCHEMA_VERSION), json.dumps({"format": "torch memory snapshot"}),
+                     json.dumps(str(path)), json.dumps(counts)])
     except BaseException:
         con.close()
         raise
