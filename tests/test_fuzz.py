@@ -200,8 +200,6 @@ def test_fuzz_corpus(tmp_path, capsys):
     assert all(o.seconds < CASE_TIMEOUT_S for o in outcomes)
 
 
-@pytest.mark.xfail(strict=True, reason="overlapping events give a negative self CPU time: the attribution "
-                                       "issue's finding (same probe); remove this mark when it is fixed")
 def test_fuzz_overlaps(tmp_path, capsys):
     # GIVEN events that overlap on one thread without nesting, children longer than their parents,
     # and graph launches whose kernels start before them

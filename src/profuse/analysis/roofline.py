@@ -45,7 +45,7 @@ DATASHEET: dict[str, tuple[float, float, float, float, float]] = {
     # nvidia.com/en-us/data-center/l4/
     "L4": (121.0, 30.3, 300.0, 60.0, 242.0),
     # nvidia.com/en-us/data-center/l40s/
-    "L40S": (366.0, 91.6, 864.0, 183.0, 733.0),
+    "L40S": (362.05, 91.6, 864.0, 183.0, 733.0),
     # aws.amazon.com/ec2/instance-types/g5/ and NVIDIA A10 datasheet
     "A10G": (70.0, 31.2, 600.0, 35.0, 0.0),
     # NVIDIA Ada GPU architecture whitepaper, appendix (GeForce RTX 4090 / 4080)

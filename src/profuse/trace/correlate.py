@@ -342,7 +342,9 @@ def attribute(
     table_parent = nearest_ancestor(parent, in_table, include_self=False)
     child = np.flatnonzero(in_table & (table_parent >= 0))
     children_dur = np.bincount(table_parent[child], weights=dur[child], minlength=n)
-    self_cpu = np.where(in_table, dur - children_dur.astype(np.int64), 0)
+    # children that overlap one another or outlast their parent (improper nesting) can add up to more than
+    # it: its self time is then 0, never negative (docs/correlation.md)
+    self_cpu = np.where(in_table, np.maximum(dur - children_dur.astype(np.int64), 0), 0)
     timed = np.flatnonzero(np.isin(kind, kind_codes(*DEVICE_TIME_KINDS)) & (device_op >= 0))
     owner = device_op[timed]
     self_device = np.bincount(owner, weights=dur[timed], minlength=n).astype(np.int64)
