@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fuzz_corpus import Case, build_corpus, build_overlaps
 
 from profuse.cli import main
