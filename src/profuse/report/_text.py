@@ -28,3 +28,12 @@ def safe(value: Any) -> str:
 def text(value: Any, style: str | None = None) -> Text:
     """A rich ``Text`` of :func:`safe` ``(value)``: no markup parsed, no escape sequence printed."""
     return Text(safe(value), style=style or "")
+
+
+def fmt_us(us: float) -> str:
+    """A duration in µs in the largest unit that keeps it readable (s, ms, µs)."""
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} µs"

@@ -17,7 +17,7 @@ from ..analysis.compiled import NeffBrief
 from ..analysis.hotspots import Hotspot
 from ..payloads.report import ReportDocument, ReportView
 from ..trace.schema import UNLINKED_REASONS
-from ._text import safe, text
+from ._text import fmt_us, safe, text
 from .console_diagnosis import render_diagnosis
 from .console_memory import fmt_bytes, render_memory
 
@@ -30,13 +30,6 @@ def make_console() -> Console:
 ADVICE_ROWS = 8  # rows of each advisor table
 
 
-def fmt_us(us: float) -> str:
-    """A duration in µs in the largest unit that keeps it readable (s, ms, µs)."""
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} µs"
 
 
 def render_header(console: Console, view: ReportView) -> None:

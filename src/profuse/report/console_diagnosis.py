@@ -9,20 +9,13 @@ from rich.console import Console
 from rich.text import Text
 
 from ..payloads.diagnosis import BudgetDiff, BudgetLeaf, DiagnosisPayload, StepGroup
-from ._text import text
+from ._text import fmt_us, text
 
 BAR = 60
 STYLE = {"busy": "green", "idle": "red", "cpu": "green"}
 SHOWN_LEVERS = 5
 
 
-def fmt_us(us: float) -> str:
-    """A duration in the largest unit that keeps it readable."""
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} µs"
 
 
 def _part(leaves: list[BudgetLeaf], prefix: str) -> tuple[float, str]:

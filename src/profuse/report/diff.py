@@ -15,8 +15,7 @@ from rich.text import Text
 
 from ..analysis.significance import TEST
 from ..payloads.diff import DiffPayload, OpEntry, VerdictEntry
-from ._text import safe, text
-from .console import fmt_us
+from ._text import fmt_us, safe, text
 
 NAME_WIDTH = 60
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..payloads.ranks import RANKS_SCHEMA, ranks_payload
-from .console import fmt_us
+from ._text import fmt_us
 
 SHOW = 10
 

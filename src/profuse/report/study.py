@@ -7,7 +7,7 @@ from rich.text import Text
 
 from ..studies.llama import LlamaStudy
 from ..studies.rmsnorm import StudyResult
-from .console import fmt_us
+from ._text import fmt_us
 
 
 def print_study(console: Console, r: StudyResult) -> None:
