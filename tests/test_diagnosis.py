@@ -9,7 +9,7 @@ from pathlib import Path
 
 import oracle
 import pytest
-from conftest import SHARED
+from conftest import SHARED, trace_path
 
 import profuse
 from profuse.analysis.diagnosis import Diagnosis, diagnose
@@ -349,7 +349,23 @@ def test_every_class_cause_and_lever_kind_is_documented():
     doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
     kinds = {"cuda_graphs", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm", "communication",
              "attention_kernel", "no_device_data"} | {"fusion:<pattern>"} | set(SLUG.values())
-    assert set(HOW) - {"sync_copy", "sync_wait", "cpu_work_model"} <= kinds  # advice variants of host_sync, cpu_work
+    variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime"}  # host_sync's and cpu_work's texts
+    assert set(HOW) - variants <= kinds
     for word in (*BUSY_PRIORITY, *IDLE_CAUSES, "not_recorded", *kinds, *CPU_LEAVES):
         assert f"`{word}`" in doc, word
     assert ", ".join(BUSY_PRIORITY) in doc.replace("\n", " ").replace("`", "")
+
+
+def test_cpu_work_inside_runtime_calls_says_warm_up_and_names_the_calls(capsys):
+    # GIVEN a100_alexnet: no steps, and a host that sat in runtime calls before its first kernels (the raw
+    # JSON's longest runtime call is CUDA's context set-up, cudaDeviceGetStreamPriorityRange)
+    raw = json.load(gzip.open(trace_path("a100_alexnet.json.gz")))["traceEvents"]
+    longest = max((e for e in raw if e.get("cat") == "cuda_runtime"), key=lambda e: e.get("dur", 0))
+    assert longest["name"] == "cudaDeviceGetStreamPriorityRange"
+    # WHEN it is diagnosed THEN the top lever is cpu_work naming that call, with warm-up advice, not DataLoader
+    from profuse.cli import main
+
+    assert main(["report", str(trace_path("a100_alexnet.json.gz")), "--format", "json"]) == 0
+    top = json.loads(capsys.readouterr().out)["diagnosis"]["levers"][0]
+    assert top["kind"] == "cpu_work" and "inside runtime calls: cudaDeviceGetStreamPriorityRange" in top["evidence"]
+    assert "warm-up" in top["how"] and "DataLoader" not in top["how"]

@@ -68,6 +68,7 @@ class DeviceWork:
     host_name: np.ndarray      # object
     host_op: np.ndarray        # bool: the interval is an op (cpu_op)
     host_top: np.ndarray       # bool: an op inside no other op (what the code called)
+    host_runtime: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # bool: a runtime call
     threads: frozenset[int] = field(default_factory=frozenset)
 
 
@@ -107,7 +108,8 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
     ls, le = _i64([x[1] for x in launch]), _i64([x[2] for x in launch])
     short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000
     host = con.execute(f"""
-        SELECT ts, ts + greatest(dur, 1), depth, name, kind = 'cpu_op', kind = 'cpu_op' AND parent_op IS NULL
+        SELECT ts, ts + greatest(dur, 1), depth, name, kind = 'cpu_op', kind = 'cpu_op' AND parent_op IS NULL,
+               kind = 'runtime'
         FROM events
         WHERE kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({tl}) ORDER BY ts, id""").fetchall()
     hts, hend = _i64([x[0] for x in host]), _i64([x[1] for x in host])
@@ -121,7 +123,8 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         host_depth=_i64([x[2] or 0 for x in host])[keep],
         host_name=np.asarray([x[3] or "" for x in host], dtype=object)[keep],
         host_op=np.asarray([bool(x[4]) for x in host], dtype=bool)[keep],
-        host_top=np.asarray([bool(x[5]) for x in host], dtype=bool)[keep], threads=frozenset(threads))
+        host_top=np.asarray([bool(x[5]) for x in host], dtype=bool)[keep],
+        host_runtime=np.asarray([bool(x[6]) for x in host], dtype=bool)[keep], threads=frozenset(threads))
 
 
 def _encloses_step(ts: np.ndarray, end: np.ndarray, step_ts: np.ndarray, step_end: np.ndarray) -> np.ndarray:

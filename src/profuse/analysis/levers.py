@@ -37,9 +37,13 @@ HOW = {
                    "sglang without --disable-cuda-graph)",
     "cpu_work": "overlap the CPU work with device work (DataLoader num_workers > 0 and pin_memory=True, prefetch "
                 "the next batch, a side thread), move it to the device, or cut it",
-    "cpu_work_model": "the CPU time is the model's own forward (Python and op dispatch between kernels), not "
+    "cpu_work_model": "the CPU time is the model's own ops (Python and op dispatch between kernels), not "
                       "input work: cut the op count with torch.compile (mode=\"reduce-overhead\" also captures a "
                       "graph, which removes the dispatch), or give each step more work (a larger batch)",
+    "cpu_work_runtime": "the host sat in runtime calls that neither launch nor synchronise (context creation on "
+                        "the first device call, allocation, device queries): make one device call before the "
+                        "profiled steps (warm-up), and allocate once outside the step (reuse buffers) rather than "
+                        "per step",
     "pinned_memory": "put the host tensors in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)) "
                      "and copy with .to(device, non_blocking=True), or prefetch on a side stream",
     "precision": "run the matrix work in lower precision: torch.autocast(device_type, dtype=torch.bfloat16) or "
@@ -232,13 +236,34 @@ def _cpu_work(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray
         ops[str(top_name[i])] += int(v_)
     names = ops + _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, t[held < 0], v_ns[held < 0])
     top_names = _top(names, 4)
-    model = sum(n for name, n in names.items() if _in_model(name))
-    in_model = model > sum(names.values()) / 2
     ev = f"the launching thread worked {_us(v)} outside launches while the device was idle" + (
-        f": {', '.join(top_names)}" if top_names else "") + (
-        f" ({100 * model / sum(names.values()):.0f}% of it inside the model's ops and forward calls)" if in_model else "")
-    return [_lever(ctx, "cpu_work", ctx.target, v, "medium", ev, HOW["cpu_work_model" if in_model else "cpu_work"],
-                   ("idle/cpu_other",), ops=tuple(_top(ops, 4)))]
+        f": {', '.join(top_names)}" if top_names else "")
+    runtime = _runtime_holders(w, t, v_ns)
+    model = sum(n for name, n in names.items() if _in_model(name))
+    if sum(runtime.values()) > int(v_ns.sum()) / 2:  # inside runtime calls: initialisation, allocation, queries
+        ev += f" ({100 * sum(runtime.values()) / max(int(v_ns.sum()), 1):.0f}% of it inside runtime calls: " \
+              f"{', '.join(_top(runtime, 3))})"
+        how = HOW["cpu_work_runtime"]
+    elif model > sum(names.values()) / 2:
+        ev += f" ({100 * model / sum(names.values()):.0f}% of it inside the model's ops and forward calls)"
+        how = HOW["cpu_work_model"]
+    else:
+        how = HOW["cpu_work"]
+    return [_lever(ctx, "cpu_work", ctx.target, v, "medium", ev, how, ("idle/cpu_other",), ops=tuple(_top(ops, 4)))]
+
+
+def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> Counter[str]:
+    """ns per runtime call name (neither launch nor sync: those are other causes) holding each idle time t."""
+    out: Counter[str] = Counter()
+    rt = w.host_runtime
+    if rt.size == 0 or not rt.any() or t.size == 0:
+        return out
+    names = w.host_name[rt]
+    held = _covering(w.host_ts[rt], w.host_end[rt], t)
+    for i, v_ in zip(held[held >= 0], ns[held >= 0]):
+        if str(names[i]).startswith(("cuda", "hip", "cu")):  # CUDA/HIP runtime and driver calls (not an
+            out[str(names[i])] += int(v_)                    # accelerator's executor scopes, as on MTIA)
+    return out
 
 
 def _in_model(name: str) -> bool:
