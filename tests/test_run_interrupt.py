@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import trace_path
 
 pytest.importorskip("torch")
 
@@ -97,3 +98,16 @@ def test_swallowed_sigint_that_breaks_the_script_later_is_an_interruption(tmp_pa
     assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip().splitlines() == ["profuse: no bundle written (interrupted)"]
     assert not out.exists()
+
+
+def test_the_program_exits_with_an_idle_thread_pool_left_running(tmp_path):
+    # GIVEN a command whose libraries leave an idle ThreadPoolExecutor behind (torch.compile's inductor does:
+    # `profuse study rmsnorm` hung after printing its table) WHEN the program exits through its entry point
+    # THEN it ends, with the command's exit code
+    code = ("import concurrent.futures as f, sys\n"
+            "pool = f.ThreadPoolExecutor(2); pool.submit(lambda: 1).result()\n"
+            f"sys.argv = ['profuse', 'sql', {str(trace_path('a100_event_sync.json.gz'))!r}, 'SELECT 42 AS x']\n"
+            "from profuse.__main__ import entry\nentry()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PROFUSE_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 0 and "42" in r.stdout

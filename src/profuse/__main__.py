@@ -26,9 +26,16 @@ def entry() -> NoReturn:
     # restores the default SIGINT action (the process would die of the signal, exit -2, saying nothing)
     # and stops daemon threads inside DuckDB's C++ ("FATAL: exception not rethrown", abort).
     _interrupt.exit_on_sigint(quiet=code == 130)
-    for t in threading.enumerate():
-        if t is not threading.current_thread() and not t.daemon:
-            t.join()
+    # What the interpreter's own exit does first: threading's exit hooks (an idle ThreadPoolExecutor's
+    # workers, such as torch.compile's, are told to stop; joined without that, they never end), then every
+    # non-daemon thread joined.
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    else:  # not CPython
+        for t in threading.enumerate():
+            if t is not threading.current_thread() and not t.daemon:
+                t.join()
     atexit._run_exitfuncs()  # cache writes finishing, logging flushed
     gc.collect()  # files left in garbage cycles (a profiled script's) are closed, so flushed
     for stream in (sys.stdout, sys.stderr):
