@@ -272,7 +272,9 @@ def test_ops_row_opens_to_its_kernels_in_explorer_and_report(page, bert, tmp_pat
         page.fill("#ops-filter", other)
         page.locator("main table").first.locator("tbody tr", has=page.locator("td.name", has_text=other)).first \
             .click()
-        page.wait_for_function("name => document.querySelector('#op-kernels h2').textContent.includes(name)", arg=other)
+        # (while the list loads the box holds "loading kernels…" and no heading yet)
+        page.wait_for_function("name => (document.querySelector('#op-kernels h2')?.textContent ?? '').includes(name)",
+                               arg=other)
         assert {r.split("\t")[0] for r in page.locator("#op-kernels tbody tr").all_inner_texts()} \
             == set(kernels_of_op_by_sql(bert, other))
     out = tmp_path / "report.html"
