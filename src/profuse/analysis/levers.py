@@ -269,8 +269,8 @@ def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> Counter[st
 def _in_model(name: str) -> bool:
     """An op or frame of the model's forward (aten/framework ops, nn.Module calls), not data loading or
     other Python around the model."""
-    return (name.startswith(("aten::", "nn.Module:")) or "nn/modules/" in name or name.endswith("forward")
-            or "_call_impl" in name)
+    return (name.startswith(("aten::", "nn.Module:", "Torch-Compiled Region", "TorchDynamo", "CompiledFunction"))
+            or "nn/modules/" in name or name.endswith("forward") or "_call_impl" in name)
 
 
 def _covering(ts: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
