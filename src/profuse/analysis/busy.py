@@ -32,6 +32,7 @@ import numpy as np
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from ._memo import once_per_trace
+from .profiler_steps import profiler_steps
 
 LAUNCH_BOUND_BUSY_PCT = 50.0   # the device must be idle for more than half the window ...
 LAUNCH_BOUND_WAIT_PCT = 50.0   # ... and the host must dispatch or launch for over half that idle time
@@ -276,9 +277,7 @@ def device_busy(trace: Trace) -> Busy | None:
 
 def _cpu_steps(trace: Trace) -> list[StepBusy]:
     """Per ``ProfilerStep#N`` of a CPU-only trace: its CPU time (window) and the time in ops in it."""
-    steps = trace.con.execute("""
-        SELECT name, ts, ts + greatest(dur, 0) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'
-        ORDER BY ts, id""").fetchall()
+    steps = [(st.name, st.ts_ns, st.ts_ns + max(st.dur_ns, 0)) for st in profiler_steps(trace.con)]
     if not steps:
         return []
     ops = trace.con.execute("""SELECT ts, ts + greatest(dur, 0), parent_op IS NULL FROM events
@@ -298,9 +297,8 @@ def steps_busy(trace: Trace) -> list[StepBusy]:
     """One entry per profiler step (``ProfilerStep#N``), in time order (CPU-only traces: :func:`_cpu_steps`)."""
     if trace.cpu_only:
         return _cpu_steps(trace)
-    steps = trace.con.execute("""
-        SELECT name, ts, dur, coalesce(thread, -2) FROM events WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'
-        ORDER BY ts, id""").fetchall()
+    steps = [(st.name, st.ts_ns, st.dur_ns, -2 if st.thread is None else st.thread)
+             for st in profiler_steps(trace.con)]
     if not steps:
         return []
     a, work = activities(trace), cpu_work(trace)
