@@ -76,7 +76,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         data, gzip_hash = _decode.read_trace(str(src))
         fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
-        memory = (_memory.read_memory_events(_decode.split_document(str(src), data).events)
+        memory = (_memory.read_memory_events(data, lambda: _decode.split_document(str(src), data).events)
                   if _memory.has_memory_events(cols.names) else None)
         notes.extend(cols.notes)
         del data

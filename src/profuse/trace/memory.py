@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -110,16 +111,22 @@ _FLAT_EVENT = re.compile(rb"\{[^{}]*(?:\{[^{}]*\}[^{}]*)?\}")
 _EVENT_START = re.compile(rb"[\[,]\s*\{")
 
 
-def read_memory_events(events: memoryview | bytes | bytearray) -> MemoryEvents:
-    """The ``[memory]`` instant events of a ``traceEvents`` array (its raw bytes)."""
-    data = bytes(events)
+def read_memory_events(events: memoryview | bytes | bytearray,
+                       array: Callable[[], memoryview | bytes | bytearray] | None = None) -> MemoryEvents:
+    """The ``[memory]`` instant events of a trace's raw bytes.
+
+    ``events`` is the ``traceEvents`` array, or the whole document when ``array`` gives the array
+    (called only where the events cannot be cut out around their names, so the common load never
+    splits or copies the document: a copy of a 1 GB trace was a third of the load's memory).
+    """
+    data = events if isinstance(events, (bytes, bytearray)) else bytes(events)
     pieces = _cut(data)
     typed = _typed(pieces) if pieces else None
     if typed is not None:
         return typed
     found = _decode_pieces(pieces) if pieces is not None else None
     if found is None:
-        found = _slow(events)
+        found = _slow(array() if array is not None else events)
     rows: list[tuple[int, str, str, int, int, int, int, int, int]] = []
     skipped = 0
     for e in found:
@@ -183,7 +190,7 @@ def _ns_column(raws: list[msgspec.Raw]) -> np.ndarray | None:
     return np.array(exact, dtype=np.int64)
 
 
-def _cut(data: bytes) -> list[bytes] | None:
+def _cut(data: bytes | bytearray) -> list[bytes] | None:
     """Each memory event's text, cut out around its name, or None where a cut is not one whole event."""
     pieces = []
     pos = data.find(_RAW_NAME)
@@ -210,7 +217,7 @@ def _decode_pieces(pieces: list[bytes]) -> list[_MemEv] | None:
     return out if len(out) == len(pieces) and all(e.name == MEMORY_EVENT for e in out) else None
 
 
-def _before(data: bytes, start: int) -> bytes:
+def _before(data: bytes | bytearray, start: int) -> bytes:
     """The array separator before an object at ``start`` and the object's brace: ``,{`` or ``[ {``."""
     i = start - 1
     while i >= 0 and data[i] in b" \t\r\n":
