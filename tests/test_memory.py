@@ -239,6 +239,28 @@ def test_memory_events_written_another_way_read_the_same(tmp_path) -> None:
     assert a.pid_tid == b.pid_tid
 
 
+def test_memory_events_are_cut_from_the_whole_document_without_splitting_it() -> None:
+    import gzip
+
+    from profuse.trace import _decode
+    from profuse.trace import memory as trace_memory
+    # GIVEN a real trace's whole document as read (what a load holds), and the array apart
+    whole = gzip.open(trace_path("mi300_normalization_layers.json.gz")).read()
+    calls: list[int] = []
+
+    def array() -> memoryview:
+        calls.append(1)
+        return _decode.split_document("a", whole).events
+    # WHEN its memory events are read from the document, with the array only on request
+    got = trace_memory.read_memory_events(whole, array)
+    ref = trace_memory.read_memory_events(_decode.split_document("a", whole).events)
+    # THEN the document was never split (a 1 GB trace's array copied was a third of the load's memory)
+    # and the events are those of the array
+    assert calls == [] and len(got) == len(ref) == 475
+    for field in ("ts", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device"):
+        assert (getattr(got, field) == getattr(ref, field)).all(), field
+
+
 def test_memory_tables_come_back_from_the_cache(monkeypatch) -> None:
     monkeypatch.setenv("PROFUSE_CACHE_MIN_SECONDS", "0")  # this small trace is cached too
     path = trace_path("h100_bert_small.json.gz")
