@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rows import Row, write_rows
 from bench_load import hta_python
 
 from profuse.ranks.engine import available_memory
@@ -138,6 +139,7 @@ def main() -> int:
     ap.add_argument("--hta-mem-gb", type=float, default=None,
                     help="address-space cap for the HTA process (default: 70%% of available memory)")
     ap.add_argument("--json", help="also write the raw measurements here")
+    ap.add_argument("--rows", help="write make bench's rows (benchmarks/_rows.py) here")
     args = ap.parse_args()
     if not SRC.exists():
         print(f"missing {SRC}", file=sys.stderr)
@@ -219,7 +221,31 @@ def main() -> int:
                             "total_s_by_cores": est}
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
+    write_rows(bench_rows(rows, args.ranks, total_mb), args.rows)
     return 0
+
+
+def bench_rows(rows: dict[str, dict], ranks: int, total_mb: float) -> list[Row]:
+    """make bench's rows: the local engine against HTA, and Ray within 1.2x of local on one machine."""
+    local, ray = rows.get("profuse --engine local", {}), rows.get("profuse --engine ray", {})
+    hta = rows.get("HTA TraceAnalysis (all ranks)", {})
+    what = f"many ranks: {ranks} x {total_mb / ranks:.0f} MB"
+    out = []
+    if "seconds" in local:
+        vs = (f"HTA {hta['seconds']:.1f} s, {hta['peak_rss'] / 1e6:,.0f} MB" if "seconds" in hta
+              else f"HTA: {hta.get('error', 'not run')}")
+        out.append(Row(f"{what}, --engine local", f"{local['seconds']:.1f} s, coordinator "
+                       f"{local['peak_rss'] / 1e6:,.0f} MB", "faster than HTA, coordinator RSS flat",
+                       local["seconds"] < hta["seconds"] if "seconds" in hta else None, vs))
+    else:
+        out.append(Row(f"{what}, --engine local", f"failed: {local.get('error', 'not run')}", "runs", False))
+    if "seconds" in ray and "seconds" in local:
+        ratio = ray["seconds"] / local["seconds"]
+        out.append(Row(f"{what}, --engine ray", f"{ray['seconds']:.1f} s = {ratio:.2f}x local", "<= 1.2x local",
+                       ratio <= 1.2, f"local {local['seconds']:.1f} s"))
+    elif ray:
+        out.append(Row(f"{what}, --engine ray", f"failed: {ray.get('error', '?')}", "<= 1.2x local", None))
+    return out
 
 
 if __name__ == "__main__":
