@@ -128,6 +128,28 @@ def test_launch_bound_step_gives_cuda_graphs(tmp_path):
     assert d.levers[0].gain_us == b["idle/launch_overhead"]
 
 
+def test_eager_dispatch_inside_the_model_is_the_graphs_lever_and_the_rest_stays_cpu_work(tmp_path):
+    # GIVEN a step: 300 µs of tokenising outside the model, then a forward (an nn.Module frame) of 50 ops, each
+    # 10 µs of Python in the forward before a 20 µs op that launches a 2 µs kernel at its end
+    ev = [_step(0, 2000), _x("python_function", "tokenizers.py(12): encode", 0, 300),
+          _x("python_function", "nn.Module: Bert_0", 300, 1600)]
+    for i in range(50):
+        t = 300 + i * 30
+        ev += [_x("python_function", "modeling_bert.py(181): forward", t, 10),
+               _x("cpu_op", "aten::add", t + 10, 20), _launch(t + 25, i), _kernel("vectorized_elementwise_kernel", t + 29, 2, i)]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    graphs = d.levers[0]
+    cpu = next(lv for lv in d.levers + d.small_items if lv.kind == "cpu_work")
+    # THEN one cuda_graphs lever draws the launch gaps and the Python between the model's ops, with high
+    # confidence (most of the span, no synchronise), and cpu_work keeps only the tokenising
+    assert graphs.kind == "cuda_graphs" and graphs.confidence == "high"
+    assert set(graphs.draws) == {"idle/launch_overhead", "idle/cpu_other"}
+    assert cpu.gain_us == pytest.approx(300, abs=0.01) and "tokenizers.py(12): encode" in cpu.evidence
+    assert graphs.gain_us == pytest.approx(b["idle/launch_overhead"] + b["idle/cpu_other"] - 300, abs=0.01)
+    assert graphs.gain_us + cpu.gain_us <= b["idle/launch_overhead"] + b["idle/cpu_other"] + 0.01
+
+
 def test_synchronous_copy_gives_host_sync_with_its_call_site(tmp_path):
     # GIVEN a 100 µs kernel, then .item(): a D2H copy into pageable memory that blocks for 5000 µs
     ev = [_step(0, 6000), _x("cpu_op", "aten::mm", 10, 20), _launch(15, 1), _kernel("sm90_gemm_bf16", 30, 100, 1),
@@ -149,9 +171,15 @@ def test_cpu_preprocessing_gives_cpu_work_naming_the_op(tmp_path):
     d = diag(_write(tmp_path, ev))
     top = d.levers[0]
     assert top.kind == "cpu_work" and "aten::to_tensor_preprocess" in top.evidence
-    # the preprocessing, and aten::mm's time after its launch returned (4109) until the kernel starts
-    assert top.gain_us == pytest.approx(4000 + (4120 - 4109), abs=0.01)
-    assert leaves(d.budget)["idle/cpu_other"] == top.gain_us
+    # the idle CPU time is the preprocessing and aten::mm's time after its launch returned (4109) until the
+    # kernel starts; the preprocessing launches nothing, so it stays cpu_work (a graph would not remove it)
+    b = leaves(d.budget)
+    assert b["idle/cpu_other"] == pytest.approx(4000 + (4120 - 4109), abs=0.01)
+    assert top.gain_us == pytest.approx(4000, abs=0.01)
+    assert "DataLoader" in top.how
+    # while aten::mm's own dispatch after its launch is the model's, which a graph replay removes
+    graphs = next(lv for lv in d.levers + d.small_items if lv.kind == "cuda_graphs")
+    assert graphs.gain_us == pytest.approx(b["idle/launch_overhead"] + (4120 - 4109), abs=0.01)
 
 
 def test_nothing_running_is_no_work_and_no_lever_claims_it(tmp_path):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..trace import Trace
 from .budget import BUSY_PRIORITY, LEAVES, DeviceWork, Labels
+from .busy import LAUNCH_GAP_MAX_US
 from .diagnosis import Lever, Steady
 from .opclass import op_class
 
@@ -113,9 +114,10 @@ def device_levers(ctx: Context) -> list[Lever]:
     start, ns, idx = _pieces(ctx)
     label = ctx.labels.label[idx] if idx.size else idx
     out: list[Lever] = []
-    out += _graphs(ctx, ns, idx, label)
+    cpu = _cpu_other(ctx, start, ns, label)
+    out += _graphs(ctx, ns, idx, label, cpu)
     out += _host_sync(ctx, start, ns, label)
-    out += _cpu_work(ctx, start, ns, label)
+    out += _cpu_work(ctx, cpu)
     out += _pinned(ctx, ns, idx, label)
     out += _precision(ctx, ns, idx, label)
     out += _gemm(ctx)
@@ -140,7 +142,10 @@ def _kernels(ctx: Context, cls: str, mask: np.ndarray | None = None) -> list[str
     return _top(c)
 
 
-def _graphs(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray) -> list[Lever]:
+def _graphs(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray, cpu: CpuOther) -> list[Lever]:
+    """Launch-bound spans: a graph replays the kernels without the host launching each one, and without
+    dispatching the model's ops in between, so it draws the launch gaps and the idle CPU time spent
+    inside the model's own ops (``cpu.model_ns``; the rest of that CPU time stays a ``cpu_work`` lever)."""
     causes = {k: ctx.leaf(k) for k in ("idle/host_sync", "idle/launch_overhead", "idle/cpu_other", "idle/no_work")}
     launch = causes["idle/launch_overhead"]
     if not launch:
@@ -149,12 +154,25 @@ def _graphs(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray) ->
     assert ctx.labels is not None
     replayed = int(ns[(label < len(BUSY_PRIORITY)) & ctx.labels.graph[idx]].sum()) if idx.size else 0
     idle = sum(causes.values())
-    ev = f"idle {_us(idle)} of the span, {_us(launch)} of it while the host dispatches and launches"
+    gain = launch + cpu.model_ns
+    ev = f"idle {_us(idle)} of the span, {_us(launch)} of it while the host launches"
+    draws: tuple[str, ...] = ("idle/launch_overhead",)
+    if cpu.model_ns:
+        ev += f" and {_us(cpu.model_ns)} while it dispatches the model's ops between kernels"
+        draws += ("idle/cpu_other",)
     if replayed:
         ev += f"; graphs already replay {100 * replayed / busy:.0f}% of the busy time: the rest launches eagerly"
-    dominant = launch >= max(causes.values())
-    return [_lever(ctx, "cuda_graphs", ctx.target, launch, "medium" if dominant else "low", ev,
-                   HOW["cuda_graphs"], ("idle/launch_overhead",))]
+    others = max(causes["idle/host_sync"], causes["idle/no_work"], causes["idle/cpu_other"] - cpu.model_ns)
+    span = max(ctx.steady.span_ns, 1)
+    # high: most of the span, and nothing in it that makes a capture hard (a synchronise, collectives)
+    if gain >= span / 2 and causes["idle/host_sync"] < span / 20 and ctx.leaf("busy/communication") < span / 20:
+        confidence = "high"
+    elif gain >= others:
+        confidence = "medium"
+    else:
+        confidence = "low"
+    return [_lever(ctx, "cuda_graphs", ctx.target, gain, confidence, ev, HOW["cuda_graphs"], draws,
+                   ops=tuple(_top(cpu.model_ops, 4)))]
 
 
 def _prefix_argmax(end: np.ndarray) -> np.ndarray:
@@ -220,14 +238,49 @@ def _outer_ops(trace: Trace, ids: list[int]) -> dict[int, str]:
     return {int(r[0]): r[1] or "" for r in rows}
 
 
-def _cpu_work(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
+@dataclass(frozen=True)
+class CpuOther:
+    """The idle CPU time of the launching thread (``idle/cpu_other``): what held it, and how much of it
+    was the model's own ops (a graph capture removes that part) or runtime calls (initialisation)."""
+
+    total_ns: int
+    pieces_ns: int          # the ns of the pieces looked at (the leaf, or the sample of it the pieces are)
+    names: Counter[str]     # ns per innermost holder name (top-level op where one holds it)
+    ops: Counter[str]       # ns per top-level op
+    runtime: Counter[str]   # ns per runtime call holding it
+    model_ns: int           # the model's share: inside its ops and forward calls, not in a runtime call
+    rest_names: Counter[str]  # names and top-level ops of the rest (outside the model)
+    rest_ops: Counter[str]
+    model_ops: Counter[str]  # ns per top-level op of the model's share
+
+
+def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> CpuOther:
     w = ctx.work
     assert w is not None
     v = ctx.leaf("idle/cpu_other")
     if not v:
-        return []
+        return CpuOther(0, 0, Counter(), Counter(), Counter(), 0, Counter(), Counter(), Counter())
     m = label == len(BUSY_PRIORITY) + 2
     t, v_ns = start[m], ns[m]
+    names, ops = _held_names(w, t, v_ns)
+    runtime, in_runtime = _runtime_holders(w, t, v_ns)
+    # inside the model: under any op or frame of its forward (at any depth: a built-in a forward calls
+    # counts), and neither inside a runtime call (initialisation there is a warm-up's, not a graph's) nor
+    # inside an op longer than launch overhead's 1 ms bound (a host stall: an allocation, CPU compute)
+    top = w.host_top & (w.host_end - w.host_ts > LAUNCH_GAP_MAX_US * 1000)
+    stalled = _covering(w.host_ts[top], w.host_end[top], t) >= 0  # in an op over 1 ms: its own work, not dispatch
+    inside = (_covering(*_model_intervals(w), t) >= 0) & ~in_runtime & ~stalled
+    rest_names, rest_ops = _held_names(w, t[~inside], v_ns[~inside])
+    model_ops = _held_names(w, t[inside], v_ns[inside])[1]
+    # the model's share of the leaf, in the leaf's own ns (the pieces may be a sample of it)
+    pieces_ns = int(v_ns.sum())
+    model_ns = round(v * int(v_ns[inside].sum()) / max(pieces_ns, 1))
+    return CpuOther(v, pieces_ns, names, ops, runtime, model_ns, rest_names, rest_ops, model_ops)
+
+
+def _held_names(w: DeviceWork, t: np.ndarray, v_ns: np.ndarray) -> tuple[Counter[str], Counter[str]]:
+    """ns per name of what held each idle time t (the top-level op, else the innermost frame or call),
+    and ns per top-level op."""
     top = w.host_top
     held = _covering(w.host_ts[top], w.host_end[top], t)
     top_name = w.host_name[top]
@@ -235,35 +288,68 @@ def _cpu_work(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray
     for i, v_ in zip(held[held >= 0], v_ns[held >= 0]):
         ops[str(top_name[i])] += int(v_)
     names = ops + _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, t[held < 0], v_ns[held < 0])
+    return names, ops
+
+
+def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
+    """Idle CPU time that a graph capture would not remove (the model's own dispatch is the cuda_graphs
+    lever's where the span also waits on launches: then this lever is the rest, named by its holders)."""
+    v = cpu.total_ns
+    graphs_take = cpu.model_ns if ctx.leaf("idle/launch_overhead") else 0
+    if not v or v - graphs_take <= 0:
+        return []
+    names, ops = (cpu.rest_names, cpu.rest_ops) if graphs_take else (cpu.names, cpu.ops)
     top_names = _top(names, 4)
-    ev = f"the launching thread worked {_us(v)} outside launches while the device was idle" + (
-        f": {', '.join(top_names)}" if top_names else "")
-    runtime = _runtime_holders(w, t, v_ns)
-    model = sum(n for name, n in names.items() if _in_model(name))
-    if sum(runtime.values()) > int(v_ns.sum()) / 2:  # inside runtime calls: initialisation, allocation, queries
-        ev += f" ({100 * sum(runtime.values()) / max(int(v_ns.sum()), 1):.0f}% of it inside runtime calls: " \
-              f"{', '.join(_top(runtime, 3))})"
+    ev = f"the launching thread worked {_us(v)} outside launches while the device was idle"
+    if graphs_take:
+        ev += f"; {_us(graphs_take)} of it inside the model's ops is the cuda_graphs lever's, the other " \
+              f"{_us(v - graphs_take)} is outside the model"
+    ev += f": {', '.join(top_names)}" if top_names else ""
+    runtime = cpu.runtime
+    if sum(runtime.values()) > cpu.pieces_ns / 2:  # inside runtime calls: initialisation, allocation, queries
+        ev += f" ({100 * sum(runtime.values()) / max(cpu.pieces_ns, 1):.0f}% of it inside runtime " \
+              f"calls: {', '.join(_top(runtime, 3))})"
         how = HOW["cpu_work_runtime"]
-    elif model > sum(names.values()) / 2:
-        ev += f" ({100 * model / sum(names.values()):.0f}% of it inside the model's ops and forward calls)"
+    elif cpu.model_ns > v / 2 and not graphs_take:
+        ev += f" ({100 * cpu.model_ns / v:.0f}% of it inside the model's ops and forward calls)"
         how = HOW["cpu_work_model"]
     else:
         how = HOW["cpu_work"]
-    return [_lever(ctx, "cpu_work", ctx.target, v, "medium", ev, how, ("idle/cpu_other",), ops=tuple(_top(ops, 4)))]
+    return [_lever(ctx, "cpu_work", ctx.target, v - graphs_take, "medium", ev, how, ("idle/cpu_other",),
+                   ops=tuple(_top(ops, 4)))]
 
 
-def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> Counter[str]:
-    """ns per runtime call name (neither launch nor sync: those are other causes) holding each idle time t."""
+def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> tuple[Counter[str], np.ndarray]:
+    """ns per runtime call name (neither launch nor sync: those are other causes) holding each idle time t,
+    and which times t a runtime call holds."""
     out: Counter[str] = Counter()
+    held_by = np.zeros(t.size, dtype=bool)
     rt = w.host_runtime
     if rt.size == 0 or not rt.any() or t.size == 0:
-        return out
+        return out, held_by
     names = w.host_name[rt]
-    held = _covering(w.host_ts[rt], w.host_end[rt], t)
+    # CUDA/HIP runtime and driver calls (not an accelerator's executor scopes, as on MTIA)
+    cuda = np.fromiter((str(n).startswith(("cuda", "hip", "cu")) for n in names.tolist()), dtype=bool,
+                       count=names.size)
+    held = _covering(w.host_ts[rt][cuda], w.host_end[rt][cuda], t)
+    names = names[cuda]
     for i, v_ in zip(held[held >= 0], ns[held >= 0]):
-        if str(names[i]).startswith(("cuda", "hip", "cu")):  # CUDA/HIP runtime and driver calls (not an
-            out[str(names[i])] += int(v_)                    # accelerator's executor scopes, as on MTIA)
-    return out
+        out[str(names[i])] += int(v_)
+    return out, held >= 0
+
+
+def _model_intervals(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
+    """The host intervals of the model's forward, sorted by start: its module and forward frames
+    (compiled regions too), and the top-level ops that launched device work (a graph replays those; an
+    op that only computes on the CPU, preprocessing, is not the model's dispatch)."""
+    flag = {n: _in_model(n) and not n.startswith("aten::") for n in set(w.host_name.tolist())}
+    frame = np.fromiter((flag[n] for n in w.host_name.tolist()), dtype=bool, count=w.host_name.size)
+    launched = np.sort(w.acts.launch_ts[w.acts.launched])
+    top = w.host_top
+    launches = (np.searchsorted(launched, w.host_end, side="left")
+                - np.searchsorted(launched, w.host_ts, side="left")) > 0
+    keep = frame | (top & launches)
+    return w.host_ts[keep], w.host_end[keep]
 
 
 def _in_model(name: str) -> bool:
