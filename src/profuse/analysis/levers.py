@@ -302,8 +302,8 @@ def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
     top_names = _top(names, 4)
     ev = f"the launching thread worked {_us(v)} outside launches while the device was idle"
     if graphs_take:
-        ev += f"; {_us(graphs_take)} of it inside the model's ops is the cuda_graphs lever's, the other " \
-              f"{_us(v - graphs_take)} is outside the model"
+        ev += f"; {_us(graphs_take)} of it is the model's op dispatch (the cuda_graphs lever's), the other " \
+              f"{_us(v - graphs_take)} is not"
     ev += f": {', '.join(top_names)}" if top_names else ""
     runtime = cpu.runtime
     if sum(runtime.values()) > cpu.pieces_ns / 2:  # inside runtime calls: initialisation, allocation, queries
