@@ -465,6 +465,8 @@ def fusion_levers(ctx: Context, draws: tuple[str, ...], attention_draws: tuple[s
         kind = "attention_kernel" if attention else f"fusion:{SLUG.get(c.pattern, 'pointwise')}"
         ev = (f"{c.instances} instance(s), {c.kernels_per_instance:g} kernels each, {_us(c.device_us * 1e3)} now; "
               f"the memory-traffic model predicts {_us(c.predicted_saving_us * 1e3)} saved")
+        if ctx.cpu:
+            ev += " (an upper bound on a CPU, where these ops are seldom memory-bound: measure the fix)"
         out.append(_lever(ctx, kind, f"{c.pattern} in {c.scope}", c.predicted_saving_us * 1e3, c.confidence, ev,
                           c.recommendation, attention_draws if attention else draws, ops=tuple(c.ops)))
     return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import threading
@@ -76,7 +77,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         data, gzip_hash = _decode.read_trace(str(src))
         fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
-        memory = (_memory.read_memory_events(data, lambda: _decode.split_document(str(src), data).events)
+        memory = (_memory.read_memory_events(data, functools.partial(_events_array, str(src), data))
                   if _memory.has_memory_events(cols.names) else None)
         notes.extend(cols.notes)
         del data
@@ -99,6 +100,11 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
     return Trace(src, con, from_cache=False, writer=writer, notes=notes)
+
+
+def _events_array(path: str, data: bytes | bytearray) -> memoryview:
+    """The ``traceEvents`` array of a document (split only when a reader needs it apart)."""
+    return _decode.split_document(path, data).events
 
 
 def _empty_tables() -> duckdb.DuckDBPyConnection:

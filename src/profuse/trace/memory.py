@@ -14,8 +14,8 @@ of the caching allocator (or the CPU allocator) with the totals after it; see do
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
