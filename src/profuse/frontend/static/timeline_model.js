@@ -16,10 +16,11 @@
 /**
  * What the model reads of the timeline payload: one entry per event or merged block (id -1 for
  * a block of several, n its count), names and kinds interned; t0..t1 the window it was cut for,
- * span the trace's, bucket_us its level of detail (events shorter than that were merged).
+ * span the trace's, bucket_us its level of detail (events shorter than that were merged) and
+ * bucket_ns the same in ns, a power of two: blocks are whole buckets fixed in time (see bucketNs).
  * @typedef {{lane: number[], row: number[], ts: number[], dur: number[], name: number[],
  *   kind: number[], id: number[], n: number[], names: string[], kinds: string[],
- *   t0?: number, t1?: number, span?: [number, number], bucket_us?: number}} TimelineColumns
+ *   t0?: number, t1?: number, span?: [number, number], bucket_us?: number, bucket_ns?: number}} TimelineColumns
  */
 
 /**
@@ -217,6 +218,33 @@
   }
 
   /**
+   * The server's level of detail for a view drawn `width` pixels wide: the largest power of two of ns
+   * not above one pixel, at least 1 (analysis/timeline.py `bucket_ns_for`, the same steps in the same
+   * floating point, so both sides agree on it exactly).
+   * @param {[number, number]} view
+   */
+  function bucketNs(view, width) {
+    const px = (view[1] - view[0]) * 1e3 / Math.max(width, 1);
+    let b = 1;
+    while (b * 2 <= px) b *= 2;
+    return b;
+  }
+
+  /**
+   * Whether the loaded data draws the view exactly as a fetch of the view itself would: it is at the
+   * view's level of detail (its blocks are the same whole buckets) and complete over the view (within
+   * the trace's span). Then zoom and pan need no request.
+   * @param {TimelineColumns | null} data
+   * @param {[number, number]} view
+   * @returns {boolean}
+   */
+  function reusable(data, view, width) {
+    if (!data || data.bucket_ns !== bucketNs(view, width)) return false;
+    const a = Math.max(view[0], data.span[0]), b = Math.min(view[1], data.span[1]);
+    return a >= data.t0 && b <= data.t1;
+  }
+
+  /**
    * Level of detail for drawing: per lane and row, events narrower than `minPx` that touch (within
    * a pixel) merge into one block. A block keeps the count of what it holds (n adds up), its extent,
    * and the name and kind of its longest member; its id is -1 unless it holds one event. Events out
@@ -348,7 +376,7 @@
 
   profuse.timelineModel = {
     MIN_SPAN, LANE_KINDS, makeWindow, tToX, xToT, clampSpan, zoomAt, panBy, keyStep, laneKind, layoutLanes,
-    laneAt, middleTruncate, layoutBoxes, hitTest, covers, decimate, indexOfId, eventAt,
+    laneAt, middleTruncate, layoutBoxes, hitTest, covers, bucketNs, reusable, decimate, indexOfId, eventAt,
     layoutCounters, counterY, counterPath, counterAt, counterPointAt,
   };
 })(globalThis.profuse = globalThis.profuse || {});
