@@ -44,6 +44,8 @@ class TimelineModel:
     lanes: list[Lane]
     span_us: tuple[float, float]
     con: duckdb.DuckDBPyConnection = field(repr=False)  # private cursor: its temp table ``tl`` is this model
+    names: list[str | None] = field(default_factory=list, repr=False)  # an event's name and kind by its ``code``
+    kinds: list[str] = field(default_factory=list, repr=False)
 
     def close(self) -> None:
         """Free the model's private tables."""
@@ -89,14 +91,15 @@ class Interner:
 
 
 def _op_levels(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
-    """How many ops enclose each event (Python frames between do not count): an op's row. Only the
-    events with at least one, as columns ``id`` and ``level`` (event ids are 0..n-1)."""
-    cols = con.execute("SELECT id, parent_op FROM events WHERE parent_op IS NOT NULL").fetchnumpy()
-    ids, parents = cols["id"].astype(np.int64), cols["parent_op"].astype(np.int64)
-    n = int(max(ids.max(), parents.max())) + 1 if len(ids) else 0
+    """How many ops enclose each event (Python frames between do not count): an op's row. Columns
+    ``id`` and ``level``, one row per event in the order a scan of ``events`` gives them (event ids
+    are 0..n-1)."""
+    cols = con.execute("SELECT id, coalesce(parent_op, -1) AS parent_op FROM events").fetchnumpy()
+    ids, parents = np.asarray(cols["id"], dtype=np.int64), np.asarray(cols["parent_op"], dtype=np.int64)
+    n = int(ids.max()) + 1 if len(ids) else 0
     po = np.full(n, -1, dtype=np.int64)
     po[ids] = parents
-    level = np.zeros(n, dtype=np.int64)
+    level = np.zeros(n, dtype=np.int32)
     cur = po.copy()
     while (live := cur >= 0).any():
         level[live] += 1
@@ -108,21 +111,31 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-# each drawable event's lane key (lk: index into LANE_KINDS; a, b: thread or device and stream) and its
-# depth within the lane: ops stack by the ops around them; runtime calls and kernels never nest
-# (device annotations get the row below)
-_KEYED = f"""
-    SELECT e.id, e.name, e.kind, e.ts, e.dur,
-      CASE WHEN e.kind IN ('cpu_op', 'sync', 'other') THEN coalesce(v.level, 0)
-           WHEN e.kind = 'gpu_annotation' THEN 1 WHEN e.kind IN {_DEVICE_DRAWN} OR e.kind = 'runtime' THEN 0
-           ELSE coalesce(e.depth, 0) END AS depth,
-      CASE WHEN e.kind IN {_DEVICE_DRAWN} THEN 3
-           WHEN e.kind IN ('python', 'annotation') THEN 0
-           WHEN e.kind IN ('cpu_op', 'sync', 'other') THEN 1
-           WHEN e.kind = 'runtime' THEN 2 END AS lk,
-      CASE WHEN e.kind IN {_DEVICE_DRAWN} THEN e.device ELSE e.thread END AS a,
-      CASE WHEN e.kind IN {_DEVICE_DRAWN} THEN e.stream ELSE 0 END AS b
-    FROM events e LEFT JOIN _tl_levels v ON v.id = e.id"""
+_OPS = "('cpu_op', 'sync', 'other')"
+# each drawn (name, kind) once, coded: its lane kind (lk: index into LANE_KINDS) and how its depth in
+# the lane is found (dk): ops stack by the ops around them (0); device annotations get the row below
+# kernels (1); runtime calls and kernels never nest (2); scopes by their depth (3)
+_NAMES = f"""
+    CREATE TEMP TABLE tl_names AS
+    SELECT * FROM (
+        SELECT row_number() OVER () - 1 AS code, name, kind,
+          CASE WHEN kind IN {_DEVICE_DRAWN} THEN 3 WHEN kind IN ('python', 'annotation') THEN 0
+               WHEN kind IN {_OPS} THEN 1 WHEN kind = 'runtime' THEN 2 END AS lk,
+          CASE WHEN kind IN {_OPS} THEN 0 WHEN kind = 'gpu_annotation' THEN 1
+               WHEN kind IN {_DEVICE_DRAWN} OR kind = 'runtime' THEN 2 ELSE 3 END AS dk
+        FROM (SELECT DISTINCT name, kind FROM events))
+    WHERE lk IS NOT NULL"""
+# each drawn event with its code, its lane key (lk; a, b: thread, or device and stream) and its depth
+_KEYED = """
+    CREATE TEMP TABLE tl_k AS
+    SELECT e.id, v.id AS vid, c.code, e.ts - $1 AS ts, e.dur, c.lk,
+      CASE c.dk WHEN 0 THEN v.level WHEN 1 THEN 1 WHEN 2 THEN 0 ELSE coalesce(e.depth, 0) END AS depth,
+      CASE WHEN c.lk = 3 THEN e.device ELSE e.thread END AS a, CASE WHEN c.lk = 3 THEN e.stream ELSE 0 END AS b
+    FROM {events} JOIN tl_names c ON c.name IS NOT DISTINCT FROM e.name AND c.kind = e.kind"""
+# the events and their levels row by row (both in the events table's scan order); the join by id below
+# only if DuckDB ever gave the two scans in different orders
+_BY_POSITION = "events e POSITIONAL JOIN _tl_levels v"
+_BY_ID = "events e JOIN _tl_levels v ON v.id = e.id"
 
 
 def timeline_model(trace: Trace) -> TimelineModel:
@@ -150,10 +163,15 @@ def _build(con: duckdb.DuckDBPyConnection, db: str, device_label: str,
     try:
         con.execute(f"USE {_quoted(db)}")
         con.register("_tl_levels", _op_levels(con))
+        con.execute(_NAMES)
+        origin = int(con.execute("SELECT coalesce(min(ts), 0) FROM events").fetchall()[0][0])
+        con.execute(_KEYED.format(events=_BY_POSITION), [origin])
+        if con.execute("SELECT count(*) FROM tl_k WHERE id <> vid").fetchall()[0][0]:
+            con.execute("DROP TABLE tl_k")
+            con.execute(_KEYED.format(events=_BY_ID), [origin])
+        con.unregister("_tl_levels")
         # the lanes and, per lane, its distinct depths: the small tables the rows are numbered in
-        con.execute(f"""
-            CREATE TEMP TABLE tl_depths AS
-            SELECT lk, a, b, depth, count(*) AS n FROM ({_KEYED}) WHERE lk IS NOT NULL GROUP BY ALL""")
+        con.execute("CREATE TEMP TABLE tl_depths AS SELECT lk, a, b, depth, count(*) AS n FROM tl_k GROUP BY ALL")
         con.execute("""
             CREATE TEMP TABLE tl_lane_ids AS
             SELECT row_number() OVER (ORDER BY lk = 3, a, lk, b) - 1 AS lane, lk, a, b, n
@@ -163,19 +181,19 @@ def _build(con: duckdb.DuckDBPyConnection, db: str, device_label: str,
             SELECT d.lk, d.a, d.b, d.depth, l.lane,
                    dense_rank() OVER (PARTITION BY l.lane ORDER BY d.depth) - 1 AS row
             FROM tl_depths d JOIN tl_lane_ids l USING (lk, a, b)""")
-        origin = int(con.execute("SELECT coalesce(min(ts), 0) FROM events").fetchall()[0][0])
-        con.execute(f"""
+        con.execute("""
             CREATE TEMP TABLE tl AS
-            SELECT e.id, e.name, e.kind, e.ts - $1 AS ts, e.dur, r.lane, r.row
-            FROM ({_KEYED}) e JOIN tl_rows r USING (lk, a, b, depth)""", [origin])
-        con.unregister("_tl_levels")
+            SELECT k.id, k.code, k.ts, k.dur, r.lane, r.row FROM tl_k k JOIN tl_rows r USING (lk, a, b, depth)""")
         lanes = _lanes(con, device_label, threads)
-        con.execute("DROP TABLE tl_depths; DROP TABLE tl_rows")
+        codes = con.execute("SELECT code, name, kind FROM tl_names ORDER BY code").fetchall()
+        names, kinds = [r[1] for r in codes], [r[2] for r in codes]
+        con.execute("DROP TABLE tl_k; DROP TABLE tl_depths; DROP TABLE tl_rows; DROP TABLE tl_names")
         (lo, hi), = con.execute("SELECT min(ts), max(ts + dur) FROM tl").fetchall()
     except BaseException:
         con.close()
         raise
-    return TimelineModel(origin_ns=origin, lanes=lanes, span_us=((lo or 0) / 1e3, (hi or 0) / 1e3), con=con)
+    return TimelineModel(origin_ns=origin, lanes=lanes, span_us=((lo or 0) / 1e3, (hi or 0) / 1e3), con=con,
+                         names=names, kinds=kinds)
 
 
 def _lanes(con: duckdb.DuckDBPyConnection, device_label: str,
@@ -216,7 +234,8 @@ def timeline_window(model: TimelineModel, t0: float | None = None, t1: float | N
     Buckets are fixed in time (bucket k holds the events starting in [k, k + 1) buckets from the trace
     start), and a block is always its whole bucket, so a window is complete from its ``t0`` (``t0``
     rounded down to a bucket) to ``t1``: any view inside it at the same level gets the same events and
-    blocks from it as from a window of its own."""
+    blocks from it as from a window of its own (those that end at or after the view's start and start
+    at or before its end, as the front end draws them)."""
     lo, hi = model.span_us
     a = lo if t0 is None else max(float(t0), lo)
     b = hi if t1 is None else min(float(t1), hi)
@@ -226,22 +245,25 @@ def timeline_window(model: TimelineModel, t0: float | None = None, t1: float | N
         if bucket_ns is None else int(bucket_ns)
     if bk < 1 or bk & (bk - 1) or (b - a) * 1e3 / bk > MAX_BUCKETS:
         raise ValueError(f"the bucket must be a power of two of ns, at most {MAX_BUCKETS:,} of them in the window")
-    start = math.floor(a * 1e3 / bk) * bk  # complete from here: the bucket a falls in, and every event over it
+    # complete from the bucket a falls in to b: every event over [start, b], every block whole (blocks
+    # from the bucket before start, whose members end after it, to the one b falls in)
+    start = math.floor(a * 1e3 / bk) * bk
     rows = model.con.execute("""
-        SELECT lane, row, ts, dur, name, id, 1 AS n, kind FROM tl
+        SELECT lane, row, ts, dur, code, id, 1 AS n FROM tl
         WHERE dur >= $3 AND ts <= $2 AND ts + dur >= $1
         UNION ALL
-        SELECT lane, row, min(ts), max(ts + dur) - min(ts), arg_max(name, dur::HUGEINT * 4294967296 - id), -1,
-               count(*), arg_max(kind, dur::HUGEINT * 4294967296 - id)  -- the longest member; ties: the first
-        FROM tl WHERE dur < $3 AND ts >= $1 - $3 AND ts <= $2
+        SELECT lane, row, min(ts), max(ts + dur) - min(ts), arg_max(code, dur::HUGEINT * 4294967296 - id), -1,
+               count(*)  -- named as its longest member; ties: the first
+        FROM tl WHERE dur < $3 AND ts >= $1 - $3 AND ts < $4
         GROUP BY lane, row, ts // $3
-        ORDER BY 1, 2, 3, 4, 6""", [start, b * 1e3, bk]).fetchall()
+        ORDER BY 1, 2, 3, 4, 6""", [start, b * 1e3, bk, (math.floor(b * 1e3 / bk) + 1) * bk]).fetchall()
     names, kinds = Interner(), Interner()
+    name_of, kind_of = model.names, model.kinds
     return TimelineWindow(
         t0=round(start / 1e3, 3), t1=b, span=(lo, hi), bucket_us=bk / 1e3, bucket_ns=bk,
         lane=[r[0] for r in rows], row=[r[1] for r in rows], ts=[round(r[2] / 1e3, 3) for r in rows],
-        dur=[round(r[3] / 1e3, 3) for r in rows], name=[names(r[4]) for r in rows], id=[r[5] for r in rows],
-        n=[r[6] for r in rows], kind=[kinds(r[7]) for r in rows], names=names.values, kinds=kinds.values)
+        dur=[round(r[3] / 1e3, 3) for r in rows], name=[names(name_of[r[4]]) for r in rows], id=[r[5] for r in rows],
+        n=[r[6] for r in rows], kind=[kinds(kind_of[r[4]]) for r in rows], names=names.values, kinds=kinds.values)
 
 
 @dataclass(frozen=True)

@@ -38,43 +38,51 @@ SECURITY_HEADERS = {
 }
 
 
-@dataclass(frozen=True)
 class Loaded:
-    """A trace being served and its timeline model (built once, when the trace is opened)."""
+    """A trace being served and its timeline model; a request that needs no model does not wait for it."""
 
-    trace: Trace
-    model: TimelineModel
+    def __init__(self, trace: Trace, model: Callable[[], TimelineModel]) -> None:
+        self.trace = trace
+        self._model = model
+
+    @property
+    def model(self) -> TimelineModel:
+        """The timeline model (waits for it where it is still being built)."""
+        return self._model()
 
 
 class Run:
     """One trace the explorer serves; requests on it run one at a time.
 
     Its timeline model is built in a thread started here, on a cursor of its own, while the server
-    starts and the page loads; the first request on the run waits for it."""
+    starts, the page loads and requests that need no model are answered; the first that needs it waits."""
 
     def __init__(self, trace: Trace) -> None:
         self.lock = threading.Lock()
         self.trace = trace
-        self._loaded: Loaded | None = None
+        self._model: TimelineModel | None = None
         self._failed: BaseException | None = None
         build_model = timeline_model_later(trace)
 
         def build() -> None:
             try:
-                self._loaded = Loaded(trace, build_model())
+                self._model = build_model()
             except BaseException as e:  # re-raised by the request that needs the model
                 self._failed = e
 
         self._building = threading.Thread(target=build, name="profuse-timeline-model", daemon=True)
         self._building.start()
+        self.loaded = Loaded(trace, self._built)
 
-    @property
-    def loaded(self) -> Loaded:
-        """The trace and its model, once the model is built."""
+    def ready(self) -> None:
+        """Wait, outside the lock, for the timeline model (requests that need no model go on meanwhile)."""
         self._building.join()
-        if self._loaded is None:
+
+    def _built(self) -> TimelineModel:
+        self._building.join()
+        if self._model is None:
             raise self._failed or RuntimeError("the timeline model was not built")
-        return self._loaded
+        return self._model
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)`` under this run's lock."""
@@ -120,12 +128,16 @@ class LazyRun(Run):
         self._loaded: Loaded | None = None
         self.lock = threading.Lock()
 
+    def ready(self) -> None:
+        """Nothing to wait for: the trace and its model are loaded by :meth:`call`."""
+
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)``, loading the trace first if it is not loaded."""
         with self.lock:
             if self._loaded is None:
                 trace = self.load(self.path)
-                self._loaded = Loaded(trace, timeline_model(trace))
+                model = timeline_model(trace)
+                self._loaded = Loaded(trace, lambda: model)
             result = fn(self._loaded, *args)
         self.owner.touched(self)
         return result
@@ -137,12 +149,7 @@ class LazyRun(Run):
             self._loaded.trace.close()
             self._loaded = None
 
-    @property
-    def loaded(self) -> Loaded:
-        """The trace and its model (loaded by :meth:`call`; only called after it)."""
-        if self._loaded is None:
-            raise RuntimeError("the rank's trace is not loaded")
-        return self._loaded
+
 
     def info(self, i: int) -> RunInfo:
         """The rank as the run picker lists it (without loading its trace)."""
@@ -246,6 +253,7 @@ RUN_ROUTES: dict[str, Callable[[Loaded, Request, Options], Any]] = {
     "memory": _memory,
     "memory_live": _memory_live,
 }
+NEEDS_MODEL = {_lanes, _timeline, _event}  # what waits for the timeline model (before taking the run's lock)
 
 
 def _json(obj: Any, status: int = 200, *, keep_metadata: bool = False) -> Response:
@@ -330,6 +338,8 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
             if not 0 <= i < len(runs):
                 return _not_found()
             try:
+                if builder in NEEDS_MODEL:
+                    runs[i].ready()
                 return reply(runs[i].call(builder, request, opts))
             except ApiError as e:
                 return reply({"error": str(e)}, e.status)

@@ -64,13 +64,15 @@
 
     /** Loads the lanes and the whole span, then shows `view` (or everything). */
     async init(view) {
-      const laid = M.layoutLanes((await this.source.get(`/api/${this.run}/lanes`)) || [], ROW, LANE_GAP);
+      // asked for together: the server answers the memory lanes while the timeline model is still being built
+      const [lanes, memory, full] = await Promise.all([`/api/${this.run}/lanes`, `/api/${this.run}/memory`,
+        `/api/${this.run}/timeline?width=${this.width()}`].map(url => this.source.get(url)));
+      const laid = M.layoutLanes(lanes || [], ROW, LANE_GAP);
       this.lanes = laid.lanes;
-      this.memory = await this.source.get(`/api/${this.run}/memory`);
+      this.memory = memory;
       const counters = M.layoutCounters(this.memory, laid.height + LANE_GAP, COUNTER_H, LANE_GAP);
       this.counters = counters.lanes;
       this.height = Math.max(laid.height + (this.counters.length ? LANE_GAP + counters.height : 0), 40);
-      const full = await this.source.get(`/api/${this.run}/timeline?width=${this.width()}`);
       if (this.destroyed) return;
       this.span = full ? full.span : [0, 1];
       this.view = view && view[1] > view[0] ? view : [this.span[0], this.span[1]];
