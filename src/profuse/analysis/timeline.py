@@ -92,8 +92,7 @@ class Interner:
 
 def _op_levels(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
     """How many ops enclose each event (Python frames between do not count): an op's row. Columns
-    ``id`` and ``level``, one row per event in the order a scan of ``events`` gives them (event ids
-    are 0..n-1)."""
+    ``id`` and ``level``, for the events inside at least one op (event ids are 0..n-1)."""
     cols = con.execute("SELECT id, coalesce(parent_op, -1) AS parent_op FROM events").fetchnumpy()
     ids, parents = np.asarray(cols["id"], dtype=np.int64), np.asarray(cols["parent_op"], dtype=np.int64)
     n = int(ids.max()) + 1 if len(ids) else 0
@@ -104,7 +103,8 @@ def _op_levels(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
     while (live := cur >= 0).any():
         level[live] += 1
         cur[live] = po[cur[live]]
-    return {"id": ids, "level": level[ids]}
+    inside = level > 0
+    return {"id": np.flatnonzero(inside), "level": level[inside]}
 
 
 def _quoted(name: str) -> str:
@@ -128,14 +128,11 @@ _NAMES = f"""
 # each drawn event with its code, its lane key (lk; a, b: thread, or device and stream) and its depth
 _KEYED = """
     CREATE TEMP TABLE tl_k AS
-    SELECT e.id, v.id AS vid, c.code, e.ts - $1 AS ts, e.dur, c.lk,
-      CASE c.dk WHEN 0 THEN v.level WHEN 1 THEN 1 WHEN 2 THEN 0 ELSE coalesce(e.depth, 0) END AS depth,
+    SELECT e.id, c.code, e.ts - $1 AS ts, e.dur, c.lk,
+      CASE c.dk WHEN 0 THEN coalesce(v.level, 0) WHEN 1 THEN 1 WHEN 2 THEN 0 ELSE coalesce(e.depth, 0) END AS depth,
       CASE WHEN c.lk = 3 THEN e.device ELSE e.thread END AS a, CASE WHEN c.lk = 3 THEN e.stream ELSE 0 END AS b
-    FROM {events} JOIN tl_names c ON c.name IS NOT DISTINCT FROM e.name AND c.kind = e.kind"""
-# the events and their levels row by row (both in the events table's scan order); the join by id below
-# only if DuckDB ever gave the two scans in different orders
-_BY_POSITION = "events e POSITIONAL JOIN _tl_levels v"
-_BY_ID = "events e JOIN _tl_levels v ON v.id = e.id"
+    FROM events e LEFT JOIN _tl_levels v ON v.id = e.id
+    JOIN tl_names c ON c.name IS NOT DISTINCT FROM e.name AND c.kind = e.kind"""
 
 
 def timeline_model(trace: Trace) -> TimelineModel:
@@ -165,10 +162,7 @@ def _build(con: duckdb.DuckDBPyConnection, db: str, device_label: str,
         con.register("_tl_levels", _op_levels(con))
         con.execute(_NAMES)
         origin = int(con.execute("SELECT coalesce(min(ts), 0) FROM events").fetchall()[0][0])
-        con.execute(_KEYED.format(events=_BY_POSITION), [origin])
-        if con.execute("SELECT count(*) FROM tl_k WHERE id <> vid").fetchall()[0][0]:
-            con.execute("DROP TABLE tl_k")
-            con.execute(_KEYED.format(events=_BY_ID), [origin])
+        con.execute(_KEYED, [origin])
         con.unregister("_tl_levels")
         # the lanes and, per lane, its distinct depths: the small tables the rows are numbered in
         con.execute("CREATE TEMP TABLE tl_depths AS SELECT lk, a, b, depth, count(*) AS n FROM tl_k GROUP BY ALL")
