@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 LANE_KINDS = ("scopes", "ops", "runtime", "stream")  # index = the lane kind code in the model
 _DEVICE_DRAWN = "('kernel', 'memcpy', 'memset', 'gpu_annotation', 'device_other')"
 _HOST_LINKS = ("cpu_op", "annotation", "python", "runtime")
+_OPS = "('cpu_op', 'sync', 'other')"  # the kinds drawn in a thread's ops lane
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,13 @@ class Interner:
 
 
 def _op_levels(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
-    """How many ops enclose each event (Python frames between do not count): an op's row. Columns
-    ``id`` and ``level``, for the events inside at least one op (event ids are 0..n-1)."""
-    cols = con.execute("SELECT id, coalesce(parent_op, -1) AS parent_op FROM events").fetchnumpy()
+    """How many ops enclose each op (Python frames between do not count): its row. Columns ``id`` and
+    ``level``, for the ops inside at least one op. An event's ``parent_op`` is always a ``cpu_op``, so
+    the ops' own parents are all the chains need."""
+    cols = con.execute(f"""SELECT id, parent_op FROM events
+                           WHERE parent_op IS NOT NULL AND kind IN {_OPS}""").fetchnumpy()
     ids, parents = np.asarray(cols["id"], dtype=np.int64), np.asarray(cols["parent_op"], dtype=np.int64)
-    n = int(ids.max()) + 1 if len(ids) else 0
+    n = int(max(ids.max(), parents.max())) + 1 if len(ids) else 0
     po = np.full(n, -1, dtype=np.int64)
     po[ids] = parents
     level = np.zeros(n, dtype=np.int32)
@@ -111,7 +114,6 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-_OPS = "('cpu_op', 'sync', 'other')"
 # each drawn (name, kind) once, coded: its lane kind (lk: index into LANE_KINDS) and how its depth in
 # the lane is found (dk): ops stack by the ops around them (0); device annotations get the row below
 # kernels (1); runtime calls and kernels never nest (2); scopes by their depth (3)
