@@ -231,3 +231,24 @@ test("memory counter lanes: layout, scale, the peak, the point in force at x", (
   assert.equal(M.counterAt(lanes, 60), l);
   assert.equal(M.counterAt(lanes, 95), null);
 });
+
+test("the level of detail is the largest power of two of ns not above a pixel, as the server computes it", () => {
+  assert.equal(M.bucketNs([0, 1], 1000), 1, "a pixel under 1 ns: 1 ns");
+  assert.equal(M.bucketNs([0, 1000], 1000), 512, "1000 ns a pixel: 512");
+  assert.equal(M.bucketNs([0, 1.024], 1), 1024, "exactly a power of two stays");
+  assert.equal(M.bucketNs([0, 1.023], 1), 512);
+  assert.equal(M.bucketNs([5, 4], 100), 1, "an empty or reversed view: the finest");
+});
+
+test("loaded data is reused only at the view's own level and inside the range it is complete over", () => {
+  const data = { t0: 100, t1: 200, span: [0, 1000], bucket_ns: M.bucketNs([120, 180], 600) };
+  assert.equal(M.reusable(data, [120, 180], 600), true);
+  assert.equal(M.reusable(data, [100, 200], 600), M.bucketNs([100, 200], 600) === data.bucket_ns);
+  assert.equal(M.reusable(data, [120, 180], 300), false, "another width: another level");
+  assert.equal(M.reusable(data, [120, 130], 600), false, "zoomed in past the level");
+  assert.equal(M.reusable(data, [99, 159], 600), false, "starts before the data");
+  assert.equal(M.reusable(data, [141, 201], 600), false, "ends after it");
+  assert.equal(M.reusable({ ...data, t0: 0, t1: 1000, bucket_ns: M.bucketNs([-50, 1100], 1000) }, [-50, 1100], 1000),
+    true, "beyond the trace's span there is nothing to fetch");
+  assert.equal(M.reusable(null, [0, 1], 10), false);
+});
