@@ -134,8 +134,7 @@ def test_zoom_and_pan_in_the_page_draw_what_a_fetch_of_the_view_draws(browser):
         assert first["page"] == first["fresh"]
         n_fetched = len(fetched)
         # WHEN the URL moves the view within what the page holds, at the same level of detail
-        moves = 0
-        for f0, f1 in [(0.1, 0.1), (-0.3, -0.3), (0.02, -0.02), (0.2, 0.25), (-0.05, 0.0)]:
+        for moves, (f0, f1) in enumerate([(0.1, 0.1), (-0.3, -0.3), (0.02, -0.02), (0.2, 0.25), (-0.05, 0.0)], 1):
             w = b - a
             a2, b2 = a + w * f0, b + w * f1
             assert page.evaluate(SET_HASH, f"#view=timeline&t0={a2:.3f}&t1={b2:.3f}") == "timeline"
@@ -144,12 +143,25 @@ def test_zoom_and_pan_in_the_page_draw_what_a_fetch_of_the_view_draws(browser):
             # for it (the comparison's own fetch is the one after it)
             assert drawn["page"] == drawn["fresh"], (a2, b2)
             assert drawn["bucket"] == drawn["level"]
-            moves += 1
             assert len(fetched) == n_fetched + moves, "the move itself fetched nothing"
             assert any(box[4] > 1 for box in drawn["page"]) or len(drawn["page"]) > 50
+        # WHEN it pans past what the page holds on one side: only that side is fetched, and merged
+        for step in (0.8, 0.9, -2.5):
+            held = page.evaluate("[window.profuseTimeline.data.t0, window.profuseTimeline.data.t1]")
+            w = b2 - a2
+            a2, b2 = a2 + w * step, b2 + w * step
+            before = len(fetched)
+            assert page.evaluate(SET_HASH, f"#view=timeline&t0={a2:.3f}&t1={b2:.3f}") == "timeline"
+            assert len(fetched) == before + 1
+            q = dict(kv.split("=") for kv in fetched[-1].split("?", 1)[1].split("&"))
+            assert float(q["t0"]) == held[1] if step > 0 else float(q["t1"]) == held[0], (q, held)
+            drawn = page.evaluate(DRAWN)
+            assert drawn["page"] == drawn["fresh"], (a2, b2)
+            assert len(drawn["page"]) > 50
         # WHEN it zooms out past the level: one fetch, and still the boxes of a fresh fetch
+        before = len(fetched)
         assert page.evaluate(SET_HASH, f"#view=timeline&t0={lo:.3f}&t1={lo + (hi - lo) * 0.6:.3f}") == "timeline"
-        assert len(fetched) == n_fetched + moves + 1
+        assert len(fetched) == before + 1
         drawn = page.evaluate(DRAWN)
         assert drawn["page"] == drawn["fresh"]
         assert any(box[4] > 1 for box in drawn["page"]), "zoomed out, sub-pixel events merge"

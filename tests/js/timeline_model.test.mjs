@@ -252,3 +252,24 @@ test("loaded data is reused only at the view's own level and inside the range it
     true, "beyond the trace's span there is nothing to fetch");
   assert.equal(M.reusable(null, [0, 1], 10), false);
 });
+
+test("a pan's fetched side merges with the data in hand: each event and block once, in the server's order", () => {
+  const held = { ...timeline([[1, 0, 10, 50, "long", 7], [1, 0, 95, 0.5, "blk", -1, 3], [2, 0, 20, 1, "k", 8, 1, "kernel"]]),
+    t0: 0, t1: 100, span: [0, 1000], bucket_ns: 1024 };
+  const side = { ...timeline([[1, 0, 95, 0.5, "blk", -1, 3], [2, 0, 150, 2, "k2", 9, 1, "kernel"], [1, 0, 120, 1, "x", 10]]),
+    t0: 99.328, t1: 200, span: [0, 1000], bucket_ns: 1024 };
+  const m = M.mergeWindows(held, side);
+  assert.equal(m.t0, 0);
+  assert.equal(m.t1, 200);
+  assert.deepEqual(m.id, [7, -1, 10, 8, 9], "the block both hold is kept once; lane, row, start order");
+  assert.deepEqual(m.id.map((_, i) => m.names[m.name[i]]), ["long", "blk", "x", "k", "k2"]);
+  assert.deepEqual(m.id.map((_, i) => m.kinds[m.kind[i]]), ["cpu_op", "cpu_op", "cpu_op", "kernel", "kernel"]);
+  const cut = M.mergeWindows(held, side, 90, 200);
+  assert.equal(cut.t0, 90);
+  assert.deepEqual(cut.id, [-1, 10, 9], "what ends before the kept range is dropped");
+  assert.deepEqual(M.lacking(held, [50, 150], 100), null, "another level: a new window");
+  const view = [50, 150], w = 100, at = { ...held, bucket_ns: M.bucketNs(view, w) };
+  assert.deepEqual(M.lacking(at, view, w), [100, 150], "past the end only: from its end");
+  assert.deepEqual(M.lacking({ ...at, t0: 60 }, view, w), null, "past both ends: a new window");
+  assert.deepEqual(M.lacking({ ...at, t0: 60, t1: 1000 }, view, w), [50, 60], "before its start only: up to it");
+});

@@ -19,6 +19,7 @@
   }
   const ROW = 14, LANE_GAP = 6, LABEL_W = 220, BADGE_W = 52, COUNTER_H = 48;
   const MARGIN = 0.5;  // what a fetch adds each side of the view, in views: pans and zooms there need none
+  const KEEP = 2;  // what a pan keeps each side of the view of the data it held, in views
   const COLORS = { cpu_op: "#5b8def", annotation: "#9aa5b1", python: "#c9b6e4", runtime: "#f2b05e", sync: "#e07a7a",
     kernel: "#3fb27f", memcpy: "#e3c14f", memset: "#d9a441", gpu_annotation: "#b0c4b1", device_other: "#9ccbb5",
     other: "#bbbbbb" };
@@ -156,11 +157,15 @@
     async fetch() {
       if (!this.source.live || M.reusable(this.data, this.view, this.width())) return this.draw();
       const ticket = ++this.pending;
-      const [a, b] = this.view, w = this.width(), m = (b - a) * MARGIN;
-      const d = await this.source.get(
-        `/api/${this.run}/timeline?t0=${a - m}&t1=${b + m}&width=${w}&bucket_ns=${M.bucketNs(this.view, w)}`);
+      const [a, b] = this.view, w = this.width(), m = (b - a) * MARGIN, bucket = M.bucketNs(this.view, w);
+      const part = M.lacking(this.data, this.view, w);  // a pan past one side: only that side is fetched
+      const [f0, f1] = part ? [part[0] === a ? a - m : part[0], part[1] === b ? b + m : part[1]] : [a - m, b + m];
+      const d = await this.source.get(`/api/${this.run}/timeline?t0=${f0}&t1=${f1}&width=${w}&bucket_ns=${bucket}`);
       if (this.destroyed || ticket !== this.pending || !d) return;
-      this.data = d; this.draw();
+      const held = this.data;
+      this.data = part && held && held.bucket_ns === d.bucket_ns
+        ? M.mergeWindows(held, d, a - KEEP * (b - a), b + KEEP * (b - a)) : d;
+      this.draw();
     }
 
     draw() {
