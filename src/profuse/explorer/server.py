@@ -149,8 +149,6 @@ class LazyRun(Run):
             self._loaded.trace.close()
             self._loaded = None
 
-
-
     def info(self, i: int) -> RunInfo:
         """The rank as the run picker lists it (without loading its trace)."""
         return RunInfo(run=i, path=self.path, device_label=self.row["device_kind"], events=self.row["events"],
