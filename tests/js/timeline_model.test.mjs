@@ -231,3 +231,45 @@ test("memory counter lanes: layout, scale, the peak, the point in force at x", (
   assert.equal(M.counterAt(lanes, 60), l);
   assert.equal(M.counterAt(lanes, 95), null);
 });
+
+test("the level of detail is the largest power of two of ns not above a pixel, as the server computes it", () => {
+  assert.equal(M.bucketNs([0, 1], 1000), 1, "a pixel under 1 ns: 1 ns");
+  assert.equal(M.bucketNs([0, 1000], 1000), 512, "1000 ns a pixel: 512");
+  assert.equal(M.bucketNs([0, 1.024], 1), 1024, "exactly a power of two stays");
+  assert.equal(M.bucketNs([0, 1.023], 1), 512);
+  assert.equal(M.bucketNs([5, 4], 100), 1, "an empty or reversed view: the finest");
+});
+
+test("loaded data is reused only at the view's own level and inside the range it is complete over", () => {
+  const data = { t0: 100, t1: 200, span: [0, 1000], bucket_ns: M.bucketNs([120, 180], 600) };
+  assert.equal(M.reusable(data, [120, 180], 600), true);
+  assert.equal(M.reusable(data, [100, 200], 600), M.bucketNs([100, 200], 600) === data.bucket_ns);
+  assert.equal(M.reusable(data, [120, 180], 300), false, "another width: another level");
+  assert.equal(M.reusable(data, [120, 130], 600), false, "zoomed in past the level");
+  assert.equal(M.reusable(data, [99, 159], 600), false, "starts before the data");
+  assert.equal(M.reusable(data, [141, 201], 600), false, "ends after it");
+  assert.equal(M.reusable({ ...data, t0: 0, t1: 1000, bucket_ns: M.bucketNs([-50, 1100], 1000) }, [-50, 1100], 1000),
+    true, "beyond the trace's span there is nothing to fetch");
+  assert.equal(M.reusable(null, [0, 1], 10), false);
+});
+
+test("a pan's fetched side merges with the data in hand: each event and block once, in the server's order", () => {
+  const held = { ...timeline([[1, 0, 10, 50, "long", 7], [1, 0, 95, 0.5, "blk", -1, 3], [2, 0, 20, 1, "k", 8, 1, "kernel"]]),
+    t0: 0, t1: 100, span: [0, 1000], bucket_ns: 1024 };
+  const side = { ...timeline([[1, 0, 95, 0.5, "blk", -1, 3], [2, 0, 150, 2, "k2", 9, 1, "kernel"], [1, 0, 120, 1, "x", 10]]),
+    t0: 99.328, t1: 200, span: [0, 1000], bucket_ns: 1024 };
+  const m = M.mergeWindows(held, side);
+  assert.equal(m.t0, 0);
+  assert.equal(m.t1, 200);
+  assert.deepEqual(m.id, [7, -1, 10, 8, 9], "the block both hold is kept once; lane, row, start order");
+  assert.deepEqual(m.id.map((_, i) => m.names[m.name[i]]), ["long", "blk", "x", "k", "k2"]);
+  assert.deepEqual(m.id.map((_, i) => m.kinds[m.kind[i]]), ["cpu_op", "cpu_op", "cpu_op", "kernel", "kernel"]);
+  const cut = M.mergeWindows(held, side, 90, 200);
+  assert.equal(cut.t0, 90);
+  assert.deepEqual(cut.id, [-1, 10, 9], "what ends before the kept range is dropped");
+  assert.deepEqual(M.lacking(held, [50, 150], 100), null, "another level: a new window");
+  const view = [50, 150], w = 100, at = { ...held, bucket_ns: M.bucketNs(view, w) };
+  assert.deepEqual(M.lacking(at, view, w), [100, 150], "past the end only: from its end");
+  assert.deepEqual(M.lacking({ ...at, t0: 60 }, view, w), null, "past both ends: a new window");
+  assert.deepEqual(M.lacking({ ...at, t0: 60, t1: 1000 }, view, w), [50, 60], "before its start only: up to it");
+});

@@ -1,12 +1,14 @@
 """The timeline's lane model: every drawable event of a trace with its lane and row, and windows of it
 with level of detail; plus what one event is linked to (launches, kernels, op and module chains).
 
-The model is a function of the trace: :func:`timeline_model` reads the trace's tables once and keeps
-its own columns in a private in-memory DuckDB connection, so nothing is created on the trace's
-connection (which users query read-only).
+The model is a function of the trace: :func:`timeline_model` builds its own tables from the trace's
+in DuckDB, as temporary tables of a cursor of its own, so nothing is created on the trace's
+connection (which users query read-only) and no event passes through Python.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 LANE_KINDS = ("scopes", "ops", "runtime", "stream")  # index = the lane kind code in the model
 _DEVICE_DRAWN = "('kernel', 'memcpy', 'memset', 'gpu_annotation', 'device_other')"
 _HOST_LINKS = ("cpu_op", "annotation", "python", "runtime")
+_OPS = "('cpu_op', 'sync', 'other')"  # the kinds drawn in a thread's ops lane
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,9 @@ class TimelineModel:
     origin_ns: int
     lanes: list[Lane]
     span_us: tuple[float, float]
-    con: duckdb.DuckDBPyConnection = field(repr=False)  # private: holds table ``tl`` of this model only
+    con: duckdb.DuckDBPyConnection = field(repr=False)  # private cursor: its temp table ``tl`` is this model
+    names: list[str | None] = field(default_factory=list, repr=False)  # an event's name and kind by its ``code``
+    kinds: list[str] = field(default_factory=list, repr=False)
 
     def close(self) -> None:
         """Free the model's private tables."""
@@ -56,6 +61,7 @@ class TimelineWindow:
     t1: float
     span: tuple[float, float]
     bucket_us: float
+    bucket_ns: int  # the level of detail: events shorter than this were merged, per fixed bucket of time
     names: list[str]
     kinds: list[str]
     lane: list[int]
@@ -85,70 +91,115 @@ class Interner:
         return i
 
 
-def _op_levels(trace: Trace) -> np.ndarray:
-    """How many ops enclose each event (Python frames between do not count): an op's row."""
-    parent_op = trace.con.execute("SELECT coalesce(parent_op, -1) FROM events ORDER BY id").fetchnumpy()
-    po = next(iter(parent_op.values())).astype(np.int64)
-    level = np.zeros(len(po), dtype=np.int64)
+def _op_levels(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
+    """How many ops enclose each op (Python frames between do not count): its row. Columns ``id`` and
+    ``level``, for the ops inside at least one op. An event's ``parent_op`` is always a ``cpu_op``, so
+    the ops' own parents are all the chains need."""
+    cols = con.execute(f"""SELECT id, parent_op FROM events
+                           WHERE parent_op IS NOT NULL AND kind IN {_OPS}""").fetchnumpy()
+    ids, parents = np.asarray(cols["id"], dtype=np.int64), np.asarray(cols["parent_op"], dtype=np.int64)
+    n = int(max(ids.max(), parents.max())) + 1 if len(ids) else 0
+    po = np.full(n, -1, dtype=np.int64)
+    po[ids] = parents
+    level = np.zeros(n, dtype=np.int32)
     cur = po.copy()
     while (live := cur >= 0).any():
         level[live] += 1
         cur[live] = po[cur[live]]
-    return level
+    inside = level > 0
+    return {"id": np.flatnonzero(inside), "level": level[inside]}
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+# each drawn (name, kind) once, coded: its lane kind (lk: index into LANE_KINDS) and how its depth in
+# the lane is found (dk): ops stack by the ops around them (0); device annotations get the row below
+# kernels (1); runtime calls and kernels never nest (2); scopes by their depth (3)
+_NAMES = f"""
+    CREATE TEMP TABLE tl_names AS
+    SELECT * FROM (
+        SELECT row_number() OVER () - 1 AS code, name, kind,
+          CASE WHEN kind IN {_DEVICE_DRAWN} THEN 3 WHEN kind IN ('python', 'annotation') THEN 0
+               WHEN kind IN {_OPS} THEN 1 WHEN kind = 'runtime' THEN 2 END AS lk,
+          CASE WHEN kind IN {_OPS} THEN 0 WHEN kind = 'gpu_annotation' THEN 1
+               WHEN kind IN {_DEVICE_DRAWN} OR kind = 'runtime' THEN 2 ELSE 3 END AS dk
+        FROM (SELECT DISTINCT name, kind FROM events))
+    WHERE lk IS NOT NULL"""
+# each drawn event with its code, its lane key (lk; a, b: thread, or device and stream) and its depth
+_KEYED = """
+    CREATE TEMP TABLE tl_k AS
+    SELECT e.id, c.code, e.ts - $1 AS ts, e.dur, c.lk,
+      CASE c.dk WHEN 0 THEN coalesce(v.level, 0) WHEN 1 THEN 1 WHEN 2 THEN 0 ELSE coalesce(e.depth, 0) END AS depth,
+      CASE WHEN c.lk = 3 THEN e.device ELSE e.thread END AS a, CASE WHEN c.lk = 3 THEN e.stream ELSE 0 END AS b
+    FROM events e LEFT JOIN _tl_levels v ON v.id = e.id
+    JOIN tl_names c ON c.name IS NOT DISTINCT FROM e.name AND c.kind = e.kind"""
 
 
 def timeline_model(trace: Trace) -> TimelineModel:
-    """Build the lane model of a trace: lanes per thread (scopes, ops, runtime) and per device stream."""
-    cols = trace.con.execute("""SELECT id, name, kind, ts, dur, thread, device, stream, depth FROM events
-                                ORDER BY id""").fetchnumpy()
-    cols["level"] = _op_levels(trace)
-    con = duckdb.connect(":memory:")
-    con.register("_events", cols)
-    # each drawable event once, with its lane key (lk: index into LANE_KINDS; a, b: thread or device
-    # and stream) and its depth within the lane: ops stack by the ops around them; runtime calls and
-    # kernels never nest (device annotations get the row below)
-    con.execute(f"""
-        CREATE TEMP TABLE tl_e AS
-        WITH e AS (
-            SELECT id, name, kind, ts, dur, thread, device, stream,
-              CASE WHEN kind IN ('cpu_op', 'sync', 'other') THEN level
-                   WHEN kind = 'gpu_annotation' THEN 1 WHEN kind IN {_DEVICE_DRAWN} OR kind = 'runtime' THEN 0
-                   ELSE coalesce(depth, 0) END AS depth,
-              CASE WHEN kind IN {_DEVICE_DRAWN} THEN 3
-                   WHEN kind IN ('python', 'annotation') THEN 0
-                   WHEN kind IN ('cpu_op', 'sync', 'other') THEN 1
-                   WHEN kind = 'runtime' THEN 2 END AS lk
-            FROM _events)
-        SELECT id, name, kind, ts, dur, depth, lk,
-               CASE WHEN lk = 3 THEN device ELSE thread END AS a, CASE WHEN lk = 3 THEN stream ELSE 0 END AS b
-        FROM e WHERE lk IS NOT NULL""")
-    con.execute("""
-        CREATE TEMP TABLE tl_lane_ids AS
-        SELECT row_number() OVER (ORDER BY lk = 3, a, lk, b) - 1 AS lane, lk, a, b, n
-        FROM (SELECT lk, a, b, count(*) AS n FROM tl_e GROUP BY ALL)""")
-    origin = int(con.execute("SELECT coalesce(min(ts), 0) FROM _events").fetchall()[0][0])
-    con.execute("""
-        CREATE TEMP TABLE tl AS
-        SELECT e.id, e.name, e.kind, e.ts - $1 AS ts, e.dur, l.lane,
-               dense_rank() OVER (PARTITION BY l.lane ORDER BY e.depth) - 1 AS row
-        FROM tl_e e JOIN tl_lane_ids l USING (lk, a, b)
-        ORDER BY e.ts""", [origin])
-    lanes = _lanes(trace, con)
-    con.execute("DROP TABLE tl_e")
-    con.unregister("_events")
-    (lo, hi), = con.execute("SELECT min(ts), max(ts + dur) FROM tl").fetchall()
-    return TimelineModel(origin_ns=origin, lanes=lanes, span_us=((lo or 0) / 1e3, (hi or 0) / 1e3), con=con)
+    """Build the lane model of a trace: lanes per thread (scopes, ops, runtime) and per device stream.
+
+    The model's tables are temporary tables of its own cursor on the trace's database: built there
+    from the events in place (no copy through Python), seen by no other connection."""
+    return timeline_model_later(trace)()
 
 
-def _lanes(trace: Trace, con: duckdb.DuckDBPyConnection) -> list[Lane]:
+def timeline_model_later(trace: Trace) -> Callable[[], TimelineModel]:
+    """:func:`timeline_model` in two steps: this call reads what it needs of ``trace``'s own connection;
+    the function it returns builds the model on a cursor of its own, so it may run in another thread
+    while that connection serves other queries."""
+    db = trace.con.execute("SELECT current_database()").fetchall()[0][0]
+    device_label = trace.device_label
     threads = {t: (tid, tname) for t, tid, tname in trace.con.execute(
         "SELECT thread, tid, thread_name FROM threads").fetchall()}
+    con = trace.con.cursor()
+    return lambda: _build(con, db, device_label, threads)
+
+
+def _build(con: duckdb.DuckDBPyConnection, db: str, device_label: str,
+           threads: dict[int, tuple[str, str | None]]) -> TimelineModel:
+    try:
+        con.execute(f"USE {_quoted(db)}")
+        con.register("_tl_levels", _op_levels(con))
+        con.execute(_NAMES)
+        origin = int(con.execute("SELECT coalesce(min(ts), 0) FROM events").fetchall()[0][0])
+        con.execute(_KEYED, [origin])
+        con.unregister("_tl_levels")
+        # the lanes and, per lane, its distinct depths: the small tables the rows are numbered in
+        con.execute("CREATE TEMP TABLE tl_depths AS SELECT lk, a, b, depth, count(*) AS n FROM tl_k GROUP BY ALL")
+        con.execute("""
+            CREATE TEMP TABLE tl_lane_ids AS
+            SELECT row_number() OVER (ORDER BY lk = 3, a, lk, b) - 1 AS lane, lk, a, b, n
+            FROM (SELECT lk, a, b, sum(n) AS n FROM tl_depths GROUP BY ALL)""")
+        con.execute("""
+            CREATE TEMP TABLE tl_rows AS
+            SELECT d.lk, d.a, d.b, d.depth, l.lane,
+                   dense_rank() OVER (PARTITION BY l.lane ORDER BY d.depth) - 1 AS row
+            FROM tl_depths d JOIN tl_lane_ids l USING (lk, a, b)""")
+        con.execute("""
+            CREATE TEMP TABLE tl AS
+            SELECT k.id, k.code, k.ts, k.dur, r.lane, r.row FROM tl_k k JOIN tl_rows r USING (lk, a, b, depth)""")
+        lanes = _lanes(con, device_label, threads)
+        codes = con.execute("SELECT code, name, kind FROM tl_names ORDER BY code").fetchall()
+        names, kinds = [r[1] for r in codes], [r[2] for r in codes]
+        con.execute("DROP TABLE tl_k; DROP TABLE tl_depths; DROP TABLE tl_rows; DROP TABLE tl_names")
+        (lo, hi), = con.execute("SELECT min(ts), max(ts + dur) FROM tl").fetchall()
+    except BaseException:
+        con.close()
+        raise
+    return TimelineModel(origin_ns=origin, lanes=lanes, span_us=((lo or 0) / 1e3, (hi or 0) / 1e3), con=con,
+                         names=names, kinds=kinds)
+
+
+def _lanes(con: duckdb.DuckDBPyConnection, device_label: str,
+           threads: dict[int, tuple[str, str | None]]) -> list[Lane]:
     out = []
     for lane, lk, a, b, n, rows in con.execute("""
-            SELECT l.lane, l.lk, l.a, l.b, l.n, coalesce(max(t.row), 0) + 1 FROM tl_lane_ids l
-            LEFT JOIN tl t USING (lane) GROUP BY ALL ORDER BY l.lane""").fetchall():
+            SELECT l.lane, l.lk, l.a, l.b, l.n, coalesce(max(r.row), 0) + 1 FROM tl_lane_ids l
+            LEFT JOIN tl_rows r USING (lane) GROUP BY ALL ORDER BY l.lane""").fetchall():
         if lk == 3:
-            label = f"{trace.device_label} {a} · stream {b}"
+            label = f"{device_label} {a} · stream {b}"
         else:
             tid, tname = threads.get(a, ("?", None))
             label = f"{tname or 'thread ' + str(tid)} · {LANE_KINDS[lk]}"
@@ -156,30 +207,59 @@ def _lanes(trace: Trace, con: duckdb.DuckDBPyConnection) -> list[Lane]:
     return out
 
 
+MAX_BUCKETS = 64_000  # the most buckets one window may span (a window at a finer level than its width)
+
+
+def bucket_ns_for(t0: float, t1: float, width: int) -> int:
+    """The level of detail of a view of [t0, t1) µs drawn ``width`` pixels wide: the largest power of two
+    of ns not above one pixel (at least 1 ns). The front end computes the same (timeline_model.js
+    ``bucketNs``), with the same floating-point steps, so it knows which windows it can reuse."""
+    px = (t1 - t0) * 1e3 / max(width, 1)
+    b = 1
+    while b * 2 <= px:
+        b *= 2
+    return b
+
+
 def timeline_window(model: TimelineModel, t0: float | None = None, t1: float | None = None,
-                    width: int = 1600) -> TimelineWindow:
-    """Events in [t0, t1) µs from the trace start, with level of detail: anything shorter than one
-    pixel is merged, per lane and row, into blocks that carry a count and their longest member."""
+                    width: int = 1600, bucket_ns: int | None = None) -> TimelineWindow:
+    """Events in [t0, t1] µs from the trace start, with level of detail: anything shorter than one
+    bucket (``bucket_ns``, by default :func:`bucket_ns_for` the view and ``width``) is merged, per lane,
+    row and bucket, into a block that carries its count and its longest member's name and kind.
+
+    Buckets are fixed in time (bucket k holds the events starting in [k, k + 1) buckets from the trace
+    start), and a block is always its whole bucket, so a window is complete from its ``t0`` (``t0``
+    rounded down to a bucket) to ``t1``: any view inside it at the same level gets the same events and
+    blocks from it as from a window of its own (those that end at or after the view's start and start
+    at or before its end, as the front end draws them)."""
     lo, hi = model.span_us
     a = lo if t0 is None else max(float(t0), lo)
     b = hi if t1 is None else min(float(t1), hi)
     if b <= a:
         b = a + 1.0
-    bucket_ns = max((b - a) * 1e3 / max(width, 1), 1.0)
+    bk = bucket_ns_for(lo if t0 is None else float(t0), hi if t1 is None else float(t1), width) \
+        if bucket_ns is None else int(bucket_ns)
+    if bk < 1 or bk & (bk - 1) or (b - a) * 1e3 / bk > MAX_BUCKETS:
+        raise ValueError(f"the bucket must be a power of two of ns, at most {MAX_BUCKETS:,} of them in the window")
+    # complete from the bucket a falls in to b: every event over [start, b], every block whole (blocks
+    # from the bucket before start, whose members end after it, to the one b falls in)
+    start = math.floor(a * 1e3 / bk) * bk
     rows = model.con.execute("""
-        SELECT lane, row, ts, dur, name, id, 1 AS n, kind FROM tl
-        WHERE ts < $2 AND ts + dur > $1 AND dur >= $3
+        SELECT lane, row, ts, dur, code, id, 1 AS n FROM tl
+        WHERE dur >= $3 AND ts <= $2 AND ts + dur >= $1
         UNION ALL
-        SELECT lane, row, min(ts), max(ts + dur) - min(ts), arg_max(name, dur), -1, count(*), arg_max(kind, dur)
-        FROM tl WHERE ts < $2 AND ts + dur > $1 AND dur < $3
-        GROUP BY lane, row, floor((ts - $1) / $3)
-        ORDER BY 1, 2, 3""", [a * 1e3, b * 1e3, bucket_ns]).fetchall()
+        SELECT lane, row, min(ts), max(ts + dur) - min(ts), arg_max(code, dur::HUGEINT * 4294967296 - id), -1,
+               count(*)  -- named as its longest member; ties: the first
+        FROM tl WHERE dur < $3 AND ts >= $1 - $3 AND ts < $4
+        GROUP BY lane, row, ts // $3
+        ORDER BY 1, 2, 3, 4, 6""", [start, b * 1e3, bk, (math.floor(b * 1e3 / bk) + 1) * bk]).fetchall()
     names, kinds = Interner(), Interner()
+    name_of, kind_of = model.names, model.kinds
     return TimelineWindow(
-        t0=a, t1=b, span=(lo, hi), bucket_us=bucket_ns / 1e3,
+        t0=round(start / 1e3, 3), t1=b, span=(lo, hi), bucket_us=bk / 1e3, bucket_ns=bk,
         lane=[r[0] for r in rows], row=[r[1] for r in rows], ts=[round(r[2] / 1e3, 3) for r in rows],
-        dur=[round(r[3] / 1e3, 3) for r in rows], name=[names(r[4]) for r in rows], id=[r[5] for r in rows],
-        n=[r[6] for r in rows], kind=[kinds(r[7]) for r in rows], names=names.values, kinds=kinds.values)
+        dur=[round(r[3] / 1e3, 3) for r in rows], name=[names(name_of[r[4]]) for r in rows], id=[r[5] for r in rows],
+        n=[r[6] for r in rows], kind=[kinds(kind_of[r[4]]) for r in rows], names=names.values, kinds=kinds.values)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from ..analysis._choices import GROUPS
 from ..analysis.memory import live_at
-from ..analysis.timeline import TimelineModel, event_links, timeline_model, timeline_window
+from ..analysis.timeline import TimelineModel, event_links, timeline_model, timeline_model_later, timeline_window
 from ..frontend import assets
 from ..payloads import build
 from ..payloads.memory import memory_timeline_of
@@ -38,20 +38,51 @@ SECURITY_HEADERS = {
 }
 
 
-@dataclass(frozen=True)
 class Loaded:
-    """A trace being served and its timeline model (built once, when the trace is opened)."""
+    """A trace being served and its timeline model; a request that needs no model does not wait for it."""
 
-    trace: Trace
-    model: TimelineModel
+    def __init__(self, trace: Trace, model: Callable[[], TimelineModel]) -> None:
+        self.trace = trace
+        self._model = model
+
+    @property
+    def model(self) -> TimelineModel:
+        """The timeline model (waits for it where it is still being built)."""
+        return self._model()
 
 
 class Run:
-    """One trace the explorer serves; requests on it run one at a time."""
+    """One trace the explorer serves; requests on it run one at a time.
+
+    Its timeline model is built in a thread started here, on a cursor of its own, while the server
+    starts, the page loads and requests that need no model are answered; the first that needs it waits."""
 
     def __init__(self, trace: Trace) -> None:
         self.lock = threading.Lock()
-        self.loaded = Loaded(trace, timeline_model(trace))
+        self.trace = trace
+        self._model: TimelineModel | None = None
+        self._failed: BaseException | None = None
+        build_model = timeline_model_later(trace)
+
+        def build() -> None:
+            try:
+                self._model = build_model()
+            except BaseException as e:  # re-raised by the request that needs the model
+                self._failed = e
+
+        self._building = threading.Thread(target=build, name="profuse-timeline-model", daemon=True)
+        self._building.start()
+        self.loaded = Loaded(trace, self._built)
+
+    def ready(self) -> None:
+        """Wait, outside the lock, for the timeline model (requests that need no model go on meanwhile)."""
+        self._building.join()
+
+    def _built(self) -> TimelineModel:
+        self._building.join()
+        if self._model is None:
+            raise self._failed or RuntimeError("the timeline model was not built")
+        return self._model
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)`` under this run's lock."""
@@ -60,7 +91,8 @@ class Run:
 
     def info(self, i: int) -> RunInfo:
         """The run as the run picker lists it."""
-        return build.run_info(i, self.loaded.trace)
+        with self.lock:
+            return build.run_info(i, self.trace)
 
 
 class RankRuns:
@@ -93,25 +125,29 @@ class LazyRun(Run):
 
     def __init__(self, path: str, row: dict[str, Any], load: Callable[[str], Trace], owner: RankRuns) -> None:
         self.path, self.row, self.load, self.owner = path, row, load, owner
-        self.loaded: Loaded | None = None  # type: ignore[assignment]
+        self._loaded: Loaded | None = None
         self.lock = threading.Lock()
+
+    def ready(self) -> None:
+        """Nothing to wait for: the trace and its model are loaded by :meth:`call`."""
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)``, loading the trace first if it is not loaded."""
         with self.lock:
-            if self.loaded is None:
+            if self._loaded is None:
                 trace = self.load(self.path)
-                self.loaded = Loaded(trace, timeline_model(trace))
-            result = fn(self.loaded, *args)
+                model = timeline_model(trace)
+                self._loaded = Loaded(trace, lambda: model)
+            result = fn(self._loaded, *args)
         self.owner.touched(self)
         return result
 
     def unload(self) -> None:
         """Close the trace and its model (reloaded on the next request)."""
-        if self.loaded is not None:
-            self.loaded.model.close()
-            self.loaded.trace.close()
-            self.loaded = None
+        if self._loaded is not None:
+            self._loaded.model.close()
+            self._loaded.trace.close()
+            self._loaded = None
 
     def info(self, i: int) -> RunInfo:
         """The rank as the run picker lists it (without loading its trace)."""
@@ -181,7 +217,10 @@ def _timeline(run: Loaded, request: Request, opts: Options) -> Any:
     t1 = float(q["t1"]) if "t1" in q else None
     if not all(t is None or math.isfinite(t) for t in (t0, t1)):
         raise ApiError(400, "t0 and t1 must be finite numbers of µs")
-    return timeline_window(run.model, t0, t1, min(max(int(q.get("width", 1600)), 1), 8000))
+    bucket = int(q["bucket_ns"]) if "bucket_ns" in q else None
+    if bucket is not None and not (0 < bucket <= 1 << 50 and bucket & (bucket - 1) == 0):
+        raise ApiError(400, "bucket_ns must be a power of two")
+    return timeline_window(run.model, t0, t1, min(max(int(q.get("width", 1600)), 1), 8000), bucket)
 
 
 def _event(run: Loaded, request: Request, opts: Options) -> Any:
@@ -212,6 +251,7 @@ RUN_ROUTES: dict[str, Callable[[Loaded, Request, Options], Any]] = {
     "memory": _memory,
     "memory_live": _memory_live,
 }
+NEEDS_MODEL = {_lanes, _timeline, _event}  # what waits for the timeline model (before taking the run's lock)
 
 
 def _json(obj: Any, status: int = 200, *, keep_metadata: bool = False) -> Response:
@@ -287,7 +327,7 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
         if len(runs) < 2 or ranks is not None:
             return reply({"error": "start profuse explore with two traces to compare them"}, 404)
         with runs[0].lock, runs[1].lock:
-            return reply(build.compare_of(runs[0].loaded.trace, runs[1].loaded.trace))
+            return reply(build.compare_of(runs[0].trace, runs[1].trace))
 
     def on_run(builder: Callable[[Loaded, Request, Options], Any]) -> Callable[[Request], Response]:
         """The handler of one ``RUN_ROUTES`` entry: find the run, build the payload, encode it."""
@@ -296,6 +336,8 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
             if not 0 <= i < len(runs):
                 return _not_found()
             try:
+                if builder in NEEDS_MODEL:
+                    runs[i].ready()
                 return reply(runs[i].call(builder, request, opts))
             except ApiError as e:
                 return reply({"error": str(e)}, e.status)

@@ -11,17 +11,33 @@
   const VIEWS = ["ranks", "overview", "ops", "timeline", "modules", "compiled", "compare"];
 
   /**
-   * What the route in place holds: callbacks to run when it is left.
-   * @typedef {{left: boolean, leave: Array<() => void>, onLeave: (fn: () => void) => void}} Life
+   * What the route in place holds: callbacks to run when it is left, the state it rendered, and the
+   * view's own update for a URL that differs only in its time window and selection (the timeline
+   * zooms in place: no new page, no refetch of its lanes). `update` resolves to false where it cannot.
+   * @typedef {{left: boolean, leave: Array<() => void>, onLeave: (fn: () => void) => void,
+   *   st: Record<string, any> | null, update: ((st: Record<string, any>) => Promise<boolean>) | null,
+   *   onUpdate: (fn: (st: Record<string, any>) => Promise<boolean>) => void}} Life
    */
 
   /** @returns {Life} */
   function newLife() {
+    /** @type {Life} */
     const life = {
-      left: false, leave: [],
+      left: false, leave: [], st: null, update: null,
       onLeave(fn) { if (life.left) fn(); else life.leave.push(fn); },
+      onUpdate(fn) { life.update = fn; },
     };
     return life;
+  }
+
+  /** The URL keys a view updates in place, without rendering anew. */
+  const IN_PLACE = ["t0", "t1", "sel"];
+
+  /** Whether two states differ in nothing but IN_PLACE keys. */
+  function sameRoute(a, b) {
+    const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+    for (const k of keys) if (!IN_PLACE.includes(k) && String(a[k] ?? "") !== String(b[k] ?? "")) return false;
+    return true;
   }
 
   /** Shows on the page that `what` failed and sets body[data-ready] to "error". */
@@ -71,6 +87,30 @@
       if (rerender) this.render();
     }
 
+    /**
+     * The URL changed (back, forward, a hash set by hand or by a test): the view in place updates
+     * itself where only its window or selection changed, else the URL's route is rendered.
+     */
+    async changed() {
+      const life = this.life, st = this.state();
+      if (life.update && life.st && sameRoute(life.st, st)) {
+        document.body.dataset.ready = "loading";
+        try {
+          const done = await life.update(st);
+          if (life !== this.life) return;  // the route changed meanwhile: the newer render reports
+          if (done) {
+            life.st = st;
+            document.body.dataset.ready = st.view;
+            return;
+          }
+        } catch (err) {
+          if (life === this.life) fail(`the ${st.view} view`, err);
+          return;
+        }
+      }
+      await this.render();
+    }
+
     /** Leaves the route in place (its onLeave callbacks run) and renders the URL's. */
     async render() {
       const old = this.life;
@@ -87,6 +127,7 @@
       try {
         await views[st.view](main, st, (s, opts) => this.go(s, opts), mine);
         if (mine !== this.life) return;  // the route changed meanwhile: the newer render reports
+        mine.st = st;
         document.getElementById("status").textContent = "";
         document.body.dataset.ready = st.view;
       } catch (err) {
@@ -115,7 +156,7 @@
       for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {
         e.preventDefault(); this.go({ view: nav(a).dataset.view, run: this.state().run });
       });
-      window.addEventListener("popstate", () => this.render());
+      window.addEventListener("popstate", () => this.changed());
       await this.render();
     }
   }

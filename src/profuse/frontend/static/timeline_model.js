@@ -16,10 +16,11 @@
 /**
  * What the model reads of the timeline payload: one entry per event or merged block (id -1 for
  * a block of several, n its count), names and kinds interned; t0..t1 the window it was cut for,
- * span the trace's, bucket_us its level of detail (events shorter than that were merged).
+ * span the trace's, bucket_us its level of detail (events shorter than that were merged) and
+ * bucket_ns the same in ns, a power of two: blocks are whole buckets fixed in time (see bucketNs).
  * @typedef {{lane: number[], row: number[], ts: number[], dur: number[], name: number[],
  *   kind: number[], id: number[], n: number[], names: string[], kinds: string[],
- *   t0?: number, t1?: number, span?: [number, number], bucket_us?: number}} TimelineColumns
+ *   t0?: number, t1?: number, span?: [number, number], bucket_us?: number, bucket_ns?: number}} TimelineColumns
  */
 
 /**
@@ -217,6 +218,84 @@
   }
 
   /**
+   * The server's level of detail for a view drawn `width` pixels wide: the largest power of two of ns
+   * not above one pixel, at least 1 (analysis/timeline.py `bucket_ns_for`, the same steps in the same
+   * floating point, so both sides agree on it exactly).
+   * @param {[number, number]} view
+   */
+  function bucketNs(view, width) {
+    const px = (view[1] - view[0]) * 1e3 / Math.max(width, 1);
+    let b = 1;
+    while (b * 2 <= px) b *= 2;
+    return b;
+  }
+
+  /**
+   * Whether the loaded data draws the view exactly as a fetch of the view itself would: it is at the
+   * view's level of detail (its blocks are the same whole buckets) and complete over the view (within
+   * the trace's span). Then zoom and pan need no request.
+   * @param {TimelineColumns | null} data
+   * @param {[number, number]} view
+   * @returns {boolean}
+   */
+  function reusable(data, view, width) {
+    if (!data || data.bucket_ns !== bucketNs(view, width)) return false;
+    const a = Math.max(view[0], data.span[0]), b = Math.min(view[1], data.span[1]);
+    return a >= data.t0 && b <= data.t1;
+  }
+
+  /**
+   * The part of the view the loaded data lacks, when the data is at the view's level and the view runs
+   * past it on one side only: [a, b] to fetch (the server's window from a is complete from a's bucket,
+   * so it meets the data), else null (nothing lacks, or a whole new window is simpler).
+   * @param {TimelineColumns | null} data
+   * @param {[number, number]} view
+   * @returns {[number, number] | null}
+   */
+  function lacking(data, view, width) {
+    if (!data || data.bucket_ns !== bucketNs(view, width)) return null;
+    const a = Math.max(view[0], data.span[0]), b = Math.min(view[1], data.span[1]);
+    const before = a < data.t0, after = b > data.t1;
+    if (before === after || b < data.t0 || a > data.t1) return null;
+    return before ? [a, data.t0] : [data.t1, b];
+  }
+
+  /**
+   * Two windows at one level whose ranges meet, as one: complete over both ranges, each event and
+   * whole block once, in the server's order (lane, row, start, length, id), names and kinds interned
+   * anew; then cut to [keep0, keep1] (what overlaps it stays, so it stays complete there).
+   * @param {TimelineColumns} x
+   * @param {TimelineColumns} y
+   * @returns {TimelineColumns}
+   */
+  function mergeWindows(x, y, keep0 = -Infinity, keep1 = Infinity) {
+    const t0 = Math.max(Math.min(x.t0, y.t0), keep0), t1 = Math.min(Math.max(x.t1, y.t1), keep1);
+    /** @type {Array<{d: TimelineColumns, i: number}>} */
+    const rows = [];
+    const seen = new Set();
+    for (const d of [x, y]) {
+      for (let i = 0; i < d.id.length; i++) {
+        if (d.ts[i] + d.dur[i] < t0 || d.ts[i] > t1) continue;
+        const key = d.id[i] >= 0 ? `e${d.id[i]}` : `b${d.lane[i]},${d.row[i]},${d.ts[i]},${d.dur[i]},${d.n[i]}`;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        rows.push({ d, i });
+      }
+    }
+    const col = (/** @type {string} */ c) => (/** @type {{d: any, i: number}} */ r) => r.d[c][r.i];
+    const [lane, row, ts, dur, id] = ["lane", "row", "ts", "dur", "id"].map(col);
+    rows.sort((p, q) => lane(p) - lane(q) || row(p) - row(q) || ts(p) - ts(q) || dur(p) - dur(q) || id(p) - id(q));
+    /** @type {string[]} */
+    const names = [], kinds = [];
+    const nameAt = new Map(), kindAt = new Map();
+    const intern = (list, at, s) => { let i = at.get(s); if (i === undefined) { i = list.push(s) - 1; at.set(s, i); } return i; };
+    return { ...x, t0, t1, names, kinds, lane: rows.map(lane), row: rows.map(row), ts: rows.map(ts), dur: rows.map(dur),
+      id: rows.map(id), n: rows.map(col("n")),
+      name: rows.map(r => intern(names, nameAt, r.d.names[r.d.name[r.i]])),
+      kind: rows.map(r => intern(kinds, kindAt, r.d.kinds[r.d.kind[r.i]])) };
+  }
+
+  /**
    * Level of detail for drawing: per lane and row, events narrower than `minPx` that touch (within
    * a pixel) merge into one block. A block keeps the count of what it holds (n adds up), its extent,
    * and the name and kind of its longest member; its id is -1 unless it holds one event. Events out
@@ -348,7 +427,7 @@
 
   profuse.timelineModel = {
     MIN_SPAN, LANE_KINDS, makeWindow, tToX, xToT, clampSpan, zoomAt, panBy, keyStep, laneKind, layoutLanes,
-    laneAt, middleTruncate, layoutBoxes, hitTest, covers, decimate, indexOfId, eventAt,
+    laneAt, middleTruncate, layoutBoxes, hitTest, covers, bucketNs, reusable, lacking, mergeWindows, decimate, indexOfId, eventAt,
     layoutCounters, counterY, counterPath, counterAt, counterPointAt,
   };
 })(globalThis.profuse = globalThis.profuse || {});

@@ -18,6 +18,8 @@
     return `${sign}${v.toFixed(2)} TiB`;
   }
   const ROW = 14, LANE_GAP = 6, LABEL_W = 220, BADGE_W = 52, COUNTER_H = 48;
+  const MARGIN = 0.5;  // what a fetch adds each side of the view, in views: pans and zooms there need none
+  const KEEP = 2;  // what a pan keeps each side of the view of the data it held, in views
   const COLORS = { cpu_op: "#5b8def", annotation: "#9aa5b1", python: "#c9b6e4", runtime: "#f2b05e", sync: "#e07a7a",
     kernel: "#3fb27f", memcpy: "#e3c14f", memset: "#d9a441", gpu_annotation: "#b0c4b1", device_other: "#9ccbb5",
     other: "#bbbbbb" };
@@ -63,13 +65,15 @@
 
     /** Loads the lanes and the whole span, then shows `view` (or everything). */
     async init(view) {
-      const laid = M.layoutLanes((await this.source.get(`/api/${this.run}/lanes`)) || [], ROW, LANE_GAP);
+      // asked for together: the server answers the memory lanes while the timeline model is still being built
+      const [lanes, memory, full] = await Promise.all([`/api/${this.run}/lanes`, `/api/${this.run}/memory`,
+        `/api/${this.run}/timeline?width=${this.width()}`].map(url => this.source.get(url)));
+      const laid = M.layoutLanes(lanes || [], ROW, LANE_GAP);
       this.lanes = laid.lanes;
-      this.memory = await this.source.get(`/api/${this.run}/memory`);
+      this.memory = memory;
       const counters = M.layoutCounters(this.memory, laid.height + LANE_GAP, COUNTER_H, LANE_GAP);
       this.counters = counters.lanes;
       this.height = Math.max(laid.height + (this.counters.length ? LANE_GAP + counters.height : 0), 40);
-      const full = await this.source.get(`/api/${this.run}/timeline?width=${this.width()}`);
       if (this.destroyed) return;
       this.span = full ? full.span : [0, 1];
       this.view = view && view[1] > view[0] ? view : [this.span[0], this.span[1]];
@@ -130,14 +134,38 @@
       this._timer = setTimeout(() => this.fetch(), 25);
     }
 
-    /** Asks the server for the view at this width unless the data in hand already draws it. */
+    /**
+     * Shows `view` (null: the whole span) at once, without the wheel's debounce; resolves once it is
+     * drawn from data at its level of detail (the router's in-place update of a changed URL).
+     * @param {[number, number] | null} view
+     */
+    async show(view) {
+      if (this.destroyed || !this.view) return;
+      const v = view && view[1] > view[0] ? view : [this.span[0], this.span[1]];
+      this.view = M.clampSpan(v[0], v[1]);
+      clearTimeout(this._timer);
+      this.draw();
+      await this.fetch();
+    }
+
+    /**
+     * Draws the view from the data in hand where that draws it as a fetch of the view would (the same
+     * level of detail, complete over the view: timeline_model.js `reusable`); else asks the server for
+     * the view at its level of detail with half a view's margin each side, so the next pans and zooms
+     * at that level are drawn without a request. A reply overtaken by a later request is dropped.
+     */
     async fetch() {
-      if (!this.source.live || M.covers(this.data, this.view, this.width())) return this.draw();
+      if (!this.source.live || M.reusable(this.data, this.view, this.width())) return this.draw();
       const ticket = ++this.pending;
-      const [a, b] = this.view;
-      const d = await this.source.get(`/api/${this.run}/timeline?t0=${a}&t1=${b}&width=${this.width()}`);
+      const [a, b] = this.view, w = this.width(), m = (b - a) * MARGIN, bucket = M.bucketNs(this.view, w);
+      const part = M.lacking(this.data, this.view, w);  // a pan past one side: only that side is fetched
+      const [f0, f1] = part ? [part[0] === a ? a - m : part[0], part[1] === b ? b + m : part[1]] : [a - m, b + m];
+      const d = await this.source.get(`/api/${this.run}/timeline?t0=${f0}&t1=${f1}&width=${w}&bucket_ns=${bucket}`);
       if (this.destroyed || ticket !== this.pending || !d) return;
-      this.data = d; this.draw();
+      const held = this.data;
+      this.data = part && held && held.bucket_ns === d.bucket_ns
+        ? M.mergeWindows(held, d, a - KEEP * (b - a), b + KEEP * (b - a)) : d;
+      this.draw();
     }
 
     draw() {
@@ -157,6 +185,10 @@
       }
       this._drawArrows();
       for (const l of this.counters) this._drawCounter(l, win);
+      if (this.boxes.length && !this.canvas.dataset.painted) {  // the first paint with events: what benchmarks wait on
+        this.canvas.dataset.painted = "1";
+        performance.mark("profuse:timeline-painted");
+      }
     }
 
     /** A memory lane: reserved as a line, allocated filled under it, the peak marked, a picked point ruled. */

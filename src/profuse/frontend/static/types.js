@@ -799,6 +799,7 @@
  * @property {number} t1
  * @property {[number, number]} span
  * @property {number} bucket_us
+ * @property {number} bucket_ns
  * @property {Array<string>} names
  * @property {Array<string>} kinds
  * @property {Array<number>} lane

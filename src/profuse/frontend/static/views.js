@@ -179,9 +179,13 @@ async function timeline(main, st, go, life) {
     : "click an op or a kernel for its launches, kernels and chains";
   main.append(el("div", { class: "toolbar muted" }, `wheel or W/S to zoom · drag or A/D to pan · 0 to reset · ${hint}`),
     wrap, box);
+  let cur = st;  // the state as the URL now holds it: zooms and selections replace it in place
   const tl = new Timeline(wrap, source, st.run, {
-    onSelect: (ev, id) => { details(box, ev, st, pick); go({ ...st, sel: id ?? "" }, { replace: true, rerender: false }); },
-    onView: v => go({ ...st, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
+    onSelect: (ev, id) => {
+      details(box, ev, cur, pick);
+      go(cur = { ...cur, sel: id ?? "" }, { replace: true, rerender: false });
+    },
+    onView: v => go(cur = { ...cur, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
     onMemory: m => memoryDetails(box, m),
   });
   const pick = id => tl.select(id).then(ev => { tl.reveal(id); return ev; });
@@ -190,9 +194,17 @@ async function timeline(main, st, go, life) {
     tl.destroy();
     if (window.profuseTimeline === tl) delete window.profuseTimeline;
   });
-  await tl.init(st.t0 && st.t1 ? [parseFloat(st.t0), parseFloat(st.t1)] : null);
+  const viewOf = s => (s.t0 && s.t1 ? [parseFloat(s.t0), parseFloat(s.t1)] : null);
+  const selOf = s => (s.sel !== undefined && s.sel !== "" ? parseInt(s.sel, 10) : null);
+  await tl.init(viewOf(st));
   details(box, null, st);
-  if (st.sel !== undefined && st.sel !== "") details(box, await pick(parseInt(st.sel, 10)), st, pick);
+  if (selOf(st) !== null) details(box, await pick(selOf(st)), st, pick);
+  life.onUpdate(async next => {  // a URL with another window or selection: zoom and select in place
+    cur = next;
+    await tl.show(viewOf(next));
+    if (selOf(next) !== tl.selected) details(box, selOf(next) === null ? await tl.select(null) : await pick(selOf(next)), next, pick);
+    return true;
+  });
 }
 
 async function modules(main, st) {
