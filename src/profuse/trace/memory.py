@@ -13,6 +13,7 @@ of the caching allocator (or the CPU allocator) with the totals after it; see do
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from collections.abc import Callable
@@ -22,7 +23,8 @@ import duckdb
 import msgspec
 import numpy as np
 
-from ._columns import _PRECISE_ABOVE_US, _ns, thread_key
+from . import _native
+from ._columns import _PRECISE_ABOVE_US, _ns, factorize, thread_key
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns
 from .schema import HOST_KINDS, TABLE_KINDS, kind_codes
@@ -54,7 +56,8 @@ class MemoryEvents:
     """The memory events of a trace as read, in file order (ns times before baseTimeNanoseconds)."""
 
     ts: np.ndarray          # int64 ns (exact from the text)
-    pid_tid: list[tuple[str, str]]
+    thread: np.ndarray      # int32 code of each event's (pid, tid) into ``threads``
+    threads: list[tuple[str, str]]  # the distinct (pid, tid) as text, as thread_key writes them
     bytes: np.ndarray       # int64, > 0 allocation, < 0 free
     addr: np.ndarray        # int64
     total_allocated: np.ndarray
@@ -65,6 +68,39 @@ class MemoryEvents:
 
     def __len__(self) -> int:
         return len(self.ts)
+
+    @property
+    def pid_tid(self) -> list[tuple[str, str]]:
+        """Each event's (pid, tid) as text."""
+        return [self.threads[c] for c in self.thread.tolist()]
+
+
+def _load_memscan() -> Any:
+    """The compiled reader (trace/_memscan.c), another build of it (``PROFUSE_MEMSCAN_LIB``: `make
+    sanitize`), or None (a pure-Python install)."""
+    lib = os.environ.get("PROFUSE_MEMSCAN_LIB")
+    if lib:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(f"{__package__}._memscan", lib)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"PROFUSE_MEMSCAN_LIB={lib} is not an extension module")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    try:
+        from . import _memscan
+    except ImportError:
+        return None
+    return _memscan
+
+
+_memscan = _load_memscan()
+
+
+def _events(ts: np.ndarray, pid_tid: list[tuple[str, str]], **cols: Any) -> MemoryEvents:
+    thread, threads = factorize(pid_tid)
+    return MemoryEvents(ts=ts, thread=thread, threads=threads, **cols)
 
 
 def has_memory_events(names: dict[Any, int]) -> bool:
@@ -120,6 +156,9 @@ def read_memory_events(events: memoryview | bytes | bytearray,
     splits or copies the document: a copy of a 1 GB trace was a third of the load's memory).
     """
     data = events if isinstance(events, (bytes, bytearray)) else bytes(events)
+    compiled = _compiled(data)
+    if compiled is not None:
+        return compiled
     pieces = _cut(data)
     typed = _typed(pieces) if pieces else None
     if typed is not None:
@@ -139,9 +178,28 @@ def read_memory_events(events: memoryview | bytes | bytearray,
             rows.append(row)
     cols = list(zip(*rows)) if rows else [()] * 9
     ints = [np.array(c, dtype=np.int64) for c in cols]
-    return MemoryEvents(ts=ints[0], pid_tid=list(zip(cols[1], cols[2])), bytes=ints[3], addr=ints[4],
-                        total_allocated=ints[5], total_reserved=ints[6], device_type=ints[7], device=ints[8],
-                        skipped=skipped)
+    return _events(ints[0], list(zip(cols[1], cols[2])), bytes=ints[3], addr=ints[4],
+                   total_allocated=ints[5], total_reserved=ints[6], device_type=ints[7], device=ints[8],
+                   skipped=skipped)
+
+
+def _compiled(data: bytes | bytearray) -> MemoryEvents | None:
+    """What :func:`_typed` reads from ``_cut``'s pieces, read by trace/_memscan.c in one pass; None where
+    it declines (anything unusual: see the top of _memscan.c), none is found, or it is not built or
+    turned off (``PROFUSE_SCANNER=0`` turns off both compiled readers)."""
+    if _memscan is None or not _native.enabled():
+        return None
+    r = _memscan.memory_events(data)
+    if r is None or not r["ts_us"]:
+        return None
+    us, exact = np.frombuffer(r["ts_us"], dtype=np.float64), np.frombuffer(r["ts_ns"], dtype=np.int64)
+    # _ns_column's rule: the doubles where they hold whole ns, else every time from the text
+    precise = bool(np.any((np.abs(us) >= _PRECISE_ABOVE_US) & (us % 1 != 0)))
+    ts = exact.copy() if precise else _ns(us)
+    ints = {k: np.frombuffer(r[k], dtype=np.int64).copy() for k in ("bytes", "addr", "total_allocated",
+                                                                    "total_reserved", "device_type", "device")}
+    return MemoryEvents(ts=ts, thread=np.frombuffer(r["thread"], dtype=np.int32).copy(), threads=r["threads"],
+                        skipped=0, **ints)
 
 
 def _fast(data: bytes) -> list[_MemEv] | None:
@@ -167,9 +225,9 @@ def _typed(pieces: list[bytes]) -> MemoryEvents | None:
         cols = [np.array([getattr(e.args, f) for e in evs], dtype=np.int64) for f in _Args.__struct_fields__]
     except OverflowError:
         return None
-    return MemoryEvents(ts=ts, pid_tid=[thread_key(e.pid, e.tid) for e in evs],
-                        bytes=cols[0], addr=cols[1], total_allocated=cols[2], total_reserved=cols[3],
-                        device_type=cols[4], device=cols[5], skipped=0)
+    return _events(ts, [thread_key(e.pid, e.tid) for e in evs],
+                   bytes=cols[0], addr=cols[1], total_allocated=cols[2], total_reserved=cols[3],
+                   device_type=cols[4], device=cols[5], skipped=0)
 
 
 def _ns_column(raws: list[msgspec.Raw]) -> np.ndarray | None:
@@ -298,7 +356,8 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     order = np.lexsort((np.arange(len(ts)), ts))  # time order, file order among equal times
     ts = ts[order]
     number = {k: i for i, k in enumerate(thread_keys)}
-    thread = np.array([number.get(mem.pid_tid[i], NONE) for i in order.tolist()], dtype=np.int64)
+    per_code = np.array([number.get(k, NONE) for k in mem.threads] or [NONE], dtype=np.int64)
+    thread = per_code[mem.thread[order]]
     nbytes, addr = mem.bytes[order], mem.addr[order]
     dtype, device = mem.device_type[order], mem.device[order]
     holder = _holders(events, ts, thread)
