@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -275,7 +275,7 @@ def _decode_pieces(pieces: list[bytes]) -> list[_MemEv] | None:
     return out if len(out) == len(pieces) and all(e.name == MEMORY_EVENT for e in out) else None
 
 
-def _before(data: bytes | bytearray, start: int) -> bytes:
+def _before(data: bytes | bytearray, start: int) -> bytes | bytearray:
     """The array separator before an object at ``start`` and the object's brace: ``,{`` or ``[ {``."""
     i = start - 1
     while i >= 0 and data[i] in b" \t\r\n":
