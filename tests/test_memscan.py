@@ -110,3 +110,23 @@ def test_seeded_byte_edits_never_read_differently(monkeypatch: pytest.MonkeyPatc
         # WHEN both read it THEN the compiled reader agrees wherever it answers
         answered += _check(edited, monkeypatch)
     assert 0 < answered < 400
+
+
+def test_frees_matched_as_a_walk_in_time_order_matches_them() -> None:
+    # GIVEN random allocations and frees over a few addresses, devices and types (0-byte events too)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(0, 120))
+        nbytes, addr = rng.integers(-3, 4, n), rng.integers(0, 5, n)
+        dtype, device = rng.integers(0, 2, n), rng.integers(-1, 2, n)
+        # WHEN matched THEN as by the rule written out: an allocation opens its address, a free closes it
+        want_alloc, want_free, open_ = [-1] * n, [-1] * n, {}
+        for i in range(n):
+            key = (dtype[i], device[i], addr[i])
+            if nbytes[i] > 0:
+                open_[key] = i
+            elif nbytes[i] < 0 and key in open_:
+                j = open_.pop(key)
+                want_alloc[i], want_free[j] = j, i
+        alloc, free = trace_memory.match_frees(nbytes, addr, dtype, device)
+        assert alloc.tolist() == want_alloc and free.tolist() == want_free

@@ -97,6 +97,8 @@ def _write_instants(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
     exprs = []
     for col, codes, values in (("name", inst["name"], strings.names), ("cat", inst["cat"], strings.cats),
                                ("pid", inst["thread"], strings.pids), ("tid", inst["thread"], strings.tids)):
+        if len(values) > LOOKUP_MAX:  # a long list, of which the instants may use a handful
+            codes, values = used_values(codes, values)
         if len(values) <= LOOKUP_MAX:
             frame[col], params[col] = codes, values
             exprs.append(f"list_extract(${col}::VARCHAR[], {col} + 1)")
@@ -106,6 +108,12 @@ def _write_instants(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
     con.register("_inst", frame)
     con.execute(f"INSERT INTO instants SELECT {exprs[0]}, {exprs[1]}, ts, {exprs[2]}, {exprs[3]} FROM _inst", params)
     con.unregister("_inst")
+
+
+def used_values(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Codes into ``values`` -> codes into the values they use, and those values (in code order)."""
+    used, local = np.unique(codes, return_inverse=True)
+    return local.reshape(-1), [values[i] for i in used.tolist()]
 
 
 def _write_flows(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:

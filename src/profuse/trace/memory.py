@@ -367,16 +367,19 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     op[has], module[has] = events.op[holder[has]], events.module[holder[has]]
     step = _steps(events, names, ts)
     alloc, free = match_frees(nbytes, addr, dtype, device)
-    labels = np.array([DEVICE_TYPES.get(int(d), f"type {int(d)}") for d in dtype], dtype=object)
+    types, type_code = np.unique(dtype, return_inverse=True)  # a handful: looked up by DuckDB in a list
+    labels = [DEVICE_TYPES.get(d, f"type {d}") for d in types.tolist()]
     con.register("_mem", {
-        "id": np.arange(len(ts), dtype=np.int64), "device_type": labels, "device": device, "ts": ts,
+        "id": np.arange(len(ts), dtype=np.int64), "type_code": type_code.reshape(-1), "device": device, "ts": ts,
         "bytes": nbytes, "addr": addr, "total_allocated": mem.total_allocated[order],
         "total_reserved": mem.total_reserved[order], "thread": thread, "op": op, "module": module, "step": step,
         "alloc": alloc, "free": free})
     con.execute("""INSERT INTO memory SELECT id, device_type, CASE WHEN device_type = 'CPU' THEN NULL ELSE device END,
                    ts, bytes, addr, total_allocated, total_reserved, NULLIF(thread, -1), NULLIF(op, -1),
                    NULLIF(module, -1), NULLIF(step, -1), NULLIF(alloc, -1), NULLIF(free, -1),
-                   bytes < 0 AND alloc = -1 FROM _mem""")
+                   bytes < 0 AND alloc = -1
+                   FROM (SELECT *, list_extract($labels::VARCHAR[], type_code + 1) AS device_type FROM _mem)""",
+                {"labels": labels})
     con.unregister("_mem")
     _write_op_memory(con, events, ts, nbytes, dtype)
 
@@ -429,15 +432,17 @@ def match_frees(nbytes: np.ndarray, addr: np.ndarray, dtype: np.ndarray,
     by address per device, in time order."""
     n = len(nbytes)
     alloc, free = np.full(n, NONE, dtype=np.int64), np.full(n, NONE, dtype=np.int64)
-    open_: dict[tuple[int, int, int], int] = {}
-    for i, (b, a, t, d) in enumerate(zip(nbytes.tolist(), addr.tolist(), dtype.tolist(), device.tolist())):
-        key = (t, d, a)
-        if b > 0:
-            open_[key] = i
-        elif b < 0:
-            j = open_.pop(key, NONE)
-            if j >= 0:
-                alloc[i], free[j] = j, i
+    # Walking the events in time order with the open allocation of each (type, device, address): an
+    # allocation opens it (one still open there is left unfreed), a free closes the open one. So a free
+    # frees exactly the event before it at its address, when that is an allocation: found per address
+    # after a stable sort, at once (events of 0 bytes neither open nor close).
+    rows = np.flatnonzero(nbytes != 0)
+    rows = rows[np.lexsort((rows, addr[rows], device[rows], dtype[rows]))]
+    same = ((dtype[rows[1:]] == dtype[rows[:-1]]) & (device[rows[1:]] == device[rows[:-1]])
+            & (addr[rows[1:]] == addr[rows[:-1]]))
+    pair = same & (nbytes[rows[1:]] < 0) & (nbytes[rows[:-1]] > 0)
+    frees, allocs = rows[1:][pair], rows[:-1][pair]
+    alloc[frees], free[allocs] = allocs, frees
     return alloc, free
 
 
