@@ -13,7 +13,6 @@ of the caching allocator (or the CPU allocator) with the totals after it; see do
 """
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import duckdb
 import msgspec
 import numpy as np
 
-from . import _native
+from . import compiled
 from ._columns import _PRECISE_ABOVE_US, _ns, factorize, thread_key
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns
@@ -75,27 +74,7 @@ class MemoryEvents:
         return [self.threads[c] for c in self.thread.tolist()]
 
 
-def _load_memscan() -> Any:
-    """The compiled reader (trace/_memscan.c), another build of it (``PROFUSE_MEMSCAN_LIB``: `make
-    sanitize`), or None (a pure-Python install)."""
-    lib = os.environ.get("PROFUSE_MEMSCAN_LIB")
-    if lib:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(f"{__package__}._memscan", lib)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"PROFUSE_MEMSCAN_LIB={lib} is not an extension module")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    try:
-        from . import _memscan
-    except ImportError:
-        return None
-    return _memscan
-
-
-_memscan = _load_memscan()
+_accel = compiled.accel  # tests turn it off here
 
 
 def _events(ts: np.ndarray, pid_tid: list[tuple[str, str]], **cols: Any) -> MemoryEvents:
@@ -184,12 +163,12 @@ def read_memory_events(events: memoryview | bytes | bytearray,
 
 
 def _compiled(data: bytes | bytearray) -> MemoryEvents | None:
-    """What :func:`_typed` reads from ``_cut``'s pieces, read by trace/_memscan.c in one pass; None where
-    it declines (anything unusual: see the top of _memscan.c), none is found, or it is not built or
+    """What :func:`_typed` reads from ``_cut``'s pieces, read by trace/_accel.c in one pass; None where
+    it declines (anything unusual: see the top of _accel.c), none is found, or it is not built or
     turned off (``PROFUSE_SCANNER=0`` turns off both compiled readers)."""
-    if _memscan is None or not _native.enabled():
+    if _accel is None or not compiled.enabled():
         return None
-    r = _memscan.memory_events(data)
+    r = _accel.memory_events(data)
     if r is None or not r["ts_us"]:
         return None
     us, exact = np.frombuffer(r["ts_us"], dtype=np.float64), np.frombuffer(r["ts_ns"], dtype=np.int64)

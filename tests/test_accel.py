@@ -1,4 +1,4 @@
-"""The compiled [memory] reader (trace/_memscan.c) against memory.py's Python reading of the same bytes.
+"""The compiled [memory] reader (trace/_accel.c) against memory.py's Python reading of the same bytes.
 
 Differential: wherever the compiled reader answers, its columns must equal what the Python path reads
 with it turned off (the quick cut, or the whole array where the cut declines); where it declines the
@@ -17,7 +17,7 @@ from conftest import trace_path
 
 from profuse.trace import memory as trace_memory
 
-pytestmark = pytest.mark.skipif(trace_memory._memscan is None, reason="the compiled reader is not built")
+pytestmark = pytest.mark.skipif(trace_memory._accel is None, reason="the compiled reader is not built")
 
 FIELDS = ("ts", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device")
 MEMORY_TRACES = ["h100_bert_small", "h100_vit_falconsai", "mi300_bert_small", "mi300_normalization_layers",
@@ -27,7 +27,7 @@ MEMORY_TRACES = ["h100_bert_small", "h100_vit_falconsai", "mi300_bert_small", "m
 def _python(data: bytes, monkeypatch: pytest.MonkeyPatch) -> trace_memory.MemoryEvents | None:
     """The Python path's reading (None where it refuses the bytes: not a document a load gets this far with)."""
     with monkeypatch.context() as m:
-        m.setattr(trace_memory, "_memscan", None)
+        m.setattr(trace_memory, "_accel", None)
         try:
             return trace_memory.read_memory_events(data)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, OverflowError, RecursionError):
@@ -130,3 +130,34 @@ def test_frees_matched_as_a_walk_in_time_order_matches_them() -> None:
                 want_alloc[i], want_free[j] = j, i
         alloc, free = trace_memory.match_frees(nbytes, addr, dtype, device)
         assert alloc.tolist() == want_alloc and free.tolist() == want_free
+
+
+def test_nearest_ancestor_compiled_matches_the_numpy_walk() -> None:
+    from profuse.trace import correlate
+    # GIVEN random forests (parents before or after their children in the arrays) and random accepted events
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(0, 300))
+        order = rng.permutation(n)  # event order[k]'s parent is an earlier one in this order, or none
+        parent = np.full(n, -1, dtype=np.int64)
+        for k in range(1, n):
+            if rng.random() < 0.85:
+                parent[order[k]] = order[rng.integers(max(0, k - 8), k)]
+        accept = rng.random(n) < rng.choice([0.0, 0.1, 0.5, 1.0])
+        for include_self in (True, False):
+            # WHEN both find each event's nearest accepted ancestor THEN they agree
+            got = correlate.nearest_ancestor(parent, accept, include_self)
+            want = correlate.nearest_ancestor_numpy(parent, accept, include_self)
+            assert got.tolist() == want.tolist()
+
+
+def test_ancestors_refuses_a_cycle_and_a_parent_out_of_range() -> None:
+    from profuse.trace import compiled
+    out = np.empty(3, dtype=np.int64)
+    no = np.zeros(3, dtype=bool)
+    with pytest.raises(ValueError, match="cycle"):
+        compiled.accel.ancestors(np.array([1, 2, 0], dtype=np.int64), no, out)
+    with pytest.raises(ValueError, match="out of range"):
+        compiled.accel.ancestors(np.array([-1, 7, 0], dtype=np.int64), no, out)
+    with pytest.raises(ValueError, match="length"):
+        compiled.accel.ancestors(np.array([-1, 0], dtype=np.int64), no, out)

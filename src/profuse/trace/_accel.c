@@ -1,5 +1,8 @@
-/* torch.profiler's [memory] instant events read straight into columns: the compiled twin of
- * trace/memory.py's quick path (_cut + _typed).
+/* Compiled parts of the load after the scan (loaded by trace/compiled.py; each has a numpy or
+ * Python twin that runs where this extension is not built, and tests compare the two).
+ *
+ * memory_events(buffer): torch.profiler's [memory] instant events read straight into columns, the
+ * compiled twin of trace/memory.py's quick path (_cut + _typed).
  *
  * Like _scan.c it is an accelerator, not a second decoder: memory_events(buffer) answers None on
  * anything the quick Python path might not read exactly so, and the caller then runs that path,
@@ -417,15 +420,71 @@ static PyObject *memory_events(PyObject *self, PyObject *arg) {
     return out;
 }
 
+/* ---- ancestors ------------------------------------------------------------------------------ */
+
+/* ancestors(parent, accept, out): out[i] = the nearest of i and its ancestors (by parent, -1 ends) for
+ * which accept holds, else -1 (correlate.nearest_ancestor with include_self). Each chain is walked
+ * once: a walk stops at the first event already answered and writes its answer back along the path.
+ * parent: int64, accept: bool (one byte each), out: int64, all of one length, C-contiguous. */
+static PyObject *ancestors(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer pb, ab, ob;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &pb, &ab, &ob)) return NULL;
+    PyObject *ret = NULL;
+    size_t n = (size_t)pb.len / sizeof(int64_t);
+    if ((size_t)pb.len != n * sizeof(int64_t) || (size_t)ab.len != n || (size_t)ob.len != n * sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "ancestors: parent, accept and out differ in length");
+        goto done;
+    }
+    const int64_t *parent = pb.buf;
+    const unsigned char *accept = ab.buf;
+    int64_t *out = ob.buf;
+    const int64_t UNKNOWN = -2;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < n; i++) out[i] = UNKNOWN;
+    for (size_t i = 0; i < n && !bad; i++) {
+        if (out[i] != UNKNOWN) continue;
+        int64_t j = (int64_t)i, answer = -1;
+        size_t steps = 0;
+        for (;;) {  /* find the answer: an accepted event, one answered already, or the root's end */
+            if (j < 0) { answer = -1; break; }
+            if (out[j] != UNKNOWN) { answer = out[j]; break; }
+            if (accept[j]) { answer = j; break; }
+            int64_t p = parent[j];
+            if (p < -1 || p >= (int64_t)n || ++steps > n) { bad = 1; break; }
+            j = p;
+        }
+        if (bad) break;
+        for (int64_t k = (int64_t)i; k >= 0 && out[k] == UNKNOWN; k = parent[k]) {
+            out[k] = answer;  /* every event on the path up to the answer's has that answer */
+            if (k == answer) break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "ancestors: a parent is out of range or the parents form a cycle");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&pb);
+    PyBuffer_Release(&ab);
+    PyBuffer_Release(&ob);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
+    {"ancestors", ancestors, METH_VARARGS,
+     "ancestors(parent, accept, out): the nearest accepted event among each event and its ancestors."},
     {"memory_events", memory_events, METH_O,
      "memory_events(buffer) -> dict of columns, or None where trace/memory.py's Python path must read them."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_memscan", "[memory] events read into columns (see trace/_memscan.c).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_accel", "Compiled parts of the load after the scan (see trace/_accel.c).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__memscan(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__accel(void) { return PyModule_Create(&module); }
