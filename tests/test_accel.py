@@ -161,3 +161,29 @@ def test_ancestors_refuses_a_cycle_and_a_parent_out_of_range() -> None:
         compiled.accel.ancestors(np.array([-1, 7, 0], dtype=np.int64), no, out)
     with pytest.raises(ValueError, match="length"):
         compiled.accel.ancestors(np.array([-1, 0], dtype=np.int64), no, out)
+
+
+@pytest.mark.parametrize("name", ["a100_nccl_rank0_of2", "mi300_sglang_decode_cudagraph"])
+def test_flow_ids_are_written_as_the_trace_writes_them(name: str) -> None:
+    import profuse
+    # GIVEN a real trace with flow events (integer ids)
+    path = trace_path(f"{name}.json.gz")
+    doc = json.loads(gzip.open(path).read())
+    want = sorted(str(e["id"]) for e in doc["traceEvents"]
+                  if e.get("ph") in ("s", "f", "t") and e.get("id") is not None and e.get("ts") is not None)
+    assert len(want) > 100
+    # WHEN profuse loads it THEN the flows table holds each id as the trace writes it
+    with profuse.load(path) as trace:
+        got = sorted(r[0] for r in trace.con.execute("SELECT id FROM flows").fetchall())
+    assert got == want
+
+
+def test_flow_codes_take_numbers_only_when_every_id_is_one_written_plainly() -> None:
+    from profuse.trace._prepare import flow_codes
+    # GIVEN plain decimal ids THEN they are coded as numbers: one code per distinct id
+    codes, distinct = flow_codes(["7", "12", "7", "0", "999999999999999999"])
+    assert distinct.dtype == np.int64 and distinct[codes].tolist() == [7, 12, 7, 0, 999999999999999999]
+    # GIVEN ids that int() reads but that are not written plainly THEN they stay text, as written
+    for odd in ("+1", " 1", "01", "1_0", "-3", "٣", "", "x", "99999999999999999999"):
+        codes, distinct = flow_codes(["5", odd, "5"])
+        assert distinct.dtype == object and distinct[codes].tolist() == ["5", odd, "5"], odd

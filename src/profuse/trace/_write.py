@@ -122,9 +122,11 @@ def _write_flows(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
     flows = prepared.events.flows
     if not flows.ids.size:
         return
+    numeric = flows.id_text.dtype != object  # plain decimal ids (see _prepare.flow_codes): text made by DuckDB
     con.register("_flows", {"id": flows.id_text[flows.ids], "cat": prepared.flow_cat, "ph": flows.ph,
                             "ts": flows.ts, "thread": flows.thread.astype(np.int32)})
-    con.execute("INSERT INTO flows SELECT id, list_extract($cats::VARCHAR[], cat + 1), "
+    con.execute(f"INSERT INTO flows SELECT {'CAST(id AS VARCHAR)' if numeric else 'id'}, "
+                "list_extract($cats::VARCHAR[], cat + 1), "
                 "list_extract($phases::VARCHAR[], ph + 1), ts, thread FROM _flows",
                 {"cats": prepared.flow_cat_text, "phases": list(FLOW_PHASES)})
     con.unregister("_flows")
