@@ -118,13 +118,17 @@ def number_threads(cols: Columns) -> Threads:
                    instants=number[n + n_flows:])
 
 
+_SHIFT_BITS = THREAD_SHIFT.bit_length() - 1
+assert 1 << _SHIFT_BITS == THREAD_SHIFT
+
+
 def _distinct(keys: np.ndarray, pids: int, tids: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` for thread keys (pid code * THREAD_SHIFT + tid code),
     without a sort when the pid x tid grid is small: a table over it marks the keys present."""
     if not len(keys) or pids * tids > 1 << 22:
         uniq, inverse = np.unique(keys, return_inverse=True)
         return uniq, inverse.reshape(-1)
-    cell = (keys // THREAD_SHIFT) * tids + keys % THREAD_SHIFT
+    cell = (keys >> _SHIFT_BITS) * tids + (keys & (THREAD_SHIFT - 1))  # keys are >= 0: // and % by bits
     present = np.zeros(pids * tids, dtype=bool)
     present[cell] = True
     cells = np.flatnonzero(present)
