@@ -393,8 +393,8 @@ def _steps(events: EventColumns, names: np.ndarray, ts: np.ndarray) -> np.ndarra
     """The ``ProfilerStep#N`` annotation running at each time (events.id), or -1."""
     out = np.full(len(ts), NONE, dtype=np.int64)
     ann = np.flatnonzero(np.isin(events.kind, kind_codes("annotation")))
-    steps = np.array([i for i in ann.tolist() if str(names[events.name[i]]).startswith("ProfilerStep#")],
-                     dtype=np.int64)
+    is_step = np.array([str(s).startswith("ProfilerStep#") for s in names] or [False])  # per distinct name
+    steps = ann[is_step[events.name[ann]]].astype(np.int64)
     if not steps.size:
         return out
     steps = steps[np.argsort(events.ts[steps], kind="stable")]
