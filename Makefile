@@ -56,10 +56,11 @@ sanitize: venv
 	PROFUSE_SCAN_LDFLAGS="-fsanitize=address,undefined" \
 	$(BIN)/python setup.py -q build_ext --build-lib "$$tmp/lib" --build-temp "$$tmp/tmp" >/dev/null; \
 	lib=$$(ls "$$tmp"/lib/profuse/trace/_scan*); ldd "$$lib" | grep -E 'lib(a|ub)san' ; \
-	PROFUSE_SCAN_LIB="$$lib" PROFUSE_FUZZ_PER_TRACE=$${FUZZ:-12} PROFUSE_SCAN_FUZZ=$${SCAN_FUZZ:-2000} ASAN_OPTIONS=detect_leaks=0 \
+	accel_lib=$$(ls "$$tmp"/lib/profuse/trace/_accel*); ldd "$$accel_lib" | grep -E 'lib(a|ub)san' ; \
+	PROFUSE_SCAN_LIB="$$lib" PROFUSE_ACCEL_LIB="$$accel_lib" PROFUSE_FUZZ_PER_TRACE=$${FUZZ:-12} PROFUSE_SCAN_FUZZ=$${SCAN_FUZZ:-2000} ASAN_OPTIONS=detect_leaks=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	$(BIN)/python -m pytest -q -p no:logging -p no:cacheprovider tests/test_scanner.py tests/test_correlate_rules.py
+	$(BIN)/python -m pytest -q -p no:logging -p no:cacheprovider tests/test_scanner.py tests/test_correlate_rules.py tests/test_accel.py
 
 # Every row of the speed table (issue 23) with its target, against HTA and the scanner floor measured in
 # the same run; BENCH="--quick" skips the 1 GB inputs. Reports, never fails on a figure.

@@ -39,6 +39,8 @@ LDFLAGS = os.environ.get("PROFUSE_SCAN_LDFLAGS", "").split()
 
 setup(
     ext_modules=[Extension("profuse.trace._scan", ["src/profuse/trace/_scan.c"], extra_compile_args=extra,
+                           extra_link_args=LDFLAGS),
+                 Extension("profuse.trace._accel", ["src/profuse/trace/_accel.c"], extra_compile_args=extra,
                            extra_link_args=LDFLAGS)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -27,6 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _rows import Row, write_rows  # noqa: E402
+
 REPO = HERE.parent
 SHARED = REPO.parent / "shared" / "traces"
 SRC = SHARED / "v100_rank1_of2_216k_events.json.gz"
@@ -301,6 +304,35 @@ def show(name: str, path: Path, rows: dict[str, dict], targets: list[tuple[str, 
             check("1 GB cold peak RSS <= 3x raw", rss <= 3 * mb * 1e6, f"{rss / (mb * 1e6):.2f}x")
 
 
+def load_rows(name: str, path: Path, rows: dict[str, dict]) -> list[Row]:
+    """Issue 23's rows for the cold load of one input (``make bench``): MB/s, x HTA, peak RSS, and the
+    1 GB time, each against what the same run measured beside it."""
+    mb = path.stat().st_size / 1e6
+    cold, scan = rows.get("profuse cold load", {}), rows.get("scanner alone (read+scan)", {})
+    hta, base = rows.get("HTA TraceAnalysis", {}), rows.get("baseline (imports)", {})
+    c, sc, h = cold.get("seconds"), scan.get("seconds"), hta.get("seconds")
+    scan_fig = f"scanner alone {sc:.3f} s = {mb / sc:.0f} MB/s" if sc else "scanner alone not measured"
+    if not c:
+        why = cold.get("error", "not measured")
+        return [Row(f"cold load, {name}", why, ">= 200 MB/s", None, scan_fig)]
+    out = [Row(f"cold load, {name} ({mb:,.0f} MB)", f"{c:.3f} s = {mb / c:.0f} MB/s", ">= 200 MB/s", mb / c >= 200,
+               scan_fig),
+           Row(f"cold load vs HTA, {name}", f"{h / c:.1f}x" if h else hta.get("error", "HTA not measured"),
+               ">= 10x HTA", h / c >= 10 if h else None, f"HTA TraceAnalysis {h:.2f} s" if h else ""),
+           Row(f"cold load vs scanner alone, {name}", f"{c / sc:.2f}x" if sc else "-", "<= 1.3x",
+               c / sc <= 1.3 if sc else None, scan_fig)]
+    rss = cold.get("peak_rss")
+    if rss:
+        allowed = 3 * mb * 1e6 + 100e6
+        out.append(Row(f"cold load peak RSS, {name}", f"{rss / 1e6:.0f} MB ({rss / (mb * 1e6):.2f}x raw)",
+                       "<= 3x raw + 100 MB", rss <= allowed,
+                       f"allowed {allowed / 1e6:.0f} MB; interpreter with imports {base.get('peak_rss', 0) / 1e6:.0f} MB"))
+    if mb > 500:
+        out.append(Row(f"1 GB cold load, {name}", f"{c:.2f} s for {mb:,.0f} MB", "1 GB <= 5 s", c <= 5 * mb / 1000,
+                       scan_fig))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3, help="runs per measurement; the fastest counts (default 3)")
@@ -311,6 +343,7 @@ def main() -> int:
     ap.add_argument("--no-big", action="store_true")
     ap.add_argument("--only", choices=sorted(INPUTS), action="append", help="measure only these shared traces")
     ap.add_argument("--json", help="also write the raw measurements here")
+    ap.add_argument("--rows", help="write issue 23's load rows here (benchmarks/_rows.py) for make bench")
     args = ap.parse_args()
     if not SRC.exists():
         print(f"missing {SRC}", file=sys.stderr)
@@ -322,6 +355,7 @@ def main() -> int:
         print("HTA could not be installed: its rows are missing from this run", file=sys.stderr)
     results: dict[str, dict] = {}
     targets: list[tuple[str, bool | None, str]] = []
+    load_rows_out: list[Row] = []
     help_run = process([str(PROFUSE_BIN), "--help"], reps=max(args.reps, 3))
     bare = process([sys.executable, "-c", "pass"], reps=max(args.reps, 3))
     print(f"profuse --help (process): {help_run.get('seconds', float('nan')):.3f} s; bare interpreter "
@@ -332,11 +366,14 @@ def main() -> int:
         path = shared_trace(key)
         results[key] = measure(path, hta_py, args.reps, args.reps)
         show(key, path, results[key], targets)
+        load_rows_out.extend(load_rows(key, path, results[key]))
     if not args.no_big:
         big = big_trace(args.big_gb)
         results["synthetic_big"] = measure(big, hta_py, args.big_reps, args.big_hta_reps)
         show(f"synthetic >= {args.big_gb:g} GB", big, results["synthetic_big"], targets)
+        load_rows_out.extend(load_rows(f"synthetic {args.big_gb:g} GB", big, results["synthetic_big"]))
     finish(targets, results, args.json)
+    write_rows(load_rows_out, args.rows)
     return 0
 
 

@@ -54,8 +54,8 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
     ts, dur, flow_ts = cols.take("ts"), cols.take("dur"), cols.take("flow_ts")
     inst_ts = cols.take("inst_ts")
     check_times(path, base_ns, ts, dur, flow_ts, inst_ts)
-    flow_ids, flow_text = factorize(cols.flow_ids)
-    flows = Flows(ids=flow_ids, id_text=np.array(flow_text, dtype=object),
+    flow_ids, flow_text = flow_codes(cols.flow_ids)
+    flows = Flows(ids=flow_ids, id_text=flow_text,
                   ph=cols.take("flow_ph").astype(np.int8),
                   ts=flow_ts + base_ns, thread=threads.flows)
     pids = [k[0] for k in threads.keys] or [""]
@@ -79,6 +79,30 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
                     flow_cat_text=flow_cat_text, instants=instants, unnamed=unnamed)
 
 
+_POW10 = np.array([10**k for k in range(1, 19)], dtype=np.int64)
+
+
+def flow_codes(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """A code per flow event (int32, one per distinct id) and the distinct ids: as int64 when every id
+    is a decimal number written plainly (what the trace's integer ids become), so they are sorted and
+    written as numbers, not a million strings; else as strings (object), in order of first appearance.
+    """
+    if ids:
+        try:
+            values = np.fromiter(map(int, ids), dtype=np.int64, count=len(ids))
+        except (ValueError, OverflowError):
+            values = None
+        # int() also reads " 1", "+1", "01", "1_0" and other scripts' digits: a plain number is ASCII
+        # and exactly as long as its digits (negative ids keep the strings)
+        if values is not None and int(values.min()) >= 0 and "".join(ids).isascii():
+            digits = np.searchsorted(_POW10, values, side="right") + 1
+            if np.array_equal(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)), digits):
+                distinct, codes = np.unique(values, return_inverse=True)
+                return codes.reshape(-1).astype(np.int32), distinct
+    codes, text = factorize(ids)
+    return codes, np.array(text, dtype=object)
+
+
 def number_threads(cols: Columns) -> Threads:
     """Number every (pid, tid) seen on complete events, flows and instants densely, in (pid, tid) order."""
     keys, flow_keys, inst_keys = (cols.take(k) for k in ("thread_key", "flow_thread_key", "inst_thread_key"))
@@ -94,13 +118,17 @@ def number_threads(cols: Columns) -> Threads:
                    instants=number[n + n_flows:])
 
 
+_SHIFT_BITS = THREAD_SHIFT.bit_length() - 1
+assert 1 << _SHIFT_BITS == THREAD_SHIFT
+
+
 def _distinct(keys: np.ndarray, pids: int, tids: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` for thread keys (pid code * THREAD_SHIFT + tid code),
     without a sort when the pid x tid grid is small: a table over it marks the keys present."""
     if not len(keys) or pids * tids > 1 << 22:
         uniq, inverse = np.unique(keys, return_inverse=True)
         return uniq, inverse.reshape(-1)
-    cell = (keys // THREAD_SHIFT) * tids + keys % THREAD_SHIFT
+    cell = (keys >> _SHIFT_BITS) * tids + (keys & (THREAD_SHIFT - 1))  # keys are >= 0: // and % by bits
     present = np.zeros(pids * tids, dtype=bool)
     present[cell] = True
     cells = np.flatnonzero(present)

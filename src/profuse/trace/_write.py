@@ -19,7 +19,11 @@ from .correlate import device_threads, module_scopes
 from .event_columns import WRITE_RULES, EventColumns, EventStrings, insert_sql
 from .schema import KIND_CODE
 
-INSERT_BATCH = 1 << 20
+# Rows per insert. Each insert and each checkpoint between them has a cost that grows with the table
+# (2.4 M rows: 1.6 s CPU in 1 M-row batches and their checkpoints, 1.2 s at once), so a trace of up
+# to about 1.5 GB goes in at once and is compressed by the cache write; beyond that the batches keep
+# DuckDB's uncompressed copy to 4 M rows (about 1 GB) beside ours.
+INSERT_BATCH = 1 << 22
 # Longer string lists go in as strings: DuckDB's lookup in a list bound as a parameter slows with the
 # list's length (120k rows of kernel-like names: 29 ms through 100 names, 190 ms through 50,000; as
 # strings 14-18 ms either way); through a handful of values (kinds, links) the lookup is the cheaper.
@@ -97,6 +101,8 @@ def _write_instants(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
     exprs = []
     for col, codes, values in (("name", inst["name"], strings.names), ("cat", inst["cat"], strings.cats),
                                ("pid", inst["thread"], strings.pids), ("tid", inst["thread"], strings.tids)):
+        if len(values) > LOOKUP_MAX:  # a long list, of which the instants may use a handful
+            codes, values = used_values(codes, values)
         if len(values) <= LOOKUP_MAX:
             frame[col], params[col] = codes, values
             exprs.append(f"list_extract(${col}::VARCHAR[], {col} + 1)")
@@ -108,15 +114,23 @@ def _write_instants(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
     con.unregister("_inst")
 
 
+def used_values(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Codes into ``values`` -> codes into the values they use, and those values (in code order)."""
+    used, local = np.unique(codes, return_inverse=True)
+    return local.reshape(-1), [values[i] for i in used.tolist()]
+
+
 def _write_flows(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
     """Flow events; category and phase go in as codes into short lists (ids are too many for a list:
     looking them up was measured 4x slower than handing DuckDB the strings)."""
     flows = prepared.events.flows
     if not flows.ids.size:
         return
+    numeric = flows.id_text.dtype != object  # plain decimal ids (see _prepare.flow_codes): text made by DuckDB
     con.register("_flows", {"id": flows.id_text[flows.ids], "cat": prepared.flow_cat, "ph": flows.ph,
                             "ts": flows.ts, "thread": flows.thread.astype(np.int32)})
-    con.execute("INSERT INTO flows SELECT id, list_extract($cats::VARCHAR[], cat + 1), "
+    con.execute(f"INSERT INTO flows SELECT {'CAST(id AS VARCHAR)' if numeric else 'id'}, "
+                "list_extract($cats::VARCHAR[], cat + 1), "
                 "list_extract($phases::VARCHAR[], ph + 1), ts, thread FROM _flows",
                 {"cats": prepared.flow_cat_text, "phases": list(FLOW_PHASES)})
     con.unregister("_flows")

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _native
+from . import _native, compiled
 from .event_columns import NONE, DecodedEvents, EventColumns, Flows
 from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, GRAPH_LAUNCHES, KIND_CODE, TABLE_KINDS, kind_codes
 
 __all__ = ["LINK_HOW", "NONE", "UNLINKED", "Attribution", "Flows", "Links", "attribute", "correlate",
            "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nesting", "unmatched_flows"]
 
+_accel = compiled.accel  # tests turn it off here
 MODULE_PREFIX = "nn.Module: "
 OVERHANG_NS = 1000  # a call may end this much after its parent (µs rounding) and still be its child
 
@@ -191,7 +192,23 @@ def _stack_nesting(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def nearest_ancestor(parent: np.ndarray, accept: np.ndarray, include_self: bool) -> np.ndarray:
-    """For each event, the closest ancestor (or itself) for which ``accept`` holds, else -1."""
+    """For each event, the closest ancestor (or itself) for which ``accept`` holds, else -1.
+
+    The compiled extension walks each chain once (trace/_accel.c, ancestors); without it, a
+    vectorised walk of every event one level per step (:func:`nearest_ancestor_numpy`).
+    """
+    if not compiled.enabled() or _accel is None:
+        return nearest_ancestor_numpy(parent, accept, include_self)
+    parent = np.ascontiguousarray(parent, dtype=np.int64)
+    held = np.empty(len(parent), dtype=np.int64)  # the nearest accepted event of each and its ancestors
+    _accel.ancestors(parent, np.ascontiguousarray(accept, dtype=bool), held)
+    if include_self:
+        return held
+    return np.where(parent >= 0, held[np.maximum(parent, 0)], NONE)
+
+
+def nearest_ancestor_numpy(parent: np.ndarray, accept: np.ndarray, include_self: bool) -> np.ndarray:
+    """:func:`nearest_ancestor` by numpy alone: every event walks up one level per step."""
     n = len(parent)
     cur = np.arange(n) if include_self else parent.copy()
     out = np.full(n, NONE, dtype=np.int64)

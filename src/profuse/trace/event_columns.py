@@ -22,7 +22,7 @@ class Flows:
     """Flow events (``s``/``f``/``t``), in file order."""
 
     ids: np.ndarray      # int32: code of the flow's id (events of one flow share it) into ``id_text``
-    id_text: np.ndarray  # object: each distinct flow id as text
+    id_text: np.ndarray  # each distinct flow id: int64 when all are plain decimal numbers, else text (object)
     ph: np.ndarray       # int8: 0 start, 1 finish, 2 step (index into _build.FLOW_PHASES)
     ts: np.ndarray       # int64 ns
     thread: np.ndarray   # int64 thread number

@@ -22,7 +22,8 @@ import duckdb
 import msgspec
 import numpy as np
 
-from ._columns import _PRECISE_ABOVE_US, _ns, thread_key
+from . import compiled
+from ._columns import _PRECISE_ABOVE_US, _ns, factorize, thread_key
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns
 from .schema import HOST_KINDS, TABLE_KINDS, kind_codes
@@ -54,7 +55,8 @@ class MemoryEvents:
     """The memory events of a trace as read, in file order (ns times before baseTimeNanoseconds)."""
 
     ts: np.ndarray          # int64 ns (exact from the text)
-    pid_tid: list[tuple[str, str]]
+    thread: np.ndarray      # int32 code of each event's (pid, tid) into ``threads``
+    threads: list[tuple[str, str]]  # the distinct (pid, tid) as text, as thread_key writes them
     bytes: np.ndarray       # int64, > 0 allocation, < 0 free
     addr: np.ndarray        # int64
     total_allocated: np.ndarray
@@ -65,6 +67,19 @@ class MemoryEvents:
 
     def __len__(self) -> int:
         return len(self.ts)
+
+    @property
+    def pid_tid(self) -> list[tuple[str, str]]:
+        """Each event's (pid, tid) as text."""
+        return [self.threads[c] for c in self.thread.tolist()]
+
+
+_accel = compiled.accel  # tests turn it off here
+
+
+def _events(ts: np.ndarray, pid_tid: list[tuple[str, str]], **cols: Any) -> MemoryEvents:
+    thread, threads = factorize(pid_tid)
+    return MemoryEvents(ts=ts, thread=thread, threads=threads, **cols)
 
 
 def has_memory_events(names: dict[Any, int]) -> bool:
@@ -120,6 +135,9 @@ def read_memory_events(events: memoryview | bytes | bytearray,
     splits or copies the document: a copy of a 1 GB trace was a third of the load's memory).
     """
     data = events if isinstance(events, (bytes, bytearray)) else bytes(events)
+    compiled = _compiled(data)
+    if compiled is not None:
+        return compiled
     pieces = _cut(data)
     typed = _typed(pieces) if pieces else None
     if typed is not None:
@@ -139,9 +157,28 @@ def read_memory_events(events: memoryview | bytes | bytearray,
             rows.append(row)
     cols = list(zip(*rows)) if rows else [()] * 9
     ints = [np.array(c, dtype=np.int64) for c in cols]
-    return MemoryEvents(ts=ints[0], pid_tid=list(zip(cols[1], cols[2])), bytes=ints[3], addr=ints[4],
-                        total_allocated=ints[5], total_reserved=ints[6], device_type=ints[7], device=ints[8],
-                        skipped=skipped)
+    return _events(ints[0], list(zip(cols[1], cols[2])), bytes=ints[3], addr=ints[4],
+                   total_allocated=ints[5], total_reserved=ints[6], device_type=ints[7], device=ints[8],
+                   skipped=skipped)
+
+
+def _compiled(data: bytes | bytearray) -> MemoryEvents | None:
+    """What :func:`_typed` reads from ``_cut``'s pieces, read by trace/_accel.c in one pass; None where
+    it declines (anything unusual: see the top of _accel.c), none is found, or it is not built or
+    turned off (``PROFUSE_SCANNER=0`` turns off both compiled readers)."""
+    if _accel is None or not compiled.enabled():
+        return None
+    r = _accel.memory_events(data)
+    if r is None or not r["ts_us"]:
+        return None
+    us, exact = np.frombuffer(r["ts_us"], dtype=np.float64), np.frombuffer(r["ts_ns"], dtype=np.int64)
+    # _ns_column's rule: the doubles where they hold whole ns, else every time from the text
+    precise = bool(np.any((np.abs(us) >= _PRECISE_ABOVE_US) & (us % 1 != 0)))
+    ts = exact.copy() if precise else _ns(us)
+    ints = {k: np.frombuffer(r[k], dtype=np.int64).copy() for k in ("bytes", "addr", "total_allocated",
+                                                                    "total_reserved", "device_type", "device")}
+    return MemoryEvents(ts=ts, thread=np.frombuffer(r["thread"], dtype=np.int32).copy(), threads=r["threads"],
+                        skipped=0, **ints)
 
 
 def _fast(data: bytes) -> list[_MemEv] | None:
@@ -167,9 +204,9 @@ def _typed(pieces: list[bytes]) -> MemoryEvents | None:
         cols = [np.array([getattr(e.args, f) for e in evs], dtype=np.int64) for f in _Args.__struct_fields__]
     except OverflowError:
         return None
-    return MemoryEvents(ts=ts, pid_tid=[thread_key(e.pid, e.tid) for e in evs],
-                        bytes=cols[0], addr=cols[1], total_allocated=cols[2], total_reserved=cols[3],
-                        device_type=cols[4], device=cols[5], skipped=0)
+    return _events(ts, [thread_key(e.pid, e.tid) for e in evs],
+                   bytes=cols[0], addr=cols[1], total_allocated=cols[2], total_reserved=cols[3],
+                   device_type=cols[4], device=cols[5], skipped=0)
 
 
 def _ns_column(raws: list[msgspec.Raw]) -> np.ndarray | None:
@@ -217,7 +254,7 @@ def _decode_pieces(pieces: list[bytes]) -> list[_MemEv] | None:
     return out if len(out) == len(pieces) and all(e.name == MEMORY_EVENT for e in out) else None
 
 
-def _before(data: bytes | bytearray, start: int) -> bytes:
+def _before(data: bytes | bytearray, start: int) -> bytes | bytearray:
     """The array separator before an object at ``start`` and the object's brace: ``,{`` or ``[ {``."""
     i = start - 1
     while i >= 0 and data[i] in b" \t\r\n":
@@ -298,7 +335,8 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     order = np.lexsort((np.arange(len(ts)), ts))  # time order, file order among equal times
     ts = ts[order]
     number = {k: i for i, k in enumerate(thread_keys)}
-    thread = np.array([number.get(mem.pid_tid[i], NONE) for i in order.tolist()], dtype=np.int64)
+    per_code = np.array([number.get(k, NONE) for k in mem.threads] or [NONE], dtype=np.int64)
+    thread = per_code[mem.thread[order]]
     nbytes, addr = mem.bytes[order], mem.addr[order]
     dtype, device = mem.device_type[order], mem.device[order]
     holder = _holders(events, ts, thread)
@@ -308,16 +346,19 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     op[has], module[has] = events.op[holder[has]], events.module[holder[has]]
     step = _steps(events, names, ts)
     alloc, free = match_frees(nbytes, addr, dtype, device)
-    labels = np.array([DEVICE_TYPES.get(int(d), f"type {int(d)}") for d in dtype], dtype=object)
+    types, type_code = np.unique(dtype, return_inverse=True)  # a handful: looked up by DuckDB in a list
+    labels = [DEVICE_TYPES.get(d, f"type {d}") for d in types.tolist()]
     con.register("_mem", {
-        "id": np.arange(len(ts), dtype=np.int64), "device_type": labels, "device": device, "ts": ts,
+        "id": np.arange(len(ts), dtype=np.int64), "type_code": type_code.reshape(-1), "device": device, "ts": ts,
         "bytes": nbytes, "addr": addr, "total_allocated": mem.total_allocated[order],
         "total_reserved": mem.total_reserved[order], "thread": thread, "op": op, "module": module, "step": step,
         "alloc": alloc, "free": free})
     con.execute("""INSERT INTO memory SELECT id, device_type, CASE WHEN device_type = 'CPU' THEN NULL ELSE device END,
                    ts, bytes, addr, total_allocated, total_reserved, NULLIF(thread, -1), NULLIF(op, -1),
                    NULLIF(module, -1), NULLIF(step, -1), NULLIF(alloc, -1), NULLIF(free, -1),
-                   bytes < 0 AND alloc = -1 FROM _mem""")
+                   bytes < 0 AND alloc = -1
+                   FROM (SELECT *, list_extract($labels::VARCHAR[], type_code + 1) AS device_type FROM _mem)""",
+                {"labels": labels})
     con.unregister("_mem")
     _write_op_memory(con, events, ts, nbytes, dtype)
 
@@ -352,8 +393,8 @@ def _steps(events: EventColumns, names: np.ndarray, ts: np.ndarray) -> np.ndarra
     """The ``ProfilerStep#N`` annotation running at each time (events.id), or -1."""
     out = np.full(len(ts), NONE, dtype=np.int64)
     ann = np.flatnonzero(np.isin(events.kind, kind_codes("annotation")))
-    steps = np.array([i for i in ann.tolist() if str(names[events.name[i]]).startswith("ProfilerStep#")],
-                     dtype=np.int64)
+    is_step = np.array([str(s).startswith("ProfilerStep#") for s in names] or [False])  # per distinct name
+    steps = ann[is_step[events.name[ann]]].astype(np.int64)
     if not steps.size:
         return out
     steps = steps[np.argsort(events.ts[steps], kind="stable")]
@@ -370,15 +411,17 @@ def match_frees(nbytes: np.ndarray, addr: np.ndarray, dtype: np.ndarray,
     by address per device, in time order."""
     n = len(nbytes)
     alloc, free = np.full(n, NONE, dtype=np.int64), np.full(n, NONE, dtype=np.int64)
-    open_: dict[tuple[int, int, int], int] = {}
-    for i, (b, a, t, d) in enumerate(zip(nbytes.tolist(), addr.tolist(), dtype.tolist(), device.tolist())):
-        key = (t, d, a)
-        if b > 0:
-            open_[key] = i
-        elif b < 0:
-            j = open_.pop(key, NONE)
-            if j >= 0:
-                alloc[i], free[j] = j, i
+    # Walking the events in time order with the open allocation of each (type, device, address): an
+    # allocation opens it (one still open there is left unfreed), a free closes the open one. So a free
+    # frees exactly the event before it at its address, when that is an allocation: found per address
+    # after a stable sort, at once (events of 0 bytes neither open nor close).
+    rows = np.flatnonzero(nbytes != 0)
+    rows = rows[np.lexsort((rows, addr[rows], device[rows], dtype[rows]))]
+    same = ((dtype[rows[1:]] == dtype[rows[:-1]]) & (device[rows[1:]] == device[rows[:-1]])
+            & (addr[rows[1:]] == addr[rows[:-1]]))
+    pair = same & (nbytes[rows[1:]] < 0) & (nbytes[rows[:-1]] > 0)
+    frees, allocs = rows[1:][pair], rows[:-1][pair]
+    alloc[frees], free[allocs] = allocs, frees
     return alloc, free
 
 

@@ -1,0 +1,490 @@
+/* Compiled parts of the load after the scan (loaded by trace/compiled.py; each has a numpy or
+ * Python twin that runs where this extension is not built, and tests compare the two).
+ *
+ * memory_events(buffer): torch.profiler's [memory] instant events read straight into columns, the
+ * compiled twin of trace/memory.py's quick path (_cut + _typed).
+ *
+ * Like _scan.c it is an accelerator, not a second decoder: memory_events(buffer) answers None on
+ * anything the quick Python path might not read exactly so, and the caller then runs that path,
+ * which accepts, falls back or refuses as it always did. It answers columns only when every
+ * occurrence of the text "[memory]" (quoted) is the name of one flat event object
+ *   - found as the Python cut finds it: the last '{' before the name, no '}' between, preceded by
+ *     '[' or ',' (whitespace allowed);
+ *   - whose values are plain scalars, but for one "args" object of plain scalars, with no brace
+ *     in any string and no repeated key that is read;
+ *   - with "ph" "i" or "I", "ts" a number without exponent, pid and tid integers, plain ASCII
+ *     strings without escapes, null or absent, and the six figures (Bytes, Addr, Total Allocated,
+ *     Total Reserved, Device Type, Device Id) integers that fit in 64 bits.
+ * Each event's time comes back both as the double the text reads as (ts_us) and as exact ns from
+ * the text (ts_ns: whole µs * 1000 + the first three decimals), for memory.py's rule between them.
+ *
+ * The buffer is read without the GIL; only the C API and the C standard library are used.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_THREADS 1024
+#define N_FIGS 6
+
+typedef struct { void *data; size_t len, cap, item; } Vec;
+
+static int vec_push(Vec *v, const void *x) {
+    if (v->len == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 1024;
+        void *p = realloc(v->data, cap * v->item);
+        if (!p) return -1;
+        v->data = p;
+        v->cap = cap;
+    }
+    memcpy((char *)v->data + v->len * v->item, x, v->item);
+    v->len++;
+    return 0;
+}
+
+typedef struct { size_t start, len; } Span;          /* text of a pid or tid ("" when len 0) */
+typedef struct { Span pid, tid; } ThreadText;
+
+typedef struct {
+    const unsigned char *s;
+    size_t n;
+    Vec ts_us, ts_ns, figs[N_FIGS], thread;
+    ThreadText threads[MAX_THREADS];
+    size_t n_threads, last_thread;
+    int oom;
+} Scan;
+
+static const char *const FIG_KEYS[N_FIGS] = {"Bytes", "Addr", "Total Allocated", "Total Reserved",
+                                             "Device Type", "Device Id"};
+static const char NAME[] = "\"[memory]\"";
+
+static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static size_t skip_ws(const Scan *sc, size_t i) {
+    while (i < sc->n && is_ws(sc->s[i])) i++;
+    return i;
+}
+
+/* A string at i (its opening quote): end just past the closing quote, or 0 when it holds a brace
+ * (the Python cut would not cut such an event as one), a control byte, or runs off the end.
+ * *plain: no escape and no byte >= 0x80. */
+static size_t string_end(const Scan *sc, size_t i, int *plain) {
+    *plain = 1;
+    for (i++; i < sc->n; i++) {
+        unsigned char c = sc->s[i];
+        if (c == '"') return i + 1;
+        if (c == '{' || c == '}' || c < 0x20) return 0;
+        if (c >= 0x80) *plain = 0;
+        if (c == '\\') {
+            *plain = 0;
+            if (++i >= sc->n) return 0;
+            if (sc->s[i] == '{' || sc->s[i] == '}' || sc->s[i] < 0x20) return 0;
+        }
+    }
+    return 0;
+}
+
+/* A JSON number at i: end, or 0. *intlike: no fraction and no exponent; *expo: has an exponent. */
+static size_t number_end(const Scan *sc, size_t i, int *intlike, int *expo) {
+    size_t j = i;
+    *intlike = 1;
+    *expo = 0;
+    if (j < sc->n && sc->s[j] == '-') j++;
+    size_t d = j;
+    while (j < sc->n && sc->s[j] >= '0' && sc->s[j] <= '9') j++;
+    if (j == d) return 0;
+    if (j < sc->n && sc->s[j] == '.') {
+        *intlike = 0;
+        size_t f = ++j;
+        while (j < sc->n && sc->s[j] >= '0' && sc->s[j] <= '9') j++;
+        if (j == f) return 0;
+    }
+    if (j < sc->n && (sc->s[j] == 'e' || sc->s[j] == 'E')) {
+        *intlike = 0;
+        *expo = 1;
+        j++;
+        if (j < sc->n && (sc->s[j] == '+' || sc->s[j] == '-')) j++;
+        size_t e = j;
+        while (j < sc->n && sc->s[j] >= '0' && sc->s[j] <= '9') j++;
+        if (j == e) return 0;
+    }
+    return j;
+}
+
+/* A scalar value at i (string, number, true, false, null): end, or 0 (an array, an object, bad). */
+static size_t scalar_end(const Scan *sc, size_t i) {
+    if (i >= sc->n) return 0;
+    unsigned char c = sc->s[i];
+    int a, b;
+    if (c == '"') return string_end(sc, i, &a);
+    if (c == '-' || (c >= '0' && c <= '9')) return number_end(sc, i, &a, &b);
+    static const char *const words[3] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) {
+        size_t w = strlen(words[k]);
+        if (i + w <= sc->n && memcmp(sc->s + i, words[k], w) == 0) return i + w;
+    }
+    return 0;
+}
+
+/* A plain integer [i, end) that fits in int64 -> *out; 0 when it is not one. */
+static int parse_int(const Scan *sc, size_t i, size_t end, int64_t *out) {
+    int neg = sc->s[i] == '-';
+    size_t j = i + neg;
+    if (end - j > 19) return 0;
+    uint64_t v = 0;
+    for (; j < end; j++) {
+        unsigned d = (unsigned)(sc->s[j] - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+    }
+    if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return 0;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 1;
+}
+
+/* A key at i compared with lit. */
+static int key_is(const Scan *sc, size_t i, size_t end, const char *lit) {
+    size_t w = strlen(lit);
+    return end - i == w + 2 && memcmp(sc->s + i + 1, lit, w) == 0;
+}
+
+/* pid or tid value [i, end): an integer (not "-0", at most 18 digits), a plain string, or null. */
+static int thread_text(const Scan *sc, size_t i, size_t end, Span *out) {
+    unsigned char c = sc->s[i];
+    if (c == 'n' && end - i == 4) { out->start = i; out->len = 0; return 1; }  /* null: "" */
+    if (c == '"') {
+        int plain;
+        if (string_end(sc, i, &plain) != end || !plain) return 0;
+        out->start = i + 1;
+        out->len = end - i - 2;
+        return 1;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        int intlike, expo;
+        if (number_end(sc, i, &intlike, &expo) != end || !intlike || end - i > 18) return 0;
+        if (end - i == 2 && c == '-' && sc->s[i + 1] == '0') return 0;
+        out->start = i;
+        out->len = end - i;
+        return 1;
+    }
+    return 0;
+}
+
+static int same_span(const Scan *sc, Span a, Span b) {
+    return a.len == b.len && memcmp(sc->s + a.start, sc->s + b.start, a.len) == 0;
+}
+
+static int32_t thread_code(Scan *sc, ThreadText t) {
+    for (size_t k = 0; k < sc->n_threads; k++) {
+        size_t at = (sc->last_thread + k) % sc->n_threads;
+        if (same_span(sc, sc->threads[at].pid, t.pid) && same_span(sc, sc->threads[at].tid, t.tid)) {
+            sc->last_thread = at;
+            return (int32_t)at;
+        }
+    }
+    if (sc->n_threads == MAX_THREADS) return -1;
+    sc->threads[sc->n_threads] = t;
+    sc->last_thread = sc->n_threads;
+    return (int32_t)sc->n_threads++;
+}
+
+/* The args object at i: the six figures into figs; end past its '}', or 0. */
+static size_t read_args(const Scan *sc, size_t i, int64_t *figs) {
+    int seen[N_FIGS] = {0};
+    i = skip_ws(sc, i + 1);
+    if (i < sc->n && sc->s[i] == '}') return 0;  /* no figures */
+    for (;;) {
+        int plain;
+        if (i >= sc->n || sc->s[i] != '"') return 0;
+        size_t kend = string_end(sc, i, &plain);
+        if (!kend || !plain) return 0;
+        size_t v = skip_ws(sc, kend);
+        if (v >= sc->n || sc->s[v] != ':') return 0;
+        v = skip_ws(sc, v + 1);
+        size_t vend = scalar_end(sc, v);
+        if (!vend) return 0;
+        for (int k = 0; k < N_FIGS; k++) {
+            if (!key_is(sc, i, kend, FIG_KEYS[k])) continue;
+            int intlike, expo;
+            if (seen[k] || sc->s[v] == '"' || number_end(sc, v, &intlike, &expo) != vend || !intlike ||
+                !parse_int(sc, v, vend, &figs[k]))
+                return 0;
+            seen[k] = 1;
+        }
+        i = skip_ws(sc, vend);
+        if (i >= sc->n) return 0;
+        if (sc->s[i] == '}') break;
+        if (sc->s[i] != ',') return 0;
+        i = skip_ws(sc, i + 1);
+    }
+    for (int k = 0; k < N_FIGS; k++)
+        if (!seen[k]) return 0;
+    return i + 1;
+}
+
+/* The time [i, end) as written: exact ns from the text and the double it reads as; 0 when it has
+ * an exponent or more whole digits than 64-bit ns hold. */
+static int read_ts(const Scan *sc, size_t i, size_t end, int64_t *ns, double *us) {
+    int intlike, expo;
+    if (number_end(sc, i, &intlike, &expo) != end || expo || end - i > 60) return 0;
+    size_t j = i + (sc->s[i] == '-');
+    uint64_t whole = 0;
+    for (; j < end && sc->s[j] != '.'; j++) {
+        if (whole > 9000000000000000ULL / 10) return 0;
+        whole = whole * 10 + (uint64_t)(sc->s[j] - '0');
+    }
+    if (whole > 9000000000000000ULL) return 0;
+    uint64_t frac = 0;
+    int digits = 0;
+    if (j < end) j++;  /* the '.' */
+    for (; j < end && digits < 3; j++, digits++) frac = frac * 10 + (uint64_t)(sc->s[j] - '0');
+    for (; digits < 3; digits++) frac *= 10;
+    int64_t v = (int64_t)(whole * 1000 + frac);
+    *ns = sc->s[i] == '-' ? -v : v;
+    char buf[64];
+    memcpy(buf, sc->s + i, end - i);
+    buf[end - i] = 0;
+    *us = strtod(buf, NULL);  /* correctly rounded in glibc, as msgspec's float */
+    return 1;
+}
+
+/* The event object at start ('{') whose name is at pos: appended to the columns; end past its '}',
+ * or 0 when this event is not one the quick path reads (see the top of the file). */
+static size_t read_event(Scan *sc, size_t start, size_t pos) {
+    int64_t figs[N_FIGS], ns = 0;
+    double us = 0;
+    ThreadText t = {{0, 0}, {0, 0}};
+    int have_name = 0, have_ph = 0, have_ts = 0, have_pid = 0, have_tid = 0, have_args = 0;
+    size_t i = skip_ws(sc, start + 1);
+    for (;;) {
+        int plain;
+        if (i >= sc->n || sc->s[i] != '"') return 0;
+        size_t kend = string_end(sc, i, &plain);
+        if (!kend) return 0;
+        size_t v = skip_ws(sc, kend);
+        if (v >= sc->n || sc->s[v] != ':') return 0;
+        v = skip_ws(sc, v + 1);
+        size_t vend;
+        if (plain && key_is(sc, i, kend, "args")) {
+            if (have_args || v >= sc->n || sc->s[v] != '{') return 0;
+            vend = read_args(sc, v, figs);
+            have_args = 1;
+        } else {
+            vend = scalar_end(sc, v);
+        }
+        if (!vend) return 0;
+        if (!plain) {
+            /* an escaped key may spell a key read below: left to the Python path */
+            return 0;
+        } else if (key_is(sc, i, kend, "name")) {
+            if (have_name++ || v != pos || vend - v != sizeof NAME - 1) return 0;
+        } else if (key_is(sc, i, kend, "ph")) {
+            if (have_ph++ || vend - v != 3 || sc->s[v] != '"' || (sc->s[v + 1] != 'i' && sc->s[v + 1] != 'I'))
+                return 0;
+        } else if (key_is(sc, i, kend, "ts")) {
+            if (have_ts++ || !read_ts(sc, v, vend, &ns, &us)) return 0;
+        } else if (key_is(sc, i, kend, "pid")) {
+            if (have_pid++ || !thread_text(sc, v, vend, &t.pid)) return 0;
+        } else if (key_is(sc, i, kend, "tid")) {
+            if (have_tid++ || !thread_text(sc, v, vend, &t.tid)) return 0;
+        }
+        i = skip_ws(sc, vend);
+        if (i >= sc->n) return 0;
+        if (sc->s[i] == '}') break;
+        if (sc->s[i] != ',') return 0;
+        i = skip_ws(sc, i + 1);
+    }
+    if (!have_name || !have_ph || !have_ts || !have_args) return 0;
+    int32_t code = thread_code(sc, t);
+    if (code < 0) return 0;
+    if (vec_push(&sc->ts_us, &us) || vec_push(&sc->ts_ns, &ns) || vec_push(&sc->thread, &code)) {
+        sc->oom = 1;
+        return 0;
+    }
+    for (int k = 0; k < N_FIGS; k++)
+        if (vec_push(&sc->figs[k], &figs[k])) {
+            sc->oom = 1;
+            return 0;
+        }
+    return i + 1;
+}
+
+/* The next quoted "[memory]" from ``from``: found by its '[' (rare in a trace), portably. */
+static const unsigned char *find(const unsigned char *s, size_t n, size_t from) {
+    const size_t w = sizeof NAME - 1;
+    size_t i = from + 1;
+    while (i < n) {
+        const unsigned char *p = memchr(s + i, '[', n - i);
+        if (!p) return NULL;
+        size_t at = (size_t)(p - s) - 1;
+        if (at + w <= n && memcmp(s + at, NAME, w) == 0) return s + at;
+        i = (size_t)(p - s) + 1;
+    }
+    return NULL;
+}
+
+/* Phase 1, without the GIL: 1 when every memory event was read, 0 to decline. */
+static int scan(Scan *sc) {
+    const unsigned char *hit = find(sc->s, sc->n, 0);
+    while (hit) {
+        size_t pos = (size_t)(hit - sc->s), start = pos;
+        while (start > 0 && sc->s[start - 1] != '{') start--;
+        if (start == 0) return 0;
+        start--;
+        if (memchr(sc->s + start, '}', pos - start)) return 0;
+        size_t b = start;
+        while (b > 0 && is_ws(sc->s[b - 1])) b--;
+        if (b == 0 || (sc->s[b - 1] != '[' && sc->s[b - 1] != ',')) return 0;
+        size_t end = read_event(sc, start, pos);
+        if (!end) return 0;
+        hit = find(sc->s, sc->n, end);
+    }
+    return 1;
+}
+
+static PyObject *column(const Vec *v) {
+    return PyBytes_FromStringAndSize(v->data ? (const char *)v->data : "", (Py_ssize_t)(v->len * v->item));
+}
+
+static PyObject *text(const Scan *sc, Span span) {
+    return PyUnicode_DecodeASCII((const char *)sc->s + span.start, (Py_ssize_t)span.len, "strict");
+}
+
+static PyObject *result(const Scan *sc) {
+    PyObject *out = PyDict_New(), *threads = PyList_New((Py_ssize_t)sc->n_threads);
+    if (!out || !threads) goto fail;
+    for (size_t k = 0; k < sc->n_threads; k++) {
+        PyObject *pid = text(sc, sc->threads[k].pid), *tid = pid ? text(sc, sc->threads[k].tid) : NULL;
+        PyObject *pair = tid ? PyTuple_Pack(2, pid, tid) : NULL;
+        Py_XDECREF(pid);
+        Py_XDECREF(tid);
+        if (!pair) goto fail;
+        PyList_SET_ITEM(threads, (Py_ssize_t)k, pair);
+    }
+    static const char *const names[N_FIGS] = {"bytes", "addr", "total_allocated", "total_reserved",
+                                              "device_type", "device"};
+    struct { const char *key; const Vec *v; } cols[N_FIGS + 3] = {
+        {"ts_us", &sc->ts_us}, {"ts_ns", &sc->ts_ns}, {"thread", &sc->thread}};
+    for (int k = 0; k < N_FIGS; k++) {
+        cols[3 + k].key = names[k];
+        cols[3 + k].v = &sc->figs[k];
+    }
+    for (int k = 0; k < N_FIGS + 3; k++) {
+        PyObject *c = column(cols[k].v);
+        if (!c || PyDict_SetItemString(out, cols[k].key, c)) {
+            Py_XDECREF(c);
+            goto fail;
+        }
+        Py_DECREF(c);
+    }
+    if (PyDict_SetItemString(out, "threads", threads)) goto fail;
+    Py_DECREF(threads);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(threads);
+    return NULL;
+}
+
+static PyObject *memory_events(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE)) return NULL;
+    Scan *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+        PyBuffer_Release(&buf);
+        return PyErr_NoMemory();
+    }
+    sc->s = buf.buf;
+    sc->n = (size_t)buf.len;
+    sc->ts_us.item = sizeof(double);
+    sc->ts_ns.item = sizeof(int64_t);
+    sc->thread.item = sizeof(int32_t);
+    for (int k = 0; k < N_FIGS; k++) sc->figs[k].item = sizeof(int64_t);
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = scan(sc);
+    Py_END_ALLOW_THREADS
+    PyObject *out;
+    if (sc->oom) out = PyErr_NoMemory();
+    else if (!ok) out = Py_NewRef(Py_None);
+    else out = result(sc);
+    free(sc->ts_us.data);
+    free(sc->ts_ns.data);
+    free(sc->thread.data);
+    for (int k = 0; k < N_FIGS; k++) free(sc->figs[k].data);
+    free(sc);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+/* ---- ancestors ------------------------------------------------------------------------------ */
+
+/* ancestors(parent, accept, out): out[i] = the nearest of i and its ancestors (by parent, -1 ends) for
+ * which accept holds, else -1 (correlate.nearest_ancestor with include_self). Each chain is walked
+ * once: a walk stops at the first event already answered and writes its answer back along the path.
+ * parent: int64, accept: bool (one byte each), out: int64, all of one length, C-contiguous. */
+static PyObject *ancestors(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer pb, ab, ob;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &pb, &ab, &ob)) return NULL;
+    PyObject *ret = NULL;
+    size_t n = (size_t)pb.len / sizeof(int64_t);
+    if ((size_t)pb.len != n * sizeof(int64_t) || (size_t)ab.len != n || (size_t)ob.len != n * sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "ancestors: parent, accept and out differ in length");
+        goto done;
+    }
+    const int64_t *parent = pb.buf;
+    const unsigned char *accept = ab.buf;
+    int64_t *out = ob.buf;
+    const int64_t UNKNOWN = -2;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < n; i++) out[i] = UNKNOWN;
+    for (size_t i = 0; i < n && !bad; i++) {
+        if (out[i] != UNKNOWN) continue;
+        int64_t j = (int64_t)i, answer = -1;
+        size_t steps = 0;
+        for (;;) {  /* find the answer: an accepted event, one answered already, or the root's end */
+            if (j < 0) { answer = -1; break; }
+            if (out[j] != UNKNOWN) { answer = out[j]; break; }
+            if (accept[j]) { answer = j; break; }
+            int64_t p = parent[j];
+            if (p < -1 || p >= (int64_t)n || ++steps > n) { bad = 1; break; }
+            j = p;
+        }
+        if (bad) break;
+        for (int64_t k = (int64_t)i; k >= 0 && out[k] == UNKNOWN; k = parent[k]) {
+            out[k] = answer;  /* every event on the path up to the answer's has that answer */
+            if (k == answer) break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "ancestors: a parent is out of range or the parents form a cycle");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&pb);
+    PyBuffer_Release(&ab);
+    PyBuffer_Release(&ob);
+    return ret;
+}
+
+static PyMethodDef methods[] = {
+    {"ancestors", ancestors, METH_VARARGS,
+     "ancestors(parent, accept, out): the nearest accepted event among each event and its ancestors."},
+    {"memory_events", memory_events, METH_O,
+     "memory_events(buffer) -> dict of columns, or None where trace/memory.py's Python path must read them."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_accel", "Compiled parts of the load after the scan (see trace/_accel.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__accel(void) { return PyModule_Create(&module); }

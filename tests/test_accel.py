@@ -1,0 +1,189 @@
+"""The compiled [memory] reader (trace/_accel.c) against memory.py's Python reading of the same bytes.
+
+Differential: wherever the compiled reader answers, its columns must equal what the Python path reads
+with it turned off (the quick cut, or the whole array where the cut declines); where it declines the
+load takes that path anyway. Real traces, the same events written other ways, and seeded byte edits.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import msgspec
+import numpy as np
+import pytest
+from conftest import trace_path
+
+from profuse.trace import memory as trace_memory
+
+pytestmark = pytest.mark.skipif(trace_memory._accel is None, reason="the compiled reader is not built")
+
+FIELDS = ("ts", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device")
+MEMORY_TRACES = ["h100_bert_small", "h100_vit_falconsai", "mi300_bert_small", "mi300_normalization_layers",
+                 "v100_rank1_of2_216k_events"]
+
+
+def _python(data: bytes, monkeypatch: pytest.MonkeyPatch) -> trace_memory.MemoryEvents | None:
+    """The Python path's reading (None where it refuses the bytes: not a document a load gets this far with)."""
+    with monkeypatch.context() as m:
+        m.setattr(trace_memory, "_accel", None)
+        try:
+            return trace_memory.read_memory_events(data)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, OverflowError, RecursionError):
+            return None
+
+
+def _same(a: trace_memory.MemoryEvents, b: trace_memory.MemoryEvents) -> bool:
+    return (len(a) == len(b) and a.skipped == b.skipped and a.pid_tid == b.pid_tid
+            and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in FIELDS))
+
+
+def _check(data: bytes, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether the compiled reader answered; when it did, it agrees with the Python path."""
+    got = trace_memory._compiled(data)
+    if got is None:
+        return False
+    want = _python(data, monkeypatch)
+    assert want is not None and _same(got, want)
+    return True
+
+
+@pytest.mark.parametrize("name", MEMORY_TRACES)
+def test_shared_traces_read_the_same_compiled(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a real trace with [memory] events WHEN both readers read it THEN the compiled one answers, the same
+    data = gzip.open(trace_path(f"{name}.json.gz")).read()
+    assert _check(data, monkeypatch)
+    assert len(trace_memory._compiled(data) or ()) == data.count(b'"[memory]"')
+
+
+def _rewritten(change) -> bytes:  # type: ignore[no-untyped-def]
+    doc = json.loads(gzip.open(trace_path("mi300_normalization_layers.json.gz")).read())
+    rnd = random.Random(7)
+    doc["traceEvents"] = [change(dict(e), rnd) if e.get("name") == "[memory]" else e for e in doc["traceEvents"]]
+    return json.dumps(doc).encode()
+
+
+def _shuffled(e, rnd):  # type: ignore[no-untyped-def]
+    items = [(k, v) for k, v in e.items() if k != "name"]
+    rnd.shuffle(items)
+    return {"name": e["name"], **dict(items), "args": dict(sorted(e["args"].items(), reverse=True))}
+
+
+CHANGES = {
+    "keys in another order": _shuffled,
+    "pid and tid as strings": lambda e, r: {**e, "pid": f"rank {e['pid']}", "tid": str(e["tid"])},
+    "tid null, pid absent": lambda e, r: {**{k: v for k, v in e.items() if k != "pid"}, "tid": None},
+    "times with 4+ decimals": lambda e, r: {**e, "ts": e["ts"] + r.randrange(1, 10**6) / 10**6},
+    "times past 2^33 µs with decimals": lambda e, r: {**e, "ts": 2**34 + e["ts"] + 0.0625},
+    "negative times": lambda e, r: {**e, "ts": -e["ts"] - 0.5},
+    "more args and keys": lambda e, r: {**e, "x": None, "y": "é\\n", "args": {**e["args"], "Ev Idx": 3, "s": "a\\\"b"}},
+    "an array in the event": lambda e, r: {**e, "x": [1, 2]},
+    "a figure as a float": lambda e, r: {**e, "args": {**e["args"], "Bytes": float(e["args"]["Bytes"])}},
+    "a figure missing": lambda e, r: {**e, "args": {k: v for k, v in e["args"].items() if k != "Addr"}},
+    "a figure beyond 64 bits": lambda e, r: {**e, "args": {**e["args"], "Addr": 2**64 + 1}},
+    "phase X": lambda e, r: {**e, "ph": "X", "dur": 1},
+    "category [memory] before the name": lambda e, r: {**e, "cat": "[memory]"},
+    "a brace in a string": lambda e, r: {**e, "cat": "cpu {x}"},
+    "args before the name": lambda e, r: {"args": e["args"], **e},
+}
+ANSWERS = {"keys in another order", "pid and tid as strings", "tid null, pid absent", "times with 4+ decimals",
+           "times past 2^33 µs with decimals", "negative times", "more args and keys"}
+
+
+@pytest.mark.parametrize("what", list(CHANGES))
+def test_events_written_other_ways(what: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the trace's memory events written another way WHEN both read it THEN they agree where the
+    # compiled reader answers, and it answers for the common variations
+    assert _check(_rewritten(CHANGES[what]), monkeypatch) == (what in ANSWERS)
+
+
+def test_seeded_byte_edits_never_read_differently(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a real trace's bytes with one byte of one memory event (or just before it) changed, many times
+    data = gzip.open(trace_path("h100_bert_small.json.gz")).read()
+    starts = [i for i in range(len(data)) if data.startswith(b'"[memory]"', i)]
+    rnd = random.Random(23)
+    answered = 0
+    for _ in range(400):
+        at = rnd.choice(starts) + rnd.randrange(-140, 320)
+        edited = data[:at] + bytes([rnd.choice(b'{}[],:"\\ \n-.eE0123456789ai')]) + data[at + 1:]
+        # WHEN both read it THEN the compiled reader agrees wherever it answers
+        answered += _check(edited, monkeypatch)
+    assert 0 < answered < 400
+
+
+def test_frees_matched_as_a_walk_in_time_order_matches_them() -> None:
+    # GIVEN random allocations and frees over a few addresses, devices and types (0-byte events too)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(0, 120))
+        nbytes, addr = rng.integers(-3, 4, n), rng.integers(0, 5, n)
+        dtype, device = rng.integers(0, 2, n), rng.integers(-1, 2, n)
+        # WHEN matched THEN as by the rule written out: an allocation opens its address, a free closes it
+        want_alloc, want_free, open_ = [-1] * n, [-1] * n, {}
+        for i in range(n):
+            key = (dtype[i], device[i], addr[i])
+            if nbytes[i] > 0:
+                open_[key] = i
+            elif nbytes[i] < 0 and key in open_:
+                j = open_.pop(key)
+                want_alloc[i], want_free[j] = j, i
+        alloc, free = trace_memory.match_frees(nbytes, addr, dtype, device)
+        assert alloc.tolist() == want_alloc and free.tolist() == want_free
+
+
+def test_nearest_ancestor_compiled_matches_the_numpy_walk() -> None:
+    from profuse.trace import correlate
+    # GIVEN random forests (parents before or after their children in the arrays) and random accepted events
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(0, 300))
+        order = rng.permutation(n)  # event order[k]'s parent is an earlier one in this order, or none
+        parent = np.full(n, -1, dtype=np.int64)
+        for k in range(1, n):
+            if rng.random() < 0.85:
+                parent[order[k]] = order[rng.integers(max(0, k - 8), k)]
+        accept = rng.random(n) < rng.choice([0.0, 0.1, 0.5, 1.0])
+        for include_self in (True, False):
+            # WHEN both find each event's nearest accepted ancestor THEN they agree
+            got = correlate.nearest_ancestor(parent, accept, include_self)
+            want = correlate.nearest_ancestor_numpy(parent, accept, include_self)
+            assert got.tolist() == want.tolist()
+
+
+def test_ancestors_refuses_a_cycle_and_a_parent_out_of_range() -> None:
+    from profuse.trace import compiled
+    out = np.empty(3, dtype=np.int64)
+    no = np.zeros(3, dtype=bool)
+    with pytest.raises(ValueError, match="cycle"):
+        compiled.accel.ancestors(np.array([1, 2, 0], dtype=np.int64), no, out)
+    with pytest.raises(ValueError, match="out of range"):
+        compiled.accel.ancestors(np.array([-1, 7, 0], dtype=np.int64), no, out)
+    with pytest.raises(ValueError, match="length"):
+        compiled.accel.ancestors(np.array([-1, 0], dtype=np.int64), no, out)
+
+
+@pytest.mark.parametrize("name", ["a100_nccl_rank0_of2", "mi300_sglang_decode_cudagraph"])
+def test_flow_ids_are_written_as_the_trace_writes_them(name: str) -> None:
+    import profuse
+    # GIVEN a real trace with flow events (integer ids)
+    path = trace_path(f"{name}.json.gz")
+    doc = json.loads(gzip.open(path).read())
+    want = sorted(str(e["id"]) for e in doc["traceEvents"]
+                  if e.get("ph") in ("s", "f", "t") and e.get("id") is not None and e.get("ts") is not None)
+    assert len(want) > 100
+    # WHEN profuse loads it THEN the flows table holds each id as the trace writes it
+    with profuse.load(path) as trace:
+        got = sorted(r[0] for r in trace.con.execute("SELECT id FROM flows").fetchall())
+    assert got == want
+
+
+def test_flow_codes_take_numbers_only_when_every_id_is_one_written_plainly() -> None:
+    from profuse.trace._prepare import flow_codes
+    # GIVEN plain decimal ids THEN they are coded as numbers: one code per distinct id
+    codes, distinct = flow_codes(["7", "12", "7", "0", "999999999999999999"])
+    assert distinct.dtype == np.int64 and distinct[codes].tolist() == [7, 12, 7, 0, 999999999999999999]
+    # GIVEN ids that int() reads but that are not written plainly THEN they stay text, as written
+    for odd in ("+1", " 1", "01", "1_0", "-3", "٣", "", "x", "99999999999999999999"):
+        codes, distinct = flow_codes(["5", odd, "5"])
+        assert distinct.dtype == object and distinct[codes].tolist() == ["5", odd, "5"], odd
