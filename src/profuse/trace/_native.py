@@ -46,6 +46,9 @@ _scan = _load_scanner()
 SPLIT_MIN_BYTES = 8 << 20
 _ARG_COLUMNS = ("correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes", "external_id",
                 "device", "stream")
+# the [memory] instants' figures as the scanner hands them over (trace/memory.py's _ARGS, in order)
+MEMORY_FIGURES = ("mem_bytes", "mem_addr", "mem_total_allocated", "mem_total_reserved", "mem_device_type",
+                  "mem_device")
 assert FLOW_PHASES == ("s", "f", "t")  # the scanner codes flow phases in this order
 
 
@@ -208,6 +211,12 @@ def _columns(r: dict[str, Any] | None) -> Columns | None:
         cols.add("flow_ph", np.frombuffer(r["flow_ph"], dtype=np.int8))
         cols.add("flow_ts", _i64(r, "flow_ts"))
         cols.add("flow_thread_key", _keys(r["flow_pid"], r["flow_tid"]))
+    if r["mem_ts"]:
+        cols.add("mem_ts", _i64(r, "mem_ts"))
+        cols.add("mem_thread_key", _keys(r["mem_pid"], r["mem_tid"]))
+        for key in MEMORY_FIGURES:
+            cols.add(key, _i64(r, key))
+    cols.memory_scanned, cols.memory_skipped = not r["mem_defer"], r["mem_skipped"]
     cols.shapes = r["shapes"]
     for pid, tid, name, arg_name, labels in r["metas"]:  # the reference's rule, in file order
         where = thread_key(pid, tid if name and name.startswith("thread") else "")

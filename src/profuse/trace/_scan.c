@@ -157,6 +157,11 @@ static const char *const IGNORED_NAMES[N_I64] = {
     "ts", "dur", "correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes",
     "External id", "device", "stream"};
 
+/* A [memory] instant's args, in trace/memory.py's order (_ARGS). */
+enum { N_MEM = 6 };
+static const char *const MEM_NAMES[N_MEM] = {"mem_bytes", "mem_addr", "mem_total_allocated", "mem_total_reserved",
+                                             "mem_device_type", "mem_device"};
+
 typedef struct { int64_t row; const char *p[5]; Py_ssize_t len[5]; } Shape;
 
 /* Concrete Inputs that say nothing (every entry an empty string: `["", "", ""]`) are not kept. */
@@ -184,6 +189,9 @@ typedef struct {
     int nomem;
     int top_level;                        /* skipping a top-level value: "ts" keys there are harmless */
     int small_noisy;                      /* a ts below 2^33 us - 1 with float noise (over 3 fraction digits) */
+    Vec mem_ts, mem_pid, mem_tid, mem_v[N_MEM];  /* the [memory] instants (see memory_row) */
+    int64_t mem_skipped;                  /* [memory] instants trace/memory.py leaves out (counted) */
+    int mem_defer;                        /* a [memory] event only trace/memory.py may judge */
     int big;                              /* a ts of 2^33 us - 1 or more */
 } Scan;
 
@@ -463,11 +471,13 @@ static int key_index(const Tok *k, const char *const *words, const unsigned char
 }
 
 enum { A_EXT, A_EXT_LC, A_CORR, A_DEV, A_STREAM, A_STREAM_ID, A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_PYID, A_PYPID,
-       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, A_CONC, N_ARGS };
+       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, A_CONC,
+       A_MEM, A_MEM_LAST = A_MEM + N_MEM - 1, N_ARGS };
 static const char *const ARG_KEYS[N_ARGS] = {
     "External id", "external id", "correlation", "device", "stream", "stream_id", "Input Dims", "Input type",
     "grid", "block", "Python id", "Python parent id", "Sequence number", "Fwd thread id", "bytes", "flops",
-    "name", "labels", "Concrete Inputs"};
+    "name", "labels", "Concrete Inputs",
+    "Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id"};
 static unsigned char ARG_LENS[N_ARGS];
 
 /* A JSON object, member by member, for the event and its args alike:
@@ -504,7 +514,8 @@ static int member_end(Scan *s) {
     return -1;
 }
 
-static int parse_args(Scan *s, Tok *a) {
+/* *mem_dup: a [memory] figure given twice (the reference keeps the last; only memory.py reads them). */
+static int parse_args(Scan *s, Tok *a, int *mem_dup) {
     for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
     int r;
     for (r = object_start(s); r == 0; r = member_end(s)) {   /* args must be an object */
@@ -515,7 +526,10 @@ static int parse_args(Scan *s, Tok *a) {
             if (key.len == 2 && key.p[0] == 't' && key.p[1] == 's') return -1;
             if (skip_value(s, 2)) return -1;
         } else {
-            if (a[which].type != T_MISSING) return -1;   /* a repeated key: left to the reference */
+            if (a[which].type != T_MISSING) {
+                if (which < A_MEM) return -1;   /* a repeated key: left to the reference */
+                *mem_dup = 1;
+            }
             if (lex_value(s, &a[which], 2)) return -1;
             if ((which == A_DIMS || which == A_TYPE || which == A_GRID || which == A_BLOCK || which == A_CONC)
                 && a[which].type == T_STR) {
@@ -625,8 +639,37 @@ static int intern_tok(Scan *s, Intern *t, Tok *k, int32_t *id) {
     return 0;
 }
 
+/* A [memory] instant (name "[memory]" as written, ph i or I) as trace/memory.py reads it: a row where
+ * its time is plain and its six figures are integers, counted as skipped where one is missing or not
+ * a number (or the time is absent); anything else (a figure repeated, a float, an integer beyond
+ * int64, a time with float noise) sets mem_defer, and memory.py reads the trace's memory events itself. */
+static int memory_row(Scan *s, const Tok *e, const Tok *a, int has_ts, int64_t ts, int mem_dup,
+                      int32_t pid, int32_t tid) {
+    if (mem_dup || (has_ts && e[E_TS].frac_digits > 3)) { s->mem_defer = 1; return 0; }
+    int skip = !has_ts;
+    int64_t v[N_MEM];
+    for (int k = 0; k < N_MEM; k++) {
+        const Tok *t = &a[A_MEM + k];
+        if (t->type == T_INT) v[k] = t->i;
+        else if (t->type == T_FLOAT || t->type == T_BIGINT) { s->mem_defer = 1; return 0; }
+        else skip = 1;
+    }
+    if (skip) { s->mem_skipped++; return 0; }
+    if (VEC_PUSH(&s->mem_ts, int64_t, ts) || VEC_PUSH(&s->mem_pid, int32_t, pid) ||
+        VEC_PUSH(&s->mem_tid, int32_t, tid))
+        return -1;
+    for (int k = 0; k < N_MEM; k++)
+        if (VEC_PUSH(&s->mem_v[k], int64_t, v[k])) return -1;
+    return 0;
+}
+
+static int is_memory_name(const Tok *t) {
+    return t->type == T_STR && !t->esc && t->len == 8 && memcmp(t->p, "[memory]", 8) == 0;
+}
+
 static int parse_event(Scan *s) {
     Tok e[N_EV], a[N_ARGS];
+    int mem_dup = 0;
     for (int k = 0; k < N_EV; k++) e[k].type = T_MISSING;
     for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
     int r;
@@ -639,7 +682,7 @@ static int parse_event(Scan *s) {
         } else {
             if (e[which].type != T_MISSING) return -1;
             if (which == E_ARGS) {
-                if (parse_args(s, a)) return -1;
+                if (parse_args(s, a, &mem_dup)) return -1;
                 e[which].type = T_COMPOUND;
             } else if (lex_value(s, &e[which], 1)) {
                 return -1;
@@ -729,12 +772,15 @@ static int parse_event(Scan *s) {
         Meta m = {e[E_PID], e[E_TID], e[E_NAME], a[A_NAME], a[A_LABELS]};
         if (VEC_PUSH(&s->metas, Meta, m)) goto nomem;
     } else if (c == 'i' || c == 'I') {
-        int32_t id;
+        int32_t id, pid, tid;
+        int memory = is_memory_name(&e[E_NAME]), escaped_name = e[E_NAME].type == T_STR && e[E_NAME].esc;
         if (intern_tok(s, &s->names, &e[E_NAME], &id) || VEC_PUSH(&s->inst_name, int32_t, id)) goto nomem;
+        if (escaped_name && is_memory_name(&e[E_NAME])) s->mem_defer = 1;   /* memory.py reads names as written */
         if (intern_tok(s, &s->cats, &e[E_CAT], &id) || VEC_PUSH(&s->inst_cat, int32_t, id)) goto nomem;
         if (VEC_PUSH(&s->inst_ts, int64_t, has_ts ? ts : 0)) goto nomem;
-        if (intern_tok(s, &s->pids, &e[E_PID], &id) || VEC_PUSH(&s->inst_pid, int32_t, id)) goto nomem;
-        if (intern_tok(s, &s->tids, &e[E_TID], &id) || VEC_PUSH(&s->inst_tid, int32_t, id)) goto nomem;
+        if (intern_tok(s, &s->pids, &e[E_PID], &pid) || VEC_PUSH(&s->inst_pid, int32_t, pid)) goto nomem;
+        if (intern_tok(s, &s->tids, &e[E_TID], &tid) || VEC_PUSH(&s->inst_tid, int32_t, tid)) goto nomem;
+        if (memory && memory_row(s, e, a, has_ts, ts, mem_dup, pid, tid)) goto nomem;
     } else if (c == 's' || c == 'f' || c == 't') {
         if (!has_ts || e[E_ID].type == T_MISSING || e[E_ID].type == T_NULL) return 0;
         Flow fw;
@@ -839,6 +885,8 @@ static void scan_free(Scan *s) {
     intern_free(&s->names); intern_free(&s->cats); intern_free(&s->pids); intern_free(&s->tids);
     intern_free(&s->phs); intern_free(&s->fcats);
     for (int k = 0; k < N_I64; k++) free(s->i64[k].data);
+    for (int k = 0; k < N_MEM; k++) free(s->mem_v[k].data);
+    free(s->mem_ts.data); free(s->mem_pid.data); free(s->mem_tid.data);
     Vec *v[] = {&s->name, &s->cat, &s->pid, &s->tid, &s->flops, &s->shapes, &s->fixes, &s->metas, &s->flows,
                 &s->inst_name, &s->inst_cat, &s->inst_pid, &s->inst_tid, &s->inst_ts, &s->ph_counts};
     for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++) free(v[k]->data);
@@ -1014,6 +1062,12 @@ static PyObject *build(Scan *s) {
         }
         Py_DECREF(phs);
     }
+    for (int k = 0; k < N_MEM; k++)
+        if (put(d, MEM_NAMES[k], vec_bytes(&s->mem_v[k]))) goto fail;
+    if (put(d, "mem_ts", vec_bytes(&s->mem_ts)) || put(d, "mem_pid", vec_bytes(&s->mem_pid)) ||
+        put(d, "mem_tid", vec_bytes(&s->mem_tid)) || put(d, "mem_skipped", PyLong_FromLongLong(s->mem_skipped)) ||
+        put(d, "mem_defer", PyBool_FromLong(s->mem_defer)))
+        goto fail;
     if (put(d, "members", members_list(s))) goto fail;
     if (put(d, "n", PyLong_FromSize_t(s->i64[C_TS].len)) || put(d, "met", PyBool_FromLong(s->met)) ||
         put(d, "small_noisy", PyBool_FromLong(s->small_noisy)) || put(d, "big", PyBool_FromLong(s->big)) ||
@@ -1028,6 +1082,9 @@ fail:
 static void scan_init(Scan *s) {
     memset(s, 0, sizeof(*s));
     for (int k = 0; k < N_I64; k++) s->i64[k].item = 8;
+    for (int k = 0; k < N_MEM; k++) s->mem_v[k].item = 8;
+    s->mem_ts.item = 8;
+    s->mem_pid.item = s->mem_tid.item = 4;
     Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats};
     for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++) tables[k]->entries.item = sizeof(Entry);
     s->name.item = s->cat.item = s->pid.item = s->tid.item = 4;

@@ -64,6 +64,15 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _memory_events(path: str, data: bytes | bytearray, cols: Columns) -> _memory.MemoryEvents | None:
+    """The trace's memory events: as the scanner read them, else read from the text again."""
+    if not _memory.has_memory_events(cols.names):
+        return None
+    scanned = _memory.scanned_memory_events(cols)
+    return scanned if scanned is not None else _memory.read_memory_events(
+        data, lambda: _decode.split_document(path, data).events)
+
+
 def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool,
            progress: Progress | None) -> Trace:
     started = time.perf_counter()
@@ -76,8 +85,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         data, gzip_hash = _decode.read_trace(str(src))
         fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
-        memory = (_memory.read_memory_events(data, lambda: _decode.split_document(str(src), data).events)
-                  if _memory.has_memory_events(cols.names) else None)
+        memory = _memory_events(str(src), data, cols)
         notes.extend(cols.notes)
         del data
         source = fingerprint_of()

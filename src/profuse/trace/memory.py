@@ -14,15 +14,16 @@ of the caching allocator (or the CPU allocator) with the totals after it; see do
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 import msgspec
 import numpy as np
 
-from ._columns import _PRECISE_ABOVE_US, _ns, thread_key
+from ._columns import _PRECISE_ABOVE_US, THREAD_SHIFT, Columns, _ns, thread_key
+from ._native import MEMORY_FIGURES
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns
 from .schema import HOST_KINDS, TABLE_KINDS, kind_codes
@@ -142,6 +143,21 @@ def read_memory_events(events: memoryview | bytes | bytearray,
     return MemoryEvents(ts=ints[0], pid_tid=list(zip(cols[1], cols[2])), bytes=ints[3], addr=ints[4],
                         total_allocated=ints[5], total_reserved=ints[6], device_type=ints[7], device=ints[8],
                         skipped=skipped)
+
+
+def scanned_memory_events(cols: Columns) -> MemoryEvents | None:
+    """The memory events the compiled scanner read with the other events (the ``mem_*`` columns, taken
+    out of ``cols``), or None where it did not (the reference decoder, or an event it left to
+    :func:`read_memory_events`: a figure given twice, a float, a time with float noise)."""
+    parts = {k: cols.take(k) for k in ("mem_ts", "mem_thread_key", *MEMORY_FIGURES)}
+    if not cols.memory_scanned:
+        return None
+    pids, tids, keys = list(cols.pids), list(cols.tids), parts["mem_thread_key"]
+    pid_tid = [thread_key(pids[k // THREAD_SHIFT], tids[k % THREAD_SHIFT]) for k in keys.tolist()]
+    figures = [parts[k].astype(np.int64, copy=False) for k in MEMORY_FIGURES]
+    return MemoryEvents(ts=parts["mem_ts"].astype(np.int64, copy=False), pid_tid=pid_tid, bytes=figures[0],
+                        addr=figures[1], total_allocated=figures[2], total_reserved=figures[3],
+                        device_type=figures[4], device=figures[5], skipped=cols.memory_skipped)
 
 
 def _fast(data: bytes) -> list[_MemEv] | None:
