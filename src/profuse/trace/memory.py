@@ -238,7 +238,7 @@ def _before(data: bytes | bytearray, start: int) -> bytes:
     i = start - 1
     while i >= 0 and data[i] in b" \t\r\n":
         i -= 1
-    return data[max(i, 0):start + 1]
+    return bytes(data[max(i, 0):start + 1])
 
 
 def _slow(events: memoryview | bytes | bytearray) -> list[_MemEv]:
