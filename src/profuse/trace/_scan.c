@@ -97,10 +97,21 @@ typedef struct {
 typedef struct { uint64_t hash; int type; const char *p; Py_ssize_t len; int64_t i; } Entry;
 typedef struct { Vec entries; int32_t *slots; size_t nslots; } Intern;
 
+/* Eight bytes a step (names and shape texts run to hundreds of bytes), mixed as in splitmix64. */
 static uint64_t hash_bytes(const char *p, Py_ssize_t n, uint64_t seed) {
-    uint64_t h = 1469598103934665603ULL ^ seed;
-    for (Py_ssize_t k = 0; k < n; k++) { h ^= (unsigned char)p[k]; h *= 1099511628211ULL; }
-    return h ^ (h >> 29);
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ seed ^ ((uint64_t)n << 32), w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    if (n) {
+        w = 0;
+        memcpy(&w, p, (size_t)n);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+    }
+    h = (h ^ (h >> 30)) * 0x94D049BB133111EBULL;
+    return h ^ (h >> 31);
 }
 
 static int intern_grow(Intern *t) {
@@ -162,7 +173,7 @@ enum { N_MEM = 6 };
 static const char *const MEM_NAMES[N_MEM] = {"mem_bytes", "mem_addr", "mem_total_allocated", "mem_total_reserved",
                                              "mem_device_type", "mem_device"};
 
-typedef struct { int64_t row; const char *p[5]; Py_ssize_t len[5]; } Shape;
+typedef struct { int64_t row; int32_t text[5]; } Shape;   /* ids in Scan.shape_texts, -1: absent */
 
 /* Concrete Inputs that say nothing (every entry an empty string: `["", "", ""]`) are not kept. */
 static int blank_concrete(const char *p, Py_ssize_t n) {
@@ -178,6 +189,7 @@ typedef struct {
     const char *buf, *cur, *end;
     Arena arena;
     Intern names, cats, pids, tids, phs, fcats;
+    Intern shape_texts;                   /* the raw texts of Input Dims, Input type, ... (they repeat) */
     Vec i64[N_I64];
     Vec name, cat, pid, tid, flops;       /* int32 x4, double */
     Vec shapes, fixes, metas, flows;
@@ -394,6 +406,74 @@ static int lex_literal(Scan *s, const char *word, int n) {
 
 static int skip_value(Scan *s, int depth);
 
+static inline int is_digit(char c) { return (unsigned)(c - '0') < 10u; }
+
+/* A number checked against the strict grammar and passed over (what lex_number accepts). */
+static int skip_number(Scan *s) {
+    const char *p = s->cur, *end = s->end;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return -1;
+    if (*p == '0') p++;
+    else if (is_digit(*p)) { do p++; while (p < end && is_digit(*p)); }
+    else return -1;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !is_digit(*p)) return -1;
+        do p++; while (p < end && is_digit(*p));
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || !is_digit(*p)) return -1;
+        do p++; while (p < end && is_digit(*p));
+    }
+    s->cur = p;
+    return 0;
+}
+
+/* An array at s->cur (on its '[', itself at `depth`) checked and passed over without recursion for
+ * nested arrays, numbers and strings (Input Dims, Input Strides, Input type, Concrete Inputs: most of
+ * a shape-recording trace's bytes); objects and literals as skip_value checks them. Accepts exactly
+ * what skip_value accepts, with the same depth limit. */
+static int skip_array(Scan *s, int depth) {
+    const char *end = s->end;
+    int d = depth;   /* depth of the innermost open array */
+    Tok t;
+    if (depth > MAX_DEPTH) return -1;
+    s->cur++;
+    ws(s);
+    if (s->cur < end && *s->cur == ']') { s->cur++; return 0; }
+    for (;;) {
+        /* a value at depth d + 1 */
+        if (d + 1 > MAX_DEPTH || s->cur >= end) return -1;
+        char c = *s->cur;
+        if (c == '[') {
+            d++;
+            s->cur++;
+            ws(s);
+            if (s->cur >= end || *s->cur != ']') continue;
+            s->cur++;
+            d--;
+        } else if (c == '"') {
+            if (lex_string(s, &t)) return -1;
+        } else if (c == '-' || is_digit(c)) {
+            if (skip_number(s)) return -1;
+        } else if (skip_value(s, d + 1)) {
+            return -1;
+        }
+        /* after a value in the array at depth d: ',' and the next, or ']' closing it (and maybe more) */
+        for (;;) {
+            ws(s);
+            if (s->cur >= end) return -1;
+            if (*s->cur == ',') { s->cur++; ws(s); break; }
+            if (*s->cur != ']') return -1;
+            s->cur++;
+            if (d == depth) return 0;
+            d--;
+        }
+    }
+}
+
 /* Any value: scalars become tokens, objects and arrays are validated and kept as text. */
 static int lex_value(Scan *s, Tok *t, int depth) {
     if (s->cur >= s->end) return -1;
@@ -409,7 +489,7 @@ static int lex_value(Scan *s, Tok *t, int depth) {
     if (c == '{' || c == '[') {
         t->type = T_COMPOUND;
         t->p = s->cur;
-        if (skip_value(s, depth)) return -1;
+        if (c == '[' ? skip_array(s, depth) : skip_value(s, depth)) return -1;
         t->len = s->cur - t->p;
         return 0;
     }
@@ -440,19 +520,7 @@ static int skip_value(Scan *s, int depth) {
             return -1;
         }
     }
-    if (c == '[') {
-        s->cur++;
-        ws(s);
-        if (s->cur < s->end && *s->cur == ']') { s->cur++; return 0; }
-        for (;;) {
-            if (skip_value(s, depth + 1)) return -1;
-            ws(s);
-            if (s->cur >= s->end) return -1;
-            if (*s->cur == ',') { s->cur++; ws(s); continue; }
-            if (*s->cur == ']') { s->cur++; return 0; }
-            return -1;
-        }
-    }
+    if (c == '[') return skip_array(s, depth);
     return lex_value(s, &t, depth);
 }
 
@@ -463,10 +531,47 @@ static int key_is(const Tok *k, const char *word) {
     return (size_t)k->len == n && memcmp(k->p, word, n) == 0;
 }
 
-/* Index of key among words (lengths compared first), or -1. */
-static int key_index(const Tok *k, const char *const *words, const unsigned char *lens, int n) {
-    for (int j = 0; j < n; j++)
-        if ((Py_ssize_t)lens[j] == k->len && k->p[0] == words[j][0] && memcmp(k->p, words[j], lens[j]) == 0) return j;
+/* The keys a parser looks for, found by a slot of (length, first and last byte): a key is compared
+ * with at most KEY_WAYS words, not all of them (every event has 5-10 keys and its args as many). */
+#define KEY_SLOTS 64
+#define KEY_WAYS 4
+typedef struct { const char *const *words; unsigned char lens[32]; int8_t slot[KEY_SLOTS][KEY_WAYS]; } KeySet;
+
+static unsigned key_slot(const char *p, Py_ssize_t len) {
+    return ((unsigned)len * 7u + (unsigned char)p[0] * 3u + (unsigned char)p[len - 1]) & (KEY_SLOTS - 1);
+}
+
+static int keyset_init(KeySet *ks, const char *const *words, int n) {
+    ks->words = words;
+    memset(ks->slot, -1, sizeof(ks->slot));
+    for (int j = 0; j < n; j++) {
+        size_t len = strlen(words[j]);
+        int8_t *c = ks->slot[key_slot(words[j], (Py_ssize_t)len)];
+        int w = 0;
+        while (w < KEY_WAYS && c[w] >= 0) w++;
+        if (w == KEY_WAYS || len > 255 || j > 31) return -1;
+        c[w] = (int8_t)j;
+        ks->lens[j] = (unsigned char)len;
+    }
+    return 0;
+}
+
+static inline int same_bytes(const char *a, const char *b, size_t n) {
+    uint64_t x, y;
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    for (; n; n--) if (*a++ != *b++) return 0;
+    return 1;
+}
+
+/* Index of a (non-empty) key among the set's words, or -1. */
+static int key_index(const Tok *k, const KeySet *ks) {
+    const int8_t *c = ks->slot[key_slot(k->p, k->len)];
+    for (int w = 0; w < KEY_WAYS && c[w] >= 0; w++)
+        if ((Py_ssize_t)ks->lens[c[w]] == k->len && same_bytes(k->p, ks->words[c[w]], (size_t)k->len)) return c[w];
     return -1;
 }
 
@@ -478,7 +583,7 @@ static const char *const ARG_KEYS[N_ARGS] = {
     "grid", "block", "Python id", "Python parent id", "Sequence number", "Fwd thread id", "bytes", "flops",
     "name", "labels", "Concrete Inputs",
     "Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id"};
-static unsigned char ARG_LENS[N_ARGS];
+static KeySet ARG_SET;
 
 /* A JSON object, member by member, for the event and its args alike:
  *   for (int r = object_start(s); r == 0; r = member_end(s)) { member_key(...); <the value> }
@@ -495,13 +600,13 @@ static int object_start(Scan *s) {
 
 /* A member's `"key":` (no escapes in the key), leaving the value next; *which is the key's index in
  * keys[], or -1 for any other (or an empty) key. */
-static int member_key(Scan *s, const char *const *keys, const unsigned char *lens, int n, Tok *key, int *which) {
+static int member_key(Scan *s, const KeySet *keys, Tok *key, int *which) {
     if (s->cur >= s->end || *s->cur != '"' || lex_string(s, key) || key->esc) return -1;
     ws(s);
     if (s->cur >= s->end || *s->cur != ':') return -1;
     s->cur++;
     ws(s);
-    *which = key->len ? key_index(key, keys, lens, n) : -1;
+    *which = key->len ? key_index(key, keys) : -1;
     return 0;
 }
 
@@ -521,7 +626,7 @@ static int parse_args(Scan *s, Tok *a, int *mem_dup) {
     for (r = object_start(s); r == 0; r = member_end(s)) {   /* args must be an object */
         Tok key;
         int which;
-        if (member_key(s, ARG_KEYS, ARG_LENS, N_ARGS, &key, &which)) return -1;
+        if (member_key(s, &ARG_SET, &key, &which)) return -1;
         if (which < 0) {
             if (key.len == 2 && key.p[0] == 't' && key.p[1] == 's') return -1;
             if (skip_value(s, 2)) return -1;
@@ -627,7 +732,7 @@ static int time_ns(Scan *s, const Tok *t, int is_dur, int64_t *out) {
 
 enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ID, E_BP, E_ARGS, N_EV };
 static const char *const EV_KEYS[N_EV] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "args"};
-static unsigned char EV_LENS[N_EV];
+static KeySet EV_SET;
 
 static int push_i64(Scan *s, int col, int64_t v) { return VEC_PUSH(&s->i64[col], int64_t, v); }
 
@@ -676,7 +781,7 @@ static int parse_event(Scan *s) {
     for (r = object_start(s); r == 0; r = member_end(s)) {
         Tok key;
         int which;
-        if (member_key(s, EV_KEYS, EV_LENS, N_EV, &key, &which)) return -1;
+        if (member_key(s, &EV_SET, &key, &which)) return -1;
         if (which < 0) {
             if (skip_value(s, 1)) return -1;
         } else {
@@ -747,10 +852,12 @@ static int parse_event(Scan *s) {
             sh.row = row;
             static const int raw[5] = {A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_CONC};
             for (int k = 0; k < 5; k++) {
-                sh.p[k] = a[raw[k]].type == T_MISSING ? NULL : a[raw[k]].p;
-                sh.len[k] = a[raw[k]].type == T_MISSING ? 0 : a[raw[k]].len;
+                const Tok *t = &a[raw[k]];
+                sh.text[k] = -1;
+                if (t->type == T_MISSING || (k == 4 && blank_concrete(t->p, t->len))) continue;
+                sh.text[k] = intern_id(&s->shape_texts, T_STR, t->p, t->len, 0);
+                if (sh.text[k] < 0) goto nomem;
             }
-            if (sh.p[4] && blank_concrete(sh.p[4], sh.len[4])) { sh.p[4] = NULL; sh.len[4] = 0; }
             if (VEC_PUSH(&s->shapes, Shape, sh)) goto nomem;
         }
         return 0;
@@ -883,7 +990,7 @@ static int scan_document(Scan *s, Py_ssize_t stop_at) {
 static void scan_free(Scan *s) {
     arena_free(&s->arena);
     intern_free(&s->names); intern_free(&s->cats); intern_free(&s->pids); intern_free(&s->tids);
-    intern_free(&s->phs); intern_free(&s->fcats);
+    intern_free(&s->phs); intern_free(&s->fcats); intern_free(&s->shape_texts);
     for (int k = 0; k < N_I64; k++) free(s->i64[k].data);
     for (int k = 0; k < N_MEM; k++) free(s->mem_v[k].data);
     free(s->mem_ts.data); free(s->mem_pid.data); free(s->mem_tid.data);
@@ -984,23 +1091,23 @@ static PyObject *build(Scan *s) {
         goto fail;
     {
         Shape *sh = (Shape *)s->shapes.data;
+        PyObject *texts = table_list(&s->shape_texts);   /* each distinct text made a str once */
         PyObject *l = PyList_New((Py_ssize_t)s->shapes.len);
-        if (put(d, "shapes", l)) goto fail;
+        if (!texts) { Py_XDECREF(l); goto fail; }
+        if (put(d, "shapes", l)) { Py_DECREF(texts); goto fail; }
         for (size_t k = 0; k < s->shapes.len; k++) {
             PyObject *t = PyTuple_New(6);
-            if (!t) goto fail;
+            PyObject *row = t ? PyLong_FromLongLong(sh[k].row) : NULL;
+            if (!row) { Py_XDECREF(t); Py_DECREF(texts); goto fail; }
             PyList_SET_ITEM(l, (Py_ssize_t)k, t);
-            PyObject *row = PyLong_FromLongLong(sh[k].row);
-            if (!row) goto fail;
             PyTuple_SET_ITEM(t, 0, row);
             for (int j = 0; j < 5; j++) {
-                PyObject *o;
-                if (sh[k].p[j]) o = PyUnicode_DecodeUTF8(sh[k].p[j], sh[k].len[j], "strict");
-                else { o = Py_None; Py_INCREF(o); }
-                if (!o) goto fail;
+                PyObject *o = sh[k].text[j] >= 0 ? PyList_GET_ITEM(texts, sh[k].text[j]) : Py_None;
+                Py_INCREF(o);
                 PyTuple_SET_ITEM(t, j + 1, o);
             }
         }
+        Py_DECREF(texts);
     }
     {
         Meta *m = (Meta *)s->metas.data;
@@ -1085,7 +1192,7 @@ static void scan_init(Scan *s) {
     for (int k = 0; k < N_MEM; k++) s->mem_v[k].item = 8;
     s->mem_ts.item = 8;
     s->mem_pid.item = s->mem_tid.item = 4;
-    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats};
+    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats, &s->shape_texts};
     for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++) tables[k]->entries.item = sizeof(Entry);
     s->name.item = s->cat.item = s->pid.item = s->tid.item = 4;
     s->inst_name.item = s->inst_cat.item = s->inst_pid.item = s->inst_tid.item = 4;
@@ -1258,8 +1365,10 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {
-    for (int k = 0; k < N_ARGS; k++) ARG_LENS[k] = (unsigned char)strlen(ARG_KEYS[k]);
-    for (int k = 0; k < N_EV; k++) EV_LENS[k] = (unsigned char)strlen(EV_KEYS[k]);
+    if (keyset_init(&ARG_SET, ARG_KEYS, N_ARGS) || keyset_init(&EV_SET, EV_KEYS, N_EV)) {
+        PyErr_SetString(PyExc_ImportError, "_scan: the key sets do not fit their slots");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "SSE2", SCAN_SSE2)) { Py_DECREF(m); return NULL; }
     return m;
