@@ -1,0 +1,76 @@
+"""A load started before the command has imported what it needs afterwards (analysis, renderers).
+
+A cold ``profuse report`` used to import its libraries first (0.2-0.3 s of CPU: numpy, DuckDB, the
+analyses) and only then read and scan the trace, with the second core idle. :func:`start_load` runs
+:func:`profuse.trace.load` on a thread at once; its read, the scan (which releases the GIL) and
+DuckDB's work then overlap the caller's imports.
+
+Only where nothing can differ from loading in the caller's thread: one regular file named like a
+Kineto trace (no folder, glob or snapshot), a strict load, and the compiled scanner on (the
+reference path may fork decoding workers, which must not happen beside a thread importing modules).
+Everywhere else the load runs when the result is asked for, exactly as before.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .trace import Trace
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def start_load(path: str, **options: Any) -> Callable[[], Trace]:
+    """Start ``load(path, **options)``; the function returned waits for it and gives the trace or
+    raises what the load raised. Call it once."""
+    from .open_trace import load
+
+    if not _may_start_early(path, options):
+        return lambda: load(path, **options)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["trace"] = load(path, **options)
+        except BaseException as err:  # handed to the caller's thread, which raises it
+            box["error"] = err
+
+    # a daemon: a caller that stops (an error, Ctrl-C) before asking for the trace does not wait for it
+    worker = threading.Thread(target=run, name="profuse-load", daemon=True)
+    worker.start()
+
+    def result() -> Trace:
+        worker.join()
+        if "error" in box:
+            raise box.pop("error")
+        trace: Trace = box.pop("trace")
+        return trace
+
+    return result
+
+
+def _may_start_early(path: str, options: dict[str, Any]) -> bool:
+    if options.get("lenient") or os.environ.get("PROFUSE_SCANNER", "1") == "0" or not _scanner_built():
+        return False
+    name = os.path.basename(path).lower()
+    if not name.endswith(TRACE_SUFFIXES) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(1) != b"\x80"  # a pickle named .json: a memory snapshot (trace/snapshot.py)
+    except OSError:
+        return False
+
+
+def _scanner_built() -> bool:
+    """Whether the compiled scanner can be imported (cheap: it imports nothing but the C API)."""
+    if os.environ.get("PROFUSE_SCAN_LIB"):
+        return True
+    try:
+        from . import _scan  # noqa: F401
+    except ImportError:
+        return False
+    return True
