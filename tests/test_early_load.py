@@ -92,3 +92,44 @@ def test_report_through_the_early_load_equals_the_plain_load(tmp_path: Path, cap
         assert main(["report", str(src), "--format", "json", "--no-cache"]) == 0
         out.append(json.loads(capsys.readouterr().out))
     assert out[0] == out[1] and out[0]["ops"]
+
+
+def test_the_load_takes_the_bytes_and_scan_read_ahead_on_its_thread(tmp_path: Path) -> None:
+    # GIVEN a trace read and scanned ahead on this thread (what the loading thread does first)
+    src = tmp_path / "bert.json"
+    src.write_bytes(gzip.decompress(trace_path("h100_bert_small.json.gz").read_bytes()))
+    early._read_ahead(str(src), {"cache": False})
+    assert early._ahead.read[0] == str(src) and early._ahead.scan[1][0] is not None
+    # WHEN it is loaded on the same thread THEN the load took both, and its tables are a plain load's
+    with profuse.load(src, cache=False) as t:
+        got = _summary(t)
+    assert not hasattr(early._ahead, "read") and not hasattr(early._ahead, "scan")
+    with profuse.load(src, cache=False) as plain:
+        assert got == _summary(plain)
+
+
+def test_nothing_is_read_ahead_where_a_cache_may_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROFUSE_CACHE_MIN_SECONDS", "0")
+    src = tmp_path / "bert.json"
+    src.write_bytes(gzip.decompress(trace_path("h100_bert_small.json.gz").read_bytes()))
+    cache = tmp_path / "cache"
+    with profuse.load(src, cache_dir=cache) as first:
+        first.wait_for_cache()
+    early._read_ahead(str(src), {"cache": True, "cache_dir": cache})
+    assert not hasattr(early._ahead, "read")
+    finish = early.start_load(str(src), cache_dir=cache)
+    with finish() as again:
+        assert again.from_cache
+
+
+def test_bytes_read_ahead_for_another_file_are_not_taken(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_bytes(gzip.decompress(trace_path("h100_bert_small.json.gz").read_bytes()))
+    b.write_bytes(gzip.decompress(trace_path("h100_vit_falconsai.json.gz").read_bytes()))
+    early._read_ahead(str(a), {"cache": False})
+    try:
+        with profuse.load(b, cache=False) as t, profuse.load(b, cache=False) as again:
+            assert _summary(t) == _summary(again)
+        assert early.prefetched(str(a)) is not None  # still there: b's load did not take it
+    finally:
+        early._ahead.__dict__.clear()

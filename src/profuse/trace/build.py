@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import _decode, _native
+from . import _decode, _native, early
 from . import memory as _memory
 from ._columns import Columns, add_chunk
 from ._parallel import decode_parallel, worker_count
@@ -82,7 +82,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
     threads = _native.enabled() and not lenient
     connection = _behind(_empty_tables, "profuse-connect") if threads else None
     try:
-        data, gzip_hash = _decode.read_trace(str(src))
+        data, gzip_hash = early.prefetched(str(src)) or _decode.read_trace(str(src))
         fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
         memory = _memory_events(str(src), data, cols)
@@ -187,7 +187,7 @@ def decode(path: str, *, data: bytes | bytearray | None = None, lenient: bool = 
     skipped = _decode.Skipped()
     # the compiled scanner first, the whole document in one pass; anything it does not accept goes
     # down the reference path below (which then accepts, recovers or raises exactly as before)
-    fast = _native.scan_document(data) if not lenient and _native.enabled() else None
+    fast = _native.scan_document(data, raw=early.prescanned(data)) if not lenient and _native.enabled() else None
     if fast is not None and fast[1] is not None:
         if progress:
             progress(len(data), len(data))
