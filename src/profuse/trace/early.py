@@ -69,8 +69,11 @@ def _read_ahead(path: str, options: dict[str, Any]) -> None:
     if options.get("cache", True):  # checked first: a cached load imports no decoder
         from .cache import cache_folder, holds_cache_of_size
 
-        folder = cache_folder(options.get("cache_dir"))
-        if folder is not None and holds_cache_of_size(folder, os.stat(path).st_size):
+        try:
+            folder = cache_folder(options.get("cache_dir"))
+            if folder is not None and holds_cache_of_size(folder, os.stat(path).st_size):
+                return
+        except OSError:  # gone or unreadable: the load says so in its own words
             return
     from . import _decode, _native
 
