@@ -183,13 +183,14 @@ static int blank_concrete(const char *p, Py_ssize_t n) {
 }
 typedef struct { int64_t row; const char *p; Py_ssize_t len; } FloatFix;
 typedef struct { Tok pid, tid, name, aname, alabels; } Meta;
-typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat; Tok id; } Flow;
+typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat, id; } Flow;   /* id: in Scan.fids */
 
 typedef struct {
     const char *buf, *cur, *end;
     Arena arena;
     Intern names, cats, pids, tids, phs, fcats;
     Intern shape_texts;                   /* the raw texts of Input Dims, Input type, ... (they repeat) */
+    Intern fids;                          /* flow ids (each start and finish share one) */
     Vec i64[N_I64];
     Vec name, cat, pid, tid, flops;       /* int32 x4, double */
     Vec shapes, fixes, metas, flows;
@@ -893,7 +894,7 @@ static int parse_event(Scan *s) {
         Flow fw;
         fw.ph = (int8_t)(c == 's' ? 0 : c == 'f' ? 1 : 2);
         fw.ts = ts;
-        fw.id = e[E_ID];
+        if (intern_tok(s, &s->fids, &e[E_ID], &fw.id)) goto nomem;
         if (intern_tok(s, &s->fcats, &e[E_CAT], &fw.cat)) goto nomem;
         if (intern_tok(s, &s->pids, &e[E_PID], &fw.pid) || intern_tok(s, &s->tids, &e[E_TID], &fw.tid)) goto nomem;
         if (VEC_PUSH(&s->flows, Flow, fw)) goto nomem;
@@ -990,7 +991,7 @@ static int scan_document(Scan *s, Py_ssize_t stop_at) {
 static void scan_free(Scan *s) {
     arena_free(&s->arena);
     intern_free(&s->names); intern_free(&s->cats); intern_free(&s->pids); intern_free(&s->tids);
-    intern_free(&s->phs); intern_free(&s->fcats); intern_free(&s->shape_texts);
+    intern_free(&s->phs); intern_free(&s->fcats); intern_free(&s->shape_texts); intern_free(&s->fids);
     for (int k = 0; k < N_I64; k++) free(s->i64[k].data);
     for (int k = 0; k < N_MEM; k++) free(s->mem_v[k].data);
     free(s->mem_ts.data); free(s->mem_pid.data); free(s->mem_tid.data);
@@ -1026,6 +1027,26 @@ static PyObject *table_list(Intern *t) {
         if (e[k].type == T_INT) o = PyLong_FromLongLong(e[k].i);
         else if (e[k].type == T_STR) o = PyUnicode_DecodeUTF8(e[k].p, e[k].len, "strict");
         else { o = Py_None; Py_INCREF(o); }
+        if (!o) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, o);
+    }
+    return out;
+}
+
+/* Flow ids as text, as the reference gives them: an integer id as str(int). */
+static PyObject *flow_id_list(Intern *t) {
+    Entry *e = (Entry *)t->entries.data;
+    PyObject *out = PyList_New((Py_ssize_t)t->entries.len);
+    if (!out) return NULL;
+    for (size_t k = 0; k < t->entries.len; k++) {
+        PyObject *o;
+        if (e[k].type == T_INT) {
+            char buf[32];
+            int n = snprintf(buf, sizeof(buf), "%lld", (long long)e[k].i);
+            o = PyUnicode_FromStringAndSize(buf, n);
+        } else {
+            o = PyUnicode_DecodeUTF8(e[k].p, e[k].len, "strict");
+        }
         if (!o) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, (Py_ssize_t)k, o);
     }
@@ -1133,30 +1154,24 @@ static PyObject *build(Scan *s) {
         PyObject *pid = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
         PyObject *tid = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
         PyObject *ids = PyList_New((Py_ssize_t)n), *cats = PyList_New((Py_ssize_t)n);
-        PyObject *fcats = table_list(&s->fcats);
+        PyObject *fcats = table_list(&s->fcats), *fids = flow_id_list(&s->fids);
         int bad = put(d, "flow_ph", ph) | put(d, "flow_ts", ts) | put(d, "flow_pid", pid) | put(d, "flow_tid", tid) |
                   put(d, "flow_ids", ids) | put(d, "flow_cats", cats);
-        if (bad || !fcats) { Py_XDECREF(fcats); goto fail; }
+        if (bad || !fcats || !fids) { Py_XDECREF(fcats); Py_XDECREF(fids); goto fail; }
         for (size_t k = 0; k < n; k++) {
             PyBytes_AS_STRING(ph)[k] = (char)f[k].ph;
             memcpy(PyBytes_AS_STRING(ts) + 8 * k, &f[k].ts, 8);
             memcpy(PyBytes_AS_STRING(pid) + 4 * k, &f[k].pid, 4);
             memcpy(PyBytes_AS_STRING(tid) + 4 * k, &f[k].tid, 4);
-            PyObject *id;
-            if (f[k].id.type == T_INT) {
-                PyObject *num = PyLong_FromLongLong(f[k].id.i);
-                id = num ? PyObject_Str(num) : NULL;
-                Py_XDECREF(num);
-            } else {
-                id = str_of(f[k].id.p, f[k].id.len, f[k].id.esc);
-            }
-            if (!id) { Py_DECREF(fcats); goto fail; }
+            PyObject *id = PyList_GET_ITEM(fids, f[k].id);
+            Py_INCREF(id);
             PyList_SET_ITEM(ids, (Py_ssize_t)k, id);
             PyObject *c = PyList_GET_ITEM(fcats, f[k].cat);
             Py_INCREF(c);
             PyList_SET_ITEM(cats, (Py_ssize_t)k, c);
         }
         Py_DECREF(fcats);
+        Py_DECREF(fids);
     }
     {
         PyObject *phs = table_list(&s->phs);
@@ -1192,7 +1207,7 @@ static void scan_init(Scan *s) {
     for (int k = 0; k < N_MEM; k++) s->mem_v[k].item = 8;
     s->mem_ts.item = 8;
     s->mem_pid.item = s->mem_tid.item = 4;
-    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats, &s->shape_texts};
+    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats, &s->shape_texts, &s->fids};
     for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++) tables[k]->entries.item = sizeof(Entry);
     s->name.item = s->cat.item = s->pid.item = s->tid.item = 4;
     s->inst_name.item = s->inst_cat.item = s->inst_pid.item = s->inst_tid.item = 4;
