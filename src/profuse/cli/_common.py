@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -89,6 +90,30 @@ def load_trace(path: str, args: argparse.Namespace) -> Trace:
                      progress=bar, cache_dir=getattr(args, "cache_dir", None))
     finally:
         bar.close()
+    return _noted(path, trace)
+
+
+def start_load_trace(path: str, args: argparse.Namespace) -> Callable[[], Trace]:
+    """:func:`load_trace` started now, on a thread where that changes nothing but the time
+    (trace/early.py), so the caller's imports overlap the read and scan; call the result for the trace."""
+    from ..trace.early import start_load
+
+    bar = _LazyBar(f"loading {path}")
+    pending = start_load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),
+                         progress=bar, cache_dir=getattr(args, "cache_dir", None))
+
+    def finish() -> Trace:
+        try:
+            trace = pending()
+        finally:
+            bar.close()
+        return _noted(path, trace)
+
+    return finish
+
+
+def _noted(path: str, trace: Trace) -> Trace:
+    """``trace``, its notes printed on stderr."""
     from ..redact import redact_text
 
     for note in trace.notes:

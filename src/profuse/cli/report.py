@@ -5,7 +5,7 @@ import argparse
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
-from ._common import add_load_args, console, count, emit, load_trace, warm_imports
+from ._common import add_load_args, console, count, emit, start_load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
 
 HELP = """examples:
@@ -50,6 +50,16 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(func=run)
 
 
+def _import_while_loading(fmt: str) -> None:
+    """The analyses and the renderer of ``fmt``, imported while the trace loads (trace/early.py)."""
+    import importlib
+
+    renderer = {"json": "json_report", "html": "html", "table": "console"}[fmt]
+    for name in ("analysis", "analysis.findings", "analysis.memory", "payloads.report", f"report.{renderer}",
+                 *(("payloads.build",) if fmt == "html" else ())):
+        importlib.import_module(f"profuse.{name}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Print, or write as JSON or HTML, the op table and findings of one trace (or a rank report for a folder)."""
     from .._io import atomic_write
@@ -57,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
+    # one trace file: its read and scan start now, and the imports below run beside them
+    finish_load = start_load_trace(args.path, args)
     from ..trace.snapshot import is_snapshot_path
 
     if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
@@ -69,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     # the libraries the analysis and the renderer need come in on another thread while the trace's
     # bytes are hashed and its cache opened
     warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
-    with load_trace(args.path, args) as trace:
+    _import_while_loading(args.format)
+    with finish_load() as trace:
         from ..analysis import op_table, summarize
         from ..analysis.findings import trace_findings
 

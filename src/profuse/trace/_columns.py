@@ -54,6 +54,8 @@ class Columns:
     imprecise_ts: int = 0
     ignored_args: dict[str, int] = field(default_factory=dict)  # args values of a type profuse cannot use
     notes: list[str] = field(default_factory=list)  # what the load should tell the user (a repeated key)
+    memory_scanned: bool = False  # the scanner read the [memory] instants (mem_* parts; trace/memory.py)
+    memory_skipped: int = 0  # [memory] instants the scanner left out (a figure missing or not an integer)
 
     def add(self, key: str, arr: np.ndarray) -> None:
         """Append one chunk's values to column ``key``."""

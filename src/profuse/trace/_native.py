@@ -46,6 +46,9 @@ _scan = _load_scanner()
 SPLIT_MIN_BYTES = 8 << 20
 _ARG_COLUMNS = ("correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes", "external_id",
                 "device", "stream")
+# the [memory] instants' figures as the scanner hands them over (trace/memory.py's _ARGS, in order)
+MEMORY_FIGURES = ("mem_bytes", "mem_addr", "mem_total_allocated", "mem_total_reserved", "mem_device_type",
+                  "mem_device")
 assert FLOW_PHASES == ("s", "f", "t")  # the scanner codes flow phases in this order
 
 
@@ -114,22 +117,19 @@ def scan_columns(doc: _decode.Document, *, threads: int | None = None) -> Column
     return first if _consistent(first) else None
 
 
-def scan_document(data: bytes | bytearray, *, threads: int | None = None) -> tuple[Columns, dict[str, Any] | None] | None:
-    """Columns and the other top-level members (as msgspec Raw) of a whole trace document, in one pass.
+RawScan = tuple[Any, Any, bool]  # the scanner's answers for the head and the tail, and whether it split
 
-    None when the reference path must handle it (from ``_decode.split_document`` on), which then
-    gives the document's error or result exactly as without the scanner.
-    """
-    if _scan is None:
-        return None
+
+def raw_scan_document(data: bytes | bytearray, *, threads: int | None = None) -> RawScan:
+    """The scanner's own answers for a whole document (the GIL released throughout the scan): what
+    :func:`scan_document` turns into columns. Requires the scanner (``available()``)."""
+    assert _scan is not None
     size = len(data)
     if threads is None:
         threads = _threads(size)
     gap = _decode._EVENT_GAP.search(data, size // 2) if threads > 1 else None
     if gap is None:
-        head = _scan.scan(data, 0, size, -1, 1)
-        cols = _columns(head)
-        return None if head is None or cols is None else (cols, _top(data, head["members"]))
+        return _scan.scan(data, 0, size, -1, 1), None, False
     split = gap.end() - 1
     tail: list[Any] = [None]
 
@@ -140,15 +140,32 @@ def scan_document(data: bytes | bytearray, *, threads: int | None = None) -> tup
     worker.start()
     head = _scan.scan(data, 0, size, split, 1)
     worker.join()
+    return head, tail[0], True
+
+
+def scan_document(data: bytes | bytearray, *, threads: int | None = None,
+                  raw: RawScan | None = None) -> tuple[Columns, dict[str, Any] | None] | None:
+    """Columns and the other top-level members (as msgspec Raw) of a whole trace document, in one pass
+    (or from ``raw``, :func:`raw_scan_document`'s answers for these very bytes).
+
+    None when the reference path must handle it (from ``_decode.split_document`` on), which then
+    gives the document's error or result exactly as without the scanner.
+    """
+    if _scan is None:
+        return None
+    head, tail, split = raw if raw is not None else raw_scan_document(data, threads=threads)
+    if not split:
+        cols = _columns(head)
+        return None if head is None or cols is None else (cols, _top(data, head["members"]))
     if head is None:
         return None
     if not head["met"]:  # the split was not between two events: the head scan read everything
         cols = _columns(head)
         return None if cols is None else (cols, _top(data, head["members"]))
-    if tail[0] is None or _mixed_times(head, tail[0]):
+    if tail is None or _mixed_times(head, tail):
         return None
-    rest = _scan.document_rest(data, tail[0]["end"])
-    first, second = _columns(head), _columns(tail[0])
+    rest = _scan.document_rest(data, tail["end"])
+    first, second = _columns(head), _columns(tail)
     if rest is None or first is None or second is None:
         return None
     from ._parallel import merge
@@ -208,6 +225,12 @@ def _columns(r: dict[str, Any] | None) -> Columns | None:
         cols.add("flow_ph", np.frombuffer(r["flow_ph"], dtype=np.int8))
         cols.add("flow_ts", _i64(r, "flow_ts"))
         cols.add("flow_thread_key", _keys(r["flow_pid"], r["flow_tid"]))
+    if r["mem_ts"]:
+        cols.add("mem_ts", _i64(r, "mem_ts"))
+        cols.add("mem_thread_key", _keys(r["mem_pid"], r["mem_tid"]))
+        for key in MEMORY_FIGURES:
+            cols.add(key, _i64(r, key))
+    cols.memory_scanned, cols.memory_skipped = not r["mem_defer"], r["mem_skipped"]
     cols.shapes = r["shapes"]
     for pid, tid, name, arg_name, labels in r["metas"]:  # the reference's rule, in file order
         where = thread_key(pid, tid if name and name.startswith("thread") else "")

@@ -92,6 +92,8 @@ def merge(dst: Columns, src: Columns) -> None:
     for ph, c in src.phase_counts.items():
         dst.phase_counts[ph] = dst.phase_counts.get(ph, 0) + c
     dst.n += src.n
+    dst.memory_scanned = dst.memory_scanned and src.memory_scanned
+    dst.memory_skipped += src.memory_skipped
     dst.imprecise_ts += src.imprecise_ts
     for key, c in src.ignored_args.items():
         dst.ignored_args[key] = dst.ignored_args.get(key, 0) + c

@@ -97,10 +97,21 @@ typedef struct {
 typedef struct { uint64_t hash; int type; const char *p; Py_ssize_t len; int64_t i; } Entry;
 typedef struct { Vec entries; int32_t *slots; size_t nslots; } Intern;
 
+/* Eight bytes a step (names and shape texts run to hundreds of bytes), mixed as in splitmix64. */
 static uint64_t hash_bytes(const char *p, Py_ssize_t n, uint64_t seed) {
-    uint64_t h = 1469598103934665603ULL ^ seed;
-    for (Py_ssize_t k = 0; k < n; k++) { h ^= (unsigned char)p[k]; h *= 1099511628211ULL; }
-    return h ^ (h >> 29);
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ seed ^ ((uint64_t)n << 32), w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    if (n) {
+        w = 0;
+        memcpy(&w, p, (size_t)n);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+    }
+    h = (h ^ (h >> 30)) * 0x94D049BB133111EBULL;
+    return h ^ (h >> 31);
 }
 
 static int intern_grow(Intern *t) {
@@ -157,7 +168,12 @@ static const char *const IGNORED_NAMES[N_I64] = {
     "ts", "dur", "correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes",
     "External id", "device", "stream"};
 
-typedef struct { int64_t row; const char *p[5]; Py_ssize_t len[5]; } Shape;
+/* A [memory] instant's args, in trace/memory.py's order (_ARGS). */
+enum { N_MEM = 6 };
+static const char *const MEM_NAMES[N_MEM] = {"mem_bytes", "mem_addr", "mem_total_allocated", "mem_total_reserved",
+                                             "mem_device_type", "mem_device"};
+
+typedef struct { int64_t row; int32_t text[5]; } Shape;   /* ids in Scan.shape_texts, -1: absent */
 
 /* Concrete Inputs that say nothing (every entry an empty string: `["", "", ""]`) are not kept. */
 static int blank_concrete(const char *p, Py_ssize_t n) {
@@ -167,12 +183,14 @@ static int blank_concrete(const char *p, Py_ssize_t n) {
 }
 typedef struct { int64_t row; const char *p; Py_ssize_t len; } FloatFix;
 typedef struct { Tok pid, tid, name, aname, alabels; } Meta;
-typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat; Tok id; } Flow;
+typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat, id; } Flow;   /* id: in Scan.fids */
 
 typedef struct {
     const char *buf, *cur, *end;
     Arena arena;
     Intern names, cats, pids, tids, phs, fcats;
+    Intern shape_texts;                   /* the raw texts of Input Dims, Input type, ... (they repeat) */
+    Intern fids;                          /* flow ids (each start and finish share one) */
     Vec i64[N_I64];
     Vec name, cat, pid, tid, flops;       /* int32 x4, double */
     Vec shapes, fixes, metas, flows;
@@ -184,6 +202,9 @@ typedef struct {
     int nomem;
     int top_level;                        /* skipping a top-level value: "ts" keys there are harmless */
     int small_noisy;                      /* a ts below 2^33 us - 1 with float noise (over 3 fraction digits) */
+    Vec mem_ts, mem_pid, mem_tid, mem_v[N_MEM];  /* the [memory] instants (see memory_row) */
+    int64_t mem_skipped;                  /* [memory] instants trace/memory.py leaves out (counted) */
+    int mem_defer;                        /* a [memory] event only trace/memory.py may judge */
     int big;                              /* a ts of 2^33 us - 1 or more */
 } Scan;
 
@@ -386,6 +407,74 @@ static int lex_literal(Scan *s, const char *word, int n) {
 
 static int skip_value(Scan *s, int depth);
 
+static inline int is_digit(char c) { return (unsigned)(c - '0') < 10u; }
+
+/* A number checked against the strict grammar and passed over (what lex_number accepts). */
+static int skip_number(Scan *s) {
+    const char *p = s->cur, *end = s->end;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return -1;
+    if (*p == '0') p++;
+    else if (is_digit(*p)) { do p++; while (p < end && is_digit(*p)); }
+    else return -1;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !is_digit(*p)) return -1;
+        do p++; while (p < end && is_digit(*p));
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || !is_digit(*p)) return -1;
+        do p++; while (p < end && is_digit(*p));
+    }
+    s->cur = p;
+    return 0;
+}
+
+/* An array at s->cur (on its '[', itself at `depth`) checked and passed over without recursion for
+ * nested arrays, numbers and strings (Input Dims, Input Strides, Input type, Concrete Inputs: most of
+ * a shape-recording trace's bytes); objects and literals as skip_value checks them. Accepts exactly
+ * what skip_value accepts, with the same depth limit. */
+static int skip_array(Scan *s, int depth) {
+    const char *end = s->end;
+    int d = depth;   /* depth of the innermost open array */
+    Tok t;
+    if (depth > MAX_DEPTH) return -1;
+    s->cur++;
+    ws(s);
+    if (s->cur < end && *s->cur == ']') { s->cur++; return 0; }
+    for (;;) {
+        /* a value at depth d + 1 */
+        if (d + 1 > MAX_DEPTH || s->cur >= end) return -1;
+        char c = *s->cur;
+        if (c == '[') {
+            d++;
+            s->cur++;
+            ws(s);
+            if (s->cur >= end || *s->cur != ']') continue;
+            s->cur++;
+            d--;
+        } else if (c == '"') {
+            if (lex_string(s, &t)) return -1;
+        } else if (c == '-' || is_digit(c)) {
+            if (skip_number(s)) return -1;
+        } else if (skip_value(s, d + 1)) {
+            return -1;
+        }
+        /* after a value in the array at depth d: ',' and the next, or ']' closing it (and maybe more) */
+        for (;;) {
+            ws(s);
+            if (s->cur >= end) return -1;
+            if (*s->cur == ',') { s->cur++; ws(s); break; }
+            if (*s->cur != ']') return -1;
+            s->cur++;
+            if (d == depth) return 0;
+            d--;
+        }
+    }
+}
+
 /* Any value: scalars become tokens, objects and arrays are validated and kept as text. */
 static int lex_value(Scan *s, Tok *t, int depth) {
     if (s->cur >= s->end) return -1;
@@ -401,7 +490,7 @@ static int lex_value(Scan *s, Tok *t, int depth) {
     if (c == '{' || c == '[') {
         t->type = T_COMPOUND;
         t->p = s->cur;
-        if (skip_value(s, depth)) return -1;
+        if (c == '[' ? skip_array(s, depth) : skip_value(s, depth)) return -1;
         t->len = s->cur - t->p;
         return 0;
     }
@@ -432,19 +521,7 @@ static int skip_value(Scan *s, int depth) {
             return -1;
         }
     }
-    if (c == '[') {
-        s->cur++;
-        ws(s);
-        if (s->cur < s->end && *s->cur == ']') { s->cur++; return 0; }
-        for (;;) {
-            if (skip_value(s, depth + 1)) return -1;
-            ws(s);
-            if (s->cur >= s->end) return -1;
-            if (*s->cur == ',') { s->cur++; ws(s); continue; }
-            if (*s->cur == ']') { s->cur++; return 0; }
-            return -1;
-        }
-    }
+    if (c == '[') return skip_array(s, depth);
     return lex_value(s, &t, depth);
 }
 
@@ -455,20 +532,59 @@ static int key_is(const Tok *k, const char *word) {
     return (size_t)k->len == n && memcmp(k->p, word, n) == 0;
 }
 
-/* Index of key among words (lengths compared first), or -1. */
-static int key_index(const Tok *k, const char *const *words, const unsigned char *lens, int n) {
-    for (int j = 0; j < n; j++)
-        if ((Py_ssize_t)lens[j] == k->len && k->p[0] == words[j][0] && memcmp(k->p, words[j], lens[j]) == 0) return j;
+/* The keys a parser looks for, found by a slot of (length, first and last byte): a key is compared
+ * with at most KEY_WAYS words, not all of them (every event has 5-10 keys and its args as many). */
+#define KEY_SLOTS 64
+#define KEY_WAYS 4
+typedef struct { const char *const *words; unsigned char lens[32]; int8_t slot[KEY_SLOTS][KEY_WAYS]; } KeySet;
+
+static unsigned key_slot(const char *p, Py_ssize_t len) {
+    return ((unsigned)len * 7u + (unsigned char)p[0] * 3u + (unsigned char)p[len - 1]) & (KEY_SLOTS - 1);
+}
+
+static int keyset_init(KeySet *ks, const char *const *words, int n) {
+    ks->words = words;
+    memset(ks->slot, -1, sizeof(ks->slot));
+    for (int j = 0; j < n; j++) {
+        size_t len = strlen(words[j]);
+        int8_t *c = ks->slot[key_slot(words[j], (Py_ssize_t)len)];
+        int w = 0;
+        while (w < KEY_WAYS && c[w] >= 0) w++;
+        if (w == KEY_WAYS || len > 255 || j > 31) return -1;
+        c[w] = (int8_t)j;
+        ks->lens[j] = (unsigned char)len;
+    }
+    return 0;
+}
+
+static inline int same_bytes(const char *a, const char *b, size_t n) {
+    uint64_t x, y;
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    for (; n; n--) if (*a++ != *b++) return 0;
+    return 1;
+}
+
+/* Index of a (non-empty) key among the set's words, or -1. */
+static int key_index(const Tok *k, const KeySet *ks) {
+    const int8_t *c = ks->slot[key_slot(k->p, k->len)];
+    for (int w = 0; w < KEY_WAYS && c[w] >= 0; w++)
+        if ((Py_ssize_t)ks->lens[c[w]] == k->len && same_bytes(k->p, ks->words[c[w]], (size_t)k->len)) return c[w];
     return -1;
 }
 
 enum { A_EXT, A_EXT_LC, A_CORR, A_DEV, A_STREAM, A_STREAM_ID, A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_PYID, A_PYPID,
-       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, A_CONC, N_ARGS };
+       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, A_CONC,
+       A_MEM, A_MEM_LAST = A_MEM + N_MEM - 1, N_ARGS };
 static const char *const ARG_KEYS[N_ARGS] = {
     "External id", "external id", "correlation", "device", "stream", "stream_id", "Input Dims", "Input type",
     "grid", "block", "Python id", "Python parent id", "Sequence number", "Fwd thread id", "bytes", "flops",
-    "name", "labels", "Concrete Inputs"};
-static unsigned char ARG_LENS[N_ARGS];
+    "name", "labels", "Concrete Inputs",
+    "Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id"};
+static KeySet ARG_SET;
 
 /* A JSON object, member by member, for the event and its args alike:
  *   for (int r = object_start(s); r == 0; r = member_end(s)) { member_key(...); <the value> }
@@ -485,13 +601,13 @@ static int object_start(Scan *s) {
 
 /* A member's `"key":` (no escapes in the key), leaving the value next; *which is the key's index in
  * keys[], or -1 for any other (or an empty) key. */
-static int member_key(Scan *s, const char *const *keys, const unsigned char *lens, int n, Tok *key, int *which) {
+static int member_key(Scan *s, const KeySet *keys, Tok *key, int *which) {
     if (s->cur >= s->end || *s->cur != '"' || lex_string(s, key) || key->esc) return -1;
     ws(s);
     if (s->cur >= s->end || *s->cur != ':') return -1;
     s->cur++;
     ws(s);
-    *which = key->len ? key_index(key, keys, lens, n) : -1;
+    *which = key->len ? key_index(key, keys) : -1;
     return 0;
 }
 
@@ -504,18 +620,22 @@ static int member_end(Scan *s) {
     return -1;
 }
 
-static int parse_args(Scan *s, Tok *a) {
+/* *mem_dup: a [memory] figure given twice (the reference keeps the last; only memory.py reads them). */
+static int parse_args(Scan *s, Tok *a, int *mem_dup) {
     for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
     int r;
     for (r = object_start(s); r == 0; r = member_end(s)) {   /* args must be an object */
         Tok key;
         int which;
-        if (member_key(s, ARG_KEYS, ARG_LENS, N_ARGS, &key, &which)) return -1;
+        if (member_key(s, &ARG_SET, &key, &which)) return -1;
         if (which < 0) {
             if (key.len == 2 && key.p[0] == 't' && key.p[1] == 's') return -1;
             if (skip_value(s, 2)) return -1;
         } else {
-            if (a[which].type != T_MISSING) return -1;   /* a repeated key: left to the reference */
+            if (a[which].type != T_MISSING) {
+                if (which < A_MEM) return -1;   /* a repeated key: left to the reference */
+                *mem_dup = 1;
+            }
             if (lex_value(s, &a[which], 2)) return -1;
             if ((which == A_DIMS || which == A_TYPE || which == A_GRID || which == A_BLOCK || which == A_CONC)
                 && a[which].type == T_STR) {
@@ -613,7 +733,7 @@ static int time_ns(Scan *s, const Tok *t, int is_dur, int64_t *out) {
 
 enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ID, E_BP, E_ARGS, N_EV };
 static const char *const EV_KEYS[N_EV] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "args"};
-static unsigned char EV_LENS[N_EV];
+static KeySet EV_SET;
 
 static int push_i64(Scan *s, int col, int64_t v) { return VEC_PUSH(&s->i64[col], int64_t, v); }
 
@@ -625,21 +745,50 @@ static int intern_tok(Scan *s, Intern *t, Tok *k, int32_t *id) {
     return 0;
 }
 
+/* A [memory] instant (name "[memory]" as written, ph i or I) as trace/memory.py reads it: a row where
+ * its time is plain and its six figures are integers, counted as skipped where one is missing or not
+ * a number (or the time is absent); anything else (a figure repeated, a float, an integer beyond
+ * int64, a time with float noise) sets mem_defer, and memory.py reads the trace's memory events itself. */
+static int memory_row(Scan *s, const Tok *e, const Tok *a, int has_ts, int64_t ts, int mem_dup,
+                      int32_t pid, int32_t tid) {
+    if (mem_dup || (has_ts && e[E_TS].frac_digits > 3)) { s->mem_defer = 1; return 0; }
+    int skip = !has_ts;
+    int64_t v[N_MEM];
+    for (int k = 0; k < N_MEM; k++) {
+        const Tok *t = &a[A_MEM + k];
+        if (t->type == T_INT) v[k] = t->i;
+        else if (t->type == T_FLOAT || t->type == T_BIGINT) { s->mem_defer = 1; return 0; }
+        else skip = 1;
+    }
+    if (skip) { s->mem_skipped++; return 0; }
+    if (VEC_PUSH(&s->mem_ts, int64_t, ts) || VEC_PUSH(&s->mem_pid, int32_t, pid) ||
+        VEC_PUSH(&s->mem_tid, int32_t, tid))
+        return -1;
+    for (int k = 0; k < N_MEM; k++)
+        if (VEC_PUSH(&s->mem_v[k], int64_t, v[k])) return -1;
+    return 0;
+}
+
+static int is_memory_name(const Tok *t) {
+    return t->type == T_STR && !t->esc && t->len == 8 && memcmp(t->p, "[memory]", 8) == 0;
+}
+
 static int parse_event(Scan *s) {
     Tok e[N_EV], a[N_ARGS];
+    int mem_dup = 0;
     for (int k = 0; k < N_EV; k++) e[k].type = T_MISSING;
     for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
     int r;
     for (r = object_start(s); r == 0; r = member_end(s)) {
         Tok key;
         int which;
-        if (member_key(s, EV_KEYS, EV_LENS, N_EV, &key, &which)) return -1;
+        if (member_key(s, &EV_SET, &key, &which)) return -1;
         if (which < 0) {
             if (skip_value(s, 1)) return -1;
         } else {
             if (e[which].type != T_MISSING) return -1;
             if (which == E_ARGS) {
-                if (parse_args(s, a)) return -1;
+                if (parse_args(s, a, &mem_dup)) return -1;
                 e[which].type = T_COMPOUND;
             } else if (lex_value(s, &e[which], 1)) {
                 return -1;
@@ -704,10 +853,12 @@ static int parse_event(Scan *s) {
             sh.row = row;
             static const int raw[5] = {A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_CONC};
             for (int k = 0; k < 5; k++) {
-                sh.p[k] = a[raw[k]].type == T_MISSING ? NULL : a[raw[k]].p;
-                sh.len[k] = a[raw[k]].type == T_MISSING ? 0 : a[raw[k]].len;
+                const Tok *t = &a[raw[k]];
+                sh.text[k] = -1;
+                if (t->type == T_MISSING || (k == 4 && blank_concrete(t->p, t->len))) continue;
+                sh.text[k] = intern_id(&s->shape_texts, T_STR, t->p, t->len, 0);
+                if (sh.text[k] < 0) goto nomem;
             }
-            if (sh.p[4] && blank_concrete(sh.p[4], sh.len[4])) { sh.p[4] = NULL; sh.len[4] = 0; }
             if (VEC_PUSH(&s->shapes, Shape, sh)) goto nomem;
         }
         return 0;
@@ -729,18 +880,21 @@ static int parse_event(Scan *s) {
         Meta m = {e[E_PID], e[E_TID], e[E_NAME], a[A_NAME], a[A_LABELS]};
         if (VEC_PUSH(&s->metas, Meta, m)) goto nomem;
     } else if (c == 'i' || c == 'I') {
-        int32_t id;
+        int32_t id, pid, tid;
+        int memory = is_memory_name(&e[E_NAME]), escaped_name = e[E_NAME].type == T_STR && e[E_NAME].esc;
         if (intern_tok(s, &s->names, &e[E_NAME], &id) || VEC_PUSH(&s->inst_name, int32_t, id)) goto nomem;
+        if (escaped_name && is_memory_name(&e[E_NAME])) s->mem_defer = 1;   /* memory.py reads names as written */
         if (intern_tok(s, &s->cats, &e[E_CAT], &id) || VEC_PUSH(&s->inst_cat, int32_t, id)) goto nomem;
         if (VEC_PUSH(&s->inst_ts, int64_t, has_ts ? ts : 0)) goto nomem;
-        if (intern_tok(s, &s->pids, &e[E_PID], &id) || VEC_PUSH(&s->inst_pid, int32_t, id)) goto nomem;
-        if (intern_tok(s, &s->tids, &e[E_TID], &id) || VEC_PUSH(&s->inst_tid, int32_t, id)) goto nomem;
+        if (intern_tok(s, &s->pids, &e[E_PID], &pid) || VEC_PUSH(&s->inst_pid, int32_t, pid)) goto nomem;
+        if (intern_tok(s, &s->tids, &e[E_TID], &tid) || VEC_PUSH(&s->inst_tid, int32_t, tid)) goto nomem;
+        if (memory && memory_row(s, e, a, has_ts, ts, mem_dup, pid, tid)) goto nomem;
     } else if (c == 's' || c == 'f' || c == 't') {
         if (!has_ts || e[E_ID].type == T_MISSING || e[E_ID].type == T_NULL) return 0;
         Flow fw;
         fw.ph = (int8_t)(c == 's' ? 0 : c == 'f' ? 1 : 2);
         fw.ts = ts;
-        fw.id = e[E_ID];
+        if (intern_tok(s, &s->fids, &e[E_ID], &fw.id)) goto nomem;
         if (intern_tok(s, &s->fcats, &e[E_CAT], &fw.cat)) goto nomem;
         if (intern_tok(s, &s->pids, &e[E_PID], &fw.pid) || intern_tok(s, &s->tids, &e[E_TID], &fw.tid)) goto nomem;
         if (VEC_PUSH(&s->flows, Flow, fw)) goto nomem;
@@ -837,8 +991,10 @@ static int scan_document(Scan *s, Py_ssize_t stop_at) {
 static void scan_free(Scan *s) {
     arena_free(&s->arena);
     intern_free(&s->names); intern_free(&s->cats); intern_free(&s->pids); intern_free(&s->tids);
-    intern_free(&s->phs); intern_free(&s->fcats);
+    intern_free(&s->phs); intern_free(&s->fcats); intern_free(&s->shape_texts); intern_free(&s->fids);
     for (int k = 0; k < N_I64; k++) free(s->i64[k].data);
+    for (int k = 0; k < N_MEM; k++) free(s->mem_v[k].data);
+    free(s->mem_ts.data); free(s->mem_pid.data); free(s->mem_tid.data);
     Vec *v[] = {&s->name, &s->cat, &s->pid, &s->tid, &s->flops, &s->shapes, &s->fixes, &s->metas, &s->flows,
                 &s->inst_name, &s->inst_cat, &s->inst_pid, &s->inst_tid, &s->inst_ts, &s->ph_counts};
     for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++) free(v[k]->data);
@@ -871,6 +1027,26 @@ static PyObject *table_list(Intern *t) {
         if (e[k].type == T_INT) o = PyLong_FromLongLong(e[k].i);
         else if (e[k].type == T_STR) o = PyUnicode_DecodeUTF8(e[k].p, e[k].len, "strict");
         else { o = Py_None; Py_INCREF(o); }
+        if (!o) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, o);
+    }
+    return out;
+}
+
+/* Flow ids as text, as the reference gives them: an integer id as str(int). */
+static PyObject *flow_id_list(Intern *t) {
+    Entry *e = (Entry *)t->entries.data;
+    PyObject *out = PyList_New((Py_ssize_t)t->entries.len);
+    if (!out) return NULL;
+    for (size_t k = 0; k < t->entries.len; k++) {
+        PyObject *o;
+        if (e[k].type == T_INT) {
+            char buf[32];
+            int n = snprintf(buf, sizeof(buf), "%lld", (long long)e[k].i);
+            o = PyUnicode_FromStringAndSize(buf, n);
+        } else {
+            o = PyUnicode_DecodeUTF8(e[k].p, e[k].len, "strict");
+        }
         if (!o) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, (Py_ssize_t)k, o);
     }
@@ -936,23 +1112,23 @@ static PyObject *build(Scan *s) {
         goto fail;
     {
         Shape *sh = (Shape *)s->shapes.data;
+        PyObject *texts = table_list(&s->shape_texts);   /* each distinct text made a str once */
         PyObject *l = PyList_New((Py_ssize_t)s->shapes.len);
-        if (put(d, "shapes", l)) goto fail;
+        if (!texts) { Py_XDECREF(l); goto fail; }
+        if (put(d, "shapes", l)) { Py_DECREF(texts); goto fail; }
         for (size_t k = 0; k < s->shapes.len; k++) {
             PyObject *t = PyTuple_New(6);
-            if (!t) goto fail;
+            PyObject *row = t ? PyLong_FromLongLong(sh[k].row) : NULL;
+            if (!row) { Py_XDECREF(t); Py_DECREF(texts); goto fail; }
             PyList_SET_ITEM(l, (Py_ssize_t)k, t);
-            PyObject *row = PyLong_FromLongLong(sh[k].row);
-            if (!row) goto fail;
             PyTuple_SET_ITEM(t, 0, row);
             for (int j = 0; j < 5; j++) {
-                PyObject *o;
-                if (sh[k].p[j]) o = PyUnicode_DecodeUTF8(sh[k].p[j], sh[k].len[j], "strict");
-                else { o = Py_None; Py_INCREF(o); }
-                if (!o) goto fail;
+                PyObject *o = sh[k].text[j] >= 0 ? PyList_GET_ITEM(texts, sh[k].text[j]) : Py_None;
+                Py_INCREF(o);
                 PyTuple_SET_ITEM(t, j + 1, o);
             }
         }
+        Py_DECREF(texts);
     }
     {
         Meta *m = (Meta *)s->metas.data;
@@ -978,30 +1154,24 @@ static PyObject *build(Scan *s) {
         PyObject *pid = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
         PyObject *tid = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
         PyObject *ids = PyList_New((Py_ssize_t)n), *cats = PyList_New((Py_ssize_t)n);
-        PyObject *fcats = table_list(&s->fcats);
+        PyObject *fcats = table_list(&s->fcats), *fids = flow_id_list(&s->fids);
         int bad = put(d, "flow_ph", ph) | put(d, "flow_ts", ts) | put(d, "flow_pid", pid) | put(d, "flow_tid", tid) |
                   put(d, "flow_ids", ids) | put(d, "flow_cats", cats);
-        if (bad || !fcats) { Py_XDECREF(fcats); goto fail; }
+        if (bad || !fcats || !fids) { Py_XDECREF(fcats); Py_XDECREF(fids); goto fail; }
         for (size_t k = 0; k < n; k++) {
             PyBytes_AS_STRING(ph)[k] = (char)f[k].ph;
             memcpy(PyBytes_AS_STRING(ts) + 8 * k, &f[k].ts, 8);
             memcpy(PyBytes_AS_STRING(pid) + 4 * k, &f[k].pid, 4);
             memcpy(PyBytes_AS_STRING(tid) + 4 * k, &f[k].tid, 4);
-            PyObject *id;
-            if (f[k].id.type == T_INT) {
-                PyObject *num = PyLong_FromLongLong(f[k].id.i);
-                id = num ? PyObject_Str(num) : NULL;
-                Py_XDECREF(num);
-            } else {
-                id = str_of(f[k].id.p, f[k].id.len, f[k].id.esc);
-            }
-            if (!id) { Py_DECREF(fcats); goto fail; }
+            PyObject *id = PyList_GET_ITEM(fids, f[k].id);
+            Py_INCREF(id);
             PyList_SET_ITEM(ids, (Py_ssize_t)k, id);
             PyObject *c = PyList_GET_ITEM(fcats, f[k].cat);
             Py_INCREF(c);
             PyList_SET_ITEM(cats, (Py_ssize_t)k, c);
         }
         Py_DECREF(fcats);
+        Py_DECREF(fids);
     }
     {
         PyObject *phs = table_list(&s->phs);
@@ -1014,6 +1184,12 @@ static PyObject *build(Scan *s) {
         }
         Py_DECREF(phs);
     }
+    for (int k = 0; k < N_MEM; k++)
+        if (put(d, MEM_NAMES[k], vec_bytes(&s->mem_v[k]))) goto fail;
+    if (put(d, "mem_ts", vec_bytes(&s->mem_ts)) || put(d, "mem_pid", vec_bytes(&s->mem_pid)) ||
+        put(d, "mem_tid", vec_bytes(&s->mem_tid)) || put(d, "mem_skipped", PyLong_FromLongLong(s->mem_skipped)) ||
+        put(d, "mem_defer", PyBool_FromLong(s->mem_defer)))
+        goto fail;
     if (put(d, "members", members_list(s))) goto fail;
     if (put(d, "n", PyLong_FromSize_t(s->i64[C_TS].len)) || put(d, "met", PyBool_FromLong(s->met)) ||
         put(d, "small_noisy", PyBool_FromLong(s->small_noisy)) || put(d, "big", PyBool_FromLong(s->big)) ||
@@ -1028,7 +1204,10 @@ fail:
 static void scan_init(Scan *s) {
     memset(s, 0, sizeof(*s));
     for (int k = 0; k < N_I64; k++) s->i64[k].item = 8;
-    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats};
+    for (int k = 0; k < N_MEM; k++) s->mem_v[k].item = 8;
+    s->mem_ts.item = 8;
+    s->mem_pid.item = s->mem_tid.item = 4;
+    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats, &s->shape_texts, &s->fids};
     for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++) tables[k]->entries.item = sizeof(Entry);
     s->name.item = s->cat.item = s->pid.item = s->tid.item = 4;
     s->inst_name.item = s->inst_cat.item = s->inst_pid.item = s->inst_tid.item = 4;
@@ -1201,8 +1380,10 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {
-    for (int k = 0; k < N_ARGS; k++) ARG_LENS[k] = (unsigned char)strlen(ARG_KEYS[k]);
-    for (int k = 0; k < N_EV; k++) EV_LENS[k] = (unsigned char)strlen(EV_KEYS[k]);
+    if (keyset_init(&ARG_SET, ARG_KEYS, N_ARGS) || keyset_init(&EV_SET, EV_KEYS, N_EV)) {
+        PyErr_SetString(PyExc_ImportError, "_scan: the key sets do not fit their slots");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "SSE2", SCAN_SSE2)) { Py_DECREF(m); return NULL; }
     return m;

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import _decode, _native
+from . import _decode, _native, early
 from . import memory as _memory
 from ._columns import Columns, add_chunk
 from ._parallel import decode_parallel, worker_count
@@ -65,6 +65,18 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _memory_events(path: str, data: bytes | bytearray, cols: Columns, *,
+                   behind: bool) -> Callable[[], _memory.MemoryEvents | None]:
+    """The trace's memory events (a call that gives them): as the scanner read them, else read from the
+    text again, on another thread when ``behind``."""
+    if not _memory.has_memory_events(cols.names):
+        return lambda: None
+    scanned = _memory.scanned_memory_events(cols)
+    if scanned is not None:
+        return lambda: scanned
+    return (_behind if behind else _now)(functools.partial(_read_memory, path, data), "profuse-memory")
+
+
 def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool,
            progress: Progress | None) -> Trace:
     started = time.perf_counter()
@@ -74,14 +86,12 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
     threads = _native.enabled() and not lenient
     connection = _behind(_empty_tables, "profuse-connect") if threads else None
     try:
-        data, gzip_hash = _decode.read_trace(str(src))
+        data, gzip_hash = early.prefetched(str(src)) or _decode.read_trace(str(src))
         fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
-        # the [memory] events are read (without the GIL, compiled) on another thread while the tables are
-        # prepared; their bytes are let go when it is done
-        memory: Callable[[], _memory.MemoryEvents | None] = lambda: None
-        if _memory.has_memory_events(cols.names):
-            memory = (_behind if threads else _now)(functools.partial(_read_memory, str(src), data), "profuse-memory")
+        # the [memory] events: as the scanner read them, else read (compiled, without the GIL) on another
+        # thread while the tables are prepared; their bytes are let go when it is done
+        memory = _memory_events(str(src), data, cols, behind=threads)
         notes.extend(cols.notes)
         del data
         source = fingerprint_of()
@@ -193,7 +203,7 @@ def decode(path: str, *, data: bytes | bytearray | None = None, lenient: bool = 
     skipped = _decode.Skipped()
     # the compiled scanner first, the whole document in one pass; anything it does not accept goes
     # down the reference path below (which then accepts, recovers or raises exactly as before)
-    fast = _native.scan_document(data) if not lenient and _native.enabled() else None
+    fast = _native.scan_document(data, raw=early.prescanned(data)) if not lenient and _native.enabled() else None
     if fast is not None and fast[1] is not None:
         if progress:
             progress(len(data), len(data))

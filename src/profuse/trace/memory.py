@@ -23,7 +23,8 @@ import msgspec
 import numpy as np
 
 from . import compiled
-from ._columns import _PRECISE_ABOVE_US, _ns, factorize, thread_key
+from ._columns import _PRECISE_ABOVE_US, THREAD_SHIFT, Columns, _ns, factorize, thread_key
+from ._native import MEMORY_FIGURES
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns
 from .schema import HOST_KINDS, TABLE_KINDS, kind_codes
@@ -179,6 +180,23 @@ def _compiled(data: bytes | bytearray) -> MemoryEvents | None:
                                                                     "total_reserved", "device_type", "device")}
     return MemoryEvents(ts=ts, thread=np.frombuffer(r["thread"], dtype=np.int32).copy(), threads=r["threads"],
                         skipped=0, **ints)
+
+
+def scanned_memory_events(cols: Columns) -> MemoryEvents | None:
+    """The memory events the compiled scanner read with the other events (the ``mem_*`` columns, taken
+    out of ``cols``), or None where it did not (the reference decoder, or an event it left to
+    :func:`read_memory_events`: a figure given twice, a float, a time with float noise)."""
+    parts = {k: cols.take(k) for k in ("mem_ts", "mem_thread_key", *MEMORY_FIGURES)}
+    if not cols.memory_scanned:
+        return None
+    pids, tids = list(cols.pids), list(cols.tids)
+    keys, code = np.unique(parts["mem_thread_key"].astype(np.int64, copy=False), return_inverse=True)
+    threads = [thread_key(pids[k // THREAD_SHIFT], tids[k % THREAD_SHIFT]) for k in keys.tolist()]
+    figures = [parts[k].astype(np.int64, copy=False) for k in MEMORY_FIGURES]
+    return MemoryEvents(ts=parts["mem_ts"].astype(np.int64, copy=False), thread=code.astype(np.int32).reshape(-1),
+                        threads=threads, bytes=figures[0], addr=figures[1], total_allocated=figures[2],
+                        total_reserved=figures[3], device_type=figures[4], device=figures[5],
+                        skipped=cols.memory_skipped)
 
 
 def _fast(data: bytes) -> list[_MemEv] | None:
