@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from ..errors import UserError
-from .cache import CacheWriter
+from .cache import CacheWriter, read_derived, write_derived_behind
 
 if TYPE_CHECKING:
     from .bundle import BundleMeta
@@ -49,6 +50,7 @@ class Trace:
         self.notes = notes or []  # what the load did that a user should hear of (a cache discarded)
         self.framework_mapping: dict[str, Any] | None = None  # counts when framework_mapping_*.json was beside it
         self.bundle: BundleMeta | None = None  # a profuse bundle's meta.json, when the trace is in one
+        self.cache_folder: Path | None = None  # where derived results are kept (None: --no-cache, --lenient)
 
     @cached_property
     def meta(self) -> TraceMeta:
@@ -98,6 +100,24 @@ class Trace:
         finally:
             with contextlib.suppress(duckdb.Error):
                 cur.execute("ROLLBACK")
+
+    def derived(self, key: str, compute: Callable[[], bytes]) -> bytes:
+        """A result derived from this trace's tables, kept in the cache folder under ``key``.
+
+        ``compute`` makes the bytes (encoded by the caller, e.g. ``msgspec.msgpack.encode``); they are
+        stored behind, on a background thread, keyed by the trace's bytes, ``key`` and profuse's build,
+        and returned from the cache by later calls (in any process) until the trace or profuse changes.
+        ``key`` must name every option the result depends on. Without a cache folder (``--no-cache``,
+        ``--lenient``, a trace profuse did not fingerprint) it is ``compute()``, stored nowhere.
+        """
+        fp = self.meta.source if self.cache_folder is not None else {}
+        if not {"sha1", "size"} <= fp.keys() or self.cache_folder is None:
+            return compute()
+        data = read_derived(self.cache_folder, fp, key)
+        if data is None:
+            data = compute()
+            write_derived_behind(self.cache_folder, fp, key, data)
+        return data
 
     def wait_for_cache(self) -> str | None:
         """Wait until the cache file is written; returns why it could not be, or None."""
