@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
 from ._common import add_load_args, console, count, emit, load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
+
+if TYPE_CHECKING:
+    from ..payloads.report import ReportView
 
 HELP = """examples:
   profuse report trace.json.gz
@@ -57,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
-    from ..trace.snapshot import is_snapshot_path
+    from ..trace.sniff import is_snapshot_path
 
     if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
         from .snapshot import run_snapshot_report
@@ -66,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
     files = candidates(args.path)
     if files is not None:
         return run_ranks_report(args, files)
+    from .report_cached import cached_report, remember
+
+    done = cached_report(args)  # the document this trace and these options gave before, if the cache has it
+    if done is not None:
+        return done
     # the libraries the analysis and the renderer need come in on another thread while the trace's
     # bytes are hashed and its cache opened
     warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
@@ -91,13 +100,20 @@ def run(args: argparse.Namespace) -> int:
     from ..payloads.report import report_view
 
     view = report_view(summary, table, advice, top=args.top, keep_metadata=args.keep_metadata, memory=memory)
+    remember(trace, args, view)  # written behind, for the next report of these bytes
     if args.format == "json":
         from ..report.json_report import render_json  # each format imports only its own renderer
 
         return emit(render_json(view.document), args.output)
+    return print_view(view, args.output)
+
+
+def print_view(view: ReportView, output: str | None) -> int:
+    """Print the report as a table on the terminal, or as plain text to ``output``; exit code 0."""
+    from .._io import atomic_write
     from ..report.console import print_report
 
-    if args.output:  # the table as plain text in a file
+    if output:  # the table as plain text in a file
         import io
 
         from rich.console import Console
@@ -107,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         con = console()
     print_report(con, view)
-    if args.output:
-        atomic_write(args.output, buf.getvalue())
-        print(f"wrote {args.output}")
+    if output:
+        atomic_write(output, buf.getvalue())
+        print(f"wrote {output}")
     return 0

@@ -127,6 +127,7 @@ def with_bundle(trace: Trace) -> Trace:
 
     trace.bundle, notes = read_bundle_meta(trace.path.parent)
     trace.notes.extend(notes)
+    trace.side_notes.extend(notes)
     return trace
 
 
@@ -145,4 +146,5 @@ def with_mapping(trace: Trace) -> Trace:
     if skipped:
         trace.notes.append(f"{skipped:,} framework_mapping record(s) skipped: no integer runtime sequence id "
                            "or op sequence number")
+        trace.side_notes.append(trace.notes[-1])
     return trace

@@ -9,12 +9,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
 from ..errors import UserError
 from .cache import CacheWriter, read_derived, write_derived_behind
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # DuckDB comes with the connection a Trace is made with: importing this module needs none
+    import duckdb
+
     from .bundle import BundleMeta
     from .meta import TraceMeta
 
@@ -25,6 +25,8 @@ _EXPLAIN = re.compile(r"^\s*explain\s+(?:analy[sz]e\s+)?", re.IGNORECASE)
 def _statement_kind(query: str) -> str:
     """The type of the one statement in ``query`` (SELECT, UPDATE, ...; EXPLAIN [ANALYZE] X is X's type);
     more than one statement is an error."""
+    import duckdb
+
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as err:
@@ -48,6 +50,7 @@ class Trace:
         self.from_cache = from_cache
         self.writer = writer  # the cache being written behind, if any
         self.notes = notes or []  # what the load did that a user should hear of (a cache discarded)
+        self.side_notes: list[str] = []  # those of them about side files (meta.json, framework mappings)
         self.framework_mapping: dict[str, Any] | None = None  # counts when framework_mapping_*.json was beside it
         self.bundle: BundleMeta | None = None  # a profuse bundle's meta.json, when the trace is in one
         self.cache_folder: Path | None = None  # where derived results are kept (None: --no-cache, --lenient)
@@ -87,6 +90,8 @@ class Trace:
         if kind not in _READ_ONLY:
             raise UserError(f"SQL error: profuse sql runs read-only queries (SELECT, DESCRIBE, EXPLAIN, ...), "
                             f"not {kind}")
+        import duckdb
+
         self.wait_for_cache()
         cur = self.con
         try:
