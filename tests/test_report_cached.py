@@ -50,10 +50,15 @@ def test_cached_report_is_the_computed_report_byte_for_byte(name, capsys, _cache
     assert report(capsys, src, "--format", "json")[0] == computed_json  # cold: computes and stores
     (entry,) = entries(_cache_dir)
     assert report(capsys, src, "--format", "json")[0] == computed_json  # from the entry
-    cached_table, _ = report(capsys, src)
+    cached_table, _ = report(capsys, src)  # rendered from the entry's document; the text is kept
     assert " · from cache\n" in cached_table
     assert uncached_header(cached_table) == computed_table
-    assert entries(_cache_dir) == [entry]  # the table and the JSON share one entry
+    assert len(entries(_cache_dir)) == 2  # the table and the JSON share one entry, plus this console's text
+    assert report(capsys, src)[0] == cached_table  # the text kept
+    assert entry in entries(_cache_dir)
+    for p in entries(_cache_dir):
+        if p != entry:
+            p.unlink()
     # the same bytes through the tables (the entry removed): the table is the cached table exactly
     entry.unlink()
     assert report(capsys, src)[0] == cached_table
@@ -66,6 +71,7 @@ def test_a_cached_report_opens_no_tables_and_imports_neither_duckdb_nor_numpy(tm
     src = trace_path("a100_nccl_rank0_of2.json.gz")
     code = ("import sys\nfrom profuse.cli import main\ncode = main(sys.argv[1:])\n"
             "print('IMPORTED', sorted(m for m in ('duckdb', 'numpy') if m in sys.modules), file=sys.stderr)\n"
+            "print('PAYLOADS', 'profuse.payloads.report' in sys.modules, file=sys.stderr)\n"
             "sys.exit(code)")
     env = {**os.environ, "PROFUSE_CACHE_DIR": str(_cache_dir)}
 
@@ -75,10 +81,11 @@ def test_a_cached_report_opens_no_tables_and_imports_neither_duckdb_nor_numpy(tm
 
     cold = run("--format", "json")
     assert "IMPORTED ['duckdb', 'numpy']" in cold.stderr
-    for argv in (("--format", "json"), (), ("--top", "5"), ("-o", str(tmp_path / "r.txt"))):
+    for argv in (("--format", "json"), (), (), ("--top", "5"), ("-o", str(tmp_path / "r.txt"))):
         warm = run(*argv)
         assert "IMPORTED []" in warm.stderr, argv
     assert run("--format", "json").stdout == cold.stdout
+    assert "PAYLOADS False" in run().stderr  # the table printed before on this console: its text, no records
     assert "IMPORTED ['duckdb', 'numpy']" in run("--group-by", "kernel").stderr  # other options: computed
 
 
@@ -135,3 +142,28 @@ def test_an_entry_is_not_reused_after_a_side_file_changes_and_its_notes_come_bac
 def test_bad_input_is_reported_as_without_a_cache(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing.json.gz"), "--format", "json"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_text_kept_is_per_console_and_per_top(tmp_path, _cache_dir):
+    """A coloured terminal's text is not a pipe's, nor is one --top another's."""
+    src = trace_path("mi300_bert_small.json.gz")
+    env = {**os.environ, "PROFUSE_CACHE_DIR": str(_cache_dir), "PROFUSE_CACHE_MIN_SECONDS": "0"}
+
+    def run(*argv, **extra):
+        return subprocess.run([sys.executable, "-m", "profuse", "report", str(src), *argv], capture_output=True,
+                              text=True, env={**env, **extra}, check=True).stdout
+
+    run("--format", "json")  # the entry
+    plain = run()
+    coloured = run(FORCE_COLOR="1")
+    assert "\x1b[" in coloured and "\x1b[" not in plain
+    assert run(FORCE_COLOR="1") == coloured and run() == plain  # each from its own text
+    top3 = run("--top", "3")
+    assert top3 != plain and run("--top", "3") == top3
+    assert uncached_header(top3) == run("--top", "3", "--no-cache")
+    out = tmp_path / "r.txt"
+    run("-o", str(out))
+    first = out.read_text()
+    out.unlink()
+    run("-o", str(out))
+    assert out.read_text() == first == plain  # a file gets the pipe's plain text

@@ -15,16 +15,19 @@ and the report computed as without it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import msgspec
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..payloads.report import ReportView
     from ..trace import Trace
 
@@ -75,31 +78,34 @@ def cached_report(args: argparse.Namespace) -> int | None:
     (the caller then loads the trace and computes it, as always)."""
     if args.format not in ("table", "json") or args.no_cache or args.lenient:
         return None
-    stored = _stored_entry(args)
-    if stored is None:
+    found = stored_entry(args)
+    if found is None:
         return None
     try:
-        entry = msgspec.json.decode(stored, type=Entry)
-        if args.format == "json":
-            text = msgspec.json.format(bytes(entry.document), indent=2).decode()
-        else:
-            from ..payloads.report import ReportDocument, ReportView
-
-            view = ReportView(document=msgspec.json.decode(entry.document, type=ReportDocument), from_cache=True,
-                              top=args.top or None)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+        entry = msgspec.json.decode(found.data, type=Entry)
+    except msgspec.DecodeError:
         return None  # written by this very build, checked by its checksum: only a bug gets here
-    _print_notes(entry.notes)
     if args.format == "json":
         from ._common import emit
 
+        text = msgspec.json.format(bytes(entry.document), indent=2).decode()
+        _print_notes(entry.notes)
         return emit(text, args.output)
-    from .report import print_view
-
-    return print_view(view, args.output)
+    return _print_table(args, found, entry)
 
 
-def _stored_entry(args: argparse.Namespace) -> bytes | None:
+class Found(msgspec.Struct):
+    """A derived entry found: the cache folder, the trace's fingerprint, the entry's key and its bytes."""
+
+    folder: Path
+    fp: dict[str, object]
+    key: str
+    data: bytes
+
+
+def stored_entry(args: argparse.Namespace) -> Found | None:
+    """The report's derived entry for ``args`` (None without one: no hash is taken when the cache holds no
+    entry of a trace of this size)."""
     from ..errors import ProfuseError
     from ..trace.cache import cache_folder, fingerprint, holds_derived_of_size, read_derived
     from ..trace.open_trace import resolve
@@ -108,10 +114,82 @@ def _stored_entry(args: argparse.Namespace) -> bytes | None:
         src = resolve(args.path)
         folder = cache_folder(args.cache_dir)
         if folder is None or not holds_derived_of_size(folder, src.stat().st_size):
-            return None  # no entry of a trace this size: no need to hash it
-        return read_derived(folder, fingerprint(src, hand_on=True), entry_key(args, src))
+            return None
+        fp, key = fingerprint(src, hand_on=True), entry_key(args, src)
+        data = read_derived(folder, fp, key)
     except (ProfuseError, OSError):
         return None  # the load says what is wrong, as without a cache
+    return None if data is None else Found(folder=folder, fp=fp, key=key, data=data)
+
+
+def console_signature(con: Console) -> str:
+    """What a console's output depends on besides what is printed: its width, whether it is a terminal,
+    its colours, encoding and quirks (the height never changes a report)."""
+    return repr((con.width, con.is_terminal, con.color_system, con.encoding, con.no_color, con.is_dumb_terminal,
+                 con.legacy_windows, con.is_jupyter, con.soft_wrap, con.safe_box, con.options.ascii_only))
+
+
+class _Tee:
+    """A console's file that keeps a copy of what is written (the rest is the file's)."""
+
+    def __init__(self, file: IO[str]) -> None:
+        self.file = file
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return self.file.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def isatty(self) -> bool:
+        return self.file.isatty()
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    @property
+    def encoding(self) -> str | None:
+        return getattr(self.file, "encoding", None)
+
+
+def _print_table(args: argparse.Namespace, found: Found, entry: Entry) -> int | None:
+    """The table: the text this console printed before for this entry and ``--top``, else rendered from the
+    document (and that text kept for the next time, as another derived entry)."""
+    from ..trace.cache import read_derived, write_derived_behind
+    from .report import print_view, report_console
+
+    con, buf = report_console(args.output)
+    text_key = json.dumps({"text": found.key, "top": args.top, "console": console_signature(con)})
+    text = read_derived(found.folder, found.fp, text_key)
+    if text is not None:
+        _print_notes(entry.notes)
+        if args.output:
+            from .._io import atomic_write
+
+            atomic_write(args.output, text.decode())
+            print(f"wrote {args.output}")
+        else:
+            con.file.write(text.decode())
+            con.file.flush()
+        return 0
+    from ..payloads.report import ReportDocument, ReportView
+
+    try:
+        view = ReportView(document=msgspec.json.decode(entry.document, type=ReportDocument), from_cache=True,
+                          top=args.top or None)
+    except msgspec.DecodeError:
+        return None  # as above: only a bug gets here
+    _print_notes(entry.notes)
+    tee = None if buf is not None else _Tee(con.file)
+    if tee is not None:
+        con.file = tee  # type: ignore[assignment]
+    code = print_view(view, args.output, (con, buf))
+    printed = buf.getvalue() if buf is not None else "".join(tee.parts if tee is not None else [])
+    with contextlib.suppress(UnicodeEncodeError):
+        write_derived_behind(found.folder, found.fp, text_key, printed.encode())
+    return code
 
 
 def _print_notes(notes: list[str]) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import TraceError
 from .schema import DDL, SCHEMA_VERSION
-from .sniff import is_snapshot_path  # noqa: F401  (where it was: told apart before DuckDB is imported)
+from .sniff import is_snapshot_path as is_snapshot_path  # where it was: told apart before DuckDB is imported
 from .trace import Trace
 
 MAX_SNAPSHOT_BYTES_ENV = "PROFUSE_MAX_SNAPSHOT_BYTES"
