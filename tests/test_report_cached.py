@@ -167,3 +167,31 @@ def test_the_text_kept_is_per_console_and_per_top(tmp_path, _cache_dir):
     out.unlink()
     run("-o", str(out))
     assert out.read_text() == first == plain  # a file gets the pipe's plain text
+
+
+def test_secrets_stay_redacted_from_the_cache_and_kept_only_with_keep_metadata(tmp_path, capsys):
+    bundle = tmp_path / "prof"
+    bundle.mkdir()
+    shutil.copy(trace_path("a100_nccl_rank0_of2.json.gz"), bundle / "trace.json.gz")
+    (bundle / "meta.json").write_text(json.dumps({"schema": "profuse.bundle/2", "status": "failed",
+                                                  "error": "RuntimeError: login failed for --api-key=s3cr3tvalue"}))
+    for fmt in (("--format", "json"), ()):
+        uncached, _ = report(capsys, bundle, *fmt, "--no-cache")
+        report(capsys, bundle, *fmt)
+        for _ in range(2):  # from the entry, then (table) from the text kept
+            out, _ = report(capsys, bundle, *fmt)
+            assert "s3cr3tvalue" not in out and "--api-key=[redacted]" in out
+            assert (out if fmt else uncached_header(out)) == uncached
+        kept, _ = report(capsys, bundle, *fmt, "--keep-metadata")
+        assert "s3cr3tvalue" in kept
+        assert report(capsys, bundle, *fmt, "--keep-metadata")[0] == kept
+
+
+def test_a_lazy_module_is_bound_in_place_on_first_use():
+    import numpy
+
+    from profuse.analysis import busy
+
+    start, end = numpy.array([5, 0, 1]), numpy.array([6, 2, 3])
+    assert busy.union_ns(start, end) == 4  # [0, 3) and [5, 6)
+    assert busy.np is numpy
