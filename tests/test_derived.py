@@ -117,3 +117,18 @@ def test_entries_count_toward_the_size_cap(_cache_dir, monkeypatch, cap_mb):
         derive(t, "b", b"B" * 4096)  # writing b evicts a (least recently used); b itself is kept
         fp = t.meta.source
         assert [p.name for p in entries(_cache_dir)] == [cache.derived_path(_cache_dir, fp, "b").name]
+
+
+def test_a_fingerprint_is_handed_on_once_and_only_for_the_file_unchanged(tmp_path, monkeypatch):
+    src = tmp_path / "t.json.gz"
+    src.write_bytes(trace_path(SMALL).read_bytes())
+    hashed = []
+    real = cache.file_sha1
+    monkeypatch.setattr(cache, "file_sha1", lambda p, **kw: hashed.append(p) or real(p, **kw))
+    fp = cache.fingerprint(src, hand_on=True)
+    assert cache.fingerprint(src) == fp and len(hashed) == 1  # handed on: not hashed again
+    assert cache.fingerprint(src) == fp and len(hashed) == 2  # once only
+    cache.fingerprint(src, hand_on=True)
+    os.utime(src, ns=(0, 0))  # touched: no longer the file that was hashed
+    cache.fingerprint(src)
+    assert len(hashed) == 4

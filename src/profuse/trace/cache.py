@@ -59,22 +59,27 @@ def file_sha1(path: Path, *, chunk: int = 1 << 20) -> str:
 
 
 _handed: list[tuple[tuple[str, int, int, int, int, int], dict[str, Any]]] = []
+_handed_lock = threading.Lock()
 
 
 def fingerprint(src: Path, *, hand_on: bool = False) -> dict[str, Any]:
     """What a cache must match: the trace's size and the hash of all its bytes, and the table schema.
 
     ``hand_on``: the next call for the same file, unchanged since (its inode, size, times), gets this
-    one without hashing it again (one process looking up a derived entry, then its tables).
+    one without hashing it again (one process looking up a derived entry, then its tables). A file
+    rewritten in place with the same size within one tick of the file system's clock would pass for
+    unchanged: the same window as a change just after any hash, which no reader can see either.
     """
     st = src.stat()
     key = (os.fspath(src), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if _handed and _handed[0][0] == key:
-        return _handed.pop()[1]
-    _handed.clear()
+    with _handed_lock:
+        handed = _handed.pop() if _handed else None
+    if handed is not None and handed[0] == key:
+        return handed[1]
     fp = {"size": st.st_size, "sha1": file_sha1(src), "schema_version": SCHEMA_VERSION}
     if hand_on:
-        _handed.append((key, fp))
+        with _handed_lock:
+            _handed[:] = [(key, fp)]
     return fp
 
 
