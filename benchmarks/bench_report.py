@@ -57,19 +57,19 @@ def mark(label):  # CPU seconds of this process (all threads): steadier than wal
 from profuse.cli import main as _cli  # what the command line imports before it runs a subcommand
 mark("entry: import profuse.cli")
 from profuse.cli import report_cached
-mark("entry: import report_cached (msgspec)")
+mark("entry: import report_cached")
 args = argparse.Namespace(path=sys.argv[1], cache_dir=None, group_by="op", sort="self_device",
                           keep_metadata=False, no_advice=False)
 found = report_cached.stored_entry(args)
 assert found is not None, "no derived entry: the warm-up did not store one"
 raw = found.data
-mark("entry: hash the trace, read the entry")
+mark("entry: hash the trace, read the entry (all --format json does after this is print it)")
 import msgspec
 from rich.console import Console
 from profuse.payloads.report import ReportDocument, ReportView
 from profuse.report.console import print_report
-mark("entry: import payload types, rich")
-entry = msgspec.json.decode(raw, type=report_cached.Entry)
+mark("entry: import msgspec, payload types, rich")
+entry = report_cached.Entry.decode(raw)
 view = ReportView(document=msgspec.json.decode(entry.document, type=ReportDocument), from_cache=True, top=25)
 mark("entry: decode")
 con = Console(file=io.StringIO(), width=200, soft_wrap=False, color_system=None)

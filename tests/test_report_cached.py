@@ -72,6 +72,7 @@ def test_a_cached_report_opens_no_tables_and_imports_neither_duckdb_nor_numpy(tm
     code = ("import sys\nfrom profuse.cli import main\ncode = main(sys.argv[1:])\n"
             "print('IMPORTED', sorted(m for m in ('duckdb', 'numpy') if m in sys.modules), file=sys.stderr)\n"
             "print('PAYLOADS', 'profuse.payloads.report' in sys.modules, file=sys.stderr)\n"
+            "print('MSGSPEC', 'msgspec' in sys.modules, file=sys.stderr)\n"
             "sys.exit(code)")
     env = {**os.environ, "PROFUSE_CACHE_DIR": str(_cache_dir)}
 
@@ -84,7 +85,9 @@ def test_a_cached_report_opens_no_tables_and_imports_neither_duckdb_nor_numpy(tm
     for argv in (("--format", "json"), (), (), ("--top", "5"), ("-o", str(tmp_path / "r.txt"))):
         warm = run(*argv)
         assert "IMPORTED []" in warm.stderr, argv
-    assert run("--format", "json").stdout == cold.stdout
+    warm = run("--format", "json")
+    assert warm.stdout == cold.stdout
+    assert "MSGSPEC False" in warm.stderr  # the entry holds the JSON as printed: no decoder needed
     assert "PAYLOADS False" in run().stderr  # the table printed before on this console: its text, no records
     assert "IMPORTED ['duckdb', 'numpy']" in run("--group-by", "kernel").stderr  # other options: computed
 

@@ -11,6 +11,10 @@ bundle's ``meta.json`` with its peaks, ``framework_mapping_*.json``, NEFFs, indu
 ``--top`` only cuts what a terminal shows, so every ``--top`` shares one entry. The notes the load
 printed about side files are kept with it and printed again. An entry that cannot be read is ignored
 and the report computed as without it.
+
+An entry is one line of JSON (the notes), then the document exactly as ``--format json`` prints it, so
+the JSON format needs no decoder at all; the table decodes the document into its records only when
+this console has not printed it before (see :func:`_print_table`).
 """
 from __future__ import annotations
 
@@ -21,9 +25,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
-
-import msgspec
+from typing import IO, TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,14 +33,31 @@ if TYPE_CHECKING:
     from ..payloads.report import ReportView
     from ..trace import Trace
 
-ENTRY = "report/1"  # the entry's layout: change it when what is stored changes
+ENTRY = "report/2"  # the entry's layout: change it when what is stored changes
 
 
-class Entry(msgspec.Struct):
-    """What is stored: the notes the load printed about side files, and the document as JSON."""
+class Entry(NamedTuple):
+    """What is stored: the notes the load printed about side files, and the document as ``--format json``
+    prints it (indented JSON)."""
 
     notes: list[str]
-    document: msgspec.Raw
+    document: bytes
+
+    def encode(self) -> bytes:
+        """One line of JSON (the notes), then the document."""
+        return json.dumps(self.notes).encode() + b"\n" + self.document
+
+    @classmethod
+    def decode(cls, data: bytes) -> Entry | None:
+        """The entry :meth:`encode` wrote, or None for anything else."""
+        head, _, document = data.partition(b"\n")
+        try:
+            notes = json.loads(head)
+        except ValueError:
+            return None
+        if not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
+            return None
+        return cls(notes, document)
 
 
 def side_stamp(src: Path) -> str:
@@ -68,7 +87,9 @@ def entry_key(args: argparse.Namespace, src: Path) -> str:
 def remember(trace: Trace, args: argparse.Namespace, view: ReportView) -> None:
     """Store the report's document (and the notes about side files) as a derived entry of ``trace``."""
     def encode() -> bytes:
-        return msgspec.json.encode({"notes": trace.side_notes, "document": view.document})
+        from ..report.json_report import render_json
+
+        return Entry(list(trace.side_notes), render_json(view.document).encode()).encode()
 
     trace.derived(entry_key(args, trace.path), encode)
 
@@ -81,20 +102,18 @@ def cached_report(args: argparse.Namespace) -> int | None:
     found = stored_entry(args)
     if found is None:
         return None
-    try:
-        entry = msgspec.json.decode(found.data, type=Entry)
-    except msgspec.DecodeError:
+    entry = Entry.decode(found.data)
+    if entry is None:
         return None  # written by this very build, checked by its checksum: only a bug gets here
     if args.format == "json":
         from ._common import emit
 
-        text = msgspec.json.format(bytes(entry.document), indent=2).decode()
         _print_notes(entry.notes)
-        return emit(text, args.output)
+        return emit(entry.document.decode(), args.output)
     return _print_table(args, found, entry)
 
 
-class Found(msgspec.Struct):
+class Found(NamedTuple):
     """A derived entry found: the cache folder, the trace's fingerprint, the entry's key and its bytes."""
 
     folder: Path
@@ -174,6 +193,8 @@ def _print_table(args: argparse.Namespace, found: Found, entry: Entry) -> int | 
             con.file.write(text.decode())
             con.file.flush()
         return 0
+    import msgspec
+
     from ..payloads.report import ReportDocument, ReportView
 
     try:
