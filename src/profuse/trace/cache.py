@@ -440,5 +440,6 @@ def write_derived_behind(folder: Path, fp: dict[str, Any], key: str, data: bytes
             evict(folder, keep=derived_path(folder, fp, key), max_bytes=max_cache_bytes())
 
     thread = threading.Thread(target=run, name="profuse-derived-writer", daemon=True)
+    _derived_writes[:] = [t for t in _derived_writes if t.is_alive()]  # a long-lived process keeps no husks
     _derived_writes.append(thread)
     thread.start()
