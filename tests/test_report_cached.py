@@ -198,3 +198,22 @@ def test_a_lazy_module_is_bound_in_place_on_first_use():
     start, end = numpy.array([5, 0, 1]), numpy.array([6, 2, 3])
     assert busy.union_ns(start, end) == 4  # [0, 3) and [5, 6)
     assert busy.np is numpy
+
+
+def test_after_a_profuse_version_change_the_entry_is_not_reused(_cache_dir):
+    src = trace_path("a100_nccl_rank0_of2.json.gz")
+    code = ("import sys, profuse\nprofuse.__version__ = sys.argv[1]\nfrom profuse.cli import main\n"
+            "code = main(['report', sys.argv[2], '--format', 'json'])\n"
+            "print('TABLES', 'duckdb' in sys.modules, file=sys.stderr)\nsys.exit(code)")
+    env = {**os.environ, "PROFUSE_CACHE_DIR": str(_cache_dir)}
+
+    def run(version):
+        out = subprocess.run([sys.executable, "-c", code, version, str(src)], capture_output=True, text=True,
+                             env=env, check=True)
+        return out.stdout, "TABLES True" in out.stderr
+
+    old, computed = run("0.1.0")
+    assert computed and run("0.1.0") == (old, False)  # the entry, then from it
+    assert run("0.2.0") == (old, True)  # the same report, computed again: the old build's entry is not read
+    assert run("0.2.0") == (old, False)
+    assert len(entries(_cache_dir)) == 2
