@@ -217,3 +217,18 @@ def test_after_a_profuse_version_change_the_entry_is_not_reused(_cache_dir):
     assert run("0.2.0") == (old, True)  # the same report, computed again: the old build's entry is not read
     assert run("0.2.0") == (old, False)
     assert len(entries(_cache_dir)) == 2
+
+
+def test_a_cache_folder_beside_or_at_the_trace_does_not_stale_its_own_entry(tmp_path, capsys):
+    """Writing the cache changes the trace's folder when the cache is there: that is no side file."""
+    shutil.copy(trace_path("a100_nccl_rank0_of2.json.gz"), tmp_path / "t.json.gz")
+    for folder in (tmp_path / "cache", tmp_path):
+        computed, _ = report(capsys, tmp_path / "t.json.gz", "--format", "json", "--cache-dir", folder)
+        before = len(entries(folder))
+        for _ in range(2):
+            assert report(capsys, tmp_path / "t.json.gz", "--format", "json", "--cache-dir", folder)[0] == computed
+        assert len(entries(folder)) == before  # read back, not written again
+    (tmp_path / "artifacts" / "inductor").mkdir(parents=True)
+    (tmp_path / "artifacts" / "inductor" / "k.py").write_text("def triton_poi_fused_add_0(): pass\n")
+    report(capsys, tmp_path / "t.json.gz", "--format", "json", "--cache-dir", tmp_path)
+    assert len(entries(tmp_path)) == before + 1  # a new inductor artifact is a side file: a new entry

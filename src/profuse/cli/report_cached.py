@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NamedTuple
@@ -61,17 +62,23 @@ class Entry(NamedTuple):
 
 
 def side_stamp(src: Path) -> str:
-    """A hash of what the trace's folder holds besides the trace (``lstat`` of each entry, and of the
-    inductor artifacts): any side file added, removed or rewritten changes it."""
+    """A hash of what the trace's folder holds besides the trace: the name, type, size and time of each
+    file there and under ``artifacts/inductor`` (any side file added, removed or rewritten changes it).
+    Folders count by name only, and profuse's own cache files (a cache folder may be the trace's) not at all."""
+    from ..trace.cache import is_cache_file
+
     rows: list[tuple[str, int, int, int]] = []
     for folder in (src.parent, src.parent / "artifacts", src.parent / "artifacts" / "inductor"):
         try:
             with os.scandir(folder) as entries:
                 for e in entries:
-                    if folder == src.parent and e.name == src.name:
+                    if (folder == src.parent and e.name == src.name) or is_cache_file(e.name):
                         continue  # the trace itself is hashed whole
                     st = e.stat(follow_symlinks=False)
-                    rows.append((f"{folder.name}/{e.name}", st.st_mode, st.st_size, st.st_mtime_ns))
+                    if stat.S_ISDIR(st.st_mode):
+                        rows.append((f"{folder.name}/{e.name}", stat.S_IFDIR, 0, 0))
+                    else:
+                        rows.append((f"{folder.name}/{e.name}", st.st_mode, st.st_size, st.st_mtime_ns))
         except OSError:
             continue
     return hashlib.sha1(repr(sorted(rows)).encode()).hexdigest()

@@ -423,6 +423,11 @@ def write_derived(folder: Path, fp: dict[str, Any], key: str, data: bytes) -> Pa
     return path
 
 
+def is_cache_file(name: str) -> bool:
+    """Whether ``name`` is shaped like a file profuse's cache writes (tables, derived entry, temporary)."""
+    return bool(_CACHE.match(name) or _DERIVED.match(name) or _TEMP.match(name))
+
+
 def holds_derived_of_size(folder: Path, size: int) -> bool:
     """Whether ``folder`` holds a derived entry of any trace of ``size`` bytes (if not, no hash can find one)."""
     return any(_DERIVED.match(p.name) for p in folder.glob(f"*-{int(size)}.*{DERIVED_SUFFIX}"))
