@@ -232,3 +232,16 @@ def test_a_cache_folder_beside_or_at_the_trace_does_not_stale_its_own_entry(tmp_
     (tmp_path / "artifacts" / "inductor" / "k.py").write_text("def triton_poi_fused_add_0(): pass\n")
     report(capsys, tmp_path / "t.json.gz", "--format", "json", "--cache-dir", tmp_path)
     assert len(entries(tmp_path)) == before + 1  # a new inductor artifact is a side file: a new entry
+
+
+def test_snapshots_and_rank_folders_are_never_answered_from_an_entry(tmp_path, capsys):
+    """The entry is looked for first: whatever is not one trace finds none and goes its own way."""
+    runs = tmp_path / "run"
+    runs.mkdir()
+    for i, name in enumerate(("compare_base.json.gz", "compare_test.json.gz")):
+        shutil.copy(trace_path(name), runs / f"rank{i}.json.gz")
+        report(capsys, runs / f"rank{i}.json.gz", "--format", "json")  # each rank has an entry of its own
+    out, _ = report(capsys, runs, "--format", "json")
+    assert json.loads(out)["schema"].startswith("profuse.ranks/")
+    glob_out, _ = report(capsys, f"{runs}/rank*.json.gz", "--format", "json")
+    assert json.loads(glob_out)["schema"].startswith("profuse.ranks/")

@@ -60,11 +60,17 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def run(args: argparse.Namespace) -> int:
     """Print, or write as JSON or HTML, the op table and findings of one trace (or a rank report for a folder)."""
-    from .._io import atomic_write
-    from ..ranks.discover import candidates
-
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
+    from .report_cached import cached_report, remember
+
+    # first: one trace whose report the cache holds for these options is printed from it (a snapshot,
+    # a folder or glob of ranks never has an entry), before anything else is imported or started
+    done = cached_report(args)
+    if done is not None:
+        return done
+    from .._io import atomic_write
+    from ..ranks.discover import candidates
     from ..trace.sniff import is_snapshot_path
 
     if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
@@ -74,11 +80,6 @@ def run(args: argparse.Namespace) -> int:
     files = candidates(args.path)
     if files is not None:
         return run_ranks_report(args, files)
-    from .report_cached import cached_report, remember
-
-    done = cached_report(args)  # the document this trace and these options gave before, if the cache has it
-    if done is not None:
-        return done
     # the libraries the analysis and the renderer need come in on another thread while the trace's
     # bytes are hashed and its cache opened
     warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
