@@ -22,13 +22,18 @@ the leaves partition the span to the nanosecond:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from .busy import LAUNCH_GAP_MAX_US, Activities, merge_runs
 from .kernel_class import fp32_matrix, kernel_class
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 # where streams overlap, the time goes to the first class here that is running
 BUSY_PRIORITY = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "other", "communication",

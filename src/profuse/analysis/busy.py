@@ -26,13 +26,18 @@ launch-bound.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from ._memo import once_per_trace
 from .profiler_steps import profiler_steps
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 LAUNCH_BOUND_BUSY_PCT = 50.0   # the device must be idle for more than half the window ...
 LAUNCH_BOUND_WAIT_PCT = 50.0   # ... and the host must dispatch or launch for over half that idle time

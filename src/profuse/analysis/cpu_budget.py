@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from .._lazy import lazy_module
 from ..trace import Trace
 from .kernel_class import _op_kernel_class
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 if TYPE_CHECKING:
     from .diagnosis import Diagnosis, _Step

@@ -13,13 +13,18 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from .._lazy import lazy_module
 from ..trace import Trace
 from .budget import BUSY_PRIORITY, LEAVES, NOT_RECORDED, Labels, Pieces, device_work, labels, leaf_ns, pieces
 from .busy import owners
 from .serving_steps import STEP_SQL, StepName, merge, parse_step
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 WARMUP_FACTOR = 3.0   # a first step this many times the median of the others is a warm-up
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from .busy import (
@@ -34,6 +34,11 @@ from .busy import (
     union_ns,
 )
 from .scopes import scope_instances, scope_title, title_of
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 LAUNCH_BOUND_MIN_KERNELS = 3
 SHORT_KERNEL_US = 10.0

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from .._lazy import lazy_module
 from ..trace import Trace
 from .budget import BUSY_PRIORITY, LEAVES, DeviceWork, Labels
 from .busy import LAUNCH_GAP_MAX_US
 from .diagnosis import Lever, Steady
 from .opclass import op_class
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 SMALL_PCT = 1.0
 SMALL_US = 10.0

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import duckdb
 import msgspec
 
+from .._lazy import lazy_module
 from ._memo import once_per_trace
 
 if TYPE_CHECKING:
+    import duckdb
+
     from ..trace import Trace
+else:  # DuckDB loads on first use: the records here are read without it
+    duckdb = lazy_module("duckdb", globals(), "duckdb")
 
 BEFORE_TRACE = "(allocated before the trace)"
 # the trace's start: its first event, or (a memory snapshot has no events) its first memory entry

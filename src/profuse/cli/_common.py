@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def console(*args: Any, **kwargs: Any) -> Console:
     """The report console (rich is imported on first use, so --help and argument errors stay fast)."""
-    from ..report.console import make_console
+    from ..report.terminal import make_console
 
     return make_console(*args, **kwargs)
 

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
 from ._common import add_load_args, console, count, emit, start_load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
+
+if TYPE_CHECKING:
+    import io
+
+    from rich.console import Console
+
+    from ..payloads.report import ReportView
 
 HELP = """examples:
   profuse report trace.json.gz
@@ -62,14 +70,20 @@ def _import_while_loading(fmt: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print, or write as JSON or HTML, the op table and findings of one trace (or a rank report for a folder)."""
-    from .._io import atomic_write
-    from ..ranks.discover import candidates
-
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
+    from .report_cached import cached_report, remember
+
+    # first: one trace whose report the cache holds for these options is printed from it (a snapshot,
+    # a folder or glob of ranks never has an entry), before anything else is imported or started
+    done = cached_report(args)
+    if done is not None:
+        return done
     # one trace file: its read and scan start now, and the imports below run beside them
     finish_load = start_load_trace(args.path, args)
-    from ..trace.snapshot import is_snapshot_path
+    from .._io import atomic_write
+    from ..ranks.discover import candidates
+    from ..trace.sniff import is_snapshot_path
 
     if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
         from .snapshot import run_snapshot_report
@@ -104,23 +118,36 @@ def run(args: argparse.Namespace) -> int:
     from ..payloads.report import report_view
 
     view = report_view(summary, table, advice, top=args.top, keep_metadata=args.keep_metadata, memory=memory)
+    remember(trace, args, view)  # written behind, for the next report of these bytes
     if args.format == "json":
         from ..report.json_report import render_json  # each format imports only its own renderer
 
         return emit(render_json(view.document), args.output)
-    from ..report.console import print_report
+    return print_view(view, args.output)
 
-    if args.output:  # the table as plain text in a file
+
+def report_console(output: str | None) -> tuple[Console, io.StringIO | None]:
+    """The console a table report is printed on: stdout's, or a plain-text one into a buffer for ``output``."""
+    if output:  # the table as plain text in a file
         import io
 
         from rich.console import Console
 
         buf = io.StringIO()
-        con = Console(file=buf, width=200, soft_wrap=False, color_system=None)
-    else:
-        con = console()
+        return Console(file=buf, width=200, soft_wrap=False, color_system=None), buf
+    return console(), None
+
+
+def print_view(view: ReportView, output: str | None,
+               on: tuple[Console, io.StringIO | None] | None = None) -> int:
+    """Print the report as a table on the terminal, or as plain text to ``output`` (on the console
+    :func:`report_console` gave, when given); exit code 0."""
+    from .._io import atomic_write
+    from ..report.console import print_report
+
+    con, buf = on or report_console(output)
     print_report(con, view)
-    if args.output:
-        atomic_write(args.output, buf.getvalue())
-        print(f"wrote {args.output}")
+    if output and buf is not None:
+        atomic_write(output, buf.getvalue())
+        print(f"wrote {output}")
     return 0

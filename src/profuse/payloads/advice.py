@@ -2,17 +2,19 @@
 regions), as the JSON report and the Overview show them."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
 from ..analysis.compiled import CompiledRegion, NeffBrief
-from ..analysis.findings import Findings
-from ..analysis.fusion import Candidate
 from ..analysis.hotspots import Hotspot
 from ..analysis.interruptions import Interruption
 from ..analysis.roofline import Peaks, RooflineRow
 from .diagnosis import DiagnosisPayload, diagnosis_payload
+
+if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the analyses
+    from ..analysis.findings import Findings
+    from ..analysis.fusion import Candidate
 
 
 class FusionCandidate(Struct):

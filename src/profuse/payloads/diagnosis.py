@@ -3,10 +3,12 @@ the console's (one record, so every renderer shows the same numbers)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
-from ..analysis.diagnosis import Diagnosis, Leaf, Lever, StepBudget
+if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the analyses
+    from ..analysis.diagnosis import Diagnosis, Leaf, Lever, StepBudget
 
 
 class BudgetLeaf(Struct):

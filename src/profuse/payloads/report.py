@@ -1,22 +1,24 @@
 """The ``profuse report --format json`` document, schema ``profuse.report/3`` (docs/schema.md)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET, Struct, UnsetType
 
 from ..analysis.busy import Busy, StepBusy
-from ..analysis.findings import Findings
 from ..analysis.hotspots import Hotspot
 from ..analysis.interruptions import Interruption
-from ..analysis.optable import OpTable
 from ..analysis.roofline import Peaks, RooflineRow
-from ..analysis.summary import Summary
 from .advice import AdvicePayload, CompiledAdvice, FusionCandidate, advice_payload
 from .diagnosis import DiagnosisPayload
 from .memory import MemoryPayload
 from .ops import Ops, OpsRow, ops_payload
 from .overview import Capture, Totals, TraceInfo, capture, totals, trace_info
+
+if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the analyses
+    from ..analysis.findings import Findings
+    from ..analysis.optable import OpTable
+    from ..analysis.summary import Summary
 
 SCHEMA = "profuse.report/3"
 

@@ -2,7 +2,6 @@
 renderer reads (payloads/report.py), in a registry (``SECTIONS``)."""
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +19,7 @@ from ..trace.schema import UNLINKED_REASONS
 from ._text import fmt_us, safe, text
 from .console_diagnosis import render_diagnosis
 from .console_memory import fmt_bytes, render_memory
-
-
-def make_console() -> Console:
-    """Stdout console; wide when piped so names are not folded into unreadable columns."""
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
-
+from .terminal import make_console as make_console  # where it was; the console alone needs no records
 
 ADVICE_ROWS = 8  # rows of each advisor table
 

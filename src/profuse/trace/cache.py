@@ -13,6 +13,12 @@ bytes, a truncated file, a stale schema) discards the file and the tables are re
 under a temporary name holding the writer's pid and renamed into place in one step; temporaries of
 processes that no longer exist are removed by the next load. The folder is kept under a size cap
 (``$PROFUSE_CACHE_MAX_MB``, default 4096) by removing the least recently used caches.
+
+Derived results (what an analysis or a payload computed from a trace's tables: a report's document, a
+timeline model) are kept beside the tables as *derived entries*, ``<trace sha1>-<size>.<id>.profuse.derived``:
+opaque bytes (the caller encodes them, e.g. with msgspec) under a caller's key, valid for one trace's bytes
+and one build of profuse (its version and a stamp of its code files: an edited or upgraded profuse never
+reuses an entry). See :func:`read_derived`, :func:`write_derived` and ``Trace.derived``.
 """
 from __future__ import annotations
 
@@ -26,16 +32,21 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from .schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:  # DuckDB is imported where a cache is opened or written: a derived entry needs none
+    import duckdb
 
 SUFFIX = ".profuse.duckdb"
 DEFAULT_MAX_MB = 4096
 _CACHE = re.compile(r"^(?P<key>[0-9a-f]{40}-\d{1,20})\.(?P<sum>[0-9a-f]{16})\.profuse\.duckdb$")
-_TEMP = re.compile(r"^\.[0-9a-f]{40}-\d{1,20}\.profuse\.duckdb\.(?P<pid>\d{1,10})\.tmp(\.wal)?$")
+_TEMP = re.compile(r"^\.[0-9a-f]{40}-\d{1,20}(?:\.profuse\.duckdb|\.[0-9a-f]{16}\.profuse\.derived)"
+                   r"\.(?P<pid>\d{1,10})\.tmp(\.wal)?$")
+DERIVED_SUFFIX = ".profuse.derived"
+_DERIVED = re.compile(r"^[0-9a-f]{40}-\d{1,20}\.[0-9a-f]{16}\.profuse\.derived$")
+_DERIVED_MAGIC = b"profuse-derived/1\n"
 
 
 def file_sha1(path: Path, *, chunk: int = 1 << 20) -> str:
@@ -47,9 +58,29 @@ def file_sha1(path: Path, *, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def fingerprint(src: Path) -> dict[str, Any]:
-    """What a cache must match: the trace's size and the hash of all its bytes, and the table schema."""
-    return {"size": src.stat().st_size, "sha1": file_sha1(src), "schema_version": SCHEMA_VERSION}
+_handed: list[tuple[tuple[str, int, int, int, int, int], dict[str, Any]]] = []
+_handed_lock = threading.Lock()
+
+
+def fingerprint(src: Path, *, hand_on: bool = False) -> dict[str, Any]:
+    """What a cache must match: the trace's size and the hash of all its bytes, and the table schema.
+
+    ``hand_on``: the next call for the same file, unchanged since (its inode, size, times), gets this
+    one without hashing it again (one process looking up a derived entry, then its tables). A file
+    rewritten in place with the same size within one tick of the file system's clock would pass for
+    unchanged: the same window as a change just after any hash, which no reader can see either.
+    """
+    st = src.stat()
+    key = (os.fspath(src), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    with _handed_lock:
+        handed = _handed.pop() if _handed else None
+    if handed is not None and handed[0] == key:
+        return handed[1]
+    fp = {"size": st.st_size, "sha1": file_sha1(src), "schema_version": SCHEMA_VERSION}
+    if hand_on:
+        with _handed_lock:
+            _handed[:] = [(key, fp)]
+    return fp
 
 
 def fingerprint_of_bytes(data: bytes | bytearray) -> dict[str, Any]:
@@ -180,6 +211,8 @@ def _open_checked(path: Path, fp: dict[str, Any]) -> tuple[duckdb.DuckDBPyConnec
             return None, "its checksum does not match (the file was changed or damaged)"
     except OSError as err:
         return None, f"it cannot be read ({err.strerror})"
+    import duckdb
+
     con = None
     try:
         con = duckdb.connect(str(path), read_only=True)
@@ -204,8 +237,8 @@ def discard(path: Path) -> None:
 def evict(folder: Path, *, keep: Path, max_bytes: int) -> list[Path]:
     """Remove least recently used caches until the folder holds at most ``max_bytes``."""
     caches = []
-    for p in folder.glob(f"*{SUFFIX}"):
-        if not _CACHE.match(p.name):
+    for p in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{DERIVED_SUFFIX}")]:
+        if not (_CACHE.match(p.name) or _DERIVED.match(p.name)):
             continue  # not a file profuse named: never removed
         try:
             st = p.stat()
@@ -253,6 +286,8 @@ class CacheWriter:
         self._thread.start()
 
     def _run(self) -> None:
+        import duckdb
+
         work = self.slot.begin()
         try:
             self._cursor.execute(f"ATTACH {sql_string(work)} AS profuse_cache")
@@ -282,6 +317,8 @@ class CacheWriter:
 def _finish_writes() -> None:
     for w in list(_live):
         w.wait()
+    for t in _derived_writes:
+        t.join()
 
 
 def cache_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
@@ -305,3 +342,115 @@ def holds_cache_of_size(folder: Path, size: int) -> bool:
     """Whether ``folder`` holds a cache of any trace of ``size`` bytes (if not, no hash can find one)."""
     return any(_CACHE.match(p.name) for p in folder.glob(f"*-{int(size)}.*{SUFFIX}"))
 
+
+
+# ---- derived entries (see the module docstring) ----
+
+def _code_files(folder: str) -> list[tuple[str, int, int]]:
+    out = []
+    with os.scandir(folder) as entries:
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if e.name not in ("__pycache__", "static"):
+                    out.extend(_code_files(e.path))
+            elif e.name.endswith((".py", ".so", ".pyd")):
+                st = e.stat(follow_symlinks=False)
+                out.append((e.name, st.st_size, st.st_mtime_ns))
+    return out
+
+
+_stamp: list[str] = []
+
+
+def code_stamp() -> str:
+    """profuse's version and a hash of the names, sizes and times of its code files (once per process)."""
+    if not _stamp:
+        from .. import __file__ as package_init
+        from .. import __version__
+
+        try:
+            files = sorted(_code_files(os.path.dirname(package_init)))
+        except OSError:
+            files = []
+        _stamp.append(f"{__version__}+{hashlib.sha1(repr(files).encode()).hexdigest()[:16]}")
+    return _stamp[0]
+
+
+def _derived_id(fp: dict[str, Any], key: str) -> bytes:
+    return json.dumps({"trace": fp, "key": key, "profuse": code_stamp()}, sort_keys=True).encode()
+
+
+def derived_path(folder: Path, fp: dict[str, Any], key: str) -> Path:
+    """Where the derived entry ``key`` of the trace with fingerprint ``fp`` lives in ``folder``."""
+    return folder / f"{slot_key(fp)}.{hashlib.sha1(_derived_id(fp, key)).hexdigest()[:16]}{DERIVED_SUFFIX}"
+
+
+def read_derived(folder: Path, fp: dict[str, Any], key: str) -> bytes | None:
+    """The bytes stored under ``key`` for this trace and this build of profuse, or None.
+
+    An entry is used only when it is whole: its header names exactly this trace, key and profuse, and its
+    checksum matches; any other file under that name (truncated, damaged, of another build) is removed.
+    """
+    path = derived_path(folder, fp, key)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    ident = _derived_id(fp, key)
+    head = len(_DERIVED_MAGIC) + 20 + 4
+    if (len(raw) >= head and raw.startswith(_DERIVED_MAGIC)
+            and int.from_bytes(raw[head - 4:head], "big") == len(ident) and raw[head:head + len(ident)] == ident):
+        data = raw[head + len(ident):]
+        if hashlib.sha1(ident + data).digest() == raw[len(_DERIVED_MAGIC):head - 4]:
+            with contextlib.suppress(OSError):
+                os.utime(path)  # last use, for least-recently-used eviction
+            return data
+    discard(path)
+    return None
+
+
+def write_derived(folder: Path, fp: dict[str, Any], key: str, data: bytes) -> Path:
+    """Store ``data`` under ``key`` for this trace: written to a temporary, then renamed into place in one step.
+
+    Raises OSError when the folder cannot be written (nothing is left behind then).
+    """
+    path = derived_path(folder, fp, key)
+    ident = _derived_id(fp, key)
+    work = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(work, "wb") as fh:
+            fh.write(b"".join((_DERIVED_MAGIC, hashlib.sha1(ident + data).digest(), len(ident).to_bytes(4, "big"),
+                               ident, data)))
+        os.replace(work, path)
+    except BaseException:
+        work.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def is_cache_file(name: str) -> bool:
+    """Whether ``name`` is shaped like a file profuse's cache writes (tables, derived entry, temporary)."""
+    return bool(_CACHE.match(name) or _DERIVED.match(name) or _TEMP.match(name))
+
+
+def holds_derived_of_size(folder: Path, size: int) -> bool:
+    """Whether ``folder`` holds a derived entry of any trace of ``size`` bytes (if not, no hash can find one)."""
+    return any(_DERIVED.match(p.name) for p in folder.glob(f"*-{int(size)}.*{DERIVED_SUFFIX}"))
+
+
+_derived_writes: list[threading.Thread] = []
+
+
+def write_derived_behind(folder: Path, fp: dict[str, Any], key: str, data: bytes) -> None:
+    """:func:`write_derived` on a background thread (interpreter exit waits for it); a failure costs only
+    the next run's time, so it is dropped."""
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            write_derived(folder, fp, key, data)
+            evict(folder, keep=derived_path(folder, fp, key), max_bytes=max_cache_bytes())
+
+    thread = threading.Thread(target=run, name="profuse-derived-writer", daemon=True)
+    _derived_writes[:] = [t for t in _derived_writes if t.is_alive()]  # a long-lived process keeps no husks
+    _derived_writes.append(thread)
+    thread.start()

@@ -104,13 +104,19 @@ def load(
         fp = fingerprint(src)
         cached, problem = CacheSlot(caches, slot_key(fp)).open_if_valid(fp)
         if cached is not None:
-            return with_bundle(with_mapping(Trace(src, cached, from_cache=True, notes=notes)))
+            return with_bundle(with_mapping(_caching(Trace(src, cached, from_cache=True, notes=notes), caches)))
         if problem is not None:
             notes.append(f"cache {problem}; tables rebuilt from the trace")
     from .build import build
 
-    return with_bundle(with_mapping(build(src, cache_folder=caches, notes=notes, lenient=lenient,
-                                          progress=progress)))
+    return with_bundle(with_mapping(_caching(build(src, cache_folder=caches, notes=notes, lenient=lenient,
+                                                   progress=progress), caches)))
+
+
+def _caching(trace: Trace, folder: Path | None) -> Trace:
+    """``trace`` with the folder its derived results are kept in (``Trace.derived``)."""
+    trace.cache_folder = folder
+    return trace
 
 
 def with_bundle(trace: Trace) -> Trace:
@@ -121,6 +127,7 @@ def with_bundle(trace: Trace) -> Trace:
 
     trace.bundle, notes = read_bundle_meta(trace.path.parent)
     trace.notes.extend(notes)
+    trace.side_notes.extend(notes)
     return trace
 
 
@@ -139,4 +146,5 @@ def with_mapping(trace: Trace) -> Trace:
     if skipped:
         trace.notes.append(f"{skipped:,} framework_mapping record(s) skipped: no integer runtime sequence id "
                            "or op sequence number")
+        trace.side_notes.append(trace.notes[-1])
     return trace

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import TraceError
 from .schema import DDL, SCHEMA_VERSION
+from .sniff import is_snapshot_path as is_snapshot_path  # where it was: told apart before DuckDB is imported
 from .trace import Trace
 
 MAX_SNAPSHOT_BYTES_ENV = "PROFUSE_MAX_SNAPSHOT_BYTES"
@@ -56,21 +57,6 @@ class _SafeUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         raise _Refused("it uses a persistent id, which a memory snapshot never does (refused without running it)")
-
-
-def is_snapshot_path(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` names a pickle file (by its name, then by its first byte)."""
-    p = Path(path)
-    if p.suffix.lower() in (".pickle", ".pkl"):
-        return True
-    try:
-        if not p.is_file():
-            return False
-        with open(p, "rb") as fh:
-            head = fh.read(2)
-    except OSError:
-        return False
-    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
 def _max_bytes() -> int:

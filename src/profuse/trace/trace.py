@@ -4,16 +4,17 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
 from ..errors import UserError
-from .cache import CacheWriter
+from .cache import CacheWriter, read_derived, write_derived_behind
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # DuckDB comes with the connection a Trace is made with: importing this module needs none
+    import duckdb
+
     from .bundle import BundleMeta
     from .meta import TraceMeta
 
@@ -24,6 +25,8 @@ _EXPLAIN = re.compile(r"^\s*explain\s+(?:analy[sz]e\s+)?", re.IGNORECASE)
 def _statement_kind(query: str) -> str:
     """The type of the one statement in ``query`` (SELECT, UPDATE, ...; EXPLAIN [ANALYZE] X is X's type);
     more than one statement is an error."""
+    import duckdb
+
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as err:
@@ -47,8 +50,10 @@ class Trace:
         self.from_cache = from_cache
         self.writer = writer  # the cache being written behind, if any
         self.notes = notes or []  # what the load did that a user should hear of (a cache discarded)
+        self.side_notes: list[str] = []  # those of them about side files (meta.json, framework mappings)
         self.framework_mapping: dict[str, Any] | None = None  # counts when framework_mapping_*.json was beside it
         self.bundle: BundleMeta | None = None  # a profuse bundle's meta.json, when the trace is in one
+        self.cache_folder: Path | None = None  # where derived results are kept (None: --no-cache, --lenient)
 
     @cached_property
     def meta(self) -> TraceMeta:
@@ -85,6 +90,8 @@ class Trace:
         if kind not in _READ_ONLY:
             raise UserError(f"SQL error: profuse sql runs read-only queries (SELECT, DESCRIBE, EXPLAIN, ...), "
                             f"not {kind}")
+        import duckdb
+
         self.wait_for_cache()
         cur = self.con
         try:
@@ -98,6 +105,24 @@ class Trace:
         finally:
             with contextlib.suppress(duckdb.Error):
                 cur.execute("ROLLBACK")
+
+    def derived(self, key: str, compute: Callable[[], bytes]) -> bytes:
+        """A result derived from this trace's tables, kept in the cache folder under ``key``.
+
+        ``compute`` makes the bytes (encoded by the caller, e.g. ``msgspec.msgpack.encode``); they are
+        stored behind, on a background thread, keyed by the trace's bytes, ``key`` and profuse's build,
+        and returned from the cache by later calls (in any process) until the trace or profuse changes.
+        ``key`` must name every option the result depends on. Without a cache folder (``--no-cache``,
+        ``--lenient``, a trace profuse did not fingerprint) it is ``compute()``, stored nowhere.
+        """
+        fp = self.meta.source if self.cache_folder is not None else {}
+        if not {"sha1", "size"} <= fp.keys() or self.cache_folder is None:
+            return compute()
+        data = read_derived(self.cache_folder, fp, key)
+        if data is None:
+            data = compute()
+            write_derived_behind(self.cache_folder, fp, key, data)
+        return data
 
     def wait_for_cache(self) -> str | None:
         """Wait until the cache file is written; returns why it could not be, or None."""
