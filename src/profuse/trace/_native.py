@@ -21,27 +21,9 @@ import numpy as np
 
 from . import _decode
 from ._columns import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key
+from .compiled import load_extension
 
-
-def _load_scanner() -> Any:
-    lib = os.environ.get("PROFUSE_SCAN_LIB")  # another build of the extension (`make sanitize`)
-    if lib:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(f"{__package__}._scan", lib)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"PROFUSE_SCAN_LIB={lib} is not an extension module")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    try:
-        from . import _scan
-    except ImportError:  # pure-Python install: the reference decoder does everything
-        return None
-    return _scan
-
-
-_scan = _load_scanner()
+_scan = load_extension("_scan", "PROFUSE_SCAN_LIB")  # the reference decoder does all without it
 
 SPLIT_MIN_BYTES = 8 << 20
 _ARG_COLUMNS = ("correlation", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes", "external_id",

@@ -6,29 +6,30 @@ two (tests/test_accel.py). ``PROFUSE_ACCEL_LIB`` loads another build of it (`mak
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from typing import Any
 
 
-def _load() -> Any:
-    lib = os.environ.get("PROFUSE_ACCEL_LIB")
+def load_extension(name: str, env: str) -> Any:
+    """The compiled module ``name`` of this package, or the build the environment variable ``env`` names
+    (`make sanitize` loads an instrumented one), or None on a pure-Python install."""
+    lib = os.environ.get(env)
     if lib:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(f"{__package__}._accel", lib)
+        spec = importlib.util.spec_from_file_location(f"{__package__}.{name}", lib)
         if spec is None or spec.loader is None:
-            raise ImportError(f"PROFUSE_ACCEL_LIB={lib} is not an extension module")
+            raise ImportError(f"{env}={lib} is not an extension module")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
     try:
-        from . import _accel
-    except ImportError:  # pure-Python install: the twins do the work
+        return importlib.import_module(f"{__package__}.{name}")
+    except ImportError:  # pure-Python install: the Python twins do the work
         return None
-    return _accel
 
 
-accel = _load()
+accel = load_extension("_accel", "PROFUSE_ACCEL_LIB")
 
 
 def enabled() -> bool:
