@@ -151,6 +151,26 @@ def test_eager_dispatch_inside_the_model_is_the_graphs_lever_and_the_rest_stays_
     assert graphs.gain_us + cpu.gain_us <= b["idle/launch_overhead"] + b["idle/cpu_other"] + 0.01
 
 
+def test_compiled_region_guards_stay_cpu_work_and_its_wrapper_is_the_graphs_lever(tmp_path):
+    # GIVEN a compiled step: 200 µs of guards (TorchDynamo Cache Lookup, launching nothing), then the region,
+    # whose wrapper runs 10 µs of Python before each of 20 ops that launch a 2 µs kernel at their end
+    ev = [_step(0, 1200), _x("cpu_op", "TorchDynamo Cache Lookup", 0, 200),
+          _x("cpu_op", "Torch-Compiled Region: 0/0", 200, 900)]
+    for i in range(20):
+        t = 200 + i * 40
+        ev += [_x("cpu_op", "triton_poi_fused_add_0", t + 10, 20), _launch(t + 25, i),
+               _kernel("triton_poi_fused_add_0", t + 29, 2, i)]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    graphs = next(lv for lv in d.levers + d.small_items if lv.kind == "cuda_graphs")
+    cpu = next(lv for lv in d.levers + d.small_items if lv.kind == "cpu_work")
+    # THEN the guards (which still run before a graph replays) are cpu_work, and the wrapper's Python
+    # between the region's launches (which a replay removes) is cuda_graphs'
+    assert cpu.gain_us >= 200 and "TorchDynamo Cache Lookup" in cpu.evidence
+    assert graphs.gain_us + cpu.gain_us == pytest.approx(b["idle/launch_overhead"] + b["idle/cpu_other"], abs=0.01)
+    assert graphs.gain_us > b["idle/launch_overhead"]
+
+
 def test_synchronous_copy_gives_host_sync_with_its_call_site(tmp_path):
     # GIVEN a 100 µs kernel, then .item(): a D2H copy into pageable memory that blocks for 5000 µs
     ev = [_step(0, 6000), _x("cpu_op", "aten::mm", 10, 20), _launch(15, 1), _kernel("sm90_gemm_bf16", 30, 100, 1),

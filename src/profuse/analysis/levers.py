@@ -346,7 +346,9 @@ def _model_intervals(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
     """The host intervals of the model's forward, sorted by start: its module and forward frames
     (compiled regions too), and the top-level ops that launched device work (a graph replays those; an
     op that only computes on the CPU, preprocessing, is not the model's dispatch)."""
-    flag = {n: _in_model(n) and not n.startswith("aten::") for n in set(w.host_name.tolist())}
+    # a compiled region's own frames are not counted: its guards and wrapper still run when the region
+    # replays a graph (mode="reduce-overhead"); the ops it launches from still count below
+    flag = {n: _in_model(n) and not n.startswith(("aten::", *_COMPILED_FRAMES)) for n in set(w.host_name.tolist())}
     frame = np.fromiter((flag[n] for n in w.host_name.tolist()), dtype=bool, count=w.host_name.size)
     launched = np.sort(w.acts.launch_ts[w.acts.launched])
     top = w.host_top
@@ -356,10 +358,13 @@ def _model_intervals(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
     return w.host_ts[keep], w.host_end[keep]
 
 
+_COMPILED_FRAMES = ("Torch-Compiled Region", "TorchDynamo", "CompiledFunction")
+
+
 def _in_model(name: str) -> bool:
     """An op or frame of the model's forward (aten/framework ops, nn.Module calls), not data loading or
     other Python around the model."""
-    return (name.startswith(("aten::", "nn.Module:", "Torch-Compiled Region", "TorchDynamo", "CompiledFunction"))
+    return (name.startswith(("aten::", "nn.Module:", *_COMPILED_FRAMES))
             or "nn/modules/" in name or name.endswith("forward") or "_call_impl" in name)
 
 
