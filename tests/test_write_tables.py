@@ -71,3 +71,33 @@ def test_big_trace_path_writes_the_same_tables(monkeypatch):
     monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
     monkeypatch.setattr(_write, "INSERT_BATCH", 1000)
     assert tables() == small
+
+
+def _tables(t) -> dict[str, list]:
+    names = [r[0] for r in t.con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'trace'"
+                                         " ORDER BY 1").fetchall()]
+    return {n: t.con.execute(f"SELECT * FROM {n} ORDER BY ALL").fetchall() for n in names}
+
+
+def test_the_writer_thread_writes_the_tables_the_serial_path_writes(monkeypatch):
+    # GIVEN shared traces with shapes, flows, instants and memory events (tables written on the writer
+    # thread while this one correlates and writes the rest)
+    import pytest
+    from conftest import trace_path
+
+    for name, memory in (("h100_bert_small.json.gz", 236), ("a100_nccl_rank0_of2.json.gz", 0)):
+        path = trace_path(name)
+        with profuse.load(path, cache=False) as t:
+            threaded = _tables(t)
+            events_in_file_order = t.con.execute("SELECT id FROM events").fetchnumpy()["id"]
+        with pytest.MonkeyPatch.context() as m:
+            m.setenv("PROFUSE_SERIAL_WRITE", "1")
+            with profuse.load(path, cache=False) as t:
+                serial = _tables(t)
+        # THEN every table holds the same rows either way, and the events in file order
+        assert set(threaded) == set(serial)
+        assert all(len(serial[k]) > 0 for k in ("events", "shapes", "flows", "instants", "scopes"))
+        for table, rows in serial.items():
+            assert threaded[table] == rows, (name, table)
+        assert len(serial["memory"]) == memory
+        assert (events_in_file_order == np.arange(len(serial["events"]))).all()

@@ -54,15 +54,19 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
     con.unregister("_frame")
 
 
-def write_side_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared: Prepared,
-                      events: EventColumns) -> None:
-    """The ``threads``, ``shapes``, ``scopes``, ``flows`` and ``instants`` tables."""
-    _write_threads(con, cols, prepared, events)
+def write_decoded_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared: Prepared) -> None:
+    """The side tables that need only the decoded events: ``shapes``, ``flows`` and ``instants``."""
     insert_rows(con, "shapes", cols.shapes, 6)
-    _write_scopes(con, prepared, events)
     _write_flows(con, prepared)
     if prepared.instants:
         _write_instants(con, prepared)
+
+
+def write_correlated_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared: Prepared,
+                            events: EventColumns) -> None:
+    """The side tables that need the correlated events: ``threads`` and ``scopes``."""
+    _write_threads(con, cols, prepared, events)
+    _write_scopes(con, prepared, events)
 
 
 def _write_threads(con: duckdb.DuckDBPyConnection, cols: Columns, prepared: Prepared, events: EventColumns) -> None:
