@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ALL_TRACES
+from conftest import ALL_TRACES, trace_path
 
 import profuse
 from profuse.errors import TraceError
@@ -74,7 +74,31 @@ def test_two_thread_split_equals_one_thread():
     assert [names1[i] for i in one.take("name")] == [names2[i] for i in two.take("name")]
     for key in ("ts", "dur", "correlation", "external_id", "flow_ts"):
         assert (one.take(key) == two.take(key)).all(), key
-    assert one.flow_ids == two.flow_ids and one.shapes == two.shapes and one.phase_counts == two.phase_counts
+    assert one.flow_ids == two.flow_ids and one.phase_counts == two.phase_counts
+    assert _shape_rows(one) == _shape_rows(two)
+
+
+def _shape_rows(cols: Any) -> list[tuple[Any, ...]]:
+    return [*cols.shapes, *(cols.shape_columns.tuples() if cols.shape_columns is not None else [])]
+
+
+def test_shapes_of_two_halves_equal_those_of_one_pass():
+    # GIVEN a trace with shapes (input dims, types, concrete inputs) on its ops, scanned whole and in two halves
+    path = trace_path("h100_vit_falconsai.json.gz")
+    doc = _decode.split_document(str(path), _decode.read_bytes(str(path)))
+    one, two = _native.scan_columns(doc, threads=1), _native.scan_columns(doc, threads=2)
+    assert one is not None and two is not None and two.shape_columns is not None
+    # THEN the merged halves give the same rows: one per op with input dims or a launch grid, each row's
+    # texts as json reads them from the file
+    rows = _shape_rows(two)
+    events = [e for e in json.loads(bytes(doc.events)) if e.get("ph") == "X"]
+    want = [k for k, e in enumerate(events) if e.get("args", {}).get("Input Dims") or e.get("args", {}).get("grid")]
+    assert rows == _shape_rows(one) and [r[0] for r in rows] == want and len(want) > 1000
+    for row, dims, types, grid, _block, _concrete in rows:
+        args = events[row]["args"]
+        assert (json.loads(dims) if dims is not None else None) == (args.get("Input Dims") or None)
+        assert (json.loads(types) if types is not None else None) == (args.get("Input type") or None)
+        assert (json.loads(grid) if grid is not None else None) == args.get("grid")
 
 
 def test_document_scan_two_threads_equals_one_and_the_reference_split():

@@ -36,6 +36,36 @@ def intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
     return np.fromiter((setdefault(v, len(table)) for v in values), dtype=np.int32, count=len(values))
 
 
+ShapeRow = tuple[int, str | None, str | None, str | None, str | None, str | None]
+
+
+@dataclass
+class ShapeColumns:
+    """The ``shapes`` rows as columns (how the scanner hands them over): each row's event, and for each of
+    its five texts (input dims, input types, grid, block, concrete inputs) a code into ``texts``, -1 for
+    none. Shapes repeat (50,000 rows of a ViT trace hold 146 distinct texts): each text is one str."""
+
+    rows: np.ndarray   # int64: the event's row
+    codes: np.ndarray  # int32, (rows, 5)
+    texts: list[str]
+
+    def text_columns(self) -> list[np.ndarray]:
+        """The five text columns, as object arrays (None where absent)."""
+        table = np.array([*self.texts, None], dtype=object)  # code -1 picks the None at the end
+        return [table[self.codes[:, j]] for j in range(5)]
+
+    def appended(self, other: ShapeColumns, offset: int) -> ShapeColumns:
+        """These rows, then ``other``'s (its events ``offset`` rows later), in one text table."""
+        table = dict(zip(self.texts, range(len(self.texts))))
+        remap = np.array([*(table.setdefault(t, len(table)) for t in other.texts), -1], dtype=np.int32)
+        return ShapeColumns(rows=np.concatenate([self.rows, other.rows + offset]),
+                            codes=np.concatenate([self.codes, remap[other.codes]]), texts=list(table))
+
+    def tuples(self) -> list[ShapeRow]:
+        """The rows as tuples (the reference decoder's form)."""
+        return list(zip(self.rows.tolist(), *(c.tolist() for c in self.text_columns())))
+
+
 @dataclass
 class Columns:
     """Growing columns of the complete events, plus everything else the trace holds."""
@@ -45,7 +75,8 @@ class Columns:
     pids: dict[Any, int] = field(default_factory=dict)
     tids: dict[Any, int] = field(default_factory=dict)
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
-    shapes: list[tuple[int, str | None, str | None, str | None, str | None, str | None]] = field(default_factory=list)
+    shapes: list[ShapeRow] = field(default_factory=list)
+    shape_columns: ShapeColumns | None = None  # the scanner's shapes (then ``shapes`` is empty)
     thread_meta: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     flow_ids: list[str] = field(default_factory=list)
     flow_cats: list[str | None] = field(default_factory=list)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import _decode
-from ._columns import FLOW_PHASES, THREAD_SHIFT, Columns, thread_key
+from ._columns import FLOW_PHASES, THREAD_SHIFT, Columns, ShapeColumns, thread_key
 from .compiled import load_extension
 
 _scan = load_extension("_scan", "PROFUSE_SCAN_LIB")  # the reference decoder does all without it
@@ -213,7 +213,9 @@ def _columns(r: dict[str, Any] | None) -> Columns | None:
         for key in MEMORY_FIGURES:
             cols.add(key, _i64(r, key))
     cols.memory_scanned, cols.memory_skipped = not r["mem_defer"], r["mem_skipped"]
-    cols.shapes = r["shapes"]
+    cols.shape_columns = ShapeColumns(rows=np.frombuffer(r["shape_rows"], dtype=np.int64),
+                                      codes=np.frombuffer(r["shape_codes"], dtype=np.int32).reshape(-1, 5),
+                                      texts=r["shape_texts"])
     for pid, tid, name, arg_name, labels in r["metas"]:  # the reference's rule, in file order
         where = thread_key(pid, tid if name and name.startswith("thread") else "")
         value = arg_name if arg_name is not None else labels

@@ -84,7 +84,7 @@ def merge(dst: Columns, src: Columns) -> None:
             elif key.endswith("thread_key"):
                 arr = threads(arr)
             dst.add(key, arr)
-    dst.shapes.extend((dst.n + s[0], *s[1:]) for s in src.shapes)
+    _merge_shapes(dst, src)
     for k, v in src.thread_meta.items():
         dst.thread_meta.setdefault(k, {}).update(v)
     dst.flow_ids.extend(src.flow_ids)
@@ -97,6 +97,17 @@ def merge(dst: Columns, src: Columns) -> None:
     dst.imprecise_ts += src.imprecise_ts
     for key, c in src.ignored_args.items():
         dst.ignored_args[key] = dst.ignored_args.get(key, 0) + c
+
+
+def _merge_shapes(dst: Columns, src: Columns) -> None:
+    """``src``'s shapes after ``dst``'s: as columns when both have them so, else as tuples."""
+    if dst.shape_columns is not None and src.shape_columns is not None and not dst.shapes:
+        dst.shape_columns = dst.shape_columns.appended(src.shape_columns, dst.n)
+        return
+    if dst.shape_columns is not None:
+        dst.shapes, dst.shape_columns = dst.shape_columns.tuples(), None
+    rows = src.shape_columns.tuples() if src.shape_columns is not None else src.shapes
+    dst.shapes.extend((dst.n + s[0], *s[1:]) for s in rows)
 
 
 def decode_parallel(path: str, doc: _decode.Document, *, workers: int,

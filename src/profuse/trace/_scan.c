@@ -1110,25 +1110,18 @@ static PyObject *build(Scan *s) {
         put(d, "inst_pid", vec_bytes(&s->inst_pid)) || put(d, "inst_tid", vec_bytes(&s->inst_tid)) ||
         put(d, "inst_ts", vec_bytes(&s->inst_ts)))
         goto fail;
-    {
+    {   /* shapes as columns: event rows (int64), five codes per row into shape_texts (int32, -1: absent) */
         Shape *sh = (Shape *)s->shapes.data;
-        PyObject *texts = table_list(&s->shape_texts);   /* each distinct text made a str once */
-        PyObject *l = PyList_New((Py_ssize_t)s->shapes.len);
-        if (!texts) { Py_XDECREF(l); goto fail; }
-        if (put(d, "shapes", l)) { Py_DECREF(texts); goto fail; }
-        for (size_t k = 0; k < s->shapes.len; k++) {
-            PyObject *t = PyTuple_New(6);
-            PyObject *row = t ? PyLong_FromLongLong(sh[k].row) : NULL;
-            if (!row) { Py_XDECREF(t); Py_DECREF(texts); goto fail; }
-            PyList_SET_ITEM(l, (Py_ssize_t)k, t);
-            PyTuple_SET_ITEM(t, 0, row);
-            for (int j = 0; j < 5; j++) {
-                PyObject *o = sh[k].text[j] >= 0 ? PyList_GET_ITEM(texts, sh[k].text[j]) : Py_None;
-                Py_INCREF(o);
-                PyTuple_SET_ITEM(t, j + 1, o);
-            }
+        size_t n = s->shapes.len;
+        PyObject *rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
+        PyObject *codes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(20 * n));
+        if (!rows || !codes) { Py_XDECREF(rows); Py_XDECREF(codes); goto fail; }
+        for (size_t k = 0; k < n; k++) {
+            memcpy(PyBytes_AS_STRING(rows) + 8 * k, &sh[k].row, 8);
+            memcpy(PyBytes_AS_STRING(codes) + 20 * k, sh[k].text, 20);
         }
-        Py_DECREF(texts);
+        if (put(d, "shape_rows", rows)) { Py_DECREF(codes); goto fail; }
+        if (put(d, "shape_codes", codes) || put(d, "shape_texts", table_list(&s->shape_texts))) goto fail;
     }
     {
         Meta *m = (Meta *)s->metas.data;

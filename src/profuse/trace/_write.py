@@ -56,7 +56,7 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
 
 def write_decoded_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared: Prepared) -> None:
     """The side tables that need only the decoded events: ``shapes``, ``flows`` and ``instants``."""
-    insert_rows(con, "shapes", cols.shapes, 6)
+    _write_shapes(con, cols)
     _write_flows(con, prepared)
     if prepared.instants:
         _write_instants(con, prepared)
@@ -67,6 +67,20 @@ def write_correlated_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, pr
     """The side tables that need the correlated events: ``threads`` and ``scopes``."""
     _write_threads(con, cols, prepared, events)
     _write_scopes(con, prepared, events)
+
+
+def _write_shapes(con: duckdb.DuckDBPyConnection, cols: Columns) -> None:
+    if cols.shape_columns is None or cols.shapes:
+        rows = [*cols.shape_columns.tuples(), *cols.shapes] if cols.shape_columns is not None else cols.shapes
+        insert_rows(con, "shapes", rows, 6)
+        return
+    shapes = cols.shape_columns
+    if not len(shapes.rows):
+        return
+    frame = dict(zip(("id", "dims", "types", "grid", "block", "concrete"), [shapes.rows, *shapes.text_columns()]))
+    con.register("_shapes", frame)
+    con.execute("INSERT INTO shapes SELECT * FROM _shapes")
+    con.unregister("_shapes")
 
 
 def _write_threads(con: duckdb.DuckDBPyConnection, cols: Columns, prepared: Prepared, events: EventColumns) -> None:
@@ -87,14 +101,18 @@ def _write_scopes(con: duckdb.DuckDBPyConnection, prepared: Prepared, events: Ev
     scope_ids = np.flatnonzero(is_module | (events.kind == KIND_CODE["annotation"]))
     if not scope_ids.size:
         return
-    labels = prepared.events.names[events.name[scope_ids]]
-    scope_kind = np.where(is_module[scope_ids], "module", "annotation")
-    clean = [(module_class(s) if k == "module" else s) for s, k in zip(labels, scope_kind)]
+    names, name = prepared.events.names, events.name[scope_ids]
+    module = is_module[scope_ids]
+    # a module scope's class, once per distinct name (thousands of scopes share a few dozen names)
+    used = np.unique(name[module])
+    classes = np.array(names, dtype=object)
+    classes[used] = [module_class(s) for s in names[used].tolist()]
     con.register("_scopes", {
-        "id": scope_ids.astype(np.int64), "kind": scope_kind.astype(object), "name": np.array(clean, dtype=object),
-        "label": labels, "parent": events.scope[scope_ids], "ts": events.ts[scope_ids],
+        "id": scope_ids.astype(np.int64), "module": module, "name": np.where(module, classes[name], names[name]),
+        "label": names[name], "parent": events.scope[scope_ids], "ts": events.ts[scope_ids],
         "dur": events.dur[scope_ids], "thread": events.thread[scope_ids].astype(np.int32)})
-    con.execute("INSERT INTO scopes SELECT id, kind, name, label, NULLIF(parent, -1), ts, dur, thread FROM _scopes")
+    con.execute("INSERT INTO scopes SELECT id, CASE WHEN module THEN 'module' ELSE 'annotation' END, name, label, "
+                "NULLIF(parent, -1), ts, dur, thread FROM _scopes")
     con.unregister("_scopes")
 
 
