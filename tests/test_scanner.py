@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import ALL_TRACES, trace_path
 
@@ -74,8 +75,14 @@ def test_two_thread_split_equals_one_thread():
     assert [names1[i] for i in one.take("name")] == [names2[i] for i in two.take("name")]
     for key in ("ts", "dur", "correlation", "external_id", "flow_ts"):
         assert (one.take(key) == two.take(key)).all(), key
-    assert one.flow_ids == two.flow_ids and one.phase_counts == two.phase_counts
+    assert _flows(one) == _flows(two) and one.phase_counts == two.phase_counts
     assert _shape_rows(one) == _shape_rows(two)
+
+
+def _flows(cols: Any) -> tuple[list[Any], list[Any]]:
+    from profuse.trace._columns import flow_cat_values, flow_id_texts
+
+    return flow_id_texts(cols), flow_cat_values(cols)
 
 
 def _shape_rows(cols: Any) -> list[tuple[Any, ...]]:
@@ -297,3 +304,48 @@ def test_scanner_reads_noisy_float_times_as_the_reference(path: Path, tmp_path: 
     noisy.write_bytes(data)
     assert _load_tables(noisy, scanner=True, monkeypatch=monkeypatch) == \
         _load_tables(noisy, scanner=False, monkeypatch=monkeypatch)
+
+
+def test_scanned_flow_ids_and_categories_give_the_codes_of_the_listed_ones():
+    # GIVEN flow ids as the scanner hands them over (integers as numbers, anything else as text) and categories
+    # as codes into a table in order of first use, from two halves merged (integer ids in one half and text
+    # ids in the other included); and category tables out of that order or with an entry no flow uses
+    from profuse.trace._columns import Coded, Columns, factorize
+    from profuse.trace._parallel import merge
+    from profuse.trace._prepare import _flow_codes, flow_codes
+
+    rng = random.Random(7)
+
+    def coded(values: list[Any]) -> Coded:
+        table = list(dict.fromkeys(values))
+        return Coded(codes=np.array([table.index(v) for v in values], dtype=np.int32), table=table)
+
+    def half(ints: bool) -> tuple[Columns, list[str], list[Any]]:
+        n = rng.randrange(0, 30)
+        cols = Columns()
+        if ints:
+            values = [rng.randrange(0, 10**rng.randrange(1, 12)) for _ in range(n)]
+            if n:
+                cols.add("flow_id_int", np.array(values, dtype=np.int64))
+            texts = [str(v) for v in values]
+        else:
+            texts = [rng.choice(["a", "7", "01", "x y", "é", "-3", "123"]) for _ in range(n)]
+            cols.flow_ids = list(texts)
+        cats = [rng.choice(["ac2g", None, "fwdbwd", 3]) for _ in range(n)]
+        cols.flow_cat_coded = coded(cats)
+        return cols, texts, cats
+
+    for trial in range(80):
+        (first, ids1, cats1), (second, ids2, cats2) = half(trial % 4 != 0), half(trial % 5 != 0)
+        merge(first, second)
+        want_ids, want_cats = flow_codes(ids1 + ids2), factorize(cats1 + cats2)
+        got = _flow_codes(first)
+        # THEN the codes and distinct values are those of the plain lists
+        assert got[0].tolist() == want_ids[0].tolist() and list(got[1]) == list(want_ids[1]), trial
+        assert got[2].tolist() == want_cats[0].tolist() and got[3] == want_cats[1], trial
+    for table, codes in ((["b", "a"], [1, 0, 1]), (["a", "b", "c"], [0, 0, 1])):
+        cols = Columns()
+        cols.flow_cat_coded = Coded(codes=np.array(codes, dtype=np.int32), table=table)
+        assert not cols.flow_cat_coded.first_seen()
+        got, want = _flow_codes(cols), factorize([table[i] for i in codes])
+        assert got[2].tolist() == want[0].tolist() and got[3] == want[1]

@@ -67,6 +67,52 @@ class ShapeColumns:
 
 
 @dataclass
+class Coded:
+    """A list of values as codes into a table (the scanner's per-flow categories): value k is
+    ``table[codes[k]]``. The scanner's tables hold each value once, in order of first use (:meth:`first_seen`
+    checks it), so what is computed once per table entry holds for every value, in order."""
+
+    codes: np.ndarray  # int32
+    table: list[Any]
+
+    def values(self) -> list[Any]:
+        return [self.table[i] for i in self.codes.tolist()]
+
+    def first_seen(self) -> bool:
+        """Every table entry is used, and the entries are in order of their first use."""
+        if not len(self.codes):
+            return not self.table
+        run = np.maximum.accumulate(self.codes)
+        return int(self.codes[0]) == 0 and int(run[-1]) == len(self.table) - 1 and bool((np.diff(run) <= 1).all())
+
+    def appended(self, other: Coded) -> Coded:
+        """These values, then ``other``'s, in one table (in order of first use when both were)."""
+        table, index = list(self.table), dict[Any, int]()
+        for i, v in enumerate(table):
+            index.setdefault(v, i)
+        remap = []
+        for v in other.table:
+            if v not in index:
+                index[v] = len(table)
+                table.append(v)
+            remap.append(index[v])
+        codes = np.array([*remap, 0], dtype=np.int32)[other.codes]
+        return Coded(codes=np.concatenate([self.codes, codes]), table=table)
+
+
+def flow_id_texts(cols: Columns) -> list[str]:
+    """Every flow's id as text, as the reference decoder lists them (``cols``'s integer ids are taken)."""
+    ints = cols.take("flow_id_int")
+    return [*map(str, ints.tolist()), *cols.flow_ids]
+
+
+def flow_cat_values(cols: Columns) -> list[Any]:
+    """Every flow's category, as the reference decoder lists them."""
+    coded = cols.flow_cat_coded
+    return [*(coded.values() if coded is not None else []), *cols.flow_cats]
+
+
+@dataclass
 class Columns:
     """Growing columns of the complete events, plus everything else the trace holds."""
 
@@ -80,6 +126,8 @@ class Columns:
     thread_meta: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     flow_ids: list[str] = field(default_factory=list)
     flow_cats: list[str | None] = field(default_factory=list)
+    flow_cat_coded: Coded | None = None  # the scanner's flow categories (then ``flow_cats`` is empty); the
+    # scanner's flow ids, when all are integers, are the part "flow_id_int" (then ``flow_ids`` is empty)
     phase_counts: dict[str, int] = field(default_factory=dict)
     n: int = 0
     imprecise_ts: int = 0

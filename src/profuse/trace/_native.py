@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import _decode
-from ._columns import FLOW_PHASES, THREAD_SHIFT, Columns, ShapeColumns, thread_key
+from ._columns import FLOW_PHASES, THREAD_SHIFT, Coded, Columns, ShapeColumns, thread_key
 from .compiled import load_extension
 
 _scan = load_extension("_scan", "PROFUSE_SCAN_LIB")  # the reference decoder does all without it
@@ -201,9 +201,11 @@ def _columns(r: dict[str, Any] | None) -> Columns | None:
         cols.add("inst_cat", np.frombuffer(r["inst_cat"], dtype=np.int32))
         cols.add("inst_ts", _i64(r, "inst_ts"))
         cols.add("inst_thread_key", _keys(r["inst_pid"], r["inst_tid"]))
-    if r["flow_ids"]:
+    cols.flow_cat_coded = Coded(codes=np.frombuffer(r["flow_cat_codes"], dtype=np.int32), table=r["flow_cat_table"])
+    if len(r["flow_cat_codes"]):
+        if r["flow_id_ints"] is not None:
+            cols.add("flow_id_int", _i64(r, "flow_id_ints"))
         cols.flow_ids = r["flow_ids"]
-        cols.flow_cats = r["flow_cats"]
         cols.add("flow_ph", np.frombuffer(r["flow_ph"], dtype=np.int8))
         cols.add("flow_ts", _i64(r, "flow_ts"))
         cols.add("flow_thread_key", _keys(r["flow_pid"], r["flow_tid"]))

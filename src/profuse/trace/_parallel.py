@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import TraceError
 from . import _decode
-from ._columns import THREAD_SHIFT, Columns, add_chunk
+from ._columns import THREAD_SHIFT, Columns, add_chunk, flow_cat_values, flow_id_texts
 
 _DOC: _decode.Document | None = None  # set in the parent before forking; read by the workers
 _PATH = ""
@@ -76,6 +76,7 @@ def merge(dst: Columns, src: Columns) -> None:
         out: np.ndarray = pids[keys // THREAD_SHIFT] * THREAD_SHIFT + tids[keys % THREAD_SHIFT]
         return out
 
+    _merge_flows(dst, src)  # before the parts: it may take the integer flow ids of both as text
     remap = {"name": names, "cat": cats, "inst_name": names, "inst_cat": cats}
     for key, parts in src.parts.items():
         for arr in parts:
@@ -87,8 +88,6 @@ def merge(dst: Columns, src: Columns) -> None:
     _merge_shapes(dst, src)
     for k, v in src.thread_meta.items():
         dst.thread_meta.setdefault(k, {}).update(v)
-    dst.flow_ids.extend(src.flow_ids)
-    dst.flow_cats.extend(src.flow_cats)
     for ph, c in src.phase_counts.items():
         dst.phase_counts[ph] = dst.phase_counts.get(ph, 0) + c
     dst.n += src.n
@@ -97,6 +96,22 @@ def merge(dst: Columns, src: Columns) -> None:
     dst.imprecise_ts += src.imprecise_ts
     for key, c in src.ignored_args.items():
         dst.ignored_args[key] = dst.ignored_args.get(key, 0) + c
+
+
+def _merge_flows(dst: Columns, src: Columns) -> None:
+    """``src``'s flow ids and categories after ``dst``'s, in the scanner's forms where both chunks have them
+    so (integer ids are a part, appended with the others), else as the reference's lists."""
+    if dst.flow_cat_coded is not None and src.flow_cat_coded is not None and not dst.flow_cats:
+        dst.flow_cat_coded = dst.flow_cat_coded.appended(src.flow_cat_coded)
+    else:
+        dst.flow_cats, dst.flow_cat_coded = flow_cat_values(dst), None
+        dst.flow_cats.extend(flow_cat_values(src))
+    dst_ints, src_ints = "flow_id_int" in dst.parts, "flow_id_int" in src.parts
+    if (dst_ints and src.flow_ids) or (src_ints and dst.flow_ids):  # integer ids beside text ones: all as text
+        dst.flow_ids = flow_id_texts(dst)
+        dst.flow_ids.extend(flow_id_texts(src))
+    else:
+        dst.flow_ids.extend(src.flow_ids)
 
 
 def _merge_shapes(dst: Columns, src: Columns) -> None:

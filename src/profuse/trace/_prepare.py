@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
-from ._columns import THREAD_SHIFT, Columns, factorize, kinds_of, thread_key
+from ._columns import THREAD_SHIFT, Columns, factorize, flow_cat_values, flow_id_texts, kinds_of, thread_key
 from .correlate import LINK_HOW, UNLINKED
 from .event_columns import DecodedEvents, EventStrings, Flows
 from .schema import KINDS
@@ -54,7 +54,7 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
     ts, dur, flow_ts = cols.take("ts"), cols.take("dur"), cols.take("flow_ts")
     inst_ts = cols.take("inst_ts")
     check_times(path, base_ns, ts, dur, flow_ts, inst_ts)
-    flow_ids, flow_text = flow_codes(cols.flow_ids)
+    flow_ids, flow_text, flow_cat, flow_cat_text = _flow_codes(cols)
     flows = Flows(ids=flow_ids, id_text=flow_text,
                   ph=cols.take("flow_ph").astype(np.int8),
                   ts=flow_ts + base_ns, thread=threads.flows)
@@ -74,12 +74,27 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
                     "thread": threads.instants}
     strings = EventStrings(kinds=list(KINDS), cats=cats.tolist(), names=names.tolist(), pids=pids, tids=tids,
                            how=list(LINK_HOW), why=list(UNLINKED))
-    flow_cat, flow_cat_text = factorize(cols.flow_cats)
     return Prepared(events=events, strings=strings, threads=threads, flow_cat=flow_cat,
                     flow_cat_text=flow_cat_text, instants=instants, unnamed=unnamed)
 
 
 _POW10 = np.array([10**k for k in range(1, 19)], dtype=np.int64)
+
+
+def _flow_codes(cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Any]]:
+    """Each flow's id code and the distinct ids (:func:`flow_codes`), its category code and the distinct
+    categories (:func:`factorize`), from the scanner's forms where it gave them: integer ids as numbers
+    (what flow_codes makes of their text), categories from their table, each distinct one once."""
+    coded = cols.flow_cat_coded
+    if coded is not None and not cols.flow_cats and coded.first_seen():
+        cat_codes, cat_text = factorize(coded.table)
+        cat_codes = cat_codes[coded.codes]
+    else:
+        cat_codes, cat_text = factorize(flow_cat_values(cols))
+    if "flow_id_int" in cols.parts and not cols.flow_ids:
+        distinct, codes = np.unique(cols.take("flow_id_int"), return_inverse=True)
+        return codes.reshape(-1).astype(np.int32), distinct, cat_codes, cat_text
+    return (*flow_codes(flow_id_texts(cols)), cat_codes, cat_text)
 
 
 def flow_codes(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -1146,24 +1146,35 @@ static PyObject *build(Scan *s) {
         PyObject *ts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8));
         PyObject *pid = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
         PyObject *tid = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
-        PyObject *ids = PyList_New((Py_ssize_t)n), *cats = PyList_New((Py_ssize_t)n);
-        PyObject *fcats = table_list(&s->fcats), *fids = flow_id_list(&s->fids);
+        /* flow ids: when every one is a JSON integer >= 0 (what Kineto writes), their values (int64 per flow);
+           else their texts as the reference gives them (a list per flow). Categories: per flow a code into the
+           table of distinct ones, in order of first use. */
+        Entry *ids_e = (Entry *)s->fids.entries.data;
+        int all_int = 1;
+        for (size_t k = 0; k < s->fids.entries.len && all_int; k++)
+            all_int = ids_e[k].type == T_INT && ids_e[k].i >= 0;
+        PyObject *ints = all_int ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8)) : (Py_INCREF(Py_None), Py_None);
+        PyObject *texts = all_int ? PyList_New(0) : PyList_New((Py_ssize_t)n);
+        PyObject *cats = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+        PyObject *fids = all_int ? (Py_INCREF(Py_None), Py_None) : flow_id_list(&s->fids);
         int bad = put(d, "flow_ph", ph) | put(d, "flow_ts", ts) | put(d, "flow_pid", pid) | put(d, "flow_tid", tid) |
-                  put(d, "flow_ids", ids) | put(d, "flow_cats", cats);
-        if (bad || !fcats || !fids) { Py_XDECREF(fcats); Py_XDECREF(fids); goto fail; }
+                  put(d, "flow_id_ints", ints) | put(d, "flow_ids", texts) | put(d, "flow_cat_codes", cats) |
+                  put(d, "flow_cat_table", table_list(&s->fcats));
+        if (bad || !fids) { Py_XDECREF(fids); goto fail; }
         for (size_t k = 0; k < n; k++) {
             PyBytes_AS_STRING(ph)[k] = (char)f[k].ph;
             memcpy(PyBytes_AS_STRING(ts) + 8 * k, &f[k].ts, 8);
             memcpy(PyBytes_AS_STRING(pid) + 4 * k, &f[k].pid, 4);
             memcpy(PyBytes_AS_STRING(tid) + 4 * k, &f[k].tid, 4);
-            PyObject *id = PyList_GET_ITEM(fids, f[k].id);
-            Py_INCREF(id);
-            PyList_SET_ITEM(ids, (Py_ssize_t)k, id);
-            PyObject *c = PyList_GET_ITEM(fcats, f[k].cat);
-            Py_INCREF(c);
-            PyList_SET_ITEM(cats, (Py_ssize_t)k, c);
+            memcpy(PyBytes_AS_STRING(cats) + 4 * k, &f[k].cat, 4);
+            if (all_int) {
+                memcpy(PyBytes_AS_STRING(ints) + 8 * k, &ids_e[f[k].id].i, 8);
+            } else {
+                PyObject *id = PyList_GET_ITEM(fids, f[k].id);
+                Py_INCREF(id);
+                PyList_SET_ITEM(texts, (Py_ssize_t)k, id);
+            }
         }
-        Py_DECREF(fcats);
         Py_DECREF(fids);
     }
     {
