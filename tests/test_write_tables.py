@@ -101,3 +101,25 @@ def test_the_writer_thread_writes_the_tables_the_serial_path_writes(monkeypatch)
             assert threaded[table] == rows, (name, table)
         assert len(serial["memory"]) == memory
         assert (events_in_file_order == np.arange(len(serial["events"]))).all()
+
+
+def test_a_load_leaves_numpys_huge_page_setting_as_it_found_it(tmp_path: Path):
+    # GIVEN numpy's switch for madvise(MADV_HUGEPAGE) on big arrays, on and then off
+    import pytest
+    from conftest import trace_path
+    from numpy._core import multiarray
+
+    toggle = multiarray._set_madvise_hugepage
+    for setting in (True, False):
+        before = toggle(setting)
+        try:
+            # WHEN a trace loads, and a load fails on bad input
+            with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as t:
+                assert t.meta["events"] > 0
+            (tmp_path / "bad.json").write_text('{"traceEvents": [{"ph": "X", "ts": "soon"}]')
+            with pytest.raises(profuse.TraceError):
+                profuse.load(tmp_path / "bad.json", cache=False)
+            # THEN the switch is as it was before each
+            assert toggle(before) is setting
+        finally:
+            toggle(before)
