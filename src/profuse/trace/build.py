@@ -98,21 +98,20 @@ def _memory_events(path: str, data: bytes | bytearray, cols: Columns, *,
 def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool,
            progress: Progress | None) -> Trace:
     started = time.perf_counter()
-    # With the scanner, DuckDB starts up with empty tables (and the trace is hashed) on other threads
-    # while the trace is decoded; the forked msgspec workers are then not used (forking after threads
-    # have started is unsafe).
+    # With the scanner, DuckDB starts up with empty tables on another thread while the trace is decoded,
+    # and the trace is hashed on another while it is prepared and correlated (on one core; the scan takes
+    # two); the forked msgspec workers are then not used (forking after threads have started is unsafe).
     threads = _native.enabled() and not lenient
     connection = _behind(_empty_tables, "profuse-connect") if threads else None
     try:
         data, gzip_hash = early.prefetched(str(src)) or _decode.read_trace(str(src))
-        fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
+        fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         # the [memory] events: as the scanner read them, else read (compiled, without the GIL) on another
         # thread while the tables are prepared; their bytes are let go when it is done
         memory = _memory_events(str(src), data, cols, behind=threads)
         notes.extend(cols.notes)
         del data
-        source = fingerprint_of()
     except BaseException:
         if connection is not None:
             connection().close()
@@ -121,7 +120,8 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
     try:
         if cols.n >= COMPRESS_MIN_EVENTS:
             _compressed_tables(con)
-        _write_tables(con, str(src), cols, top, source, skipped, memory_of=memory, parallel=threads)
+        source = _write_tables(con, str(src), cols, top, fingerprint_of, skipped, memory_of=memory,
+                               parallel=threads)
     except BaseException:
         con.close()
         raise
@@ -270,11 +270,12 @@ def _safe_json(raw: msgspec.Raw) -> Any:
 
 
 def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top: dict[str, Any],
-                  fp: dict[str, Any], skipped: _decode.Skipped,
+                  fp_of: Callable[[], dict[str, Any]], skipped: _decode.Skipped,
                   memory_of: Callable[[], _memory.MemoryEvents | None] = lambda: None, *,
-                  parallel: bool = True) -> None:
-    """The pipeline after decoding: prepare, correlate, write every table (``memory_of`` gives the
-    memory events, once prepared: they may be read on another thread meanwhile).
+                  parallel: bool = True) -> dict[str, Any]:
+    """The pipeline after decoding: prepare, correlate, write every table; the trace's fingerprint
+    (``fp_of`` gives it, and ``memory_of`` the memory events, once needed: either may be computed on
+    another thread meanwhile), which is returned.
 
     The tables that need only the decoded columns (shapes, flows, instants) and then the events table
     go in on a writer thread (its own cursor; DuckDB works without the GIL) while this one correlates
@@ -290,6 +291,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
         events = correlate(prepared.events)
         writer.submit(write_events, events=events, strings=prepared.strings)
         write_correlated_tables(con, cols=cols, prepared=prepared, events=events)
+        fp = fp_of()
         meta = _meta(path, cols, prepared, events, top=top, fp=fp, skipped=skipped)
         if memory is not None:
             _memory.write_memory_tables(con, memory, base_ns=base_ns, thread_keys=prepared.threads.keys,
@@ -298,6 +300,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
     finally:
         writer.close()  # never leaves a write running on a connection the caller may close; raises its error
     write_meta(con, meta)
+    return fp
 
 
 class _Writer:
