@@ -9,7 +9,9 @@ untimed. Measured, in this process (imports done, the cache file in the OS cache
 - API level: the timeline model's build (analysis/timeline.py), the first full-view window, and one
   viewport's window (query and JSON encoding) at zoom levels from the whole trace down to 50 µs.
 - Browser (Playwright's client driving /usr/bin/chromium, launched before the clock starts): first
-  paint = from `profuse.load` of the cached trace, through starting the explorer's real server
+  paint = from `profuse.load` of the cached trace as `profuse explore` loads it (``verify="behind"``: the
+  cache found by the trace's stat entry, its bytes hashed on a thread, checked before the server
+  answers anything from it), through starting the explorer's real server
   (uvicorn on 127.0.0.1), to the page at `#view=timeline` having drawn its boxes (the canvas's
   `data-painted`, set on the first draw with events); min of --reps, each a fresh load and server.
   Zoom = the URL's hash set to a new window until `body[data-ready]` says the timeline drew it, timed
@@ -134,7 +136,7 @@ def first_paint(browser: Any, path: Path) -> tuple[float, float, float, Any, Any
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
     page.goto("about:blank")
     t, c = time.perf_counter(), time.process_time()
-    trace = profuse.load(path)
+    trace = profuse.load(path, verify="behind")
     t_load = time.perf_counter() - t
     server = Server([trace])
     page.goto(server.url + "#view=timeline")

@@ -5,7 +5,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -80,14 +80,15 @@ def warm_imports(*modules: str) -> None:
     threading.Thread(target=run, name="profuse-warm-imports").start()
 
 
-def load_trace(path: str, args: argparse.Namespace) -> Trace:
-    """Load ``path`` as the command line asked, with a progress bar once loading takes over a second."""
+def load_trace(path: str, args: argparse.Namespace, *, verify: Literal["first", "behind"] = "first") -> Trace:
+    """Load ``path`` as the command line asked, with a progress bar once loading takes over a second
+    (``verify``: as :func:`profuse.trace.load` takes it)."""
     from ..trace import load
 
     bar = _LazyBar(f"loading {path}")
     try:
         trace = load(path, lenient=getattr(args, "lenient", False), cache=not getattr(args, "no_cache", False),
-                     progress=bar, cache_dir=getattr(args, "cache_dir", None))
+                     progress=bar, cache_dir=getattr(args, "cache_dir", None), verify=verify)
     finally:
         bar.close()
     return _noted(path, trace)

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                         workers=args.workers, lenient=args.lenient, cache=not args.no_cache,
                         work_dir=args.work_dir).doc
         ranks = RankRuns(doc, lambda path: load_trace(path, args))
-    traces = [] if ranks is not None else [load_trace(p, args) for p in args.paths]
+    # opened by stat, hashed behind: the server answers nothing from a trace before its bytes are checked
+    traces = [] if ranks is not None else [load_trace(p, args, verify="behind") for p in args.paths]
     try:
         serve(traces, port=args.port, open_browser=not args.no_browser, keep_metadata=args.keep_metadata,
               on_ready=lambda url: print(f"profuse explorer: {url}  (Ctrl-C to stop)", flush=True), ranks=ranks)

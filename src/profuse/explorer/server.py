@@ -10,7 +10,7 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
@@ -21,14 +21,25 @@ from starlette.routing import Route
 
 from ..analysis._choices import GROUPS
 from ..analysis.memory import live_at
-from ..analysis.timeline import TimelineModel, event_links, timeline_model, timeline_model_later, timeline_window
+from ..analysis.timeline import (
+    Lane,
+    TimelineModel,
+    TimelineWindow,
+    bucket_ns_for,
+    event_links,
+    timeline_model,
+    timeline_model_later,
+    timeline_window,
+)
+from ..errors import UserError
 from ..frontend import assets
 from ..payloads import build
-from ..payloads.memory import memory_timeline_of
+from ..payloads.memory import MemoryTimeline, memory_timeline_of
 from ..payloads.ranks import ranks_payload
 from ..payloads.views import RunInfo
 from ..redact import redact_text
 from ..trace import Trace
+from ..trace.cache import SourceCheck
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
@@ -39,58 +50,159 @@ SECURITY_HEADERS = {
 
 
 class Loaded:
-    """A trace being served and its timeline model; a request that needs no model does not wait for it."""
+    """A trace being served and its timeline model; a request that needs no model does not wait for it.
+
+    What the first view of the timeline shows (its lanes and span, the whole span at one level of
+    detail, the memory lanes) is kept as derived entries of the trace (``Trace.derived``: per trace
+    bytes and profuse build), so a trace opened again draws its first view without waiting for the model."""
 
     def __init__(self, trace: Trace, model: Callable[[], TimelineModel]) -> None:
         self.trace = trace
         self._model = model
+        self._kept: dict[str, Any] = {}
 
     @property
     def model(self) -> TimelineModel:
         """The timeline model (waits for it where it is still being built)."""
         return self._model()
 
+    def kept(self, key: str, of: type[T], compute: Callable[[], T] | None = None) -> T | None:
+        """The record kept under ``key`` (decoded as ``of``), else ``compute()`` kept there; None where
+        nothing is kept and there is no ``compute``."""
+        if key in self._kept:
+            found: T = self._kept[key]
+            return found
+        raw = self.trace.stored(key)
+        value = _decoded(raw, of) if raw is not None else None
+        if value is None:
+            if compute is None:
+                return None
+            value = compute()
+            self.trace.derived(key, lambda: msgspec.msgpack.encode(value))
+        self._kept[key] = value
+        return value
 
-class Run:
-    """One trace the explorer serves; requests on it run one at a time.
+    def head(self, *, build: bool = True) -> TimelineHead | None:
+        """The timeline's lanes and span (from the model where they are not kept, unless not ``build``)."""
+        def compute() -> TimelineHead:
+            return TimelineHead(lanes=self.model.lanes, span_us=self.model.span_us)
 
-    Its timeline model is built in a thread started here, on a cursor of its own, while the server
-    starts, the page loads and requests that need no model are answered; the first that needs it waits."""
+        return self.kept(f"{KEPT}timeline-head", TimelineHead, compute if build else None)
 
-    def __init__(self, trace: Trace) -> None:
-        self.lock = threading.Lock()
-        self.trace = trace
+    def full_window(self, bucket: int, *, build: bool = True) -> TimelineWindow | None:
+        """The whole span at level of detail ``bucket`` ns (from the model where it is not kept, unless not ``build``)."""
+        return self.kept(f"{KEPT}timeline-full/{bucket}", TimelineWindow,
+                         (lambda: timeline_window(self.model, None, None, 1, bucket)) if build else None)
+
+
+KEPT = "explorer/1/"  # the derived entries' key prefix: change it when what they hold changes
+T = TypeVar("T")
+
+
+class TimelineHead(msgspec.Struct, frozen=True):
+    """What the timeline's first view needs of the model besides its events: the lanes and the span."""
+
+    lanes: list[Lane]
+    span_us: tuple[float, float]
+
+
+def _decoded(raw: bytes, of: type[T]) -> T | None:
+    try:
+        return msgspec.msgpack.decode(raw, type=of)
+    except msgspec.DecodeError:  # another layout under the same key: computed again
+        return None
+
+
+class ModelBuild:
+    """A trace's timeline model, built on a thread started here (after ``after``'s check, when given)."""
+
+    def __init__(self, trace: Trace, after: SourceCheck | None) -> None:
         self._model: TimelineModel | None = None
         self._failed: BaseException | None = None
         build_model = timeline_model_later(trace)
 
         def build() -> None:
             try:
+                if after is not None:
+                    after.wait()
                 self._model = build_model()
             except BaseException as e:  # re-raised by the request that needs the model
                 self._failed = e
 
-        self._building = threading.Thread(target=build, name="profuse-timeline-model", daemon=True)
-        self._building.start()
-        self.loaded = Loaded(trace, self._built)
+        self._thread = threading.Thread(target=build, name="profuse-timeline-model", daemon=True)
+        self._thread.start()
 
-    def ready(self) -> None:
-        """Wait, outside the lock, for the timeline model (requests that need no model go on meanwhile)."""
-        self._building.join()
+    def join(self) -> None:
+        """Wait for the build to end."""
+        self._thread.join()
 
-    def _built(self) -> TimelineModel:
-        self._building.join()
+    def result(self) -> TimelineModel:
+        """The model (waits for it), or what its build raised."""
+        self._thread.join()
         if self._model is None:
             raise self._failed or RuntimeError("the timeline model was not built")
         return self._model
 
+    def close(self) -> None:
+        """Wait for the build, then free the model's tables."""
+        self._thread.join()
+        if self._model is not None:
+            self._model.close()
+            self._model = None
+            self._failed = RuntimeError("the timeline model was closed with its trace")
+
+
+class Run:
+    """One trace the explorer serves; requests on it run one at a time.
+
+    Its timeline model is built in a thread started here, on a cursor of its own, while the server
+    starts, the page loads and requests that need no model are answered; the first that needs it waits.
+    A trace opened by its stat entry (``load(verify="behind")``) is hashed meanwhile: no request is
+    answered from it before its bytes are found to be its tables'; where they are not, the trace is
+    loaded again (hashing first) and its model rebuilt, and requests are answered from that."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.lock = threading.Lock()
+        self._serve(trace)
+
+    def _serve(self, trace: Trace) -> None:
+        loaded = Loaded(trace, lambda: building.result())
+        # where the first view is kept, the model is not needed for it: its build waits for the trace's
+        # check, so the hash (which every answer waits for) has a core to itself
+        building = ModelBuild(trace, trace.source_check if loaded.head(build=False) is not None else None)
+        trace.closing.append(building.close)  # the model's cursor is done with before the trace closes
+        self.trace, self.loaded, self._building = trace, loaded, building
+
+    def checked(self) -> None:
+        """Wait, outside the lock, until the trace's bytes are known to be its tables' (at once for a
+        trace hashed before it was opened); a trace whose bytes changed is loaded again first."""
+        check = self.trace.source_check
+        if check is None or check.wait() is None:
+            return
+        with self.lock:
+            if self.trace.source_check is not check:
+                return  # another request has loaded it again meanwhile
+            try:
+                fresh = check.reload()
+            except UserError as e:  # asked again by the next request: the file may be put right meanwhile
+                raise ApiError(409, f"{e} (the trace changed on disk since it was opened, and no longer loads)") from None
+            self.trace.close()
+            self._serve(fresh)
+
+    def ready(self) -> None:
+        """Wait, outside the lock, for the timeline model (requests that need no model go on meanwhile)."""
+        self.checked()
+        self._building.join()
+
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(loaded, *args)`` under this run's lock."""
+        """``fn(loaded, *args)`` under this run's lock, on a trace whose bytes have been checked."""
+        self.checked()
         with self.lock:
             return fn(self.loaded, *args)
 
     def info(self, i: int) -> RunInfo:
         """The run as the run picker lists it."""
+        self.checked()
         with self.lock:
             return build.run_info(i, self.trace)
 
@@ -130,6 +242,9 @@ class LazyRun(Run):
 
     def ready(self) -> None:
         """Nothing to wait for: the trace and its model are loaded by :meth:`call`."""
+
+    def checked(self) -> None:
+        """Nothing to check: a rank's trace is hashed before it is opened."""
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)``, loading the trace first if it is not loaded."""
@@ -196,11 +311,12 @@ def _op_kernels(run: Loaded, request: Request, opts: Options) -> Any:
 
 
 def _lanes(run: Loaded, request: Request, opts: Options) -> Any:
-    return run.model.lanes
+    head = run.head()
+    return head.lanes if head is not None else run.model.lanes
 
 
 def _memory(run: Loaded, request: Request, opts: Options) -> Any:
-    return memory_timeline_of(run.trace)
+    return run.kept(f"{KEPT}memory", MemoryTimeline, lambda: memory_timeline_of(run.trace))
 
 
 def _memory_live(run: Loaded, request: Request, opts: Options) -> Any:
@@ -211,7 +327,8 @@ def _memory_live(run: Loaded, request: Request, opts: Options) -> Any:
     return found
 
 
-def _timeline(run: Loaded, request: Request, opts: Options) -> Any:
+def _window_asked(request: Request) -> tuple[float | None, float | None, int, int | None]:
+    """A timeline request's t0 and t1 (µs; None: the span's own end), width and level of detail."""
     q = request.query_params
     t0 = float(q["t0"]) if "t0" in q else None
     t1 = float(q["t1"]) if "t1" in q else None
@@ -220,7 +337,36 @@ def _timeline(run: Loaded, request: Request, opts: Options) -> Any:
     bucket = int(q["bucket_ns"]) if "bucket_ns" in q else None
     if bucket is not None and not (0 < bucket <= 1 << 50 and bucket & (bucket - 1) == 0):
         raise ApiError(400, "bucket_ns must be a power of two")
-    return timeline_window(run.model, t0, t1, min(max(int(q.get("width", 1600)), 1), 8000), bucket)
+    return t0, t1, min(max(int(q.get("width", 1600)), 1), 8000), bucket
+
+
+def _full_bucket(run: Loaded, request: Request, *, build: bool) -> int | None:
+    """The level of detail of a request for the whole span, or None for any other request (or, unless
+    ``build``, where the span is not kept)."""
+    t0, t1, width, bucket = _window_asked(request)
+    if t0 is not None or t1 is not None:
+        return None
+    head = run.head(build=build)
+    return None if head is None else bucket or bucket_ns_for(*head.span_us, width)
+
+
+def _timeline(run: Loaded, request: Request, opts: Options) -> Any:
+    full = _full_bucket(run, request, build=True)
+    if full is not None:
+        return run.full_window(full)
+    t0, t1, width, bucket = _window_asked(request)
+    return timeline_window(run.model, t0, t1, width, bucket)
+
+
+def _kept_without_model(run: Loaded, request: Request, builder: Callable[..., Any]) -> bool:
+    """Whether ``builder``'s answer to ``request`` is kept, so it needs no model (the first view of a
+    trace opened before)."""
+    if builder is _lanes:
+        return run.head(build=False) is not None
+    if builder is _timeline:
+        full = _full_bucket(run, request, build=False)
+        return full is not None and run.full_window(full, build=False) is not None
+    return False
 
 
 def _event(run: Loaded, request: Request, opts: Options) -> Any:
@@ -316,7 +462,10 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
         return Response(body, media_type=mime, headers=SECURITY_HEADERS | {"Cache-Control": "no-cache"})
 
     def api_runs(request: Request) -> Response:
-        return reply([r.info(i) for i, r in enumerate(runs)])
+        try:
+            return reply([r.info(i) for i, r in enumerate(runs)])
+        except ApiError as e:
+            return reply({"error": str(e)}, e.status)
 
     def api_ranks(request: Request) -> Response:
         if ranks is None:
@@ -326,6 +475,11 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
     def api_compare(request: Request) -> Response:
         if len(runs) < 2 or ranks is not None:
             return reply({"error": "start profuse explore with two traces to compare them"}, 404)
+        try:
+            runs[0].checked()
+            runs[1].checked()
+        except ApiError as e:
+            return reply({"error": str(e)}, e.status)
         with runs[0].lock, runs[1].lock:
             return reply(build.compare_of(runs[0].trace, runs[1].trace))
 
@@ -336,7 +490,7 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
             if not 0 <= i < len(runs):
                 return _not_found()
             try:
-                if builder in NEEDS_MODEL:
+                if builder in NEEDS_MODEL and not runs[i].call(_kept_without_model, request, builder):
                     runs[i].ready()
                 return reply(runs[i].call(builder, request, opts))
             except ApiError as e:

@@ -19,6 +19,14 @@ timeline model) are kept beside the tables as *derived entries*, ``<trace sha1>-
 opaque bytes (the caller encodes them, e.g. with msgspec) under a caller's key, valid for one trace's bytes
 and one build of profuse (its version and a stamp of its code files: an edited or upgraded profuse never
 reuses an entry). See :func:`read_derived`, :func:`write_derived` and ``Trace.derived``.
+
+A *stat entry* (``<sha1 of the trace's absolute path, 16 hex>.profuse.stat``) remembers the fingerprint a
+trace's bytes hashed to, beside the file's device, inode, size, mtime and ctime when they were hashed. It
+is written only when the file is provably the one hashed: the same stat before and after the hash, and
+last changed (mtime and ctime) at least :data:`RACY_NS` before the hash began, so any later write moves
+its ctime (git's "racily clean" rule). A load that may answer first and check behind (the explorer:
+``load(verify="behind")``) finds the cache from it without hashing, then hashes the trace on a thread
+(:class:`SourceCheck`); different bytes remove the entry and the caller is told (see ``Trace.source_check``).
 """
 from __future__ import annotations
 
@@ -29,7 +37,9 @@ import json
 import os
 import re
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,11 +52,14 @@ if TYPE_CHECKING:  # DuckDB is imported where a cache is opened or written: a de
 SUFFIX = ".profuse.duckdb"
 DEFAULT_MAX_MB = 4096
 _CACHE = re.compile(r"^(?P<key>[0-9a-f]{40}-\d{1,20})\.(?P<sum>[0-9a-f]{16})\.profuse\.duckdb$")
-_TEMP = re.compile(r"^\.[0-9a-f]{40}-\d{1,20}(?:\.profuse\.duckdb|\.[0-9a-f]{16}\.profuse\.derived)"
-                   r"\.(?P<pid>\d{1,10})\.tmp(\.wal)?$")
+_TEMP = re.compile(r"^\.(?:[0-9a-f]{40}-\d{1,20}(?:\.profuse\.duckdb|\.[0-9a-f]{16}\.profuse\.derived)"
+                   r"|[0-9a-f]{16}\.profuse\.stat)\.(?P<pid>\d{1,10})\.tmp(\.wal)?$")
 DERIVED_SUFFIX = ".profuse.derived"
 _DERIVED = re.compile(r"^[0-9a-f]{40}-\d{1,20}\.[0-9a-f]{16}\.profuse\.derived$")
 _DERIVED_MAGIC = b"profuse-derived/1\n"
+STAT_SUFFIX = ".profuse.stat"
+_STAT = re.compile(r"^[0-9a-f]{16}\.profuse\.stat$")
+RACY_NS = 2_000_000_000  # a file changed this shortly before its hash began may change again unseen
 
 
 def file_sha1(path: Path, *, chunk: int = 1 << 20) -> str:
@@ -62,14 +75,17 @@ _handed: list[tuple[tuple[str, int, int, int, int, int], dict[str, Any]]] = []
 _handed_lock = threading.Lock()
 
 
-def fingerprint(src: Path, *, hand_on: bool = False) -> dict[str, Any]:
+def fingerprint(src: Path, *, hand_on: bool = False, record_in: Path | None = None) -> dict[str, Any]:
     """What a cache must match: the trace's size and the hash of all its bytes, and the table schema.
 
     ``hand_on``: the next call for the same file, unchanged since (its inode, size, times), gets this
     one without hashing it again (one process looking up a derived entry, then its tables). A file
     rewritten in place with the same size within one tick of the file system's clock would pass for
     unchanged: the same window as a change just after any hash, which no reader can see either.
+    ``record_in``: a cache folder to write the file's stat entry in, where this call hashed the file
+    and the entry's rule holds (see the module docstring).
     """
+    started = time.time_ns()
     st = src.stat()
     key = (os.fspath(src), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     with _handed_lock:
@@ -80,7 +96,97 @@ def fingerprint(src: Path, *, hand_on: bool = False) -> dict[str, Any]:
     if hand_on:
         with _handed_lock:
             _handed[:] = [(key, fp)]
+    if record_in is not None:
+        record_stat(record_in, src, st, started, fp)
     return fp
+
+
+def _stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def stat_path(folder: Path, src: Path) -> Path:
+    """Where the stat entry of the trace file ``src`` lives in the cache folder ``folder``."""
+    name = hashlib.sha1(os.fsencode(os.path.abspath(src))).hexdigest()[:16]
+    return folder / f"{name}{STAT_SUFFIX}"
+
+
+def record_stat(folder: Path, src: Path, before: os.stat_result, started_ns: int, fp: dict[str, Any]) -> bool:
+    """Write ``src``'s stat entry: ``fp`` was hashed from its bytes after ``started_ns``, its stat then ``before``.
+
+    Written only when the file still has that stat and was last changed at least RACY_NS before the
+    hash began (a file changed later would show another mtime or ctime); returns whether it was written.
+    A folder that cannot be written costs only the next load's hash.
+    """
+    try:
+        now = src.stat()
+    except OSError:
+        return False
+    if (_stat_key(now) != _stat_key(before) or fp.get("size") != before.st_size
+            or max(before.st_mtime_ns, before.st_ctime_ns) > started_ns - RACY_NS):
+        return False
+    path = stat_path(folder, src)
+    body = json.dumps({"path": os.path.abspath(src), "stat": _stat_key(before), "fingerprint": fp}, sort_keys=True)
+    work = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        work.write_text(body, encoding="utf-8")
+        os.replace(work, path)
+    except OSError:
+        work.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def fingerprint_by_stat(folder: Path, src: Path) -> dict[str, Any] | None:
+    """The fingerprint ``src``'s stat entry records for its stat now, or None (no entry, another stat).
+
+    Not a proof of the bytes (see the module docstring): a caller that answers from it checks behind
+    (:class:`SourceCheck`)."""
+    try:
+        st = src.stat()
+        entry = json.loads(stat_path(folder, src).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("path") != os.path.abspath(src) or entry.get("stat") != _stat_key(st):
+        return None
+    fp = entry.get("fingerprint")
+    if (not isinstance(fp, dict) or fp.keys() != {"size", "sha1", "schema_version"} or fp["size"] != st.st_size
+            or fp["schema_version"] != SCHEMA_VERSION or not isinstance(fp["sha1"], str)):
+        return None
+    return fp
+
+
+class SourceCheck:
+    """A trace opened by its stat entry, hashed on a thread now: whether its bytes are those its tables
+    were built from (hashlib releases the GIL, so the caller goes on meanwhile).
+
+    ``reload`` loads the trace again, hashing first (what a caller does with a trace that changed)."""
+
+    def __init__(self, src: Path, fp: dict[str, Any], folder: Path, reload: Callable[[], Any]) -> None:
+        self.src, self.fp, self.folder, self.reload = src, fp, folder, reload
+        self._why: str | None = None
+        self._thread = threading.Thread(target=self._run, name="profuse-source-check", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            same = file_sha1(self.src) == self.fp["sha1"] and self.src.stat().st_size == self.fp["size"]
+            why = None if same else "its bytes changed since its tables were cached"
+        except OSError as err:
+            why = f"it cannot be read again ({err.strerror})"
+        if why is not None:
+            discard(stat_path(self.folder, self.src))
+        self._why = why
+
+    @property
+    def done(self) -> bool:
+        """Whether the hash has finished (``wait`` then returns at once)."""
+        return not self._thread.is_alive()
+
+    def wait(self) -> str | None:
+        """Wait for the hash: None when the bytes are the tables', else why not (a short phrase)."""
+        self._thread.join()
+        return self._why
 
 
 def fingerprint_of_bytes(data: bytes | bytearray) -> dict[str, Any]:
@@ -237,8 +343,8 @@ def discard(path: Path) -> None:
 def evict(folder: Path, *, keep: Path, max_bytes: int) -> list[Path]:
     """Remove least recently used caches until the folder holds at most ``max_bytes``."""
     caches = []
-    for p in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{DERIVED_SUFFIX}")]:
-        if not (_CACHE.match(p.name) or _DERIVED.match(p.name)):
+    for p in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{DERIVED_SUFFIX}"), *folder.glob(f"*{STAT_SUFFIX}")]:
+        if not (_CACHE.match(p.name) or _DERIVED.match(p.name) or _STAT.match(p.name)):
             continue  # not a file profuse named: never removed
         try:
             st = p.stat()
@@ -430,8 +536,8 @@ def write_derived(folder: Path, fp: dict[str, Any], key: str, data: bytes) -> Pa
 
 
 def is_cache_file(name: str) -> bool:
-    """Whether ``name`` is shaped like a file profuse's cache writes (tables, derived entry, temporary)."""
-    return bool(_CACHE.match(name) or _DERIVED.match(name) or _TEMP.match(name))
+    """Whether ``name`` is shaped like a file profuse's cache writes (tables, derived or stat entry, temporary)."""
+    return bool(_CACHE.match(name) or _DERIVED.match(name) or _STAT.match(name) or _TEMP.match(name))
 
 
 def holds_derived_of_size(folder: Path, size: int) -> bool:

@@ -2,15 +2,17 @@
 
 ``load`` here answers from the cache when the trace's bytes are unchanged and imports the decoder
 (numpy, msgspec, the scanner, correlation) only when the trace has to be decoded, so a cached
-``profuse sql`` costs hashing the trace and the cache file (both are checked) and DuckDB opening it.
+``profuse sql`` costs hashing the trace and the cache file (both are checked) and DuckDB opening it
+(the explorer's ``verify="behind"`` hashes the trace on a thread instead, checked before anything is shown).
 """
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import TraceError
 
@@ -73,6 +75,7 @@ def _file_kind(mode: int) -> str:
 def load(
     path: str | os.PathLike[str], *, lenient: bool = False, cache: bool = True,
     progress: Callable[[int, int], None] | None = None, cache_dir: str | os.PathLike[str] | None = None,
+    verify: Literal["first", "behind"] = "first",
 ) -> Trace:
     """Load a trace: from a verified cache when one matches the file's bytes, else decode it.
 
@@ -85,6 +88,15 @@ def load(
     under ``$PROFUSE_CACHE_MIN_SECONDS`` (0.05 s). A damaged cache is discarded and rebuilt, with a note in
     ``Trace.notes``; one of another schema version is replaced without a note. A folder of
     neuron-explorer Parquet tables (and no Kineto trace) is built in memory, uncached.
+
+    ``verify``: "first" (the default) hashes the trace before its cache is opened, so the tables are
+    always those of the file's bytes. "behind" opens the cache the file's stat entry names (the same
+    device, inode, size, mtime and ctime as when it was last hashed; see :mod:`profuse.trace.cache`)
+    without hashing, and hashes the trace on a thread meanwhile: ``Trace.source_check`` then says
+    whether its bytes were those of the tables, and its ``reload()`` loads them hashing first. A caller
+    that asks for "behind" must wait for ``source_check.wait()`` before it shows anything from the tables
+    (the explorer does: no payload leaves it before its trace's bytes are checked). With no stat entry
+    (or another stat), "behind" is "first".
     """
     folder = Path(path)
     if folder.is_dir() and not _holds_kineto_trace(folder):
@@ -92,7 +104,7 @@ def load(
 
         if explorer_parquet.is_explorer_folder(folder):
             return explorer_parquet.load_folder(folder)
-    from .cache import CacheSlot, cache_folder, fingerprint, holds_cache_of_size, slot_key
+    from .cache import CacheSlot, SourceCheck, cache_folder, fingerprint, fingerprint_by_stat, holds_cache_of_size, slot_key
     from .trace import Trace
 
     src = resolve(path)
@@ -101,10 +113,15 @@ def load(
     # With no cache of this size in the folder, no hash can find one: the trace is hashed while it is
     # decoded (the new cache is keyed by the bytes decoded, whatever happens to the file meanwhile).
     if caches is not None and holds_cache_of_size(caches, src.stat().st_size):
-        fp = fingerprint(src)
+        by_stat = fingerprint_by_stat(caches, src) if verify == "behind" else None
+        fp = by_stat or fingerprint(src, record_in=caches)
         cached, problem = CacheSlot(caches, slot_key(fp)).open_if_valid(fp)
         if cached is not None:
-            return with_bundle(with_mapping(_caching(Trace(src, cached, from_cache=True, notes=notes), caches)))
+            trace = Trace(src, cached, from_cache=True, notes=notes)
+            if by_stat is not None:
+                trace.source_check = SourceCheck(src, fp, caches, functools.partial(
+                    load, path, lenient=lenient, cache=cache, progress=progress, cache_dir=cache_dir))
+            return with_bundle(with_mapping(_caching(trace, caches)))
         if problem is not None:
             notes.append(f"cache {problem}; tables rebuilt from the trace")
     from .build import build

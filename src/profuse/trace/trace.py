@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from .cache import CacheWriter, read_derived, write_derived_behind
+from .cache import CacheWriter, SourceCheck, read_derived, write_derived_behind
 
 if TYPE_CHECKING:  # DuckDB comes with the connection a Trace is made with: importing this module needs none
     import duckdb
@@ -54,6 +54,9 @@ class Trace:
         self.framework_mapping: dict[str, Any] | None = None  # counts when framework_mapping_*.json was beside it
         self.bundle: BundleMeta | None = None  # a profuse bundle's meta.json, when the trace is in one
         self.cache_folder: Path | None = None  # where derived results are kept (None: --no-cache, --lenient)
+        # opened by its stat entry (load(verify="behind")): its bytes being hashed behind; None: hashed first
+        self.source_check: SourceCheck | None = None
+        self.closing: list[Callable[[], None]] = []  # called first by close(): users of its cursors finishing
 
     @cached_property
     def meta(self) -> TraceMeta:
@@ -115,14 +118,21 @@ class Trace:
         ``key`` must name every option the result depends on. Without a cache folder (``--no-cache``,
         ``--lenient``, a trace profuse did not fingerprint) it is ``compute()``, stored nowhere.
         """
-        fp = self.meta.source if self.cache_folder is not None else {}
-        if not {"sha1", "size"} <= fp.keys() or self.cache_folder is None:
-            return compute()
-        data = read_derived(self.cache_folder, fp, key)
+        data = self.stored(key)
         if data is None:
             data = compute()
-            write_derived_behind(self.cache_folder, fp, key, data)
+            fp = self.meta.source if self.cache_folder is not None else {}
+            if {"sha1", "size"} <= fp.keys() and self.cache_folder is not None:
+                write_derived_behind(self.cache_folder, fp, key, data)
         return data
+
+    def stored(self, key: str) -> bytes | None:
+        """What :meth:`derived` keeps under ``key`` for this trace's bytes and this profuse, or None
+        (nothing stored, or no cache folder); computes nothing."""
+        fp = self.meta.source if self.cache_folder is not None else {}
+        if not {"sha1", "size"} <= fp.keys() or self.cache_folder is None:
+            return None
+        return read_derived(self.cache_folder, fp, key)
 
     def wait_for_cache(self) -> str | None:
         """Wait until the cache file is written; returns why it could not be, or None."""
@@ -132,8 +142,10 @@ class Trace:
         return self.writer.error
 
     def close(self) -> None:
-        """Wait for the cache write, then close the connection."""
+        """Wait for the cache write and for what ``closing`` holds, then close the connection."""
         self.wait_for_cache()
+        while self.closing:
+            self.closing.pop()()
         self.con.close()
 
     def __enter__(self) -> Trace:

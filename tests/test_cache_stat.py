@@ -1,0 +1,184 @@
+"""Stat entries: a trace's cache found by its stat (device, inode, size, mtime, ctime) without hashing,
+its bytes hashed behind, and a trace whose bytes turn out different never served as the old one."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import time
+
+import httpx
+import oracle
+import pytest
+from conftest import trace_path
+from explorer_util import running
+
+import profuse
+from profuse.trace import cache
+
+SMALL = "a100_event_sync.json.gz"
+OLD, NEW = b'"name": "aten::ones"', b'"name": "aten::onez"'  # one op renamed, the size kept
+SETTLE_NS = 50_000_000
+
+
+@pytest.fixture(autouse=True)
+def _always_cache(monkeypatch):
+    monkeypatch.setenv("PROFUSE_CACHE_MIN_SECONDS", "0")  # small traces are cached too, in these tests
+
+
+@pytest.fixture
+def settled(monkeypatch):
+    """Files count as settled SETTLE_NS after their last change (the default wait is 2 s)."""
+    monkeypatch.setattr(cache, "RACY_NS", SETTLE_NS)
+
+    def wait():
+        time.sleep(SETTLE_NS / 1e9 * 2)
+
+    return wait
+
+
+def raw_trace():
+    raw = gzip.decompress(trace_path(SMALL).read_bytes())
+    assert raw.count(OLD) == 1
+    return raw
+
+
+def cached_with_stat_entry(tmp_path, folder, wait):
+    """A trace file, its cache built, then hashed by a load once it has settled: its stat entry written."""
+    src = tmp_path / "t.json"
+    src.write_bytes(raw_trace())
+    profuse.load(src).close()  # builds the cache (no hash before: no cache of this size yet)
+    wait()
+    profuse.load(src).close()  # hashes the settled file, finds the cache, writes the stat entry
+    return src, cache.stat_path(folder, src)
+
+
+def op_names(trace):
+    return {r[0] for r in trace.con.execute("SELECT DISTINCT name FROM events WHERE kind = 'cpu_op'").fetchall()}
+
+
+def test_a_hashing_load_records_a_settled_files_fingerprint(tmp_path, _cache_dir, settled):
+    src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
+    # THEN the entry names the file's path, its stat and the SHA-1 of its bytes (computed here)
+    rec = json.loads(entry.read_text())
+    st = src.stat()
+    assert rec["path"] == str(src.resolve())
+    assert rec["stat"] == [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    assert rec["fingerprint"]["sha1"] == hashlib.sha1(src.read_bytes()).hexdigest()
+    assert rec["fingerprint"]["size"] == len(src.read_bytes())
+    assert cache.is_cache_file(entry.name)
+
+
+def test_a_file_changed_just_before_its_hash_gets_no_stat_entry(tmp_path, _cache_dir):
+    # GIVEN a cached trace, then rewritten (the same bytes) just now: within RACY_NS (2 s) of the next hash
+    src = tmp_path / "t.json"
+    src.write_bytes(raw_trace())
+    profuse.load(src).close()
+    src.write_bytes(src.read_bytes())
+    # WHEN it is hashed again THEN no stat entry is written: a write in the same clock tick could go unseen
+    with profuse.load(src) as t:
+        assert t.from_cache
+    assert not cache.stat_path(_cache_dir, src).exists()
+    # and a load that would check behind hashes first instead
+    with profuse.load(src, verify="behind") as t:
+        assert t.from_cache and t.source_check is None
+
+
+def test_a_behind_load_opens_by_stat_and_its_check_passes_for_the_same_bytes(tmp_path, _cache_dir, settled):
+    src, _ = cached_with_stat_entry(tmp_path, _cache_dir, settled)
+    with profuse.load(src, verify="behind") as t:
+        assert t.from_cache and t.source_check is not None
+        assert t.source_check.wait() is None
+        assert t.meta.source["sha1"] == hashlib.sha1(src.read_bytes()).hexdigest()
+    with profuse.load(src) as t:  # the default still hashes first
+        assert t.source_check is None
+
+
+def _rewrite_unseen(src, entry):
+    """The trace's bytes changed (same size) where its stat entry cannot see it: the entry then records
+    the file's new stat under the old bytes' fingerprint, as a rewrite in the same clock tick as the
+    hash (or a file system that keeps no ctime) leaves it."""
+    src.write_bytes(src.read_bytes().replace(OLD, NEW))
+    rec = json.loads(entry.read_text())
+    st = src.stat()
+    rec["stat"] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    entry.write_text(json.dumps(rec))
+    assert cache.fingerprint_by_stat(entry.parent, src) == rec["fingerprint"]
+
+
+def test_a_stat_entry_that_misses_a_change_is_caught_and_removed(tmp_path, _cache_dir, settled):
+    src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
+    _rewrite_unseen(src, entry)
+    # WHEN the trace is opened by its stat entry
+    t = profuse.load(src, verify="behind")
+    try:
+        # THEN the old tables come back (nothing was hashed) but the check behind says they are not the file's
+        assert t.from_cache and "aten::ones" in op_names(t)
+        why = t.source_check.wait()
+        assert why is not None and "changed" in why
+        assert not entry.exists(), "a stat entry found wrong is removed"
+        # and loading again gives the new bytes' tables
+        with t.source_check.reload() as fresh:
+            assert "aten::onez" in op_names(fresh) and "aten::ones" not in op_names(fresh)
+            assert fresh.meta.source["sha1"] == hashlib.sha1(src.read_bytes()).hexdigest()
+    finally:
+        t.close()
+
+
+def test_the_explorer_never_answers_from_a_trace_whose_bytes_changed(tmp_path, _cache_dir, settled):
+    # GIVEN the explorer started on a trace opened by a stat entry that missed a change of its bytes
+    src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
+    _rewrite_unseen(src, entry)
+    t = profuse.load(src, verify="behind")
+    assert "aten::ones" in op_names(t)
+    try:
+        with running([t]) as url:
+            # WHEN the page asks for the op table and the run list
+            ops = httpx.get(f"{url}/api/0/ops").json()
+            runs = httpx.get(f"{url}/api/runs").json()
+            lanes = httpx.get(f"{url}/api/0/lanes")
+    finally:
+        t.close()
+    # THEN every answer is of the file's bytes now: the renamed op, never the old name
+    names = {r["name"] for r in ops["rows"]}
+    assert "aten::onez" in names and "aten::ones" not in names
+    events = sum(1 for e in json.loads(src.read_bytes())["traceEvents"] if e.get("ph") == "X")
+    assert runs[0]["events"] == events and lanes.status_code == 200
+
+
+def test_the_explorer_says_so_when_the_changed_trace_no_longer_loads(tmp_path, _cache_dir, settled):
+    src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
+    raw = src.read_bytes()
+    src.write_bytes(b"x" * len(raw))  # not JSON any more, the size kept
+    rec = json.loads(entry.read_text())
+    st = src.stat()
+    rec["stat"] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    entry.write_text(json.dumps(rec))
+    t = profuse.load(src, verify="behind")
+    try:
+        with running([t]) as url:
+            r = httpx.get(f"{url}/api/0/overview")
+            runs = httpx.get(f"{url}/api/runs")
+    finally:
+        t.close()
+    # THEN a one-line error naming the file, no traceback, and nothing of the old tables
+    assert r.status_code == 409 and runs.status_code == 409
+    err = r.json()["error"]
+    assert err.startswith(str(src)) and "changed on disk" in err and "\n" not in err
+
+
+def test_the_explorer_keeps_the_first_view_and_answers_it_the_same_when_opened_again(tmp_path, _cache_dir):
+    src = tmp_path / "t.json"
+    src.write_bytes(raw_trace())
+    asked = ["lanes", "timeline?width=1131", "memory"]
+    answers = []
+    for _ in range(2):
+        with profuse.load(src) as t, running([t]) as url:
+            answers.append([httpx.get(f"{url}/api/0/{a}").json() for a in asked])
+        for w in cache._derived_writes:
+            w.join()
+    # THEN the second opening's answers (from the kept entries) are the first's, and the full window counts
+    # every complete event of the file once (the oracle reads the raw file)
+    assert answers[0] == answers[1]
+    assert len(sorted(_cache_dir.glob(f"*{cache.DERIVED_SUFFIX}"))) >= 3
+    assert sum(answers[1][1]["n"]) == len(oracle.complete_events(src))
