@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import time
 
 import httpx
@@ -19,6 +20,7 @@ from profuse.trace import cache
 SMALL = "a100_event_sync.json.gz"
 OLD, NEW = b'"name": "aten::ones"', b'"name": "aten::onez"'  # one op renamed, the size kept
 SETTLE_NS = 50_000_000
+CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(autouse=True)
@@ -182,3 +184,31 @@ def test_the_explorer_keeps_the_first_view_and_answers_it_the_same_when_opened_a
     assert answers[0] == answers[1]
     assert len(sorted(_cache_dir.glob(f"*{cache.DERIVED_SUFFIX}"))) >= 3
     assert sum(answers[1][1]["n"]) == len(oracle.complete_events(src))
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (make test installs it)")
+def test_the_page_draws_a_stat_opened_trace_and_shows_the_bytes_on_disk(tmp_path, _cache_dir, settled):
+    # GIVEN a trace opened by a stat entry that missed a change, its first view kept from an earlier opening
+    src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
+    with profuse.load(src) as t, running([t]) as url:
+        assert httpx.get(f"{url}/api/0/timeline?width=1180").status_code == 200
+    _rewrite_unseen(src, entry)
+    from playwright.sync_api import sync_playwright
+
+    t = profuse.load(src, verify="behind")
+    try:
+        with running([t]) as url, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            # WHEN the page opens on the timeline, then on the op table
+            page.goto(f"{url}/#view=timeline")
+            page.wait_for_selector("canvas[data-painted]", state="attached", timeout=15000)
+            page.goto(f"{url}/#view=ops")
+            page.wait_for_selector("body[data-ready=ops]", timeout=15000)
+            text = page.inner_text("main")
+            browser.close()
+    finally:
+        t.close()
+    # THEN it drew the timeline, and what it shows is the file's bytes now, not the old tables
+    assert "aten::onez" in text and "aten::ones" not in text

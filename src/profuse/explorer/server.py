@@ -95,6 +95,7 @@ class Loaded:
                          (lambda: timeline_window(self.model, None, None, 1, bucket)) if build else None)
 
 
+WANT_WITHIN_S = 1.0  # a kept first view's model is built this long after the check at the latest
 KEPT = "explorer/1/"  # the derived entries' key prefix: change it when what they hold changes
 T = TypeVar("T")
 
@@ -114,17 +115,21 @@ def _decoded(raw: bytes, of: type[T]) -> T | None:
 
 
 class ModelBuild:
-    """A trace's timeline model, built on a thread started here (after ``after``'s check, when given)."""
+    """A trace's timeline model, built on a thread started here; with ``after``, once that check is done
+    and the model is wanted (:meth:`want`) or WANT_WITHIN_S later, so what the first view does (the
+    hash, its answers, the page's drawing) has the cores to itself."""
 
     def __init__(self, trace: Trace, after: SourceCheck | None) -> None:
         self._model: TimelineModel | None = None
         self._failed: BaseException | None = None
+        self._wanted = threading.Event()
         build_model = timeline_model_later(trace)
 
         def build() -> None:
             try:
                 if after is not None:
                     after.wait()
+                    self._wanted.wait(WANT_WITHIN_S)
                 self._model = build_model()
             except BaseException as e:  # re-raised by the request that needs the model
                 self._failed = e
@@ -132,20 +137,25 @@ class ModelBuild:
         self._thread = threading.Thread(target=build, name="profuse-timeline-model", daemon=True)
         self._thread.start()
 
+    def want(self) -> None:
+        """Start the build now where it waits (a request needs the model, or the first view is answered)."""
+        self._wanted.set()
+
     def join(self) -> None:
         """Wait for the build to end."""
+        self._wanted.set()
         self._thread.join()
 
     def result(self) -> TimelineModel:
         """The model (waits for it), or what its build raised."""
-        self._thread.join()
+        self.join()
         if self._model is None:
             raise self._failed or RuntimeError("the timeline model was not built")
         return self._model
 
     def close(self) -> None:
         """Wait for the build, then free the model's tables."""
-        self._thread.join()
+        self.join()
         if self._model is not None:
             self._model.close()
             self._model = None
@@ -193,6 +203,10 @@ class Run:
         """Wait, outside the lock, for the timeline model (requests that need no model go on meanwhile)."""
         self.checked()
         self._building.join()
+
+    def want_model(self) -> None:
+        """The page is on the timeline: build its model now where the build waits."""
+        self._building.want()
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)`` under this run's lock, on a trace whose bytes have been checked."""
@@ -245,6 +259,9 @@ class LazyRun(Run):
 
     def checked(self) -> None:
         """Nothing to check: a rank's trace is hashed before it is opened."""
+
+    def want_model(self) -> None:
+        """Nothing to start: a rank's model is built with its trace, by :meth:`call`."""
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)``, loading the trace first if it is not loaded."""
@@ -492,7 +509,10 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
             try:
                 if builder in NEEDS_MODEL and not runs[i].call(_kept_without_model, request, builder):
                     runs[i].ready()
-                return reply(runs[i].call(builder, request, opts))
+                answer = reply(runs[i].call(builder, request, opts))
+                if builder is _timeline:
+                    runs[i].want_model()  # the first view answered: its zooms will want the model
+                return answer
             except ApiError as e:
                 return reply({"error": str(e)}, e.status)
             except ValueError:
