@@ -212,3 +212,22 @@ def test_the_page_draws_a_stat_opened_trace_and_shows_the_bytes_on_disk(tmp_path
         t.close()
     # THEN it drew the timeline, and what it shows is the file's bytes now, not the old tables
     assert "aten::onez" in text and "aten::ones" not in text
+
+
+def test_a_stat_entry_naming_no_cache_is_dropped_and_the_bytes_decoded(tmp_path, _cache_dir, settled):
+    # GIVEN a stat entry whose cache is gone, and another cache of the same size (so a lookup is tried)
+    src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
+    _rewrite_unseen(src, entry)
+    for p in _cache_dir.glob(f"*{cache.SUFFIX}"):
+        cache.discard(p)
+    other = tmp_path / "other.json"
+    other.write_bytes(raw_trace())
+    profuse.load(other).close()
+    cache.discard(cache.stat_path(_cache_dir, other))
+    for p in _cache_dir.glob(f"{hashlib.sha1(other.read_bytes()).hexdigest()}-*{cache.SUFFIX}"):
+        p.rename(p.with_name(p.name.replace(hashlib.sha1(other.read_bytes()).hexdigest(), "0" * 40)))
+    # WHEN the trace is opened by its stat entry THEN it is decoded from its bytes now and the entry is gone
+    with profuse.load(src, verify="behind") as t:
+        assert not t.from_cache and t.source_check is None
+        assert "aten::onez" in op_names(t)
+    assert not entry.exists()

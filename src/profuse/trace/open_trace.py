@@ -104,7 +104,17 @@ def load(
 
         if explorer_parquet.is_explorer_folder(folder):
             return explorer_parquet.load_folder(folder)
-    from .cache import CacheSlot, SourceCheck, cache_folder, fingerprint, fingerprint_by_stat, holds_cache_of_size, slot_key
+    from .cache import (
+        CacheSlot,
+        SourceCheck,
+        cache_folder,
+        discard,
+        fingerprint,
+        fingerprint_by_stat,
+        holds_cache_of_size,
+        slot_key,
+        stat_path,
+    )
     from .trace import Trace
 
     src = resolve(path)
@@ -122,6 +132,8 @@ def load(
                 trace.source_check = SourceCheck(src, fp, caches, functools.partial(
                     load, path, lenient=lenient, cache=cache, progress=progress, cache_dir=cache_dir))
             return with_bundle(with_mapping(_caching(trace, caches)))
+        if by_stat is not None:  # an entry naming no usable cache: the build below hashes the bytes it decodes
+            discard(stat_path(caches, src))
         if problem is not None:
             notes.append(f"cache {problem}; tables rebuilt from the trace")
     from .build import build
