@@ -128,7 +128,9 @@ class ModelBuild:
         def build() -> None:
             try:
                 if after is not None:
-                    after.wait()
+                    if after.wait() is not None:  # the bytes changed: the trace is loaded again, with its own model
+                        self._failed = RuntimeError("the trace changed on disk; its model was not built")
+                        return
                     self._wanted.wait(WANT_WITHIN_S)
                 self._model = build_model()
             except BaseException as e:  # re-raised by the request that needs the model

@@ -174,6 +174,8 @@ class SourceCheck:
             why = None if same else "its bytes changed since its tables were cached"
         except OSError as err:
             why = f"it cannot be read again ({err.strerror})"
+        except BaseException as err:  # never taken for "the bytes match"
+            why = f"it could not be checked ({type(err).__name__})"
         if why is not None:
             discard(stat_path(self.folder, self.src))
         self._why = why
