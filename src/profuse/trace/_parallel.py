@@ -103,6 +103,8 @@ def _merge_flows(dst: Columns, src: Columns) -> None:
     so (integer ids are a part, appended with the others), else as the reference's lists."""
     if dst.flow_cat_coded is not None and src.flow_cat_coded is not None and not dst.flow_cats:
         dst.flow_cat_coded = dst.flow_cat_coded.appended(src.flow_cat_coded)
+    elif dst.flow_cat_coded is None and src.flow_cat_coded is None:  # the reference's chunks: lists
+        dst.flow_cats.extend(src.flow_cats)
     else:
         dst.flow_cats, dst.flow_cat_coded = flow_cat_values(dst), None
         dst.flow_cats.extend(flow_cat_values(src))

@@ -90,11 +90,12 @@ def _flow_codes(cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, list
         cat_codes, cat_text = factorize(coded.table)
         cat_codes = cat_codes[coded.codes]
     else:
-        cat_codes, cat_text = factorize(flow_cat_values(cols))
+        cat_codes, cat_text = factorize(flow_cat_values(cols) if coded is not None else cols.flow_cats)
     if "flow_id_int" in cols.parts and not cols.flow_ids:
         distinct, codes = np.unique(cols.take("flow_id_int"), return_inverse=True)
         return codes.reshape(-1).astype(np.int32), distinct, cat_codes, cat_text
-    return (*flow_codes(flow_id_texts(cols)), cat_codes, cat_text)
+    ids = flow_id_texts(cols) if "flow_id_int" in cols.parts else cols.flow_ids
+    return (*flow_codes(ids), cat_codes, cat_text)
 
 
 def flow_codes(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
