@@ -123,3 +123,37 @@ def test_a_load_leaves_numpys_huge_page_setting_as_it_found_it(tmp_path: Path):
             assert toggle(before) is setting
         finally:
             toggle(before)
+
+
+def test_loads_on_several_threads_leave_gc_and_huge_pages_as_they_found_them():
+    # GIVEN the cycle collector and numpy's huge-page switch on, and loads running on four threads at once
+    import gc
+    import threading
+
+    from conftest import trace_path
+    from numpy._core import multiarray
+
+    toggle = multiarray._set_madvise_hugepage
+    before = toggle(True)
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            for _ in range(3):
+                with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as t:
+                    assert t.meta["events"] > 0
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        assert gc.isenabled()
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        # THEN every load succeeded and, once the last ended, both settings are back on
+        assert not errors
+        assert gc.isenabled() and toggle(True) is True
+    finally:
+        toggle(before)

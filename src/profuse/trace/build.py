@@ -43,7 +43,7 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
     The cache is keyed by the fingerprint of the bytes decoded (hashed on another thread while they
     are decoded), never by an earlier or later read of the file, which may have changed meanwhile.
     """
-    with _no_cyclic_gc(), _no_transparent_huge_pages():
+    with _load_settings():
         try:
             return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
         except (MemoryError, duckdb.OutOfMemoryException):
@@ -51,36 +51,53 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
                                        "trace's JSON size (see docs/input.md)") from None
 
 
+_PAUSED_LOCK = threading.Lock()
+_paused: list[Callable[[], None]] = []  # how to put the process's settings back, while builds run
+_paused_builds = 0
+
+
 @contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Python's cycle collector paused: decoding allocates hundreds of thousands of long-lived
-    objects (interned strings, shape rows, flow ids), whose allocation triggers collections that walk
-    them all (measured 20-50 ms of a 0.35 s load). Reference counting frees as before; any cycle
-    waits for the collector's next run."""
+def _load_settings() -> Iterator[None]:
+    """Two process-wide settings paused while any build runs (counted, so builds on several threads
+    put them back only when the last one ends, as they were before the first began):
+
+    - Python's cycle collector: decoding allocates hundreds of thousands of long-lived objects
+      (interned strings, shape rows, flow ids), whose allocation triggers collections that walk them all
+      (measured 20-50 ms of a 0.35 s load). Reference counting frees as before; any cycle waits for the
+      collector's next run.
+    - numpy's madvise(MADV_HUGEPAGE) on its big arrays: where the kernel's transparent huge pages are
+      "madvise", each such array's first touch may compact memory for 2 MB pages. Measured on a 1 GB trace
+      (2.7 M events, 2 cores): 7.8-8.8 s of CPU with it, 7.2-7.4 s without; no change at 50 MB, where few
+      arrays reach numpy's 4 MB threshold. (``NUMPY_MADVISE_HUGEPAGE=0`` does the same for a whole process.)
+    """
+    global _paused_builds
+    with _PAUSED_LOCK:
+        if _paused_builds == 0:
+            _paused[:] = [_pause_gc(), _pause_huge_pages()]
+        _paused_builds += 1
+    try:
+        yield
+    finally:
+        with _PAUSED_LOCK:
+            _paused_builds -= 1
+            if _paused_builds == 0:
+                for restore in _paused:
+                    restore()
+                _paused.clear()
+
+
+def _pause_gc() -> Callable[[], None]:
     was_on = gc.isenabled()
     gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
+    return gc.enable if was_on else lambda: None
 
 
-@contextlib.contextmanager
-def _no_transparent_huge_pages() -> Iterator[None]:
-    """numpy's madvise(MADV_HUGEPAGE) on its big arrays paused: where the kernel's transparent huge pages are
-    "madvise", each such array's first touch may compact memory for 2 MB pages. Measured on a 1 GB trace
-    (2.7 M events, 2 cores): 7.8-8.8 s of CPU with it, 7.2-7.4 s without; no change at 50 MB, where few
-    arrays reach numpy's 4 MB threshold. (``NUMPY_MADVISE_HUGEPAGE=0`` does the same for a whole process.)"""
+def _pause_huge_pages() -> Callable[[], None]:
     toggle = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
     if toggle is None:  # not this numpy's private switch: nothing to pause
-        yield
-        return
+        return lambda: None
     was_on = toggle(False)
-    try:
-        yield
-    finally:
-        toggle(was_on)
+    return lambda: toggle(was_on)
 
 
 def _memory_events(path: str, data: bytes | bytearray, cols: Columns, *,
