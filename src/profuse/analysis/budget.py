@@ -82,54 +82,74 @@ def _i64(v: object) -> np.ndarray:
 
 
 def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_end: np.ndarray) -> DeviceWork:
-    """Read the activities, their classes and the host's intervals once."""
+    """Read the activities, their classes and the host intervals once (as columns: a class is
+    worked out once per distinct kind, kernel name, launching op, launch call and input types)."""
     con = trace.con
-    r = con.execute(f"""
-        SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1), coalesce(l.dur, 0),
-               coalesce(l.thread, -1), d.kind, d.name, coalesce(o.name, ''), coalesce(l.name, ''),
-               s.input_types, d.link = 'graph'
+    d = con.execute(f"""
+        SELECT d.ts AS start, d.ts + d.dur AS stop, l.id IS NOT NULL AS launched, coalesce(l.id, -1) AS lid,
+               coalesce(l.ts, -1) AS lts, coalesce(l.dur, 0) AS ldur, coalesce(l.thread, -1) AS lthread,
+               d.kind AS kind, coalesce(d.name, '') AS name, coalesce(o.name, '') AS op_name,
+               coalesce(l.name, '') AS launch_name, coalesce(s.input_types, '') AS input_types,
+               coalesce(d.link = 'graph', false) AS graph
         FROM events d LEFT JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = d.op
         LEFT JOIN shapes s ON s.id = d.op
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchall()
-    col = [_i64([x[k] for x in r]) for k in range(7)]
-    acts = Activities(start=col[0], end=col[1], launched=np.asarray([x[2] for x in r], dtype=bool),
-                      launch_id=col[3], launch_ts=col[4], launch_dur=col[5], launch_thread=col[6])
-    prio = {c: i for i, c in enumerate(BUSY_PRIORITY)}
-    classes = [kernel_class(x[7], x[8] or "", x[9] or None, x[10] or None) for x in r]
-    cls = np.asarray([prio[c] for c in classes], dtype=np.int64)
-    fp32 = np.asarray([c in ("gemm", "conv") and fp32_matrix(x[8] or "", x[11]) for c, x in zip(classes, r)],
-                      dtype=bool)
-    pageable = np.asarray([x[7] == "memcpy" and "pageable" in (x[8] or "").lower() for x in r], dtype=bool)
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
+    acts = Activities(start=_i64(d["start"]), end=_i64(d["stop"]), launched=np.asarray(d["launched"], dtype=bool),
+                      launch_id=_i64(d["lid"]), launch_ts=_i64(d["lts"]), launch_dur=_i64(d["ldur"]),
+                      launch_thread=_i64(d["lthread"]))
+    cls, fp32, pageable = _classes(d["kind"], d["name"], d["op_name"], d["launch_name"], d["input_types"])
     threads = {int(t) for t in acts.launch_thread[acts.launched]} | step_threads
     tl = ", ".join(str(t) for t in sorted(threads)) or "-1"
     sync = con.execute(f"""
-        SELECT c.ts, c.ts + c.dur, c.id FROM events c
+        SELECT c.ts AS ts, c.ts + c.dur AS stop, c.id AS id FROM events c
         WHERE c.kind IN ('runtime', 'sync') AND c.thread IN ({tl}) AND c.dur > 0 AND {SYNC_CALL_SQL}
-        ORDER BY c.ts, c.id""").fetchall()
+        ORDER BY c.ts, c.id""").fetchnumpy()
     launch = con.execute(f"""
-        SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
+        SELECT DISTINCT l.id AS id, coalesce(least(o.ts, l.ts), l.ts) AS ts, l.ts + greatest(l.dur, 1) AS stop
         FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {_LAUNCH_CALL}""").fetchall()
-    ls, le = _i64([x[1] for x in launch]), _i64([x[2] for x in launch])
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {_LAUNCH_CALL}""").fetchnumpy()
+    ls, le = _i64(launch["ts"]), _i64(launch["stop"])
     short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000
     host = con.execute(f"""
-        SELECT ts, ts + greatest(dur, 1), depth, name, kind = 'cpu_op', kind = 'cpu_op' AND parent_op IS NULL,
-               kind = 'runtime'
+        SELECT ts, ts + greatest(dur, 1) AS stop, coalesce(depth, 0) AS depth, coalesce(name, '') AS name,
+               kind = 'cpu_op' AS is_op, kind = 'cpu_op' AND parent_op IS NULL AS top, kind = 'runtime' AS runtime
         FROM events
-        WHERE kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({tl}) ORDER BY ts, id""").fetchall()
-    hts, hend = _i64([x[0] for x in host]), _i64([x[1] for x in host])
+        WHERE kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({tl}) ORDER BY ts, id""").fetchnumpy()
+    hts, hend = _i64(host["ts"]), _i64(host["stop"])
     keep = ~_encloses_step(hts, hend, step_ts, step_end)
     return DeviceWork(
-        acts=acts, cls=cls, name=np.asarray([x[8] or "" for x in r], dtype=object),
-        op_name=np.asarray([x[9] for x in r], dtype=object), pageable=pageable, fp32=fp32,
-        graph=np.asarray([bool(x[12]) for x in r], dtype=bool),
-        sync_ts=_i64([x[0] for x in sync]), sync_end=_i64([x[1] for x in sync]), sync_id=_i64([x[2] for x in sync]),
+        acts=acts, cls=cls, name=_objects(d["name"]), op_name=_objects(d["op_name"]), pageable=pageable, fp32=fp32,
+        graph=np.asarray(d["graph"], dtype=bool),
+        sync_ts=_i64(sync["ts"]), sync_end=_i64(sync["stop"]), sync_id=_i64(sync["id"]),
         launch_runs=merge_runs(ls[short], le[short]), host_ts=hts[keep], host_end=hend[keep],
-        host_depth=_i64([x[2] or 0 for x in host])[keep],
-        host_name=np.asarray([x[3] or "" for x in host], dtype=object)[keep],
-        host_op=np.asarray([bool(x[4]) for x in host], dtype=bool)[keep],
-        host_top=np.asarray([bool(x[5]) for x in host], dtype=bool)[keep],
-        host_runtime=np.asarray([bool(x[6]) for x in host], dtype=bool)[keep], threads=frozenset(threads))
+        host_depth=_i64(host["depth"])[keep], host_name=_objects(host["name"])[keep],
+        host_op=np.asarray(host["is_op"], dtype=bool)[keep], host_top=np.asarray(host["top"], dtype=bool)[keep],
+        host_runtime=np.asarray(host["runtime"], dtype=bool)[keep], threads=frozenset(threads))
+
+
+def _objects(v: object) -> np.ndarray:
+    """A column fetched from DuckDB as a numpy array of Python objects (strings)."""
+    out: np.ndarray = np.asarray(v, dtype=object)
+    return out
+
+
+def _classes(kind: np.ndarray, name: np.ndarray, op_name: np.ndarray, launch_name: np.ndarray,
+             input_types: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each activity's class (index into BUSY_PRIORITY), whether it is an FP32 gemm/conv and whether
+    it is a copy to or from pageable memory: worked out once per distinct combination of the five."""
+    prio = {c: i for i, c in enumerate(BUSY_PRIORITY)}
+    codes: dict[tuple[str, str, str, str, str], int] = {}
+    code = np.fromiter((codes.setdefault(k, len(codes)) for k in zip(kind.tolist(), name.tolist(), op_name.tolist(),
+                                                                     launch_name.tolist(), input_types.tolist())),
+                       dtype=np.int64, count=len(kind))
+    per_cls, per_fp32, per_pageable = [], [], []
+    for k, n, op, launch, types in codes:
+        c = kernel_class(k, n, op or None, launch or None)
+        per_cls.append(prio[c])
+        per_fp32.append(c in ("gemm", "conv") and fp32_matrix(n, types or None))
+        per_pageable.append(k == "memcpy" and "pageable" in n.lower())
+    return (np.asarray(per_cls, dtype=np.int64)[code], np.asarray(per_fp32, dtype=bool)[code],
+            np.asarray(per_pageable, dtype=bool)[code])
 
 
 def _encloses_step(ts: np.ndarray, end: np.ndarray, step_ts: np.ndarray, step_end: np.ndarray) -> np.ndarray:

@@ -287,10 +287,7 @@ def _held_names(w: DeviceWork, t: np.ndarray, v_ns: np.ndarray) -> tuple[Counter
     and ns per top-level op."""
     top = w.host_top
     held = _covering(w.host_ts[top], w.host_end[top], t)
-    top_name = w.host_name[top]
-    ops: Counter[str] = Counter()
-    for i, v_ in zip(held[held >= 0], v_ns[held >= 0]):
-        ops[str(top_name[i])] += int(v_)
+    ops = _ns_by_name(w.host_name[top], held, v_ns)
     names = ops + _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, t[held < 0], v_ns[held < 0])
     return names, ops
 
@@ -336,10 +333,7 @@ def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> tuple[Coun
     cuda = np.fromiter((str(n).startswith(("cuda", "hip", "cu")) for n in names.tolist()), dtype=bool,
                        count=names.size)
     held = _covering(w.host_ts[rt][cuda], w.host_end[rt][cuda], t)
-    names = names[cuda]
-    for i, v_ in zip(held[held >= 0], ns[held >= 0]):
-        out[str(names[i])] += int(v_)
-    return out, held >= 0
+    return _ns_by_name(names[cuda], held, ns), held >= 0
 
 
 def _model_intervals(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
@@ -398,9 +392,21 @@ def _holder_names(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, name: np.n
         hold = ok & (ts[jc] <= t) & (t < end[jc]) & (score > best_score)
         best = np.where(hold, jc, best)
         best_score = np.where(hold, score, best_score)
-    for b, v in zip(best, ns):
-        if b >= 0:
-            out[str(name[b])] += int(v)
+    return _ns_by_name(name, best, ns)
+
+
+def _ns_by_name(name: np.ndarray, idx: np.ndarray, ns: np.ndarray) -> Counter[str]:
+    """ns per ``name[i]`` summed over the pieces whose index ``idx`` is not -1: a Counter filled in
+    the order the pieces first name each index (as a loop over the pieces would fill it)."""
+    out: Counter[str] = Counter()
+    held = idx >= 0
+    if not held.any():
+        return out
+    u, first, inv = np.unique(idx[held], return_index=True, return_inverse=True)
+    sums = np.zeros(u.size, dtype=np.int64)
+    np.add.at(sums, inv.reshape(-1), np.asarray(ns[held], dtype=np.int64))
+    for k in np.argsort(first, kind="stable").tolist():
+        out[str(name[u[k]])] += int(sums[k])
     return out
 
 
