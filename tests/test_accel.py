@@ -163,6 +163,68 @@ def test_ancestors_refuses_a_cycle_and_a_parent_out_of_range() -> None:
         compiled.accel.ancestors(np.array([-1, 0], dtype=np.int64), no, out)
 
 
+def _holder_by_hand(ts: list[int], end: list[int], depth: list[int], is_op: list[bool], t: int, back: int) -> int:
+    """The holder of time t, one interval at a time: among the ``back`` latest started by t, those
+    running at t; an op beats any non-op, the shallowest op, else the deepest; a tie keeps the later start."""
+    started = [j for j in range(len(ts)) if ts[j] <= t][-back:] if back else []
+    best, best_key = -1, None
+    for j in reversed(started):
+        if t < end[j]:
+            key = (1, -depth[j]) if is_op[j] else (0, depth[j])
+            if best_key is None or key > best_key:
+                best, best_key = j, key
+    return best
+
+
+def test_holders_compiled_matches_the_numpy_walk_and_a_walk_by_hand() -> None:
+    from profuse.analysis import levers
+    from profuse.trace import compiled
+    # GIVEN random host intervals sorted by start (nested and overlapping, ops and frames) and random times
+    rng = np.random.default_rng(5)
+    for trial in range(150):
+        n, m = int(rng.integers(0, 80)), int(rng.integers(0, 60))
+        ts = np.sort(rng.integers(0, 1000, n)).astype(np.int64)
+        end = ts + rng.integers(1, 400, n)
+        depth = rng.integers(0, 6, n).astype(np.int64)
+        is_op = rng.random(n) < 0.4
+        t = rng.integers(-10, 1200, m).astype(np.int64)
+        last = np.searchsorted(ts, t, side="right") - 1
+        back = int(rng.choice([0, 1, 3, 64]))
+        # WHEN the extension and the numpy twin name each time's holder
+        got = np.empty(m, dtype=np.int64)
+        compiled.accel.holders(ts, end, depth, t, last, is_op, back, got)
+        want = levers._holders_numpy(ts, end, depth, is_op, t, last, back)
+        # THEN they agree with each other and with the walk by hand
+        assert got.tolist() == want.tolist()
+        hand = [_holder_by_hand(ts.tolist(), end.tolist(), depth.tolist(), is_op.tolist(), int(x), back) for x in t]
+        assert got.tolist() == hand, trial
+    with pytest.raises(ValueError, match="out of range"):
+        one = np.zeros(1, dtype=np.int64)
+        compiled.accel.holders(one, one + 1, one, one, one + 5, np.zeros(1, dtype=bool), 4, np.empty(1, dtype=np.int64))
+    with pytest.raises(ValueError, match="length"):
+        compiled.accel.holders(np.zeros(2, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64),
+                               one, one, np.zeros(2, dtype=bool), 4, np.empty(1, dtype=np.int64))
+
+
+def test_ns_by_name_sums_as_a_loop_over_the_pieces_does() -> None:
+    from collections import Counter
+
+    from profuse.analysis import levers
+    # GIVEN names (some repeated under other indices), pieces naming an index or none (-1), and their ns
+    rng = np.random.default_rng(9)
+    for _ in range(100):
+        name = np.array([f"n{int(x)}" for x in rng.integers(0, 6, int(rng.integers(1, 30)))], dtype=object)
+        idx = rng.integers(-1, name.size, int(rng.integers(0, 50))).astype(np.int64)
+        ns = rng.integers(0, 1000, idx.size).astype(np.int64)
+        # WHEN summed THEN the totals and the order names first appear in are the loop's
+        want: Counter[str] = Counter()
+        for i, v in zip(idx.tolist(), ns.tolist()):
+            if i >= 0:
+                want[str(name[i])] += v
+        got = levers._ns_by_name(name, idx, ns)
+        assert list(got.items()) == list(want.items())
+
+
 @pytest.mark.parametrize("name", ["a100_nccl_rank0_of2", "mi300_sglang_decode_cudagraph"])
 def test_flow_ids_are_written_as_the_trace_writes_them(name: str) -> None:
     import profuse

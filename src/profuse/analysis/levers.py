@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
-from ..trace import Trace
+from ..trace import Trace, compiled
 from .budget import BUSY_PRIORITY, LEAVES, DeviceWork, Labels
 from .busy import LAUNCH_GAP_MAX_US
 from .diagnosis import Lever, Steady
@@ -381,8 +381,23 @@ def _holder_names(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, name: np.n
     if ts.size == 0 or t.size == 0:
         return out
     last = np.searchsorted(ts, t, side="right") - 1
+    if compiled.enabled():  # the same walk in C (trace/_accel.c, holders)
+        best = np.empty(t.size, dtype=np.int64)
+        compiled.accel.holders(*(np.ascontiguousarray(a, dtype=np.int64) for a in (ts, end, depth, t, last)),
+                               np.ascontiguousarray(is_op, dtype=bool), back, best)
+    else:
+        best = _holders_numpy(ts, end, depth, is_op, t, last, back)
+    return _ns_by_name(name, best, ns)
+
+
+def _holders_numpy(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, is_op: np.ndarray, t: np.ndarray,
+                   last: np.ndarray, back: int) -> np.ndarray:
+    """For each time t, the index of its holder among the ``back`` intervals started latest by it
+    (``last``: the latest), or -1: an op beats any non-op; among ops the shallowest wins, among the
+    others the deepest; on a tie the later start."""
     best = np.full(t.size, -1, dtype=np.int64)
-    # score: an op beats any non-op; among ops the shallowest wins, among the others the deepest
+    if ts.size == 0:
+        return best
     best_score = np.full(t.size, -(2 ** 40), dtype=np.int64)
     for k in range(back):
         j = last - k
@@ -392,7 +407,7 @@ def _holder_names(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, name: np.n
         hold = ok & (ts[jc] <= t) & (t < end[jc]) & (score > best_score)
         best = np.where(hold, jc, best)
         best_score = np.where(hold, score, best_score)
-    return _ns_by_name(name, best, ns)
+    return best
 
 
 def _ns_by_name(name: np.ndarray, idx: np.ndarray, ns: np.ndarray) -> Counter[str]:
@@ -405,8 +420,13 @@ def _ns_by_name(name: np.ndarray, idx: np.ndarray, ns: np.ndarray) -> Counter[st
     u, first, inv = np.unique(idx[held], return_index=True, return_inverse=True)
     sums = np.zeros(u.size, dtype=np.int64)
     np.add.at(sums, inv.reshape(-1), np.asarray(ns[held], dtype=np.int64))
-    for k in np.argsort(first, kind="stable").tolist():
-        out[str(name[u[k]])] += int(sums[k])
+    order = np.argsort(first, kind="stable")
+    names = name[u[order]].tolist()
+    index = {n: i for i, n in enumerate(dict.fromkeys(names))}  # each distinct name, in first-use order
+    totals = np.zeros(len(index), dtype=np.int64)
+    np.add.at(totals, np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names)), sums[order])
+    for n, v in zip(index, totals.tolist()):
+        out[str(n)] += v
     return out
 
 

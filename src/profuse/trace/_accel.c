@@ -474,9 +474,64 @@ done:
     return ret;
 }
 
+/* ---- holders -------------------------------------------------------------------------------- */
+
+/* holders(ts, end, depth, t, last, is_op, back, out): for each time t[i], out[i] = the interval j among the
+ * `back` latest started by it (last[i], last[i] - 1, ...; intervals sorted by start) with ts[j] <= t[i] <
+ * end[j] and the highest score (an op: 2^30 - depth, else depth; on a tie the later start), or -1
+ * (analysis/levers.py _holder_names; its numpy twin is _holders_numpy). ts, end, depth (n) and t, last,
+ * out (m): int64; is_op (n): bool; all C-contiguous. */
+static PyObject *holders(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer tsb, eb, db, tb, lb, ob, outb;
+    Py_ssize_t back;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*nw*", &tsb, &eb, &db, &tb, &lb, &ob, &back, &outb)) return NULL;
+    PyObject *ret = NULL;
+    size_t n = (size_t)tsb.len / sizeof(int64_t), m = (size_t)tb.len / sizeof(int64_t);
+    if ((size_t)tsb.len != n * sizeof(int64_t) || (size_t)eb.len != n * sizeof(int64_t) ||
+        (size_t)db.len != n * sizeof(int64_t) || (size_t)ob.len != n || (size_t)tb.len != m * sizeof(int64_t) ||
+        (size_t)lb.len != m * sizeof(int64_t) || (size_t)outb.len != m * sizeof(int64_t) || back < 0) {
+        PyErr_SetString(PyExc_ValueError, "holders: the arrays differ in length or back is negative");
+        goto done;
+    }
+    const int64_t *ts = tsb.buf, *end = eb.buf, *depth = db.buf, *t = tb.buf, *last = lb.buf;
+    const unsigned char *is_op = ob.buf;
+    int64_t *out = outb.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < m; i++) {
+        int64_t best = -1, best_score = -((int64_t)1 << 40), li = last[i];
+        if (li < -1 || li >= (int64_t)n) { bad = 1; break; }
+        for (Py_ssize_t k = 0; k < back && li - k >= 0; k++) {
+            int64_t j = li - k;
+            if (ts[j] > t[i] || t[i] >= end[j]) continue;
+            int64_t score = is_op[j] ? ((int64_t)1 << 30) - depth[j] : depth[j];
+            if (score > best_score) { best = j; best_score = score; }
+        }
+        out[i] = best;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "holders: a last index is out of range");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&tsb);
+    PyBuffer_Release(&eb);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&lb);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&outb);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"ancestors", ancestors, METH_VARARGS,
      "ancestors(parent, accept, out): the nearest accepted event among each event and its ancestors."},
+    {"holders", holders, METH_VARARGS,
+     "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/levers.py)."},
     {"memory_events", memory_events, METH_O,
      "memory_events(buffer) -> dict of columns, or None where trace/memory.py's Python path must read them."},
     {NULL, NULL, 0, NULL},
