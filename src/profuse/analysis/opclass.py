@@ -105,15 +105,22 @@ def tensors(input_dims: str | None, input_types: str | None) -> list[Tensor]:
     """The tensor inputs of an op from its recorded ``Input Dims`` / ``Input type`` JSON."""
     if not input_dims:
         return []
+    return list(_tensors(input_dims, input_types))
+
+
+@lru_cache(maxsize=4096)
+def _tensors(input_dims: str, input_types: str | None) -> tuple[Tensor, ...]:
+    """:func:`tensors`, parsed once per distinct pair (a model's ops repeat a few shapes thousands of
+    times; the tensors are frozen, so the lists may share them)."""
     try:
         dims = json.loads(input_dims)
         types = json.loads(input_types) if input_types else []
     except (ValueError, RecursionError):
-        return []
+        return ()
     if not isinstance(dims, list):  # a trace's args can hold anything; only lists describe inputs
-        return []
+        return ()
     types = types if isinstance(types, list) else []
-    out = []
+    out: list[Tensor] = []
     for i, d in enumerate(dims):
         t = types[i] if i < len(types) and isinstance(types[i], str) else ""
         if t in ("", "Scalar", "ScalarList", "GenericList", "TensorList", "None") or not isinstance(d, list):
@@ -123,7 +130,7 @@ def tensors(input_dims: str | None, input_types: str | None) -> list[Tensor]:
         if math.prod(d) >= 2**63:  # no real tensor; a number this big would overflow every estimate
             continue
         out.append(Tensor(tuple(d), ELEM_BYTES.get(t, 4)))
-    return out
+    return tuple(out)
 
 
 # Ops that read or write only some elements of a tensor they take whole (a gather from a table, a
