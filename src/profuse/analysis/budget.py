@@ -138,10 +138,9 @@ def _classes(kind: np.ndarray, name: np.ndarray, op_name: np.ndarray, launch_nam
     """Each activity's class (index into BUSY_PRIORITY), whether it is an FP32 gemm/conv and whether
     it is a copy to or from pageable memory: worked out once per distinct combination of the five."""
     prio = {c: i for i, c in enumerate(BUSY_PRIORITY)}
-    codes: dict[tuple[str, str, str, str, str], int] = {}
-    code = np.fromiter((codes.setdefault(k, len(codes)) for k in zip(kind.tolist(), name.tolist(), op_name.tolist(),
-                                                                     launch_name.tolist(), input_types.tolist())),
-                       dtype=np.int64, count=len(kind))
+    keys = list(zip(kind.tolist(), name.tolist(), op_name.tolist(), launch_name.tolist(), input_types.tolist()))
+    codes = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    code = np.fromiter(map(codes.__getitem__, keys), dtype=np.int64, count=len(keys))
     per_cls, per_fp32, per_pageable = [], [], []
     for k, n, op, launch, types in codes:
         c = kernel_class(k, n, op or None, launch or None)

@@ -330,8 +330,9 @@ def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> tuple[Coun
         return out, held_by
     names = w.host_name[rt]
     # CUDA/HIP runtime and driver calls (not an accelerator's executor scopes, as on MTIA)
-    cuda = np.fromiter((str(n).startswith(("cuda", "hip", "cu")) for n in names.tolist()), dtype=bool,
-                       count=names.size)
+    listed = names.tolist()
+    is_cuda = {n: str(n).startswith(("cuda", "hip", "cu")) for n in dict.fromkeys(listed)}  # once per name
+    cuda = np.fromiter(map(is_cuda.__getitem__, listed), dtype=bool, count=names.size)
     held = _covering(w.host_ts[rt][cuda], w.host_end[rt][cuda], t)
     return _ns_by_name(names[cuda], held, ns), held >= 0
 
@@ -342,8 +343,9 @@ def _model_intervals(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
     op that only computes on the CPU, preprocessing, is not the model's dispatch)."""
     # a compiled region's own frames are not counted: its guards and wrapper still run when the region
     # replays a graph (mode="reduce-overhead"); the ops it launches from still count below
-    flag = {n: _in_model(n) and not n.startswith(("aten::", *_COMPILED_FRAMES)) for n in set(w.host_name.tolist())}
-    frame = np.fromiter((flag[n] for n in w.host_name.tolist()), dtype=bool, count=w.host_name.size)
+    listed = w.host_name.tolist()
+    flag = {n: _in_model(n) and not n.startswith(("aten::", *_COMPILED_FRAMES)) for n in dict.fromkeys(listed)}
+    frame = np.fromiter(map(flag.__getitem__, listed), dtype=bool, count=w.host_name.size)
     launched = np.sort(w.acts.launch_ts[w.acts.launched])
     top = w.host_top
     launches = (np.searchsorted(launched, w.host_end, side="left")
