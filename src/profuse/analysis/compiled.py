@@ -170,20 +170,24 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
     dev_rows: list[Any] = []
     host_rows: list[Any] = []
     if has:
-        heads = con.execute(_REGION_SQL + """
-            SELECT r.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), sum(coalesce(e.kernels_total, 0))
-            FROM (SELECT DISTINCT name, root FROM owned) r JOIN events e ON e.id = r.root
-            GROUP BY 1 ORDER BY 1""").fetchall()
-        # device events launched by anything inside, by kernel name and by the inductor op that launched them
-        dev_rows = con.execute(_REGION_SQL + """
-            SELECT i.name, d.name, o.name, count(*), sum(d.dur), count(*) FILTER (WHERE d.link = 'graph')
-            FROM owned i JOIN events d ON d.op = i.id JOIN events o ON o.id = d.op
-            WHERE d.kind IN ('kernel', 'memcpy', 'memset') GROUP BY 1, 2, 3""").fetchall()
-        host_rows = con.execute(_REGION_SQL + """
-            SELECT i.name, e.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), p.name
-            FROM owned i JOIN events e ON e.id = i.id LEFT JOIN events p ON p.id = e.parent_op
+        # one statement: the regions' tree of events is walked once (materialized) for all three parts
+        rows = con.execute(_REGION_SQL + """, owned_once AS MATERIALIZED (SELECT * FROM owned)
+            SELECT 0 AS part, r.name AS a, NULL::VARCHAR AS b, NULL::VARCHAR AS c, count(*) AS n, sum(e.dur) AS x,
+                   sum(coalesce(e.device_total, 0)) AS y, sum(coalesce(e.kernels_total, 0)) AS z
+            FROM (SELECT DISTINCT name, root FROM owned_once) r JOIN events e ON e.id = r.root GROUP BY r.name
+            UNION ALL
+            -- device events launched by anything inside, by kernel name and by the inductor op that launched them
+            SELECT 1, i.name, d.name, o.name, count(*), sum(d.dur), count(*) FILTER (WHERE d.link = 'graph'), NULL
+            FROM owned_once i JOIN events d ON d.op = i.id JOIN events o ON o.id = d.op
+            WHERE d.kind IN ('kernel', 'memcpy', 'memset') GROUP BY i.name, d.name, o.name
+            UNION ALL
+            SELECT 2, i.name, e.name, p.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), NULL
+            FROM owned_once i JOIN events e ON e.id = i.id LEFT JOIN events p ON p.id = e.parent_op
             WHERE e.kind = 'cpu_op' AND e.id <> i.root AND (regexp_matches(e.name, '^(graph_[0-9]+_)?(triton_|cpp_fused)')
-                  OR e.name LIKE 'aten::%') GROUP BY 1, 2, 6""").fetchall()
+                  OR e.name LIKE 'aten::%') GROUP BY i.name, e.name, p.name""").fetchall()
+        heads = sorted((r[1], r[4], r[5], r[6], r[7]) for r in rows if r[0] == 0)
+        dev_rows = [(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows if r[0] == 1]
+        host_rows = [(r[1], r[2], r[4], r[5], r[6], r[3]) for r in rows if r[0] == 2]
     regions = []
     for name, calls, cpu, dev_ns, n_dev in heads:
         kernels: dict[str, list[float]] = {}   # name -> [calls, µs]
