@@ -94,7 +94,8 @@ def test_roofline_never_above_100_with_a_cached_peak_below_the_achieved_rate(tmp
     assert all(0 <= v["roofline_pct"] <= 100 for v in result["variants"])
     # the cache now holds the highest rate seen: at least what every variant achieved
     raised = json.loads(cache.read_text())[key]["copy_bandwidth_gbps"]
-    assert raised == pytest.approx(result["peak_copy_bandwidth_gbps"], rel=1e-3)
+    # (study.json rounds the figure to 2 decimals: at a few GB/s that is more than 0.1% of it)
+    assert round(raised, 2) == result["peak_copy_bandwidth_gbps"]
     for v in result["variants"]:
         assert v["bytes_per_call"] / (v["device_us_per_call"] * 1e3) <= raised * (1 + 1e-2)
     # a later refresh that measures less keeps the highest figure
