@@ -8,6 +8,7 @@ hold, so no leaf's time is counted twice and the total never exceeds the span. L
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -330,9 +331,7 @@ def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> tuple[Coun
         return out, held_by
     names = w.host_name[rt]
     # CUDA/HIP runtime and driver calls (not an accelerator's executor scopes, as on MTIA)
-    listed = names.tolist()
-    is_cuda = {n: str(n).startswith(("cuda", "hip", "cu")) for n in dict.fromkeys(listed)}  # once per name
-    cuda = np.fromiter(map(is_cuda.__getitem__, listed), dtype=bool, count=names.size)
+    cuda = _per_name(names, lambda n: str(n).startswith(("cuda", "hip", "cu")))
     held = _covering(w.host_ts[rt][cuda], w.host_end[rt][cuda], t)
     return _ns_by_name(names[cuda], held, ns), held >= 0
 
@@ -343,9 +342,7 @@ def _model_intervals(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
     op that only computes on the CPU, preprocessing, is not the model's dispatch)."""
     # a compiled region's own frames are not counted: its guards and wrapper still run when the region
     # replays a graph (mode="reduce-overhead"); the ops it launches from still count below
-    listed = w.host_name.tolist()
-    flag = {n: _in_model(n) and not n.startswith(("aten::", *_COMPILED_FRAMES)) for n in dict.fromkeys(listed)}
-    frame = np.fromiter(map(flag.__getitem__, listed), dtype=bool, count=w.host_name.size)
+    frame = _per_name(w.host_name, lambda n: _in_model(n) and not n.startswith(("aten::", *_COMPILED_FRAMES)))
     launched = np.sort(w.acts.launch_ts[w.acts.launched])
     top = w.host_top
     launches = (np.searchsorted(launched, w.host_end, side="left")
@@ -414,21 +411,24 @@ def _holders_numpy(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, is_op: np
 
 def _ns_by_name(name: np.ndarray, idx: np.ndarray, ns: np.ndarray) -> Counter[str]:
     """ns per ``name[i]`` summed over the pieces whose index ``idx`` is not -1: a Counter filled in
-    the order the pieces first name each index (as a loop over the pieces would fill it)."""
-    out: Counter[str] = Counter()
+    the order the pieces first name each name (as a loop over the pieces would fill it)."""
     held = idx >= 0
-    if not held.any():
-        return out
-    u, first, inv = np.unique(idx[held], return_index=True, return_inverse=True)
-    sums = np.zeros(u.size, dtype=np.int64)
-    np.add.at(sums, inv.reshape(-1), np.asarray(ns[held], dtype=np.int64))
-    order = np.argsort(first, kind="stable")
-    names = name[u[order]].tolist()
+    names = name[idx[held]].tolist()
     index = {n: i for i, n in enumerate(dict.fromkeys(names))}  # each distinct name, in first-use order
     totals = np.zeros(len(index), dtype=np.int64)
-    np.add.at(totals, np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names)), sums[order])
+    np.add.at(totals, np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names)),
+              np.asarray(ns[held], dtype=np.int64))
+    out: Counter[str] = Counter()
     for n, v in zip(index, totals.tolist()):
         out[str(n)] += v
+    return out
+
+
+def _per_name(names: np.ndarray, flag: Callable[[str], bool]) -> np.ndarray:
+    """``flag`` of each name, worked out once per distinct name."""
+    listed = names.tolist()
+    once = {n: flag(n) for n in dict.fromkeys(listed)}
+    out: np.ndarray = np.fromiter(map(once.__getitem__, listed), dtype=bool, count=len(listed))
     return out
 
 
