@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -9,6 +10,8 @@ from ..errors import UserError, printable
 from ..redact import redact_text, redacted_output
 from . import diff, explore, neff, peaks, report, run, sql, study
 
+# the commands that only read traces and files (no user script, no model run): see _one_blas_thread
+READING = {"report", "sql", "diff", "explore", "neff"}
 COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "explore": explore, "peaks": peaks,
             "neff": neff}
 
@@ -20,6 +23,19 @@ EPILOG = """examples:
   profuse study rmsnorm
   profuse neff model.neff                       a compiled Neuron executable, read offline
 """
+
+
+def _one_blas_thread() -> None:
+    """One OpenBLAS thread for this process, unless the user chose a number or numpy is in already.
+
+    On import numpy's OpenBLAS starts a thread per core that spins waiting for work (measured on 2 cores:
+    0.18 s of CPU in the first moments after ``import numpy``, while the trace is read and scanned). A
+    command that only reads traces never multiplies matrices, so it has nothing to lose. Not for ``run``
+    and ``study`` (a user's script or model: on some machines torch's own BLAS is OpenBLAS) nor for
+    ``main()`` called from Python (the caller's process is not profuse's to tune).
+    """
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    if argv is None and args.command in READING:
+        _one_blas_thread()
     try:
         if args.command == "run":  # the script's own output is the user's, not profuse's
             return int(args.func(args) or 0)
