@@ -1,13 +1,13 @@
 """The table cache: in the user cache folder, keyed by the trace's bytes, verified, healed, capped."""
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import stat
 import subprocess
 import sys
 
+import blake3
 import duckdb
 import pytest
 from conftest import trace_path
@@ -43,8 +43,8 @@ def test_second_load_reads_the_cache_and_the_input_folder_is_untouched(tmp_path,
     assert n == sum(1 for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"] if e.get("ph") == "X")
     assert list(src.parent.iterdir()) == [src], "the input folder is never written to"
     (found,) = caches(_cache_dir)
-    # named by the SHA-1 of the trace's bytes, computed here independently
-    assert found.name.startswith(hashlib.sha1(src.read_bytes()).hexdigest())
+    # named by the BLAKE3 hash of the trace's bytes, computed here independently
+    assert found.name.startswith(blake3.blake3(src.read_bytes()).hexdigest())
     con = duckdb.connect(str(found), read_only=True)  # a real DuckDB file anyone can open
     assert con.execute("SELECT count(*) FROM events").fetchall()[0][0] == n
     con.close()
@@ -154,7 +154,7 @@ def test_stale_temporaries_of_dead_processes_are_removed(tmp_path, _cache_dir):
     # GIVEN temporaries left by a killed process (a pid that exists no more) and by a live one
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
-    key = "ab" * 20 + "-123"
+    key = "ab" * 32 + "-123"  # a BLAKE3 hex digest: 64 characters
     stale = [_cache_dir / f".{key}{cache.SUFFIX}.{dead}.tmp", _cache_dir / f".{key}{cache.SUFFIX}.{dead}.tmp.wal"]
     live = _cache_dir / f".{key}{cache.SUFFIX}.{os.getppid()}.tmp"
     huge_pid = _cache_dir / f".{key}{cache.SUFFIX}.{'9' * 30}.tmp"  # not our shape: left alone, no crash
@@ -174,10 +174,10 @@ def test_least_recently_used_caches_are_evicted_past_the_cap(tmp_path, _cache_di
         shutil.copy(trace_path(name), src)
         profuse.load(src).close()
         for p in caches(_cache_dir):  # make the order of use unambiguous on coarse clocks
-            if not p.name.startswith(hashlib.sha1(src.read_bytes()).hexdigest()):
+            if not p.name.startswith(blake3.blake3(src.read_bytes()).hexdigest()):
                 os.utime(p, (p.stat().st_mtime - 10 * (i + 1),) * 2)
     assert len(caches(_cache_dir)) == 3
-    first_sha = hashlib.sha1((tmp_path / names[0]).read_bytes()).hexdigest()
+    first_sha = blake3.blake3((tmp_path / names[0]).read_bytes()).hexdigest()
     profuse.load(tmp_path / names[0]).close()  # used again: now the most recent
     total = sum(p.stat().st_size for p in caches(_cache_dir))
     monkeypatch.setenv("PROFUSE_CACHE_MAX_MB", "0")
@@ -187,7 +187,7 @@ def test_least_recently_used_caches_are_evicted_past_the_cap(tmp_path, _cache_di
     assert t.wait_for_cache() is None
     t.close()
     left = caches(_cache_dir)
-    assert len(left) == 1 and left[0].name.startswith(hashlib.sha1(src.read_bytes()).hexdigest()), \
+    assert len(left) == 1 and left[0].name.startswith(blake3.blake3(src.read_bytes()).hexdigest()), \
         "with a cap of 0 only the cache just written stays"
     assert total > 0 and not any(p.name.startswith(first_sha) for p in left)
 

@@ -3,11 +3,11 @@ its bytes hashed behind, and a trace whose bytes turn out different never served
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import time
 
+import blake3
 import httpx
 import oracle
 import pytest
@@ -61,12 +61,12 @@ def op_names(trace):
 
 def test_a_hashing_load_records_a_settled_files_fingerprint(tmp_path, _cache_dir, settled):
     src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
-    # THEN the entry names the file's path, its stat and the SHA-1 of its bytes (computed here)
+    # THEN the entry names the file's path, its stat and the BLAKE3 hash of its bytes (computed here)
     rec = json.loads(entry.read_text())
     st = src.stat()
     assert rec["path"] == str(src.resolve())
     assert rec["stat"] == [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-    assert rec["fingerprint"]["sha1"] == hashlib.sha1(src.read_bytes()).hexdigest()
+    assert rec["fingerprint"]["blake3"] == blake3.blake3(src.read_bytes()).hexdigest()
     assert rec["fingerprint"]["size"] == len(src.read_bytes())
     assert cache.is_cache_file(entry.name)
 
@@ -91,7 +91,7 @@ def test_a_behind_load_opens_by_stat_and_its_check_passes_for_the_same_bytes(tmp
     with profuse.load(src, verify="behind") as t:
         assert t.from_cache and t.source_check is not None
         assert t.source_check.wait() is None
-        assert t.meta.source["sha1"] == hashlib.sha1(src.read_bytes()).hexdigest()
+        assert t.meta.source["blake3"] == blake3.blake3(src.read_bytes()).hexdigest()
     with profuse.load(src) as t:  # the default still hashes first
         assert t.source_check is None
 
@@ -122,7 +122,7 @@ def test_a_stat_entry_that_misses_a_change_is_caught_and_removed(tmp_path, _cach
         # and loading again gives the new bytes' tables
         with t.source_check.reload() as fresh:
             assert "aten::onez" in op_names(fresh) and "aten::ones" not in op_names(fresh)
-            assert fresh.meta.source["sha1"] == hashlib.sha1(src.read_bytes()).hexdigest()
+            assert fresh.meta.source["blake3"] == blake3.blake3(src.read_bytes()).hexdigest()
     finally:
         t.close()
 
@@ -224,8 +224,8 @@ def test_a_stat_entry_naming_no_cache_is_dropped_and_the_bytes_decoded(tmp_path,
     other.write_bytes(raw_trace())
     profuse.load(other).close()
     cache.discard(cache.stat_path(_cache_dir, other))
-    for p in _cache_dir.glob(f"{hashlib.sha1(other.read_bytes()).hexdigest()}-*{cache.SUFFIX}"):
-        p.rename(p.with_name(p.name.replace(hashlib.sha1(other.read_bytes()).hexdigest(), "0" * 40)))
+    for p in _cache_dir.glob(f"{blake3.blake3(other.read_bytes()).hexdigest()}-*{cache.SUFFIX}"):
+        p.rename(p.with_name(p.name.replace(blake3.blake3(other.read_bytes()).hexdigest(), "0" * 64)))
     # WHEN the trace is opened by its stat entry THEN it is decoded from its bytes now and the entry is gone
     with profuse.load(src, verify="behind") as t:
         assert not t.from_cache and t.source_check is None

@@ -123,8 +123,8 @@ def test_a_fingerprint_is_handed_on_once_and_only_for_the_file_unchanged(tmp_pat
     src = tmp_path / "t.json.gz"
     src.write_bytes(trace_path(SMALL).read_bytes())
     hashed = []
-    real = cache.file_sha1
-    monkeypatch.setattr(cache, "file_sha1", lambda p, **kw: hashed.append(p) or real(p, **kw))
+    real = cache.file_digest
+    monkeypatch.setattr(cache, "file_digest", lambda p, **kw: hashed.append(p) or real(p, **kw))
     fp = cache.fingerprint(src, hand_on=True)
     assert cache.fingerprint(src) == fp and len(hashed) == 1  # handed on: not hashed again
     assert cache.fingerprint(src) == fp and len(hashed) == 2  # once only

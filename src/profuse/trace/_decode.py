@@ -7,7 +7,6 @@ rest of ``args`` is skipped by the decoder. No per-event dicts are built on the 
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -22,6 +21,7 @@ import numpy as np
 from msgspec import Raw, Struct
 
 from ..errors import TraceError, UserError
+from .cache import hasher
 
 CHUNK_BYTES = 16 << 20
 _EVENT_GAP = re.compile(rb",\s*\n\s*\{")
@@ -112,15 +112,15 @@ def read_bytes(path: str) -> bytes | bytearray:
 
 
 class _Hashed:
-    """A file read through SHA-1: the digest and size of exactly the bytes read from it."""
+    """A file read through the cache's hash (:func:`cache.hasher`): the digest and size of exactly the bytes read from it."""
 
     def __init__(self, fh: BinaryIO) -> None:
-        self.fh, self.sha1, self.size = fh, hashlib.sha1(), 0
+        self.fh, self.hash, self.size = fh, hasher(), 0
 
     def read(self, n: int = -1) -> bytes:
         """``n`` bytes of the file (all that is left for -1), hashed on the way."""
         block = self.fh.read(n)
-        self.sha1.update(block)
+        self.hash.update(block)
         self.size += len(block)
         return block
 
@@ -131,7 +131,7 @@ class _Hashed:
 
 
 def read_trace(path: str) -> tuple[bytes | bytearray, tuple[str, int] | None]:
-    """:func:`read_bytes`, and for a gzip file the SHA-1 and size of the compressed bytes it inflated
+    """:func:`read_bytes`, and for a gzip file the hash (:func:`cache.hasher`) and size of the compressed bytes it inflated
     (None for plain JSON: the bytes returned are the file's own, to be hashed by the caller). So a
     cache is always keyed by the bytes actually decoded, never by a second read of a file that may
     have changed in between."""
@@ -157,7 +157,7 @@ def read_trace(path: str) -> tuple[bytes | bytearray, tuple[str, int] | None]:
             if head == b"\x1f\x8b":
                 data: bytes | bytearray = _gunzip(path, hashed, head, limit)
                 hashed.drain()
-                raw = (hashed.sha1.hexdigest(), hashed.size)
+                raw = (str(hashed.hash.hexdigest()), hashed.size)
             else:
                 if st.st_size > limit:
                     raise _too_big(path, limit, "holds")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from .cache import CacheWriter, SourceCheck, read_derived, write_derived_behind
+from .cache import DIGEST, CacheWriter, SourceCheck, read_derived, write_derived_behind
 
 if TYPE_CHECKING:  # DuckDB comes with the connection a Trace is made with: importing this module needs none
     import duckdb
@@ -122,7 +122,7 @@ class Trace:
         if data is None:
             data = compute()
             fp = self.meta.source if self.cache_folder is not None else {}
-            if {"sha1", "size"} <= fp.keys() and self.cache_folder is not None:
+            if {DIGEST, "size"} <= fp.keys() and self.cache_folder is not None:
                 write_derived_behind(self.cache_folder, fp, key, data)
         return data
 
@@ -130,7 +130,7 @@ class Trace:
         """What :meth:`derived` keeps under ``key`` for this trace's bytes and this profuse, or None
         (nothing stored, or no cache folder); computes nothing."""
         fp = self.meta.source if self.cache_folder is not None else {}
-        if not {"sha1", "size"} <= fp.keys() or self.cache_folder is None:
+        if not {DIGEST, "size"} <= fp.keys() or self.cache_folder is None:
             return None
         return read_derived(self.cache_folder, fp, key)
 
