@@ -191,7 +191,7 @@ def _fingerprint_of(data: bytes | bytearray, gzip_hash: tuple[str, int] | None, 
                     behind: bool) -> Callable[[], dict[str, Any]]:
     """The fingerprint of the bytes decoded: of the compressed bytes a gzip file inflated from
     (``gzip_hash``, taken as they were read), else of ``data`` itself, hashed on another thread when
-    ``behind`` (hashlib releases the GIL) or now."""
+    ``behind`` (the hash releases the GIL) or now."""
     if gzip_hash is not None:
         known = fingerprint_of_hash(*gzip_hash)
         return lambda: known

@@ -177,7 +177,7 @@ def fingerprint_by_stat(folder: Path, src: Path) -> dict[str, Any] | None:
 
 class SourceCheck:
     """A trace opened by its stat entry, hashed on a thread now: whether its bytes are those its tables
-    were built from (hashlib releases the GIL, so the caller goes on meanwhile).
+    were built from (the hash releases the GIL, so the caller goes on meanwhile).
 
     ``reload`` loads the trace again, hashing first (what a caller does with a trace that changed)."""
 
