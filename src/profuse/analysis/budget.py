@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
-from .busy import LAUNCH_GAP_MAX_US, Activities, merge_runs
+from .busy import LAUNCH_GAP_MAX_US, Activities, launch_calls, merge_runs
 from .kernel_class import fp32_matrix, kernel_class
 
 if TYPE_CHECKING:
@@ -47,8 +47,6 @@ _BEFORE = -(2 ** 62)
 SYNC_CALL_SQL = ("(c.name ILIKE '%synchroniz%' OR c.name IN ('cudaMemcpy', 'hipMemcpy', 'cudaMemcpy2D', "
                  "'hipMemcpyWithStream', 'cuMemcpyDtoH', 'cuMemcpyHtoD', 'hipMemcpyDtoH', 'hipMemcpyHtoD') "
                  "OR c.id IN (SELECT launch FROM events WHERE kind = 'memcpy' AND name ILIKE '%pageable%'))")
-_LAUNCH_CALL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name ILIKE 'runFunction%' "
-                "OR l.name ILIKE 'enqueue%')")
 
 
 @dataclass(frozen=True)
@@ -104,11 +102,7 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         SELECT c.ts AS ts, c.ts + c.dur AS stop, c.id AS id FROM events c
         WHERE c.kind IN ('runtime', 'sync') AND c.thread IN ({tl}) AND c.dur > 0 AND {SYNC_CALL_SQL}
         ORDER BY c.ts, c.id""").fetchnumpy()
-    launch = con.execute(f"""
-        SELECT DISTINCT l.id AS id, coalesce(least(o.ts, l.ts), l.ts) AS ts, l.ts + greatest(l.dur, 1) AS stop
-        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {_LAUNCH_CALL}""").fetchnumpy()
-    ls, le = _i64(launch["ts"]), _i64(launch["stop"])
+    ls, le = launch_calls(trace)  # the launch calls cpu_work reads: one query for both
     short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000
     host = con.execute(f"""
         SELECT ts, ts + greatest(dur, 1) AS stop, coalesce(depth, 0) AS depth, coalesce(name, '') AS name,

@@ -255,8 +255,21 @@ def _disjoint_owner(lts: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndar
 
 # Runtime calls that hand work to the device and return (kernel and graph launches, async copies,
 # MTIA command submission); synchronous copies and synchronize calls are waiting, never launch work.
-_LAUNCH_CALL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name ILIKE 'runFunction%' "
+LAUNCH_CALL_SQL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name ILIKE 'runFunction%' "
                 "OR l.name ILIKE 'enqueue%')")
+
+
+@once_per_trace
+def launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each asynchronous launch call that launched a device activity, in no set order:
+    from the start of the op that made the call (or the call itself, outside any op) to the call's end
+    (at least 1 ns). Any thread. Read once per loaded trace (:func:`cpu_work` and the time budget)."""
+    rows = trace.con.execute(f"""
+        SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
+        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {LAUNCH_CALL_SQL}""").fetchnumpy()
+    _ids, start, end = (np.asarray(rows[k], dtype=np.int64) for k in rows)
+    return start, end
 
 
 @once_per_trace
@@ -264,12 +277,7 @@ def cpu_work(trace: Trace) -> CpuWork:
     """The host's launch work: for each device activity launched by an asynchronous launch call, the
     time from the start of the op that made the call (or the call itself, outside any op) to the
     call's end, i.e. the dispatch the device had to wait for. Any thread. Read once per loaded trace."""
-    rows = trace.con.execute(f"""
-        SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
-        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {_LAUNCH_CALL}""").fetchnumpy()
-    _ids, start, end = (np.asarray(rows[k], dtype=np.int64) for k in rows)
-    return CpuWork.of(start, end)
+    return CpuWork.of(*launch_calls(trace))
 
 
 def device_busy(trace: Trace) -> Busy | None:
