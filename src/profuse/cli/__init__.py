@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="profuse", description="Where PyTorch inference spends its time, on any device, and proof of the fix.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"profuse {__version__}")
-    subs = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # not dest="command": `run` keeps the script's command line under that name
+    subs = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     for mod in COMMANDS.values():
         mod.add_parser(subs)
     return parser
@@ -56,13 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``profuse`` command line; a user error prints one line and returns 2, never a traceback."""
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if not args.command:
+    if not args.subcommand:
         parser.print_help()
         return 2
-    if argv is None and args.command in READING:
+    if argv is None and args.subcommand in READING:
         _one_blas_thread()
     try:
-        if args.command == "run":  # the script's own output is the user's, not profuse's
+        if args.subcommand == "run":  # the script's own output is the user's, not profuse's
             return int(args.func(args) or 0)
         with redacted_output(keep=getattr(args, "keep_metadata", False)):
             return int(args.func(args) or 0)
