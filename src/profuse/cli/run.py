@@ -11,6 +11,8 @@ from ._common import console, count
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ..capture.runner import RunResult
+
 HELP = """examples:
   profuse run -- python infer.py --batch 8
   profuse run --out prof --warmup 2 --steps 10 -- python -m mypkg.serve
@@ -74,6 +76,14 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     result = run_script(args.command, cfg)
     sys.stdout.flush()
+    from ..redact import redacted_output
+
+    with redacted_output():  # the script's output was its own; what profuse prints of the trace is redacted
+        return _after_run(args, result)
+
+
+def _after_run(args: argparse.Namespace, result: RunResult) -> int:
+    """The notes, the op table of the bundle just written and where it is (the script has ended)."""
     con = console()
     err = console_err()
     for note in result.notes:

@@ -1,4 +1,5 @@
-"""The trace-reading commands ask numpy's OpenBLAS for one thread (cli._one_blas_thread); nothing else does.
+"""The trace-reading commands ask numpy's OpenBLAS for one thread (cli._one_blas_thread); nothing else does;
+and ``profuse run`` passes its script's own output through unredacted.
 
 Each case is a real ``profuse`` process: the command runs, then the process reports the variable OpenBLAS
 read when numpy was imported in it (whether numpy is imported, and what the environment said then).
@@ -53,10 +54,13 @@ def test_run_leaves_the_scripts_blas_and_output_alone(tmp_path):
     script.write_text("import os\nprint('password=hunter2', os.environ.get('OPENBLAS_NUM_THREADS'))\n")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     env["PROFUSE_CACHE_DIR"] = str(tmp_path / "cache")
-    out = subprocess.run([sys.executable, "-m", "profuse", "run", "--out", str(tmp_path / "b"), "--", "python",
+    bundle = tmp_path / "token=abcdef123"  # what profuse prints after the run (the bundle's path) is redacted
+    out = subprocess.run([sys.executable, "-m", "profuse", "run", "--out", str(bundle), "--", "python",
                           str(script)], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0] == "password=hunter2 None"
+    assert (bundle / "trace.json.gz").exists() and "token=[redacted]" in out.stdout
+    assert "abcdef123" not in out.stdout + out.stderr
 
 
 def test_main_called_from_python_leaves_blas_alone(tmp_path):
