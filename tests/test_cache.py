@@ -150,6 +150,31 @@ def test_damaged_cache_is_discarded_and_rebuilt_with_a_note(tmp_path, _cache_dir
     t.close()
 
 
+def test_caches_named_by_sha1_before_blake3_count_against_the_cap_and_go(tmp_path, _cache_dir, monkeypatch):
+    # GIVEN what profuse wrote before it hashed with BLAKE3: tables, a derived entry and a dead writer's
+    # temporary named by a 40-hex SHA-1, beside a user's own file
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    key = "cd" * 20 + "-123"
+    legacy = [_cache_dir / f"{key}.{'e' * 16}{cache.SUFFIX}", _cache_dir / f"{key}.{'f' * 16}{cache.DERIVED_SUFFIX}"]
+    temp = _cache_dir / f".{key}{cache.SUFFIX}.{dead}.tmp"
+    mine = _cache_dir / f"{'ab' * 20}-1.notes.duckdb"  # not profuse's shape: never touched
+    for p in [*legacy, temp, mine]:
+        p.write_bytes(b"x" * 4096)
+    assert all(cache.is_cache_file(p.name) for p in [*legacy, temp]) and not cache.is_cache_file(mine.name)
+    # WHEN a trace is loaded with a cap of 0 (only the cache just written may stay)
+    monkeypatch.setenv("PROFUSE_CACHE_MAX_MB", "0")
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path(SMALL), src)
+    t = profuse.load(src)
+    assert t.wait_for_cache() is None
+    t.close()
+    # THEN the old files were counted and evicted, the dead temporary cleaned, the user's file kept
+    assert not any(p.exists() for p in [*legacy, temp]) and mine.exists()
+    (left,) = caches(_cache_dir)
+    assert left.name.startswith(blake3.blake3(src.read_bytes()).hexdigest())
+
+
 def test_stale_temporaries_of_dead_processes_are_removed(tmp_path, _cache_dir):
     # GIVEN temporaries left by a killed process (a pid that exists no more) and by a live one
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,

@@ -256,7 +256,7 @@ def _disjoint_owner(lts: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndar
 # Runtime calls that hand work to the device and return (kernel and graph launches, async copies,
 # MTIA command submission); synchronous copies and synchronize calls are waiting, never launch work.
 LAUNCH_CALL_SQL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name ILIKE 'runFunction%' "
-                "OR l.name ILIKE 'enqueue%')")
+                   "OR l.name ILIKE 'enqueue%')")
 
 
 @once_per_trace

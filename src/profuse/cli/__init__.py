@@ -25,8 +25,13 @@ EPILOG = """examples:
 """
 
 
+# what OpenBLAS reads for its thread count, first found wins: a user who set any of them chose
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
 def _one_blas_thread() -> None:
-    """One OpenBLAS thread for this process, unless the user chose a number or numpy is in already.
+    """One OpenBLAS thread for this process, unless the user chose a number (:data:`_BLAS_THREADS`) or
+    numpy is in already.
 
     On import numpy's OpenBLAS starts a thread per core that spins waiting for work (measured on 2 cores:
     0.18 s of CPU in the first moments after ``import numpy``, while the trace is read and scanned). A
@@ -34,8 +39,8 @@ def _one_blas_thread() -> None:
     and ``study`` (a user's script or model: on some machines torch's own BLAS is OpenBLAS) nor for
     ``main()`` called from Python (the caller's process is not profuse's to tune).
     """
-    if "numpy" not in sys.modules:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if "numpy" not in sys.modules and not any(v in os.environ for v in _BLAS_THREADS):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -54,10 +54,13 @@ if TYPE_CHECKING:  # DuckDB is imported where a cache is opened or written: a de
 SUFFIX = ".profuse.duckdb"
 DEFAULT_MAX_MB = 4096
 _CACHE = re.compile(r"^(?P<key>[0-9a-f]{64}-\d{1,20})\.(?P<sum>[0-9a-f]{16})\.profuse\.duckdb$")
-_TEMP = re.compile(r"^\.(?:[0-9a-f]{64}-\d{1,20}(?:\.profuse\.duckdb|\.[0-9a-f]{16}\.profuse\.derived)"
+_TEMP = re.compile(r"^\.(?:[0-9a-f]{40}(?:[0-9a-f]{24})?-\d{1,20}(?:\.profuse\.duckdb|\.[0-9a-f]{16}\.profuse\.derived)"
                    r"|[0-9a-f]{16}\.profuse\.stat)\.(?P<pid>\d{1,10})\.tmp(\.wal)?$")
 DERIVED_SUFFIX = ".profuse.derived"
 _DERIVED = re.compile(r"^[0-9a-f]{64}-\d{1,20}\.[0-9a-f]{16}\.profuse\.derived$")
+# Tables and derived entries named by the SHA-1 of their trace (profuse before BLAKE3): never opened
+# (no key matches them), but counted against the size cap and evicted, least recently used, like the others.
+_LEGACY = re.compile(r"^[0-9a-f]{40}-\d{1,20}\.[0-9a-f]{16}\.profuse\.(?:duckdb|derived)$")
 _DERIVED_MAGIC = b"profuse-derived/2\n"  # then the entry's BLAKE3 checksum (32 bytes)
 STAT_SUFFIX = ".profuse.stat"
 _STAT = re.compile(r"^[0-9a-f]{16}\.profuse\.stat$")
@@ -365,7 +368,7 @@ def evict(folder: Path, *, keep: Path, max_bytes: int) -> list[Path]:
     """Remove least recently used caches until the folder holds at most ``max_bytes``."""
     caches = []
     for p in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{DERIVED_SUFFIX}"), *folder.glob(f"*{STAT_SUFFIX}")]:
-        if not (_CACHE.match(p.name) or _DERIVED.match(p.name) or _STAT.match(p.name)):
+        if not (_CACHE.match(p.name) or _DERIVED.match(p.name) or _STAT.match(p.name) or _LEGACY.match(p.name)):
             continue  # not a file profuse named: never removed
         try:
             st = p.stat()
@@ -566,7 +569,8 @@ def write_derived(folder: Path, fp: dict[str, Any], key: str, data: bytes) -> Pa
 
 def is_cache_file(name: str) -> bool:
     """Whether ``name`` is shaped like a file profuse's cache writes (tables, derived or stat entry, temporary)."""
-    return bool(_CACHE.match(name) or _DERIVED.match(name) or _STAT.match(name) or _TEMP.match(name))
+    return bool(_CACHE.match(name) or _DERIVED.match(name) or _STAT.match(name) or _TEMP.match(name)
+                or _LEGACY.match(name))
 
 
 def holds_derived_of_size(folder: Path, size: int) -> bool:
