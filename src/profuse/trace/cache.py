@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # DuckDB is imported where a cache is opened or written: a de
 SUFFIX = ".profuse.duckdb"
 DEFAULT_MAX_MB = 4096
 _CACHE = re.compile(r"^(?P<key>[0-9a-f]{64}-\d{1,20})\.(?P<sum>[0-9a-f]{16})\.profuse\.duckdb$")
+# a temporary of this profuse (64-hex BLAKE3 key) or of one before it (40-hex SHA-1): both are cleaned
 _TEMP = re.compile(r"^\.(?:[0-9a-f]{40}(?:[0-9a-f]{24})?-\d{1,20}(?:\.profuse\.duckdb|\.[0-9a-f]{16}\.profuse\.derived)"
                    r"|[0-9a-f]{16}\.profuse\.stat)\.(?P<pid>\d{1,10})\.tmp(\.wal)?$")
 DERIVED_SUFFIX = ".profuse.derived"
@@ -71,7 +72,6 @@ RACY_NS = 2_000_000_000  # a file changed this shortly before its hash began may
 # that runs at 5 GB/s on one core here, where SHA-1 runs at 1.5 GB/s (54 MB: 11 ms against 35 ms; both
 # release the GIL). A fingerprint names its hash by this key.
 DIGEST = "blake3"
-DIGEST_HEX = 64
 
 
 def hasher() -> Any:
