@@ -1,6 +1,9 @@
 /* Compiled parts of the load after the scan (loaded by trace/compiled.py; each has a numpy or
  * Python twin that runs where this extension is not built, and tests compare the two).
  *
+ * arrow_stream(columns, length, batch): the events table's arrays as an Arrow C stream for DuckDB
+ * (its twin: trace/_write.py's numpy frames; see the section below).
+ *
  * memory_events(buffer): torch.profiler's [memory] instant events read straight into columns, the
  * compiled twin of trace/memory.py's quick path (_cut + _typed).
  *
@@ -25,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 
 #define MAX_THREADS 1024
 #define N_FIGS 6
@@ -527,11 +531,325 @@ done:
     return ret;
 }
 
+/* ---- arrow_stream --------------------------------------------------------------------------- */
+
+/* arrow_stream(columns, length, batch) -> PyCapsule "arrow_array_stream": the columns as an Arrow C
+ * stream (the Arrow C data interface), in batches of `batch` rows, for DuckDB to scan without the GIL
+ * and without a Python object per value (trace/_write.py's ArrowFrame). columns: a list of
+ * (name: str, kind: 'l' int64 | 'i' int32 | 'g' float64 | 'd' int32 codes into a utf8 dictionary,
+ * values, validity or None (a bitmap: bit i of byte i/8, set = valid), dictionary offsets (int32,
+ * entries + 1; 'd' only, else None), dictionary bytes ('d' only, else None)); buffers C-contiguous.
+ * Every code is checked to index the dictionary and every offset to lie in its bytes, so nothing the
+ * consumer reads lies outside a buffer. The buffers are held (and the columns list referenced) until
+ * the stream and every array it gave out are released; the last release takes the GIL to let them go. */
+
+struct ArrowSchema {
+    const char *format, *name, *metadata;
+    int64_t flags, n_children;
+    struct ArrowSchema **children, *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length, null_count, offset, n_buffers, n_children;
+    const void **buffers;
+    struct ArrowArray **children, *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+struct ArrowArrayStream {
+    int (*get_schema)(struct ArrowArrayStream *, struct ArrowSchema *);
+    int (*get_next)(struct ArrowArrayStream *, struct ArrowArray *);
+    const char *(*get_last_error)(struct ArrowArrayStream *);
+    void (*release)(struct ArrowArrayStream *);
+    void *private_data;
+};
+
+#define ARROW_FLAG_NULLABLE 2
+enum { B_VALUES, B_VALID, B_OFFSETS, B_BYTES, N_BUFS };
+
+typedef struct {
+    char *name;
+    char kind;
+    Py_buffer buf[N_BUFS];
+    int has[N_BUFS];
+    int64_t dict_len;
+} Col;
+
+typedef struct {
+    long refs;              /* the stream and every array given out hold one */
+    PyObject *keep;         /* the columns list */
+    Py_ssize_t ncols;
+    Col *cols;
+    int64_t length, batch, next;
+} Shared;
+
+static void shared_free_locked(Shared *sh) {  /* with the GIL */
+    for (Py_ssize_t c = 0; c < sh->ncols; c++) {
+        for (int b = 0; b < N_BUFS; b++)
+            if (sh->cols[c].has[b]) PyBuffer_Release(&sh->cols[c].buf[b]);
+        free(sh->cols[c].name);
+    }
+    free(sh->cols);
+    Py_XDECREF(sh->keep);
+    free(sh);
+}
+
+static void shared_decref(Shared *sh) {
+    if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    shared_free_locked(sh);
+    PyGILState_Release(g);
+}
+
+static void shared_incref(Shared *sh) { __atomic_add_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL); }
+
+/* schemas own only malloc'd memory */
+static void schema_release(struct ArrowSchema *s) {
+    for (int64_t i = 0; i < s->n_children; i++) {
+        struct ArrowSchema *ch = s->children[i];
+        if (ch->release) ch->release(ch);
+        free(ch);
+    }
+    free(s->children);
+    if (s->dictionary) {
+        if (s->dictionary->release) s->dictionary->release(s->dictionary);
+        free(s->dictionary);
+    }
+    free((void *)s->name);
+    s->release = NULL;
+}
+
+static int schema_leaf(struct ArrowSchema *s, const char *format, const char *name) {
+    memset(s, 0, sizeof *s);
+    s->format = format;
+    s->name = strdup(name ? name : "");
+    s->flags = ARROW_FLAG_NULLABLE;
+    s->release = schema_release;
+    return s->name ? 0 : -1;
+}
+
+static int stream_get_schema(struct ArrowArrayStream *st, struct ArrowSchema *out) {
+    Shared *sh = st->private_data;
+    memset(out, 0, sizeof *out);
+    if (schema_leaf(out, "+s", "") != 0) return ENOMEM;
+    out->flags = 0;
+    out->children = calloc((size_t)sh->ncols ? (size_t)sh->ncols : 1, sizeof *out->children);
+    if (!out->children) { schema_release(out); return ENOMEM; }
+    for (Py_ssize_t c = 0; c < sh->ncols; c++) {
+        Col *col = &sh->cols[c];
+        struct ArrowSchema *ch = calloc(1, sizeof *ch);
+        if (!ch) { schema_release(out); return ENOMEM; }
+        out->children[c] = ch;
+        out->n_children = c + 1;
+        static const char fmt_l[] = "l", fmt_i[] = "i", fmt_g[] = "g", fmt_u[] = "u";
+        const char *fmt = col->kind == 'l' ? fmt_l : col->kind == 'g' ? fmt_g : fmt_i;
+        if (schema_leaf(ch, fmt, col->name) != 0) { schema_release(out); return ENOMEM; }
+        if (col->kind == 'd') {
+            ch->dictionary = calloc(1, sizeof *ch->dictionary);
+            if (!ch->dictionary || schema_leaf(ch->dictionary, fmt_u, "") != 0) { schema_release(out); return ENOMEM; }
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    Shared *sh;
+    const void *buffers[3];
+} ArrayPriv;
+
+static void array_release(struct ArrowArray *a) {
+    ArrayPriv *p = a->private_data;
+    for (int64_t i = 0; i < a->n_children; i++) {
+        struct ArrowArray *ch = a->children[i];
+        if (ch && ch->release) ch->release(ch);
+        free(ch);
+    }
+    free(a->children);
+    if (a->dictionary) {
+        if (a->dictionary->release) a->dictionary->release(a->dictionary);
+        free(a->dictionary);
+    }
+    Shared *sh = p->sh;
+    free(p);
+    a->release = NULL;
+    shared_decref(sh);
+}
+
+static int array_init(struct ArrowArray *a, Shared *sh, int64_t length, int64_t offset, int64_t null_count,
+                      int n_buffers) {
+    memset(a, 0, sizeof *a);
+    ArrayPriv *p = calloc(1, sizeof *p);
+    if (!p) return -1;
+    p->sh = sh;
+    shared_incref(sh);
+    a->length = length;
+    a->offset = offset;
+    a->null_count = null_count;
+    a->n_buffers = n_buffers;
+    a->buffers = p->buffers;
+    a->private_data = p;
+    a->release = array_release;
+    return 0;
+}
+
+static int stream_get_next(struct ArrowArrayStream *st, struct ArrowArray *out) {
+    Shared *sh = st->private_data;
+    memset(out, 0, sizeof *out);
+    int64_t len = sh->length - sh->next;
+    if (len <= 0) return 0;  /* the end: out->release stays NULL */
+    if (len > sh->batch) len = sh->batch;
+    int64_t off = sh->next;
+    if (array_init(out, sh, len, 0, 0, 1) != 0) return ENOMEM;
+    out->children = calloc((size_t)sh->ncols ? (size_t)sh->ncols : 1, sizeof *out->children);
+    if (!out->children) { out->release(out); return ENOMEM; }
+    for (Py_ssize_t c = 0; c < sh->ncols; c++) {
+        Col *col = &sh->cols[c];
+        struct ArrowArray *ch = calloc(1, sizeof *ch);
+        if (!ch) { out->release(out); return ENOMEM; }
+        out->children[c] = ch;
+        out->n_children = c + 1;
+        if (array_init(ch, sh, len, off, col->has[B_VALID] ? -1 : 0, 2) != 0) { out->release(out); return ENOMEM; }
+        ((ArrayPriv *)ch->private_data)->buffers[0] = col->has[B_VALID] ? col->buf[B_VALID].buf : NULL;
+        ((ArrayPriv *)ch->private_data)->buffers[1] = col->buf[B_VALUES].buf;
+        if (col->kind == 'd') {
+            struct ArrowArray *d = calloc(1, sizeof *d);
+            if (!d) { out->release(out); return ENOMEM; }
+            ch->dictionary = d;
+            if (array_init(d, sh, col->dict_len, 0, 0, 3) != 0) { out->release(out); return ENOMEM; }
+            ArrayPriv *dp = d->private_data;
+            dp->buffers[0] = NULL;
+            dp->buffers[1] = col->buf[B_OFFSETS].buf;
+            dp->buffers[2] = col->buf[B_BYTES].len ? col->buf[B_BYTES].buf : (const void *)"";
+        }
+    }
+    sh->next += len;
+    return 0;
+}
+
+static const char *stream_last_error(struct ArrowArrayStream *st) {
+    (void)st;
+    return "out of memory";
+}
+
+static void stream_release(struct ArrowArrayStream *st) {
+    Shared *sh = st->private_data;
+    st->release = NULL;
+    shared_decref(sh);
+}
+
+static void capsule_free(PyObject *capsule) {
+    struct ArrowArrayStream *st = PyCapsule_GetPointer(capsule, "arrow_array_stream");
+    if (!st) { PyErr_Clear(); return; }
+    if (st->release) {  /* never taken by a consumer: this thread holds the GIL, so drop the ref here */
+        Shared *sh = st->private_data;
+        st->release = NULL;
+        if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) == 0) shared_free_locked(sh);
+    }
+    free(st);
+}
+
+static int col_buffer(PyObject *obj, Py_buffer *b, int *has, int64_t need, int exact, const char *what,
+                      const char *name) {
+    if (obj == Py_None) return 0;
+    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) != 0) return -1;
+    *has = 1;
+    if (exact ? b->len != need : b->len < need) {
+        PyErr_Format(PyExc_ValueError, "arrow_stream: column %s: %s holds %zd bytes, %s%lld expected", name, what,
+                     b->len, exact ? "" : "at least ", (long long)need);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *arrow_stream(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *columns;
+    long long length, batch;
+    if (!PyArg_ParseTuple(args, "O!LL", &PyList_Type, &columns, &length, &batch)) return NULL;
+    if (length < 0 || batch <= 0) {
+        PyErr_SetString(PyExc_ValueError, "arrow_stream: length must be >= 0 and batch > 0");
+        return NULL;
+    }
+    Shared *sh = calloc(1, sizeof *sh);
+    if (!sh) return PyErr_NoMemory();
+    sh->refs = 1;
+    sh->length = length;
+    sh->batch = batch;
+    sh->keep = Py_NewRef(columns);
+    Py_ssize_t ncols = PyList_GET_SIZE(columns);
+    sh->cols = calloc((size_t)ncols ? (size_t)ncols : 1, sizeof *sh->cols);
+    if (!sh->cols) { shared_free_locked(sh); return PyErr_NoMemory(); }
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        Col *col = &sh->cols[c];
+        sh->ncols = c + 1;
+        PyObject *item = PyList_GET_ITEM(columns, c), *bufs[N_BUFS];
+        const char *name, *kind;
+        if (!PyArg_ParseTuple(item, "ssOOOO", &name, &kind, &bufs[B_VALUES], &bufs[B_VALID], &bufs[B_OFFSETS],
+                              &bufs[B_BYTES]))
+            goto fail;
+        col->name = strdup(name);
+        if (!col->name) { PyErr_NoMemory(); goto fail; }
+        col->kind = kind[0];
+        if (strlen(kind) != 1 || !strchr("ligd", col->kind)) {
+            PyErr_Format(PyExc_ValueError, "arrow_stream: column %s: unknown kind %s", name, kind);
+            goto fail;
+        }
+        int64_t item_size = col->kind == 'l' || col->kind == 'g' ? 8 : 4;
+        int dict = col->kind == 'd';
+        if ((dict ? bufs[B_OFFSETS] == Py_None || bufs[B_BYTES] == Py_None
+                  : bufs[B_OFFSETS] != Py_None || bufs[B_BYTES] != Py_None) || bufs[B_VALUES] == Py_None) {
+            PyErr_Format(PyExc_ValueError, "arrow_stream: column %s: values, and a dictionary exactly for kind d", name);
+            goto fail;
+        }
+        if (col_buffer(bufs[B_VALUES], &col->buf[B_VALUES], &col->has[B_VALUES], length * item_size, 1, "values",
+                       name) ||
+            col_buffer(bufs[B_VALID], &col->buf[B_VALID], &col->has[B_VALID], (length + 7) / 8, 0, "validity", name) ||
+            col_buffer(bufs[B_OFFSETS], &col->buf[B_OFFSETS], &col->has[B_OFFSETS], 4, 0, "offsets", name) ||
+            col_buffer(bufs[B_BYTES], &col->buf[B_BYTES], &col->has[B_BYTES], 0, 0, "bytes", name))
+            goto fail;
+        if (dict) {
+            const int32_t *offs = col->buf[B_OFFSETS].buf, *codes = col->buf[B_VALUES].buf;
+            int64_t entries = col->buf[B_OFFSETS].len / 4 - 1, bytes = col->buf[B_BYTES].len;
+            if (col->buf[B_OFFSETS].len % 4 || entries > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError, "arrow_stream: column %s: offsets are not whole int32s", name);
+                goto fail;
+            }
+            int bad = offs[0] != 0;
+            for (int64_t i = 0; i < entries && !bad; i++) bad = offs[i + 1] < offs[i] || offs[i + 1] > bytes;
+            for (int64_t i = 0; i < length && !bad; i++) bad = codes[i] < 0 || codes[i] >= entries;
+            if (bad) {
+                PyErr_Format(PyExc_ValueError, "arrow_stream: column %s: a code or offset lies outside its dictionary",
+                             name);
+                goto fail;
+            }
+            col->dict_len = entries;
+        }
+    }
+    struct ArrowArrayStream *st = calloc(1, sizeof *st);
+    if (!st) { PyErr_NoMemory(); goto fail; }
+    st->get_schema = stream_get_schema;
+    st->get_next = stream_get_next;
+    st->get_last_error = stream_last_error;
+    st->release = stream_release;
+    st->private_data = sh;
+    PyObject *capsule = PyCapsule_New(st, "arrow_array_stream", capsule_free);
+    if (!capsule) { free(st); goto fail; }
+    return capsule;
+fail:
+    shared_free_locked(sh);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"ancestors", ancestors, METH_VARARGS,
      "ancestors(parent, accept, out): the nearest accepted event among each event and its ancestors."},
     {"holders", holders, METH_VARARGS,
      "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/levers.py)."},
+    {"arrow_stream", arrow_stream, METH_VARARGS,
+     "arrow_stream(columns, length, batch) -> PyCapsule of an Arrow C stream over the columns (trace/_write.py)."},
     {"memory_events", memory_events, METH_O,
      "memory_events(buffer) -> dict of columns, or None where trace/memory.py's Python path must read them."},
     {NULL, NULL, 0, NULL},

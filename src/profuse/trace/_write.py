@@ -1,7 +1,10 @@
 """The table writers: :class:`EventColumns` and the side tables into an in-memory DuckDB.
 
-String columns go in as small codes and are looked up by DuckDB in lists bound as parameters:
-no join, no sort, and each distinct string crosses from Python once.
+With the compiled extension the ``events`` table goes in as an Arrow C stream over the arrays
+(:class:`ArrowFrame`): string columns as codes into dictionaries, NULLs as validity bitmaps, and
+DuckDB scans it without the GIL and without a Python object per value. Otherwise (and for the side
+tables) string columns go in as small codes looked up by DuckDB in lists bound as parameters: no
+join, no sort, and each distinct string crosses from Python once.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from . import compiled
 from ._columns import FLOW_PHASES, Columns
 from ._prepare import Prepared
 from .correlate import device_threads, module_scopes
@@ -28,6 +32,9 @@ INSERT_BATCH = 1 << 22
 # list's length (120k rows of kernel-like names: 29 ms through 100 names, 190 ms through 50,000; as
 # strings 14-18 ms either way); through a handful of values (kinds, links) the lookup is the cheaper.
 LOOKUP_MAX = 32
+# Rows per batch of the Arrow stream (DuckDB's row group): batches are what DuckDB's threads share out.
+ARROW_BATCH = 122_880
+_ARROW_KIND = {np.dtype(np.int64): "l", np.dtype(np.int32): "i", np.dtype(np.float64): "g"}
 _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
 
 
@@ -40,6 +47,8 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
     once and is compressed by the cache write.
     """
     arrays, n = events.arrays(), len(events)
+    if compiled.enabled() and _write_events_arrow(con, arrays, n, strings):
+        return
     params = {k: v for k, v in strings.params().items() if len(v) <= LOOKUP_MAX}
     for f in fields(EventColumns):
         lookup = WRITE_RULES.get(f.name, {}).get("lookup")
@@ -52,6 +61,88 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
         if lo + INSERT_BATCH < n:
             con.execute("CHECKPOINT trace")
     con.unregister("_frame")
+
+
+class ArrowFrame:
+    """Columns as an Arrow C stream (the Arrow PyCapsule interface) made by the compiled extension:
+    ``columns`` as :func:`profuse.trace._accel.arrow_stream` takes them. Each call of
+    ``__arrow_c_stream__`` gives a fresh stream over the same buffers."""
+
+    def __init__(self, columns: list[tuple[Any, ...]], length: int) -> None:
+        self._columns, self._length = columns, length
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        return compiled.accel.arrow_stream(self._columns, self._length, ARROW_BATCH)
+
+
+def arrow_columns(arrays: dict[str, np.ndarray], strings: EventStrings) -> list[tuple[Any, ...]] | None:
+    """:class:`EventColumns` arrays as :func:`profuse.trace._accel.arrow_stream` columns: integer and
+    float columns as they are, with a validity bitmap where WRITE_RULES has a null (a sentinel, or
+    NaN); coded string columns as int32 codes into their list, UTF-8 encoded (a None entry: the rows
+    coding it are NULL). None when a column cannot go so (an unexpected dtype, a string that is not
+    valid UTF-8): the caller then writes the frame as numpy arrays."""
+    lists = strings.params()
+    out: list[tuple[Any, ...]] = []
+    for f in fields(EventColumns):
+        values, rule = np.ascontiguousarray(arrays[f.name]), WRITE_RULES.get(f.name, {})
+        lookup = rule.get("lookup")
+        if lookup is not None:
+            entries = lists[lookup]
+            try:
+                encoded = [b"" if e is None else e.encode() for e in entries]
+            except (AttributeError, UnicodeEncodeError):
+                return None
+            offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+            np.cumsum([len(e) for e in encoded], out=offsets[1:])
+            if offsets[-1] >= 2**31 or values.dtype.kind not in "iu":
+                return None
+            known = np.array([e is not None for e in entries], dtype=bool)
+            valid = None if known.all() else known[values]
+            out.append((f.name, "d", values.astype(np.int32), _bitmap(valid), offsets.astype(np.int32),
+                        b"".join(encoded)))
+            continue
+        kind = _ARROW_KIND.get(values.dtype)
+        if kind is None:
+            return None
+        valid = None
+        if "null" in rule:
+            valid = values != rule["null"]
+        elif rule.get("nan_null"):
+            valid = ~np.isnan(values)
+        out.append((f.name, kind, values, _bitmap(valid), None, None))
+    return out
+
+
+def _bitmap(valid: np.ndarray | None) -> np.ndarray | None:
+    """An Arrow validity bitmap (bit i of byte i // 8 set: row i is not NULL), or None when all are."""
+    if valid is None or valid.all():
+        return None
+    return np.packbits(valid, bitorder="little")
+
+
+def _write_events_arrow(con: duckdb.DuckDBPyConnection, arrays: dict[str, np.ndarray], n: int,
+                        strings: EventStrings) -> bool:
+    """The ``events`` table from an Arrow stream (see :class:`ArrowFrame`), in INSERT_BATCH-row inserts
+    with a checkpoint between them as in :func:`write_events`; False (nothing written) when the
+    columns cannot go so or this DuckDB cannot scan the stream."""
+    for lo in range(0, max(n, 1), INSERT_BATCH):
+        part = {k: v[lo:lo + INSERT_BATCH] for k, v in arrays.items()}
+        columns = arrow_columns(part, strings)
+        if columns is None:
+            return False
+        try:
+            con.register("_arrow", ArrowFrame(columns, len(part["id"])))
+        except duckdb.Error:  # a DuckDB that cannot scan the stream: the numpy path
+            if lo:
+                raise
+            return False
+        try:
+            con.execute("INSERT INTO events SELECT * FROM _arrow")
+        finally:
+            con.unregister("_arrow")
+        if lo + INSERT_BATCH < n:
+            con.execute("CHECKPOINT trace")
+    return True
 
 
 def write_decoded_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared: Prepared) -> None:

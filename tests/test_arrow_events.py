@@ -1,0 +1,159 @@
+"""The events table written as an Arrow C stream (trace/_accel.c arrow_stream, _write.ArrowFrame).
+
+Against the numpy-frame writer it replaces (the rows of every table equal on real traces, across
+batch boundaries), against rows built by hand from the columns (NULL sentinels, NaN flops, None and
+non-ASCII strings), and the stream's refusals: nothing it hands DuckDB points outside a buffer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import duckdb
+import numpy as np
+import pytest
+from conftest import trace_path
+
+import profuse
+from profuse.trace import _write, build, compiled
+from profuse.trace.event_columns import WRITE_RULES, EventColumns, EventStrings
+
+pytestmark = pytest.mark.skipif(compiled.accel is None, reason="the compiled extension is not built")
+
+INT32 = {"kind", "cat", "name", "pid", "tid", "thread", "link", "unlinked"}  # int32 arrays
+SMALL = {"device", "depth", "kernels", "kernels_total"}  # int64 arrays into INTEGER columns
+
+
+def _events_rows(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    return con.sql("SELECT * FROM events ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("name", ["mtia_inference", "a100_nccl_rank0_of2", "h100_vit_falconsai",
+                                  "mi300_sglang_decode_cudagraph"])
+def test_arrow_stream_writes_the_rows_the_numpy_frame_writes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(trace_path(f"{name}.json.gz"))
+    used: list[bool] = []
+    arrow = _write._write_events_arrow
+
+    def spy(*args: object) -> bool:
+        used.append(arrow(*args))  # type: ignore[arg-type]
+        return used[-1]
+
+    monkeypatch.setattr(_write, "ARROW_BATCH", 997)  # many batches, none aligned to a byte of the bitmaps
+    monkeypatch.setattr(_write, "_write_events_arrow", spy)
+    with profuse.load(path, cache=False) as via_arrow:
+        got = {t: via_arrow.con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in ("events", "threads")}
+        types = via_arrow.con.sql("DESCRIBE events").fetchall()
+    assert used == [True]
+    monkeypatch.setattr(_write, "_write_events_arrow", lambda *args: False)
+    with profuse.load(path, cache=False) as via_numpy:
+        want = {t: via_numpy.con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in ("events", "threads")}
+        assert via_numpy.con.sql("DESCRIBE events").fetchall() == types
+    assert got == want
+    assert len(got["events"]) > 0
+
+
+def _columns(n: int, rng: np.random.Generator, strings: EventStrings) -> EventColumns:
+    cols: dict[str, np.ndarray] = {}
+    lists = strings.params()
+    for f in dataclasses.fields(EventColumns):
+        rule = WRITE_RULES.get(f.name, {})
+        if "lookup" in rule:
+            cols[f.name] = rng.integers(0, len(lists[rule["lookup"]]), n).astype(np.int32)
+        elif f.name == "flops":
+            v = rng.random(n) * 1e12
+            v[rng.random(n) < 0.3] = np.nan
+            cols[f.name] = v
+        else:
+            v = rng.integers(0, 1000 if f.name in INT32 | SMALL else 1 << 40, n)
+            if "null" in rule:
+                v[rng.random(n) < 0.4] = rule["null"]
+            cols[f.name] = v.astype(np.int32 if f.name in INT32 else np.int64)
+    cols["id"] = np.arange(n, dtype=np.int64)
+    return EventColumns(**cols)
+
+
+def _by_hand(events: EventColumns, strings: EventStrings) -> list[tuple]:
+    """The rows the table must hold, from the columns and WRITE_RULES, one value at a time."""
+    lists, rows = strings.params(), []
+    for i in range(len(events)):
+        row = []
+        for f in dataclasses.fields(EventColumns):
+            v, rule = getattr(events, f.name)[i].item(), WRITE_RULES.get(f.name, {})
+            if "lookup" in rule:
+                v = lists[rule["lookup"]][v]
+            elif ("null" in rule and v == rule["null"]) or (rule.get("nan_null") and math.isnan(v)):
+                v = None
+            row.append(v)
+        rows.append(tuple(row))
+    return rows
+
+
+STRINGS = EventStrings(kinds=["cpu_op", "kernel"], cats=[None, "cpu_op", "kernel"],
+                       names=["", "aten::mm", "ÿ 名前 \u00e9\u0301", "void k<float>(x)", "😀" * 40],
+                       pids=["1", "gpu 0"], tids=["7", ""], how=[None, "correlation"], why=[None, "no launch"])
+
+
+@pytest.mark.parametrize("n", [0, 1, 8, 2500])
+def test_rows_equal_the_columns_read_value_by_value(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_write, "ARROW_BATCH", 1000)
+    events = _columns(n, np.random.default_rng(n), STRINGS)
+    want = _by_hand(events, STRINGS)
+    for writer in (_write._write_events_arrow, None):
+        con = build._empty_tables()
+        try:
+            if writer is None:
+                monkeypatch.setattr(_write, "_write_events_arrow", lambda *args: False)
+                _write.write_events(con, events, STRINGS)
+            else:
+                assert _write._write_events_arrow(con, events.arrays(), n, STRINGS)
+            assert _events_rows(con) == want
+        finally:
+            con.close()
+
+
+def test_a_frame_scans_again_with_a_fresh_stream() -> None:
+    events = _columns(50, np.random.default_rng(1), STRINGS)
+    columns = _write.arrow_columns(events.arrays(), STRINGS)
+    assert columns is not None
+    frame = _write.ArrowFrame(columns, 50)
+    con = duckdb.connect()
+    con.register("f", frame)
+    first = con.sql("SELECT name, count(*) FROM f GROUP BY ALL ORDER BY ALL").fetchall()
+    assert con.sql("SELECT name, count(*) FROM f GROUP BY ALL ORDER BY ALL").fetchall() == first
+    assert sum(c for _, c in first) == 50
+    con.close()
+    frame.__arrow_c_stream__()  # a stream never taken by a consumer is let go with its capsule
+
+
+def test_a_string_that_is_not_utf8_leaves_the_numpy_path_to_write() -> None:
+    odd = dataclasses.replace(STRINGS, names=["ok", "\ud800 lone surrogate"])
+    events = _columns(10, np.random.default_rng(2), odd)
+    assert _write.arrow_columns(events.arrays(), odd) is None
+
+
+def _column(kind: str = "d", values: object = None, valid: object = None, offsets: object = None,
+            data: object = None) -> tuple:
+    return ("c", kind, np.zeros(4, np.int32) if values is None else values, valid,
+            np.array([0, 1, 3], np.int32) if offsets is None else offsets, b"abc" if data is None else data)
+
+
+@pytest.mark.parametrize("column, problem", [
+    (_column(values=np.array([0, 1, 2, 0], np.int32)), "outside its dictionary"),
+    (_column(values=np.array([0, -1, 0, 0], np.int32)), "outside its dictionary"),
+    (_column(offsets=np.array([0, 1, 4], np.int32)), "outside its dictionary"),
+    (_column(offsets=np.array([0, 2, 1], np.int32)), "outside its dictionary"),
+    (_column(offsets=np.array([1, 2, 3], np.int32)), "outside its dictionary"),
+    (_column(values=np.zeros(3, np.int32)), "values holds 12 bytes, 16 expected"),
+    (_column(valid=np.zeros(0, np.uint8)), "validity holds 0 bytes, at least 1 expected"),
+    (_column(kind="l", values=np.zeros(4, np.int64)), "a dictionary exactly for kind d"),
+    (("c", "l", np.zeros(4, np.int64), None, None, None), None),
+    (("c", "x", np.zeros(4, np.int64), None, None, None), "unknown kind x"),
+    (("c", "l", np.zeros(8, np.int32)[::2], None, None, None), "contiguous"),
+])
+def test_arrow_stream_refuses_what_would_point_outside_a_buffer(column: tuple, problem: str | None) -> None:
+    if problem is None:
+        assert compiled.accel.arrow_stream([column], 4, 2) is not None
+        return
+    with pytest.raises((ValueError, BufferError), match=problem):
+        compiled.accel.arrow_stream([column], 4, 2)
