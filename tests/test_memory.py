@@ -108,17 +108,26 @@ def test_cpu_memory_profile_matches_key_averages_and_names_the_op_and_module(tmp
     # GIVEN a model that allocates a known tensor per step, profiled on the CPU with profile_memory=True
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), Grow())
     x = torch.randn(4, 16)
-    with torch.no_grad():
-        model(x)
-        model[1].kept.clear()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True,
-                                    with_stack=True, record_shapes=True) as prof:
-            for _ in range(3):
-                with torch.profiler.record_function("step"):
-                    model(x)
     path = tmp_path / "cpu_memory.json"
-    prof.export_chrome_trace(str(path))
-    ka = {e.key: e for e in prof.key_averages()}
+    # torch's Python tracer (with_stack=True) keeps raw pointers to frame names, and now and then
+    # key_averages() decodes freed bytes ("UnicodeDecodeError ... _parse_kineto_results", torch 2.13;
+    # seen in 2 to 4 runs of 12 here, and in ROCm/aiter#4623): that recording is taken again
+    for attempt in range(5):
+        with torch.no_grad():
+            model(x)
+            model[1].kept.clear()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True,
+                                        with_stack=True, record_shapes=True) as prof:
+                for _ in range(3):
+                    with torch.profiler.record_function("step"):
+                        model(x)
+        try:
+            ka = {e.key: e for e in prof.key_averages()}
+        except UnicodeDecodeError:
+            assert attempt < 4, "torch could not read back its own profile five times in a row"
+            continue
+        prof.export_chrome_trace(str(path))
+        break
     # WHEN profuse reads the trace
     with profuse.load(path) as trace:
         rows = {r.name: r for r in ops_payload(op_table(trace)).rows}
