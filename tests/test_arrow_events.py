@@ -1,13 +1,17 @@
-"""The events table written as an Arrow C stream (trace/_accel.c arrow_stream, _write.ArrowFrame).
+"""Tables written as Arrow C streams (trace/_accel.c arrow_stream, _write.ArrowFrame and ArrowTable):
+the events, and the flows, instants and memory side tables.
 
-Against the numpy-frame writer it replaces (the rows of every table equal on real traces, across
+Against the numpy-frame writers they replace (the rows of every table equal on real traces, across
 batch boundaries), against rows built by hand from the columns (NULL sentinels, NaN flops, None and
-non-ASCII strings), and the stream's refusals: nothing it hands DuckDB points outside a buffer.
+non-ASCII strings, flow ids as text), and the stream's refusals: nothing it hands DuckDB points
+outside a buffer.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -51,6 +55,73 @@ def test_arrow_stream_writes_the_rows_the_numpy_frame_writes(name: str, monkeypa
         assert via_numpy.con.sql("DESCRIBE events").fetchall() == types
     assert got == want
     assert len(got["events"]) > 0
+
+
+SIDE_TABLES = ("flows", "instants", "memory", "op_memory", "scopes", "shapes", "threads", "meta")
+
+
+def _tables(path: str, monkeypatch: pytest.MonkeyPatch, *, arrow: bool) -> tuple[dict[str, list], list[str]]:
+    """Every table of ``path`` loaded with the side tables' Arrow streams on or off, and the tables
+    that went in as streams."""
+    streamed: list[str] = []
+    insert = _write.insert_arrow
+
+    def spy(con: duckdb.DuckDBPyConnection, table: str, *args: object) -> bool:
+        if not arrow and table != "events":
+            return False
+        streamed.append(table)
+        return insert(con, table, *args)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as m:
+        m.setattr(_write, "insert_arrow", spy)
+        with profuse.load(path, cache=False) as t:
+            got = {tb: t.con.sql(f"SELECT * FROM {tb} ORDER BY ALL").fetchall()
+                   for tb in ("events", *SIDE_TABLES) if tb != "meta"}
+            got["types"] = [t.con.sql(f"DESCRIBE {tb}").fetchall() for tb in ("events", *SIDE_TABLES)]
+    return got, streamed
+
+
+@pytest.mark.parametrize("name, streamed", [
+    ("v100_rank1_of2_216k_events", {"events", "flows", "instants", "memory"}),
+    ("mi300_normalization_layers", {"events", "flows", "instants", "memory"}),
+    ("mtia_inference", {"events", "flows", "instants"}),
+    ("mi300_sglang_decode_cudagraph", {"events", "flows"}),
+])
+def test_side_tables_as_streams_hold_the_rows_the_numpy_frames_hold(name: str, streamed: set[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(trace_path(f"{name}.json.gz"))
+    via_arrow, used = _tables(path, monkeypatch, arrow=True)
+    via_numpy, _ = _tables(path, monkeypatch, arrow=False)
+    assert set(used) == streamed
+    assert via_arrow == via_numpy
+    assert all(via_arrow[t] for t in streamed)
+
+
+def test_flow_ids_as_text_and_instants_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ids that are no plain decimal numbers keep their text ("07", "a-1"); instants name their thread
+    events = [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 2, "ts": 10, "dur": 5},
+              {"ph": "X", "name": "k", "cat": "kernel", "pid": 0, "tid": 7, "ts": 20, "dur": 3}]
+    for i, ident in enumerate(["07", "a-1", "07", "\u00e9t\u00e9"]):
+        events.append({"ph": "s" if i % 2 == 0 else "f", "id": ident, "pid": 1, "tid": 2, "ts": 11 + i,
+                       "cat": "ac2g", "name": "ac2g", **({"bp": "e"} if i % 2 else {})})
+    events += [{"ph": "i", "s": "t", "name": f"mark {i}", "cat": None if i == 1 else "user", "pid": 1 + i % 2,
+                "tid": 2, "ts": 12 + i} for i in range(3)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    via_arrow, used = _tables(str(path), monkeypatch, arrow=True)
+    via_numpy, _ = _tables(str(path), monkeypatch, arrow=False)
+    assert {"flows", "instants"} <= set(used)
+    assert via_arrow == via_numpy
+    assert sorted(r[0] for r in via_arrow["flows"]) == ["07", "07", "a-1", "\u00e9t\u00e9"]
+    assert [(r[0], r[1], r[3], r[4]) for r in via_arrow["instants"]] == [
+        ("mark 0", "user", "1", "2"), ("mark 1", None, "2", "2"), ("mark 2", "user", "1", "2")]
+
+
+@pytest.mark.parametrize("values", [[0], [0, 9, 10, 99, 100, 101], [2**63 - 1, 1, 10**18], list(range(0, 5000, 7))])
+def test_decimal_dictionary_is_the_decimal_text(values: list[int]) -> None:
+    offsets, data, known = _write.decimal_dictionary(np.array(values, dtype=np.int64))
+    assert [data[offsets[i]:offsets[i + 1]].decode() for i in range(len(values))] == [str(v) for v in values]
+    assert known.all() and offsets[0] == 0 and offsets[-1] == len(data)
 
 
 def _columns(n: int, rng: np.random.Generator, strings: EventStrings) -> EventColumns:

@@ -25,6 +25,7 @@ import numpy as np
 from . import compiled
 from ._columns import _PRECISE_ABOVE_US, THREAD_SHIFT, Columns, _ns, factorize, thread_key
 from ._native import MEMORY_FIGURES
+from ._write import ArrowTable, encode_dictionary
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns
 from .schema import HOST_KINDS, TABLE_KINDS, kind_codes
@@ -366,6 +367,10 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     alloc, free = match_frees(nbytes, addr, dtype, device)
     types, type_code = np.unique(dtype, return_inverse=True)  # a handful: looked up by DuckDB in a list
     labels = [DEVICE_TYPES.get(d, f"type {d}") for d in types.tolist()]
+    type_code = type_code.reshape(-1)
+    if _write_memory_arrow(con, mem, order, ts, thread, op, module, step, alloc, free, type_code, labels):
+        _write_op_memory(con, events, ts, nbytes, dtype)
+        return
     con.register("_mem", {
         "id": np.arange(len(ts), dtype=np.int64), "type_code": type_code.reshape(-1), "device": device, "ts": ts,
         "bytes": nbytes, "addr": addr, "total_allocated": mem.total_allocated[order],
@@ -379,6 +384,22 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
                 {"labels": labels})
     con.unregister("_mem")
     _write_op_memory(con, events, ts, nbytes, dtype)
+
+
+def _write_memory_arrow(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, order: np.ndarray, ts: np.ndarray,
+                        thread: np.ndarray, op: np.ndarray, module: np.ndarray, step: np.ndarray, alloc: np.ndarray,
+                        free: np.ndarray, type_code: np.ndarray, labels: list[str]) -> bool:
+    """The ``memory`` rows as an Arrow stream (see trace/_write.py's ArrowTable); False where they cannot go so."""
+    table = ArrowTable(len(ts)).number("id", np.arange(len(ts), dtype=np.int64))
+    table.text("device_type", type_code, encode_dictionary(labels))
+    cpu = np.array([label == "CPU" for label in labels], dtype=bool)
+    table.number("device", mem.device[order], valid=~cpu[type_code]).number("ts", ts)
+    for name in ("bytes", "addr", "total_allocated", "total_reserved"):
+        table.number(name, getattr(mem, name)[order])
+    for name, values in (("thread", thread), ("op", op), ("module", module), ("step", step), ("alloc", alloc),
+                         ("free", free)):
+        table.number(name, values, null=NONE)
+    return table.insert(con, "memory", "*, bytes < 0 AND alloc IS NULL")
 
 
 def _holders(events: EventColumns, ts: np.ndarray, thread: np.ndarray) -> np.ndarray:
