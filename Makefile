@@ -50,8 +50,9 @@ lint: venv
 	node_modules/.bin/tsc -p tsconfig.json
 
 # The compiled scanner built with ASan + UBSan in a temporary folder, run over the differential test
-# and a larger mutation corpus, the nesting pass over random overlaps and the Arrow stream the events
-# table is written from (the interpreter itself is not instrumented: libasan is preloaded).
+# and a larger mutation corpus, the nesting pass over random overlaps, the Arrow stream the events
+# table is written from and the parallel file read (the interpreter itself is not instrumented:
+# libasan is preloaded).
 # `make sanitize SANITIZE_CFLAGS=-DPROFUSE_SCAN_PORTABLE` checks the portable (no SSE2) string scan.
 sanitize: venv
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
@@ -64,7 +65,7 @@ sanitize: venv
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	$(BIN)/python -m pytest -q -p no:logging -p no:cacheprovider tests/test_scanner.py tests/test_correlate_rules.py tests/test_accel.py \
-		tests/test_arrow_events.py
+		tests/test_arrow_events.py tests/test_read_file.py
 
 # Every row of the speed table (issue 23) with its target, against HTA and the scanner floor measured in
 # the same run; BENCH="--quick" skips the 1 GB inputs. Reports, never fails on a figure.

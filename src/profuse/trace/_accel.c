@@ -21,7 +21,10 @@
  * Each event's time comes back both as the double the text reads as (ts_us) and as exact ns from
  * the text (ts_ns: whole µs * 1000 + the first three decimals), for memory.py's rule between them.
  *
- * The buffer is read without the GIL; only the C API and the C standard library are used.
+ * read_file(fd, n, parts): a plain trace file's bytes, read by several threads (see its section).
+ *
+ * The buffer is read without the GIL; only the C API, the C standard library and (for read_file,
+ * but for Windows) POSIX pread and threads are used.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -843,6 +846,105 @@ fail:
     return NULL;
 }
 
+/* ---- read_file ------------------------------------------------------------------------------ */
+
+/* read_file(fd, n, parts) -> bytes, or None where this build cannot (no pread: Windows).
+ * The first n bytes of the regular file open as fd (fewer where it ends first), read from offset 0
+ * into one new bytes object by `parts` threads, each pread()ing its share. Most of reading a trace
+ * that is in the page cache goes to faulting in the fresh buffer's pages, and those faults run on
+ * every core at once (a 0.5 GB trace on 2 cores: 370 ms for one read() into bytes, 120 ms so).
+ * The file offset of fd is left as it was. OSError on a failed read; a share that meets the end of
+ * the file ends the result there (a file cut short since its size was taken). */
+#if defined(_WIN32)
+static PyObject *read_file(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    Py_RETURN_NONE;
+}
+#else
+#include <pthread.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#define READ_PARTS_MAX 16
+
+typedef struct { int fd; char *buf; size_t start, end, got; int err; } ReadPart;
+
+static void *read_part(void *arg) {
+    ReadPart *r = arg;
+    size_t at = r->start;
+    while (at < r->end) {
+        size_t want = r->end - at;
+        if (want > ((size_t)1 << 30)) want = (size_t)1 << 30;  /* one pread moves at most ~2 GB on Linux */
+        ssize_t k = pread(r->fd, r->buf + at, want, (off_t)at);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            r->err = errno;
+            break;
+        }
+        if (k == 0) break;  /* the end of the file */
+        at += (size_t)k;
+    }
+    r->got = at - r->start;
+    return NULL;
+}
+
+static PyObject *read_file(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd, parts;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "ini", &fd, &n, &parts)) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "read_file: n must not be negative");
+        return NULL;
+    }
+    if (parts < 1) parts = 1;
+    if (parts > READ_PARTS_MAX) parts = READ_PARTS_MAX;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (!out) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (n >= ((Py_ssize_t)8 << 20)) {  /* 2 MB pages where the kernel gives them: 512 times fewer faults */
+        uintptr_t lo = ((uintptr_t)PyBytes_AS_STRING(out) + 4095) & ~(uintptr_t)4095;
+        uintptr_t hi = ((uintptr_t)PyBytes_AS_STRING(out) + (size_t)n) & ~(uintptr_t)4095;
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+#endif
+    ReadPart part[READ_PARTS_MAX];
+    size_t total = (size_t)n, share = (total / (size_t)parts + 4095) & ~(size_t)4095;  /* whole pages each */
+    for (int k = 0; k < parts; k++) {
+        size_t a = share * (size_t)k, b = a + share;
+        if (a > total) a = total;
+        if (b > total || k == parts - 1) b = total;
+        part[k] = (ReadPart){fd, PyBytes_AS_STRING(out), a, b, 0, 0};
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pthread_t th[READ_PARTS_MAX];
+    int started[READ_PARTS_MAX] = {0};
+    for (int k = 1; k < parts; k++)
+        started[k] = part[k].start < part[k].end && pthread_create(&th[k], NULL, read_part, &part[k]) == 0;
+    read_part(&part[0]);
+    for (int k = 1; k < parts; k++) {
+        if (started[k]) pthread_join(th[k], NULL);
+        else read_part(&part[k]);  /* no thread could start: this share here, in turn */
+    }
+    Py_END_ALLOW_THREADS
+    size_t len = total;
+    for (int k = 0; k < parts; k++) {
+        if (part[k].err) {
+            Py_DECREF(out);
+            errno = part[k].err;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        if (part[k].got < part[k].end - part[k].start) {  /* the file ends in this share */
+            len = part[k].start + part[k].got;
+            break;
+        }
+    }
+    if (len < total && _PyBytes_Resize(&out, (Py_ssize_t)len)) return NULL;
+    return out;
+}
+#endif
+
 static PyMethodDef methods[] = {
     {"ancestors", ancestors, METH_VARARGS,
      "ancestors(parent, accept, out): the nearest accepted event among each event and its ancestors."},
@@ -852,6 +954,8 @@ static PyMethodDef methods[] = {
      "arrow_stream(columns, length, batch) -> PyCapsule of an Arrow C stream over the columns (trace/_write.py)."},
     {"memory_events", memory_events, METH_O,
      "memory_events(buffer) -> dict of columns, or None where trace/memory.py's Python path must read them."},
+    {"read_file", read_file, METH_VARARGS,
+     "read_file(fd, n, parts) -> the file's first n bytes, read by parts threads (None where it cannot: Windows)."},
     {NULL, NULL, 0, NULL},
 };
 
