@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import socket
 import statistics
 import sys
 import threading
@@ -75,17 +74,17 @@ def trace_of(events: int) -> Path:
 
 
 class Server:
-    """The explorer's app on uvicorn in a thread, on 127.0.0.1 (as `profuse explore` serves it)."""
+    """The explorer's app on uvicorn in a thread, on 127.0.0.1, with `profuse explore`'s socket and
+    configuration."""
 
     def __init__(self, traces: list[Any]) -> None:
         import uvicorn
 
-        from profuse.explorer.server import create_app
+        from profuse.explorer.server import create_app, listening_socket, server_config
 
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock = listening_socket()
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(traces), log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(server_config(create_app(traces)))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         while not self.server.started:

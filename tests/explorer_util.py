@@ -1,23 +1,22 @@
-"""Run the explorer's real server (uvicorn) on 127.0.0.1 in a thread, for tests."""
+"""Run the explorer's real server (uvicorn, with `profuse explore`'s socket and configuration) on
+127.0.0.1 in a thread, for tests."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from contextlib import contextmanager
 
 import uvicorn
 
-from profuse.explorer.server import create_app
+from profuse.explorer.server import create_app, listening_socket, server_config
 
 
 @contextmanager
 def running(traces, **kw):
     app = create_app(traces, **kw)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket()
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(server_config(app))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.time() + 10

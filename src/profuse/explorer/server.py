@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -559,24 +560,14 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
 def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep_metadata: bool = False,
           on_ready: Callable[[str], None] | None = None, ranks: RankRuns | None = None) -> None:
     """Serve until Ctrl-C, on 127.0.0.1 (a free port unless ``port``)."""
-    import socket
     import webbrowser
 
     import uvicorn
 
-    from ._guard import HeadTimeoutH11
-
     app = create_app(traces, keep_metadata=keep_metadata, ranks=ranks)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.listen(2048)  # connections made as soon as the URL is printed wait for the server
+    sock = listening_socket(port)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    # a request still running after Ctrl-C / SIGTERM is cut after 2 s instead of holding the exit
-    # a connection that sends no complete request head within a few seconds is closed (_guard)
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2,
-                            http=HeadTimeoutH11)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(app))
     if on_ready:
         on_ready(url)
     if open_browser:
@@ -590,6 +581,32 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
         pass  # uvicorn has shut down; Ctrl-C is how the explorer is meant to stop
     finally:
         sock.close()
+
+
+def listening_socket(port: int = 0) -> socket.socket:
+    """The explorer's listening socket: TCP on 127.0.0.1 only (a free port unless ``port``)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(2048)  # connections made as soon as the URL is printed wait for the server
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def server_config(app: Any) -> Any:
+    """uvicorn's configuration for the explorer (``profuse explore`` and benchmarks/bench_explorer.py):
+    a request still running after Ctrl-C / SIGTERM is cut after 2 s instead of holding the exit; a
+    connection that sends no complete request head within a few seconds is closed, and every one sends
+    without Nagle's delay (_guard)."""
+    import uvicorn
+
+    from ._guard import HeadTimeoutH11
+
+    return uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2,
+                          http=HeadTimeoutH11)
 
 
 def _terminate(signum: int, frame: Any) -> None:
