@@ -13,17 +13,24 @@ from profuse.explorer.server import create_app, listening_socket, server_config
 
 @contextmanager
 def running(traces, **kw):
-    app = create_app(traces, **kw)
+    """The explorer serving ``traces`` as `profuse explore` does; yields its URL."""
     sock = listening_socket()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(server_config(app))
+    with serving(sock, server_config(create_app(traces, **kw))):
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@contextmanager
+def serving(sock, config):
+    """uvicorn with ``config`` on the listening socket ``sock``, in a thread; yields the server (its
+    ``server_state`` holds the open connections). The socket is closed after."""
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.time() + 10
     while not server.started and time.time() < deadline:
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server
     finally:
         server.should_exit = True
         thread.join(5)

@@ -4,37 +4,18 @@ from __future__ import annotations
 
 import http.client
 import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
+from explorer_util import serving
 
 from profuse.explorer.server import create_app, listening_socket, server_config
-
-
-@contextmanager
-def _server(sock: socket.socket, config: Any) -> Iterator[uvicorn.Server]:
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.time() + 10
-    while not server.started and time.time() < deadline:
-        time.sleep(0.02)
-    try:
-        yield server
-    finally:
-        server.should_exit = True
-        thread.join(5)
-        sock.close()
 
 
 def _server_side_no_delay(sock: socket.socket, config: Any) -> list[int]:
     """TCP_NODELAY of the server's socket of each open connection, after one request on it."""
     port = sock.getsockname()[1]
-    with _server(sock, config) as server:
+    with serving(sock, config) as server:
         client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
             client.request("GET", "/api/runs")

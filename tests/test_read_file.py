@@ -12,7 +12,7 @@ from conftest import trace_path
 
 import profuse
 from profuse.errors import TraceError
-from profuse.trace import _decode, compiled
+from profuse.trace import _decode, _parallel, compiled
 
 pytestmark = pytest.mark.skipif(compiled.accel is None, reason="the compiled extension is not built")
 
@@ -85,10 +85,21 @@ def test_read_trace_takes_the_parallel_read_and_matches_the_plain_one(plain_trac
     assert raw is None
     want = plain_trace.read_bytes()
     assert fast == want
-    if len(os.sched_getaffinity(0)) > 1:
-        assert calls == [len(want)]  # taken, on a machine with more than one core
+    if _parallel.cores_wanted() > 1:
+        assert calls == [len(want)]  # taken where a load may use more than one core
     monkeypatch.setattr(_decode, "PARALLEL_READ_MIN", 1 << 62)
     assert _decode.read_trace(str(plain_trace))[0] == want
+
+
+def test_one_worker_reads_in_one_piece(plain_trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PROFUSE_WORKERS=1 (what a rank's map task sets, one task per core) keeps the read on one thread."""
+    monkeypatch.setenv("PROFUSE_WORKERS", "1")
+    with open(plain_trace, "rb") as fh:
+        assert _decode._read_parallel(fh, plain_trace.stat().st_size + 1) is None
+    assert _decode.read_trace(str(plain_trace))[0] == plain_trace.read_bytes()
+    monkeypatch.setenv("PROFUSE_WORKERS", "2")
+    with open(plain_trace, "rb") as fh:
+        assert _decode._read_parallel(fh, plain_trace.stat().st_size + 1) == plain_trace.read_bytes()
 
 
 @pytest.mark.parametrize("parallel", [True, False])

@@ -852,7 +852,7 @@ fail:
  * The first n bytes of the regular file open as fd (fewer where it ends first), read from offset 0
  * into one new bytes object by `parts` threads, each pread()ing its share. Most of reading a trace
  * that is in the page cache goes to faulting in the fresh buffer's pages, and those faults run on
- * every core at once (a 0.5 GB trace on 2 cores: 370 ms for one read() into bytes, 120 ms so).
+ * every core at once (a 0.5 GB trace on 2 cores: 313-339 ms for one read() into bytes, 93-109 ms so).
  * The file offset of fd is left as it was. OSError on a failed read; a share that meets the end of
  * the file ends the result there (a file cut short since its size was taken). */
 #if defined(_WIN32)

@@ -193,15 +193,17 @@ PARALLEL_READ_MIN = 8 << 20
 
 
 def _read_parallel(fh: BinaryIO, n: int) -> bytes | None:
-    """The first ``n`` bytes of the file (fewer where it ends first), read by a thread per core (up to 4)
-    into one buffer (trace/_accel.c's read_file: the fresh buffer's page faults, most of a read from the
-    page cache, then run on every core); None below PARALLEL_READ_MIN, without the extension, on one core
-    or where it cannot (Windows): the caller reads as before."""
+    """The first ``n`` bytes of the file (fewer where it ends first), read by a thread per core the load
+    may use (_parallel.cores_wanted, up to 4) into one buffer (trace/_accel.c's read_file: the fresh
+    buffer's page faults, most of a read from the page cache, then run on every core); None below
+    PARALLEL_READ_MIN, without the extension, with one core or where it cannot (Windows): the caller
+    reads as before."""
     from . import compiled
+    from ._parallel import cores_wanted
 
     if n < PARALLEL_READ_MIN or not compiled.enabled():
         return None
-    parts = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    parts = min(4, cores_wanted())
     if parts < 2:
         return None
     data: bytes | None = compiled.accel.read_file(fh.fileno(), n, parts)

@@ -154,7 +154,12 @@ def decode_parallel(path: str, doc: _decode.Document, *, workers: int,
 
 def worker_count(nbytes: int) -> int:
     """Decoding processes for a trace of ``nbytes`` (1 below PARALLEL_MIN_BYTES; ``$PROFUSE_WORKERS`` caps it)."""
-    if nbytes < PARALLEL_MIN_BYTES or os.environ.get("PROFUSE_WORKERS") == "1":
+    if nbytes < PARALLEL_MIN_BYTES:
         return 1
-    want = int(os.environ.get("PROFUSE_WORKERS", "0")) or (os.cpu_count() or 1)
-    return max(1, min(want, 8))
+    return max(1, min(cores_wanted(), 8))
+
+
+def cores_wanted() -> int:
+    """The cores one load may use: ``$PROFUSE_WORKERS`` where set (a rank's map task sets 1), else the
+    machine's (the decoding processes here and the parallel read of _decode.py both ask)."""
+    return int(os.environ.get("PROFUSE_WORKERS", "0")) or (os.cpu_count() or 1)
