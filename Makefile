@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The compiled scanner, rebuilt in place when its source changes (pip built it at install time).
-$(SCANNER): $(STAMP) src/profuse/trace/_scan.c setup.py
+$(SCANNER): $(STAMP) src/profuse/trace/_scan.c src/profuse/trace/_accel.c setup.py
 	PROFUSE_REQUIRE_SCANNER=1 $(BIN)/python setup.py -q build_ext --inplace
 	touch $(SCANNER)
 

@@ -132,6 +132,102 @@ def test_frees_matched_as_a_walk_in_time_order_matches_them() -> None:
         assert alloc.tolist() == want_alloc and free.tolist() == want_free
 
 
+def _op_memory_by_hand(ts: list[int], dur: list[int], in_table: list[bool], parent: list[int], mem_ts: list[int],
+                       cpu: list[int], dev: list[int]) -> list[tuple[int, int, int, int, int]]:
+    """torch's per-op memory, one event at a time: the bytes of each memory event in [ts, ts + dur], less
+    what the op-table children hold; the rows with any figure."""
+    n = len(ts)
+    total = [(sum(c for t, c in zip(mem_ts, cpu) if ts[i] <= t <= ts[i] + dur[i]),
+              sum(d for t, d in zip(mem_ts, dev) if ts[i] <= t <= ts[i] + dur[i])) for i in range(n)]
+    rows = []
+    for i in range(n):
+        if not in_table[i]:
+            continue
+        kids = [j for j in range(n) if in_table[j] and parent[j] == i]
+        self_cpu = total[i][0] - sum(total[j][0] for j in kids)
+        self_dev = total[i][1] - sum(total[j][1] for j in kids)
+        if total[i][0] or total[i][1] or self_cpu or self_dev:
+            rows.append((i, total[i][0], self_cpu, total[i][1], self_dev))
+    return rows
+
+
+def test_op_memory_compiled_matches_the_numpy_twin_and_a_loop_by_hand() -> None:
+    from types import SimpleNamespace
+    # GIVEN random events (in any time order, some zero or negative long) with random table parents, and
+    # sorted memory events (ties, times on the events' edges) of CPU and device bytes
+    rng = np.random.default_rng(3)
+    for trial in range(400):
+        n, m = int(rng.integers(0, 40)), int(rng.integers(0, 30))
+        scale = int(rng.choice([1, 7, 1000]))
+        ts, dur = rng.integers(0, 50, n) * scale, rng.integers(-1 if trial % 2 else 0, 20, n) * scale
+        in_table = rng.random(n) < 0.7
+        parent = np.where(rng.random(n) < 0.6, rng.integers(-1, max(n, 1), n), -1).astype(np.int64)
+        mem_ts = np.sort(rng.integers(0, 60, m) * scale)
+        cpu = rng.integers(-5, 6, m) * (rng.random(m) < 0.6)
+        dev = rng.integers(-5, 6, m) * (rng.random(m) < 0.5)
+        events = SimpleNamespace(ts=ts.astype(np.int64), dur=dur.astype(np.int64))
+        # WHEN the extension and the numpy twin sum each op-table event's memory
+        got = trace_memory._op_memory_compiled(events, in_table, parent, mem_ts, cpu, dev)
+        want = trace_memory._op_memory_numpy(events, in_table, parent, mem_ts, cpu, dev)
+        # THEN they agree with each other, and with the sums by hand where no event is negative long (there
+        # both sum the window backwards, as the numpy twin always did: the scanner refuses such an event)
+        assert [a.tolist() for a in got] == [a.tolist() for a in want], trial
+        if (dur < 0).any():
+            continue
+        hand = _op_memory_by_hand(ts.tolist(), dur.tolist(), in_table.tolist(), parent.tolist(), mem_ts.tolist(),
+                                  cpu.tolist(), dev.tolist())
+        assert list(zip(*(a.tolist() for a in got))) == hand, trial
+
+
+def test_op_memory_refuses_unsorted_times_and_a_parent_out_of_range() -> None:
+    from profuse.trace import compiled
+    one, two = np.zeros(1, dtype=np.int64), np.zeros(2, dtype=np.int64)
+    out = [np.empty(1, dtype=np.int64) for _ in range(5)]
+    yes = np.ones(1, dtype=bool)
+    with pytest.raises(ValueError, match="not sorted"):
+        compiled.accel.op_memory(one, one, yes, one - 1, np.array([5, 1], dtype=np.int64), two, two, *out)
+    with pytest.raises(ValueError, match="out of range"):
+        compiled.accel.op_memory(one, one, yes, one + 3, two, two, two, *out)
+    with pytest.raises(ValueError, match="length"):
+        compiled.accel.op_memory(two, one, yes, one, two, two, two, *out)
+
+
+def test_start_order_is_lexsort_by_time_then_depth() -> None:
+    # GIVEN times with many ties (small and epoch-sized, and spans too wide for one key) and depths
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        n = int(rng.integers(0, 60))
+        ts = rng.integers(-5, 5, n) * int(rng.choice([1, 10**15, 2**60]))
+        depth = rng.integers(0, int(rng.choice([1, 4, 1000])), n)
+        # WHEN ordered THEN exactly as lexsort orders them (file order among equals)
+        assert trace_memory.start_order(ts, depth).tolist() == np.lexsort((depth, ts)).tolist()
+
+
+def test_nesting_order_is_the_four_key_lexsort() -> None:
+    from profuse.trace.correlate import nesting_order
+    # GIVEN host events on a few threads with many shared starts and ends (and spans too wide for one key)
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        n = int(rng.integers(0, 60))
+        th = rng.integers(0, int(rng.choice([1, 3, 1000])), n).astype(np.int64)
+        start = rng.integers(-4, 6, n) * int(rng.choice([1, 1000, 10**15, 2**58]))
+        end = start + rng.integers(1, 4, n)
+        # WHEN ordered THEN exactly as the lexsort of (thread, start, longer first, position)
+        assert nesting_order(th, start, end).tolist() == np.lexsort((np.arange(n), -end, start, th)).tolist()
+
+
+def test_distinct_and_kind_mask_answer_as_numpy_does() -> None:
+    from profuse.trace._columns import distinct
+    from profuse.trace.schema import KINDS, kind_mask
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        values = rng.integers(-3, int(rng.integers(1, 50)), int(rng.integers(0, 40)))
+        assert distinct(values).tolist() == np.unique(values).tolist()
+        kind = rng.integers(0, len(KINDS), len(values)).astype(np.int32)
+        some = [k for k in KINDS if rng.random() < 0.4]
+        assert kind_mask(kind, *some).tolist() == np.isin(kind, [KINDS.index(k) for k in some]).tolist()
+
+
 def test_nearest_ancestor_compiled_matches_the_numpy_walk() -> None:
     from profuse.trace import correlate
     # GIVEN random forests (parents before or after their children in the arrays) and random accepted events

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -82,10 +84,10 @@ def _tables(path: str, monkeypatch: pytest.MonkeyPatch, *, arrow: bool) -> tuple
 
 
 @pytest.mark.parametrize("name, streamed", [
-    ("v100_rank1_of2_216k_events", {"events", "flows", "instants", "memory"}),
-    ("mi300_normalization_layers", {"events", "flows", "instants", "memory"}),
-    ("mtia_inference", {"events", "flows", "instants"}),
-    ("mi300_sglang_decode_cudagraph", {"events", "flows"}),
+    ("v100_rank1_of2_216k_events", {"events", "flows", "instants", "memory", "op_memory", "shapes"}),
+    ("mi300_normalization_layers", {"events", "flows", "instants", "memory", "op_memory", "shapes"}),
+    ("mtia_inference", {"events", "flows", "instants", "shapes"}),
+    ("mi300_sglang_decode_cudagraph", {"events", "flows", "shapes"}),
 ])
 def test_side_tables_as_streams_hold_the_rows_the_numpy_frames_hold(name: str, streamed: set[str],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,11 +119,21 @@ def test_flow_ids_as_text_and_instants_by_hand(tmp_path: Path, monkeypatch: pyte
         ("mark 0", "user", "1", "2"), ("mark 1", None, "2", "2"), ("mark 2", "user", "1", "2")]
 
 
-@pytest.mark.parametrize("values", [[0], [0, 9, 10, 99, 100, 101], [2**63 - 1, 1, 10**18], list(range(0, 5000, 7))])
-def test_decimal_dictionary_is_the_decimal_text(values: list[int]) -> None:
-    offsets, data, known = _write.decimal_dictionary(np.array(values, dtype=np.int64))
+@pytest.mark.parametrize("values", [[], [0], [0, 9, 10, 99, 100, 101], [2**63 - 1, 1, 10**18], list(range(0, 5000, 7))])
+@pytest.mark.parametrize("make", [_write.decimal_dictionary, _write.decimal_dictionary_numpy])
+def test_decimal_dictionary_is_the_decimal_text(values: list[int], make: Callable[..., Any]) -> None:
+    offsets, data, known = make(np.array(values, dtype=np.int64))
     assert [data[offsets[i]:offsets[i + 1]].decode() for i in range(len(values))] == [str(v) for v in values]
-    assert known.all() and offsets[0] == 0 and offsets[-1] == len(data)
+    assert known.all() and offsets[0] == 0 and offsets[-1] == len(data) and len(offsets) == len(values) + 1
+
+
+def test_decimal_text_writes_negative_values_as_python_does() -> None:
+    values = np.array([-1, -10, -(2**63), 7, -999], dtype=np.int64)
+    offsets, data = compiled.accel.decimal_text(values)
+    at = np.frombuffer(offsets, dtype=np.int32)
+    assert [data[at[i]:at[i + 1]].decode() for i in range(len(values))] == [str(v) for v in values.tolist()]
+    with pytest.raises(ValueError):
+        compiled.accel.decimal_text(np.zeros(3, dtype=np.int32))  # not int64
 
 
 def _columns(n: int, rng: np.random.Generator, strings: EventStrings) -> EventColumns:

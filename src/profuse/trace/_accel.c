@@ -23,6 +23,10 @@
  *
  * read_file(fd, n, parts): a plain trace file's bytes, read by several threads (see its section).
  *
+ * decimal_text(values): int64 values as decimal text, for an Arrow dictionary (trace/_write.py).
+ *
+ * op_memory(...): the op_memory table's figures (trace/memory.py; its numpy twin _op_memory_numpy).
+ *
  * The buffer is read without the GIL; only the C API, the C standard library and (for read_file,
  * but for Windows) POSIX pread and threads are used.
  */
@@ -534,6 +538,174 @@ done:
     return ret;
 }
 
+/* ---- op_memory ------------------------------------------------------------------------------ */
+
+/* The first position in the sorted a[0..m) whose value is not < x (right: not <= x), i.e. numpy's
+ * searchsorted, found from the answer for the previous query (h): a gallop out from h, then a binary
+ * search, so queries in nearly sorted order cost a few steps each instead of a full search. */
+static size_t bound_near(const int64_t *a, size_t m, int64_t x, size_t h, int right) {
+#define BELOW(i) (right ? a[i] <= x : a[i] < x)
+    size_t lo, hi, step = 1;   /* the answer lies in [lo, hi] */
+    if (h > m) h = m;
+    if (h < m && BELOW(h)) {
+        lo = h + 1;
+        for (;;) {
+            hi = lo + step - 1;
+            if (hi >= m) { hi = m; break; }
+            if (!BELOW(hi)) break;
+            lo = hi + 1;
+            step *= 2;
+        }
+    } else {
+        hi = h;
+        for (;;) {
+            if (hi < step) { lo = 0; break; }
+            size_t c = hi - step;
+            if (BELOW(c)) { lo = c + 1; break; }
+            hi = c;
+            step *= 2;
+        }
+    }
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (BELOW(mid)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+#undef BELOW
+}
+
+/* op_memory(ts, dur, in_table, table_parent, mem_ts, cpu, dev, rows, out_cpu, out_self_cpu, out_dev,
+ * out_self_dev) -> count: torch's per-event memory (trace/memory.py _write_op_memory; its numpy twin is
+ * _op_memory_numpy). For each op-table event i (in_table), the bytes of the memory events with
+ * ts[i] <= mem_ts <= ts[i] + dur[i] (cpu and dev: each memory event's bytes counted as CPU or device
+ * memory, else 0), and the self figures: those less the figures of the events whose nearest op-table
+ * ancestor (table_parent) is i. The rows with any figure non-zero go, in order, into rows[0..count)
+ * and the four outputs. ts, dur, table_parent (n) and mem_ts (sorted), cpu, dev (m): int64; in_table (n):
+ * bool; the five outputs (n): int64. Sums wrap on overflow as numpy's do. */
+static PyObject *op_memory(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[12];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6],
+                          &b[7], &b[8], &b[9], &b[10], &b[11]))
+        return NULL;
+    PyObject *ret = NULL;
+    size_t n = (size_t)b[0].len / sizeof(int64_t), m = (size_t)b[4].len / sizeof(int64_t);
+    int ok = (size_t)b[0].len == n * sizeof(int64_t) && (size_t)b[1].len == n * sizeof(int64_t) &&
+             (size_t)b[2].len == n && (size_t)b[3].len == n * sizeof(int64_t) &&
+             (size_t)b[4].len == m * sizeof(int64_t) && (size_t)b[5].len == m * sizeof(int64_t) &&
+             (size_t)b[6].len == m * sizeof(int64_t);
+    for (int k = 7; k < 12; k++) ok = ok && (size_t)b[k].len == n * sizeof(int64_t);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "op_memory: the arrays differ in length");
+        goto done;
+    }
+    const int64_t *ts = b[0].buf, *dur = b[1].buf, *tparent = b[3].buf, *mts = b[4].buf;
+    const int64_t *cpu = b[5].buf, *dev = b[6].buf;
+    const unsigned char *in_table = b[2].buf;
+    int64_t *rows = b[7].buf, *tc = b[8].buf, *sc = b[9].buf, *td = b[10].buf, *sd = b[11].buf;
+    uint64_t *cum = malloc(2 * (m + 1) * sizeof(uint64_t));
+    if (!cum) { PyErr_NoMemory(); goto done; }
+    int bad = 0, unsorted = 0;
+    size_t count = 0;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t *cc = cum, *cd = cum + m + 1;
+    cc[0] = cd[0] = 0;
+    for (size_t j = 0; j < m; j++) {
+        cc[j + 1] = cc[j] + (uint64_t)cpu[j];
+        cd[j + 1] = cd[j] + (uint64_t)dev[j];
+        if (j && mts[j] < mts[j - 1]) unsorted = 1;
+    }
+    size_t lo = 0, hi = 0;
+    for (size_t i = 0; i < n && !unsorted; i++) {   /* the totals, and the children's sums zeroed */
+        sc[i] = sd[i] = 0;
+        if (!in_table[i]) { tc[i] = td[i] = 0; continue; }
+        lo = bound_near(mts, m, ts[i], lo, 0);
+        hi = bound_near(mts, m, (int64_t)((uint64_t)ts[i] + (uint64_t)dur[i]), hi, 1);
+        tc[i] = (int64_t)(cc[hi] - cc[lo]);
+        td[i] = (int64_t)(cd[hi] - cd[lo]);
+    }
+    for (size_t i = 0; i < n && !unsorted; i++) {   /* each table event's figures onto its table parent */
+        int64_t p = tparent[i];
+        if (p < -1 || p >= (int64_t)n) { bad = 1; break; }
+        if (p < 0 || !in_table[i]) continue;
+        sc[p] = (int64_t)((uint64_t)sc[p] + (uint64_t)tc[i]);
+        sd[p] = (int64_t)((uint64_t)sd[p] + (uint64_t)td[i]);
+    }
+    for (size_t i = 0; i < n && !bad && !unsorted; i++) {   /* self = total - children; kept rows packed */
+        if (!in_table[i]) continue;
+        int64_t c = tc[i], d = td[i];
+        int64_t s_c = (int64_t)((uint64_t)c - (uint64_t)sc[i]), s_d = (int64_t)((uint64_t)d - (uint64_t)sd[i]);
+        if (!c && !d && !s_c && !s_d) continue;
+        rows[count] = (int64_t)i;   /* count <= i: what is written was read already */
+        tc[count] = c; sc[count] = s_c; td[count] = d; sd[count] = s_d;
+        count++;
+    }
+    Py_END_ALLOW_THREADS
+    free(cum);
+    if (unsorted) {
+        PyErr_SetString(PyExc_ValueError, "op_memory: the memory events' times are not sorted");
+        goto done;
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "op_memory: a table parent is out of range");
+        goto done;
+    }
+    ret = PyLong_FromSize_t(count);
+done:
+    for (int k = 0; k < 12; k++) PyBuffer_Release(&b[k]);
+    return ret;
+}
+
+/* ---- decimal_text --------------------------------------------------------------------------- */
+
+/* decimal_text(values) -> (offsets, text) or None: int64 values as their decimal text (what DuckDB's
+ * CAST(... AS VARCHAR) and Python's str write), one after another in `text`, value i in
+ * text[offsets[i]:offsets[i + 1]] (offsets: n + 1 int32); None where the text would pass 2 GB
+ * (int32 offsets). trace/_write.py decimal_dictionary, whose numpy twin made it 10x slower. */
+static PyObject *decimal_text(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer vb;
+    if (PyObject_GetBuffer(arg, &vb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    PyObject *ret = NULL, *offs = NULL, *text = NULL;
+    size_t n = (size_t)vb.len / sizeof(int64_t);
+    if ((size_t)vb.len != n * sizeof(int64_t) || n >= (size_t)INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "decimal_text: not int64 values, or too many");
+        goto done;
+    }
+    const int64_t *v = vb.buf;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = v[i] < 0 ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
+        size_t digits = 1;
+        while (u >= 10) { u /= 10; digits++; }
+        total += digits + (v[i] < 0);
+    }
+    if (total > (size_t)INT32_MAX) { ret = Py_NewRef(Py_None); goto done; }
+    offs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 1) * sizeof(int32_t)));
+    text = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!offs || !text) goto done;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(offs);
+    char *t = PyBytes_AS_STRING(text);
+    size_t at = 0;
+    o[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        char digits[24];
+        int k = 0;
+        uint64_t u = v[i] < 0 ? (uint64_t)0 - (uint64_t)v[i] : (uint64_t)v[i];
+        do { digits[k++] = (char)('0' + u % 10); u /= 10; } while (u);
+        if (v[i] < 0) t[at++] = '-';
+        while (k) t[at++] = digits[--k];
+        o[i + 1] = (int32_t)at;
+    }
+    ret = PyTuple_Pack(2, offs, text);
+done:
+    Py_XDECREF(offs);
+    Py_XDECREF(text);
+    PyBuffer_Release(&vb);
+    return ret;
+}
+
 /* ---- arrow_stream --------------------------------------------------------------------------- */
 
 /* arrow_stream(columns, length, batch) -> PyCapsule "arrow_array_stream": the columns as an Arrow C
@@ -950,6 +1122,11 @@ static PyMethodDef methods[] = {
      "ancestors(parent, accept, out): the nearest accepted event among each event and its ancestors."},
     {"holders", holders, METH_VARARGS,
      "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/levers.py)."},
+    {"op_memory", op_memory, METH_VARARGS,
+     "op_memory(ts, dur, in_table, table_parent, mem_ts, cpu, dev, rows, out_cpu, out_self_cpu, out_dev, out_self_dev)"
+     " -> count: torch's memory per op-table event (trace/memory.py)."},
+    {"decimal_text", decimal_text, METH_O,
+     "decimal_text(values) -> (int32 offsets, text) of int64 values as decimal text, or None past 2 GB."},
     {"arrow_stream", arrow_stream, METH_VARARGS,
      "arrow_stream(columns, length, batch) -> PyCapsule of an Arrow C stream over the columns (trace/_write.py)."},
     {"memory_events", memory_events, METH_O,

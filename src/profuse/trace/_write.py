@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 
 from . import compiled
-from ._columns import FLOW_PHASES, Columns
+from ._columns import FLOW_PHASES, Columns, distinct
 from ._prepare import Prepared
 from .correlate import device_threads, module_scopes
 from .event_columns import WRITE_RULES, EventColumns, EventStrings, insert_sql
@@ -93,15 +93,28 @@ def encode_dictionary(entries: list[Any]) -> Dictionary | None:
     return offsets.astype(np.int32), b"".join(encoded), np.array([e is not None for e in entries], dtype=bool)
 
 
-def decimal_dictionary(values: np.ndarray) -> Dictionary:
+def decimal_dictionary(values: np.ndarray) -> Dictionary | None:
     """Non-negative int64 ``values`` as the utf8 dictionary of their decimal text (what DuckDB's
-    ``CAST(... AS VARCHAR)`` writes), made without a Python object per value."""
+    ``CAST(... AS VARCHAR)`` writes), made without a Python object per value: by the compiled
+    extension where it is on (64 k flow ids: 13 ms -> 1 ms), else by numpy. None past 2 GB of text."""
+    if compiled.enabled():
+        made = compiled.accel.decimal_text(np.ascontiguousarray(values, dtype=np.int64))
+        if made is None:
+            return None
+        return np.frombuffer(made[0], dtype=np.int32), made[1], np.ones(len(values), dtype=bool)
+    return decimal_dictionary_numpy(values)
+
+
+def decimal_dictionary_numpy(values: np.ndarray) -> Dictionary | None:
+    """:func:`decimal_dictionary` by numpy alone."""
     n = len(values)
     width = len(str(int(values.max()))) if n else 1
     grid = np.frombuffer(values.astype(f"S{width}").tobytes(), dtype=np.uint8).reshape(n, width)
     lengths = (grid != 0).sum(axis=1)  # the digits, left-aligned, NUL-padded; 0 is "0"
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return None
     data = grid[np.arange(width) < lengths[:, None]].tobytes()
     return offsets.astype(np.int32), data, np.ones(n, dtype=bool)
 
@@ -248,6 +261,12 @@ def _write_shapes(con: duckdb.DuckDBPyConnection, cols: Columns) -> None:
     shapes = cols.shape_columns
     if not len(shapes.rows):
         return
+    table = ArrowTable(len(shapes.rows)).number("id", shapes.rows)
+    texts = encode_dictionary([*shapes.texts, None])  # code -1 picks the None at the end: NULL
+    for j, name in enumerate(("dims", "types", "grid", "block", "concrete")):
+        table.text(name, np.where(shapes.codes[:, j] < 0, len(shapes.texts), shapes.codes[:, j]), texts)
+    if table.insert(con, "shapes"):
+        return
     frame = dict(zip(("id", "dims", "types", "grid", "block", "concrete"), [shapes.rows, *shapes.text_columns()]))
     con.register("_shapes", frame)
     con.execute("INSERT INTO shapes SELECT * FROM _shapes")
@@ -275,7 +294,7 @@ def _write_scopes(con: duckdb.DuckDBPyConnection, prepared: Prepared, events: Ev
     names, name = prepared.events.names, events.name[scope_ids]
     module = is_module[scope_ids]
     # a module scope's class, once per distinct name (thousands of scopes share a few dozen names)
-    used = np.unique(name[module])
+    used = distinct(name[module])
     classes = np.array(names, dtype=object)
     classes[used] = [module_class(s) for s in names[used].tolist()]
     con.register("_scopes", {

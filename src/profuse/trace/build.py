@@ -27,7 +27,7 @@ from ._write import write_correlated_tables, write_decoded_tables, write_events,
 from .cache import CacheSlot, CacheWriter, fingerprint_of_bytes, fingerprint_of_hash, slot_key
 from .correlate import UNLINKED, correlate, unmatched_flows
 from .event_columns import EventColumns
-from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION, kind_codes
+from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION, kind_mask
 from .trace import Trace
 
 COMPRESS_MIN_EVENTS = 1_000_000
@@ -369,7 +369,7 @@ def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, t
     props = props if isinstance(props, list) else []  # any other shape says nothing usable
     dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
     dev_name = dev_name if isinstance(dev_name, str) else None
-    has_device = bool(np.isin(kind, kind_codes("kernel", "memcpy", "memset", "device_other")).any())
+    has_device = bool(kind_mask(kind, "kernel", "memcpy", "memset", "device_other").any())
     lower = {c.lower() for c in cats if c}
     if "mtia_runtime" in lower or "mtia_ccp_events" in lower:
         return "MTIA", dev_name

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _native, compiled
+from ._columns import distinct
 from .event_columns import NONE, DecodedEvents, EventColumns, Flows
-from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, GRAPH_LAUNCHES, KIND_CODE, TABLE_KINDS, kind_codes
+from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, GRAPH_LAUNCHES, KIND_CODE, TABLE_KINDS, kind_mask
 
 __all__ = ["LINK_HOW", "NONE", "UNLINKED", "Attribution", "Flows", "Links", "attribute", "correlate",
            "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nesting", "unmatched_flows"]
@@ -26,10 +27,10 @@ OVERHANG_NS = 1000  # a call may end this much after its parent (µs rounding) a
 def correlate(events: DecodedEvents) -> EventColumns:
     """Every correlation rule (docs/correlation.md) over one trace: the ``events`` table's columns."""
     kind, n = events.kind, len(events)
-    is_device = np.isin(kind, kind_codes(*DEVICE_KINDS))
+    is_device = kind_mask(kind, *DEVICE_KINDS)
     host = ~is_device & ~device_threads(kind, events.thread, len(events.pid_of_thread))[events.thread]
     parent, depth = nesting(events.thread, events.ts, events.dur, host)
-    op_of_host = nearest_ancestor(parent, np.isin(kind, kind_codes("cpu_op", "annotation")), include_self=True)
+    op_of_host = nearest_ancestor(parent, kind_mask(kind, "cpu_op", "annotation"), include_self=True)
     graph_launch = name_flags(events.names, lambda s: s in GRAPH_LAUNCHES)[events.name]
     links = link_device_events(kind=kind, graph_launch=graph_launch, thread=events.thread, ts=events.ts,
                                correlation=events.correlation, external_id=events.external_id,
@@ -56,7 +57,7 @@ def correlate(events: DecodedEvents) -> EventColumns:
 def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:
     """A flag per thread number: it carries device events (its host-kind events are not nested either)."""
     out = np.zeros(count, dtype=bool)
-    out[thread[np.isin(kind, kind_codes(*DEVICE_KINDS))]] = True
+    out[thread[kind_mask(kind, *DEVICE_KINDS)]] = True
     return out
 
 
@@ -76,8 +77,8 @@ def _enclosing_or_launchers(parent: np.ndarray, accept: np.ndarray, host: np.nda
     """Host events: the innermost enclosing ``accept`` event; device events: the innermost one holding
     their launch call (so a graph replay inherits the scope of its graph launch, even one that sits in a
     module inside the launching op), else, linked by external id only, the one holding their op."""
-    of_host = nearest_ancestor(parent, accept, include_self=False)
     holding = nearest_ancestor(parent, accept, include_self=True)
+    of_host = np.where(parent >= 0, holding[np.maximum(parent, 0)], NONE)  # include_self=False, from it
     src = np.where(links.launch >= 0, links.launch, links.op)
     of_launcher = np.where(src >= 0, holding[np.clip(src, 0, None)], NONE)
     return np.where(host, of_host, of_launcher)
@@ -88,6 +89,31 @@ def _device_and_stream(events: DecodedEvents, is_device: np.ndarray) -> tuple[np
     device = np.where(events.device < 0, events.pid_of_thread[events.thread], events.device)
     stream = np.where(events.stream < 0, events.tid_of_thread[events.thread], events.stream)
     return np.where(is_device, device, NONE), np.where(is_device, stream, NONE)
+
+
+def nesting_order(th: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``np.lexsort((positions, -end, start, th))``: by thread, start, the longer first, then position.
+    One stable argsort of ``th << bits | (start - min)`` where that fits in 63 bits (any real trace),
+    then a lexsort of only the events sharing a thread and start (a parent and the child that starts
+    with it in the same µs): Timsort runs through the nearly sorted starts, the four-key lexsort did
+    not (1.1 M host events: 101 -> 27 ms)."""
+    if not th.size:
+        return np.zeros(0, dtype=np.int64)
+    lo, span = int(start.min()), int(start.max()) - int(start.min())
+    bits = max(int(th.max()), 1).bit_length()
+    if int(th.min()) < 0 or span >= 1 << (63 - bits):
+        return np.lexsort((np.arange(len(th)), -end, start, th))
+    key = (th << (63 - bits)) | (start - lo)
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    tied = np.zeros(len(order), dtype=bool)
+    same = np.flatnonzero(ordered[1:] == ordered[:-1])
+    tied[same] = tied[same + 1] = True
+    at = np.flatnonzero(tied)
+    if at.size:  # each run of one key in place, its events by -end then position
+        run = order[at]
+        order[at] = run[np.lexsort((run, -end[run], ordered[at]))]
+    return order
 
 
 def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +133,7 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
         return parent, depth
     th, start = thread[idx].astype(np.int64), ts[idx].astype(np.int64)
     end = start + np.maximum(dur[idx], 1)
-    order = np.lexsort((idx, -end, start, th))
+    order = nesting_order(th, start, end)
     th, start, end, ids = th[order], start[order], end[order], idx[order]
     if (nest := _native.nest_sorted(th, start, end, OVERHANG_NS)) is not None:
         p_loc, d_loc = nest
@@ -145,7 +171,7 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     bad = np.zeros(m, dtype=bool)
     parent_end = end[pos_of[par_sorted[has]]]
     bad[has] = (start[has] >= parent_end) | (end[has] > parent_end)  # any overhang: the count may be off
-    for t in np.unique(th[bad]):
+    for t in distinct(th[bad]).tolist():
         sel = np.flatnonzero(th == t)
         p_loc, d_loc = _stack_nesting(start[sel], end[sel])
         par_sorted[sel] = np.where(p_loc >= 0, ids[sel][np.clip(p_loc, 0, None)], NONE)
@@ -263,7 +289,7 @@ def link_device_events(
     n = len(kind)
     launch = np.full(n, NONE, dtype=np.int64)
     how = np.zeros(n, dtype=np.int8)
-    dev = np.flatnonzero(np.isin(kind, kind_codes(*DEVICE_KINDS)))
+    dev = np.flatnonzero(kind_mask(kind, *DEVICE_KINDS))
     runtime = np.flatnonzero(kind == KIND_CODE["runtime"])
     # 1. correlation id
     rt_corr = correlation[runtime]
@@ -293,7 +319,7 @@ def link_device_events(
     replay = dev[(launch[dev] >= 0) & graph[np.clip(launch[dev], 0, None)]]
     how[replay] = LINK_CODE["graph"]
     unlinked = np.zeros(n, dtype=np.int8)
-    timed = dev[np.isin(kind[dev], kind_codes(*DEVICE_TIME_KINDS))]
+    timed = dev[kind_mask(kind[dev], *DEVICE_TIME_KINDS)]
     lost = timed[op[timed] < 0]
     has_launch = launch[lost] >= 0
     no_ids = (correlation[lost] < 0) & (external_id[lost] < 0)
@@ -355,14 +381,14 @@ def attribute(
 ) -> Attribution:
     """Self CPU time over the op-table tree, and device time per op (self and inclusive)."""
     n = len(kind)
-    in_table = np.isin(kind, kind_codes(*TABLE_KINDS))
+    in_table = kind_mask(kind, *TABLE_KINDS)
     table_parent = nearest_ancestor(parent, in_table, include_self=False)
     child = np.flatnonzero(in_table & (table_parent >= 0))
     children_dur = np.bincount(table_parent[child], weights=dur[child], minlength=n)
     # children that overlap one another or outlast their parent (improper nesting) can add up to more than
     # it: its self time is then 0, never negative (docs/correlation.md)
     self_cpu = np.where(in_table, np.maximum(dur - children_dur.astype(np.int64), 0), 0)
-    timed = np.flatnonzero(np.isin(kind, kind_codes(*DEVICE_TIME_KINDS)) & (device_op >= 0))
+    timed = np.flatnonzero(kind_mask(kind, *DEVICE_TIME_KINDS) & (device_op >= 0))
     owner = device_op[timed]
     self_device = np.bincount(owner, weights=dur[timed], minlength=n).astype(np.int64)
     kernels = np.bincount(owner, minlength=n).astype(np.int64)
