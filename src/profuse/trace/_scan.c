@@ -643,9 +643,9 @@ static int member_end(Scan *s) {
     return -1;
 }
 
-/* *mem_dup: a [memory] figure given twice (the reference keeps the last; only memory.py reads them). */
+/* *mem_dup: a [memory] figure given twice (the reference keeps the last; only memory.py reads them).
+ * a[] comes all T_MISSING (parse_event, which reads one "args" per event at most). */
 static int parse_args(Scan *s, Tok *a, int *mem_dup) {
-    for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
     int r;
     for (r = object_start(s); r == 0; r = member_end(s)) {   /* args must be an object */
         Tok key;
