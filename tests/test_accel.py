@@ -218,7 +218,8 @@ def test_nesting_order_is_the_four_key_lexsort() -> None:
 
 def test_distinct_and_kind_mask_answer_as_numpy_does() -> None:
     from profuse.trace._columns import distinct
-    from profuse.trace.schema import KINDS, kind_mask
+    from profuse.trace.event_columns import kind_mask
+    from profuse.trace.schema import KINDS
     rng = np.random.default_rng(2)
     for _ in range(100):
         values = rng.integers(-3, int(rng.integers(1, 50)), int(rng.integers(0, 40)))

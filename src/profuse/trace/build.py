@@ -26,8 +26,8 @@ from ._privateuse1 import privateuse1_name
 from ._write import write_correlated_tables, write_decoded_tables, write_events, write_meta
 from .cache import CacheSlot, CacheWriter, fingerprint_of_bytes, fingerprint_of_hash, slot_key
 from .correlate import UNLINKED, correlate, unmatched_flows
-from .event_columns import EventColumns
-from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION, kind_mask
+from .event_columns import EventColumns, kind_mask
+from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION
 from .trace import Trace
 
 COMPRESS_MIN_EVENTS = 1_000_000

@@ -13,8 +13,8 @@ import numpy as np
 
 from . import _native, compiled
 from ._columns import distinct
-from .event_columns import NONE, DecodedEvents, EventColumns, Flows
-from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, GRAPH_LAUNCHES, KIND_CODE, TABLE_KINDS, kind_mask
+from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask
+from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, GRAPH_LAUNCHES, KIND_CODE, TABLE_KINDS
 
 __all__ = ["LINK_HOW", "NONE", "UNLINKED", "Attribution", "Flows", "Links", "attribute", "correlate",
            "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nesting", "unmatched_flows"]

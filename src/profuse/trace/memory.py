@@ -27,8 +27,8 @@ from ._columns import _PRECISE_ABOVE_US, THREAD_SHIFT, Columns, _ns, distinct, f
 from ._native import MEMORY_FIGURES
 from ._write import ArrowTable, encode_dictionary
 from .correlate import nearest_ancestor
-from .event_columns import NONE, EventColumns
-from .schema import HOST_KINDS, TABLE_KINDS, kind_mask
+from .event_columns import NONE, EventColumns, kind_mask
+from .schema import HOST_KINDS, TABLE_KINDS
 
 MEMORY_EVENT = "[memory]"
 _RAW_NAME = b'"[memory]"'
