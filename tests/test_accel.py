@@ -193,6 +193,7 @@ def test_op_memory_refuses_unsorted_times_and_a_parent_out_of_range() -> None:
 
 
 def test_start_order_is_lexsort_by_time_then_depth() -> None:
+    from profuse.trace._columns import packed_order
     # GIVEN times with many ties (small and epoch-sized, and spans too wide for one key) and depths
     rng = np.random.default_rng(9)
     for _ in range(300):
@@ -200,11 +201,11 @@ def test_start_order_is_lexsort_by_time_then_depth() -> None:
         ts = rng.integers(-5, 5, n) * int(rng.choice([1, 10**15, 2**60]))
         depth = rng.integers(0, int(rng.choice([1, 4, 1000])), n)
         # WHEN ordered THEN exactly as lexsort orders them (file order among equals)
-        assert trace_memory.start_order(ts, depth).tolist() == np.lexsort((depth, ts)).tolist()
+        assert packed_order(ts, depth).tolist() == np.lexsort((depth, ts)).tolist()
 
 
 def test_nesting_order_is_the_four_key_lexsort() -> None:
-    from profuse.trace.correlate import nesting_order
+    from profuse.trace._columns import packed_order
     # GIVEN host events on a few threads with many shared starts and ends (and spans too wide for one key)
     rng = np.random.default_rng(4)
     for _ in range(300):
@@ -213,7 +214,7 @@ def test_nesting_order_is_the_four_key_lexsort() -> None:
         start = rng.integers(-4, 6, n) * int(rng.choice([1, 1000, 10**15, 2**58]))
         end = start + rng.integers(1, 4, n)
         # WHEN ordered THEN exactly as the lexsort of (thread, start, longer first, position)
-        assert nesting_order(th, start, end).tolist() == np.lexsort((np.arange(n), -end, start, th)).tolist()
+        assert packed_order(th, start, -end).tolist() == np.lexsort((np.arange(n), -end, start, th)).tolist()
 
 
 def test_distinct_and_kind_mask_answer_as_numpy_does() -> None:

@@ -37,6 +37,34 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
 
 
+def packed_order(major: np.ndarray, minor: np.ndarray, tie: np.ndarray | None = None) -> np.ndarray:
+    """``np.lexsort(([tie,] minor, major))``: by major, then minor, then tie, then position. As one stable
+    argsort of ``(major - min) << bits | (minor - min)`` where that fits in 63 bits (any real trace's
+    threads, times and depths), then a lexsort of only the runs that share both keys (by tie): Timsort
+    runs through nearly sorted times, a lexsort's passes do not (the host nesting's 4-key sort of
+    1.1 M events: 101 -> 27 ms; the memory holders' 2-key sort of 765 k: 69 -> 12 ms)."""
+    keys = (minor, major) if tie is None else (tie, minor, major)
+    if not major.size:
+        return np.zeros(0, dtype=np.int64)
+    major_lo, minor_lo = int(major.min()), int(minor.min())
+    bits = max(int(minor.max()) - minor_lo, 1).bit_length()
+    if bits > 62 or int(major.max()) - major_lo >= 1 << (63 - bits):
+        return np.lexsort(keys)
+    key = ((major.astype(np.int64) - major_lo) << bits) | (minor.astype(np.int64) - minor_lo)
+    order = np.argsort(key, kind="stable")
+    if tie is None:
+        return order
+    ordered = key[order]
+    tied = np.zeros(len(order), dtype=bool)
+    same = np.flatnonzero(ordered[1:] == ordered[:-1])
+    tied[same] = tied[same + 1] = True
+    at = np.flatnonzero(tied)
+    if at.size:  # each run of one key in place, its events by tie, then position
+        run = order[at]
+        order[at] = run[np.lexsort((run, tie[run], ordered[at]))]
+    return order
+
+
 def intern(table: dict[Any, int], values: list[Any]) -> np.ndarray:
     """Codes of ``values`` in ``table`` (value -> code), adding the values not in it yet."""
     setdefault = table.setdefault

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _native, compiled
-from ._columns import distinct
+from ._columns import distinct, packed_order
 from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask
 from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, GRAPH_LAUNCHES, KIND_CODE, TABLE_KINDS
 
@@ -91,31 +91,6 @@ def _device_and_stream(events: DecodedEvents, is_device: np.ndarray) -> tuple[np
     return np.where(is_device, device, NONE), np.where(is_device, stream, NONE)
 
 
-def nesting_order(th: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """``np.lexsort((positions, -end, start, th))``: by thread, start, the longer first, then position.
-    One stable argsort of ``th << bits | (start - min)`` where that fits in 63 bits (any real trace),
-    then a lexsort of only the events sharing a thread and start (a parent and the child that starts
-    with it in the same µs): Timsort runs through the nearly sorted starts, the four-key lexsort did
-    not (1.1 M host events: 101 -> 27 ms)."""
-    if not th.size:
-        return np.zeros(0, dtype=np.int64)
-    lo, span = int(start.min()), int(start.max()) - int(start.min())
-    bits = max(int(th.max()), 1).bit_length()
-    if int(th.min()) < 0 or span >= 1 << (63 - bits):
-        return np.lexsort((np.arange(len(th)), -end, start, th))
-    key = (th << (63 - bits)) | (start - lo)
-    order = np.argsort(key, kind="stable")
-    ordered = key[order]
-    tied = np.zeros(len(order), dtype=bool)
-    same = np.flatnonzero(ordered[1:] == ordered[:-1])
-    tied[same] = tied[same + 1] = True
-    at = np.flatnonzero(tied)
-    if at.size:  # each run of one key in place, its events by -end then position
-        run = order[at]
-        order[at] = run[np.lexsort((run, -end[run], ordered[at]))]
-    return order
-
-
 def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Parent and depth of each masked event among the masked events on its thread.
 
@@ -133,7 +108,7 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
         return parent, depth
     th, start = thread[idx].astype(np.int64), ts[idx].astype(np.int64)
     end = start + np.maximum(dur[idx], 1)
-    order = nesting_order(th, start, end)
+    order = packed_order(th, start, -end)  # by thread, start, the longer first, then position
     th, start, end, ids = th[order], start[order], end[order], idx[order]
     if (nest := _native.nest_sorted(th, start, end, OVERHANG_NS)) is not None:
         p_loc, d_loc = nest
