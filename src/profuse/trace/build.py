@@ -58,22 +58,22 @@ _paused_builds = 0
 
 @contextlib.contextmanager
 def _load_settings() -> Iterator[None]:
-    """Two process-wide settings paused while any build runs (counted, so builds on several threads
-    put them back only when the last one ends, as they were before the first began):
+    """Python's cycle collector, paused while any build runs (counted, so builds on several threads
+    put it back only when the last one ends, as it was before the first began): decoding allocates
+    hundreds of thousands of long-lived objects (interned strings, shape rows, flow ids), whose
+    allocation triggers collections that walk them all (measured 20-50 ms of a 0.35 s load). Reference
+    counting frees as before; any cycle waits for the collector's next run.
 
-    - Python's cycle collector: decoding allocates hundreds of thousands of long-lived objects
-      (interned strings, shape rows, flow ids), whose allocation triggers collections that walk them all
-      (measured 20-50 ms of a 0.35 s load). Reference counting frees as before; any cycle waits for the
-      collector's next run.
-    - numpy's madvise(MADV_HUGEPAGE) on its big arrays: where the kernel's transparent huge pages are
-      "madvise", each such array's first touch may compact memory for 2 MB pages. Measured on a 1 GB trace
-      (2.7 M events, 2 cores): 7.8-8.8 s of CPU with it, 7.2-7.4 s without; no change at 50 MB, where few
-      arrays reach numpy's 4 MB threshold. (``NUMPY_MADVISE_HUGEPAGE=0`` does the same for a whole process.)
+    numpy's madvise(MADV_HUGEPAGE) on its big arrays is left on (as are the scanner's, on its read
+    buffer and its columns): 1 GB trace, 5 interleaved pairs, 2 cores, THP "madvise": page faults
+    790 k -> 380 k, system time 2.5 -> 1.9 s, wall median 7.2 -> 6.5 s with it (an earlier session,
+    when this was paused, had measured the opposite: where free memory is fragmented, each 2 MB page's
+    first touch may compact it).
     """
     global _paused_builds
     with _PAUSED_LOCK:
         if _paused_builds == 0:
-            _paused[:] = [_pause_gc(), _pause_huge_pages()]
+            _paused[:] = [_pause_gc()]
         _paused_builds += 1
     try:
         yield
@@ -90,14 +90,6 @@ def _pause_gc() -> Callable[[], None]:
     was_on = gc.isenabled()
     gc.disable()
     return gc.enable if was_on else lambda: None
-
-
-def _pause_huge_pages() -> Callable[[], None]:
-    toggle = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
-    if toggle is None:  # not this numpy's private switch: nothing to pause
-        return lambda: None
-    was_on = toggle(False)
-    return lambda: toggle(was_on)
 
 
 def _memory_events(path: str, data: bytes | bytearray, cols: Columns, *,
