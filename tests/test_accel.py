@@ -347,3 +347,95 @@ def test_flow_codes_take_numbers_only_when_every_id_is_one_written_plainly() -> 
     for odd in ("+1", " 1", "01", "1_0", "-3", "٣", "", "x", "99999999999999999999"):
         codes, distinct = flow_codes(["5", odd, "5"])
         assert distinct.dtype == object and distinct[codes].tolist() == ["5", odd, "5"], odd
+
+
+def _random_forest(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Parents: event order[k]'s parent is one of the few before it in a random order, or none."""
+    order = rng.permutation(n)
+    parent = np.full(n, -1, dtype=np.int64)
+    for k in range(1, n):
+        if rng.random() < 0.85:
+            parent[order[k]] = order[rng.integers(max(0, k - 8), k)]
+    return parent
+
+
+def _attribution_by_hand(dur: list[int], in_table: list[bool], up: list[int], timed: list[bool],
+                         op: list[int]) -> list[list[int]]:
+    """attribute's five columns one event at a time, from their definitions (docs/correlation.md)."""
+    n = len(dur)
+    children = [0] * n
+    for i in range(n):
+        if in_table[i] and up[i] >= 0:
+            children[up[i]] += dur[i]
+    self_cpu = [max(dur[i] - children[i], 0) if in_table[i] else 0 for i in range(n)]
+    self_dev, kern, total, kern_total = ([0] * n for _ in range(4))
+    for i in range(n):
+        if timed[i] and op[i] >= 0:
+            self_dev[op[i]] += dur[i]
+            kern[op[i]] += 1
+            c = op[i]
+            while c >= 0:  # the op and each op-table event above it
+                total[c] += dur[i]
+                kern_total[c] += 1
+                c = up[c]
+    return [self_cpu, self_dev, total, kern, kern_total]
+
+
+def test_attribute_compiled_matches_numpy_and_a_hand_count() -> None:
+    from profuse.trace import compiled, correlate
+    rng = np.random.default_rng(23)
+    for _ in range(150):
+        # GIVEN random op-table forests, durations (some children outlasting their parent), device events
+        n = int(rng.integers(0, 200))
+        up = correlate.nearest_ancestor(_random_forest(rng, n), rng.random(n) < 0.6, include_self=False)
+        in_table = rng.random(n) < 0.6
+        dur = rng.integers(0, 10**12, n) if rng.random() < 0.3 else rng.integers(0, 5000, n)
+        timed = rng.random(n) < 0.4
+        op = np.where(rng.random(n) < 0.8, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
+        # WHEN the compiled pass, the numpy twin and a count by hand each attribute the time
+        out = [np.empty(n, dtype=np.int64) for _ in range(5)]
+        compiled.accel.attribute(dur.astype(np.int64), in_table, up, timed, op, *out)
+        twin = correlate._attribute_numpy(dur, in_table, up, timed & (op >= 0), op)
+        want = _attribution_by_hand(dur.tolist(), in_table.tolist(), up.tolist(), timed.tolist(), op.tolist())
+        # THEN all three agree, column by column
+        for got, numpy_col, hand in zip(out, (twin.self_cpu, twin.self_device, twin.device_total, twin.kernels,
+                                              twin.kernels_total), want):
+            assert got.tolist() == numpy_col.tolist() == hand
+
+
+def test_attribute_and_enclosing_refuse_bad_columns() -> None:
+    from profuse.trace import compiled
+    z = np.zeros(3, dtype=np.int64)
+    no = np.zeros(3, dtype=bool)
+    yes = np.ones(3, dtype=bool)
+    outs = [np.empty(3, dtype=np.int64) for _ in range(5)]
+    with pytest.raises(ValueError, match="cycle"):
+        compiled.accel.attribute(z, yes, np.array([1, 2, 0], dtype=np.int64), yes, z, *outs)
+    with pytest.raises(ValueError, match="out of range"):
+        compiled.accel.attribute(z, yes, np.array([-1, 9, 0], dtype=np.int64), no, z, *outs)
+    with pytest.raises(ValueError, match="out of range"):
+        compiled.accel.attribute(z, yes, np.full(3, -1, dtype=np.int64), yes, np.array([0, 3, 0], dtype=np.int64),
+                                 *outs)
+    with pytest.raises(ValueError, match="length"):
+        compiled.accel.attribute(z[:2], yes, z, yes, z, *outs)
+    with pytest.raises(ValueError, match="out of range"):
+        compiled.accel.enclosing(z, np.array([0, 5, -1], dtype=np.int64), yes, z, z, outs[0])
+    with pytest.raises(ValueError, match="length"):
+        compiled.accel.enclosing(z, z, yes[:2], z, z, outs[0])
+
+
+def test_enclosing_compiled_matches_the_numpy_twin() -> None:
+    from profuse.trace import correlate
+    rng = np.random.default_rng(29)
+    for _ in range(150):
+        # GIVEN random forests, scopes, host flags and device events' launches and ops (or none)
+        n = int(rng.integers(0, 200))
+        parent = _random_forest(rng, n)
+        accept = rng.random(n) < 0.3
+        host = rng.random(n) < 0.6
+        pick = lambda p: np.where(rng.random(n) < p, rng.integers(0, max(n, 1), n), -1).astype(np.int64)  # noqa: E731
+        links = correlate.Links(launch=pick(0.5), op=pick(0.5), how=np.zeros(n, np.int8), unlinked=np.zeros(n, np.int8))
+        # WHEN the compiled pass and the numpy twin find each event's enclosing scope THEN they agree
+        got = correlate._enclosing_or_launchers(parent, accept, host, links)
+        holding = correlate.nearest_ancestor(parent, accept, include_self=True)
+        assert got.tolist() == correlate._enclosing_numpy(holding, parent, host, links).tolist()

@@ -27,6 +27,10 @@
  *
  * op_memory(...): the op_memory table's figures (trace/memory.py; its numpy twin _op_memory_numpy).
  *
+ * attribute(...): each op-table event's self CPU and device time (trace/correlate.py; twin _attribute_numpy).
+ *
+ * enclosing(...): each event's enclosing scope (trace/correlate.py; twin _enclosing_numpy).
+ *
  * The buffer is read without the GIL; only the C API, the C standard library and (for read_file,
  * but for Windows) POSIX pread and threads are used.
  */
@@ -482,6 +486,113 @@ done:
     PyBuffer_Release(&pb);
     PyBuffer_Release(&ab);
     PyBuffer_Release(&ob);
+    return ret;
+}
+
+/* ---- enclosing ------------------------------------------------------------------------------ */
+
+/* enclosing(held, parent, host, launch, op, out): trace/correlate.py's _enclosing_or_launchers from held (the
+ * nearest accepted event among each event and its ancestors, as ancestors() gives it): a host event's is
+ * its parent's, a device event's that of its launch call, else of its op, else -1. held, parent, launch,
+ * op, out: int64 (n); host: bool (n). */
+static PyObject *enclosing(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[6];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
+    PyObject *ret = NULL;
+    size_t n = (size_t)b[0].len / sizeof(int64_t);
+    int ok = (size_t)b[0].len == n * sizeof(int64_t) && (size_t)b[2].len == n;
+    for (int k = 1; k < 6; k++)
+        if (k != 2 && (size_t)b[k].len != n * sizeof(int64_t)) ok = 0;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "enclosing: the columns differ in length");
+        goto done;
+    }
+    const int64_t *held = b[0].buf, *parent = b[1].buf, *launch = b[3].buf, *op = b[4].buf;
+    const unsigned char *host = b[2].buf;
+    int64_t *out = b[5].buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < n; i++) {
+        int64_t src = host[i] ? parent[i] : (launch[i] >= 0 ? launch[i] : op[i]);
+        if (src >= (int64_t)n) { bad = 1; break; }
+        out[i] = src >= 0 ? held[src] : -1;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "enclosing: a parent, launch or op is out of range");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return ret;
+}
+
+/* ---- attribute ------------------------------------------------------------------------------ */
+
+/* attribute(dur, in_table, table_parent, timed, device_op, self_cpu, self_device, device_total, kernels,
+ * kernels_total): the time columns of trace/correlate.py's attribute (its numpy twin _attribute_numpy), in
+ * one pass over the events and one walk up the op-table tree per timed device event, where the twin makes
+ * an n-long bincount per level of the tree. dur, table_parent, device_op and the five outs: int64 (n);
+ * in_table, timed: bool (n). Sums are exact in int64 (the twin's float64 sums are exact below 2^53 ns). */
+static PyObject *attribute(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[10];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9])) return NULL;
+    PyObject *ret = NULL;
+    size_t n = (size_t)b[0].len / sizeof(int64_t);
+    int ok = (size_t)b[0].len == n * sizeof(int64_t) && (size_t)b[1].len == n && (size_t)b[3].len == n;
+    for (int k = 2; k < 10; k++)
+        if (k != 3 && (size_t)b[k].len != n * sizeof(int64_t)) ok = 0;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "attribute: the columns differ in length");
+        goto done;
+    }
+    const int64_t *dur = b[0].buf, *up = b[2].buf, *op = b[4].buf;
+    const unsigned char *in_table = b[1].buf, *timed = b[3].buf;
+    int64_t *self_cpu = b[5].buf, *self_dev = b[6].buf, *total = b[7].buf, *kern = b[8].buf, *kern_total = b[9].buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    memset(self_cpu, 0, n * sizeof(int64_t));  /* children's time first, then self time in place */
+    memset(self_dev, 0, n * sizeof(int64_t));
+    memset(kern, 0, n * sizeof(int64_t));
+    memset(total, 0, n * sizeof(int64_t));
+    memset(kern_total, 0, n * sizeof(int64_t));
+    for (size_t i = 0; i < n && !bad; i++) {
+        int64_t p = up[i];
+        if (p < -1 || p >= (int64_t)n) bad = 1;
+        else if (in_table[i] && p >= 0) self_cpu[p] += dur[i];
+    }
+    for (size_t i = 0; i < n && !bad; i++) {
+        if (!timed[i]) continue;
+        int64_t o = op[i];
+        if (o < 0) continue;
+        if (o >= (int64_t)n) { bad = 1; break; }
+        self_dev[o] += dur[i];
+        kern[o] += 1;
+        size_t steps = 0;
+        for (int64_t c = o; c >= 0; c = up[c]) {  /* the op and every op-table event above it */
+            total[c] += dur[i];
+            kern_total[c] += 1;
+            if (++steps > n) { bad = 2; break; }
+        }
+    }
+    if (!bad)
+        for (size_t i = 0; i < n; i++) {
+            int64_t left = dur[i] - self_cpu[i];  /* improper nesting may give children more: never below 0 */
+            self_cpu[i] = in_table[i] ? (left > 0 ? left : 0) : 0;
+        }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, bad == 2 ? "attribute: the op-table parents form a cycle"
+                                                   : "attribute: a parent or an op is out of range");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < 10; k++) PyBuffer_Release(&b[k]);
     return ret;
 }
 
@@ -1120,6 +1231,11 @@ static PyObject *read_file(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"ancestors", ancestors, METH_VARARGS,
      "ancestors(parent, accept, out): the nearest accepted event among each event and its ancestors."},
+    {"enclosing", enclosing, METH_VARARGS,
+     "enclosing(held, parent, host, launch, op, out): each event's enclosing scope (trace/correlate.py)."},
+    {"attribute", attribute, METH_VARARGS,
+     "attribute(dur, in_table, table_parent, timed, device_op, self_cpu, self_device, device_total, kernels,"
+     " kernels_total): the op-table time columns (trace/correlate.py)."},
     {"holders", holders, METH_VARARGS,
      "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/levers.py)."},
     {"op_memory", op_memory, METH_VARARGS,

@@ -78,6 +78,17 @@ def _enclosing_or_launchers(parent: np.ndarray, accept: np.ndarray, host: np.nda
     their launch call (so a graph replay inherits the scope of its graph launch, even one that sits in a
     module inside the launching op), else, linked by external id only, the one holding their op."""
     holding = nearest_ancestor(parent, accept, include_self=True)
+    if not compiled.enabled() or _accel is None:
+        return _enclosing_numpy(holding, parent, host, links)
+    out = np.empty(len(parent), dtype=np.int64)
+    _accel.enclosing(holding, np.ascontiguousarray(parent, dtype=np.int64), np.ascontiguousarray(host, dtype=bool),
+                     np.ascontiguousarray(links.launch, dtype=np.int64), np.ascontiguousarray(links.op, dtype=np.int64),
+                     out)
+    return out
+
+
+def _enclosing_numpy(holding: np.ndarray, parent: np.ndarray, host: np.ndarray, links: Links) -> np.ndarray:
+    """:func:`_enclosing_or_launchers` from ``holding`` by numpy alone."""
     of_host = np.where(parent >= 0, holding[np.maximum(parent, 0)], NONE)  # include_self=False, from it
     src = np.where(links.launch >= 0, links.launch, links.op)
     of_launcher = np.where(src >= 0, holding[np.clip(src, 0, None)], NONE)
@@ -354,16 +365,32 @@ class Attribution:
 def attribute(
     *, kind: np.ndarray, dur: np.ndarray, parent: np.ndarray, device_op: np.ndarray,
 ) -> Attribution:
-    """Self CPU time over the op-table tree, and device time per op (self and inclusive)."""
-    n = len(kind)
+    """Self CPU time over the op-table tree, and device time per op (self and inclusive).
+
+    The compiled extension sums in one pass and one walk up the tree per device event
+    (trace/_accel.c, attribute); without it, :func:`_attribute_numpy`.
+    """
     in_table = kind_mask(kind, *TABLE_KINDS)
     table_parent = nearest_ancestor(parent, in_table, include_self=False)
+    timed = kind_mask(kind, *DEVICE_TIME_KINDS) & (device_op >= 0)
+    if not compiled.enabled() or _accel is None:
+        return _attribute_numpy(dur, in_table, table_parent, timed, device_op)
+    out = [np.empty(len(kind), dtype=np.int64) for _ in range(5)]
+    _accel.attribute(np.ascontiguousarray(dur, dtype=np.int64), in_table, np.ascontiguousarray(table_parent),
+                     timed, np.ascontiguousarray(device_op, dtype=np.int64), *out)
+    return Attribution(*out)
+
+
+def _attribute_numpy(dur: np.ndarray, in_table: np.ndarray, table_parent: np.ndarray, timed_mask: np.ndarray,
+                     device_op: np.ndarray) -> Attribution:
+    """:func:`attribute` by numpy alone: a bincount over the whole table per level of the op-table tree."""
+    n = len(dur)
     child = np.flatnonzero(in_table & (table_parent >= 0))
     children_dur = np.bincount(table_parent[child], weights=dur[child], minlength=n)
     # children that overlap one another or outlast their parent (improper nesting) can add up to more than
     # it: its self time is then 0, never negative (docs/correlation.md)
     self_cpu = np.where(in_table, np.maximum(dur - children_dur.astype(np.int64), 0), 0)
-    timed = np.flatnonzero(kind_mask(kind, *DEVICE_TIME_KINDS) & (device_op >= 0))
+    timed = np.flatnonzero(timed_mask)
     owner = device_op[timed]
     self_device = np.bincount(owner, weights=dur[timed], minlength=n).astype(np.int64)
     kernels = np.bincount(owner, minlength=n).astype(np.int64)
