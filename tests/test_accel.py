@@ -217,6 +217,20 @@ def test_nesting_order_is_the_four_key_lexsort() -> None:
         assert packed_order(th, start, -end).tolist() == np.lexsort((np.arange(n), -end, start, th)).tolist()
 
 
+def test_address_order_is_the_lexsort_of_type_device_address_and_position() -> None:
+    from profuse.trace.memory import _address_order
+    # GIVEN memory events with shared addresses (small, real-sized and spans too wide for one key) on
+    # a few devices of a few types (and type x device grids too big for one key)
+    rng = np.random.default_rng(31)
+    for _ in range(300):
+        n = int(rng.integers(0, 60))
+        addr = rng.integers(-3, 8, n) * int(rng.choice([1, 2**40, 2**60]))
+        device = rng.integers(-1, int(rng.choice([1, 3, 70_000])), n)
+        dtype = rng.integers(0, int(rng.choice([1, 3, 70_000])), n)
+        # WHEN ordered THEN exactly as the lexsort (file order among equals)
+        assert _address_order(addr, device, dtype).tolist() == np.lexsort((np.arange(n), addr, device, dtype)).tolist()
+
+
 def test_distinct_and_kind_mask_answer_as_numpy_does() -> None:
     from profuse.trace._columns import distinct
     from profuse.trace.event_columns import kind_mask

@@ -337,9 +337,15 @@ def _write_instants(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
 
 
 def used_values(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Codes into ``values`` -> codes into the values they use, and those values (in code order)."""
-    used, local = np.unique(codes, return_inverse=True)
-    return local.reshape(-1), [values[i] for i in used.tolist()]
+    """Codes into ``values`` -> codes into the values they use, and those values (in code order): a
+    table over the codes, not np.unique's sort (560 k instants at 1 GB: ~45 ms a column)."""
+    if codes.size and int(codes.min()) < 0:  # not codes into values: as np.unique numbers them
+        used, local = np.unique(codes, return_inverse=True)
+        return local.reshape(-1), [values[i] for i in used.tolist()]
+    used = np.flatnonzero(np.bincount(codes, minlength=len(values)))
+    renumber = np.zeros(len(values), dtype=np.int64)
+    renumber[used] = np.arange(len(used))
+    return renumber[codes], [values[i] for i in used.tolist()]
 
 
 def _write_flows(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:

@@ -385,10 +385,11 @@ def _meta(path: str, cols: Columns, prepared: Prepared, events: EventColumns, *,
     device_kind, device_name = detect_device(events.kind, {c for c in cols.cats if c}, names, top, procs)
     ts, dur = events.ts, events.dur
     span = int((ts + dur).max() - ts.min()) if len(ts) else 0
-    codes_u, counts_u = np.unique(events.unlinked[events.unlinked > 0], return_counts=True)
-    reasons = {UNLINKED[c]: int(k) for c, k in zip(codes_u, counts_u)}
-    kind_codes_, counts = np.unique(events.kind, return_counts=True)
-    kinds = [KINDS[c] for c in kind_codes_.tolist()]
+    # codes into short tuples: counted by bincount (np.unique sorts: 2.4 M events, ~130 ms)
+    reason_counts = np.bincount(events.unlinked, minlength=len(UNLINKED))
+    reasons = {UNLINKED[c]: int(reason_counts[c]) for c in np.flatnonzero(reason_counts).tolist() if c > 0}
+    kind_counts = np.bincount(events.kind, minlength=len(KINDS))
+    kinds, counts = [KINDS[c] for c in np.flatnonzero(kind_counts).tolist()], kind_counts[kind_counts > 0]
     return {
         "schema_version": SCHEMA_VERSION,
         "source": fp,
