@@ -447,8 +447,9 @@ def test_enclosing_compiled_matches_the_numpy_twin() -> None:
         parent = _random_forest(rng, n)
         accept = rng.random(n) < 0.3
         host = rng.random(n) < 0.6
-        pick = lambda p: np.where(rng.random(n) < p, rng.integers(0, max(n, 1), n), -1).astype(np.int64)  # noqa: E731
-        links = correlate.Links(launch=pick(0.5), op=pick(0.5), how=np.zeros(n, np.int8), unlinked=np.zeros(n, np.int8))
+        launch, op = (np.where(rng.random(n) < 0.5, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
+                      for _ in range(2))
+        links = correlate.Links(launch=launch, op=op, how=np.zeros(n, np.int8), unlinked=np.zeros(n, np.int8))
         # WHEN the compiled pass and the numpy twin find each event's enclosing scope THEN they agree
         got = correlate._enclosing_or_launchers(parent, accept, host, links)
         holding = correlate.nearest_ancestor(parent, accept, include_self=True)
