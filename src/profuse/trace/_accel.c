@@ -489,6 +489,21 @@ done:
     return ret;
 }
 
+/* Whether buffers b[0..] have the lengths `layout` gives them, one letter each: 'q' int64 and 'b' bool
+ * (one byte) of n items, 'Q' int64 of m items; n and m are read from the first 'q' and 'Q'. */
+static int column_lengths(const Py_buffer *b, const char *layout, size_t *n, size_t *m) {
+    int have_n = 0, have_m = 0;
+    *n = *m = 0;
+    for (int k = 0; layout[k]; k++) {
+        size_t len = (size_t)b[k].len, *count = layout[k] == 'Q' ? m : n;
+        int *have = layout[k] == 'Q' ? &have_m : &have_n;
+        size_t item = layout[k] == 'b' ? 1 : sizeof(int64_t);
+        if (!*have && layout[k] != 'b') { *count = len / item; *have = 1; }
+        if (len != *count * item || (layout[k] == 'b' && !have_n)) return 0;
+    }
+    return 1;
+}
+
 /* ---- enclosing ------------------------------------------------------------------------------ */
 
 /* enclosing(held, parent, host, launch, op, out): trace/correlate.py's _enclosing_or_launchers from held (the
@@ -500,11 +515,8 @@ static PyObject *enclosing(PyObject *self, PyObject *args) {
     Py_buffer b[6];
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
     PyObject *ret = NULL;
-    size_t n = (size_t)b[0].len / sizeof(int64_t);
-    int ok = (size_t)b[0].len == n * sizeof(int64_t) && (size_t)b[2].len == n;
-    for (int k = 1; k < 6; k++)
-        if (k != 2 && (size_t)b[k].len != n * sizeof(int64_t)) ok = 0;
-    if (!ok) {
+    size_t n, m;
+    if (!column_lengths(b, "qqbqqq", &n, &m)) {
         PyErr_SetString(PyExc_ValueError, "enclosing: the columns differ in length");
         goto done;
     }
@@ -542,11 +554,8 @@ static PyObject *attribute(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
                           &b[8], &b[9])) return NULL;
     PyObject *ret = NULL;
-    size_t n = (size_t)b[0].len / sizeof(int64_t);
-    int ok = (size_t)b[0].len == n * sizeof(int64_t) && (size_t)b[1].len == n && (size_t)b[3].len == n;
-    for (int k = 2; k < 10; k++)
-        if (k != 3 && (size_t)b[k].len != n * sizeof(int64_t)) ok = 0;
-    if (!ok) {
+    size_t n, m;
+    if (!column_lengths(b, "qbqbqqqqqq", &n, &m)) {
         PyErr_SetString(PyExc_ValueError, "attribute: the columns differ in length");
         goto done;
     }
@@ -701,13 +710,8 @@ static PyObject *op_memory(PyObject *self, PyObject *args) {
                           &b[7], &b[8], &b[9], &b[10], &b[11]))
         return NULL;
     PyObject *ret = NULL;
-    size_t n = (size_t)b[0].len / sizeof(int64_t), m = (size_t)b[4].len / sizeof(int64_t);
-    int ok = (size_t)b[0].len == n * sizeof(int64_t) && (size_t)b[1].len == n * sizeof(int64_t) &&
-             (size_t)b[2].len == n && (size_t)b[3].len == n * sizeof(int64_t) &&
-             (size_t)b[4].len == m * sizeof(int64_t) && (size_t)b[5].len == m * sizeof(int64_t) &&
-             (size_t)b[6].len == m * sizeof(int64_t);
-    for (int k = 7; k < 12; k++) ok = ok && (size_t)b[k].len == n * sizeof(int64_t);
-    if (!ok) {
+    size_t n, m;
+    if (!column_lengths(b, "qqbqQQQqqqqq", &n, &m)) {
         PyErr_SetString(PyExc_ValueError, "op_memory: the arrays differ in length");
         goto done;
     }

@@ -52,7 +52,7 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
 
 
 _PAUSED_LOCK = threading.Lock()
-_paused: list[Callable[[], None]] = []  # how to put the process's settings back, while builds run
+_gc_was_on = False  # whether the cycle collector was on when the first of the running builds began
 _paused_builds = 0
 
 
@@ -70,26 +70,19 @@ def _load_settings() -> Iterator[None]:
     when this was paused, had measured the opposite: where free memory is fragmented, each 2 MB page's
     first touch may compact it).
     """
-    global _paused_builds
+    global _paused_builds, _gc_was_on
     with _PAUSED_LOCK:
         if _paused_builds == 0:
-            _paused[:] = [_pause_gc()]
+            _gc_was_on = gc.isenabled()
+            gc.disable()
         _paused_builds += 1
     try:
         yield
     finally:
         with _PAUSED_LOCK:
             _paused_builds -= 1
-            if _paused_builds == 0:
-                for restore in _paused:
-                    restore()
-                _paused.clear()
-
-
-def _pause_gc() -> Callable[[], None]:
-    was_on = gc.isenabled()
-    gc.disable()
-    return gc.enable if was_on else lambda: None
+            if _paused_builds == 0 and _gc_was_on:
+                gc.enable()
 
 
 def _memory_events(path: str, data: bytes | bytearray, cols: Columns, *,

@@ -466,12 +466,12 @@ def match_frees(nbytes: np.ndarray, addr: np.ndarray, dtype: np.ndarray,
 
 def _address_order(addr: np.ndarray, device: np.ndarray, dtype: np.ndarray) -> np.ndarray:
     """``np.lexsort((position, addr, device, dtype))``: by device type, device, address, then position;
-    as :func:`packed_order`'s one stable argsort where type and device fit 16 bits together (1 GB trace's
-    2.2 M memory events: 160 -> 40 ms), else the lexsort."""
+    type and device as one key for :func:`packed_order` (one stable argsort where that key and the
+    address fit 63 bits: 1 GB trace's 2.2 M memory events, 160 -> 40 ms), else the lexsort."""
     if addr.size:
         dev_lo, dev_span = int(device.min()), int(device.max()) - int(device.min()) + 1
         type_lo, type_span = int(dtype.min()), int(dtype.max()) - int(dtype.min()) + 1
-        if dev_span * type_span < 1 << 16:
+        if dev_span * type_span < 1 << 62:  # the one key fits int64; packed_order sees to the rest
             major = (dtype.astype(np.int64) - type_lo) * dev_span + (device.astype(np.int64) - dev_lo)
             return packed_order(major, addr)
     return np.lexsort((np.arange(len(addr)), addr, device, dtype))
