@@ -65,7 +65,7 @@ sanitize: venv
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	$(BIN)/python -m pytest -q -p no:logging -p no:cacheprovider tests/test_scanner.py tests/test_correlate_rules.py tests/test_accel.py \
-		tests/test_arrow_events.py tests/test_read_file.py
+		tests/test_arrow_events.py tests/test_read_file.py tests/test_map_file.py
 
 # Every row of the speed table (issue 23) with its target, against HTA and the scanner floor measured in
 # the same run; BENCH="--quick" skips the 1 GB inputs. Reports, never fails on a figure.

@@ -102,7 +102,7 @@ def scan_columns(doc: _decode.Document, *, threads: int | None = None) -> Column
 RawScan = tuple[Any, Any, bool]  # the scanner's answers for the head and the tail, and whether it split
 
 
-def raw_scan_document(data: bytes | bytearray, *, threads: int | None = None) -> RawScan:
+def raw_scan_document(data: _decode.TraceBytes, *, threads: int | None = None) -> RawScan:
     """The scanner's own answers for a whole document (the GIL released throughout the scan): what
     :func:`scan_document` turns into columns. Requires the scanner (``available()``)."""
     assert _scan is not None
@@ -125,7 +125,7 @@ def raw_scan_document(data: bytes | bytearray, *, threads: int | None = None) ->
     return head, tail[0], True
 
 
-def scan_document(data: bytes | bytearray, *, threads: int | None = None,
+def scan_document(data: _decode.TraceBytes, *, threads: int | None = None,
                   raw: RawScan | None = None) -> tuple[Columns, dict[str, Any] | None] | None:
     """Columns and the other top-level members (as msgspec Raw) of a whole trace document, in one pass
     (or from ``raw``, :func:`raw_scan_document`'s answers for these very bytes).
@@ -156,7 +156,7 @@ def scan_document(data: bytes | bytearray, *, threads: int | None = None,
     return (first, _top(data, head["members"] + rest)) if _consistent(first) else None
 
 
-def _top(data: bytes | bytearray, members: list[tuple[str, int, int]]) -> dict[str, Any] | None:
+def _top(data: _decode.TraceBytes, members: list[tuple[str, int, int]]) -> dict[str, Any] | None:
     """The top-level members other than traceEvents, as the reference's split gives them."""
     import msgspec
 

@@ -45,10 +45,18 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
     """
     with _load_settings():
         try:
-            return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
+            try:
+                return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
+            except _SourceChanged:  # the file changed while it was mapped: read it, as it is now
+                return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress,
+                              map_ok=False)
         except (MemoryError, duckdb.OutOfMemoryException):
             raise TraceError(str(src), "does not fit in the memory left: a load needs about 3 times the "
                                        "trace's JSON size (see docs/input.md)") from None
+
+
+class _SourceChanged(Exception):
+    """The mapped trace file changed (cut short, written, replaced in place) while it was decoded."""
 
 
 _PAUSED_LOCK = threading.Lock()
@@ -85,7 +93,7 @@ def _load_settings() -> Iterator[None]:
                 gc.enable()
 
 
-def _memory_events(path: str, data: bytes | bytearray, cols: Columns, *,
+def _memory_events(path: str, data: _decode.TraceBytes, cols: Columns, *,
                    behind: bool) -> Callable[[], _memory.MemoryEvents | None]:
     """The trace's memory events (a call that gives them): as the scanner read them, else read from the
     text again, on another thread when ``behind``."""
@@ -98,45 +106,101 @@ def _memory_events(path: str, data: bytes | bytearray, cols: Columns, *,
 
 
 def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool,
-           progress: Progress | None) -> Trace:
+           progress: Progress | None, map_ok: bool = True) -> Trace:
     started = time.perf_counter()
     # With the scanner, DuckDB starts up with empty tables on another thread while the trace is decoded,
     # and the trace is hashed on another while it is prepared and correlated (on one core; the scan takes
     # two); the forked msgspec workers are then not used (forking after threads have started is unsafe).
     threads = _native.enabled() and not lenient
     connection = _behind(_empty_tables, "profuse-connect") if threads else None
+    source = _MappedSource()
+    added = len(notes)
     try:
-        data, gzip_hash = early.prefetched(str(src)) or _decode.read_trace(str(src))
+        data, gzip_hash = early.prefetched(str(src)) or _decode.read_trace(str(src), map_ok=threads and map_ok)
+        source.hold(data)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
-        fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads)
         # the [memory] events: as the scanner read them, else read (compiled, without the GIL) on another
         # thread while the tables are prepared; their bytes are let go when it is done
         memory = _memory_events(str(src), data, cols, behind=threads)
+        fingerprint_of = _fingerprint_of(data, gzip_hash, behind=threads, then=source.checker(memory))
         notes.extend(cols.notes)
         del data
-    except BaseException:
+    except BaseException as err:
         if connection is not None:
             connection().close()
+        source.raise_if_changed(err, notes, added)
         raise
     con = connection() if connection is not None else _empty_tables()
     try:
         if cols.n >= COMPRESS_MIN_EVENTS:
             _compressed_tables(con)
-        source = _write_tables(con, str(src), cols, top, fingerprint_of, skipped, memory_of=memory,
-                               parallel=threads)
-    except BaseException:
+        fp = _write_tables(con, str(src), cols, top, fingerprint_of, skipped, memory_of=memory, parallel=threads)
+    except BaseException as err:
         con.close()
+        source.raise_if_changed(err, notes, added)
         raise
     del cols
-    slot = CacheSlot(cache_folder, slot_key(source)) if cache_folder is not None else None
+    slot = CacheSlot(cache_folder, slot_key(fp)) if cache_folder is not None else None
     if time.perf_counter() - started < _min_cache_seconds():
         slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
     return Trace(src, con, from_cache=False, writer=writer, notes=notes)
 
 
-def _read_memory(path: str, data: bytes | bytearray) -> _memory.MemoryEvents:
-    return _memory.read_memory_events(data, lambda: _decode.split_document(path, data).events)
+class _MappedSource:
+    """The trace file's mapping, where it was mapped rather than read (_decode.read_trace), until every
+    reader of it is done: the scan, then the hash and the memory events read from the text (on their
+    threads). :meth:`check` then asks it whether the file stayed as it was, and lets it go (its pages
+    then leave the load's memory, as the read bytes did)."""
+
+    def __init__(self) -> None:
+        self._mapping: _decode.Mapped | None = None
+        self._changed: bool | None = None  # None: not asked yet (or nothing mapped)
+        self._lock = threading.Lock()
+
+    def hold(self, data: object) -> None:
+        if _decode.is_mapped(data):
+            self._mapping = data
+
+    def check(self) -> None:
+        """:class:`_SourceChanged` where the mapped file changed while it was read; once asked, the answer stays."""
+        with self._lock:
+            if self._changed is None and self._mapping is not None:
+                mapping, self._mapping = self._mapping, None
+                self._changed = not mapping.intact()
+            if self._changed:
+                raise _SourceChanged
+
+    def checker(self, memory_of: Callable[[], Any]) -> Callable[[], None] | None:
+        """What the hash's thread runs after the hash: wait for the memory events (the other reader that
+        may still run), then :meth:`check`; None where nothing was mapped."""
+        if self._mapping is None:
+            return None
+
+        def after_hash() -> None:
+            with contextlib.suppress(Exception):  # its own error reaches the build through memory_of
+                memory_of()
+            self.check()
+
+        return after_hash
+
+    def raise_if_changed(self, err: BaseException, notes: list[str], added: int) -> None:
+        """Where a build that read a mapped file fails (an error in its bytes, say) and the file changed
+        meanwhile, the failure says nothing of the file as it is: :class:`_SourceChanged` instead, and the
+        notes this build added are taken back (the build that reads the file again makes its own)."""
+        try:
+            if not isinstance(err, _SourceChanged):
+                self.check()
+        except _SourceChanged:
+            del notes[added:]
+            raise _SourceChanged from err
+        if isinstance(err, _SourceChanged):
+            del notes[added:]
+
+
+def _read_memory(path: str, data: _decode.TraceBytes) -> _memory.MemoryEvents:
+    text = _decode.as_bytes(data)  # a mapping is copied: the reader needs bytes' methods (off the common path)
+    return _memory.read_memory_events(text, lambda: _decode.split_document(path, text).events)
 
 
 def _now(work: Callable[[], T], name: str = "") -> Callable[[], T]:
@@ -172,17 +236,25 @@ def _min_cache_seconds() -> float:
         return 0.05
 
 
-def _fingerprint_of(data: bytes | bytearray, gzip_hash: tuple[str, int] | None, *,
-                    behind: bool) -> Callable[[], dict[str, Any]]:
+def _fingerprint_of(data: _decode.TraceBytes, gzip_hash: tuple[str, int] | None, *, behind: bool,
+                    then: Callable[[], None] | None = None) -> Callable[[], dict[str, Any]]:
     """The fingerprint of the bytes decoded: of the compressed bytes a gzip file inflated from
     (``gzip_hash``, taken as they were read), else of ``data`` itself, hashed on another thread when
-    ``behind`` (the hash releases the GIL) or now."""
+    ``behind`` (the hash releases the GIL) or now; ``then`` runs after the hash, on its thread (a mapped
+    file's check: the fingerprint then raises its error)."""
     if gzip_hash is not None:
         known = fingerprint_of_hash(*gzip_hash)
         return lambda: known
+
+    def work() -> dict[str, Any]:
+        fp = fingerprint_of_bytes(data)
+        if then is not None:
+            then()
+        return fp
+
     if behind:
-        return _behind(lambda: fingerprint_of_bytes(data), "profuse-hash")
-    now = fingerprint_of_bytes(data)
+        return _behind(work, "profuse-hash")
+    now = work()
     return lambda: now
 
 
@@ -212,7 +284,7 @@ def _behind(work: Callable[[], T], name: str) -> Callable[[], T]:
     return result
 
 
-def decode(path: str, *, data: bytes | bytearray | None = None, lenient: bool = False,
+def decode(path: str, *, data: _decode.TraceBytes | None = None, lenient: bool = False,
            progress: Progress | None = None, fork: bool = True) -> tuple[Columns, dict[str, Any], _decode.Skipped]:
     """Read (unless ``data`` holds its bytes) and decode a trace into columns (all cores for big files),
     before any table is written.
@@ -228,8 +300,9 @@ def decode(path: str, *, data: bytes | bytearray | None = None, lenient: bool = 
         if progress:
             progress(len(data), len(data))
         cols, top = fast[0], {k: _safe_json(v) for k, v in fast[1].items()}
-    else:
-        cols, top = _decode_reference(path, data, lenient=lenient, skipped=skipped, progress=progress, fork=fork)
+    else:  # the reference reads bytes (a mapping is copied: off the common path)
+        cols, top = _decode_reference(path, _decode.as_bytes(data), lenient=lenient, skipped=skipped,
+                                      progress=progress, fork=fork)
     try:
         base_time_ns(path, top.get("baseTimeNanoseconds"))
     except TraceError as err:

@@ -50,6 +50,7 @@ from .schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:  # DuckDB is imported where a cache is opened or written: a derived entry needs none
     import duckdb
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 SUFFIX = ".profuse.duckdb"
 DEFAULT_MAX_MB = 4096
@@ -79,7 +80,7 @@ def hasher() -> Any:
     return blake3.blake3()
 
 
-def bytes_digest(data: bytes | bytearray | memoryview) -> str:
+def bytes_digest(data: Buffer) -> str:
     """The :data:`DIGEST` of ``data``, as hex."""
     return str(blake3.blake3(data).hexdigest())
 
@@ -213,9 +214,9 @@ class SourceCheck:
         return self._why
 
 
-def fingerprint_of_bytes(data: bytes | bytearray) -> dict[str, Any]:
-    """:func:`fingerprint` of a file whose bytes are ``data`` (already read: no second read)."""
-    return fingerprint_of_hash(bytes_digest(data), len(data))
+def fingerprint_of_bytes(data: Buffer) -> dict[str, Any]:
+    """:func:`fingerprint` of a file whose bytes are ``data`` (already read or mapped: no second read)."""
+    return fingerprint_of_hash(bytes_digest(data), memoryview(data).nbytes)
 
 
 def fingerprint_of_hash(digest: str, size: int) -> dict[str, Any]:

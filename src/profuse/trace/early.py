@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._decode import TraceBytes
     from ._native import RawScan
     from .trace import Trace
 
@@ -78,14 +79,14 @@ def _read_ahead(path: str, options: dict[str, Any]) -> None:
     from . import _decode, _native
 
     try:
-        data, gzip_hash = _decode.read_trace(path)
+        data, gzip_hash = _decode.read_trace(path, map_ok=True)  # build.py checks a mapping when done with it
     except Exception:
         return
     _ahead.read = (str(Path(path)), data, gzip_hash)
     _ahead.scan = (data, _native.raw_scan_document(data))
 
 
-def prefetched(path: str) -> tuple[bytes | bytearray, tuple[str, int] | None] | None:
+def prefetched(path: str) -> tuple[TraceBytes, tuple[str, int] | None] | None:
     """The bytes (and gzip hash) this thread read ahead for ``path`` (:func:`_decode.read_trace`'s
     answer), once; None where it read nothing."""
     found = getattr(_ahead, "read", None)
@@ -95,7 +96,7 @@ def prefetched(path: str) -> tuple[bytes | bytearray, tuple[str, int] | None] | 
     return found[1], found[2]
 
 
-def prescanned(data: bytes | bytearray) -> RawScan | None:
+def prescanned(data: TraceBytes) -> RawScan | None:
     """The scanner's answers for exactly these bytes, where this thread scanned them ahead; once."""
     found = getattr(_ahead, "scan", None)
     if found is None or found[0] is not data:
