@@ -181,6 +181,22 @@ TYPE_CASES: list[bytes] = [
     b'{"traceEvents": [{"ph": "X", "ts": 1.23456, "dur": 1}, {"ph": "X", "ts": 9000000000.5, "dur": 1}]}',
     b'{"traceEvents": [{"ph": "X", "ts": 1.23456, "dur": 1}, {"ph": "X", "ts": 9000000000, "dur": 1}]}',
     b'{"traceEvents": [{"ph": "X", "ts": 1.2345678901234567890123, "dur": 0.99999999999999999999}]}',
+    # keys met again at the same place (the scanner's key memo): other whitespace, escapes, prefixes,
+    # long keys, many members, a repeated "ts" in args, a key close to the end of the buffer
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, {"ph":"X", "ts" : 2, "dur":\n 3}, {"ph":   "X", "ts": 3, "dur": 1}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, {"\\u0070h": "X", "ts": 2, "dur": 1}]}',
+    b'{"traceEvents": [{"name": "a", "ph": "X", "ts": 1, "dur": 1}, {"name2": "b", "ph": "X", "ts": 2, "dur": 1},'
+    b' {"nam": "c", "ph": "X", "ts": 3, "dur": 1}, {"name": "d", "ph": "X", "ts": 4, "dur": 1}]}',
+    b'{"traceEvents": [' + b', '.join(b'{"ph": "X", "ts": %d, "dur": 1, "args": {"a_key_longer_than_thirty_two_bytes_x": %d,'
+                                      b' "correlation": %d}}' % (k, k, k) for k in range(4)) + b']}',
+    b'{"traceEvents": [' + b', '.join(b'{' + b', '.join(b'"k%d": %d' % (j, j) for j in range(30)) +
+                                      b', "ph": "X", "ts": %d, "dur": 1, "name": "n%d"}' % (k, k) for k in range(3)) + b']}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "args": {"tz": 1}}, '
+    b'{"ph": "X", "ts": 1, "dur": 1, "args": {"ts": 1}}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "args": {"correlation": 4}}, '
+    b'{"ph": "X", "ts": 1, "dur": 1, "args": {"correlation": 5, "correlation": 6}}]}',
+    b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, {"ph": "X", "ts": 2, "dur": 1}]}',
+    b'[{"ph": "X", "ts": 1, "dur": 1}, {"ph": "X", "ts": 2, "dur": 1}, {"ph": "X", "ts": 3, "dur": 1}]',
 ]
 
 

@@ -237,8 +237,17 @@ typedef struct { int64_t row; const char *p; Py_ssize_t len; } FloatFix;
 typedef struct { Tok pid, tid, name, aname, alabels; } Meta;
 typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat, id; } Flow;   /* id: in Scan.fids */
 
+/* A key as it was last seen at one place in an object (see member_key): its text from the opening
+ * quote through the colon and the whitespace after it (`"ph": `), zero-padded to whole 8-byte words,
+ * its length, its length as a key (no quotes) and its index in the key set. */
+#define KEY_MEMO 24
+#define MEMO_WAYS 2
+#define MEMO_TEXT 32
+typedef struct { char text[MEMO_TEXT]; int len, key_len, which; } KeyMemo;
+
 typedef struct {
     const char *buf, *cur, *end;
+    KeyMemo ev_memo[KEY_MEMO][MEMO_WAYS], arg_memo[KEY_MEMO][MEMO_WAYS];   /* events' and args' keys by place */
     Arena arena;
     Intern names, cats, pids, tids, phs, fcats;
     Intern shape_texts;                   /* the raw texts of Input Dims, Input type, ... (they repeat) */
@@ -421,6 +430,8 @@ static int plain(Scan *s, Tok *t) {
     return 0;
 }
 
+static inline int is_digit(char c) { return (unsigned)(c - '0') < 10u; }
+
 /* A JSON number with the strict grammar; integer part, up to 3 fraction digits and flags kept. */
 static int lex_number(Scan *s, Tok *t) {
     const char *p = s->cur, *end = s->end;
@@ -429,13 +440,13 @@ static int lex_number(Scan *s, Tok *t) {
     if (p < end && *p == '-') { t->neg = 1; p++; }
     if (p >= end || *p < '0' || *p > '9') return -1;
     uint64_t v = 0;
-    int digits = 0, big = 0;
-    if (*p == '0') { p++; digits = 1; }
+    int big = 0;
+    if (*p == '0') p++;
     else {
-        while (p < end && *p >= '0' && *p <= '9') {
-            if (v > (UINT64_MAX - 9) / 10) big = 1; else v = v * 10 + (uint64_t)(*p - '0');
-            p++; digits++;
-        }
+        /* up to 19 digits fit in 64 bits; a number of 20 or more is past int64 whatever it is (big) */
+        const char *first = p;
+        do { v = v * 10 + (uint64_t)(*p - '0'); p++; } while (p < end && is_digit(*p));
+        big = p - first > 19;
     }
     int isfloat = 0;
     if (p < end && *p == '.') {
@@ -456,7 +467,6 @@ static int lex_number(Scan *s, Tok *t) {
         if (p >= end || *p < '0' || *p > '9') return -1;
         while (p < end && *p >= '0' && *p <= '9') p++;
     }
-    (void)digits;
     t->len = p - s->cur;
     s->cur = p;
     if (big || v > (uint64_t)INT64_MAX) { t->type = isfloat ? T_FLOAT : T_BIGINT; t->i = INT64_MAX; return 0; }
@@ -473,7 +483,6 @@ static int lex_literal(Scan *s, const char *word, int n) {
 
 static int skip_value(Scan *s, int depth);
 
-static inline int is_digit(char c) { return (unsigned)(c - '0') < 10u; }
 
 /* A number checked against the strict grammar and passed over (what lex_number accepts). */
 static int skip_number(Scan *s) {
@@ -665,15 +674,59 @@ static int object_start(Scan *s) {
     return 0;
 }
 
+/* Whether the len bytes at p are the memo's text, compared a word at a time (the memo's words past its
+ * text hold zeros, and so must the masked tail of p's last word). p must have the whole words readable. */
+static inline int memo_matches(const char *p, const KeyMemo *m) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    int n = m->len;
+    for (int i = 0; n > 0; i += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, p + i, 8);
+        memcpy(&y, m->text + i, 8);
+        if (n < 8) x &= ((uint64_t)1 << (8 * n)) - 1;
+        if (x != y) return 0;
+    }
+    return 1;
+#else
+    return same_bytes(p, m->text, (size_t)m->len);
+#endif
+}
+
 /* A member's `"key":` (no escapes in the key), leaving the value next; *which is the key's index in
- * keys[], or -1 for any other (or an empty) key. */
-static int member_key(Scan *s, const KeySet *keys, Tok *key, int *which) {
+ * keys[], or -1 for any other (or an empty) key. `place`: the member's place in its object; memo: the
+ * keys last seen at each place of objects of this kind (events, args). Events of one kind write their
+ * keys in one order, so what follows is most often the very text met at that place before, from the
+ * key's opening quote to its value (`"ph": `): those bytes compared as they stand (a key text without a
+ * backslash, ending in its closing quote, is that one string) stand for lexing and looking it up. */
+static int member_key(Scan *s, const KeySet *keys, KeyMemo (*memo)[MEMO_WAYS], int place, Tok *key, int *which) {
+    KeyMemo *m = place < KEY_MEMO ? memo[place] : NULL;
+    if (m && s->end - s->cur >= MEMO_TEXT) {
+        for (int w = 0; w < MEMO_WAYS; w++) {
+            if (m[w].len && memo_matches(s->cur, &m[w])) {
+                key->type = T_STR; key->esc = 0; key->p = s->cur + 1; key->len = m[w].key_len;
+                s->cur += m[w].len;
+                *which = m[w].which;
+                if (w) { KeyMemo t = m[0]; m[0] = m[1]; m[1] = t; }   /* the most recent first */
+                ws(s);   /* more whitespace before the value than last time */
+                return 0;
+            }
+        }
+    }
+    const char *start = s->cur;
     if (s->cur >= s->end || *s->cur != '"' || lex_string(s, key) || key->esc) return -1;
     ws(s);
     if (s->cur >= s->end || *s->cur != ':') return -1;
     s->cur++;
     ws(s);
     *which = key->len ? key_index(key, keys) : -1;
+    if (m && s->cur - start <= MEMO_TEXT) {   /* remembered in place of the older of the two */
+        m[1] = m[0];
+        memset(m[0].text, 0, MEMO_TEXT);
+        memcpy(m[0].text, start, (size_t)(s->cur - start));
+        m[0].len = (int)(s->cur - start);
+        m[0].key_len = (int)key->len;
+        m[0].which = *which;
+    }
     return 0;
 }
 
@@ -689,11 +742,11 @@ static int member_end(Scan *s) {
 /* *mem_dup: a [memory] figure given twice (the reference keeps the last; only memory.py reads them).
  * a[] comes all T_MISSING (parse_event, which reads one "args" per event at most). */
 static int parse_args(Scan *s, Tok *a, int *mem_dup) {
-    int r;
-    for (r = object_start(s); r == 0; r = member_end(s)) {   /* args must be an object */
+    int r, place = 0;
+    for (r = object_start(s); r == 0; r = member_end(s), place++) {   /* args must be an object */
         Tok key;
         int which;
-        if (member_key(s, &ARG_SET, &key, &which)) return -1;
+        if (member_key(s, &ARG_SET, s->arg_memo, place, &key, &which)) return -1;
         if (which < 0) {
             if (key.len == 2 && key.p[0] == 't' && key.p[1] == 's') return -1;
             if (skip_value(s, 2)) return -1;
@@ -844,11 +897,11 @@ static int parse_event(Scan *s) {
     int mem_dup = 0;
     for (int k = 0; k < N_EV; k++) e[k].type = T_MISSING;
     for (int k = 0; k < N_ARGS; k++) a[k].type = T_MISSING;
-    int r;
-    for (r = object_start(s); r == 0; r = member_end(s)) {
+    int r, place = 0;
+    for (r = object_start(s); r == 0; r = member_end(s), place++) {
         Tok key;
         int which;
-        if (member_key(s, &EV_SET, &key, &which)) return -1;
+        if (member_key(s, &EV_SET, s->ev_memo, place, &key, &which)) return -1;
         if (which < 0) {
             if (skip_value(s, 1)) return -1;
         } else {
