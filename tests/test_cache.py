@@ -307,8 +307,8 @@ def test_a_trace_changed_while_it_loads_is_cached_under_the_bytes_decoded(tmp_pa
     src.write_bytes(first)
     real_read = _decode.read_trace
 
-    def read_then_change(path: str):  # the file changes right after its bytes were read
-        got = real_read(path)
+    def read_then_change(path: str, **kw):  # the file changes right after its bytes were read
+        got = real_read(path, **kw)
         if change == "replaced":
             src.write_bytes(other)
         else:

@@ -238,10 +238,18 @@ def _write_events_arrow(con: duckdb.DuckDBPyConnection, arrays: dict[str, np.nda
     return True
 
 
-def write_decoded_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared: Prepared) -> None:
-    """The side tables that need only the decoded events: ``shapes``, ``flows`` and ``instants``."""
+def write_shapes(con: duckdb.DuckDBPyConnection, *, cols: Columns) -> None:
+    """The ``shapes`` table: it needs only the decoded columns (not even their preparation)."""
     _write_shapes(con, cols)
+
+
+def write_flows(con: duckdb.DuckDBPyConnection, *, prepared: Prepared) -> None:
+    """The ``flows`` table (from the prepared events)."""
     _write_flows(con, prepared)
+
+
+def write_instants(con: duckdb.DuckDBPyConnection, *, prepared: Prepared) -> None:
+    """The ``instants`` table (from the prepared events)."""
     if prepared.instants:
         _write_instants(con, prepared)
 

@@ -23,7 +23,7 @@ from ._columns import Columns, add_chunk
 from ._parallel import decode_parallel, worker_count
 from ._prepare import Prepared, base_time_ns, prepare
 from ._privateuse1 import privateuse1_name
-from ._write import write_correlated_tables, write_decoded_tables, write_events, write_meta
+from ._write import write_correlated_tables, write_events, write_flows, write_instants, write_meta, write_shapes
 from .cache import CacheSlot, CacheWriter, fingerprint_of_bytes, fingerprint_of_hash, slot_key
 from .correlate import UNLINKED, correlate, unmatched_flows
 from .event_columns import EventColumns, kind_mask
@@ -352,16 +352,19 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
     (``fp_of`` gives it, and ``memory_of`` the memory events, once needed: either may be computed on
     another thread meanwhile), which is returned.
 
-    The tables that need only the decoded columns (shapes, flows, instants) and then the events table
-    go in on a writer thread (its own cursor; DuckDB works without the GIL) while this one correlates
-    and writes the rest (``parallel``; else all on this thread, as on the msgspec path, which may be
-    short of memory for a thread's stack).
+    A writer thread (its own cursor; DuckDB works without the GIL) writes ``shapes`` while this one
+    prepares the events, then ``flows`` while it correlates them, then the ``events`` table, the longest
+    write, while this one writes the correlated side tables, the memory tables and ``instants`` (the two
+    threads end about together; measured on vit50: the writer had ended ~25 ms after this one). Without
+    ``parallel`` all runs here in turn, as on the msgspec path, which may be short of memory for a
+    thread's stack.
     """
     base_ns = base_time_ns(path, top.get("baseTimeNanoseconds"))
-    prepared = prepare(path, cols, base_ns)
     writer = _Writer(con, parallel=parallel and not os.environ.get("PROFUSE_SERIAL_WRITE"))
     try:
-        writer.submit(write_decoded_tables, cols=cols, prepared=prepared)
+        writer.submit(write_shapes, cols=cols)
+        prepared = prepare(path, cols, base_ns)
+        writer.submit(write_flows, prepared=prepared)
         memory = memory_of()
         events = correlate(prepared.events)
         writer.submit(write_events, events=events, strings=prepared.strings)
@@ -372,6 +375,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
             _memory.write_memory_tables(con, memory, base_ns=base_ns, thread_keys=prepared.threads.keys,
                                         events=events, names=prepared.events.names)
             meta["memory_events"], meta["memory_skipped"] = len(memory), memory.skipped
+        write_instants(con, prepared=prepared)
     finally:
         writer.close()  # never leaves a write running on a connection the caller may close; raises its error
     write_meta(con, meta)
