@@ -33,7 +33,7 @@ class OptionalBuildExt(build_ext):
 
 # PROFUSE_SCAN_CFLAGS / PROFUSE_SCAN_LDFLAGS: e.g. the sanitizer build of `make sanitize`
 CFLAGS = os.environ.get("PROFUSE_SCAN_CFLAGS")
-extra = CFLAGS.split() if CFLAGS else (["/O2"] if os.name == "nt" else ["-O2", "-Wall", "-Wextra"])
+extra = CFLAGS.split() if CFLAGS else (["/O2"] if os.name == "nt" else ["-O3", "-Wall", "-Wextra"])
 
 LDFLAGS = os.environ.get("PROFUSE_SCAN_LDFLAGS", "").split()
 

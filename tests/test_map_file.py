@@ -320,3 +320,24 @@ def test_an_early_load_maps_the_file_and_reads_it_again_when_it_changed(tmp_path
     with early.start_load(str(src), cache=False)() as tr:
         assert _digest(tr) == expected
     assert log == ["mapped", "changed", "read"]
+
+
+def test_an_interrupt_stays_an_interrupt_when_the_mapped_file_changed(tmp_path: Path) -> None:
+    """A build interrupted (Ctrl-C) while its mapped file changed is not started again: the interrupt goes on."""
+    path = tmp_path / "t.json"
+    path.write_bytes(b"x" * 10_000)
+    os.utime(path, (1_000_000, 1_000_000))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        source = build._MappedSource()
+        source.hold(compiled.accel.map_file(fd, 10_000, 0.0))
+    finally:
+        os.close(fd)
+    with open(path, "r+b") as fh:
+        fh.write(b"y")
+    notes = ["before", "added by the build"]
+    source.raise_if_changed(KeyboardInterrupt(), notes, 1)  # returns: the caller re-raises the interrupt
+    assert notes == ["before", "added by the build"]
+    with pytest.raises(build._SourceChanged):
+        source.raise_if_changed(ValueError("bytes"), notes, 1)
+    assert notes == ["before"]

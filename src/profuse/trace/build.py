@@ -187,7 +187,10 @@ class _MappedSource:
     def raise_if_changed(self, err: BaseException, notes: list[str], added: int) -> None:
         """Where a build that read a mapped file fails (an error in its bytes, say) and the file changed
         meanwhile, the failure says nothing of the file as it is: :class:`_SourceChanged` instead, and the
-        notes this build added are taken back (the build that reads the file again makes its own)."""
+        notes this build added are taken back (the build that reads the file again makes its own). An
+        interrupt (Ctrl-C) stays what it is."""
+        if not isinstance(err, Exception):
+            return
         try:
             if not isinstance(err, _SourceChanged):
                 self.check()
