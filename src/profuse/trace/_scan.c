@@ -243,7 +243,7 @@ typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat, id; } Flow;   /* 
 #define KEY_MEMO 24
 #define MEMO_WAYS 2
 #define MEMO_TEXT 32
-typedef struct { char text[MEMO_TEXT]; int len, key_len, which; } KeyMemo;
+typedef struct { char text[MEMO_TEXT], mask[MEMO_TEXT]; int len, key_len, which; } KeyMemo;   /* mask: 0xFF over text */
 
 typedef struct {
     const char *buf, *cur, *end;
@@ -597,6 +597,7 @@ static int skip_value(Scan *s, int depth) {
         }
     }
     if (c == '[') return skip_array(s, depth);
+    if (c == '-' || is_digit(c)) return skip_number(s);   /* checked as lex_number would, its value unused */
     return lex_value(s, &t, depth);
 }
 
@@ -677,7 +678,13 @@ static int object_start(Scan *s) {
 /* Whether the len bytes at p are the memo's text, compared a word at a time (the memo's words past its
  * text hold zeros, and so must the masked tail of p's last word). p must have the whole words readable. */
 static inline int memo_matches(const char *p, const KeyMemo *m) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if SCAN_SSE2
+    for (int i = 0; i < m->len; i += 16) {   /* 16 bytes a step, those past the text masked off */
+        __m128i x = _mm_and_si128(_mm_loadu_si128((const __m128i *)(p + i)), _mm_loadu_si128((const __m128i *)(m->mask + i)));
+        if (_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_loadu_si128((const __m128i *)(m->text + i)))) != 0xFFFF) return 0;
+    }
+    return 1;
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     int n = m->len;
     for (int i = 0; n > 0; i += 8, n -= 8) {
         uint64_t x, y;
@@ -723,6 +730,8 @@ static int member_key(Scan *s, const KeySet *keys, KeyMemo (*memo)[MEMO_WAYS], i
         m[1] = m[0];
         memset(m[0].text, 0, MEMO_TEXT);
         memcpy(m[0].text, start, (size_t)(s->cur - start));
+        memset(m[0].mask, 0, MEMO_TEXT);
+        memset(m[0].mask, 0xFF, (size_t)(s->cur - start));
         m[0].len = (int)(s->cur - start);
         m[0].key_len = (int)key->len;
         m[0].which = *which;
