@@ -47,10 +47,16 @@ def _child(code: str, *args: object, faulthandler: bool = False) -> subprocess.C
 
 
 @pytest.fixture(autouse=True)
-def _map_fresh_files(monkeypatch: pytest.MonkeyPatch) -> None:
+def _map_fresh_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The tests' files are written just before they are loaded: map them all the same (MAP_SETTLED_S
-    is what keeps a file being written from being mapped; its own test is below)."""
+    is what keeps a file being written from being mapped; its own test is below). Skipped where the
+    temporary folder is on a filesystem profuse does not map (tmpfs, a network one)."""
     monkeypatch.setattr(_decode, "MAP_SETTLED_S", 0.0)
+    probe = tmp_path / "probe.json"
+    probe.write_bytes(b"{}")
+    if _map(probe) is None:
+        pytest.skip(f"{tmp_path} is on a filesystem profuse does not map")
+    probe.unlink()
 
 
 @pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 3 * 4096 + 5, 1 << 20])
@@ -341,3 +347,118 @@ def test_an_interrupt_stays_an_interrupt_when_the_mapped_file_changed(tmp_path: 
     with pytest.raises(build._SourceChanged):
         source.raise_if_changed(ValueError("bytes"), notes, 1)
     assert notes == ["before"]
+
+
+DISPLACED = """
+import faulthandler, os, signal, sys
+from profuse.trace import compiled
+path, how = sys.argv[1], sys.argv[2]
+def mapped():
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return compiled.accel.map_file(fd, os.fstat(fd).st_size, 0.0)
+    finally:
+        os.close(fd)
+first = mapped()  # installs the handler
+if how == "signal":
+    signal.signal(signal.SIGBUS, lambda *a: None)
+elif how == "faulthandler":
+    faulthandler.enable()
+print(first is not None, mapped() is not None)
+"""
+
+
+@pytest.mark.parametrize("how", ["signal", "faulthandler"])
+def test_nothing_is_mapped_once_another_sigbus_handler_took_the_place(tmp_path: Path, how: str) -> None:
+    """A handler set after the first mapping (signal.signal, faulthandler.enable) would meet a cut-short
+    file's fault first: the file is read instead from then on."""
+    path = tmp_path / "t.json"
+    path.write_bytes(b"x" * 10_000)
+    out = _child(DISPLACED, path, how)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]
+
+
+IGNORED = """
+import os, signal, sys
+from profuse.trace import compiled
+signal.signal(signal.SIGBUS, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+assert compiled.accel.map_file(fd, os.fstat(fd).st_size, 0.0) is not None
+os.kill(os.getpid(), signal.SIGBUS)  # sent, not a fault: ignored as it was before the mapping
+print("survived")
+"""
+
+
+def test_a_sent_sigbus_stays_ignored_where_it_was_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(b"x" * 10_000)
+    out = _child(IGNORED, path)
+    assert (out.returncode, out.stdout.strip()) == (0, "survived"), out.stderr
+
+
+def test_a_slot_freed_after_a_cut_serves_the_next_mapping_whole(tmp_path: Path) -> None:
+    cut, other = tmp_path / "cut.json", tmp_path / "other.json"
+    size = 3 * 4096
+    cut.write_bytes(b"c" * size)
+    os.utime(cut, (1_000_000, 1_000_000))
+    other.write_bytes(b"o" * size)
+    held = [_map(other) for _ in range(63)]  # every slot but one taken: the next two share it
+    first = _map(cut)
+    assert all(m is not None for m in held) and first is not None
+    os.truncate(cut, 4096)
+    assert bytes(memoryview(first))[-4096:] == bytes(4096)  # answered with zeros
+    assert not first.intact()  # type: ignore[attr-defined]
+    del first
+    again = _map(other)  # in the slot the cut mapping held
+    assert again is not None and again.intact()  # type: ignore[attr-defined]
+    assert bytes(memoryview(again)) == b"o" * size  # type: ignore[arg-type]
+
+
+EDGE = """
+import ctypes, mmap, sys
+from profuse.trace._native import _scan
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+doc = sys.stdin.buffer.read()
+pages = -(-len(doc) // 4096)
+area = mmap.mmap(-1, (pages + 1) * 4096)
+start = pages * 4096 - len(doc)  # the document ends exactly where the protected page begins
+area[start:start + len(doc)] = doc
+base = ctypes.addressof(ctypes.c_char.from_buffer(area))
+assert libc.mprotect(base + pages * 4096, 4096, 0) == 0  # PROT_NONE: a read past the end faults
+view = memoryview(area)[start:start + len(doc)]
+r = _scan.scan(view, 0, len(doc), -1, 1)
+print("accepted" if r is not None else "declined", r["n"] if r is not None else -1)
+"""
+
+
+@pytest.mark.parametrize("tail", [0, 1, 7, 15, 16, 17, 31, 32, 33])
+def test_the_scan_reads_nothing_past_the_end_of_its_buffer(tail: int) -> None:
+    """Keys met again (the key memo's 16-byte compares), strings and whitespace (16-byte steps) right up
+    to a buffer that ends where an unreadable page begins: no read past its end (that would fault)."""
+    events = [b'{"ph": "X", "cat": "cpu_op", "name": "op%d", "pid": 1, "tid": 1, "ts": %d, "dur": 1,'
+              b' "args": {"External id": %d, "Record function id": 0}}' % (k, k, k) for k in range(40)]
+    doc = b'[' + b', '.join(events) + b']' + b' ' * tail
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(EDGE)], input=doc, capture_output=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])},
+                         timeout=120)
+    assert out.returncode == 0, out.stderr.decode()[-500:]
+    assert out.stdout.split() == [b"accepted", b"40"]
+
+
+def test_a_note_of_the_build_thrown_away_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace whose reading makes a note (a top-level key given twice) rewritten while mapped: the notes
+    are those of one build, the one that read the file again."""
+    text = gzip.decompress(trace_path("h100_vit_falconsai.json.gz").read_bytes())
+    doubled = b'{"schemaVersion": 1, "schemaVersion": 1, ' + text.lstrip()[1:]
+    path = tmp_path / "t.json"
+    path.write_bytes(doubled)
+    os.utime(path, (1_000_000, 1_000_000))
+    with profuse.load(path, cache=False) as tr:
+        want = [n for n in tr.notes if "more than once" in n]
+    assert len(want) == 1
+    log = _rewrite_during_the_scan(monkeypatch, path, doubled)
+    with profuse.load(path, cache=False) as tr:
+        assert [n for n in tr.notes if "more than once" in n] == want
+    assert log == ["mapped", "changed", "read"]

@@ -1248,12 +1248,15 @@ static PyObject *read_file(PyObject *self, PyObject *args) {
  * end that raise SIGBUS when read. The first mapping installs a SIGBUS handler (once, chained to
  * the one it found) that answers a fault inside a live mapping by mapping zero-filled pages over
  * the rest of that mapping and marking it cut, so the reader goes on over zeros; any other SIGBUS
- * goes to the handler found (or to the default action, which then ends the process as before).
+ * goes to the handling found (its handler, or the default or ignoring, as before). Where another
+ * handler has taken its place since, nothing more is mapped (None: the caller reads).
  * Mapped.intact() is false once a mapping was cut, and where fstat of the file now shows another
  * size, inode, modification or change time than when it was mapped: the caller then reads the
- * file again (trace/build.py), so what is decoded and hashed is never a mix of two versions. Only a
- * file last written or changed `settled` seconds ago or more is mapped (the cache's stat entries'
- * "racily clean" rule): a write in the same clock tick as the one before leaves both times as they were.
+ * file again (trace/build.py). Only a file last written or changed `settled` seconds ago or more is
+ * mapped (the cache's stat entries' "racily clean" rule): a write in the same clock tick as the one
+ * before leaves both times as they were. What the check cannot see: bytes changed in place through
+ * another process's shared mapping of pages it had already dirtied, which moves neither time until
+ * the kernel writes them back (profilers write traces with write(), each call of which moves mtime).
  *
  * Linux only, and only on the local filesystems listed in local_fs (a network filesystem may change
  * the pages under a mapping without any of those signs); elsewhere None, and the caller reads. */
@@ -1266,7 +1269,10 @@ static PyObject *read_file(PyObject *self, PyObject *args) {
 
 #define GUARD_SLOTS 64
 
-typedef struct { _Atomic uintptr_t lo, hi; atomic_int cut; } Guard;  /* lo == 0: a free slot */
+/* A live mapping's range. `gen` is odd while the slot changes (with the GIL held): the handler takes a
+ * range only between two equal, even readings of it, so never the `lo` of one mapping with the `hi` of
+ * the next one in the slot. lo == 0 and hi == 0: a free slot (hi alone: taken, not yet mapped). */
+typedef struct { atomic_uint gen; _Atomic uintptr_t lo, hi; atomic_int cut; } Guard;
 static Guard guards[GUARD_SLOTS];
 static struct sigaction bus_before;   /* the SIGBUS handling found when ours went in */
 static int bus_installed;             /* set (with the GIL held) once ours is in place */
@@ -1280,31 +1286,45 @@ typedef struct {
     struct stat st;   /* the file as it was when mapped */
 } Mapped;
 
+static void guard_set(int k, uintptr_t lo, uintptr_t hi) {
+    atomic_fetch_add(&guards[k].gen, 1);   /* odd: changing */
+    atomic_store(&guards[k].cut, 0);
+    atomic_store(&guards[k].hi, hi);
+    atomic_store(&guards[k].lo, lo);
+    atomic_fetch_add(&guards[k].gen, 1);
+}
+
+/* What SIGBUS did before ours, for a signal that is not a fault in a live mapping: the handler found
+ * (its mask held meanwhile), else the default action. A fault with SIGBUS ignored ends the process as
+ * the kernel would (the default put back, the fault happens again on return); a signal sent to the
+ * process is ignored where it was ignored, else sent again under the default. */
 static void bus_forward(int sig, siginfo_t *info, void *context) {
-    if (bus_before.sa_flags & SA_SIGINFO) {
-        if (bus_before.sa_sigaction) { bus_before.sa_sigaction(sig, info, context); return; }
-    } else if (bus_before.sa_handler != SIG_DFL && bus_before.sa_handler != SIG_IGN) {
-        bus_before.sa_handler(sig);
+    int fault = info && info->si_code > 0;
+    void (*plain)(int) = (bus_before.sa_flags & SA_SIGINFO) ? NULL : bus_before.sa_handler;
+    if ((bus_before.sa_flags & SA_SIGINFO) ? bus_before.sa_sigaction != NULL : (plain != SIG_DFL && plain != SIG_IGN)) {
+        sigset_t old;
+        pthread_sigmask(SIG_BLOCK, &bus_before.sa_mask, &old);
+        if (bus_before.sa_flags & SA_SIGINFO) bus_before.sa_sigaction(sig, info, context);
+        else plain(sig);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
         return;
     }
-    /* the default action (an ignored SIGBUS from a fault is fatal too): put it back; a fault then
-     * happens again on return and ends the process, a signal sent to it is sent again */
+    if (plain == SIG_IGN && !fault) return;
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     sigaction(SIGBUS, &dfl, NULL);
-    if (!info || info->si_code <= 0) raise(sig);
+    if (!fault) raise(sig);
 }
 
 static void on_bus(int sig, siginfo_t *info, void *context) {
     if (info && info->si_code > 0) {  /* raised by a fault, not sent */
         uintptr_t at = (uintptr_t)info->si_addr;
         for (int k = 0; k < GUARD_SLOTS; k++) {
-            uintptr_t lo = atomic_load(&guards[k].lo);
-            if (!lo || at < lo) continue;
-            uintptr_t hi = atomic_load(&guards[k].hi);
-            if (at >= hi) continue;
+            unsigned g = atomic_load(&guards[k].gen);
+            uintptr_t lo = atomic_load(&guards[k].lo), hi = atomic_load(&guards[k].hi);
+            if ((g & 1u) || g != atomic_load(&guards[k].gen) || !lo || at < lo || at >= hi) continue;
             uintptr_t page = at & ~(page_size - 1);
             /* zeros from the faulting page to the mapping's end: the read goes on, the caller reads again */
             if (mmap((void *)page, hi - page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
@@ -1316,14 +1336,20 @@ static void on_bus(int sig, siginfo_t *info, void *context) {
     bus_forward(sig, info, context);
 }
 
-static int install_bus_handler(void) {
-    if (bus_installed) return 0;
+/* Ours installed once (the handling found kept for bus_forward); 0 where it is the one in place now,
+ * -1 where it cannot be, or where another has taken its place since (faulthandler enabled or disabled
+ * later, signal.signal): a file cut short would then not be answered, so nothing more is mapped (put
+ * back on top of that one, ours would chain to a handler that may chain back to it). */
+static int bus_handler_in_place(void) {
+    struct sigaction now;
+    if (sigaction(SIGBUS, NULL, &now)) return -1;
+    if (bus_installed) return (now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_bus ? 0 : -1;
     struct sigaction mine;
     memset(&mine, 0, sizeof mine);
     mine.sa_sigaction = on_bus;
     mine.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
     sigemptyset(&mine.sa_mask);
-    if (sigaction(SIGBUS, NULL, &bus_before)) return -1;
+    bus_before = now;
     if (sigaction(SIGBUS, &mine, NULL)) return -1;
     bus_installed = 1;
     return 0;
@@ -1337,7 +1363,6 @@ static int local_fs(int fd) {
     case 0xEF53UL:      /* ext2, ext3, ext4 */
     case 0x58465342UL:  /* xfs */
     case 0x9123683EUL:  /* btrfs */
-    case 0x01021994UL:  /* tmpfs */
     case 0x794C7630UL:  /* overlayfs */
     case 0xF2F52010UL:  /* f2fs */
     case 0x2FC12FC1UL:  /* zfs */
@@ -1350,9 +1375,9 @@ static int local_fs(int fd) {
 static void mapped_dealloc(PyObject *o) {
     Mapped *m = (Mapped *)o;
     if (m->addr) {
-        atomic_store(&guards[m->slot].lo, 0);  /* no longer answered for, then gone */
+        guard_set(m->slot, 0, (uintptr_t)1);   /* no longer answered for (still taken), then gone */
         munmap(m->addr, (size_t)m->len);
-        atomic_store(&guards[m->slot].hi, 0);
+        guard_set(m->slot, 0, 0);
     }
     if (m->fd >= 0) close(m->fd);
     Py_TYPE(o)->tp_free(o);
@@ -1432,25 +1457,23 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
         if (!atomic_load(&guards[k].lo) && !atomic_load(&guards[k].hi)) slot = k;
     if (slot < 0) Py_RETURN_NONE;  /* every slot taken: read instead */
     if (!page_size) page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
-    if (install_bus_handler()) Py_RETURN_NONE;
+    if (bus_handler_in_place()) Py_RETURN_NONE;
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (own < 0) Py_RETURN_NONE;
     Mapped *m = PyObject_New(Mapped, &MappedType);
     if (!m) { close(own); return NULL; }
     m->addr = NULL; m->len = n; m->fd = own; m->slot = slot; m->st = st;
-    atomic_store(&guards[slot].hi, 1);  /* taken (lo stays 0: not yet answered for) while the GIL is let go */
+    guard_set(slot, 0, (uintptr_t)1);  /* taken (lo stays 0: not yet answered for) while the GIL is let go */
     void *addr;
     Py_BEGIN_ALLOW_THREADS
     addr = mmap(NULL, (size_t)n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     Py_END_ALLOW_THREADS
     if (addr == MAP_FAILED) {
-        atomic_store(&guards[slot].hi, 0);
+        guard_set(slot, 0, 0);
         Py_DECREF(m);
         Py_RETURN_NONE;
     }
-    atomic_store(&guards[slot].cut, 0);
-    atomic_store(&guards[slot].hi, (uintptr_t)addr + (uintptr_t)n);
-    atomic_store(&guards[slot].lo, (uintptr_t)addr);
+    guard_set(slot, (uintptr_t)addr, (uintptr_t)addr + (uintptr_t)n);
     m->addr = (char *)addr;
     return (PyObject *)m;
 }
