@@ -99,7 +99,8 @@ static int vec_reserve(Vec *v, size_t extra) {
     v->cap = cap;
     return 0;
 }
-#define VEC_PUSH(v, T, x) (vec_reserve((v), 1) ? -1 : (((T *)(v)->data)[(v)->len++] = (x), 0))
+/* the room checked here, the function called only to grow */
+#define VEC_PUSH(v, T, x) (((v)->len < (v)->cap || !vec_reserve((v), 1)) ? (((T *)(v)->data)[(v)->len++] = (x), 0) : -1)
 
 /* ---- an arena for unescaped strings ----------------------------------------------------------- */
 
