@@ -356,11 +356,11 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
     another thread meanwhile), which is returned.
 
     A writer thread (its own cursor; DuckDB works without the GIL) writes ``shapes`` while this one
-    prepares the events, then ``flows`` while it correlates them, then the ``events`` table, the longest
-    write, while this one writes the correlated side tables, the memory tables and ``instants`` (the two
-    threads end about together; measured on vit50: the writer had ended ~25 ms after this one). Without
-    ``parallel`` all runs here in turn, as on the msgspec path, which may be short of memory for a
-    thread's stack.
+    prepares the events (shapes need only the decoded columns), then ``flows`` and ``instants`` while it
+    correlates them, then the ``events`` table, the longest write, which starts when correlate ends,
+    while this one writes the correlated side tables and the memory tables: the two threads end about
+    together (vit50, 2 cores). Without ``parallel`` all runs here in turn, as on the msgspec path, which
+    may be short of memory for a thread's stack.
     """
     base_ns = base_time_ns(path, top.get("baseTimeNanoseconds"))
     writer = _Writer(con, parallel=parallel and not os.environ.get("PROFUSE_SERIAL_WRITE"))
@@ -368,6 +368,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
         writer.submit(write_shapes, cols=cols)
         prepared = prepare(path, cols, base_ns)
         writer.submit(write_flows, prepared=prepared)
+        writer.submit(write_instants, prepared=prepared)
         memory = memory_of()
         events = correlate(prepared.events)
         writer.submit(write_events, events=events, strings=prepared.strings)
@@ -378,7 +379,6 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
             _memory.write_memory_tables(con, memory, base_ns=base_ns, thread_keys=prepared.threads.keys,
                                         events=events, names=prepared.events.names)
             meta["memory_events"], meta["memory_skipped"] = len(memory), memory.skipped
-        write_instants(con, prepared=prepared)
     finally:
         writer.close()  # never leaves a write running on a connection the caller may close; raises its error
     write_meta(con, meta)
