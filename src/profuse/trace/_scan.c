@@ -239,12 +239,12 @@ typedef struct { Tok pid, tid, name, aname, alabels; } Meta;
 typedef struct { int8_t ph; int64_t ts; int32_t pid, tid, cat, id; } Flow;   /* id: in Scan.fids */
 
 /* A key as it was last seen at one place in an object (see member_key): its text from the opening
- * quote through the colon and the whitespace after it (`"ph": `), zero-padded to whole 8-byte words,
- * its length, its length as a key (no quotes) and its index in the key set. */
+ * quote through the colon and the whitespace after it (`"ph": `), zero-padded, a mask of 0xFF over the
+ * text, its length, its length as a key (no quotes) and its index in the key set. */
 #define KEY_MEMO 24
 #define MEMO_WAYS 2
 #define MEMO_TEXT 32
-typedef struct { char text[MEMO_TEXT], mask[MEMO_TEXT]; int len, key_len, which; } KeyMemo;   /* mask: 0xFF over text */
+typedef struct { char text[MEMO_TEXT], mask[MEMO_TEXT]; int len, key_len, which; } KeyMemo;
 
 typedef struct {
     const char *buf, *cur, *end;
@@ -484,7 +484,6 @@ static int lex_literal(Scan *s, const char *word, int n) {
 
 static int skip_value(Scan *s, int depth);
 
-
 /* A number checked against the strict grammar and passed over (what lex_number accepts). */
 static int skip_number(Scan *s) {
     const char *p = s->cur, *end = s->end;
@@ -676,28 +675,24 @@ static int object_start(Scan *s) {
     return 0;
 }
 
-/* Whether the len bytes at p are the memo's text, compared a word at a time (the memo's words past its
- * text hold zeros, and so must the masked tail of p's last word). p must have the whole words readable. */
+/* Whether the len bytes at p are the memo's text: p's bytes under the memo's mask (0xFF over the text,
+ * 0 past it) equal the zero-padded text, a whole step at a time. p must have MEMO_TEXT bytes readable. */
 static inline int memo_matches(const char *p, const KeyMemo *m) {
 #if SCAN_SSE2
-    for (int i = 0; i < m->len; i += 16) {   /* 16 bytes a step, those past the text masked off */
+    for (int i = 0; i < m->len; i += 16) {
         __m128i x = _mm_and_si128(_mm_loadu_si128((const __m128i *)(p + i)), _mm_loadu_si128((const __m128i *)(m->mask + i)));
         if (_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_loadu_si128((const __m128i *)(m->text + i)))) != 0xFFFF) return 0;
     }
-    return 1;
-#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    int n = m->len;
-    for (int i = 0; n > 0; i += 8, n -= 8) {
-        uint64_t x, y;
-        memcpy(&x, p + i, 8);
-        memcpy(&y, m->text + i, 8);
-        if (n < 8) x &= ((uint64_t)1 << (8 * n)) - 1;
-        if (x != y) return 0;
-    }
-    return 1;
 #else
-    return same_bytes(p, m->text, (size_t)m->len);
+    for (int i = 0; i < m->len; i += 8) {
+        uint64_t x, k, y;
+        memcpy(&x, p + i, 8);
+        memcpy(&k, m->mask + i, 8);
+        memcpy(&y, m->text + i, 8);
+        if ((x & k) != y) return 0;
+    }
 #endif
+    return 1;
 }
 
 /* A member's `"key":` (no escapes in the key), leaving the value next; *which is the key's index in
