@@ -23,7 +23,7 @@
  *
  * read_file(fd, n, parts): a plain trace file's bytes, read by several threads (see its section).
  *
- * map_file(fd, n, settled): a plain trace file's bytes mapped read-only, guarded against the file being cut
+ * map_file(fd, n, settled_ns): a plain trace file's bytes mapped read-only, guarded against the file being cut
  * short meanwhile (see its section).
  *
  * decimal_text(values): int64 values as decimal text, for an Arrow dictionary (trace/_write.py).
@@ -1237,7 +1237,7 @@ static PyObject *read_file(PyObject *self, PyObject *args) {
 
 /* ---- map_file ------------------------------------------------------------------------------- */
 
-/* map_file(fd, n, settled) -> Mapped, or None where this build or this file cannot be mapped.
+/* map_file(fd, n, settled_ns) -> Mapped, or None where this build or this file cannot be mapped.
  *
  * A plain trace's first n bytes as the page cache's own pages (mmap, read-only, populated at once)
  * instead of a copy into fresh memory. On these machines a copy's cost is mostly the fresh buffer's
@@ -1252,7 +1252,7 @@ static PyObject *read_file(PyObject *self, PyObject *args) {
  * handler has taken its place since, nothing more is mapped (None: the caller reads).
  * Mapped.intact() is false once a mapping was cut, and where fstat of the file now shows another
  * size, inode, modification or change time than when it was mapped: the caller then reads the
- * file again (trace/build.py). Only a file last written or changed `settled` seconds ago or more is
+ * file again (trace/build.py). Only a file last written or changed `settled_ns` ago or more is
  * mapped (the cache's stat entries' "racily clean" rule): a write in the same clock tick as the one
  * before leaves both times as they were. What the check cannot see: bytes changed in place through
  * another process's shared mapping of pages it had already dirtied, which moves neither time until
@@ -1401,20 +1401,9 @@ static PyObject *mapped_intact(PyObject *o, PyObject *unused) {
     return PyBool_FromLong(same);
 }
 
-static PyObject *mapped_isspace(PyObject *o, PyObject *unused) {
-    (void)unused;
-    Mapped *m = (Mapped *)o;
-    for (Py_ssize_t i = 0; i < m->len; i++) {
-        char c = m->addr[i];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\v' && c != '\f') Py_RETURN_FALSE;
-    }
-    return PyBool_FromLong(m->len > 0);
-}
-
 static PyMethodDef mapped_methods[] = {
     {"intact", mapped_intact, METH_NOARGS,
      "intact() -> whether no page was cut off since the file was mapped and fstat shows it unchanged."},
-    {"isspace", mapped_isspace, METH_NOARGS, "isspace() -> whether every byte is whitespace (bytes.isspace)."},
     {NULL, NULL, 0, NULL},
 };
 static PyBufferProcs mapped_buffer = {mapped_getbuffer, NULL};
@@ -1431,23 +1420,23 @@ static PyTypeObject MappedType = {
     .tp_doc = "A file's bytes mapped read-only (map_file); a read-only buffer.",
 };
 
-/* Whether the file was last written or changed (mtime, ctime) at least `settled` seconds ago: any later
- * write then moves one of them (a write in the same clock tick as the last one would not). */
-static int settled_for(const struct stat *st, double settled) {
+/* Whether the file was last written or changed (mtime, ctime) at least `settled_ns` ago: any later write
+ * then moves one of them (a write in the same clock tick as the last one would not). */
+static int settled_for(const struct stat *st, long long settled_ns) {
     struct timespec now;
     if (clock_gettime(CLOCK_REALTIME, &now)) return 0;
-    double t = (double)now.tv_sec + now.tv_nsec * 1e-9;
-    double m = (double)st->st_mtim.tv_sec + st->st_mtim.tv_nsec * 1e-9;
-    double c = (double)st->st_ctim.tv_sec + st->st_ctim.tv_nsec * 1e-9;
-    return t - (m > c ? m : c) >= settled;
+    long long t = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+    long long m = (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+    long long c = (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+    return t - (m > c ? m : c) >= settled_ns;
 }
 
 static PyObject *map_file(PyObject *self, PyObject *args) {
     (void)self;
     int fd;
     Py_ssize_t n;
-    double settled;
-    if (!PyArg_ParseTuple(args, "ind", &fd, &n, &settled)) return NULL;
+    long long settled;
+    if (!PyArg_ParseTuple(args, "inL", &fd, &n, &settled)) return NULL;
     struct stat st;
     if (n <= 0 || fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size != (off_t)n || !local_fs(fd) ||
         !settled_for(&st, settled))
@@ -1505,7 +1494,7 @@ static PyMethodDef methods[] = {
     {"memory_events", memory_events, METH_O,
      "memory_events(buffer) -> dict of columns, or None where trace/memory.py's Python path must read them."},
     {"map_file", map_file, METH_VARARGS,
-     "map_file(fd, n, settled) -> the file's n bytes mapped read-only (Mapped), or None where it cannot be mapped."},
+     "map_file(fd, n, settled_ns) -> the file's n bytes mapped read-only (Mapped), or None where it cannot be mapped."},
     {"read_file", read_file, METH_VARARGS,
      "read_file(fd, n, parts) -> the file's first n bytes, read by parts threads (None where it cannot: Windows)."},
     {NULL, NULL, 0, NULL},

@@ -21,10 +21,11 @@ import numpy as np
 from msgspec import Raw, Struct
 
 from ..errors import TraceError, UserError
-from .cache import hasher
+from .cache import RACY_NS, hasher
 
 CHUNK_BYTES = 16 << 20
 _EVENT_GAP = re.compile(rb",\s*\n\s*\{")
+_NOT_SPACE = re.compile(rb"\S")  # bytes.isspace's whitespace is regex's \s for bytes
 _MSGSPEC_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$\[(?P<idx>\d+)\](?P<rest>[^`]*)`)?$", re.DOTALL)
 
 
@@ -140,8 +141,6 @@ class Mapped(Protocol):
 
     def intact(self) -> bool: ...
 
-    def isspace(self) -> bool: ...
-
 
 TraceBytes = bytes | bytearray | Mapped
 
@@ -198,7 +197,7 @@ def read_trace(path: str, *, map_ok: bool = False) -> tuple[TraceBytes, tuple[st
         raise TraceError(path, f"cannot be read ({err.strerror or err})") from None
     except MemoryError:
         raise TraceError(path, f"too big for the memory left; set {MAX_TRACE_BYTES_ENV} lower") from None
-    if not data or data.isspace():
+    if not data or not _NOT_SPACE.search(data):  # a search stops at the first other byte, mapped or read
         raise TraceError(path, "file is empty")
     return data, raw
 
@@ -221,7 +220,7 @@ def _read_rest(fh: BinaryIO, size: int, limit: int) -> bytes:
 
 PARALLEL_READ_MIN = 8 << 20
 MAP_MIN = 8 << 20
-MAP_SETTLED_S = 2.0  # only a file last changed this long ago is mapped (see _map)
+MAP_SETTLED_NS = RACY_NS  # only a file last changed this long ago is mapped (see _map), the cache's rule
 
 
 def _map(fh: BinaryIO, size: int) -> Mapped | None:
@@ -229,12 +228,12 @@ def _map(fh: BinaryIO, size: int) -> Mapped | None:
     cache's own pages, no copy into fresh memory: a 50 MB trace 40-100 ms read, 6 ms mapped; 1 GB
     0.15-1.1 s read, 0.08 s mapped); None below MAP_MIN, without the extension, or where it cannot
     (not Linux, not a local filesystem, a file that changed size since fstat, or one written or changed
-    less than MAP_SETTLED_S ago, whose next write might leave its times as they are): the caller reads."""
+    less than MAP_SETTLED_NS ago, whose next write might leave its times as they are): the caller reads."""
     from . import compiled
 
     if size < MAP_MIN or not compiled.enabled():
         return None
-    mapped: Mapped | None = compiled.accel.map_file(fh.fileno(), size, MAP_SETTLED_S)
+    mapped: Mapped | None = compiled.accel.map_file(fh.fileno(), size, MAP_SETTLED_NS)
     return mapped
 
 

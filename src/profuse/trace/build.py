@@ -45,9 +45,11 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
     """
     with _load_settings():
         try:
+            added = len(notes)
             try:
                 return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
             except _SourceChanged:  # the file changed while it was mapped: read it, as it is now
+                del notes[added:]  # the notes of the build thrown away: the next makes its own
                 return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress,
                               map_ok=False)
         except (MemoryError, duckdb.OutOfMemoryException):
@@ -114,7 +116,6 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
     threads = _native.enabled() and not lenient
     connection = _behind(_empty_tables, "profuse-connect") if threads else None
     source = _MappedSource()
-    added = len(notes)
     try:
         data, gzip_hash = early.prefetched(str(src)) or _decode.read_trace(str(src), map_ok=threads and map_ok)
         source.hold(data)
@@ -128,7 +129,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
     except BaseException as err:
         if connection is not None:
             connection().close()
-        source.raise_if_changed(err, notes, added)
+        source.raise_if_changed(err)
         raise
     con = connection() if connection is not None else _empty_tables()
     try:
@@ -137,7 +138,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         fp = _write_tables(con, str(src), cols, top, fingerprint_of, skipped, memory_of=memory, parallel=threads)
     except BaseException as err:
         con.close()
-        source.raise_if_changed(err, notes, added)
+        source.raise_if_changed(err)
         raise
     del cols
     slot = CacheSlot(cache_folder, slot_key(fp)) if cache_folder is not None else None
@@ -184,21 +185,15 @@ class _MappedSource:
 
         return after_hash
 
-    def raise_if_changed(self, err: BaseException, notes: list[str], added: int) -> None:
+    def raise_if_changed(self, err: BaseException) -> None:
         """Where a build that read a mapped file fails (an error in its bytes, say) and the file changed
-        meanwhile, the failure says nothing of the file as it is: :class:`_SourceChanged` instead, and the
-        notes this build added are taken back (the build that reads the file again makes its own). An
+        meanwhile, the failure says nothing of the file as it is: :class:`_SourceChanged` instead. An
         interrupt (Ctrl-C) stays what it is."""
-        if not isinstance(err, Exception):
-            return
-        try:
-            if not isinstance(err, _SourceChanged):
+        if isinstance(err, Exception) and not isinstance(err, _SourceChanged):
+            try:
                 self.check()
-        except _SourceChanged:
-            del notes[added:]
-            raise _SourceChanged from err
-        if isinstance(err, _SourceChanged):
-            del notes[added:]
+            except _SourceChanged:
+                raise _SourceChanged from err
 
 
 def _read_memory(path: str, data: _decode.TraceBytes) -> _memory.MemoryEvents:
