@@ -118,7 +118,90 @@ def test_document_scan_two_threads_equals_one_and_the_reference_split():
     assert {k: bytes(v) for k, v in one[1].items()} == {k: bytes(v) for k, v in ref.items()}
     assert {k: bytes(v) for k, v in two[1].items()} == {k: bytes(v) for k, v in ref.items()}
     assert one[0].n == two[0].n > 100_000
-    assert (one[0].take("ts") == two[0].take("ts")).all()
+    # AND every per-event column is the same, the halves' joined in place (one part: taken without a copy)
+    assert all(len(two[0].parts[key]) == 1 for key in (*_native._EVENT_I64, "name", "cat", "thread_key"))
+    names1, names2 = _lookup(one[0].names), _lookup(two[0].names)
+    assert [names1[i] for i in one[0].take("name")] == [names2[i] for i in two[0].take("name")]
+    cats1, cats2 = _lookup(one[0].cats), _lookup(two[0].cats)
+    assert [cats1[i] for i in one[0].take("cat")] == [cats2[i] for i in two[0].take("cat")]
+    assert _threads_of(one[0]) == _threads_of(two[0])
+    for key in _native._EVENT_I64:
+        assert np.array_equal(one[0].take(key), two[0].take(key), equal_nan=key == "flops"), key
+
+
+def _threads_of(cols: Any) -> list[tuple[Any, Any]]:
+    from profuse.trace._columns import THREAD_SHIFT
+
+    pids, tids = _lookup(cols.pids), _lookup(cols.tids)
+    return [(pids[k // THREAD_SHIFT], tids[k % THREAD_SHIFT]) for k in cols.take("thread_key").tolist()]
+
+
+def _raw_halves() -> tuple[dict[str, Any], dict[str, Any]]:
+    path = next(p for p in ALL_TRACES if p.name.startswith("v100_rank1"))
+    head, tail, split = _native.raw_scan_document(_decode.read_bytes(str(path)), threads=2)
+    assert split and head["met"] and head["n"] and tail["n"]
+    return head, tail
+
+
+def _values(column: Any, dtype: Any) -> list[Any]:
+    return np.frombuffer(column, dtype=dtype).tolist()
+
+
+def test_join_appends_and_renumbers_in_place():
+    # GIVEN the two halves of a split scan
+    from profuse.trace._native import _scan
+
+    head, tail = _raw_halves()
+    ts, tail_ts = _values(head["ts"], np.int64), _values(tail["ts"], np.int64)
+    names, tail_names = _values(head["name"], np.int32), _values(tail["name"], np.int32)
+    remap = np.arange(len(tail["names"]), dtype=np.int32)[::-1].copy()  # any table: each code c -> remap[c]
+    # WHEN their ts and name columns are joined, the names through the remap
+    assert _scan.join([(head["ts"], tail["ts"], None), (head["name"], tail["name"], remap)]) is None
+    # THEN the head's columns hold both halves, the tail's codes renumbered; the tail's are as they were
+    assert _values(head["ts"], np.int64) == ts + tail_ts and len(head["ts"]) == 8 * (head["n"] + tail["n"])
+    assert _values(head["name"], np.int32) == names + [int(remap[c]) for c in tail_names]
+    assert _values(tail["ts"], np.int64) == tail_ts
+
+
+def test_join_checks_every_pair_before_joining_any():
+    # GIVEN halves of a split scan, and pairs of which one cannot be joined
+    from profuse.trace._native import _scan
+
+    head, tail = _raw_halves()
+    size = len(head["dur"])
+    short = np.zeros(max(_values(tail["name"], np.int32)), dtype=np.int32)  # the tail's top name code is outside it
+    view = memoryview(head["ts"])  # a view alive over a column: it cannot move
+    bad = [[(head["ts"], tail["ts"], None)],
+           [(head["name"], tail["name"], short)],
+           [(head["cat"], tail["cat"], np.zeros(len(tail["cats"]), dtype=np.int64))],  # int64 is no int32 table
+           [(head["seq"], tail["seq"], None), (head["seq"], tail["stream"], None)],  # one column grown twice
+           [(head["seq"], head["seq"], None)]]
+    for pairs in bad:
+        # WHEN it is asked, with a good pair first
+        with pytest.raises(ValueError, match="join"):
+            _scan.join([(head["dur"], tail["dur"], None), *pairs])
+        # THEN nothing was joined: the good pair's column is as it was
+        assert len(head["dur"]) == size
+    view.release()
+    assert _scan.join([(head["ts"], tail["ts"], None)]) is None
+    with pytest.raises(TypeError):
+        _scan.join([(head["ts"], b"not a column", None)])
+
+
+def test_join_grows_a_mapped_column_by_remapping_it():
+    # GIVEN a trace whose halves' int64 columns are over 4 MB each (kept in their own mappings, grown by mremap)
+    n = 1_100_000
+    events = b",".join(b'{"ph":"X","name":"k%d","pid":1,"tid":%d,"ts":%d,"dur":1}' % (i % 3, i % 2, i) for i in range(n))
+    data = b'{"traceEvents":[' + events + b"]}"
+    # WHEN it is scanned in two halves
+    cols, _top = _native.scan_document(data, threads=2)
+    # THEN the joined columns hold every event once, in file order, with its name and thread
+    assert cols.n == n and len(cols.parts["ts"]) == 1
+    assert np.array_equal(cols.take("ts"), np.arange(n, dtype=np.int64) * 1000)
+    names = _lookup(cols.names)
+    got = [names[c] for c in cols.take("name")[[0, 1, 2, n // 2, n // 2 + 1, n - 1]].tolist()]
+    assert got == [f"k{i % 3}" for i in (0, 1, 2, n // 2, n // 2 + 1, n - 1)]
+    assert _threads_of(cols)[n // 2:n // 2 + 2] == [(1, (n // 2) % 2), (1, (n // 2 + 1) % 2)]
 
 
 def _lookup(table: dict[Any, int]) -> list[Any]:

@@ -45,12 +45,15 @@ def test_thread_keys_are_numbered_as_np_unique_numbers_them():
     rng = np.random.default_rng(3)
     for pids, tids in ((1, 1), (3, 7), (50, 2000), (3000, 3000)):
         keys = rng.integers(0, pids, 5000) * THREAD_SHIFT + rng.integers(0, tids, 5000)
-        uniq, inverse = _distinct(keys, pids, tids)
+        parts = [keys[:3000], keys[3000:3000], keys[3000:]]  # as the events, flows and instants come
+        uniq, inverses = _distinct(parts, pids, tids)
         want_uniq, want_inverse = np.unique(keys, return_inverse=True)
         assert uniq.tolist() == want_uniq.tolist()
-        assert inverse.tolist() == want_inverse.reshape(-1).tolist()
-    empty = _distinct(np.empty(0, dtype=np.int64), 0, 0)
-    assert len(empty[0]) == len(empty[1]) == 0
+        assert [len(i) for i in inverses] == [3000, 0, 2000]
+        assert np.concatenate(inverses).tolist() == want_inverse.reshape(-1).tolist()
+        assert keys[:5].tolist() == parts[0][:5].tolist()  # the keys themselves are left as they were
+    empty = _distinct([np.empty(0, dtype=np.int64)] * 3, 0, 0)
+    assert len(empty[0]) == 0 and [len(i) for i in empty[1]] == [0, 0, 0]
 
 
 def test_big_trace_path_writes_the_same_tables(monkeypatch):

@@ -50,7 +50,7 @@ def packed_order(major: np.ndarray, minor: np.ndarray, tie: np.ndarray | None = 
     bits = max(int(minor.max()) - minor_lo, 1).bit_length()
     if bits > 62 or int(major.max()) - major_lo >= 1 << (63 - bits):
         return np.lexsort(keys)
-    key = ((major.astype(np.int64) - major_lo) << bits) | (minor.astype(np.int64) - minor_lo)
+    key = ((major.astype(np.int64, copy=False) - major_lo) << bits) | (minor.astype(np.int64, copy=False) - minor_lo)
     order = np.argsort(key, kind="stable")
     if tie is None:
         return order
@@ -182,7 +182,7 @@ class Columns:
         second call answers an empty column.
         """
         parts = self.parts.pop(key, None) or [np.empty(0, dtype=np.int64)]
-        out = np.concatenate(parts)
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)  # one part: as it is, not copied
         parts.clear()
         return out
 

@@ -57,11 +57,11 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
     flow_ids, flow_text, flow_cat, flow_cat_text = _flow_codes(cols)
     flows = Flows(ids=flow_ids, id_text=flow_text,
                   ph=cols.take("flow_ph").astype(np.int8),
-                  ts=flow_ts + base_ns, thread=threads.flows)
+                  ts=_shifted(flow_ts, base_ns), thread=threads.flows)
     pids = [k[0] for k in threads.keys] or [""]
     tids = [k[1] for k in threads.keys] or [""]
     events = DecodedEvents(
-        kind=kind, name=name_id, names=names, cat=cat_id, ts=ts + base_ns, dur=dur, thread=threads.events,
+        kind=kind, name=name_id, names=names, cat=cat_id, ts=_shifted(ts, base_ns), dur=dur, thread=threads.events,
         pid_of_thread=np.array([_int_or(p) for p in pids], dtype=np.int64),
         tid_of_thread=np.array([_int_or(t) for t in tids], dtype=np.int64),
         device=_device_index(cols), stream=cols.take("stream"), correlation=cols.take("correlation"),
@@ -70,12 +70,17 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
         flops=cols.take("flops") if n else np.empty(0), flows=flows)
     instants = {}
     if len(threads.instants):
-        instants = {"name": cols.take("inst_name"), "cat": cols.take("inst_cat"), "ts": inst_ts + base_ns,
+        instants = {"name": cols.take("inst_name"), "cat": cols.take("inst_cat"), "ts": _shifted(inst_ts, base_ns),
                     "thread": threads.instants}
     strings = EventStrings(kinds=list(KINDS), cats=cats.tolist(), names=names.tolist(), pids=pids, tids=tids,
                            how=list(LINK_HOW), why=list(UNLINKED))
     return Prepared(events=events, strings=strings, threads=threads, flow_cat=flow_cat,
                     flow_cat_text=flow_cat_text, instants=instants, unnamed=unnamed)
+
+
+def _shifted(ts: np.ndarray, base_ns: int) -> np.ndarray:
+    """``ts + base_ns``; ``ts`` itself (not a copy) where there is no base time, as in most traces."""
+    return ts + base_ns if base_ns else ts
 
 
 _POW10 = np.array([10**k for k in range(1, 19)], dtype=np.int64)
@@ -121,36 +126,43 @@ def flow_codes(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def number_threads(cols: Columns) -> Threads:
     """Number every (pid, tid) seen on complete events, flows and instants densely, in (pid, tid) order."""
-    keys, flow_keys, inst_keys = (cols.take(k) for k in ("thread_key", "flow_thread_key", "inst_thread_key"))
-    uniq, inverse = _distinct(np.concatenate([keys, flow_keys, inst_keys]), len(cols.pids), len(cols.tids))
+    parts = [cols.take(k) for k in ("thread_key", "flow_thread_key", "inst_thread_key")]
+    uniq, inverses = _distinct(parts, len(cols.pids), len(cols.tids))
     pid_list, tid_list = _lookup_list(cols.pids), _lookup_list(cols.tids)
     found = [thread_key(pid_list[k // THREAD_SHIFT], tid_list[k % THREAD_SHIFT]) for k in uniq.tolist()]
     order = sorted(range(len(found)), key=lambda i: tuple(_natural(v) for v in found[i]))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
-    number = rank[inverse] if len(order) else inverse.astype(np.int64)
-    n, n_flows = len(keys), len(flow_keys)
-    return Threads(keys=[found[i] for i in order], events=number[:n], flows=number[n:n + n_flows],
-                   instants=number[n + n_flows:])
+    events, flows, instants = (rank[inverse] if len(order) else inverse for inverse in inverses)
+    return Threads(keys=[found[i] for i in order], events=events, flows=flows, instants=instants)
 
 
 _SHIFT_BITS = THREAD_SHIFT.bit_length() - 1
 assert 1 << _SHIFT_BITS == THREAD_SHIFT
 
 
-def _distinct(keys: np.ndarray, pids: int, tids: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)`` for thread keys (pid code * THREAD_SHIFT + tid code),
-    without a sort when the pid x tid grid is small: a table over it marks the keys present."""
-    if not len(keys) or pids * tids > 1 << 22:
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        return uniq, inverse.reshape(-1)
-    cell = (keys >> _SHIFT_BITS) * tids + (keys & (THREAD_SHIFT - 1))  # keys are >= 0: // and % by bits
+def _distinct(parts: list[np.ndarray], pids: int, tids: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``np.unique(keys, return_inverse=True)`` for the thread keys (pid code * THREAD_SHIFT + tid code)
+    of all ``parts`` together, the inverse given per part (int64): without a sort, and without joining
+    the parts, when the pid x tid grid is small (a table over it marks the keys present)."""
+    if not sum(len(p) for p in parts) or pids * tids > 1 << 22:
+        joined = np.concatenate(parts).astype(np.int64, copy=False)
+        uniq, inverse = np.unique(joined, return_inverse=True)
+        inverse = inverse.reshape(-1).astype(np.int64, copy=False)
+        bounds = np.cumsum([len(p) for p in parts])[:-1]
+        return uniq, np.split(inverse, bounds)
+    cells = []
     present = np.zeros(pids * tids, dtype=bool)
-    present[cell] = True
-    cells = np.flatnonzero(present)
+    for keys in parts:  # keys are >= 0: // and % by bits, in place where it can be
+        cell = keys >> _SHIFT_BITS
+        cell *= tids
+        cell += keys & (THREAD_SHIFT - 1)
+        present[cell] = True
+        cells.append(cell)
+    used = np.flatnonzero(present)
     number = np.zeros(pids * tids, dtype=np.int64)
-    number[cells] = np.arange(len(cells))
-    return (cells // tids) * THREAD_SHIFT + cells % tids, number[cell]
+    number[used] = np.arange(len(used))
+    return (used // tids) * THREAD_SHIFT + used % tids, [number[cell] for cell in cells]
 
 
 def _lookup_list(table: dict[Any, int]) -> np.ndarray:

@@ -1179,19 +1179,25 @@ static PyObject *flow_id_list(Intern *t) {
 
 /* A column handed to Python without a copy: a read-only buffer over the scan's own array, freed with
  * the object (a copy into bytes, and its page faults, was ~60 ms of a 0.5 GB load, with the GIL held). */
-typedef struct { PyObject_HEAD void *data; Py_ssize_t len; size_t mapped; } Column;  /* mapped: as Vec's */
+typedef struct { PyObject_HEAD void *data; Py_ssize_t len; size_t mapped; Py_ssize_t exports; } Column;  /* mapped: as Vec's */
 
 static int column_getbuffer(PyObject *o, Py_buffer *view, int flags) {
     Column *b = (Column *)o;
     static char empty[1];
-    return PyBuffer_FillInfo(view, o, b->data ? b->data : empty, b->len, 1, flags);
+    if (PyBuffer_FillInfo(view, o, b->data ? b->data : empty, b->len, 1, flags) < 0) return -1;
+    b->exports++;
+    return 0;
+}
+static void column_releasebuffer(PyObject *o, Py_buffer *view) {
+    (void)view;
+    ((Column *)o)->exports--;
 }
 static void column_dealloc(PyObject *o) {
     release(((Column *)o)->data, ((Column *)o)->mapped);
     Py_TYPE(o)->tp_free(o);
 }
 static Py_ssize_t column_length(PyObject *o) { return ((Column *)o)->len; }
-static PyBufferProcs column_buffer = {column_getbuffer, NULL};
+static PyBufferProcs column_buffer = {column_getbuffer, column_releasebuffer};
 static PySequenceMethods column_sequence = {.sq_length = column_length};
 static PyTypeObject ColumnType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -1217,6 +1223,7 @@ static PyObject *vec_bytes(Vec *v) {
     b->data = data;
     b->len = (Py_ssize_t)n;
     b->mapped = v->mapped;
+    b->exports = 0;
     v->data = NULL;
     v->cap = v->mapped = 0;
     return (PyObject *)b;
@@ -1536,7 +1543,122 @@ static PyObject *nest(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(join_doc,
+"join(pairs)\n\n"
+"For each (a, b, remap) of the list pairs, Column a grows to hold its own values and then b's (b is left as\n"
+"it is): the two halves of a split scan made one column without a third array, a's pages kept where they\n"
+"are (a mapping grows by mremap). With remap (an int32 buffer; else None) a and b hold int32 codes and each\n"
+"of b's codes c is appended as remap[c]. Every pair is checked before any is joined: ValueError where an a\n"
+"is exported (a view of it alive) or appears twice, or a code falls outside its remap.");
+
+typedef struct { Column *a, *b; Py_buffer r; int remap; } Pair;
+
+static int join_check(PyObject *item, Pair *p) {
+    PyObject *ao, *bo, *ro;
+    if (!PyArg_ParseTuple(item, "O!O!O:join", &ColumnType, &ao, &ColumnType, &bo, &ro)) return -1;
+    p->a = (Column *)ao;
+    p->b = (Column *)bo;
+    p->remap = 0;
+    if (p->a == p->b || p->a->exports) {
+        PyErr_SetString(PyExc_ValueError, "join: a column to grow is in use");
+        return -1;
+    }
+    if (ro == Py_None) return 0;
+    if (PyObject_GetBuffer(ro, &p->r, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    p->remap = 1;
+    const char *f = p->r.format;
+    if (p->r.itemsize != 4 || !f || (strcmp(f, "i") && strcmp(f, "=i") && strcmp(f, "<i")) ||
+        p->a->len % 4 || p->b->len % 4) {
+        PyErr_SetString(PyExc_ValueError, "join: a remap takes int32 codes into an int32 table");
+        return -1;
+    }
+    const int32_t *codes = (const int32_t *)p->b->data;
+    Py_ssize_t n = p->b->len / 4, size = p->r.len / 4;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (codes[k] < 0 || codes[k] >= size) {
+            PyErr_SetString(PyExc_ValueError, "join: a code outside its remap");
+            return -1;
+        }
+    return 0;
+}
+
+/* a's storage grown to hold b's bytes after its own (a keeps its length); -1 without memory */
+static int join_grow(Column *a, size_t total) {
+    void *p;
+    size_t mapped = a->mapped;
+#if defined(__linux__)
+    if (mapped) {
+        size_t bytes = (total + VEC_MAP_STEP - 1) & ~(VEC_MAP_STEP - 1);
+        p = bytes <= mapped ? a->data : mremap(a->data, mapped, bytes, MREMAP_MAYMOVE);
+        if (p == MAP_FAILED) return -1;
+        if (bytes > mapped) {
+#ifdef MADV_HUGEPAGE
+            madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+            mapped = bytes;
+        }
+    } else
+#endif
+    {
+        p = realloc(a->data, total);
+        if (!p) return -1;
+    }
+    a->data = p;
+    a->mapped = mapped;
+    return 0;
+}
+
+static PyObject *join(PyObject *self, PyObject *args) {
+    PyObject *list;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!:join", &PyList_Type, &list)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list), got = 0;
+    Pair *pairs = (Pair *)calloc((size_t)(n ? n : 1), sizeof(Pair));
+    if (!pairs) return PyErr_NoMemory();
+    PyObject *result = NULL;
+    for (; got < n; got++) {
+        if (join_check(PyList_GET_ITEM(list, got), &pairs[got])) {
+            if (pairs[got].remap) PyBuffer_Release(&pairs[got].r);
+            goto done;
+        }
+        for (Py_ssize_t j = 0; j < got; j++)
+            if (pairs[j].a == pairs[got].a) {
+                if (pairs[got].remap) PyBuffer_Release(&pairs[got].r);
+                PyErr_SetString(PyExc_ValueError, "join: a column to grow appears twice");
+                goto done;
+            }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Pair *p = &pairs[k];
+        size_t old = (size_t)p->a->len, add = (size_t)p->b->len;
+        if (!add) continue;
+        if (join_grow(p->a, old + add)) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        char *dst = (char *)p->a->data + old;
+        Py_BEGIN_ALLOW_THREADS
+        if (p->remap) {
+            const int32_t *codes = (const int32_t *)p->b->data, *table = (const int32_t *)p->r.buf;
+            int32_t *out = (int32_t *)dst;
+            for (size_t i = 0; i < add / 4; i++) out[i] = table[codes[i]];
+        } else {
+            memcpy(dst, p->b->data, add);
+        }
+        Py_END_ALLOW_THREADS
+        p->a->len = (Py_ssize_t)(old + add);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    for (Py_ssize_t k = 0; k < got; k++)
+        if (pairs[k].remap) PyBuffer_Release(&pairs[k].r);
+    free(pairs);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"join", join, METH_VARARGS, join_doc},
     {"scan", scan, METH_VARARGS, scan_doc},
     {"document_rest", document_rest, METH_VARARGS, rest_doc},
     {"nest", nest, METH_VARARGS, nest_doc},

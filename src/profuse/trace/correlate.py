@@ -117,7 +117,7 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     idx = np.flatnonzero(mask)
     if idx.size == 0:
         return parent, depth
-    th, start = thread[idx].astype(np.int64), ts[idx].astype(np.int64)
+    th, start = thread[idx].astype(np.int64, copy=False), ts[idx].astype(np.int64, copy=False)
     end = start + np.maximum(dur[idx], 1)
     order = packed_order(th, start, -end)  # by thread, start, the longer first, then position
     th, start, end, ids = th[order], start[order], end[order], idx[order]
@@ -135,7 +135,7 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     first_of_thread = np.searchsorted(th, th, side="left")
     started_before = np.arange(len(ids)) - first_of_thread
     ended_before = np.searchsorted(key_end, key_start, side="right") - np.searchsorted(key_end, th * span, side="left")
-    d = (started_before - ended_before).astype(np.int64)
+    d = (started_before - ended_before).astype(np.int64, copy=False)
     d = np.maximum(d, 0)
     # parent = the latest earlier event on the same thread one level up
     dmax = int(d.max()) + 1
@@ -393,10 +393,10 @@ def _attribute_numpy(dur: np.ndarray, in_table: np.ndarray, table_parent: np.nda
     timed = np.flatnonzero(timed_mask)
     owner = device_op[timed]
     self_device = np.bincount(owner, weights=dur[timed], minlength=n).astype(np.int64)
-    kernels = np.bincount(owner, minlength=n).astype(np.int64)
+    kernels = np.bincount(owner, minlength=n).astype(np.int64, copy=False)
     device_total = self_device.copy()
     kernels_total = kernels.copy()
-    w = dur[timed].astype(np.int64)
+    w = dur[timed].astype(np.int64, copy=False)
     cur = table_parent[owner]
     while True:
         live = cur >= 0
@@ -404,6 +404,6 @@ def _attribute_numpy(dur: np.ndarray, in_table: np.ndarray, table_parent: np.nda
             break
         cur, w = cur[live], w[live]
         device_total += np.bincount(cur, weights=w, minlength=n).astype(np.int64)
-        kernels_total += np.bincount(cur, minlength=n).astype(np.int64)
+        kernels_total += np.bincount(cur, minlength=n)
         cur = table_parent[cur]
     return Attribution(self_cpu, self_device, device_total, kernels, kernels_total)
