@@ -174,14 +174,14 @@ def _join_events(head: dict[str, Any], tail: dict[str, Any]) -> bool:
         return True
     if not head["n"] or not tail["n"]:
         return False
-    tables = [(head[t], tail[t]) for _, t in _EVENT_CODES]
-    if any(len(_table(values)) != len(values) for pair in tables for values in pair):
-        return False
+    from ._parallel import _remap
+
     grown, remaps = [], []
-    for mine, theirs in tables:
-        table = _table(mine)
-        remaps.append(np.fromiter((table.setdefault(v, len(table)) for v in theirs), dtype=np.int32,
-                                  count=len(theirs)))
+    for _, t in _EVENT_CODES:
+        table, local = _table(head[t]), _table(tail[t])
+        if len(table) != len(head[t]) or len(local) != len(tail[t]):
+            return False
+        remaps.append(_remap(table, local).astype(np.int32))  # merge's numbering: new values after the head's
         grown.append(list(table))
     pairs: list[tuple[Any, Any, np.ndarray | None]] = [(head[k], tail[k], None) for k in _EVENT_I64]
     pairs += [(head[k], tail[k], remap) for (k, _), remap in zip(_EVENT_CODES, remaps)]

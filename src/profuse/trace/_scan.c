@@ -70,10 +70,8 @@ static void vec_free(Vec *v) {
     v->cap = v->mapped = 0;
 }
 
-static int vec_reserve(Vec *v, size_t extra) {
-    if (v->len + extra <= v->cap) return 0;
-    size_t cap = v->cap ? v->cap * 2 : 1024;
-    while (cap < v->len + extra) cap *= 2;
+/* v's storage grown to hold cap items (its len kept): in its own mapping from VEC_MAP_MIN bytes on. */
+static int vec_grow(Vec *v, size_t cap) {
 #if defined(__linux__)
     if (cap * v->item >= VEC_MAP_MIN) {
         size_t bytes = (cap * v->item + VEC_MAP_STEP - 1) & ~(VEC_MAP_STEP - 1);
@@ -98,6 +96,13 @@ static int vec_reserve(Vec *v, size_t extra) {
     v->data = p;
     v->cap = cap;
     return 0;
+}
+
+static int vec_reserve(Vec *v, size_t extra) {
+    if (v->len + extra <= v->cap) return 0;
+    size_t cap = v->cap ? v->cap * 2 : 1024;
+    while (cap < v->len + extra) cap *= 2;
+    return vec_grow(v, cap);
 }
 /* the room checked here, the function called only to grow */
 #define VEC_PUSH(v, T, x) (((v)->len < (v)->cap || !vec_reserve((v), 1)) ? (((T *)(v)->data)[(v)->len++] = (x), 0) : -1)
@@ -1582,32 +1587,6 @@ static int join_check(PyObject *item, Pair *p) {
     return 0;
 }
 
-/* a's storage grown to hold b's bytes after its own (a keeps its length); -1 without memory */
-static int join_grow(Column *a, size_t total) {
-    void *p;
-    size_t mapped = a->mapped;
-#if defined(__linux__)
-    if (mapped) {
-        size_t bytes = (total + VEC_MAP_STEP - 1) & ~(VEC_MAP_STEP - 1);
-        p = bytes <= mapped ? a->data : mremap(a->data, mapped, bytes, MREMAP_MAYMOVE);
-        if (p == MAP_FAILED) return -1;
-        if (bytes > mapped) {
-#ifdef MADV_HUGEPAGE
-            madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-            mapped = bytes;
-        }
-    } else
-#endif
-    {
-        p = realloc(a->data, total);
-        if (!p) return -1;
-    }
-    a->data = p;
-    a->mapped = mapped;
-    return 0;
-}
-
 static PyObject *join(PyObject *self, PyObject *args) {
     PyObject *list;
     (void)self;
@@ -1632,10 +1611,13 @@ static PyObject *join(PyObject *self, PyObject *args) {
         Pair *p = &pairs[k];
         size_t old = (size_t)p->a->len, add = (size_t)p->b->len;
         if (!add) continue;
-        if (join_grow(p->a, old + add)) {
+        Vec v = {p->a->data, old, old, 1, p->a->mapped};  /* a's bytes as a Vec, grown as the scan grows its own */
+        if (vec_grow(&v, old + add)) {
             PyErr_NoMemory();
             goto done;
         }
+        p->a->data = v.data;
+        p->a->mapped = v.mapped;
         char *dst = (char *)p->a->data + old;
         Py_BEGIN_ALLOW_THREADS
         if (p->remap) {
