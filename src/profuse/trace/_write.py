@@ -37,6 +37,8 @@ LOOKUP_MAX = 32
 # Not smaller, though a 156 k-row table then leaves one thread the whole first group: DuckDB's batch
 # insert merges partial row groups by copying (bert50 load, 14 interleaved rounds: 79,872 rows a batch,
 # median 261 -> 281 ms and 5 k more page faults; 61,440 rows, 294 ms); one batch for all, no change.
+# Nor smaller row groups to match (ATTACH ... (ROW_GROUP_SIZE n), batches of n): bert50's events insert
+# alone, 9 runs each, median 46-56 ms and 58-72 ms CPU by default; 79,872 rows 75-88 ms, 112 ms CPU.
 ARROW_BATCH = 122_880
 _ARROW_KIND = {np.dtype(np.int64): "l", np.dtype(np.int32): "i", np.dtype(np.float64): "g"}
 _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
