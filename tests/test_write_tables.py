@@ -160,3 +160,64 @@ def test_loads_on_several_threads_leave_gc_and_huge_pages_as_they_found_them():
         assert gc.isenabled() and toggle(True) is True
     finally:
         toggle(before)
+
+
+def test_a_build_asks_numpy_for_no_huge_pages_while_it_runs(monkeypatch):
+    # GIVEN numpy's switch for madvise(MADV_HUGEPAGE) on, and a spy on the build's table writing
+    from conftest import trace_path
+    from numpy._core import multiarray
+
+    from profuse.trace import build
+
+    toggle = multiarray._set_madvise_hugepage
+    seen: list[bool] = []
+    write_tables = build._write_tables
+
+    def spy(*args, **kwargs):
+        now = toggle(False)
+        toggle(now)
+        seen.append(now)
+        return write_tables(*args, **kwargs)
+
+    monkeypatch.setattr(build, "_write_tables", spy)
+    before = toggle(True)
+    try:
+        # WHEN a trace loads
+        with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as t:
+            assert t.meta["events"] > 0
+        # THEN the switch was off while its tables were written, and is on again after
+        assert seen == [False]
+        assert toggle(True) is True
+    finally:
+        toggle(before)
+
+
+def test_the_scanners_own_mappings_ask_for_no_huge_pages():
+    # GIVEN a trace of 600,000 events: its per-event columns outgrow 4 MB, so the scanner keeps them
+    # in mappings of their own
+    import pytest
+
+    from profuse.trace import _native
+
+    if not _native.available() or not Path("/proc/self/smaps").exists():
+        pytest.skip("needs the compiled scanner and Linux's /proc/self/smaps")
+    events = ",".join(f'{{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":{i},"dur":1}}'
+                      for i in range(600_000))
+    # WHEN it is scanned
+    scanned = _native.scan_document(('{"traceEvents":[' + events + "]}").encode(), threads=1)
+    assert scanned is not None
+    ts = scanned[0].parts["ts"][0]
+    assert len(ts) == 600_000 and ts.nbytes >= 4 << 20
+    # THEN the mapping that holds the ts column is not advised to use 2 MB pages (VmFlags "hg")
+    address = ts.__array_interface__["data"][0]
+    flags, inside = None, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and line.startswith("VmFlags:"):
+            flags = line.split()[1:]
+            break
+    assert flags is not None, "the ts column's mapping was not found"
+    assert "hg" not in flags

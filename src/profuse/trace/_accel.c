@@ -1192,13 +1192,6 @@ static PyObject *read_file(PyObject *self, PyObject *args) {
     if (parts > READ_PARTS_MAX) parts = READ_PARTS_MAX;
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
     if (!out) return NULL;
-#ifdef MADV_HUGEPAGE
-    if (n >= ((Py_ssize_t)8 << 20)) {  /* 2 MB pages where the kernel gives them: 512 times fewer faults */
-        uintptr_t lo = ((uintptr_t)PyBytes_AS_STRING(out) + 4095) & ~(uintptr_t)4095;
-        uintptr_t hi = ((uintptr_t)PyBytes_AS_STRING(out) + (size_t)n) & ~(uintptr_t)4095;
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-    }
-#endif
     ReadPart part[READ_PARTS_MAX];
     size_t total = (size_t)n, share = (total / (size_t)parts + 4095) & ~(size_t)4095;  /* whole pages each */
     for (int k = 0; k < parts; k++) {

@@ -45,10 +45,12 @@ static int ctz32(unsigned int x) { return __builtin_ctz(x); }
 /* ---- growable arrays ------------------------------------------------------------------------ */
 
 /* Arrays of VEC_MAP_MIN bytes and more live in their own anonymous mapping (Linux): it grows by mremap,
- * which moves page tables instead of copying, and asks for 2 MB pages, so its first touch faults once
- * per 2 MB instead of once per 4 KB (a 1 GB trace's scan: ~200 k page faults fewer). Smaller ones, and
- * every array elsewhere, are malloc'd. ``mapped`` is the mapping's size in bytes, 0 for malloc'd data.
- * Mapping from 256 KB on (2 MB pages still from 4 MB), to spare realloc's copies (11% of a vit50 load's
+ * which moves page tables instead of copying. Smaller ones, and every array elsewhere, are malloc'd.
+ * ``mapped`` is the mapping's size in bytes, 0 for malloc'd data. The mapping asks for no 2 MB pages:
+ * they fault 512 times less often, but where the kernel must first find (compact) or the host back one
+ * again, each costs far more: the 1 GB synthetic trace's scan alone, 4 interleaved rounds, 3.7-4.8 s
+ * (system time 4.8 s, median) with them against 1.3-1.9 s without (trace/build.py, _load_settings).
+ * Mapping from 256 KB on instead of 4 MB, to spare realloc's copies (11% of a vit50 load's
  * page faults are in them), left the load's faults as they were (38.6 k -> 39.0 k, 10 runs): the heap
  * the copies leave behind is taken again by later arrays, so the count follows the peak, not the copies. */
 typedef struct { void *data; size_t len, cap, item, mapped; } Vec;
@@ -81,9 +83,6 @@ static int vec_grow(Vec *v, size_t cap) {
         void *p = v->mapped ? mremap(v->data, v->mapped, bytes, MREMAP_MAYMOVE)
                             : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) return -1;
-#ifdef MADV_HUGEPAGE
-        madvise(p, bytes, MADV_HUGEPAGE);
-#endif
         if (!v->mapped) {
             if (v->len) memcpy(p, v->data, v->len * v->item);
             free(v->data);

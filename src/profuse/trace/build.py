@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import importlib
 import os
 import threading
 import time
@@ -63,39 +64,62 @@ class _SourceChanged(Exception):
 
 _PAUSED_LOCK = threading.Lock()
 _gc_was_on = False  # whether the cycle collector was on when the first of the running builds began
+_huge_was_on: bool | None = None  # numpy's 2 MB-page advice then (None: this numpy cannot be asked)
 _paused_builds = 0
+
+
+def _numpy_hugepage_switch() -> Callable[[bool], bool] | None:
+    """numpy's own switch of its madvise(MADV_HUGEPAGE) on arrays of 4 MB and more (it returns the
+    setting it replaces; numpy >= 2 keeps it in numpy._core, older ones in numpy.core), or None."""
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            switch = getattr(importlib.import_module(module), "_set_madvise_hugepage", None)
+        except ImportError:
+            continue
+        if callable(switch):
+            return switch  # type: ignore[no-any-return]
+    return None
 
 
 @contextlib.contextmanager
 def _load_settings() -> Iterator[None]:
-    """Python's cycle collector, paused while any build runs (counted, so builds on several threads
-    put it back only when the last one ends, as it was before the first began): decoding allocates
-    hundreds of thousands of long-lived objects (interned strings, shape rows, flow ids), whose
-    allocation triggers collections that walk them all (measured 20-50 ms of a 0.35 s load). Reference
-    counting frees as before; any cycle waits for the collector's next run.
+    """While any build runs (counted, so builds on several threads put things back only when the last
+    one ends, as they were before the first began):
 
-    numpy's madvise(MADV_HUGEPAGE) on its big arrays is left on (as are the scanner's, on its read
-    buffer and its columns): 1 GB trace, 5 interleaved pairs, 2 cores, THP "madvise": page faults
-    790 k -> 380 k, system time 2.5 -> 1.9 s, wall median 7.2 -> 6.5 s with it (an earlier session,
-    when this was paused, had measured the opposite: where free memory is fragmented, each 2 MB page's
-    first touch may compact it). Going further does not pay: a numpy allocator serving every array of
-    64 KB and more from one 2 MB-page arena (prototyped, bert50, 12 interleaved rounds) cut page faults
-    40 k -> 27.5 k but made the load's median 241 -> 333 ms (direct compaction on first touch) and its
-    peak RSS 205 -> 242 MB.
+    - Python's cycle collector is paused: decoding allocates hundreds of thousands of long-lived objects
+      (interned strings, shape rows, flow ids), whose allocation triggers collections that walk them
+      all (measured 20-50 ms of a 0.35 s load). Reference counting frees as before; any cycle waits for
+      the collector's next run.
+    - numpy asks for no 2 MB pages (nor does the scanner, for its read buffer and its columns). A fresh
+      2 MB page is cheaper than 512 small ones only where the kernel has it at hand. Where it does not
+      (fragmented memory: direct compaction; a VM that hands freed memory back to its host, as these
+      machines' virtio-balloon free page reporting does: the host must back it again) it costs far
+      more. 1 GB synthetic trace, 2 cores, THP "madvise", 3 interleaved rounds: with 2 MB pages
+      6.1-12.1 s (system time up to 4.8 s of a scan alone), without 3.0-3.5 s; at a quieter hour
+      (6 rounds) medians 4.16 s with them, 4.11 s without; an earlier session (814b084, 5 pairs) had
+      6.5 s with them against 7.2 s without. 200 MB of fresh 2 MB pages took 501 ms to touch here, then
+      22-24 ms while the host still backed them; 4 KB pages 80-106 ms every time. So 2 MB pages win
+      ~10% at best and lose 40-80% at worst: small pages fault more (1 GB: ~380 k -> ~750 k faults) at
+      a cost that stays put.
     """
-    global _paused_builds, _gc_was_on
+    global _paused_builds, _gc_was_on, _huge_was_on
+    switch = _numpy_hugepage_switch()
     with _PAUSED_LOCK:
         if _paused_builds == 0:
             _gc_was_on = gc.isenabled()
             gc.disable()
+            _huge_was_on = switch(False) if switch is not None else None
         _paused_builds += 1
     try:
         yield
     finally:
         with _PAUSED_LOCK:
             _paused_builds -= 1
-            if _paused_builds == 0 and _gc_was_on:
-                gc.enable()
+            if _paused_builds == 0:
+                if _gc_was_on:
+                    gc.enable()
+                if switch is not None and _huge_was_on is not None:
+                    switch(_huge_was_on)
 
 
 def _memory_events(path: str, data: _decode.TraceBytes, cols: Columns, *,
