@@ -64,7 +64,7 @@ class _SourceChanged(Exception):
 
 _PAUSED_LOCK = threading.Lock()
 _gc_was_on = False  # whether the cycle collector was on when the first of the running builds began
-_huge_was_on: bool | None = None  # numpy's 2 MB-page advice then (None: this numpy cannot be asked)
+_huge_was_on = False  # numpy's 2 MB-page advice then
 _paused_builds = 0
 
 
@@ -79,6 +79,9 @@ def _numpy_hugepage_switch() -> Callable[[bool], bool] | None:
         if callable(switch):
             return switch  # type: ignore[no-any-return]
     return None
+
+
+_HUGEPAGE_SWITCH = _numpy_hugepage_switch()
 
 
 @contextlib.contextmanager
@@ -103,12 +106,13 @@ def _load_settings() -> Iterator[None]:
       a cost that stays put.
     """
     global _paused_builds, _gc_was_on, _huge_was_on
-    switch = _numpy_hugepage_switch()
+    switch = _HUGEPAGE_SWITCH
     with _PAUSED_LOCK:
         if _paused_builds == 0:
             _gc_was_on = gc.isenabled()
             gc.disable()
-            _huge_was_on = switch(False) if switch is not None else None
+            if switch is not None:
+                _huge_was_on = switch(False)
         _paused_builds += 1
     try:
         yield
@@ -118,7 +122,7 @@ def _load_settings() -> Iterator[None]:
             if _paused_builds == 0:
                 if _gc_was_on:
                     gc.enable()
-                if switch is not None and _huge_was_on is not None:
+                if switch is not None:
                     switch(_huge_was_on)
 
 
