@@ -323,7 +323,8 @@ def _match(pattern: str, inst: ScopeInstance, units: list[Unit], cpu: bool) -> M
     if pattern == "pointwise chain" and (not now or fused >= now):
         # nothing known to be saved: an unnamed chain's only model is its bytes
         return Match(pattern, inst, units, device_ns, now, fused, 0.0, "low", inter)
-    if cpu and now and device_ns and now / device_ns < MIN_BYTE_BOUND_GBPS:
+    if cpu and device_ns and (not now or now / device_ns < MIN_BYTE_BOUND_GBPS):
+        # on a CPU only bytes that explain the time back a saving; without shapes nothing is known
         return Match(pattern, inst, units, device_ns, now, fused, 0.0, "low", inter)
     if pattern.startswith("attention"):
         # the matmuls stay; what goes is the scores' round trips through memory (scale, mask, softmax)

@@ -452,10 +452,20 @@ class _Writer:
             self._pool = None
 
 
+LAUNCH_NAME_PARTS = ("launch", "memcpy", "memset")  # a runtime call that puts work on the device
+
+
 def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, top: dict[str, Any],
-                  process_names: Iterable[str] = ()) -> tuple[str, str | None]:
+                  process_names: Iterable[str] = (), launches: Callable[[], bool] = lambda: True
+                  ) -> tuple[str, str | None]:
     """The device kind (CUDA, ROCm, MTIA, CPU, or the backend's name) and the device's name
-    (``runtime_names``: the names of the trace's first 2,000 runtime events)."""
+    (``runtime_names``: the names of the trace's first 2,000 runtime events). ``launches()``: whether any
+    runtime call puts work on a device (:data:`LAUNCH_NAME_PARTS`), asked only where there is no device
+    activity.
+
+    A CUDA trace with no device activity and no launch is a model run on the CPU of a machine with a
+    GPU (torch writes ``deviceProperties`` and a few runtime queries whenever CUDA is present): it is
+    read as CPU. Launches without device activity stay CUDA (the device was not recorded)."""
     props = top.get("deviceProperties") or top.get("computeProperties") or []  # older traces: computeProperties
     props = props if isinstance(props, list) else []  # any other shape says nothing usable
     dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
@@ -470,9 +480,18 @@ def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, t
         return "ROCm", dev_name
     if any(c.startswith("privateuse1") for c in lower):
         return privateuse1_name(runtime_names, process_names), dev_name
+    if not has_device and not launches():
+        return "CPU", None
     if has_device or props or any(c in lower for c in ("cuda_runtime", "cuda_driver", "runtime", "kernel")):
         return "CUDA", dev_name
     return "CPU", None
+
+
+def _launches(prepared: Prepared, events: EventColumns) -> bool:
+    """Whether a runtime call launches, copies or sets device memory (each distinct name of every
+    runtime event looked at once)."""
+    codes = np.unique(events.name[kind_mask(events.kind, "runtime", "sync")])
+    return any(part in str(n).lower() for n in prepared.events.names[codes] for part in LAUNCH_NAME_PARTS)
 
 
 def _meta(path: str, cols: Columns, prepared: Prepared, events: EventColumns, *, top: dict[str, Any],
@@ -481,7 +500,8 @@ def _meta(path: str, cols: Columns, prepared: Prepared, events: EventColumns, *,
     procs = [m["process_name"] for m in cols.thread_meta.values() if "process_name" in m]
     runtime = np.flatnonzero(events.kind == KIND_CODE["runtime"])[:2000]  # not every event's name: 2.4 M at 1 GB
     names = prepared.events.names[events.name[runtime]]
-    device_kind, device_name = detect_device(events.kind, {c for c in cols.cats if c}, names, top, procs)
+    device_kind, device_name = detect_device(events.kind, {c for c in cols.cats if c}, names, top, procs,
+                                             lambda: _launches(prepared, events))
     ts, dur = events.ts, events.dur
     span = int((ts + dur).max() - ts.min()) if len(ts) else 0
     # codes into short tuples: counted by bincount (np.unique sorts: 2.4 M events, ~130 ms)

@@ -4,9 +4,9 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 14  # bump when tables change: caches with another version are rebuilt (13: device events'
+SCHEMA_VERSION = 15  # bump when tables change: caches with another version are rebuilt (13: device events'
 # module and scope are those holding their launch call; shapes.concrete_inputs; the memory tables;
-# 14: self CPU never negative)
+# 14: self CPU never negative; 15: a trace with no device activity and no launch is CPU)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
 CATEGORY_KIND: dict[str, str] = {
