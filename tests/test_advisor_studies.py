@@ -101,3 +101,22 @@ def test_a_fix_that_changes_numerics_fails_loudly(tmp_path, monkeypatch):
     model = nm.NaiveRMSNorm(64)
     with pytest.raises(verify.VerificationError, match=r"a broken swap .* changed the output"):
         profuse.advise(model, (torch.randn(4, 32, 64),), verify=True, steps=3, out=tmp_path)
+
+
+def test_a_fixed_model_that_fails_in_generation_is_reported_not_raised():
+    # GIVEN a fixed model whose generation fails as a reduce-overhead compiled Llama's did on an H200
+    # (tools/cuda_fixtures/device_run.sh: cudagraph trees overwrite the key/value outputs generate() keeps)
+    from profuse.studies.llama import end_to_end_after
+
+    class Broken(torch.nn.Module):
+        def generate(self, ids, **kw):
+            raise RuntimeError("Error: accessing tensor output of CUDAGraphs that has been overwritten by a "
+                               "subsequent run. Stack trace: ...\nmore lines")
+
+    notes: list[str] = []
+    # WHEN the study measures it end to end
+    after = end_to_end_after(Broken(), torch.zeros(1, 4, dtype=torch.long), 2, 7.5, notes)
+    # THEN the measurement is the unchanged model's, and one note says why, with the error's first line
+    assert after == 7.5
+    assert len(notes) == 1 and "failed in greedy generation" in notes[0] and "overwritten" in notes[0]
+    assert "more lines" not in notes[0] and 'cache_implementation="static"' in notes[0]

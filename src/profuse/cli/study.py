@@ -63,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
     from ..studies.rmsnorm import run_study
 
     out = args.out or f"profuse-out/{args.name}"
-    if args.name == "llama":
-        return _llama(args, out)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.name == "llama":
+        return _llama(args, out, device)
     err = console() if args.format == "table" else None
     status = err.status("RMSNorm study") if err else None
     if status:
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _llama(args: argparse.Namespace, out: str) -> int:
+def _llama(args: argparse.Namespace, out: str, device: str) -> int:
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be at least 1 (got {args.threads})")
     try:
@@ -102,7 +102,7 @@ def _llama(args: argparse.Namespace, out: str) -> int:
         status.start()
     try:
         result = run_llama_study(size=args.size, steps=args.steps, out=out, all_patterns=args.all_patterns,
-                                 threads=args.threads)
+                                 threads=args.threads, device=device)
     finally:
         if status:
             status.stop()

@@ -60,8 +60,9 @@ class LlamaStudy:
                 "max_abs_err": self.max_abs_err, "notes": self.notes}
 
 
-def build_model(size: str = "tiny", seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
-    """A randomly initialised Llama of the named size (no download) with a prompt of token ids and its configuration."""
+def build_model(size: str = "tiny", seed: int = 0, device: str = "cpu") -> tuple[Any, Any, dict[str, Any]]:
+    """A randomly initialised Llama of the named size (no download) with a prompt of token ids and its
+    configuration, both on ``device``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -70,8 +71,8 @@ def build_model(size: str = "tiny", seed: int = 0) -> tuple[Any, Any, dict[str, 
     torch.manual_seed(seed)
     cfg = LlamaConfig(max_position_embeddings=max(256, 2 * seq), **spec)
     model: Any = LlamaForCausalLM(cfg)
-    model.eval()
-    ids = torch.randint(0, cfg.vocab_size, (1, seq), generator=torch.Generator().manual_seed(seed))
+    model.eval().to(device)
+    ids = torch.randint(0, cfg.vocab_size, (1, seq), generator=torch.Generator().manual_seed(seed)).to(device)
     return model, ids, spec | {"seq": seq}
 
 
@@ -84,25 +85,42 @@ def ms_per_token(model: Any, ids: Any, new_tokens: int, repeats: int = 3) -> flo
         with torch.no_grad():
             model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                            pad_token_id=0)
+        if ids.device.type == "cuda":  # ROCm's devices are "cuda" too
+            torch.cuda.synchronize(ids.device)
         return (time.perf_counter() - t) * 1e3 / new_tokens
 
     gen()
     return statistics.median(gen() for _ in range(repeats))
 
 
+def end_to_end_after(best: Any, ids: Any, new_tokens: int, before: float, notes: list[str]) -> float:
+    """ms per token of greedy generation with the fixed model; ``before`` and a note where generation
+    with it fails. A fix verified per forward call can still break generation: a forward compiled with
+    mode="reduce-overhead" replays CUDA graphs whose outputs the next replay overwrites, and generate()
+    keeps the previous step's key/value tensors (it needs a static cache for graphs)."""
+    try:
+        return ms_per_token(best, ids, new_tokens)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        notes.append(f"the fixed model failed in greedy generation ({type(err).__name__}: {first}); end to end "
+                     f"not measured: the fixes hold per forward call only (for CUDA graphs, generate() needs a "
+                     f"static cache: cache_implementation=\"static\")")
+        return before
+
+
 def run_llama_study(*, size: str = "tiny", steps: int = 5, out: str | Path = "profuse-out/llama",
-                    all_patterns: bool = False, threads: int | None = None) -> LlamaStudy:
-    """Profile a random-weight Llama, find its fusion candidates and measure the RMSNorm fix on a copy.
-    ``threads`` sets torch's intra-op threads for all of it, the end-to-end timing included."""
+                    all_patterns: bool = False, threads: int | None = None, device: str = "cpu") -> LlamaStudy:
+    """Profile a random-weight Llama on ``device``, find its fusion candidates and measure the RMSNorm fix
+    on a copy. ``threads`` sets torch's intra-op threads for all of it, the end-to-end timing included."""
     with intra_op_threads(threads):
-        study = _run(size=size, steps=steps, out=out, all_patterns=all_patterns)
+        study = _run(size=size, steps=steps, out=out, all_patterns=all_patterns, device=device)
     if threads is not None:
         study.notes.append(f"measured with {threads} intra-op thread(s)")
     return study
 
 
-def _run(*, size: str, steps: int, out: str | Path, all_patterns: bool) -> LlamaStudy:
-    model, ids, cfg = build_model(size)
+def _run(*, size: str, steps: int, out: str | Path, all_patterns: bool, device: str) -> LlamaStudy:
+    model, ids, cfg = build_model(size, device=device)
     new_tokens = SIZES[size]["new_tokens"]
     res: AdviseResult = advise(model, (ids,), verify=True, steps=steps, out=out,
                                patterns=None if all_patterns else {"RMSNorm"})
@@ -111,7 +129,7 @@ def _run(*, size: str, steps: int, out: str | Path, all_patterns: bool) -> Llama
     if rms is None:
         notes.append("no RMSNorm candidate found")
     before = ms_per_token(model, ids, new_tokens)
-    after = ms_per_token(res.best, ids, new_tokens) if res.best is not None else before
+    after = end_to_end_after(res.best, ids, new_tokens, before, notes) if res.best is not None else before
     if res.best is None:
         notes.append("no fix made the model faster here; the model is unchanged")
         if size == "tiny":
