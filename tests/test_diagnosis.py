@@ -9,13 +9,19 @@ from pathlib import Path
 
 import oracle
 import pytest
-from conftest import SHARED, trace_path
+from conftest import FIXTURES, H200_TRACES, SHARED, trace_path
 
 import profuse
 from profuse.analysis.diagnosis import Diagnosis, diagnose
 from profuse.analysis.serving_steps import parse_step
 
-TRACES = sorted(str(p.relative_to(SHARED / "traces")) for p in (SHARED / "traces").rglob("*.json.gz"))
+TRACES = sorted(str(p.relative_to(SHARED / "traces")) for p in (SHARED / "traces").rglob("*.json.gz")) + [
+    str(p.parent.relative_to(FIXTURES)) for p in H200_TRACES]
+
+
+def _path(name: str) -> Path:
+    """A shared trace's path, or a recorded fixture's (tests/fixtures/h200/...)."""
+    return FIXTURES / name / "trace.json.gz" if name.startswith("h200/") else SHARED / "traces" / name
 TOL_US = 1.0
 
 
@@ -30,7 +36,7 @@ def leaves(budget) -> dict[str, float]:
 
 @pytest.mark.parametrize("name", TRACES)
 def test_budget_partitions_every_step_and_levers_stay_in_bounds(name):
-    path = SHARED / "traces" / name
+    path = _path(name)
     d = diag(path)
     expected = oracle.step_spans(path)
     steady = oracle.steady_spans(path)
@@ -416,9 +422,10 @@ def test_every_class_cause_and_lever_kind_is_documented():
     from profuse.analysis.levers import HOW, SLUG
 
     doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
-    kinds = {"cuda_graphs", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm", "communication",
+    kinds = {"cuda_graphs", "graph_launch", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm", "communication",
              "attention_kernel", "no_device_data"} | {"fusion:<pattern>"} | set(SLUG.values())
-    variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime"}  # host_sync's and cpu_work's texts
+    # host_sync's, cpu_work's and cuda_graphs' texts
+    variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime", "graphs_outside"}
     assert set(HOW) - variants <= kinds
     for word in (*BUSY_PRIORITY, *IDLE_CAUSES, "not_recorded", *kinds, *CPU_LEAVES):
         assert f"`{word}`" in doc, word

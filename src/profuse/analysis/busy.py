@@ -273,6 +273,37 @@ def launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 
 @once_per_trace
+def named_launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The launch runs the time budget counts (:func:`launch_calls` up to 1 ms) as named pieces sorted by
+    start: (start, end, name). A
+    graph launch's run is cut in two where the call starts: the call itself (named by it: the replay's
+    own launch) and the op around it before the call (named ``<op> before <call>``: a compiled region's
+    wrapper, its guards and bookkeeping, not the launch)."""
+    rows = trace.con.execute(f"""
+        SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts) AS start, l.ts AS call, l.ts + greatest(l.dur, 1) AS stop,
+               l.name AS name, coalesce(o.name, '') AS op
+        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {LAUNCH_CALL_SQL}""").fetchnumpy()
+    start, call, stop = (np.asarray(rows[k], dtype=np.int64) for k in ("start", "call", "stop"))
+    name, op = np.asarray(rows["name"], dtype=object), np.asarray(rows["op"], dtype=object)
+    short = (stop - start) <= LAUNCH_GAP_MAX_US * 1000  # the time budget's launch runs (longer: a host stall)
+    start, call, stop, name, op = start[short], call[short], stop[short], name[short], op[short]
+    graph = np.fromiter((is_graph_launch(str(n)) for n in name), dtype=bool, count=name.size)
+    before = graph & (start < call)
+    pre = np.asarray([f"{o} before {n}" for o, n in zip(op[before], name[before])], dtype=object)
+    start = np.concatenate([np.where(graph, call, start), start[before]])
+    stop = np.concatenate([stop, call[before]])
+    name = np.concatenate([name, pre])
+    order = np.argsort(start, kind="stable")
+    return start[order], stop[order], name[order]
+
+
+def is_graph_launch(name: str) -> bool:
+    """A call that replays a captured graph (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch)."""
+    return name.lower().startswith(("cudagraphlaunch", "cugraphlaunch", "hipgraphlaunch"))
+
+
+@once_per_trace
 def cpu_work(trace: Trace) -> CpuWork:
     """The host's launch work: for each device activity launched by an asynchronous launch call, the
     time from the start of the op that made the call (or the call itself, outside any op) to the

@@ -7,6 +7,7 @@ hold, so no leaf's time is counted twice and the total never exceeds the span. L
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_module
 from ..trace import Trace, compiled
 from .budget import BUSY_PRIORITY, LEAVES, DeviceWork, Labels
-from .busy import LAUNCH_GAP_MAX_US
+from .busy import LAUNCH_GAP_MAX_US, is_graph_launch, named_launch_calls
 from .diagnosis import Lever, Steady
 from .opclass import op_class
 
@@ -26,6 +27,7 @@ else:  # numpy loads on first use: the records here are read without it
 
 SMALL_PCT = 1.0
 SMALL_US = 10.0
+GRAPHED_SHARE = 0.9  # graphs replay at least this share of the busy time: the step is captured already
 GEMM_UNKNOWN_SHARE = 0.3   # no roofline: assume a tuned GEMM reaches 70% of what this one takes
 FP32_UNKNOWN_SPEEDUP = 2.0  # no peak table: every matrix unit here runs half precision at least 2x FP32
 
@@ -41,6 +43,12 @@ HOW = {
     "cuda_graphs": "capture the step in a graph: torch.compile(mode=\"reduce-overhead\") or torch.cuda.CUDAGraph "
                    "(HIP graphs on ROCm); serving engines: run without eager mode (vLLM without enforce_eager, "
                    "sglang without --disable-cuda-graph)",
+    "graphs_outside": "the step already replays as a graph; these ops and calls run outside it every step: "
+                      "bring them into the capture (copy inputs into the graph's static buffers on the device, "
+                      "read outputs after the replay without a synchronise per step) or cut them",
+    "graph_launch": "fewer, larger graphs (one capture of the whole step rather than several) or more work per "
+                    "replay (a larger batch); measure the launch without the profiler first (torch.cuda.Event "
+                    "around replay()), which does not pay the profiler's per-node cost",
     "cpu_work": "overlap the CPU work with device work (DataLoader num_workers > 0 and pin_memory=True, prefetch "
                 "the next batch, a side thread), move it to the device, or cut it",
     "cpu_work_model": "the CPU time is the model's own ops (Python and op dispatch between kernels), not "
@@ -120,7 +128,7 @@ def device_levers(ctx: Context) -> list[Lever]:
     label = ctx.labels.label[idx] if idx.size else idx
     out: list[Lever] = []
     cpu = _cpu_other(ctx, start, ns, label)
-    out += _graphs(ctx, ns, idx, label, cpu)
+    out += _graphs(ctx, start, ns, idx, label, cpu)
     out += _host_sync(ctx, start, ns, label)
     out += _cpu_work(ctx, cpu)
     out += _pinned(ctx, ns, idx, label)
@@ -147,10 +155,15 @@ def _kernels(ctx: Context, cls: str, mask: np.ndarray | None = None) -> list[str
     return _top(c)
 
 
-def _graphs(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray, cpu: CpuOther) -> list[Lever]:
+def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, label: np.ndarray,
+            cpu: CpuOther) -> list[Lever]:
     """Launch-bound spans: a graph replays the kernels without the host launching each one, and without
     dispatching the model's ops in between, so it draws the launch gaps and the idle CPU time spent
-    inside the model's own ops (``cpu.model_ns``; the rest of that CPU time stays a ``cpu_work`` lever)."""
+    inside the model's own ops (``cpu.model_ns``; the rest of that CPU time stays a ``cpu_work`` lever).
+
+    The idle time inside graph launches themselves is the replay's own cost, which no capture removes:
+    it is the ``graph_launch`` lever's. Where graphs already replay most of the busy time
+    (:data:`GRAPHED_SHARE`), what is left is the host work outside the graphs, and the lever says so."""
     causes = {k: ctx.leaf(k) for k in ("idle/host_sync", "idle/launch_overhead", "idle/cpu_other", "idle/no_work")}
     launch = causes["idle/launch_overhead"]
     if not launch:
@@ -158,26 +171,68 @@ def _graphs(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray, cp
     busy = ctx.leaf(*(k for k in LEAVES if k.startswith("busy/")))
     assert ctx.labels is not None
     replayed = int(ns[(label < len(BUSY_PRIORITY)) & ctx.labels.graph[idx]].sum()) if idx.size else 0
+    by_call, calls, pieces_ns = _launch_holders(ctx, start, ns, label)
+    replay_pieces = sum(v for k, v in by_call.items() if is_graph_launch(k))
+    replay = round(launch * replay_pieces / max(pieces_ns, 1))  # the leaf's ns (the pieces may be a sample)
+    out = [_graph_launch(replay, by_call, calls, ctx)] if replay else []
+    eager = launch - replay
+    if not eager and not cpu.model_ns:
+        return out
+    graphed = busy > 0 and replayed >= GRAPHED_SHARE * busy
     idle = sum(causes.values())
-    gain = launch + cpu.model_ns
-    ev = f"idle {_us(idle)} of the span, {_us(launch)} of it while the host launches"
-    draws: tuple[str, ...] = ("idle/launch_overhead",)
-    if cpu.model_ns:
-        ev += f" and {_us(cpu.model_ns)} while it dispatches the model's ops between kernels"
-        draws += ("idle/cpu_other",)
-    if replayed:
-        ev += f"; graphs already replay {100 * replayed / busy:.0f}% of the busy time: the rest launches eagerly"
+    gain = eager + cpu.model_ns
+    draws: tuple[str, ...] = ("idle/launch_overhead",) + (("idle/cpu_other",) if cpu.model_ns else ())
+    if graphed:
+        outside = [k for k, _ in by_call.most_common() if not is_graph_launch(k)][:3]
+        ev = (f"graphs already replay {100 * replayed / busy:.0f}% of the busy time; the device still idled "
+              f"{_us(gain)} while the host worked outside them: {_us(eager)} launching or wrapping"
+              + (f" ({', '.join(outside)})" if outside else "")
+              + (f", {_us(cpu.model_ns)} in the model's ops ({', '.join(_top(cpu.model_ops, 3))})" if cpu.model_ns else ""))
+    else:
+        ev = f"idle {_us(idle)} of the span, {_us(eager)} of it while the host launches"
+        if cpu.model_ns:
+            ev += f" and {_us(cpu.model_ns)} while it dispatches the model's ops between kernels"
+        if replayed:
+            ev += f"; graphs already replay {100 * replayed / busy:.0f}% of the busy time: the rest launches eagerly"
+    if replay:
+        ev += f" (and {_us(replay)} inside graph launches: the graph_launch lever)"
     others = max(causes["idle/host_sync"], causes["idle/no_work"], causes["idle/cpu_other"] - cpu.model_ns)
     span = max(ctx.steady.span_ns, 1)
     # high: most of the span, and nothing in it that makes a capture hard (a synchronise, collectives)
-    if gain >= span / 2 and causes["idle/host_sync"] < span / 20 and ctx.leaf("busy/communication") < span / 20:
+    if graphed:
+        confidence = "low"  # the step is captured already: what is left is the work a capture keeps out
+    elif gain >= span / 2 and causes["idle/host_sync"] < span / 20 and ctx.leaf("busy/communication") < span / 20:
         confidence = "high"
     elif gain >= others:
         confidence = "medium"
     else:
         confidence = "low"
-    return [_lever(ctx, "cuda_graphs", ctx.target, gain, confidence, ev, HOW["cuda_graphs"], draws,
-                   ops=tuple(_top(cpu.model_ops, 4)))]
+    how = HOW["graphs_outside"] if graphed else HOW["cuda_graphs"]
+    return [*out, _lever(ctx, "cuda_graphs", ctx.target, gain, confidence, ev, how, draws,
+                         ops=tuple(_top(cpu.model_ops, 4)))]
+
+
+def _launch_holders(ctx: Context, start: np.ndarray, ns: np.ndarray,
+                    label: np.ndarray) -> tuple[Counter[str], Counter[str], int]:
+    """ns of the idle launch-overhead pieces per name of the launch call holding them, how many calls of
+    each name hold some, and the ns of all those pieces."""
+    m = label == len(BUSY_PRIORITY) + 1
+    if not m.any():
+        return Counter(), Counter(), 0
+    ls, le, names = named_launch_calls(ctx.trace)
+    held = _covering(ls, le, start[m])
+    calls = Counter(names[np.unique(held[held >= 0])].tolist())
+    return _ns_by_name(names, held, ns[m]), calls, int(ns[m].sum())
+
+
+def _graph_launch(replay: int, by_call: Counter[str], calls: Counter[str], ctx: Context) -> Lever:
+    """The device idle while the host sits in graph launches: the replay's own launch cost."""
+    names = [k for k in by_call if is_graph_launch(k)]
+    n = sum(calls[k] for k in names)
+    ev = (f"the device idled {_us(replay)} while the host sat in {n} graph launch(es) ({', '.join(names)}), "
+          f"{_us(replay / max(n, 1))} each; a kernel-level profiler adds a cost per graph node to each launch, "
+          f"so part of this may be the profiler's")
+    return _lever(ctx, "graph_launch", ctx.target, replay, "low", ev, HOW["graph_launch"], ("idle/launch_overhead",))
 
 
 def _prefix_argmax(end: np.ndarray) -> np.ndarray:
@@ -272,8 +327,13 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
     # inside the model: under any op or frame of its forward (at any depth: a built-in a forward calls
     # counts), and neither inside a runtime call (initialisation there is a warm-up's, not a graph's) nor
     # inside an op longer than launch overhead's 1 ms bound (a host stall: an allocation, CPU compute)
-    top = w.host_top & (w.host_end - w.host_ts > LAUNCH_GAP_MAX_US * 1000)
-    stalled = _covering(w.host_ts[top], w.host_end[top], t) >= 0  # in an op over 1 ms: its own work, not dispatch
+    gap = LAUNCH_GAP_MAX_US * 1000
+    long_ = w.host_end - w.host_ts
+    top = w.host_top & (long_ > gap) & (_launch_calls_in(w) * gap < long_)
+    # in an op over 1 ms whose launches are more than 1 ms apart on average: its own work (initialisation,
+    # autotuning, CPU compute), not dispatch; an op that launched more often, a compiled region's wrapper
+    # or an autograd node running a compiled backward, is dispatch however long
+    stalled = _covering(w.host_ts[top], w.host_end[top], t) >= 0
     inside = (_covering(*_model_intervals(w), t) >= 0) & ~in_runtime & ~stalled
     rest_names, rest_ops = _held_names(w, t[~inside], v_ns[~inside])
     model_ops = _held_names(w, t[inside], v_ns[inside])[1]
@@ -281,6 +341,15 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
     pieces_ns = int(v_ns.sum())
     model_ns = round(v * int(v_ns[inside].sum()) / max(pieces_ns, 1))
     return CpuOther(v, pieces_ns, names, ops, runtime, model_ns, rest_names, rest_ops, model_ops)
+
+
+def _launch_calls_in(w: DeviceWork) -> np.ndarray:
+    """Per host interval: how many distinct launch calls start inside it."""
+    a = w.acts
+    ids, first = np.unique(a.launch_id[a.launched], return_index=True)
+    ts = np.sort(a.launch_ts[a.launched][first]) if ids.size else np.zeros(0, dtype=np.int64)
+    out: np.ndarray = np.searchsorted(ts, w.host_end, side="left") - np.searchsorted(ts, w.host_ts, side="left")
+    return out
 
 
 def _held_names(w: DeviceWork, t: np.ndarray, v_ns: np.ndarray) -> tuple[Counter[str], Counter[str]]:
@@ -301,7 +370,7 @@ def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
     if not v or v - graphs_take <= 0:
         return []
     names, ops = (cpu.rest_names, cpu.rest_ops) if graphs_take else (cpu.names, cpu.ops)
-    top_names = _top(names, 4)
+    top_names = list(dict.fromkeys(display_name(n) for n in _top(names, 4)))
     ev = f"the launching thread worked {_us(v)} outside launches while the device was idle"
     if graphs_take:
         ev += f"; {_us(graphs_take)} of it is the model's op dispatch (the cuda_graphs lever's), the other " \
@@ -319,6 +388,19 @@ def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
         how = HOW["cpu_work"]
     return [_lever(ctx, "cpu_work", ctx.target, v - graphs_take, "medium", ev, how, ("idle/cpu_other",),
                    ops=tuple(_top(ops, 4)))]
+
+
+_PYBIND_METHOD = re.compile(r"<built-in method (\w*) of pybind11_builtins\.\S+ object at 0x[0-9a-fA-F]+>")
+_PROFILER_OWN = ("_record_function_enter", "_record_function_exit", "torch/autograd/profiler.py(",
+                 "torch/profiler/profiler.py(")
+
+
+def display_name(name: str) -> str:
+    """A holder's name as a reader wants it: the profiler's own marks (record_function enter and exit)
+    said to be the profiler's, and a pybind11 method's repr without its address (which differs per run)."""
+    if any(p in name for p in _PROFILER_OWN):
+        return "the profiler's own step marks (record_function)"
+    return _PYBIND_METHOD.sub(lambda m: f"<built-in method {m.group(1) or '(unnamed)'} (pybind11)>", name)
 
 
 def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> tuple[Counter[str], np.ndarray]:
