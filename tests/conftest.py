@@ -8,8 +8,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PROFUSE_SHARED", REPO.parent / "shared"))
 TRACES = SHARED / "traces"
-ALL_TRACES = sorted(TRACES.glob("*.json.gz")) + sorted((TRACES / "multirank").glob("*.json.gz"))
 FIXTURES = REPO / "tests" / "fixtures"
+# real bundles recorded on an H200 (tests/fixtures/h200/README.md): eager, CUDA graph, compiled, both
+H200_TRACES = sorted((FIXTURES / "h200").glob("*/trace.json.gz")) + sorted((FIXTURES / "h200").glob("*/*/trace.json.gz"))
+ALL_TRACES = sorted(TRACES.glob("*.json.gz")) + sorted((TRACES / "multirank").glob("*.json.gz")) + H200_TRACES
+
+
+def trace_id(path: Path) -> str:
+    """A test id for a trace: its file name, or for a recorded fixture its folder under tests/fixtures."""
+    return str(path.parent.relative_to(FIXTURES)) if path.is_relative_to(FIXTURES) else path.name
 
 
 def _shared_listing() -> dict[str, tuple[int, int]]:

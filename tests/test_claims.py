@@ -13,7 +13,7 @@ import json
 import re
 
 import pytest
-from conftest import ALL_TRACES
+from conftest import ALL_TRACES, trace_id
 
 import profuse
 from profuse.cli import main
@@ -56,7 +56,7 @@ def _generic_bounds(doc) -> None:
             assert v >= 0, (path, v)
 
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
 def test_report_claims_are_bounded(path, capsys):
     _check_claims(_report(path, capsys))
     _check_modules(path, capsys)
@@ -166,7 +166,7 @@ def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
 def test_scopes_and_steps_count_each_activity_once(path, capsys):
     """Per interruption row, recomputed from the loaded tables in plain Python: the scope's device
     activities are those launched inside any of its calls, each once, so their number is

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from conftest import ALL_TRACES, trace_path
+from conftest import ALL_TRACES, trace_id, trace_path
 
 import profuse
 from profuse.errors import TraceError
@@ -202,7 +202,7 @@ def _plain(src: Path, folder: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("src", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("src", ALL_TRACES, ids=trace_id)
 def test_a_mapped_load_gives_the_tables_of_a_read_one(src: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     path = _plain(src, tmp_path)

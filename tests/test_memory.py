@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import oracle
 import pytest
-from conftest import trace_path
+from conftest import FIXTURES, trace_path
 
 import profuse
 from profuse.analysis.memory import BEFORE_TRACE, memory_peaks
@@ -15,14 +15,19 @@ from profuse.analysis.optable import op_table
 from profuse.payloads.ops import ops_payload
 
 MEMORY_TRACES = ["h100_bert_small", "h100_vit_falconsai", "mi300_bert_small", "mi300_normalization_layers",
-                 "v100_rank1_of2_216k_events"]
+                 "v100_rank1_of2_216k_events", "h200/bert_eager_memory"]
+
+
+def _memory_trace(name: str):
+    """A shared trace, or a fixture recorded on an H200 (tests/fixtures/h200)."""
+    return FIXTURES / name / "trace.json.gz" if name.startswith("h200/") else trace_path(f"{name}.json.gz")
 LABEL = {0: "CPU", 1: "CUDA", 6: "ROCm"}
 
 
 @pytest.mark.parametrize("name", MEMORY_TRACES)
 def test_op_memory_and_peaks_match_the_oracle(name: str) -> None:
     # GIVEN a real trace with [memory] events
-    path = trace_path(f"{name}.json.gz")
+    path = _memory_trace(name)
     expected_ops = oracle.op_memory_by_name(path)
     raw = oracle.memory_events(path)
     # WHEN profuse loads it

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import ALL_TRACES, REPO, trace_path
+from conftest import ALL_TRACES, REPO, trace_id, trace_path
 from explorer_util import running
 
 import profuse
@@ -42,7 +42,7 @@ def test_types_js_is_generated_from_the_structs():
     assert " * @property {string} schema" in text and "[schema]" not in text
 
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
 def test_payloads_round_trip(path: Path):
     with profuse.load(path) as t:
         summary, table, advice = summarize(t), op_table(t, group_by="shape"), trace_findings(t)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ALL_TRACES
+from conftest import ALL_TRACES, trace_id
 
 from profuse.errors import TraceError
 from profuse.trace import _decode
@@ -23,7 +23,7 @@ def _without_isal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("isal", [True, False], ids=["isal", "zlib"])
-@pytest.mark.parametrize("path", GZ, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", GZ, ids=trace_id)
 def test_gzip_inflates_to_the_bytes_gzip_gives(path: Path, isal: bool, monkeypatch: pytest.MonkeyPatch):
     if isal:
         pytest.importorskip("isal")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ALL_TRACES, trace_path
+from conftest import ALL_TRACES, trace_id, trace_path
 
 from profuse.cli import main
 
@@ -13,7 +13,7 @@ TOTAL_KEYS = {"device_us", "kernels", "kernels_linked", "unlinked"}
 OP_KEYS = {"name", "calls", "self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us", "kernels"}
 
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
 def test_report_json_contract(path, capsys):
     assert main(["report", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -39,7 +39,7 @@ def test_report_json_contract(path, capsys):
         assert linked_device <= totals["device_us"] + 1e-3
 
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
 def test_report_table_renders(path, capsys):
     assert main(["report", str(path), "--top", "5"]) == 0
     out = capsys.readouterr().out

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ALL_TRACES, trace_path
+from conftest import ALL_TRACES, trace_id, trace_path
 
 import profuse
 from profuse.trace import _native
@@ -41,7 +41,7 @@ def _scanned(data: bytes, threads: int = 1) -> trace_memory.MemoryEvents | None:
     return trace_memory.scanned_memory_events(found[0])
 
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
 def test_scanned_memory_events_equal_the_reference(path: Path) -> None:
     data = gzip.decompress(path.read_bytes())
     scanned = _scanned(data)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ALL_TRACES, trace_path
+from conftest import ALL_TRACES, trace_id, trace_path
 
 import profuse
 from profuse.errors import TraceError
@@ -46,7 +46,7 @@ def _outcome(path: Path, *, scanner: bool, monkeypatch: pytest.MonkeyPatch) -> t
         return "error", str(err)
 
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
 def test_scanner_accepts_every_shared_trace(path: Path):
     data = _decode.read_bytes(str(path))
     doc = _decode.split_document(str(path), data)
@@ -56,7 +56,7 @@ def test_scanner_accepts_every_shared_trace(path: Path):
     assert cols.n == x_events
 
 
-@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
 def test_scanner_tables_equal_reference_tables(path: Path, monkeypatch: pytest.MonkeyPatch):
     fast = _load_tables(path, scanner=True, monkeypatch=monkeypatch)
     ref = _load_tables(path, scanner=False, monkeypatch=monkeypatch)
@@ -389,7 +389,7 @@ NOISY = [p for p in ALL_TRACES if p.name in ("h100_bert_small.json.gz", "a100_nc
                                                "mi300_sglang_decode_cudagraph.json.gz")]
 
 
-@pytest.mark.parametrize("path", NOISY, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOISY, ids=trace_id)
 def test_scanner_reads_noisy_float_times_as_the_reference(path: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch):
     # GIVEN a real trace whose every time carries float noise (1234.5670000001)
