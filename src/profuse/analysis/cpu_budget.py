@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
+from ..errors import printable
 from ..trace import Trace
 from .kernel_class import _op_kernel_class
 
@@ -90,4 +91,16 @@ def cpu_diagnosis(trace: Trace, steps: list[_Step], candidates: list[Any]) -> Di
     return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
                      budget=budget, steps=tuple(out), levers=levers, small_items=small, combined_gain_us=combined,
                      notes=("CPU-only trace: the budget is the CPU time of the step's thread (other threads' "
-                            "where it runs nothing); no device claim",))
+                            "where it runs nothing); no device claim", *_listed_device(trace)))
+
+
+def _listed_device(trace: Trace) -> tuple[str, ...]:
+    """A note where torch listed a GPU in the trace (``deviceProperties``) that recorded no device work:
+    the model ran on the CPU, or device activity was not asked for."""
+    props = trace.meta.trace_meta.get("deviceProperties") or trace.meta.trace_meta.get("computeProperties")
+    if not isinstance(props, list) or not props or not isinstance(props[0], dict):
+        return ()
+    name = props[0].get("name")
+    name = name if isinstance(name, str) else "a GPU"
+    return (f"torch listed {printable(name)} in this trace, which holds no device activity and no launch: read "
+            f"as a CPU run; if the model ran on the GPU, record ProfilerActivity.CUDA too",)

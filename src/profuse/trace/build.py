@@ -452,7 +452,8 @@ class _Writer:
             self._pool = None
 
 
-LAUNCH_NAME_PARTS = ("launch", "memcpy", "memset")  # a runtime call that puts work on the device
+# a runtime call that puts work on a device (as analysis.busy.LAUNCH_CALL_SQL, with copies and memsets)
+LAUNCH_NAME_PARTS = ("launch", "async", "runfunction", "enqueue", "memcpy", "memset")
 
 
 def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, top: dict[str, Any],
@@ -463,9 +464,10 @@ def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, t
     runtime call puts work on a device (:data:`LAUNCH_NAME_PARTS`), asked only where there is no device
     activity.
 
-    A CUDA trace with no device activity and no launch is a model run on the CPU of a machine with a
-    GPU (torch writes ``deviceProperties`` and a few runtime queries whenever CUDA is present): it is
-    read as CPU. Launches without device activity stay CUDA (the device was not recorded)."""
+    A CUDA or ROCm trace with no device activity and no launch is a model run on the CPU of a machine
+    with a GPU (torch writes ``deviceProperties`` and a few runtime queries whenever CUDA is present): it
+    is read as CPU (the CPU diagnosis notes the listed GPU). Launches without device activity stay
+    CUDA/ROCm (the device was not recorded)."""
     props = top.get("deviceProperties") or top.get("computeProperties") or []  # older traces: computeProperties
     props = props if isinstance(props, list) else []  # any other shape says nothing usable
     dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
@@ -474,14 +476,14 @@ def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, t
     lower = {c.lower() for c in cats if c}
     if "mtia_runtime" in lower or "mtia_ccp_events" in lower:
         return "MTIA", dev_name
+    if not has_device and not any(c.startswith("privateuse1") for c in lower) and not launches():
+        return "CPU", None
     if any(k in top for k in ("roctracer_version", "hip_runtime_version")) or any(
         isinstance(s, str) and s.startswith("hip") for s in runtime_names
     ):
         return "ROCm", dev_name
     if any(c.startswith("privateuse1") for c in lower):
         return privateuse1_name(runtime_names, process_names), dev_name
-    if not has_device and not launches():
-        return "CPU", None
     if has_device or props or any(c in lower for c in ("cuda_runtime", "cuda_driver", "runtime", "kernel")):
         return "CUDA", dev_name
     return "CPU", None
