@@ -115,8 +115,19 @@ def test_a_fixed_model_that_fails_in_generation_is_reported_not_raised():
 
     notes: list[str] = []
     # WHEN the study measures it end to end
-    after = end_to_end_after(Broken(), torch.zeros(1, 4, dtype=torch.long), 2, 7.5, notes)
-    # THEN the measurement is the unchanged model's, and one note says why, with the error's first line
-    assert after == 7.5
+    after = end_to_end_after(Broken(), torch.zeros(1, 4, dtype=torch.long), 2, notes)
+    # THEN nothing is claimed as measured after, and one note says why, with the error's first line
+    assert after is None
     assert len(notes) == 1 and "failed in greedy generation" in notes[0] and "overwritten" in notes[0]
     assert "more lines" not in notes[0] and 'cache_implementation="static"' in notes[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("study", ["llama", "rmsnorm"])
+def test_a_device_torch_cannot_use_is_a_one_line_error(study, tmp_path, capsys):
+    # GIVEN no CUDA here; WHEN a study is asked to run on it (the Llama study used to ignore --device)
+    code = main(["study", study, "--device", "cuda", "--out", str(tmp_path / "o")])
+    # THEN exit 2 with one line naming the device, no traceback, nothing written
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--device cuda" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()

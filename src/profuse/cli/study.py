@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..errors import UserError
 from ._common import console
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = args.out or f"profuse-out/{args.name}"
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    _check_device(torch, device)
     if args.name == "llama":
         return _llama(args, out, device)
     err = console() if args.format == "table" else None
@@ -83,6 +85,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_study(console(), result)
     return 0
+
+
+def _check_device(torch: Any, device: str) -> None:
+    """A one-line error for a device torch cannot use here (an unknown name, CUDA on a CPU build)."""
+    try:
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"--device {device}: not usable here ({first})") from None
 
 
 def _llama(args: argparse.Namespace, out: str, device: str) -> int:

@@ -73,9 +73,12 @@ def print_llama(console: Console, r: LlamaStudy) -> None:
                   fmt_us(f.predicted_saving_us), f"{f.max_abs_err:.1e}", "ok" if f.ok else "NO",
                   Text(f.verdict))
     console.print(t)
-    speed = r.ms_per_token_before / r.ms_per_token_after if r.ms_per_token_after else 0.0
+    if r.ms_per_token_after:
+        after = f"{r.ms_per_token_after:.2f} ms/token after ({r.ms_per_token_before / r.ms_per_token_after:.2f}x)"
+    else:
+        after = "after: not measured (see the notes)"
     console.print(Text(f"End to end (greedy generation, wall clock): {r.ms_per_token_before:.2f} ms/token before, "
-                       f"{r.ms_per_token_after:.2f} ms/token after ({speed:.2f}x)", style="bold"))
+                       f"{after}", style="bold"))
     for n in r.notes:
         console.print(Text(f"  note: {n}", style="yellow"))
     console.print(Text(f"Bundles and study.json in {r.out}; try: profuse report {r.out}/analysis", style="dim"))

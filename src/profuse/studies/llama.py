@@ -34,7 +34,7 @@ class LlamaStudy:
     fixes: list[FixResult]
     before_step_us: float
     ms_per_token_before: float
-    ms_per_token_after: float
+    ms_per_token_after: float | None   # None: the fixed model failed end to end (a note says why)
     max_abs_err: float
     out: str
     notes: list[str] = field(default_factory=list)
@@ -54,9 +54,9 @@ class LlamaStudy:
                                for k in self.candidates],
                 "fixes": [asdict(f) for f in self.fixes], "before_step_us": round(self.before_step_us, 2),
                 "ms_per_token_before": round(self.ms_per_token_before, 3),
-                "ms_per_token_after": round(self.ms_per_token_after, 3),
+                "ms_per_token_after": None if self.ms_per_token_after is None else round(self.ms_per_token_after, 3),
                 "speedup": round(self.ms_per_token_before / self.ms_per_token_after, 3)
-                if self.ms_per_token_after else 0.0,
+                if self.ms_per_token_after else None,
                 "max_abs_err": self.max_abs_err, "notes": self.notes}
 
 
@@ -93,9 +93,9 @@ def ms_per_token(model: Any, ids: Any, new_tokens: int, repeats: int = 3) -> flo
     return statistics.median(gen() for _ in range(repeats))
 
 
-def end_to_end_after(best: Any, ids: Any, new_tokens: int, before: float, notes: list[str]) -> float:
-    """ms per token of greedy generation with the fixed model; ``before`` and a note where generation
-    with it fails. A fix verified per forward call can still break generation: a forward compiled with
+def end_to_end_after(best: Any, ids: Any, new_tokens: int, notes: list[str]) -> float | None:
+    """ms per token of greedy generation with the fixed model; None and a note where generation with it
+    fails. A fix verified per forward call can still break generation: a forward compiled with
     mode="reduce-overhead" replays CUDA graphs whose outputs the next replay overwrites, and generate()
     keeps the previous step's key/value tensors (it needs a static cache for graphs)."""
     try:
@@ -105,7 +105,7 @@ def end_to_end_after(best: Any, ids: Any, new_tokens: int, before: float, notes:
         notes.append(f"the fixed model failed in greedy generation ({type(err).__name__}: {first}); end to end "
                      f"not measured: the fixes hold per forward call only (for CUDA graphs, generate() needs a "
                      f"static cache: cache_implementation=\"static\")")
-        return before
+        return None
 
 
 def run_llama_study(*, size: str = "tiny", steps: int = 5, out: str | Path = "profuse-out/llama",
@@ -129,7 +129,7 @@ def _run(*, size: str, steps: int, out: str | Path, all_patterns: bool, device: 
     if rms is None:
         notes.append("no RMSNorm candidate found")
     before = ms_per_token(model, ids, new_tokens)
-    after = end_to_end_after(res.best, ids, new_tokens, before, notes) if res.best is not None else before
+    after = end_to_end_after(res.best, ids, new_tokens, notes) if res.best is not None else before
     if res.best is None:
         notes.append("no fix made the model faster here; the model is unchanged")
         if size == "tiny":
