@@ -14,9 +14,10 @@ the leaves partition the span to the nanosecond:
   ``host_sync`` inside a synchronising call (``*Synchronize*``, ``synchronize*``, a synchronous
   ``cudaMemcpy``/``hipMemcpy``/``hipMemcpyWithStream``, or an async copy call whose copy is to or
   from pageable memory, which the driver runs synchronously); ``launch_overhead`` dispatching an op
-  that launched device work asynchronously, from the op's start to its launch call's end (spans
-  over 1 ms are a host stall, not launch overhead); ``cpu_other`` inside any other op, Python frame
-  (not one enclosing a whole step) or runtime call; ``no_work`` nothing at all.
+  that launched device work asynchronously, from the op's start to its launch call's end (a graph
+  launch: the call alone; spans over 1 ms are a host stall, not launch overhead); ``cpu_other``
+  inside any other op, Python frame (not one enclosing a whole step) or runtime call; ``no_work``
+  nothing at all.
 - A trace with launch calls but no device activity has one leaf, ``idle/not_recorded``.
 """
 from __future__ import annotations

@@ -259,43 +259,42 @@ LAUNCH_CALL_SQL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name
                    "OR l.name ILIKE 'enqueue%')")
 
 
+GRAPH_LAUNCH_SQL = "(l.name ILIKE 'cudaGraphLaunch%' OR l.name ILIKE 'cuGraphLaunch%' OR l.name ILIKE 'hipGraphLaunch%')"
+
+
 @once_per_trace
 def launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of each asynchronous launch call that launched a device activity, in no set order:
     from the start of the op that made the call (or the call itself, outside any op) to the call's end
-    (at least 1 ns). Any thread. Read once per loaded trace (:func:`cpu_work` and the time budget)."""
-    rows = trace.con.execute(f"""
-        SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts), l.ts + greatest(l.dur, 1)
-        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {LAUNCH_CALL_SQL}""").fetchnumpy()
-    _ids, start, end = (np.asarray(rows[k], dtype=np.int64) for k in rows)
+    (at least 1 ns); a graph launch from the call's own start (what runs before it in the op around it,
+    a compiled region's guards and bookkeeping, launches nothing: it is the host's other work). Any
+    thread. Read once per loaded trace (:func:`cpu_work` and the time budget)."""
+    start, end, _name = _launch_runs(trace)
     return start, end
 
 
 @once_per_trace
-def named_launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The launch runs the time budget counts (:func:`launch_calls` up to 1 ms) as named pieces sorted by
-    start: (start, end, name). A
-    graph launch's run is cut in two where the call starts: the call itself (named by it: the replay's
-    own launch) and the op around it before the call (named ``<op> before <call>``: a compiled region's
-    wrapper, its guards and bookkeeping, not the launch)."""
+def _launch_runs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rows = trace.con.execute(f"""
-        SELECT DISTINCT l.id, coalesce(least(o.ts, l.ts), l.ts) AS start, l.ts AS call, l.ts + greatest(l.dur, 1) AS stop,
-               l.name AS name, coalesce(o.name, '') AS op
+        SELECT DISTINCT l.id,
+               CASE WHEN {GRAPH_LAUNCH_SQL} THEN l.ts ELSE coalesce(least(o.ts, l.ts), l.ts) END AS start,
+               l.ts + greatest(l.dur, 1) AS stop, l.name AS name
         FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
         WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {LAUNCH_CALL_SQL}""").fetchnumpy()
-    start, call, stop = (np.asarray(rows[k], dtype=np.int64) for k in ("start", "call", "stop"))
-    name, op = np.asarray(rows["name"], dtype=object), np.asarray(rows["op"], dtype=object)
+    return (np.asarray(rows["start"], dtype=np.int64), np.asarray(rows["stop"], dtype=np.int64),
+            np.asarray(rows["name"], dtype=object))
+
+
+@once_per_trace
+def named_launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The launch runs the time budget counts (:func:`launch_calls` up to 1 ms) sorted by start, with
+    their call names and whether each is a graph launch: (start, end, name, graph)."""
+    start, stop, name = _launch_runs(trace)
     short = (stop - start) <= LAUNCH_GAP_MAX_US * 1000  # the time budget's launch runs (longer: a host stall)
-    start, call, stop, name, op = start[short], call[short], stop[short], name[short], op[short]
+    order = np.argsort(start[short], kind="stable")
+    start, stop, name = start[short][order], stop[short][order], name[short][order]
     graph = np.fromiter((is_graph_launch(str(n)) for n in name), dtype=bool, count=name.size)
-    before = graph & (start < call)
-    pre = np.asarray([f"{o} before {n}" for o, n in zip(op[before], name[before])], dtype=object)
-    start = np.concatenate([np.where(graph, call, start), start[before]])
-    stop = np.concatenate([stop, call[before]])
-    name = np.concatenate([name, pre])
-    order = np.argsort(start, kind="stable")
-    return start[order], stop[order], name[order]
+    return start, stop, name, graph
 
 
 def is_graph_launch(name: str) -> bool:

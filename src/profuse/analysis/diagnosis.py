@@ -69,6 +69,7 @@ class Lever:
     draws: tuple[str, ...]
     ops: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
+    caps: tuple[float, ...] = ()   # µs at most from each leaf in draws (same order); () or a missing one: no cap
 
 
 @dataclass(frozen=True)

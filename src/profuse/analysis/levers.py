@@ -208,21 +208,28 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
     else:
         confidence = "low"
     how = HOW["graphs_outside"] if graphed else HOW["cuda_graphs"]
+    caps = (eager / 1e3, cpu.model_ns / 1e3)[:len(draws)]  # its own parts of each leaf (graph_launch has the rest)
     return [*out, _lever(ctx, "cuda_graphs", ctx.target, gain, confidence, ev, how, draws,
-                         ops=tuple(_top(cpu.model_ops, 4)))]
+                         ops=tuple(_top(cpu.model_ops, 4)), caps=caps)]
 
 
 def _launch_holders(ctx: Context, start: np.ndarray, ns: np.ndarray,
                     label: np.ndarray) -> tuple[Counter[str], Counter[str], int]:
-    """ns of the idle launch-overhead pieces per name of the launch call holding them, how many calls of
-    each name hold some, and the ns of all those pieces."""
+    """ns of the idle launch-overhead pieces per name of the launch call holding them (a graph launch
+    first: an op's kernel launch run can enclose a graph launch made earlier in the same op), how many
+    calls of each name hold some, and the ns of all those pieces."""
     m = label == len(BUSY_PRIORITY) + 1
     if not m.any():
         return Counter(), Counter(), 0
-    ls, le, names = named_launch_calls(ctx.trace)
-    held = _covering(ls, le, start[m])
-    calls = Counter(names[np.unique(held[held >= 0])].tolist())
-    return _ns_by_name(names, held, ns[m]), calls, int(ns[m].sum())
+    ls, le, names, graph = named_launch_calls(ctx.trace)
+    t, v = start[m], ns[m]
+    held_g = _covering(ls[graph], le[graph], t)
+    rest = held_g < 0
+    held_o = _covering(ls[~graph], le[~graph], t[rest])
+    by_name = _ns_by_name(names[graph], held_g, v) + _ns_by_name(names[~graph], held_o, v[rest])
+    calls = Counter(names[graph][np.unique(held_g[held_g >= 0])].tolist())
+    calls += Counter(names[~graph][np.unique(held_o[held_o >= 0])].tolist())
+    return by_name, calls, int(v.sum())
 
 
 def _graph_launch(replay: int, by_call: Counter[str], calls: Counter[str], ctx: Context) -> Lever:
@@ -232,7 +239,8 @@ def _graph_launch(replay: int, by_call: Counter[str], calls: Counter[str], ctx: 
     ev = (f"the device idled {_us(replay)} while the host sat in {n} graph launch(es) ({', '.join(names)}), "
           f"{_us(replay / max(n, 1))} each; a kernel-level profiler adds a cost per graph node to each launch, "
           f"so part of this may be the profiler's")
-    return _lever(ctx, "graph_launch", ctx.target, replay, "low", ev, HOW["graph_launch"], ("idle/launch_overhead",))
+    return _lever(ctx, "graph_launch", ctx.target, replay, "low", ev, HOW["graph_launch"], ("idle/launch_overhead",),
+                  caps=(replay / 1e3,))
 
 
 def _prefix_argmax(end: np.ndarray) -> np.ndarray:
@@ -262,6 +270,7 @@ def _host_sync(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
         acc[1] += 1
     out = []
     for (call_name, op, module, frame), (v, n) in by_site.items():
+        frame = display_name(frame)
         where = " ".join(x for x in (f"in {op}" if op else "", f"under {module}" if module else "",
                                      f"at {frame}" if frame else "") if x)
         copy = "memcpy" in call_name.lower()
@@ -391,6 +400,7 @@ def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
 
 
 _PYBIND_METHOD = re.compile(r"<built-in method (\w*) of pybind11_builtins\.\S+ object at 0x[0-9a-fA-F]+>")
+_ADDRESS = re.compile(r" object at 0x[0-9a-fA-F]+>")
 _PROFILER_OWN = ("_record_function_enter", "_record_function_exit", "torch/autograd/profiler.py(",
                  "torch/profiler/profiler.py(")
 
@@ -400,7 +410,8 @@ def display_name(name: str) -> str:
     said to be the profiler's, and a pybind11 method's repr without its address (which differs per run)."""
     if any(p in name for p in _PROFILER_OWN):
         return "the profiler's own step marks (record_function)"
-    return _PYBIND_METHOD.sub(lambda m: f"<built-in method {m.group(1) or '(unnamed)'} (pybind11)>", name)
+    name = _PYBIND_METHOD.sub(lambda m: f"<built-in method {m.group(1) or '(unnamed)'} (pybind11)>", name)
+    return _ADDRESS.sub(">", name)
 
 
 def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> tuple[Counter[str], np.ndarray]:
@@ -619,8 +630,9 @@ def rank(levers: list[Lever], leaves: dict[str, int], span_ns: int) -> tuple[tup
     combined = 0
     for lv in levers:
         want = round(lv.gain_us * 1e3)
-        for k in lv.draws:
-            take = min(want, left.get(k, 0))
+        for i, k in enumerate(lv.draws):
+            cap = round(lv.caps[i] * 1e3) if i < len(lv.caps) else want
+            take = min(want, left.get(k, 0), cap)
             left[k] = left.get(k, 0) - take
             want -= take
             combined += take
