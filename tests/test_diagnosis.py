@@ -177,6 +177,22 @@ def test_compiled_region_guards_stay_cpu_work_and_its_wrapper_is_the_graphs_leve
     assert graphs.gain_us > b["idle/launch_overhead"]
 
 
+def test_a_long_op_is_a_stall_though_another_thread_launches_during_it(tmp_path):
+    # GIVEN a 5 ms first-call op on the step's thread that launches once at its end (autotuning), while
+    # a side thread launches 10 short kernels during it
+    ev = [_step(0, 5100), _x("cpu_op", "aten::conv2d", 0, 5000), _launch(4990, 100),
+          _kernel("implicit_convolve_sgemm", 4995, 50, 100)]
+    for i in range(10):
+        t = 100 + i * 300
+        ev += [_x("cpu_op", "aten::add", t, 10, tid=2), _launch(t + 5, i, tid=2), _kernel("vectorized_elementwise_kernel", t + 9, 2, i)]
+    d = diag(_write(tmp_path, ev))
+    cpu = next(lv for lv in d.levers + d.small_items if lv.kind == "cpu_work")
+    graphs = next((lv for lv in d.levers + d.small_items if lv.kind == "cuda_graphs"), None)
+    # THEN the op's own idle time is CPU work (its thread launched once in 5 ms), not dispatch a graph removes
+    assert cpu.gain_us > 4000 and "aten::conv2d" in cpu.evidence
+    assert graphs is None or graphs.gain_us < 100
+
+
 def test_synchronous_copy_gives_host_sync_with_its_call_site(tmp_path):
     # GIVEN a 100 µs kernel, then .item(): a D2H copy into pageable memory that blocks for 5000 µs
     ev = [_step(0, 6000), _x("cpu_op", "aten::mm", 10, 20), _launch(15, 1), _kernel("sm90_gemm_bf16", 30, 100, 1),

@@ -74,6 +74,7 @@ class DeviceWork:
     host_top: np.ndarray       # bool: an op inside no other op (what the code called)
     host_runtime: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # bool: a runtime call
     threads: frozenset[int] = field(default_factory=frozenset)
+    host_thread: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each interval's thread
 
 
 def _i64(v: object) -> np.ndarray:
@@ -106,7 +107,7 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
     ls, le = launch_calls(trace)  # the launch calls cpu_work reads: one query for both
     short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000
     host = con.execute(f"""
-        SELECT ts, ts + greatest(dur, 1) AS stop, coalesce(depth, 0) AS depth, coalesce(name, '') AS name,
+        SELECT ts, ts + greatest(dur, 1) AS stop, coalesce(depth, 0) AS depth, coalesce(name, '') AS name, thread,
                kind = 'cpu_op' AS is_op, kind = 'cpu_op' AND parent_op IS NULL AS top, kind = 'runtime' AS runtime
         FROM events
         WHERE kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({tl}) ORDER BY ts, id""").fetchnumpy()
@@ -119,7 +120,8 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         launch_runs=merge_runs(ls[short], le[short]), host_ts=hts[keep], host_end=hend[keep],
         host_depth=_i64(host["depth"])[keep], host_name=_objects(host["name"])[keep],
         host_op=np.asarray(host["is_op"], dtype=bool)[keep], host_top=np.asarray(host["top"], dtype=bool)[keep],
-        host_runtime=np.asarray(host["runtime"], dtype=bool)[keep], threads=frozenset(threads))
+        host_runtime=np.asarray(host["runtime"], dtype=bool)[keep], threads=frozenset(threads),
+        host_thread=_i64(host["thread"])[keep])
 
 
 def _objects(v: object) -> np.ndarray:

@@ -353,11 +353,15 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
 
 
 def _launch_calls_in(w: DeviceWork) -> np.ndarray:
-    """Per host interval: how many distinct launch calls start inside it."""
+    """Per host interval: how many distinct launch calls its own thread starts inside it."""
     a = w.acts
-    ids, first = np.unique(a.launch_id[a.launched], return_index=True)
-    ts = np.sort(a.launch_ts[a.launched][first]) if ids.size else np.zeros(0, dtype=np.int64)
-    out: np.ndarray = np.searchsorted(ts, w.host_end, side="left") - np.searchsorted(ts, w.host_ts, side="left")
+    _ids, first = np.unique(a.launch_id[a.launched], return_index=True)
+    lts, lthr = a.launch_ts[a.launched][first], a.launch_thread[a.launched][first]
+    out = np.zeros(w.host_ts.size, dtype=np.int64)
+    for thread in np.unique(w.host_thread):
+        mine = w.host_thread == thread
+        ts = np.sort(lts[lthr == thread])
+        out[mine] = np.searchsorted(ts, w.host_end[mine], side="left") - np.searchsorted(ts, w.host_ts[mine], side="left")
     return out
 
 
