@@ -184,7 +184,8 @@ def test_a_long_op_is_a_stall_though_another_thread_launches_during_it(tmp_path)
           _kernel("implicit_convolve_sgemm", 4995, 50, 100)]
     for i in range(10):
         t = 100 + i * 300
-        ev += [_x("cpu_op", "aten::add", t, 10, tid=2), _launch(t + 5, i, tid=2), _kernel("vectorized_elementwise_kernel", t + 9, 2, i)]
+        ev += [_x("cpu_op", "aten::add", t, 10, tid=2), _launch(t + 5, i, tid=2),
+               _kernel("vectorized_elementwise_kernel", t + 9, 2, i)]
     d = diag(_write(tmp_path, ev))
     cpu = next(lv for lv in d.levers + d.small_items if lv.kind == "cpu_work")
     graphs = next((lv for lv in d.levers + d.small_items if lv.kind == "cuda_graphs"), None)
