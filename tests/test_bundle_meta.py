@@ -176,3 +176,19 @@ def test_a_zero_matmul_rate_is_no_peak_and_the_report_still_runs(tmp_path, capsy
     assert main(["report", str(b), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["peaks"] is None or out["peaks"]["source"] != "measured"
+
+
+def test_the_command_line_names_profuse_not_this_machines_path_to_it(monkeypatch):
+    # GIVEN profuse started as `python -m profuse run ...` (argv[0]: the absolute path of its __main__.py)
+    # or as the console script, and a user's own script calling profuse.profile()
+    from pathlib import Path
+
+    import profuse
+    from profuse.capture.bundle import command_line
+
+    main_py = str(Path(profuse.__file__).parent / "__main__.py")
+    for argv0 in (main_py, "/home/someone/.venv/bin/profuse"):
+        monkeypatch.setattr("sys.argv", [argv0, "run", "--out", "b"])
+        assert command_line() == ["profuse", "run", "--out", "b"]
+    monkeypatch.setattr("sys.argv", ["/srv/app/infer.py", "--batch", "8"])
+    assert command_line() == ["/srv/app/infer.py", "--batch", "8"]

@@ -183,13 +183,23 @@ def bundle_meta(*, config: CaptureConfig, status: str, extra: dict[str, Any], dr
         except msgspec.ValidationError as err:  # e.g. Exporter(extra={"run": 5}): the key is profuse's own
             raise UserError(f"bundle extra {key!r}: {err} ({', '.join(_LATE_FIELDS)} are profuse's own keys)") from None
     return BundleMeta(schema=SCHEMA, status=status, config=config, profuse=_version(),
-                      python=sys.version.split()[0], host=socket.gethostname(), command=list(sys.argv),
+                      python=sys.version.split()[0], host=socket.gethostname(), command=command_line(),
                       written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=device_info(), peaks=_known_peaks(),
                       dropped_events=dropped, extra={k: v for k, v in extra.items() if k not in _LATE_FIELDS},
                       **late)
 
 
 _LATE_FIELDS = ("error", "steps_recorded", "warmup", "run")
+_OWN_MAIN = Path(__file__).resolve().parents[1] / "__main__.py"
+
+
+def command_line() -> list[str]:
+    """The command line as typed: profuse's own entry point (``python -m profuse`` runs it by its
+    absolute path, a path of this machine) recorded as ``profuse``; a user's script keeps its path."""
+    argv = list(sys.argv)
+    if argv and (Path(argv[0]).name == "profuse" or Path(argv[0]).resolve() == _OWN_MAIN):
+        argv[0] = "profuse"
+    return argv
 
 
 def _known_peaks() -> MeasuredPeaks | None:
