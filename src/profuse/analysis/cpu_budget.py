@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_module
 from ..errors import printable
 from ..trace import Trace
+from ..trace.meta import listed_device
 from .kernel_class import _op_kernel_class
 
 if TYPE_CHECKING:
@@ -97,10 +98,8 @@ def cpu_diagnosis(trace: Trace, steps: list[_Step], candidates: list[Any]) -> Di
 def _listed_device(trace: Trace) -> tuple[str, ...]:
     """A note where torch listed a GPU in the trace (``deviceProperties``) that recorded no device work:
     the model ran on the CPU, or device activity was not asked for."""
-    props = trace.meta.trace_meta.get("deviceProperties") or trace.meta.trace_meta.get("computeProperties")
-    if not isinstance(props, list) or not props or not isinstance(props[0], dict):
+    listed, name = listed_device(trace.meta.trace_meta)
+    if not listed:
         return ()
-    name = props[0].get("name")
-    name = name if isinstance(name, str) else "a GPU"
-    return (f"torch listed {printable(name)} in this trace, which holds no device activity and no launch: read "
+    return (f"torch listed {printable(name or 'a GPU')} in this trace, which holds no device activity and no launch: read "
             f"as a CPU run; if the model ran on the GPU, record ProfilerActivity.CUDA too",)

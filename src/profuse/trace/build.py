@@ -28,6 +28,7 @@ from ._write import write_correlated_tables, write_events, write_flows, write_in
 from .cache import CacheSlot, CacheWriter, fingerprint_of_bytes, fingerprint_of_hash, slot_key
 from .correlate import UNLINKED, correlate, unmatched_flows
 from .event_columns import EventColumns, kind_mask
+from .meta import listed_device
 from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION
 from .trace import Trace
 
@@ -468,10 +469,7 @@ def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, t
     with a GPU (torch writes ``deviceProperties`` and a few runtime queries whenever CUDA is present): it
     is read as CPU (the CPU diagnosis notes the listed GPU). Launches without device activity stay
     CUDA/ROCm (the device was not recorded)."""
-    props = top.get("deviceProperties") or top.get("computeProperties") or []  # older traces: computeProperties
-    props = props if isinstance(props, list) else []  # any other shape says nothing usable
-    dev_name = props[0].get("name") if props and isinstance(props[0], dict) else None
-    dev_name = dev_name if isinstance(dev_name, str) else None
+    props, dev_name = listed_device(top)
     has_device = bool(kind_mask(kind, "kernel", "memcpy", "memset", "device_other").any())
     lower = {c.lower() for c in cats if c}
     if "mtia_runtime" in lower or "mtia_ccp_events" in lower:

@@ -58,3 +58,12 @@ class TraceMeta(msgspec.Struct, kw_only=True, frozen=True):
 def trace_meta(rows: dict[str, Any]) -> TraceMeta:
     """The record from the ``meta`` table's decoded rows (keys it does not know are left out)."""
     return msgspec.convert(rows, TraceMeta)
+
+
+def listed_device(top: dict[str, Any]) -> tuple[bool, str | None]:
+    """What a trace's top-level keys list of its devices (``deviceProperties``; older traces:
+    ``computeProperties``): whether any is listed, and the first one's name."""
+    props = top.get("deviceProperties") or top.get("computeProperties") or []
+    props = props if isinstance(props, list) else []  # any other shape says nothing usable
+    name = props[0].get("name") if props and isinstance(props[0], dict) else None
+    return bool(props), name if isinstance(name, str) else None
