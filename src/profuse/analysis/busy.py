@@ -259,7 +259,8 @@ LAUNCH_CALL_SQL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name
                    "OR l.name ILIKE 'enqueue%')")
 
 
-GRAPH_LAUNCH_SQL = "(l.name ILIKE 'cudaGraphLaunch%' OR l.name ILIKE 'cuGraphLaunch%' OR l.name ILIKE 'hipGraphLaunch%')"
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # calls that replay a captured graph
+GRAPH_LAUNCH_SQL = "(" + " OR ".join(f"l.name ILIKE '{n}%'" for n in GRAPH_LAUNCHES) + ")"
 
 
 @once_per_trace
@@ -269,37 +270,35 @@ def launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     (at least 1 ns); a graph launch from the call's own start (what runs before it in the op around it,
     a compiled region's guards and bookkeeping, launches nothing: it is the host's other work). Any
     thread. Read once per loaded trace (:func:`cpu_work` and the time budget)."""
-    start, end, _name = _launch_runs(trace)
+    start, end, _name, _graph = _launch_runs(trace)
     return start, end
 
 
 @once_per_trace
-def _launch_runs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _launch_runs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     rows = trace.con.execute(f"""
         SELECT DISTINCT l.id,
                CASE WHEN {GRAPH_LAUNCH_SQL} THEN l.ts ELSE coalesce(least(o.ts, l.ts), l.ts) END AS start,
-               l.ts + greatest(l.dur, 1) AS stop, l.name AS name
+               l.ts + greatest(l.dur, 1) AS stop, l.name AS name, {GRAPH_LAUNCH_SQL} AS graph
         FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
         WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {LAUNCH_CALL_SQL}""").fetchnumpy()
     return (np.asarray(rows["start"], dtype=np.int64), np.asarray(rows["stop"], dtype=np.int64),
-            np.asarray(rows["name"], dtype=object))
+            np.asarray(rows["name"], dtype=object), np.asarray(rows["graph"], dtype=bool))
 
 
 @once_per_trace
 def named_launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The launch runs the time budget counts (:func:`launch_calls` up to 1 ms) sorted by start, with
     their call names and whether each is a graph launch: (start, end, name, graph)."""
-    start, stop, name = _launch_runs(trace)
+    start, stop, name, graph = _launch_runs(trace)
     short = (stop - start) <= LAUNCH_GAP_MAX_US * 1000  # the time budget's launch runs (longer: a host stall)
     order = np.argsort(start[short], kind="stable")
-    start, stop, name = start[short][order], stop[short][order], name[short][order]
-    graph = np.fromiter((is_graph_launch(str(n)) for n in name), dtype=bool, count=name.size)
-    return start, stop, name, graph
+    return start[short][order], stop[short][order], name[short][order], graph[short][order]
 
 
 def is_graph_launch(name: str) -> bool:
     """A call that replays a captured graph (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch)."""
-    return name.lower().startswith(("cudagraphlaunch", "cugraphlaunch", "hipgraphlaunch"))
+    return name.lower().startswith(tuple(n.lower() for n in GRAPH_LAUNCHES))
 
 
 @once_per_trace
