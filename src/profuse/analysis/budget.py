@@ -172,6 +172,24 @@ def covered(runs: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
     return ok
 
 
+def covered_sorted(runs: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
+    """:func:`covered` for sorted times ``t``: each run is the slice of ``t`` between two searches, so
+    the work is a search per run and one pass over ``t`` (a search per time was most of labelling a
+    1 GB trace: 7 M cuts, a dozen classes)."""
+    rs, re_ = runs
+    if rs.size == 0 or t.size == 0:
+        return np.zeros(t.shape, dtype=bool)
+    lo = np.searchsorted(t, rs, side="left")   # the first time in each run
+    hi = np.searchsorted(t, re_, side="left")  # the first time past it
+    # the runs are disjoint and in order, so the slices are too: [0, lo0) out, [lo0, hi0) in, [hi0, lo1) out, ...
+    edges = np.maximum.accumulate(np.stack([lo, hi], axis=1).reshape(-1))
+    lengths = np.diff(edges, prepend=0, append=t.size)
+    inside = np.zeros(lengths.size, dtype=bool)
+    inside[1::2] = True
+    out: np.ndarray = np.repeat(inside, lengths)
+    return out
+
+
 @dataclass(frozen=True)
 class Labels:
     """The label of every piece of the trace's time: the pieces start at ``cuts``; ``label`` is an
@@ -204,16 +222,16 @@ def labels(w: DeviceWork) -> Labels:
         m = w.cls == i
         if not m.any():
             continue
-        here = covered(merge_runs(a.start[m], a.end[m]), cuts) & (label < 0)
+        here = covered_sorted(merge_runs(a.start[m], a.end[m]), cuts) & (label < 0)
         label[here] = i
         for flag, arr in ((w.pageable, pageable), (w.fp32, fp32), (w.graph, graph)):
             sel = m & flag
             if sel.any():
-                arr |= here & covered(merge_runs(a.start[sel], a.end[sel]), cuts)
+                arr |= here & covered_sorted(merge_runs(a.start[sel], a.end[sel]), cuts)
     idle = label < 0
     for j, runs in enumerate((merge_runs(w.sync_ts, w.sync_end), w.launch_runs,
                               merge_runs(w.host_ts, w.host_end))):
-        here = idle & (label < 0) & covered(runs, cuts)
+        here = idle & (label < 0) & covered_sorted(runs, cuts)
         label[here] = _HOST_SYNC + j
     label[label < 0] = _HOST_SYNC + 3
     return Labels(cuts, label, pageable, fp32, graph)
@@ -230,8 +248,9 @@ class Pieces:
 
 def pieces(lab: Labels, lo: int, hi: int) -> Pieces:
     """The span [lo, hi) as pieces of the trace's labelled time; ``ns`` sums to hi - lo exactly."""
-    c = lab.cuts
-    inner = c[(c > lo) & (c < hi)]
+    c = lab.cuts  # sorted and unique: the cuts inside the span are one slice (a mask over every cut, per
+    # step, was 4.7 s of a 1 GB trace's report: 720 steps x 7 M cuts)
+    inner = c[np.searchsorted(c, lo, side="right"):np.searchsorted(c, hi, side="left")]
     start = np.concatenate([[lo], inner]).astype(np.int64)
     ns = np.diff(np.append(start, hi)).astype(np.int64)
     return Pieces(start, ns, lab.at(start))
