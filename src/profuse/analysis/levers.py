@@ -282,18 +282,62 @@ def _host_sync(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
 
 
 def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, str]]:
-    """Call id -> (call name, outermost op, module class, innermost Python frame)."""
+    """Call id -> (call name, outermost op, module class, innermost Python frame): the top-level op on
+    the call's thread that holds the whole call and started first, and the Python frame (not a module
+    scope) holding it that started last (of those, the shortest). Held: ``ts <= call ts`` and
+    ``end >= call end``; a tie beyond that goes to the earlier event in the file."""
     if not ids:
         return {}
-    rows = trace.con.execute(f"""
-        SELECT c.id, c.name,
-          (SELECT o.name FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op' AND o.parent_op IS NULL
-             AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts LIMIT 1),
-          (SELECT s.name FROM scopes s WHERE s.id = c.module),
-          (SELECT p.name FROM events p WHERE p.thread = c.thread AND p.kind = 'python' AND p.ts <= c.ts
-             AND p.ts + p.dur >= c.ts + c.dur AND p.name NOT LIKE 'nn.Module:%' ORDER BY p.ts DESC, p.dur LIMIT 1)
-        FROM events c WHERE c.id IN ({", ".join(str(int(i)) for i in ids)})""").fetchall()
-    return {int(r[0]): (r[1] or "", r[2] or "", r[3] or "", r[4] or "") for r in rows}
+    con = trace.con
+    calls = con.execute(f"""
+        SELECT c.id, c.name, c.thread, c.ts, c.ts + c.dur, (SELECT s.name FROM scopes s WHERE s.id = c.module)
+        FROM events c WHERE c.id IN ({", ".join(str(int(i)) for i in ids)}) ORDER BY c.id""").fetchall()
+    timed = [r for r in calls if r[2] is not None and r[3] is not None and r[4] is not None]
+    threads = sorted({int(r[2]) for r in timed})
+    # what may hold a call: on its thread, started by the last call's start, ended by the first call's end
+    last_start, first_end = (max(r[3] for r in timed), min(r[4] for r in timed)) if timed else (0, 0)
+    cand = con.execute(f"""
+        SELECT id, thread, ts, ts + dur AS stop, kind = 'cpu_op' AS is_op FROM events
+        WHERE thread IN ({", ".join(str(t) for t in threads) or "NULL"}) AND ts <= {int(last_start)}
+          AND ts + dur >= {int(first_end)}
+          AND ((kind = 'cpu_op' AND parent_op IS NULL) OR (kind = 'python' AND name NOT LIKE 'nn.Module:%'))
+        """).fetchnumpy()
+    held = _holders_of_calls(calls, {k: np.asarray(v) for k, v in cand.items()})
+    wanted = sorted({i for pair in held.values() for i in pair if i >= 0})
+    names = dict(con.execute(f"SELECT id, name FROM events WHERE id IN ({', '.join(map(str, wanted))})").fetchall()
+                 ) if wanted else {}
+    out = {}
+    for cid, name, _thread, _ts, _end, module in calls:
+        op, frame = held.get(int(cid), (-1, -1))
+        out[int(cid)] = (name or "", names.get(op) or "", module or "", names.get(frame) or "")
+    return out
+
+
+def _holders_of_calls(calls: list[tuple[Any, ...]], cand: dict[str, np.ndarray]) -> dict[int, tuple[int, int]]:
+    """Call id -> (id of its outermost op, id of its innermost frame), -1 for none (see :func:`_sync_sites`);
+    ``cand``: the top-level ops and Python frames of the calls' threads (any order)."""
+    out: dict[int, tuple[int, int]] = {}
+    for thread in {r[2] for r in calls if r[2] is not None}:
+        mine = [r for r in calls if r[2] == thread and r[3] is not None and r[4] is not None]
+        on = cand["thread"] == thread
+        cid, cts, cend = (np.asarray(a, dtype=np.int64) for a in zip(*[(r[0], r[3], r[4]) for r in mine]))
+        pid, pts, pend, is_op = cand["id"][on], cand["ts"][on], cand["stop"][on], cand["is_op"][on].astype(bool)
+        # only an interval holding at least one call can answer: one starting by some call's start and
+        # ending at or after that call's end (the least end of the calls starting at or after it)
+        order = np.argsort(cts, kind="stable")
+        least_end = np.minimum.accumulate(cend[order][::-1])[::-1]
+        first = np.searchsorted(cts[order], pts, side="left")
+        keep = first < cts.size
+        keep[keep] = least_end[first[keep]] <= pend[keep]
+        pid, pts, pend, is_op = pid[keep], pts[keep], pend[keep], is_op[keep]
+        dur = pend - pts
+        for i, ts, end in zip(cid.tolist(), cts.tolist(), cend.tolist()):
+            hold = (pts <= ts) & (pend >= end)
+            ops, frames = np.flatnonzero(hold & is_op), np.flatnonzero(hold & ~is_op)
+            op = int(pid[ops[np.lexsort((pid[ops], pts[ops]))[0]]]) if ops.size else -1
+            frame = int(pid[frames[np.lexsort((pid[frames], dur[frames], -pts[frames]))[0]]]) if frames.size else -1
+            out[int(i)] = (op, frame)
+    return out
 
 
 def _outer_ops(trace: Trace, ids: list[int]) -> dict[int, str]:
@@ -331,7 +375,8 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
         return CpuOther(0, 0, Counter(), Counter(), Counter(), 0, Counter(), Counter(), Counter())
     m = label == len(BUSY_PRIORITY) + 2
     t, v_ns = start[m], ns[m]
-    names, ops = _held_names(w, t, v_ns)
+    held, holder = _holding(w, t)  # each time's holder, found once for the three counts below
+    names, ops = _held_names(w, held, holder, v_ns)
     runtime, in_runtime = _runtime_holders(w, t, v_ns)
     # inside the model: under any op or frame of its forward (at any depth: a built-in a forward calls
     # counts), and neither inside a runtime call (initialisation there is a warm-up's, not a graph's) nor
@@ -344,8 +389,8 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
     # or an autograd node running a compiled backward, is dispatch however long
     stalled = _covering(w.host_ts[top], w.host_end[top], t) >= 0
     inside = (_covering(*_model_intervals(w), t) >= 0) & ~in_runtime & ~stalled
-    rest_names, rest_ops = _held_names(w, t[~inside], v_ns[~inside])
-    model_ops = _held_names(w, t[inside], v_ns[inside])[1]
+    rest_names, rest_ops = _held_names(w, held[~inside], holder[~inside], v_ns[~inside])
+    model_ops = _ns_by_name(w.host_name[w.host_top], held[inside], v_ns[inside])
     # the model's share of the leaf, in the leaf's own ns (the pieces may be a sample of it)
     pieces_ns = int(v_ns.sum())
     model_ns = round(v * int(v_ns[inside].sum()) / max(pieces_ns, 1))
@@ -365,13 +410,24 @@ def _launch_calls_in(w: DeviceWork) -> np.ndarray:
     return out
 
 
-def _held_names(w: DeviceWork, t: np.ndarray, v_ns: np.ndarray) -> tuple[Counter[str], Counter[str]]:
-    """ns per name of what held each idle time t (the top-level op, else the innermost frame or call),
-    and ns per top-level op."""
+def _holding(w: DeviceWork, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each idle time t: the top-level op holding it (index among the top-level intervals, or -1),
+    and, where none does, the innermost frame or call holding it (index among all host intervals, or -1)."""
     top = w.host_top
     held = _covering(w.host_ts[top], w.host_end[top], t)
-    ops = _ns_by_name(w.host_name[top], held, v_ns)
-    names = ops + _holder_names(w.host_ts, w.host_end, w.host_depth, w.host_name, w.host_op, t[held < 0], v_ns[held < 0])
+    free = held < 0
+    holder = np.full(t.size, -1, dtype=np.int64)
+    holder[free] = _holders(w.host_ts, w.host_end, w.host_depth, w.host_op, t[free])
+    return held, holder
+
+
+def _held_names(w: DeviceWork, held: np.ndarray, holder: np.ndarray,
+                v_ns: np.ndarray) -> tuple[Counter[str], Counter[str]]:
+    """ns per name of what held each idle time (the top-level op, else the innermost frame or call), and
+    ns per top-level op, from :func:`_holding`'s answers for those times."""
+    ops = _ns_by_name(w.host_name[w.host_top], held, v_ns)
+    free = held < 0
+    names = ops + _ns_by_name(w.host_name, holder[free], v_ns[free])
     return names, ops
 
 
@@ -469,21 +525,19 @@ def _covering(ts: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def _holder_names(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, name: np.ndarray, is_op: np.ndarray,
-                  t: np.ndarray, ns: np.ndarray, back: int = 64) -> Counter[str]:
-    """ns per name of what held each time t: the outermost op holding it (what the code called),
-    else the innermost Python frame or runtime call (among the ``back`` latest starts before t)."""
-    out: Counter[str] = Counter()
+def _holders(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, is_op: np.ndarray, t: np.ndarray,
+             back: int = 64) -> np.ndarray:
+    """For each time t, the index of what held it, or -1: the outermost op holding it (what the code
+    called), else the innermost Python frame or runtime call (among the ``back`` latest starts before t)."""
     if ts.size == 0 or t.size == 0:
-        return out
+        return np.full(t.size, -1, dtype=np.int64)
     last = np.searchsorted(ts, t, side="right") - 1
     if compiled.enabled():  # the same walk in C (trace/_accel.c, holders)
         best = np.empty(t.size, dtype=np.int64)
         compiled.accel.holders(*(np.ascontiguousarray(a, dtype=np.int64) for a in (ts, end, depth, t, last)),
                                np.ascontiguousarray(is_op, dtype=bool), back, best)
-    else:
-        best = _holders_numpy(ts, end, depth, is_op, t, last, back)
-    return _ns_by_name(name, best, ns)
+        return best
+    return _holders_numpy(ts, end, depth, is_op, t, last, back)
 
 
 def _holders_numpy(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, is_op: np.ndarray, t: np.ndarray,

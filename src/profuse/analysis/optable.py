@@ -62,8 +62,10 @@ class OpTable:
         return 100.0 * row.self_device_us / base if base else 0.0
 
 
+@once_per_trace
 def total_device_us(trace: Trace) -> float:
-    """Device time of the whole trace in µs (the CPU's own self time on a CPU-only trace)."""
+    """Device time of the whole trace in µs (the CPU's own self time on a CPU-only trace); read once per
+    loaded trace (the report, the advice and the diagnosis each ask)."""
     if trace.cpu_only:
         q = f"SELECT sum(self_cpu) FROM events WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL"
     else:
