@@ -68,10 +68,14 @@ _SITES_SQL = """
     FROM events c WHERE c.id IN ({ids})"""
 
 
+@pytest.mark.parametrize("search_max", [None, 0])
 @pytest.mark.parametrize("name", ["h100_bert_small", "mi300_sglang_decode_cudagraph", "a100_event_sync",
                                   "v100_rank1_of2_216k_events"])
-def test_sync_sites_are_the_subqueries_they_replace(name: str) -> None:
-    from profuse.analysis.levers import _sync_sites
+def test_sync_sites_are_the_subqueries_they_replace(name: str, search_max: int | None,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from profuse.analysis import levers
+    if search_max is not None:  # the SQL the search falls back to where it would compare too many pairs
+        monkeypatch.setattr(levers, "SITES_SEARCH_MAX", search_max)
     # GIVEN a real trace and calls of every host kind on it (runtime calls, ops, frames), some with none
     # of an op or a frame around them
     with profuse.load(trace_path(f"{name}.json.gz"), cache=False) as tr:
@@ -79,8 +83,8 @@ def test_sync_sites_are_the_subqueries_they_replace(name: str) -> None:
         pool = [int(i) for (i,) in tr.con.execute(
             "SELECT id FROM events WHERE kind IN ('runtime', 'sync', 'cpu_op', 'python') AND dur > 0").fetchall()]
         ids = sorted({int(i) for i in rng.choice(pool, size=min(400, len(pool)), replace=False)})
-        # WHEN their sites are found by the numpy search and by one SQL subquery per call
-        got = _sync_sites(tr, ids)
+        # WHEN their sites are found by the search and by one SQL subquery per call, as written here
+        got = levers._sync_sites(tr, ids)
         rows = tr.con.execute(_SITES_SQL.format(ids=", ".join(map(str, ids)))).fetchall()
     want = {int(r[0]): (r[1] or "", r[2] or "", r[3] or "", r[4] or "") for r in rows}
     # THEN every call has the same name, outermost op, module and innermost frame
