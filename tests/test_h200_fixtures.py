@@ -160,3 +160,23 @@ def test_fixture_bundles_say_where_they_were_recorded():
         m = json.loads(meta.read_text())
         assert m["status"] == "complete" and m["device"]["cuda"]["name"] == "NVIDIA H200", meta
         assert Path(m["run"]["argv"][0]).name == "bert_infer.py"
+
+
+@pytest.mark.parametrize("name", ["bert_compile", "bert_reduce_overhead"])
+def test_compiled_bundles_name_the_kernels_inductor_wrote(name):
+    import re
+
+    from profuse.analysis.compiled import compiled_regions
+    # GIVEN a compiled step's bundle with the code inductor generated for it (artifacts/inductor)
+    written = set()
+    for f in (H200 / name / "artifacts" / "inductor").glob("*.py"):
+        written |= set(re.findall(r"^def (triton_\w+)\(", f.read_text(), flags=re.M))
+    ran = {e["name"] for e in _raw(name) if e.get("cat") == "kernel" and e["name"].startswith("triton_")}
+    assert written and ran
+    # WHEN its compiled regions are read
+    with profuse.load(H200 / name) as t:
+        summary = compiled_regions(t)
+    # THEN the generated kernels are exactly the Triton kernels defined in those files, and every one
+    # the step ran is among them
+    assert set(summary.generated_kernels) == written
+    assert ran <= written

@@ -163,19 +163,10 @@ def _encloses_step(ts: np.ndarray, end: np.ndarray, step_ts: np.ndarray, step_en
 
 
 def covered(runs: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
-    """Whether each time t lies inside one of the disjoint runs [start, end)."""
-    rs, re_ = runs
-    if rs.size == 0:
-        return np.zeros(t.shape, dtype=bool)
-    i = np.searchsorted(rs, t, side="right") - 1
-    ok: np.ndarray = (i >= 0) & (t < re_[np.clip(i, 0, None)])
-    return ok
-
-
-def covered_sorted(runs: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
-    """:func:`covered` for sorted times ``t``: each run is the slice of ``t`` between two searches, so
-    the work is a search per run and one pass over ``t`` (a search per time was most of labelling a
-    1 GB trace: 7 M cuts, a dozen classes)."""
+    """Whether each of the sorted times ``t`` lies inside one of the disjoint runs [start, end) (in order,
+    as :func:`merge_runs` gives them): each run is the slice of ``t`` between two searches, so the work is
+    a search per run and one pass over ``t`` (a search per time was most of labelling a 1 GB trace: 7 M
+    cuts, a dozen classes)."""
     rs, re_ = runs
     if rs.size == 0 or t.size == 0:
         return np.zeros(t.shape, dtype=bool)
@@ -222,16 +213,16 @@ def labels(w: DeviceWork) -> Labels:
         m = w.cls == i
         if not m.any():
             continue
-        here = covered_sorted(merge_runs(a.start[m], a.end[m]), cuts) & (label < 0)
+        here = covered(merge_runs(a.start[m], a.end[m]), cuts) & (label < 0)
         label[here] = i
         for flag, arr in ((w.pageable, pageable), (w.fp32, fp32), (w.graph, graph)):
             sel = m & flag
             if sel.any():
-                arr |= here & covered_sorted(merge_runs(a.start[sel], a.end[sel]), cuts)
+                arr |= here & covered(merge_runs(a.start[sel], a.end[sel]), cuts)
     idle = label < 0
     for j, runs in enumerate((merge_runs(w.sync_ts, w.sync_end), w.launch_runs,
                               merge_runs(w.host_ts, w.host_end))):
-        here = idle & (label < 0) & covered_sorted(runs, cuts)
+        here = idle & (label < 0) & covered(runs, cuts)
         label[here] = _HOST_SYNC + j
     label[label < 0] = _HOST_SYNC + 3
     return Labels(cuts, label, pageable, fp32, graph)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
 from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL
+from ..trace.schema import DEVICE_TIME_SQL, GRAPH_LAUNCHES  # calls that replay a captured graph
 from ._memo import once_per_trace
 from .profiler_steps import profiler_steps
 
@@ -259,7 +259,6 @@ LAUNCH_CALL_SQL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name
                    "OR l.name ILIKE 'enqueue%')")
 
 
-GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # calls that replay a captured graph
 GRAPH_LAUNCH_SQL = "(" + " OR ".join(f"l.name ILIKE '{n}%'" for n in GRAPH_LAUNCHES) + ")"
 
 
