@@ -447,3 +447,27 @@ def graph_replayed_kernel_time(path: Path | str) -> dict[str, float]:
         if category(d) == "kernel" and (d.get("args") or {}).get("correlation") in graph:
             out[d["name"]] = out.get(d["name"], 0.0) + d["dur"]
     return out
+
+
+QUEUED_MIN_US = 100  # docs/advisor.md: launched work that waits longer than this to start is `queued`
+
+
+def queued_idle_us(path: Path | str, spans: list[tuple[str, float, float, float]]) -> float:
+    """µs inside ``spans`` where launched work waits to start (from its launch call's end, found by
+    correlation id, to its start, where that is over QUEUED_MIN_US) and no device activity runs: the
+    union of the waits and the busy intervals less the busy ones."""
+    events = list(exact_events(str(path)))
+    device = [e for e in events if is_device_time(e)]
+    by_corr = _launch_starts(events)
+    waits = []
+    for d in device:
+        launch = by_corr.get((d.get("args") or {}).get("correlation"))
+        if launch is not None and float(d["ts"]) - float(launch["ts"] + launch["dur"]) > QUEUED_MIN_US:
+            waits.append((float(launch["ts"] + launch["dur"]), float(d["ts"])))
+    busy = [(float(d["ts"]), float(d["ts"] + d["dur"])) for d in device]
+    total = 0.0
+    for _name, lo, hi, _busy in spans:
+        def inside(xs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+            return [(max(s, lo), min(e, hi)) for s, e in xs if s < hi and e > lo]
+        total += union_us(inside(waits) + inside(busy)) - union_us(inside(busy))
+    return total

@@ -54,6 +54,9 @@ def test_budget_partitions_every_step_and_levers_stay_in_bounds(name):
     if d.device:
         busy = sum(v for k, v in leaves(d.budget).items() if k.startswith("busy/"))
         assert abs(busy - sum(b for *_r, b in steady)) <= TOL_US * len(steady)
+        # the idle time while launched work waits to start is the oracle's (waits by correlation id)
+        queued = leaves(d.budget).get("idle/queued", 0.0)
+        assert abs(queued - oracle.queued_idle_us(path, steady)) <= TOL_US * len(steady)
     assert all(0 <= lf.pct <= 100 for lf in d.budget)
     # every lever within the leaves it draws from; all of them together within the span
     have = leaves(d.budget)
@@ -81,6 +84,31 @@ def test_sglang_cuda_graph_decode_is_a_decode_step_of_32_led_by_the_replayed_gem
     assert max(busy, key=lambda k: busy[k]) == "busy/gemm"
     # the GEMMs are bf16 (Tensile BBS): no lower-precision lever
     assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "precision"]
+
+
+def test_sglang_decode_idles_waiting_on_its_stream_not_in_the_copy():
+    # GIVEN the sglang decode step: the host sits 463 ms in hipMemcpyWithStream (.item()/.tolist()), but
+    # the raw JSON shows why: kernels launched before the copy, right after a hipStreamWaitEvent, start
+    # only when it ends (the stream waited on an event the trace does not show)
+    path = SHARED / "traces" / "mi300_sglang_decode_cudagraph.json.gz"
+    raw = oracle.complete_events(path)
+    copy = next(e for e in raw if e["name"] == "hipMemcpyWithStream")
+    corr = {e["args"]["correlation"]: e for e in raw if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]}
+    held = [k for k in raw if k.get("cat") == "kernel" and corr[k["args"]["correlation"]]["ts"] < copy["ts"]
+            and k["ts"] > copy["ts"] + copy["dur"] - 1000]
+    assert len(held) == 4
+    first = min(held, key=lambda k: corr[k["args"]["correlation"]]["ts"])
+    wait = max((e for e in raw if e["name"] == "hipStreamWaitEvent" and e["ts"] < corr[first["args"]["correlation"]]["ts"]),
+               key=lambda e: e["ts"])
+    d = diag(path)
+    top = d.levers[0]
+    # THEN the top lever is that wait (low confidence: its cause is not in the trace), not the copy
+    assert top.kind == "stream_wait" and top.confidence == "low" and top.target == f"stream {first['args']['stream']}"
+    assert "hipStreamWaitEvent" in top.evidence and "4 launched activities waited" in top.evidence
+    assert f"{corr[first['args']['correlation']]['ts'] - wait['ts']:.1f} µs before" in top.evidence
+    # its gain is the wait of 463 ms (the leaf also holds the replay's own short gaps, under 1 ms each)
+    assert 0.97 * copy["dur"] < top.gain_us <= leaves(d.budget)["idle/queued"]
+    assert not [lv for lv in d.levers if lv.kind == "host_sync"]
 
 
 def test_serving_step_names():
@@ -206,6 +234,38 @@ def test_synchronous_copy_gives_host_sync_with_its_call_site(tmp_path):
     # the call blocks [210, 5310) and the device is idle there but for the 2 µs copy at its end
     assert top.gain_us == pytest.approx(5100 - 2 - 0, abs=0.01)
     assert leaves(d.budget)["idle/host_sync"] == top.gain_us
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_launched_work_held_by_its_stream_is_queued_and_gives_stream_wait(tmp_path, sync):
+    # GIVEN a kernel launched at 15-19 µs, after a cudaStreamWaitEvent, that starts 5 ms later, while the
+    # host (with sync) blocks in cudaStreamSynchronize waiting for it
+    ev = [_step(0, 6000), _x("cpu_op", "aten::add", 10, 20), _launch(12, 90, dur=2, name="cudaStreamWaitEvent"),
+          _launch(15, 1), _kernel("vectorized_elementwise_kernel", 5019, 100, 1)]
+    if sync:
+        ev += [_x("cpu_op", "aten::item", 100, 5100), _launch(105, 91, dur=5010, name="cudaStreamSynchronize")]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    # THEN the 5 ms from the launch call's end to the kernel's start is queued, whatever the host did
+    assert b["idle/queued"] == pytest.approx(5019 - 19, abs=0.01)
+    assert "idle/host_sync" not in b
+    top = d.levers[0]
+    assert top.kind == "stream_wait" and top.target == "stream 7" and top.gain_us == b["idle/queued"]
+    assert "cudaStreamWaitEvent 3.0 µs before" in top.evidence and "1 launched activity waited" in top.evidence
+    assert "started 5.00 ms after its launch call ended" in top.evidence
+    assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "host_sync"]
+
+
+def test_a_short_wait_is_queued_without_a_lever(tmp_path):
+    # GIVEN kernels that start 150 µs after their launch calls end (the device's gap, under 1 ms)
+    ev = [_step(0, 2000)]
+    for i in range(5):
+        t = i * 400
+        ev += [_x("cpu_op", "aten::add", t, 20), _launch(t + 5, i),
+               _kernel("vectorized_elementwise_kernel", t + 159, 100, i)]
+    d = diag(_write(tmp_path, ev))
+    assert leaves(d.budget)["idle/queued"] == pytest.approx(5 * 150, abs=0.01)
+    assert not [lv for lv in (*d.levers, *d.small_items) if "idle/queued" in lv.draws]
 
 
 def test_cpu_preprocessing_gives_cpu_work_naming_the_op(tmp_path):
@@ -439,8 +499,8 @@ def test_every_class_cause_and_lever_kind_is_documented():
     from profuse.analysis.levers import HOW, SLUG
 
     doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
-    kinds = {"cuda_graphs", "graph_launch", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm", "communication",
-             "attention_kernel", "no_device_data"} | {"fusion:<pattern>"} | set(SLUG.values())
+    kinds = {"cuda_graphs", "graph_launch", "stream_wait", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm",
+             "communication", "attention_kernel", "no_device_data"} | {"fusion:<pattern>"} | set(SLUG.values())
     # host_sync's, cpu_work's and cuda_graphs' texts
     variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime", "graphs_outside"}
     assert set(HOW) - variants <= kinds

@@ -9,8 +9,11 @@ the leaves partition the span to the nanosecond:
   it), the class of the highest-priority activity running (:data:`BUSY_PRIORITY`: compute first,
   then communication, then copies and memsets, so communication and copies count only where no
   compute hides them: their *exposed* time);
-- otherwise **idle/<cause>**, by what the launching threads (those that launched any device
-  activity, and the step's own thread) were doing, first that applies:
+- otherwise **idle/<cause>**, first that applies: ``queued`` while launched work waits to start (an
+  activity whose launch call ended over :data:`QUEUED_MIN_US` before it started: the device had work
+  and did not run it, so the host is not what held it: a stream waiting on an event, or on work the
+  trace does not show; between the kernels of a deep queue, the device's own gaps); else by what the
+  launching threads (those that launched any device activity, and the step's own thread) were doing:
   ``host_sync`` inside a synchronising call (``*Synchronize*``, ``synchronize*``, a synchronous
   ``cudaMemcpy``/``hipMemcpy``/``hipMemcpyWithStream``, or an async copy call whose copy is to or
   from pageable memory, which the driver runs synchronously); ``launch_overhead`` dispatching an op
@@ -39,10 +42,14 @@ else:  # numpy loads on first use: the records here are read without it
 # where streams overlap, the time goes to the first class here that is running
 BUSY_PRIORITY = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "other", "communication",
                  "memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memset")
-IDLE_CAUSES = ("host_sync", "launch_overhead", "cpu_other", "no_work")
+IDLE_CAUSES = ("queued", "host_sync", "launch_overhead", "cpu_other", "no_work")
+# A launch is picked up within tens of µs (the launch latency: launch_overhead's, a graph removes it);
+# launched work that waits longer while the device idles is waiting on something else.
+QUEUED_MIN_US = 100.0
 LEAVES = tuple(f"busy/{c}" for c in BUSY_PRIORITY) + tuple(f"idle/{c}" for c in IDLE_CAUSES)
 NOT_RECORDED = "idle/not_recorded"
-_HOST_SYNC = len(BUSY_PRIORITY)
+# each idle cause's index into LEAVES (a piece's label)
+QUEUED, HOST_SYNC, LAUNCH_OVERHEAD, CPU_OTHER, NO_WORK = (LEAVES.index(f"idle/{c}") for c in IDLE_CAUSES)
 _BEFORE = -(2 ** 62)
 
 SYNC_CALL_SQL = ("(c.name ILIKE '%synchroniz%' OR c.name IN ('cudaMemcpy', 'hipMemcpy', 'cudaMemcpy2D', "
@@ -75,6 +82,7 @@ class DeviceWork:
     host_runtime: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # bool: a runtime call
     threads: frozenset[int] = field(default_factory=frozenset)
     host_thread: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each interval's thread
+    stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each activity's (-1: none)
 
 
 def _i64(v: object) -> np.ndarray:
@@ -90,7 +98,7 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
                coalesce(l.ts, -1) AS lts, coalesce(l.dur, 0) AS ldur, coalesce(l.thread, -1) AS lthread,
                d.kind AS kind, coalesce(d.name, '') AS name, coalesce(o.name, '') AS op_name,
                coalesce(l.name, '') AS launch_name, coalesce(s.input_types, '') AS input_types,
-               coalesce(d.link = 'graph', false) AS graph
+               coalesce(d.link = 'graph', false) AS graph, coalesce(d.stream, -1) AS stream
         FROM events d LEFT JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = d.op
         LEFT JOIN shapes s ON s.id = d.op
         WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
@@ -121,7 +129,7 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         host_depth=_i64(host["depth"])[keep], host_name=_objects(host["name"])[keep],
         host_op=np.asarray(host["is_op"], dtype=bool)[keep], host_top=np.asarray(host["top"], dtype=bool)[keep],
         host_runtime=np.asarray(host["runtime"], dtype=bool)[keep], threads=frozenset(threads),
-        host_thread=_i64(host["thread"])[keep])
+        host_thread=_i64(host["thread"])[keep], stream=_i64(d["stream"]))
 
 
 def _objects(v: object) -> np.ndarray:
@@ -202,7 +210,8 @@ def labels(w: DeviceWork) -> Labels:
     """Cut the time at every boundary and label every piece (see the module docstring)."""
     a = w.acts
     # the first cut lies before any time a span can start, so every time has a piece
-    cuts = np.sort(np.concatenate([[_BEFORE], a.start, a.end, w.sync_ts, w.sync_end, *w.launch_runs,
+    waits = queued_runs(a)
+    cuts = np.sort(np.concatenate([[_BEFORE], a.start, a.end, *waits, w.sync_ts, w.sync_end, *w.launch_runs,
                                    w.host_ts, w.host_end]).astype(np.int64))
     cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]   # unique (sorted: no hashing)
     label = np.full(cuts.size, -1, dtype=np.int64)
@@ -219,13 +228,20 @@ def labels(w: DeviceWork) -> Labels:
             sel = m & flag
             if sel.any():
                 arr |= here & covered(merge_runs(a.start[sel], a.end[sel]), cuts)
-    idle = label < 0
-    for j, runs in enumerate((merge_runs(w.sync_ts, w.sync_end), w.launch_runs,
-                              merge_runs(w.host_ts, w.host_end))):
-        here = idle & (label < 0) & covered(runs, cuts)
-        label[here] = _HOST_SYNC + j
-    label[label < 0] = _HOST_SYNC + 3
+    for cause, runs in ((QUEUED, waits), (HOST_SYNC, merge_runs(w.sync_ts, w.sync_end)),
+                        (LAUNCH_OVERHEAD, w.launch_runs), (CPU_OTHER, merge_runs(w.host_ts, w.host_end))):
+        here = (label < 0) & covered(runs, cuts)
+        label[here] = cause
+    label[label < 0] = NO_WORK
     return Labels(cuts, label, pageable, fp32, graph)
+
+
+def queued_runs(a: Activities) -> tuple[np.ndarray, np.ndarray]:
+    """The times launched work waited to start, as disjoint runs: from each launched activity's launch call
+    end to its start, where that is over :data:`QUEUED_MIN_US`."""
+    called = a.launch_ts + a.launch_dur
+    m = a.launched & (a.start - called > QUEUED_MIN_US * 1000)
+    return merge_runs(called[m], a.start[m])
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
 from ..trace import Trace, compiled
-from .budget import BUSY_PRIORITY, LEAVES, DeviceWork, Labels
+from .budget import BUSY_PRIORITY, CPU_OTHER, HOST_SYNC, LAUNCH_OVERHEAD, LEAVES, QUEUED, QUEUED_MIN_US, DeviceWork, Labels
 from .busy import LAUNCH_GAP_MAX_US, is_graph_launch, named_launch_calls
 from .diagnosis import Lever, Steady
 from .opclass import op_class
@@ -72,6 +72,10 @@ HOW = {
                       "other profiler holds CUPTI and that profiling is allowed for this user",
     "sync_copy": "keep the value on the device (no .item()/.cpu()/.tolist() inside the step), or copy into "
                  "pinned memory with non_blocking=True and synchronise once, later",
+    "stream_wait": "find what the stream waits on before acting: the trace shows the wait, not its cause. Look for a "
+                   "stream.wait_event()/wait_stream() (or an event recorded by another thread, process or a previous "
+                   "iteration's overlapped work) before the waiting launch, and profile that work too; then make it "
+                   "finish earlier or drop the dependency. A synchronising call during the wait is waiting on this work",
     "sync_wait": "remove the synchronise from the step (timing or debugging code?), or move it to where the "
                  "result is needed",
 }
@@ -129,6 +133,7 @@ def device_levers(ctx: Context) -> list[Lever]:
     out: list[Lever] = []
     cpu = _cpu_other(ctx, start, ns, label)
     out += _graphs(ctx, start, ns, idx, label, cpu)
+    out += _stream_wait(ctx, start, ns, label)
     out += _host_sync(ctx, start, ns, label)
     out += _cpu_work(ctx, cpu)
     out += _pinned(ctx, ns, idx, label)
@@ -164,7 +169,8 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
     The idle time inside graph launches themselves is the replay's own cost, which no capture removes:
     it is the ``graph_launch`` lever's. Where graphs already replay most of the busy time
     (:data:`GRAPHED_SHARE`), what is left is the host work outside the graphs, and the lever says so."""
-    causes = {k: ctx.leaf(k) for k in ("idle/host_sync", "idle/launch_overhead", "idle/cpu_other", "idle/no_work")}
+    causes = {k: ctx.leaf(k) for k in ("idle/queued", "idle/host_sync", "idle/launch_overhead", "idle/cpu_other",
+                                       "idle/no_work")}
     launch = causes["idle/launch_overhead"]
     if not launch:
         return []
@@ -196,7 +202,8 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
             ev += f"; graphs already replay {100 * replayed / busy:.0f}% of the busy time: the rest launches eagerly"
     if replay:
         ev += f" (and {_us(replay)} inside graph launches: the graph_launch lever)"
-    others = max(causes["idle/host_sync"], causes["idle/no_work"], causes["idle/cpu_other"] - cpu.model_ns)
+    others = max(causes["idle/queued"], causes["idle/host_sync"], causes["idle/no_work"],
+                 causes["idle/cpu_other"] - cpu.model_ns)
     span = max(ctx.steady.span_ns, 1)
     # high: most of the span, and nothing in it that makes a capture hard (a synchronise, collectives)
     if graphed:
@@ -218,7 +225,7 @@ def _launch_holders(ctx: Context, start: np.ndarray, ns: np.ndarray,
     """ns of the idle launch-overhead pieces per name of the launch call holding them (a graph launch
     first: an op's kernel launch run can enclose a graph launch made earlier in the same op), how many
     calls of each name hold some, and the ns of all those pieces."""
-    m = label == len(BUSY_PRIORITY) + 1
+    m = label == LAUNCH_OVERHEAD
     if not m.any():
         return Counter(), Counter(), 0
     ls, le, names, graph = named_launch_calls(ctx.trace)
@@ -253,7 +260,7 @@ def _prefix_argmax(end: np.ndarray) -> np.ndarray:
 def _host_sync(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
     w = ctx.work
     assert w is not None
-    m = label == BUSY_PRIORITY.__len__()
+    m = label == HOST_SYNC
     if not m.any() or w.sync_ts.size == 0:
         return []
     j = np.clip(np.searchsorted(w.sync_ts, start[m], side="right") - 1, 0, None)
@@ -279,6 +286,57 @@ def _host_sync(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
                           HOW["sync_copy" if copy or "item" in op or "local_scalar" in op else "sync_wait"],
                           ("idle/host_sync",), ops=(op,) if op else ()))
     return out
+
+
+STREAM_WAIT_CALL_SQL = """
+    SELECT name, ts FROM events WHERE thread = ? AND kind IN ('runtime', 'sync') AND name ILIKE '%StreamWaitEvent%'
+      AND ts <= ? ORDER BY ts DESC, id DESC LIMIT 1"""
+
+
+def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
+    """Launched work that waited to start while the device idled (``idle/queued``), in waits of at least
+    launch overhead's 1 ms bound: a stream held by an event or by work the trace does not show. Shorter
+    waits are the device's own gaps between the kernels of a deep queue: no lever (nothing to name)."""
+    w = ctx.work
+    assert w is not None
+    m = label == QUEUED
+    if not m.any():
+        return []
+    t, v = start[m], ns[m]
+    first = np.ones(t.size, dtype=bool)
+    first[1:] = t[1:] != t[:-1] + v[:-1]  # a wait is a run of queued pieces that follow one another
+    run_ns = np.bincount(np.cumsum(first) - 1, weights=v).astype(np.int64)
+    long_ = run_ns >= LAUNCH_GAP_MAX_US * 1000
+    if not long_.any():
+        return []
+    gain = int(run_ns[long_].sum())
+    at = int(t[first][np.argmax(run_ns)])  # the longest wait: [at, until)
+    until = at + int(run_ns.max())
+    a = w.acts
+    called = a.launch_ts + a.launch_dur
+    late = a.launched & (a.start - called > QUEUED_MIN_US * 1000)
+    waiting = np.flatnonzero(late & (called < until) & (a.start > at))
+    first_in = waiting[(called[waiting] <= at)]
+    if not first_in.size:  # cannot happen (the piece is queued): say nothing rather than guess
+        return []
+    i = int(first_in[np.argmin(called[first_in])])
+    stream = int(w.stream[i]) if i < w.stream.size else -1
+    launch = ctx.trace.con.execute("SELECT name FROM events WHERE id = ?", [int(a.launch_id[i])]).fetchone()
+    call = ctx.trace.con.execute(STREAM_WAIT_CALL_SQL, [int(a.launch_thread[i]), int(a.launch_ts[i])]).fetchone()
+    on = f" on stream {stream}" if stream >= 0 else ""
+    by = f" (launched by {launch[0] if launch else '?'}" + (f" in {w.op_name[i]})" if w.op_name[i] else ")")
+    ev = (f"the device idled {_us(gain)} in {int(long_.sum())} wait(s) of 1 ms or more while launched work had not "
+          f"started; in the longest ({_us(until - at)}) {waiting.size} launched activit"
+          f"{'y' if waiting.size == 1 else 'ies'} waited, the first {w.name[i]}{on}{by} started "
+          f"{_us(int(a.start[i] - called[i]))} after its launch call ended; ")
+    if call:
+        ev += (f"its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch: the stream "
+               "waited on an event, and what records it is not in the trace")
+    else:
+        ev += "what the stream waited on is not in the trace"
+    return [_lever(ctx, "stream_wait", f"stream {stream}" if stream >= 0 else "launched work", gain, "low", ev,
+                   HOW["stream_wait"],
+                   ("idle/queued",), kernels=(str(w.name[i]),))]
 
 
 # Blocking calls' sites: the top-level op around each call that started first, and the Python frame (not
@@ -392,7 +450,7 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
     v = ctx.leaf("idle/cpu_other")
     if not v:
         return CpuOther(0, 0, Counter(), Counter(), Counter(), 0, Counter(), Counter(), Counter())
-    m = label == len(BUSY_PRIORITY) + 2
+    m = label == CPU_OTHER
     t, v_ns = start[m], ns[m]
     held, holder = _holding(w, t)  # each time's holder, found once for the three counts below
     names, ops = _held_names(w, held, holder, v_ns)
