@@ -23,6 +23,10 @@ def _path(name: str) -> Path:
     """A shared trace's path, or a recorded fixture's (tests/fixtures/h200/...)."""
     return FIXTURES / name / "trace.json.gz" if name.startswith("h200/") else SHARED / "traces" / name
 TOL_US = 1.0
+# traces where launched work waits over 100 µs of idle device time in all (tests/oracle.py's queued_idle_us)
+QUEUED_TRACES = {"a100_nccl_rank0_of2.json.gz", "compare_base.json.gz", "compare_test.json.gz",
+                 "mi300_sglang_decode_cudagraph.json.gz", "mtia_inference.json.gz", "multirank/sampled_rank-0.json.gz",
+                 "multirank/sampled_rank-1.json.gz", "v100_ns_timestamps.json.gz", "v100_rank1_of2_216k_events.json.gz"}
 
 
 def diag(path: Path | str) -> Diagnosis:
@@ -57,6 +61,7 @@ def test_budget_partitions_every_step_and_levers_stay_in_bounds(name):
         # the idle time while launched work waits to start is the oracle's (waits by correlation id)
         queued = leaves(d.budget).get("idle/queued", 0.0)
         assert abs(queued - oracle.queued_idle_us(path, steady)) <= TOL_US * len(steady)
+        assert (queued > 100) == (name in QUEUED_TRACES)
     assert all(0 <= lf.pct <= 100 for lf in d.budget)
     # every lever within the leaves it draws from; all of them together within the span
     have = leaves(d.budget)
@@ -109,6 +114,7 @@ def test_sglang_decode_idles_waiting_on_its_stream_not_in_the_copy():
     # its gain is the wait of 463 ms (the leaf also holds the replay's own short gaps, under 1 ms each)
     assert 0.97 * copy["dur"] < top.gain_us <= leaves(d.budget)["idle/queued"]
     assert not [lv for lv in d.levers if lv.kind == "host_sync"]
+    assert top.kernels == (first["name"],)
 
 
 def test_serving_step_names():
@@ -251,21 +257,52 @@ def test_launched_work_held_by_its_stream_is_queued_and_gives_stream_wait(tmp_pa
     assert "idle/host_sync" not in b
     top = d.levers[0]
     assert top.kind == "stream_wait" and top.target == "stream 7" and top.gain_us == b["idle/queued"]
-    assert "cudaStreamWaitEvent 3.0 µs before" in top.evidence and "1 launched activity waited" in top.evidence
+    assert "cudaStreamWaitEvent 3.0 µs before that launch" in top.evidence and "1 launched activity waited" in top.evidence
     assert "started 5.00 ms after its launch call ended" in top.evidence
+    assert top.kernels == ("vectorized_elementwise_kernel",)
     assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "host_sync"]
 
 
-def test_a_short_wait_is_queued_without_a_lever(tmp_path):
-    # GIVEN kernels that start 150 µs after their launch calls end (the device's gap, under 1 ms)
+@pytest.mark.parametrize(("wait_us", "queued"), [(99.0, False), (101.0, True)])
+def test_a_wait_is_queued_only_past_100_us_and_never_a_lever_under_1_ms(tmp_path, wait_us, queued):
+    # GIVEN 5 kernels that each start wait_us after their launch call ends (launch calls end at t + 9)
     ev = [_step(0, 2000)]
     for i in range(5):
         t = i * 400
         ev += [_x("cpu_op", "aten::add", t, 20), _launch(t + 5, i),
-               _kernel("vectorized_elementwise_kernel", t + 159, 100, i)]
+               _kernel("vectorized_elementwise_kernel", t + 9 + wait_us, 100, i)]
     d = diag(_write(tmp_path, ev))
-    assert leaves(d.budget)["idle/queued"] == pytest.approx(5 * 150, abs=0.01)
+    # THEN each whole wait is queued past 100 µs (none of it before), and no lever draws on it
+    assert leaves(d.budget).get("idle/queued", 0.0) == pytest.approx(5 * wait_us if queued else 0.0, abs=0.01)
     assert not [lv for lv in (*d.levers, *d.small_items) if "idle/queued" in lv.draws]
+
+
+@pytest.mark.parametrize(("wait_us", "lever"), [(990.0, False), (1010.0, True)])
+def test_stream_wait_needs_a_wait_of_1_ms(tmp_path, wait_us, lever):
+    ev = [_step(0, 3000), _x("cpu_op", "aten::add", 10, 20), _launch(15, 1),
+          _kernel("vectorized_elementwise_kernel", 19 + wait_us, 100, 1)]
+    d = diag(_write(tmp_path, ev))
+    assert leaves(d.budget)["idle/queued"] == pytest.approx(wait_us, abs=0.01)
+    waits = [lv for lv in (*d.levers, *d.small_items) if lv.kind == "stream_wait"]
+    assert bool(waits) == lever and all(lv.gain_us == pytest.approx(wait_us, abs=0.01) for lv in waits)
+
+
+def test_stream_wait_names_the_work_the_wait_released_and_only_a_wait_call_made_for_it(tmp_path):
+    # GIVEN a kernel on stream 9 launched at 10 (after a cudaStreamWaitEvent at 5) that starts at 5000, and
+    # a kernel on stream 7 launched at 40 (after another launch at 30: the wait call at 5 is not its own)
+    # that starts at 3000, ending a 3 ms wait
+    ev = [_step(0, 6000), _x("cpu_op", "aten::add", 0, 60), _launch(5, 90, dur=2, name="cudaStreamWaitEvent"),
+          _launch(10, 1), _kernel("vectorized_elementwise_kernel", 5000, 100, 1, stream=9),
+          _launch(30, 2), _kernel("elementwise_kernel_a", 35, 2, 2),
+          _launch(40, 3), _kernel("elementwise_kernel_b", 3000, 100, 3)]
+    d = diag(_write(tmp_path, ev))
+    top = d.levers[0]
+    # THEN the longest wait [37, 3000) (both kernels waiting) is named by the one it released (stream 7), with
+    # no wait call of its own; the second wait [3100, 5000) counts too (the first, [14, 35), is under 1 ms)
+    assert top.kind == "stream_wait" and top.target == "stream 7" and top.kernels == ("elementwise_kernel_b",)
+    assert "in 2 waits" in top.evidence and "StreamWaitEvent" not in top.evidence
+    assert "2 launched activities waited" in top.evidence
+    assert top.gain_us == pytest.approx((3000 - 37) + (5000 - 3100), abs=0.01)
 
 
 def test_cpu_preprocessing_gives_cpu_work_naming_the_op(tmp_path):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_module
 from ..trace import Trace, compiled
 from .budget import BUSY_PRIORITY, CPU_OTHER, HOST_SYNC, LAUNCH_OVERHEAD, LEAVES, QUEUED, QUEUED_MIN_US, DeviceWork, Labels
-from .busy import LAUNCH_GAP_MAX_US, is_graph_launch, named_launch_calls
+from .busy import LAUNCH_GAP_MAX_US, Activities, is_graph_launch, named_launch_calls
 from .diagnosis import Lever, Steady
 from .opclass import op_class
 
@@ -290,7 +290,7 @@ def _host_sync(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
 
 STREAM_WAIT_CALL_SQL = """
     SELECT name, ts FROM events WHERE thread = ? AND kind IN ('runtime', 'sync') AND name ILIKE '%StreamWaitEvent%'
-      AND ts <= ? ORDER BY ts DESC, id DESC LIMIT 1"""
+      AND ts > ? AND ts <= ? ORDER BY ts DESC, id DESC LIMIT 1"""
 
 
 def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
@@ -302,41 +302,51 @@ def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndar
     m = label == QUEUED
     if not m.any():
         return []
-    t, v = start[m], ns[m]
+    # each piece once (steps whose spans overlap share pieces), in time order
+    t, once = np.unique(start[m], return_index=True)
+    v = ns[m][once]
     first = np.ones(t.size, dtype=bool)
     first[1:] = t[1:] != t[:-1] + v[:-1]  # a wait is a run of queued pieces that follow one another
     run_ns = np.bincount(np.cumsum(first) - 1, weights=v).astype(np.int64)
     long_ = run_ns >= LAUNCH_GAP_MAX_US * 1000
     if not long_.any():
         return []
-    gain = int(run_ns[long_].sum())
+    gain, n = int(run_ns[long_].sum()), int(long_.sum())
     at = int(t[first][np.argmax(run_ns)])  # the longest wait: [at, until)
     until = at + int(run_ns.max())
     a = w.acts
     called = a.launch_ts + a.launch_dur
     late = a.launched & (a.start - called > QUEUED_MIN_US * 1000)
     waiting = np.flatnonzero(late & (called < until) & (a.start > at))
-    first_in = waiting[(called[waiting] <= at)]
-    if not first_in.size:  # cannot happen (the piece is queued): say nothing rather than guess
+    if not waiting.size:  # cannot happen (the pieces are queued): say nothing rather than guess
         return []
-    i = int(first_in[np.argmin(called[first_in])])
+    # the first of them to start (the wait's end released it), the earlier launch on a tie
+    i = int(waiting[np.lexsort((a.launch_ts[waiting], a.start[waiting]))[0]])
     stream = int(w.stream[i]) if i < w.stream.size else -1
-    launch = ctx.trace.con.execute("SELECT name FROM events WHERE id = ?", [int(a.launch_id[i])]).fetchone()
-    call = ctx.trace.con.execute(STREAM_WAIT_CALL_SQL, [int(a.launch_thread[i]), int(a.launch_ts[i])]).fetchone()
     on = f" on stream {stream}" if stream >= 0 else ""
+    launch = ctx.trace.con.execute("SELECT name FROM events WHERE id = ?", [int(a.launch_id[i])]).fetchone()
     by = f" (launched by {launch[0] if launch else '?'}" + (f" in {w.op_name[i]})" if w.op_name[i] else ")")
-    ev = (f"the device idled {_us(gain)} in {int(long_.sum())} wait(s) of 1 ms or more while launched work had not "
-          f"started; in the longest ({_us(until - at)}) {waiting.size} launched activit"
-          f"{'y' if waiting.size == 1 else 'ies'} waited, the first {w.name[i]}{on}{by} started "
+    ev = (f"the device idled {_us(gain)} in {n} wait{'s' if n > 1 else ''} of 1 ms or more while launched work had "
+          f"not started; in {'the longest' if n > 1 else 'it'} ({_us(until - at)}) {waiting.size} launched "
+          f"activit{'y' if waiting.size == 1 else 'ies'} waited; the first to start, {w.name[i]}{on}{by}, started "
           f"{_us(int(a.start[i] - called[i]))} after its launch call ended; ")
+    call = _wait_call_before(ctx, a, i)
     if call:
-        ev += (f"its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch: the stream "
-               "waited on an event, and what records it is not in the trace")
-    else:
-        ev += "what the stream waited on is not in the trace"
+        ev += (f"its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch, with no launch "
+               "between: the stream may have waited on that event. ")
+    ev += "What it waited on is not device work in the trace (the device was idle)"
     return [_lever(ctx, "stream_wait", f"stream {stream}" if stream >= 0 else "launched work", gain, "low", ev,
-                   HOW["stream_wait"],
-                   ("idle/queued",), kernels=(str(w.name[i]),))]
+                   HOW["stream_wait"], ("idle/queued",), kernels=(str(w.name[i]),))]
+
+
+def _wait_call_before(ctx: Context, a: Activities, i: int) -> tuple[str, int] | None:
+    """The last ``*StreamWaitEvent`` call of activity i's launching thread before its launch and after that
+    thread's previous launch (a wait made for this launch, not an earlier one's), or None."""
+    thread, ts = int(a.launch_thread[i]), int(a.launch_ts[i])
+    earlier = a.launch_ts[a.launched & (a.launch_thread == thread) & (a.launch_ts < ts)]
+    after = int(earlier.max()) if earlier.size else -(2 ** 62)
+    row = ctx.trace.con.execute(STREAM_WAIT_CALL_SQL, [thread, after, ts]).fetchone()
+    return (str(row[0]), int(row[1])) if row else None
 
 
 # Blocking calls' sites: the top-level op around each call that started first, and the Python frame (not
