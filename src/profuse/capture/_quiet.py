@@ -14,16 +14,21 @@ import tempfile
 from collections.abc import Iterator
 
 MARKER = b"USDT:"
+# what torch's C++ side says when a profiler interrupted in its warm-up is stopped (profiler_kineto.cpp): the
+# interruption's own consequence, which profuse reports in its one line
+CANCELLED = b"disableProfiler called but no active profiling session found"
 
 
-def drop_markers(data: bytes) -> bytes:
-    """The bytes without the profiler's marker lines."""
-    return b"".join(line for line in data.splitlines(keepends=True) if not line.lstrip().startswith(MARKER))
+def drop_markers(data: bytes, also: tuple[bytes, ...] = ()) -> bytes:
+    """The bytes without the profiler's marker lines (nor lines holding any of ``also``)."""
+    return b"".join(line for line in data.splitlines(keepends=True)
+                    if not line.lstrip().startswith(MARKER) and not any(a in line for a in also))
 
 
 @contextlib.contextmanager
-def quiet_profiler_markers() -> Iterator[None]:
-    """Filter the profiler's marker lines out of fd 2 for the duration of the block."""
+def quiet_profiler_markers(also: tuple[bytes, ...] = ()) -> Iterator[None]:
+    """Filter the profiler's marker lines (and lines holding any of ``also``) out of fd 2 for the
+    duration of the block."""
     fd = 2  # the C++ side writes to fd 2 whatever sys.stderr is now (a test harness may replace it)
     with contextlib.suppress(Exception):
         sys.stderr.flush()
@@ -42,6 +47,6 @@ def quiet_profiler_markers() -> Iterator[None]:
             os.dup2(saved, fd)
             os.close(saved)
             tmp.seek(0)
-            rest = drop_markers(tmp.read())
+            rest = drop_markers(tmp.read(), also)
             if rest:
                 os.write(fd, rest)

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ._quiet import quiet_profiler_markers
+from ._quiet import CANCELLED, quiet_profiler_markers
 from .bundle import write_bundle
 from .config import ProfileConfig
 
@@ -92,12 +92,14 @@ class Profile:
             self._prof.step()
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        if isinstance(ev, KeyboardInterrupt):
+        interrupted = isinstance(ev, KeyboardInterrupt)
+        if interrupted:
             # interrupted: stop recording and write nothing, so no folder looks complete
             self._prof.on_trace_ready = None
         elif ev is not None:
             self._failed = ev
-        with quiet_profiler_markers():
+        # stopped in its warm-up, torch's C++ side says no session was active: profuse says it was interrupted
+        with quiet_profiler_markers(also=(CANCELLED,) if interrupted else ()):
             self._prof.__exit__(et, ev, tb)
 
     @property
