@@ -109,12 +109,13 @@ def test_sglang_decode_idles_waiting_on_its_stream_not_in_the_copy():
     top = d.levers[0]
     # THEN the top lever is that wait (low confidence: its cause is not in the trace), not the copy
     assert top.kind == "stream_wait" and top.confidence == "low" and top.target == f"stream {first['args']['stream']}"
-    assert "hipStreamWaitEvent" in top.evidence and "4 launched activities waited" in top.evidence
+    assert "Its thread called hipStreamWaitEvent" in top.evidence and "4 launched activities waited" in top.evidence
     assert f"{corr[first['args']['correlation']]['ts'] - wait['ts']:.1f} µs before" in top.evidence
     # its gain is the wait of 463 ms (the leaf also holds the replay's own short gaps, under 1 ms each)
     assert 0.97 * copy["dur"] < top.gain_us <= leaves(d.budget)["idle/queued"]
     assert not [lv for lv in d.levers if lv.kind == "host_sync"]
     assert top.kernels == (first["name"],)
+    assert not [n for n in d.notes if "device clock" in n]  # kernels started microseconds after their launch too
 
 
 def test_serving_step_names():
@@ -257,7 +258,8 @@ def test_launched_work_held_by_its_stream_is_queued_and_gives_stream_wait(tmp_pa
     assert "idle/host_sync" not in b
     top = d.levers[0]
     assert top.kind == "stream_wait" and top.target == "stream 7" and top.gain_us == b["idle/queued"]
-    assert "cudaStreamWaitEvent 3.0 µs before that launch" in top.evidence and "1 launched activity waited" in top.evidence
+    assert "Its thread called cudaStreamWaitEvent 3.0 µs before that launch" in top.evidence
+    assert "1 launched activity waited" in top.evidence
     assert "started 5.00 ms after its launch call ended" in top.evidence
     assert top.kernels == ("vectorized_elementwise_kernel",)
     assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "host_sync"]
@@ -275,6 +277,11 @@ def test_a_wait_is_queued_only_past_100_us_and_never_a_lever_under_1_ms(tmp_path
     # THEN each whole wait is queued past 100 µs (none of it before), and no lever draws on it
     assert leaves(d.budget).get("idle/queued", 0.0) == pytest.approx(5 * wait_us if queued else 0.0, abs=0.01)
     assert not [lv for lv in (*d.levers, *d.small_items) if "idle/queued" in lv.draws]
+    # and, as every launch waited, a note says a device clock ahead of the host's would look the same
+    assert [n for n in d.notes if "device clock runs ahead" in n] == (
+        [f"every launched device activity (5) started over 100 µs after its launch call ended (the least {wait_us:.1f} "
+         "µs): if this trace's device clock runs ahead of the host's, idle/queued holds launch latency rather than "
+         "waits"] if queued else [])
 
 
 @pytest.mark.parametrize(("wait_us", "lever"), [(990.0, False), (1010.0, True)])

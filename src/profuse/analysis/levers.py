@@ -329,10 +329,10 @@ def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndar
     ev = (f"the device idled {_us(gain)} in {n} wait{'s' if n > 1 else ''} of 1 ms or more while launched work had "
           f"not started; in {'the longest' if n > 1 else 'it'} ({_us(until - at)}) {waiting.size} launched "
           f"activit{'y' if waiting.size == 1 else 'ies'} waited; the first to start, {w.name[i]}{on}{by}, started "
-          f"{_us(int(a.start[i] - called[i]))} after its launch call ended; ")
+          f"{_us(int(a.start[i] - called[i]))} after its launch call ended. ")
     call = _wait_call_before(ctx, a, i)
     if call:
-        ev += (f"its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch, with no launch "
+        ev += (f"Its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch, with no launch "
                "between: the stream may have waited on that event. ")
     ev += "What it waited on is not device work in the trace (the device was idle)"
     return [_lever(ctx, "stream_wait", f"stream {stream}" if stream >= 0 else "launched work", gain, "low", ev,
