@@ -236,12 +236,23 @@ def labels(w: DeviceWork) -> Labels:
     return Labels(cuts, label, pageable, fp32, graph)
 
 
+def launch_wait(a: Activities) -> np.ndarray:
+    """ns from each activity's launch call end to its start (meaningful where ``a.launched``)."""
+    out: np.ndarray = a.start - (a.launch_ts + a.launch_dur)
+    return out
+
+
+def late(a: Activities) -> np.ndarray:
+    """The launched activities that waited over :data:`QUEUED_MIN_US` to start."""
+    out: np.ndarray = a.launched & (launch_wait(a) > QUEUED_MIN_US * 1000)
+    return out
+
+
 def queued_runs(a: Activities) -> tuple[np.ndarray, np.ndarray]:
-    """The times launched work waited to start, as disjoint runs: from each launched activity's launch call
-    end to its start, where that is over :data:`QUEUED_MIN_US`."""
-    called = a.launch_ts + a.launch_dur
-    m = a.launched & (a.start - called > QUEUED_MIN_US * 1000)
-    return merge_runs(called[m], a.start[m])
+    """The times launched work waited to start, as disjoint runs: from each :func:`late` activity's launch
+    call end to its start."""
+    m = late(a)
+    return merge_runs((a.launch_ts + a.launch_dur)[m], a.start[m])
 
 
 @dataclass(frozen=True)

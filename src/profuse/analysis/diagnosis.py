@@ -27,6 +27,7 @@ from .budget import (
     Pieces,
     device_work,
     labels,
+    launch_wait,
     leaf_ns,
     pieces,
 )
@@ -241,8 +242,7 @@ def _all_late(w: DeviceWork) -> str | None:
     """A note where every launched activity started over QUEUED_MIN_US after its launch call ended: the
     trace cannot tell that from a device clock running ahead of the host's, which would make launch
     latency look like waits (``idle/queued``)."""
-    a = w.acts
-    wait = (a.start - a.launch_ts - a.launch_dur)[a.launched]
+    wait = launch_wait(w.acts)[w.acts.launched]
     if not wait.size or wait.min() <= QUEUED_MIN_US * 1000:
         return None
     return (f"every launched device activity ({wait.size}) started over {QUEUED_MIN_US:g} µs after its launch call "

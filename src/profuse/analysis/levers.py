@@ -15,7 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
 from ..trace import Trace, compiled
-from .budget import BUSY_PRIORITY, CPU_OTHER, HOST_SYNC, LAUNCH_OVERHEAD, LEAVES, QUEUED, QUEUED_MIN_US, DeviceWork, Labels
+from .budget import (
+    BUSY_PRIORITY,
+    CPU_OTHER,
+    HOST_SYNC,
+    LAUNCH_OVERHEAD,
+    LEAVES,
+    QUEUED,
+    DeviceWork,
+    Labels,
+    late,
+    launch_wait,
+)
 from .busy import LAUNCH_GAP_MAX_US, Activities, is_graph_launch, named_launch_calls
 from .diagnosis import Lever, Steady
 from .opclass import op_class
@@ -315,9 +326,8 @@ def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndar
     at = int(t[first][np.argmax(run_ns)])  # the longest wait: [at, until)
     until = at + int(run_ns.max())
     a = w.acts
-    called = a.launch_ts + a.launch_dur
-    late = a.launched & (a.start - called > QUEUED_MIN_US * 1000)
-    waiting = np.flatnonzero(late & (called < until) & (a.start > at))
+    wait = launch_wait(a)
+    waiting = np.flatnonzero(late(a) & (a.start - wait < until) & (a.start > at))
     if not waiting.size:  # cannot happen (the pieces are queued): say nothing rather than guess
         return []
     # the first of them to start (the wait's end released it), the earlier launch on a tie
@@ -329,7 +339,7 @@ def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndar
     ev = (f"the device idled {_us(gain)} in {n} wait{'s' if n > 1 else ''} of 1 ms or more while launched work had "
           f"not started; in {'the longest' if n > 1 else 'it'} ({_us(until - at)}) {waiting.size} launched "
           f"activit{'y' if waiting.size == 1 else 'ies'} waited; the first to start, {w.name[i]}{on}{by}, started "
-          f"{_us(int(a.start[i] - called[i]))} after its launch call ended. ")
+          f"{_us(int(wait[i]))} after its launch call ended. ")
     call = _wait_call_before(ctx, a, i)
     if call:
         ev += (f"Its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch, with no launch "
