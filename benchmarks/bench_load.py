@@ -10,7 +10,7 @@ scan_document (no msgspec pass over the document). Prints seconds, MB/s, ratios 
 decode measured in the same run, and which of issue 10's targets hold. Not a test: these machines
 are shared and noisy, so it reports, never fails.
 
-Inputs (decompressed from ../shared/traces): the 216k-event V100 trace (52 MB), the H100 ViT trace,
+Inputs (decompressed from tests/data/traces): the 216k-event V100 trace (52 MB), the H100 ViT trace,
 the MTIA trace, the ViT and BERT traces (shapes, Python scopes, memory events) repeated to ~50 MB
 (vit50, bert50) and ~1 GB (vit1g, bert1g; not with --no-big), and a synthetic trace of at least
 --big-gb GB made by repeating the V100 one with shifted times and ids. ``--rows FILE`` writes issue
@@ -38,7 +38,7 @@ from _rows import Row, write_rows
 HERE = Path(__file__).resolve().parent
 
 REPO = HERE.parent
-SHARED = REPO.parent / "shared" / "traces"
+SHARED = REPO / "tests" / "data" / "traces"
 SRC = SHARED / "v100_rank1_of2_216k_events.json.gz"
 INPUTS = {"v100_216k": "v100_rank1_of2_216k_events.json.gz", "h100_vit": "h100_vit_falconsai.json.gz",
           "mtia": "mtia_inference.json.gz"}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
-SHARED = Path(os.environ.get("PROFUSE_SHARED", HERE.parent.parent / "shared")) / "traces"
+SHARED = Path(os.environ.get("PROFUSE_SHARED", HERE.parent / "tests" / "data")) / "traces"
 WORK = Path(os.environ.get("PROFUSE_BENCH_DIR", Path(tempfile.gettempdir()) / "profuse-bench-memory"))
 
 CHILD = """

@@ -5,7 +5,7 @@
 Builds, in a temporary folder, (1) a debug-info fan-out: every PE instruction links to one backend
 entry that links to ``--fan`` HLO entries (the walk used to cost instructions x fan), and (2) a
 gzip bomb: two 48 MiB members of zeros in a ~100 KB NEFF. Each is read in its own subprocess so
-peak RSS is its own. Prints seconds, peak RSS and the ratio to ../shared/neuron/matmul_small.neff.
+peak RSS is its own. Prints seconds, peak RSS and the ratio to tests/data/neuron/matmul_small.neff.
 Not a test: these machines are shared and noisy, so it reports, never fails.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REAL = HERE.parent.parent / "shared" / "neuron" / "matmul_small.neff"
+REAL = HERE.parent / "tests" / "data" / "neuron" / "matmul_small.neff"
 
 CHILD = """
 import json, resource, sys, time

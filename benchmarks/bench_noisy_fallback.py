@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SRC = HERE.parent.parent / "shared" / "traces" / "v100_rank1_of2_216k_events.json.gz"
+SRC = HERE.parent / "tests" / "data" / "traces" / "v100_rank1_of2_216k_events.json.gz"
 WORK = Path(os.environ.get("PROFUSE_BENCH_DIR", Path(tempfile.gettempdir()) / "profuse-bench"))
 
 CHILD = """

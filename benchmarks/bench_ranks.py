@@ -35,7 +35,7 @@ from profuse.ranks.engine import available_memory
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-SRC = REPO.parent / "shared" / "traces" / "v100_rank1_of2_216k_events.json.gz"
+SRC = REPO / "tests" / "data" / "traces" / "v100_rank1_of2_216k_events.json.gz"
 WORK = Path(os.environ.get("PROFUSE_BENCH_DIR", Path(tempfile.gettempdir()) / "profuse-bench"))
 _RANK = re.compile(rb'("distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*)-?\d+')
 _WORLD = re.compile(rb'("distributedInfo"\s*:\s*\{[^{}]*?"world_size"\s*:\s*)\d+')

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_report.py [--reps 3] [--only v100_216k ...] [--json out.json] [--rows rows.json]
 
-For each input (decompressed from ../shared/traces into a temporary folder, like bench_load.py) it
+For each input (decompressed from tests/data/traces into a temporary folder, like bench_load.py) it
 builds the cache once in a temporary PROFUSE_CACHE_DIR (the warm-up: the tables, and the report's
 document as a derived entry, see cli/report_cached.py), runs each command once more to store its own
 entry, then times, each as a whole process and the fastest of --reps runs:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("PROFUSE_SHARED", REPO.parent / "shared"))
+SHARED = Path(os.environ.get("PROFUSE_SHARED", REPO / "tests" / "data"))
 TRACES = SHARED / "traces"
 FIXTURES = REPO / "tests" / "fixtures"
 # real bundles recorded on an H200 (tests/fixtures/h200/README.md): eager, CUDA graph, compiled, both
@@ -34,15 +34,16 @@ _SHARED_BEFORE: dict[str, tuple[int, int]] = {}
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    # The engine's tests read the real traces in ../shared/traces; without them most would be
-    # skipped and a green run would prove nothing, so refuse to run.
+    # The engine's tests read the real traces in tests/data/traces (copies of other projects' traces,
+    # tests/data/README.md); without them most would be skipped and a green run would prove nothing.
     if not ALL_TRACES:
-        pytest.exit(f"no shared traces under {TRACES}: clone next to shared/ or set PROFUSE_SHARED", 2)
+        pytest.exit(f"no real traces under {TRACES}: restore tests/data from git, or set PROFUSE_SHARED "
+                    "to a folder holding traces/ and neuron/", 2)
     _SHARED_BEFORE.update(_shared_listing())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    # Tests read shared/ and never write beside it (CI mounts it read-only; here it may be writable).
+    # Tests read the real traces and never write beside them (a test's cache lives in its own folder).
     after = _shared_listing()
     changed = sorted(k for k in after.keys() | _SHARED_BEFORE.keys() if after.get(k) != _SHARED_BEFORE.get(k))
     if changed:
@@ -52,7 +53,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own user cache folder; shared/ is read-only and must stay untouched."""
+    """Every test gets its own user cache folder; the real traces' folder must stay untouched."""
     d = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("PROFUSE_CACHE_DIR", str(d))
     return d
@@ -60,7 +61,7 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 def trace_path(name: str) -> Path:
     p = TRACES / name
-    assert p.exists(), f"shared trace {name} is missing from {TRACES}"
+    assert p.exists(), f"real trace {name} is missing from {TRACES}"
     return p
 
 

@@ -1,4 +1,4 @@
-"""The kernel classifier on real kernel names from every vendor in ../shared/traces (each name is
+"""The kernel classifier on real kernel names from every vendor in tests/data/traces (each name is
 checked to be in its trace first, with plain JSON): cuBLAS/cuDNN/CUTLASS/flash on NVIDIA,
 Tensile/MIOpen/aiter/paged attention on AMD, NCCL, Triton, MTIA command-processor events."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``profuse neff`` on the real compiled NEFF in ../shared/neuron, and on damaged copies of it.
+"""``profuse neff`` on the real compiled NEFF in tests/data/neuron, and on damaged copies of it.
 
 Expected values are read here straight from the file with tarfile, json and a few lines of protobuf
 wire decoding, never from a previous run of profuse.

@@ -1,7 +1,7 @@
 """A NEFF beside its trace (Neuron's profile folder: trace.json + neff_<hash>.neff) shows in report and explorer.
 
 The trace is a real CUDA trace rewritten in PrivateUse1 form (test_privateuse1), the NEFF the real
-one from ../shared/neuron; expected numbers are read from the NEFF's archive here.
+one from tests/data/neuron; expected numbers are read from the NEFF's archive here.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``profuse report FOLDER`` on neuron-explorer Parquet output, built from the published schema.
 
 No real neuron-explorer output is public. Every fixture table here is written by DuckDB with exactly
-the columns and types that ../shared/neuron/profile-schema-reference_v7.4.0.rst documents for it
+the columns and types that tests/data/neuron/profile-schema-reference_v7.4.0.rst documents for it
 (parsed from that file by this test), filled with a small profile whose expected numbers follow from
 the rows written: two framework ops, the runtime calls they made, instructions and a DMA packet.
 """
