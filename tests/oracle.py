@@ -298,7 +298,9 @@ def peak_allocated_by_device(path: Path | str) -> dict[tuple[int, int], int]:
 
 # --- the diagnosis (docs/advisor.md "Diagnosis"): steps, spans, busy time, copies -------------------
 
-STEP_NAME = re.compile(r"^(ProfilerStep#\d+|execute_\d+_context_\d+|step\[[A-Z_]+)")
+STEP_NAME = re.compile(r"^(ProfilerStep#\d+|execute_(\d+_)?context_\d+|step\[[A-Z_]+)")
+# what the model's work is when a trace has no steps: ops, runtime calls and syncs, device time
+WORK_CATS = frozenset({"cpu_op", "operator", "cuda_sync"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "hip_runtime", "mtia_runtime",
                          "privateuse1_runtime", "privateuse1_driver"})
 _MTIA_NOT_WORK = ("event", "barrier", "fence", "noop")
@@ -357,16 +359,19 @@ def exact_events(path: str) -> tuple[Event, ...]:
 def step_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
     """(name, start, end, busy) in µs for each step: from its start to the later of its end and the
     end of the last device activity whose launch call starts inside it (on its own thread first,
-    else any thread); busy is the union of every device activity (any step's) inside that span.
-    Without steps, one entry for the whole trace (first event start to last event end)."""
+    else any thread), less what earlier steps' intervals already hold (the union, taken in start
+    order); busy is the union of every device activity (any step's) inside that span.
+    Without steps, one entry: the active window (first start to last end of ops, runtime calls and
+    device activity; of any event where there are none)."""
     events = list(exact_events(str(path)))
     device = [e for e in events if is_device_time(e)]
     by_corr = _launch_starts(events)
     steps = step_annotations(path)
     spans = []
     if not steps:
-        lo = min(e["ts"] for e in events)
-        hi = max(e["ts"] + e["dur"] for e in events)
+        work = [e for e in events if category(e) in WORK_CATS | LAUNCH_CATS or is_device_time(e)] or events
+        lo = min(e["ts"] for e in work)
+        hi = max(e["ts"] + e["dur"] for e in work)
         spans.append(("whole trace", lo, hi))
     for s in steps:
         end = s["ts"] + s["dur"]
@@ -378,11 +383,25 @@ def step_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
                 continue
             end = max(end, d["ts"] + d["dur"])
         spans.append((s["name"], s["ts"], end))
+    spans = _without_overlap(spans)
     out = []
     for name, lo, hi in spans:
         busy = union_us([(max(d["ts"], lo), min(d["ts"] + d["dur"], hi)) for d in device
                          if d["ts"] < hi and d["ts"] + d["dur"] > lo])
         out.append((name, float(lo), float(hi), float(busy)))
+    return out
+
+
+def _without_overlap(spans: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
+    """Each span (in start order) less the time that spans before it reach: [max(start, reach), ...)."""
+    out: list[tuple[str, Any, Any]] = []
+    reach = None
+    for name, lo, hi in spans:
+        if reach is not None and lo < reach:
+            lo = reach
+        hi = hi if hi > lo else lo
+        out.append((name, lo, hi))
+        reach = hi if reach is None or hi > reach else reach
     return out
 
 

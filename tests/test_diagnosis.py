@@ -13,7 +13,7 @@ from conftest import FIXTURES, H200_TRACES, SHARED, trace_path
 
 import profuse
 from profuse.analysis.diagnosis import Diagnosis, diagnose
-from profuse.analysis.serving_steps import parse_step
+from profuse.analysis.steps import parse_step
 
 TRACES = sorted(str(p.relative_to(SHARED / "traces")) for p in (SHARED / "traces").rglob("*.json.gz")) + [
     str(p.parent.relative_to(FIXTURES)) for p in H200_TRACES]

@@ -32,7 +32,6 @@ from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL, GRAPH_LAUNCHES  # calls that replay a captured graph
 from ._memo import once_per_trace
-from .profiler_steps import profiler_steps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -157,10 +156,11 @@ def busy_of(start: np.ndarray, end: np.ndarray) -> Busy:
         return Busy(0.0, 0.0, None)
     window = int(end.max() - start.min())
     busy = union_ns(start, end)
-    return Busy(window / 1e3, busy / 1e3, _pct(busy, window))
+    return Busy(window / 1e3, busy / 1e3, pct_of(busy, window))
 
 
-def _pct(part: int, whole: int) -> float | None:
+def pct_of(part: int, whole: int) -> float | None:
+    """part as % of whole, at most 100, rounded to 0.01; None for an empty whole (nothing to claim)."""
     if whole <= 0:
         return None
     return round(min(100.0, 100.0 * part / whole), 2)
@@ -177,7 +177,7 @@ def step_busy(name: str, start: np.ndarray, end: np.ndarray, work: CpuWork) -> S
     window_ns = int(end.max() - start.min()) if start.size else 0
     busy_ns = union_ns(start, end)
     idle_ns, covered_ns = launch_wait_ns(start, end, work)
-    pct = _pct(busy_ns, window_ns)
+    pct = pct_of(busy_ns, window_ns)
     # idle is derived from the same two integers, so busy + idle = window exactly
     return StepBusy(name, window_ns / 1e3, busy_ns / 1e3, (window_ns - busy_ns) / 1e3, pct,
                     launch_bound(pct, idle_ns, covered_ns), int(start.size))
@@ -314,40 +314,3 @@ def device_busy(trace: Trace) -> Busy | None:
         return None
     a = activities(trace)
     return busy_of(a.start, a.end)
-
-
-def _cpu_steps(trace: Trace) -> list[StepBusy]:
-    """Per ``ProfilerStep#N`` of a CPU-only trace: its CPU time (window) and the time in ops in it."""
-    steps = [(st.name, st.ts_ns, st.ts_ns + max(st.dur_ns, 0)) for st in profiler_steps(trace.con)]
-    if not steps:
-        return []
-    ops = trace.con.execute("""SELECT ts, ts + greatest(dur, 0), parent_op IS NULL FROM events
-        WHERE kind = 'cpu_op' ORDER BY ts""").fetchnumpy()
-    ts, end, top = (np.asarray(ops[k]) for k in ops)
-    out = []
-    for name, lo, hi in steps:
-        m = (ts >= lo) & (ts < hi)
-        window = int(hi - lo)
-        busy = union_ns(ts[m].astype(np.int64), np.minimum(end[m], hi).astype(np.int64)) if m.any() else 0
-        out.append(StepBusy(name, window / 1e3, busy / 1e3, (window - busy) / 1e3, _pct(busy, window), False,
-                            int(np.count_nonzero(top[m]))))
-    return out
-
-
-def steps_busy(trace: Trace) -> list[StepBusy]:
-    """One entry per profiler step (``ProfilerStep#N``), in time order (CPU-only traces: :func:`_cpu_steps`)."""
-    if trace.cpu_only:
-        return _cpu_steps(trace)
-    steps = [(st.name, st.ts_ns, st.dur_ns, -2 if st.thread is None else st.thread)
-             for st in profiler_steps(trace.con)]
-    if not steps:
-        return []
-    a, work = activities(trace), cpu_work(trace)
-    ts, dur, thread = (np.array([s[k] for s in steps], dtype=np.int64) for k in (1, 2, 3))
-    # steps on several threads may overlap: each activity belongs to one step only
-    owner = owners(a, ts, ts + dur, thread)
-    out = []
-    for i, (name, *_rest) in enumerate(steps):
-        m = owner == i
-        out.append(step_busy(name, a.start[m], a.end[m], work))
-    return out

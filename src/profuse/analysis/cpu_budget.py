@@ -15,6 +15,7 @@ from ..errors import printable
 from ..trace import Trace
 from ..trace.meta import listed_device
 from .kernel_class import _op_kernel_class
+from .steps import STEP_WHERE, step_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,7 +23,7 @@ else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
 if TYPE_CHECKING:
-    from .diagnosis import Diagnosis, _Step
+    from .diagnosis import Diagnosis
 
 CPU_CLASSES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "communication", "other")
 CPU_LEAVES = (*(f"cpu/{c}" for c in CPU_CLASSES), "cpu/python", "idle")
@@ -39,10 +40,10 @@ def _leaf(kind: str, name: str) -> int:
 def span_ns(trace: Trace, thread: int, lo: int, hi: int, skip: int) -> np.ndarray:
     """ns per CPU leaf of [lo, hi) seen from ``thread`` (other threads fill its gaps), the event
     ``skip`` (the step) left out."""
-    rows = trace.con.execute("""
+    rows = trace.con.execute(f"""
         SELECT greatest(ts, ?), least(ts + dur, ?), depth, kind, name FROM events
         WHERE ts < ? AND ts + dur > ? AND id <> ? AND kind IN ('cpu_op', 'python', 'runtime',
-              'annotation', 'sync') AND NOT (kind = 'annotation' AND name LIKE 'ProfilerStep#%')
+              'annotation', 'sync') AND NOT ({STEP_WHERE})
         ORDER BY thread = ?, depth, ts, id""", [lo, hi, hi, lo, skip, thread]).fetchall()
     out = np.zeros(len(CPU_LEAVES), dtype=np.int64)
     rows = [r for r in rows if r[1] > r[0] and not (r[3] == "annotation" and r[0] == lo and r[1] == hi)]
@@ -63,12 +64,15 @@ def _busiest_thread(trace: Trace) -> tuple[int, int, int] | None:
     return (int(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
 
 
-def cpu_diagnosis(trace: Trace, steps: list[_Step], candidates: list[Any]) -> Diagnosis:
-    """The CPU budget of each step (or of the busiest thread) and the fusion levers; no device claim."""
+def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
+    """The CPU budget of each step (or of the busiest thread) and the fusion levers; no device claim.
+    A step's span is the step model's (:mod:`.steps`): its annotation, less what an earlier step holds."""
     from .diagnosis import Diagnosis, Steady, StepBudget, leaves_of, warmup_index
     from .levers import Context, rank_levers
 
-    spans = [(s.thread, s.ts, s.end, s.id) for s in steps]
+    model = step_model(trace)
+    steps = list(model.steps)
+    spans = [(s.thread, lo, hi, s.id) for s, (lo, hi) in zip(steps, model.spans)]
     if not spans:
         busiest = _busiest_thread(trace)
         spans = [(busiest[0], busiest[1], busiest[2], -1)] if busiest else []

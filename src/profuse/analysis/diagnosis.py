@@ -1,8 +1,9 @@
 """Diagnosis: every nanosecond of each step given to one cause, and the changes that buy most back.
 
-``diagnose(trace)`` returns the time budget of each step (``ProfilerStep#N`` and serving-engine
-steps, :mod:`.serving_steps`), of the steady steps together (a first step several times slower than
-the others is a warm-up, reported apart), or of the whole trace when it has no steps; and the
+``diagnose(trace)`` returns the time budget of each step (the step model, :mod:`.steps`: which
+annotations are steps and the disjoint time each holds), of the steady steps together (a first step
+several times slower than the others is a warm-up, reported apart), or of the active window when the
+trace has no steps; and the
 levers, ranked by gain, each bounded by the budget leaves it draws from, with the gain of pulling
 them all counted once (:mod:`.levers`). The leaves are defined in :mod:`.budget` (device traces) and
 :mod:`.cpu_budget` (CPU-only traces: op classes, Python, idle; no device claim). docs/advisor.md
@@ -31,8 +32,7 @@ from .budget import (
     leaf_ns,
     pieces,
 )
-from .busy import owners
-from .serving_steps import STEP_SQL, StepName, merge, parse_step
+from .steps import Step, step_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -100,38 +100,6 @@ class Diagnosis:
     notes: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class _Step:
-    id: int
-    name: str
-    ts: int
-    end: int
-    thread: int
-    depth: int
-    info: StepName
-
-
-def find_steps(trace: Trace) -> list[_Step]:
-    """The outermost step annotations of each thread in time order; a step annotation nested in
-    another (sglang's ``step[...]`` inside a vLLM-style name, either inside ``ProfilerStep#N``)
-    describes its outer step instead of being one."""
-    rows = trace.con.execute(f"""
-        SELECT id, name, ts, ts + dur, coalesce(thread, -2), coalesce(depth, 0) FROM events
-        WHERE kind = 'annotation' AND {STEP_SQL} ORDER BY 5, ts, dur DESC, id""").fetchall()
-    out: list[_Step] = []
-    for id_, name, ts, end, thread, depth in rows:
-        info = parse_step(name)
-        if info is None:
-            continue
-        outer = out[-1] if out and out[-1].thread == thread and ts >= out[-1].ts and end <= out[-1].end else None
-        if outer is not None:
-            out[-1] = _Step(outer.id, outer.name, outer.ts, outer.end, thread, outer.depth, merge(outer.info, info))
-            continue
-        out.append(_Step(int(id_), name, int(ts), int(end), int(thread), int(depth), info))
-    out.sort(key=lambda s: (s.ts, s.id))
-    return out
-
-
 def warmup_index(spans: list[int]) -> int | None:
     """0 when the first step is a warm-up outlier (over WARMUP_FACTOR x the median of the others)."""
     if len(spans) < 2:
@@ -154,12 +122,6 @@ class Steady:
     pieces: list[Pieces]
 
 
-def trace_window(trace: Trace) -> tuple[int, int]:
-    """First start and last end of any event: the whole trace's span."""
-    (lo, hi), = trace.con.execute("SELECT min(ts), max(ts + dur) FROM events").fetchall()
-    return int(lo or 0), int(hi or 0)
-
-
 def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: object = None,
              roofline_rows: list[object] | None = None) -> Diagnosis:
     """The diagnosis of a loaded trace; ``candidates``, ``peaks`` and ``roofline_rows`` are the
@@ -173,11 +135,10 @@ def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: obj
         peaks = device_peaks(trace)
     if roofline_rows is None:
         roofline_rows = list(roofline(trace, peaks)) if peaks is not None else []   # type: ignore[arg-type]
-    steps = find_steps(trace)
     if trace.cpu_only:
         from .cpu_budget import cpu_diagnosis
-        return cpu_diagnosis(trace, steps, candidates)
-    return _device_diagnosis(trace, steps, candidates, peaks, roofline_rows)
+        return cpu_diagnosis(trace, candidates)
+    return _device_diagnosis(trace, candidates, peaks, roofline_rows)
 
 
 def _step_kinds(steps: list[StepBudget]) -> str:
@@ -188,25 +149,19 @@ def _step_kinds(steps: list[StepBudget]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in kinds.items()) or "whole trace"
 
 
-def _device_diagnosis(trace: Trace, steps: list[_Step], candidates: list[object], peaks: object,
+def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
                       roofline_rows: list[object]) -> Diagnosis:
     from .levers import Context, rank_levers
 
+    model = step_model(trace)
+    steps = list(model.steps)
     sts = np.asarray([s.ts for s in steps], dtype=np.int64)
     send = np.asarray([s.end for s in steps], dtype=np.int64)
-    sthr = np.asarray([s.thread for s in steps], dtype=np.int64)
     w = device_work(trace, {s.thread for s in steps}, sts, send)
     if w.acts.start.size == 0:
-        return _not_recorded(trace, steps)
+        return _not_recorded(trace, steps, list(model.spans))
     lab = labels(w)
-    spans: list[tuple[int, int]] = []
-    if steps:
-        owner = owners(w.acts, sts, send, sthr)
-        for i, s in enumerate(steps):
-            m = owner == i
-            spans.append((s.ts, max(s.end, int(w.acts.end[m].max())) if m.any() else s.end))
-    else:
-        spans.append(trace_window(trace))
+    spans = list(model.spans)
     warm = warmup_index([hi - lo for lo, hi in spans])
     out_steps: list[StepBudget] = []
     steady = Steady({k: 0 for k in LEAVES}, 0, [])
@@ -250,15 +205,15 @@ def _all_late(w: DeviceWork) -> str | None:
             "idle/queued holds launch latency rather than waits")
 
 
-def _not_recorded(trace: Trace, steps: list[_Step]) -> Diagnosis:
+def _not_recorded(trace: Trace, steps: list[Step], spans: list[tuple[int, int]]) -> Diagnosis:
     """Launches but no device activity: the whole span is ``idle/not_recorded``; no device claim."""
     from .levers import no_device_data
 
-    spans = [(s.ts, s.end) for s in steps] or [trace_window(trace)]
     total = sum(hi - lo for lo, hi in spans)
     one = (NOT_RECORDED,)
-    out = tuple(StepBudget(s.name, s.info.phase, s.info.batch, s.info.tokens, round((s.end - s.ts) / 1e3, 3),
-                           leaves_of(one, np.asarray([s.end - s.ts]), s.end - s.ts), False) for s in steps)
+    out = tuple(StepBudget(s.name, s.info.phase, s.info.batch, s.info.tokens, round((hi - lo) / 1e3, 3),
+                           leaves_of(one, np.asarray([hi - lo]), hi - lo), False)
+                for s, (lo, hi) in zip(steps, spans))
     lever = no_device_data(trace)
     return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(total / 1e3, 3),
                      budget=leaves_of(one, np.asarray([total]), total), steps=out,
@@ -267,4 +222,4 @@ def _not_recorded(trace: Trace, steps: list[_Step]) -> Diagnosis:
                             "the device",))
 
 
-__all__ = ["BUSY_PRIORITY", "Diagnosis", "Labels", "Leaf", "Lever", "StepBudget", "diagnose", "find_steps"]
+__all__ = ["BUSY_PRIORITY", "Diagnosis", "Labels", "Leaf", "Lever", "StepBudget", "diagnose"]

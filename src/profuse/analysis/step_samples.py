@@ -1,7 +1,8 @@
 """One figure per profiler step for a metric: the samples a diff's noise test compares.
 
-Metrics: ``step`` (each step's wall time: ``ProfilerStep#N``, else a serving engine's scheduler
-step such as sglang's ``step[DECODE bs=32]``), ``device_busy`` (the device's busy time
+The steps are the step model's (:mod:`.steps`: ``ProfilerStep#N``, vLLM and sglang scheduler steps).
+Metrics: ``step`` (the time each step holds in the model: its host interval to its last device
+activity, never overlapping the others), ``device_busy`` (the device's busy time
 over the activities each step launched; on a CPU-only trace the CPU's own op time inside the
 step), an op class (``matmul``, ``attention``, ... from ``opclass.op_class``) or an op name (the
 self device time of those ops, per step). A trace with no step is one sample: the whole trace.
@@ -10,56 +11,38 @@ from __future__ import annotations
 
 import bisect
 
-import numpy as np
-
 from ..errors import UserError
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
-from .busy import activities, device_busy, owners, union_ns
+from .busy import activities, device_busy, union_ns
 from .opclass import op_class
 from .optable import op_table, total_device_us
+from .steps import step_model
 
 CLASSES = ("pointwise", "reduction", "norm", "softmax", "copy", "matmul", "attention", "view", "compiled", "other")
 BUILTIN = ("step", "device_busy")
 
 
-# A step is a ``ProfilerStep#N`` (torch.profiler's schedule, ``profuse run``); a trace with none
-# may mark a serving engine's scheduler steps instead (sglang: ``step[DECODE bs=32]``).
-_STEP_WHERE = ("kind = 'annotation' AND name LIKE 'ProfilerStep#%'",
-               "kind = 'annotation' AND name LIKE 'step[%]'")
-
-
-def _step_rows(trace: Trace) -> list[tuple[int, int, int]]:
-    """(start, end, thread) in ns of every step, in time order: profiler steps, else serving steps."""
-    for where in _STEP_WHERE:
-        rows = trace.con.execute(f"SELECT ts, ts + dur, coalesce(thread, -2) FROM events WHERE {where} "
-                                 "ORDER BY ts, id").fetchall()
-        if rows:
-            return [(int(s), int(e), int(t)) for s, e, t in rows]
-    return []
-
-
 def _steps(trace: Trace) -> list[tuple[int, int]]:
-    """(start, end) in ns of every step, in time order."""
-    return [(s, e) for s, e, _t in _step_rows(trace)]
+    """(start, end) in ns of every step's host interval, in time order (what its launches fall in)."""
+    return [(st.ts, st.end) for st in step_model(trace).steps]
 
 
 def step_count(trace: Trace) -> int:
     """How many steps the trace marks (0: none, so the whole trace is one sample)."""
-    return len(_step_rows(trace))
+    return len(step_model(trace).steps)
 
 
 def step_times_us(trace: Trace) -> list[float]:
-    """Wall time of each profiler step in µs; the trace's span when it marks no step."""
-    steps = _steps(trace)
-    if steps:
-        return [(e - s) / 1e3 for s, e in steps]
-    return [float(trace.meta.get("span_us") or 0.0)]
+    """The time each step holds in µs (the step model's spans); the active window without steps."""
+    model = step_model(trace)
+    return [(hi - lo) / 1e3 for lo, hi in model.spans]
 
 
 def _op_names(trace: Trace) -> list[str]:
     """Every op-table name but the steps' own (a step's self time is not an op's work)."""
-    return [r.name for r in op_table(trace).rows if not r.name.startswith("ProfilerStep#")]
+    steps = {st.name for st in step_model(trace).steps}
+    return [r.name for r in op_table(trace).rows if r.name not in steps]
 
 
 def _names_of(trace: Trace, metric: str) -> list[str]:
@@ -93,15 +76,13 @@ def _op_time_per_step(trace: Trace, names: list[str]) -> list[float]:
 def _busy_per_step(trace: Trace) -> list[float]:
     if trace.cpu_only:
         return _op_time_per_step(trace, _op_names(trace)) if _steps(trace) else [total_device_us(trace)]
-    rows = _step_rows(trace)
-    if not rows:
+    model = step_model(trace)
+    if not model.steps or model.owner is None:
         busy = device_busy(trace)
         return [busy.busy_us if busy is not None else 0.0]
-    # each activity belongs to the one step whose window holds its launch (as the report's steps)
+    # each activity belongs to the one step that owns it (the step model's, as the report's steps)
     a = activities(trace)
-    ts, end, thread = (np.array([r[k] for r in rows], dtype=np.int64) for k in range(3))
-    owner = owners(a, ts, end, thread)
-    return [union_ns(a.start[owner == i], a.end[owner == i]) / 1e3 for i in range(len(rows))]
+    return [union_ns(a.start[model.owner == i], a.end[model.owner == i]) / 1e3 for i in range(len(model.steps))]
 
 
 def known(trace: Trace, metric: str) -> bool:

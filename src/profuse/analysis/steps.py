@@ -1,100 +1,247 @@
-"""What ran per profiler step: ops, kernels and device time per call, from a loaded trace."""
+"""The step model: what a step is and which time it holds, answered once for every analysis and view.
+
+**Which annotations are steps.** A host annotation (``user_annotation``) whose name is one of:
+
+- ``ProfilerStep#N`` (torch.profiler's ``schedule``/``step()``, ``profuse run``): a plain step, number N.
+- vLLM's scheduler steps, in both forms real engines write:
+  ``execute_{tokens}_context_{n}(...)_generation_{m}(...)`` and
+  ``execute_context_{n}({t})_generation_{m}({t})``: ``n`` prefill (context) requests and ``m`` decode
+  (generation) requests; the phase is ``prefill`` (m = 0), ``decode`` (n = 0) or ``mixed``, the batch
+  n + m; tokens are the leading ``{tokens}``, else the sum of the parenthesised counts where each is
+  one integer (unknown otherwise).
+- sglang's ``step[DECODE bs=B]`` / ``step[EXTEND bs=B toks=T]`` (EXTEND is prefill; ``MIXED`` is
+  mixed): batch B, tokens T where the name carries it. ``IDLE`` has no phase.
+
+Only the outermost step annotation of a thread is a step; one nested in it (a serving step inside
+``ProfilerStep#N``, sglang's inside a vLLM-style name) describes it instead: known fields win over
+unknown ones. Device-side copies of these names (``gpu_user_annotation``) are not steps.
+
+**Which time a step holds.** A step runs from its start on the host to the later of its end and the
+end of the last device activity it launched (ownership: :func:`busy.owners`). Where those intervals
+overlap (the device lags the host, so a step's kernels run on into the next step's host time; steps
+on several threads), the union is used: taken in start order, each step holds the part of its
+interval that no earlier step holds, so it begins where the previous one's ended. Steps therefore
+never overlap and never add up past the trace. The union rather than cutting each step where the
+next begins, so that the device work a step launched stays in that step, and the last step is not
+handed the tail of all the others. A CPU-only trace's steps are their annotations, under the same rule.
+
+**Without steps** the whole run is one span: the active window of the model's work (the first start
+to the last end of ops, runtime calls and device activity), not the profiler's envelope (its own
+``PyTorch Profiler`` annotation and Python frames around the model, which made an idle share of
+the window look like the model's).
+"""
 from __future__ import annotations
 
-import statistics
-from collections import Counter
-from collections.abc import Iterable
+import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ..trace import Trace
-from .profiler_steps import profiler_steps
+from .._lazy import lazy_module
+from ..trace.schema import DEVICE_TIME_SQL
+from ._memo import once_per_trace
+from .busy import StepBusy, activities, cpu_work, owners, pct_of, step_busy, union_ns
 
-# Ops that allocate, view or dispatch but do no arithmetic: not "kernels" on the CPU.
-NO_WORK = ("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::as_strided",
-           "aten::result_type", "aten::reshape", "aten::expand", "aten::t", "aten::transpose",
-           "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select",
-           "aten::detach", "aten::alias", "aten::_unsafe_view", "aten::lift_fresh", "aten::resize_",
-           "TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher Runtime Wrapper Prologue",
-           "aten::to", "aten::type_as", "aten::_to_copy")
+if TYPE_CHECKING:
+    import numpy as np
 
+    from ..trace import Trace
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
-SELF_SHARE = 0.25  # an op whose own (self) time is under this share of its total is a wrapper
+_VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)(?:\((?P<ctx_t>[^)]*)\))?"
+                   r"_generation_(?P<gen>\d+)(?:\((?P<gen_t>[^)]*)\))?")
+_SGLANG = re.compile(r"^step\[(?P<mode>[A-Z_]+)(?P<rest>[^\]]*)\]")
+_FIELD = re.compile(r"(?P<key>bs|toks|tokens)=(?P<val>\d+)")
+_SGLANG_PHASE = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed"}
+_NUMBER = re.compile(r"#(\d+)")
+
+# SQL text matching every step annotation's name (fixed patterns, nothing from a trace); the kind is
+# checked beside it (STEP_WHERE)
+STEP_SQL = ("(name LIKE 'ProfilerStep#%' OR regexp_matches(name, '^execute_([0-9]+_)?context_[0-9]+') "
+            "OR regexp_matches(name, '^step\\[[A-Z_]+'))")
+STEP_WHERE = f"kind = 'annotation' AND {STEP_SQL}"
+# what counts as the model's work when a trace has no steps (its active window)
+_WORK_KINDS_SQL = f"'cpu_op', 'runtime', 'sync', {DEVICE_TIME_SQL}"
 
 
 @dataclass(frozen=True)
-class StepStats:
-    """Per-step figures of a profiled loop: ops and kernels per call, median device time and its spread."""
+class StepName:
+    """What a step annotation's name says: its engine and, for serving steps, phase, batch and tokens."""
 
-    steps: int
-    ops_per_call: float          # top-level ops in each step: what the code called
-    kernels_per_call: float      # device events (GPU) or, on the CPU, the median count per step of ops
-                                 # doing their own work, compiled graph calls included
-    device_us_per_call: float    # median over steps
-    spread_pct: float            # inter-quartile range of per-step time over its median
-    op_names: tuple[str, ...]    # distinct top-level op names, in first-seen order
-    leaf_names: tuple[str, ...]  # what actually computed (CPU) or kernel names (GPU)
-    per_step_us: tuple[float, ...] = ()  # device time of each step, sorted
+    engine: str           # profiler | vllm | sglang
+    phase: str | None     # prefill | decode | mixed | None
+    batch: int | None     # requests in the batch
+    tokens: int | None    # tokens scheduled in the step
 
 
-def _no_work_list() -> str:
-    return ", ".join("'" + n.replace("'", "''") + "'" for n in NO_WORK)
+def _count(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
 
 
-def _per_step(pairs: Iterable[tuple[int, int]]) -> list[float]:
-    """Summed µs per step, sorted."""
-    per: dict[int, int] = {}
-    for step, ns in pairs:
-        per[step] = per.get(step, 0) + ns
-    return sorted(v / 1000 for v in per.values())
+def _vllm_tokens(m: re.Match[str]) -> int | None:
+    if m["tokens"] is not None:
+        return int(m["tokens"])
+    ctx, gen = _count(m["ctx_t"]), _count(m["gen_t"])
+    return ctx + gen if ctx is not None and gen is not None else None
 
 
-def spread_pct(values: list[float]) -> float:
-    """Inter-quartile range over the median, in %: how steady the steps were."""
-    if len(values) < 4:
-        return 0.0
-    q = statistics.quantiles(values, n=4)
-    med = statistics.median(values)
-    return 100.0 * (q[2] - q[0]) / med if med else 0.0
+def parse_step(name: str) -> StepName | None:
+    """The step a name describes, or None when it is not a step annotation."""
+    if name.startswith("ProfilerStep#"):
+        return StepName("profiler", None, None, None)
+    m = _VLLM.match(name)
+    if m:
+        ctx, gen = int(m["ctx"]), int(m["gen"])
+        phase = "mixed" if ctx and gen else "prefill" if ctx else "decode" if gen else None
+        return StepName("vllm", phase, ctx + gen, _vllm_tokens(m))
+    m = _SGLANG.match(name)
+    if m:
+        fields = {f["key"]: int(f["val"]) for f in _FIELD.finditer(m["rest"])}
+        return StepName("sglang", _SGLANG_PHASE.get(m["mode"]), fields.get("bs"),
+                        fields.get("toks", fields.get("tokens")))
+    return None
 
 
-def step_stats(trace: Trace) -> StepStats:
-    """Per-step statistics over the ``ProfilerStep#`` annotations of a trace (the whole trace as one step if none)."""
-    con = trace.con
-    steps = len(profiler_steps(con)) or 1
-    # top-level ops of a step: their nearest enclosing op is the step (python frames may sit between)
-    top = con.execute("""
-        SELECT e.name, e.dur, e.id, p.op FROM events e JOIN events p ON p.id = e.parent
-        JOIN events s ON s.id = p.op
-        WHERE s.kind = 'annotation' AND s.name LIKE 'ProfilerStep#%' AND e.kind IN ('cpu_op', 'annotation')
-        ORDER BY e.ts""").fetchall()
-    op_names = tuple(dict.fromkeys(r[0] for r in top))
-    if trace.cpu_only:
-        # A CPU "kernel" is an op that does its own work: not a view or allocation, not a wrapper
-        # whose children take most of its time. A compiled graph's call counts as its kernels.
-        leaves = con.execute(f"""
-            WITH RECURSIVE inside(id, step) AS (
-                SELECT e.id, p.id FROM events e JOIN events p ON p.id = e.parent
-                WHERE p.kind = 'annotation' AND p.name LIKE 'ProfilerStep#%'
-                UNION ALL SELECT c.id, i.step FROM events c JOIN inside i ON c.parent = i.id)
-            SELECT e.name, inside.step FROM events e JOIN inside USING (id)
-            WHERE (e.kind = 'cpu_op' AND e.name NOT IN ({_no_work_list()})
-                   AND e.name NOT LIKE 'Torch-Compiled Region%' AND e.self_cpu >= {SELF_SHARE} * e.dur)
-               OR (e.kind = 'annotation' AND e.name LIKE '## Call CompiledFxGraph%')
-            ORDER BY e.ts""").fetchall()
-        leaf_names = [r[0] for r in leaves]
-        per_step = Counter(r[1] for r in leaves)
-        kernels = statistics.median(per_step.values()) if per_step else 0.0
-        per_step_us = _per_step((r[3], r[1]) for r in top)
-    else:
-        rows = con.execute("""
-            SELECT k.name, k.dur, s.id FROM events k JOIN events o ON o.id = k.op
-            JOIN events s ON s.kind = 'annotation' AND s.name LIKE 'ProfilerStep#%'
-                 AND s.thread = o.thread AND o.ts >= s.ts AND o.ts < s.ts + s.dur
-            WHERE k.kind IN ('kernel', 'memcpy', 'memset') ORDER BY k.ts""").fetchall()
-        leaf_names = [r[0] for r in rows]
-        kernels = len(leaf_names) / steps
-        per_step_us = _per_step((r[2], r[1]) for r in rows)
-    return StepStats(steps=int(steps), ops_per_call=len(top) / steps, kernels_per_call=float(kernels),
-                     device_us_per_call=statistics.median(per_step_us) if per_step_us else 0.0,
-                     spread_pct=spread_pct(per_step_us), op_names=op_names, per_step_us=tuple(per_step_us),
-                     leaf_names=tuple(dict.fromkeys(leaf_names)))
+def merge(outer: StepName, inner: StepName) -> StepName:
+    """A step's description from its own name and a step annotation nested in it: known fields win."""
+    return StepName(outer.engine if outer.engine != "profiler" else inner.engine,
+                    outer.phase or inner.phase, outer.batch if outer.batch is not None else inner.batch,
+                    outer.tokens if outer.tokens is not None else inner.tokens)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: its annotation (id, name, host start and end in ns, thread, depth), its number
+    (``ProfilerStep#N``'s N, else its position) and what its name says."""
+
+    id: int
+    name: str
+    number: int
+    ts: int
+    end: int
+    thread: int      # -2: unknown
+    depth: int
+    info: StepName
+
+
+def find_steps(con: Any) -> list[Step]:
+    """The steps of the trace whose tables ``con`` (a DuckDB connection) holds, in time order."""
+    rows = con.execute(f"""
+        SELECT id, name, ts, ts + greatest(dur, 0), coalesce(thread, -2), coalesce(depth, 0) FROM events
+        WHERE {STEP_WHERE} ORDER BY 5, ts, dur DESC, id""").fetchall()
+    out: list[Step] = []
+    for id_, name, ts, end, thread, depth in rows:
+        info = parse_step(name)
+        if info is None:
+            continue
+        outer = out[-1] if out and out[-1].thread == thread and ts >= out[-1].ts and end <= out[-1].end else None
+        if outer is not None:
+            out[-1] = Step(outer.id, outer.name, outer.number, outer.ts, outer.end, outer.thread, outer.depth,
+                           merge(outer.info, info))
+            continue
+        out.append(Step(int(id_), name, -1, int(ts), int(end), int(thread), int(depth), info))
+    out.sort(key=lambda s: (s.ts, s.id))
+    return [Step(s.id, s.name, _number(s.name, i), s.ts, s.end, s.thread, s.depth, s.info) for i, s in enumerate(out)]
+
+
+def _number(name: str, position: int) -> int:
+    m = _NUMBER.search(name) if name.startswith("ProfilerStep#") else None
+    return int(m.group(1)) if m else position
+
+
+def union_spans(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
+    """Each interval's part of the union not held by an earlier one (intervals in start order): the
+    spans never overlap and their lengths add up to the union's."""
+    out: list[tuple[int, int]] = []
+    held = None
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        lo = s if held is None else max(s, held)
+        hi = max(e, lo)
+        out.append((lo, hi))
+        held = hi if held is None else max(held, hi)
+    return out
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The trace's steps and the time each holds (see the module docstring)."""
+
+    steps: tuple[Step, ...]
+    spans: tuple[tuple[int, int], ...]    # (start, end) ns per step, disjoint, in step order
+    window: tuple[int, int]               # the steps' first start to last end, else the active window
+    owner: np.ndarray | None              # per device activity (busy.activities order): its step, or -1
+
+    @property
+    def scope(self) -> str:
+        """``steps`` when the trace marks steps, else ``trace`` (one span: the active window)."""
+        return "steps" if self.steps else "trace"
+
+
+@once_per_trace
+def step_model(trace: Trace) -> StepModel:
+    """The step model of a loaded trace, built once per trace (callers only read it)."""
+    steps = find_steps(trace.con)
+    ts = np.asarray([s.ts for s in steps], dtype=np.int64)
+    end = np.asarray([s.end for s in steps], dtype=np.int64)
+    owner = None
+    if not trace.cpu_only:
+        a = activities(trace)
+        owner = owners(a, ts, end, np.asarray([s.thread for s in steps], dtype=np.int64))
+        if steps and a.end.size:
+            last = np.full(len(steps), np.iinfo(np.int64).min, dtype=np.int64)
+            m = owner >= 0
+            np.maximum.at(last, owner[m], a.end[m])
+            end = np.maximum(end, last)
+    if not steps:
+        lo, hi = active_window(trace.con)
+        return StepModel((), ((lo, hi),), (lo, hi), owner)
+    spans = tuple(union_spans(ts, end))
+    return StepModel(tuple(steps), spans, (spans[0][0], max(hi for _lo, hi in spans)), owner)
+
+
+def active_window(con: Any) -> tuple[int, int]:
+    """First start and last end of the model's work (ops, runtime calls, device activity); of any
+    event where there is no such work."""
+    (lo, hi), = con.execute(f"SELECT min(ts), max(ts + greatest(dur, 0)) FROM events "
+                            f"WHERE kind IN ({_WORK_KINDS_SQL})").fetchall()
+    if lo is None:
+        (lo, hi), = con.execute("SELECT min(ts), max(ts + greatest(dur, 0)) FROM events").fetchall()
+    return int(lo or 0), int(hi or 0)
+
+
+def step_ids(trace: Trace) -> list[int]:
+    """events.id of every step annotation (for queries that leave the steps' own rows out)."""
+    return [s.id for s in step_model(trace).steps]
+
+
+def _cpu_steps(trace: Trace, model: StepModel) -> list[StepBusy]:
+    """Per step of a CPU-only trace: its span's CPU time (window) and the time in ops that start in
+    it, clipped to it; activities counts its outermost ops."""
+    ops = trace.con.execute("""SELECT ts, ts + greatest(dur, 0), parent_op IS NULL FROM events
+        WHERE kind = 'cpu_op' ORDER BY ts""").fetchnumpy()
+    ts, end, top = (np.asarray(ops[k]) for k in ops)
+    out = []
+    for st, (lo, hi) in zip(model.steps, model.spans):
+        m = (ts >= lo) & (ts < hi)
+        window = int(hi - lo)
+        busy = union_ns(ts[m].astype(np.int64), np.minimum(end[m], hi).astype(np.int64)) if m.any() else 0
+        out.append(StepBusy(st.name, window / 1e3, busy / 1e3, (window - busy) / 1e3,
+                            pct_of(busy, window), False, int(np.count_nonzero(top[m]))))
+    return out
+
+
+def steps_busy(trace: Trace) -> list[StepBusy]:
+    """The step table: one entry per step of the model, in time order: busy and idle device time over
+    the activities it owns (CPU-only traces: :func:`_cpu_steps`)."""
+    model = step_model(trace)
+    if not model.steps:
+        return []
+    if trace.cpu_only or model.owner is None:
+        return _cpu_steps(trace, model)
+    a, work = activities(trace), cpu_work(trace)
+    return [step_busy(st.name, a.start[model.owner == i], a.end[model.owner == i], work)
+            for i, st in enumerate(model.steps)]
+
+
+__all__ = ["STEP_SQL", "STEP_WHERE", "Step", "StepModel", "StepName", "active_window", "find_steps", "merge",
+           "parse_step", "step_ids", "step_model", "steps_busy", "union_spans"]

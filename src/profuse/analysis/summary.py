@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import printable
 from ..trace.schema import DEVICE_TIME_SQL
-from .busy import Busy, StepBusy, device_busy, steps_busy
+from .busy import Busy, StepBusy, device_busy
 from .optable import total_device_us
+from .steps import steps_busy
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
@@ -33,7 +34,7 @@ class Summary:
     bundle_error: str | None = None
     script_exit_code: int | None = None  # ``profuse run``: the script's own exit code (apart from the capture's status)
     device_busy: Busy | None = None    # union of device activity over every stream; None on CPU-only traces
-    steps: list[StepBusy] = field(default_factory=list)  # per ProfilerStep#N
+    steps: list[StepBusy] = field(default_factory=list)  # per step of the step model (analysis/steps.py)
 
 
 def summarize(trace: Trace) -> Summary:

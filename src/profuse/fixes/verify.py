@@ -263,7 +263,7 @@ def _watch(model: Any, classes: set[str]) -> list[Any]:
 def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes: set[str]) -> Timing:
     """Profile ``model(*inputs)`` for ``steps`` steps: time per step and per watched module class."""
     from ..analysis.scopes import scope_instances
-    from ..analysis.steps import step_stats
+    from ..analysis.step_stats import step_stats
     from ..capture import ProfileConfig, profile_calls
     from ..trace import load
 

@@ -126,13 +126,13 @@ def _node() -> str:
 
 
 def _steps_table(con: Any) -> dict[str, np.ndarray]:
-    """Every profiler step (analysis/profiler_steps.py): its number, start and length."""
-    from ..analysis.profiler_steps import profiler_steps
+    """Every step (the step model's, analysis/steps.py): its number, host start and length."""
+    from ..analysis.steps import find_steps
 
-    steps = profiler_steps(con)
+    steps = find_steps(con)
     return {"step": np.array([s.number for s in steps], dtype=np.int64),
-            "ts_ns": np.array([s.ts_ns for s in steps], dtype=np.int64),
-            "dur_us": np.array([s.dur_ns / 1000 for s in steps], dtype=np.float64)}
+            "ts_ns": np.array([s.ts for s in steps], dtype=np.int64),
+            "dur_us": np.array([(s.end - s.ts) / 1000 for s in steps], dtype=np.float64)}
 
 
 def _collectives_table(con: Any, cpu_only: bool) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.steps import StepStats, spread_pct, step_stats
+from ..analysis.step_stats import StepStats, spread_pct, step_stats
 from ..capture import ProfileConfig, peaks, profile_calls
 from ..trace import load
 

@@ -1,0 +1,168 @@
+"""One step model (analysis/steps.py) read by every consumer: the diagnosis, the step table, diff's
+samples, the per-step statistics and the explorer's run summary. Checked on every real trace and
+fixture, and on hand-built traces with overlapping steps, both vLLM step-name forms and no steps;
+expected figures come from tests/oracle.py (plain JSON, the rules written out again)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import oracle
+import pytest
+from conftest import ALL_TRACES, trace_id
+
+import profuse
+from profuse.analysis.diagnosis import diagnose
+from profuse.analysis.diff import diff
+from profuse.analysis.step_samples import samples, step_count
+from profuse.analysis.step_stats import step_stats
+from profuse.analysis.steps import parse_step, step_model, steps_busy
+from profuse.payloads.build import compare_of
+
+TOL_US = 0.002
+# an upper bound on collective kernels: any kernel whose name says it is one (broader than profuse's rule)
+_COLLECTIVE = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|sendrecv",
+                         re.IGNORECASE)
+
+
+def _trace_window_us(path: Path) -> float:
+    events = oracle.exact_events(str(path))
+    return float(max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events))
+
+
+def _collectives_us(path: Path) -> float:
+    return float(oracle.union_us([(e["ts"], e["ts"] + e["dur"]) for e in oracle.exact_events(str(path))
+                                  if oracle.is_device_time(e) and _COLLECTIVE.search(str(e.get("name", "")))]))
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
+def test_every_consumer_reads_the_same_steps_and_none_spans_past_the_trace(path: Path) -> None:
+    expected = [str(e["name"]) for e in oracle.step_annotations(path)]
+    window = _trace_window_us(path)
+    with profuse.load(path) as t:
+        model = step_model(t)
+        d = diagnose(t)
+        table = steps_busy(t)
+        n_diff = step_count(t)
+        step_samples = samples(t, "step")
+        stats = step_stats(t)
+    names = [s.name for s in model.steps]
+    # THEN the model's steps are the oracle's outermost step annotations, and every consumer lists them
+    assert names == expected
+    assert [s.name for s in table] == names
+    assert n_diff == len(names) and stats.steps == max(len(names), 1)
+    assert len(step_samples) == max(len(names), 1)
+    if d.scope == "steps":
+        assert [s.name for s in d.steps] == names
+    # the spans never overlap, and neither they nor the diagnosis add up past the trace
+    spans = list(model.spans)
+    assert all(lo <= hi for lo, hi in spans)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert sum(hi - lo for lo, hi in spans) / 1e3 <= window + TOL_US
+    assert d.span_us <= window + TOL_US
+    assert sum(s.span_us for s in d.steps) <= window + TOL_US * max(len(d.steps), 1)
+    assert sum(step_samples) <= window + TOL_US * len(step_samples)
+    # every lever is bounded by the steady span, and a communication lever by the collectives the trace holds
+    for lv in (*d.levers, *d.small_items):
+        assert lv.gain_us <= d.span_us + TOL_US
+        if lv.kind == "communication":
+            assert lv.gain_us <= _collectives_us(path) + TOL_US, lv
+
+
+def _x(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: object) -> dict[str, object]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _write(tmp_path: Path, events: list[dict[str, object]], name: str = "t.json") -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
+    return p
+
+
+def _launched_step(name: str, ts: float, host: float, kernel_at: float, kernel: float, corr: int) -> list[dict[str, object]]:
+    """A step annotation of ``host`` µs holding one op that launches one kernel (stream 7)."""
+    return [_x("user_annotation", name, ts, host), _x("cpu_op", "aten::mm", ts + 1, host - 2),
+            _x("cuda_runtime", "cudaLaunchKernel", ts + 2, 4, correlation=corr),
+            _x("kernel", "ampere_sgemm_128x64_nn", kernel_at, kernel, pid=0, tid=7, correlation=corr, stream=7,
+               device=0)]
+
+
+def test_steps_whose_device_work_lags_the_host_hold_the_union_once(tmp_path: Path) -> None:
+    # GIVEN three 100 µs host steps, each launching a 400 µs kernel that runs after the previous one: the device
+    # lags, so each step's own interval (start to its last kernel's end) overlaps the next ones
+    ev: list[dict[str, object]] = []
+    for i in range(3):
+        ev += _launched_step(f"ProfilerStep#{i + 1}", i * 100, 100, 20 + i * 400, 400, i + 1)
+    path = _write(tmp_path, ev)
+    with profuse.load(path) as t:
+        d = diagnose(t)
+        model = step_model(t)
+        table = steps_busy(t)
+        step_samples = samples(t, "step")
+    # THEN each step holds its part of the union (0-420, 420-820, 820-1220 µs): 1,220 µs in all, the trace's
+    # span, where the per-step intervals summed to 2,160 µs
+    assert [(lo / 1e3, hi / 1e3) for lo, hi in model.spans] == [(0, 420), (420, 820), (820, 1220)]
+    expected = oracle.step_spans(path)
+    assert [(n, lo, hi) for n, lo, hi, _b in expected] == [
+        (s.name, lo / 1e3, hi / 1e3) for s, (lo, hi) in zip(model.steps, model.spans)]
+    assert d.span_us == pytest.approx(sum(hi - lo for _n, lo, hi, _b in oracle.steady_spans(path)), abs=TOL_US)
+    assert sum(s.span_us for s in d.steps) == pytest.approx(1220, abs=TOL_US)
+    assert step_samples == pytest.approx([420, 400, 400], abs=TOL_US)
+    # the step table still gives each step the busy time of the kernel it launched
+    assert [round(s.busy_us) for s in table] == [400, 400, 400]
+
+
+def test_both_vllm_step_name_forms_are_steps() -> None:
+    s = parse_step("execute_context_1(888)_generation_0(0)")
+    assert s is not None and (s.engine, s.phase, s.batch, s.tokens) == ("vllm", "prefill", 1, 888)
+    s = parse_step("execute_context_0(0)_generation_4(4)")
+    assert s is not None and (s.engine, s.phase, s.batch, s.tokens) == ("vllm", "decode", 4, 4)
+    s = parse_step("execute_context_1(888_788544)_generation_0(0)")   # counts not one integer: tokens unknown
+    assert s is not None and (s.phase, s.batch, s.tokens) == ("prefill", 1, None)
+    s = parse_step("execute_300_context_1(sq200)_generation_100(sq1)")
+    assert s is not None and (s.phase, s.batch, s.tokens) == ("mixed", 101, 300)
+
+
+def test_vllm_steps_without_token_prefix_are_read_by_every_consumer(tmp_path: Path) -> None:
+    # GIVEN a vLLM trace whose steps are named in the execute_context_N(...)_generation_M(...) form: a prefill
+    # step, then two decode steps, and a device-side copy of one name (not a step)
+    names = ["execute_context_1(888_788544)_generation_0(0)", "execute_context_0(0)_generation_4(4)",
+             "execute_context_0(0)_generation_4(4)"]
+    ev: list[dict[str, object]] = []
+    for i, name in enumerate(names):
+        ev += _launched_step(name, i * 1000, 300, i * 1000 + 10, 200, i + 1)
+    ev.append(_x("gpu_user_annotation", names[1], 1000, 300, pid=0, tid=7))
+    a = _write(tmp_path, ev, "a.json")
+    with profuse.load(a) as t:
+        d = diagnose(t)
+        table = steps_busy(t)
+        n = step_count(t)
+    # THEN the diagnosis, the step table and diff's samples all find the three steps, with their phases
+    assert d.scope == "steps" and [s.name for s in d.steps] == names
+    assert [s.phase for s in d.steps] == ["prefill", "decode", "decode"]
+    assert [s.batch for s in d.steps] == [1, 4, 4]
+    assert [s.name for s in table] == names and n == 3
+    # and the explorer's compare view (diff's run summary) counts the same steps on both sides
+    with profuse.load(a) as ta, profuse.load(a) as tb:
+        payload = compare_of(ta, tb)
+        doc = diff(ta, tb)
+    assert payload.sides["a"].steps == payload.sides["b"].steps == 3 and doc.a.steps == 3
+
+
+def test_a_trace_without_steps_is_its_active_window_not_the_profiler_envelope(tmp_path: Path) -> None:
+    # GIVEN a profiler envelope of 10 ms around 1 ms of work: an op launching a kernel, 4.0-5.0 ms in
+    ev = [_x("Trace", "PyTorch Profiler (0)", 0, 10_000),
+          _x("python_function", "<module>", 0, 10_000),
+          _x("cpu_op", "aten::mm", 4000, 900), _x("cuda_runtime", "cudaLaunchKernel", 4100, 10, correlation=1),
+          _x("kernel", "ampere_sgemm_128x64_nn", 4200, 800, pid=0, tid=7, correlation=1, stream=7, device=0)]
+    path = _write(tmp_path, ev)
+    with profuse.load(path) as t:
+        d = diagnose(t)
+        model = step_model(t)
+    # THEN the one span is the model's work (4.0-5.0 ms), the oracle's active window, not the envelope's 10 ms
+    (_n, lo, hi, busy), = oracle.step_spans(path)
+    assert (lo, hi) == (4000, 5000)
+    assert d.scope == "trace" and d.span_us == pytest.approx(hi - lo, abs=TOL_US)
+    assert model.window == (4_000_000, 5_000_000)
+    assert sum(lf.us for lf in d.budget if lf.key.startswith("busy/")) == pytest.approx(busy, abs=TOL_US)
