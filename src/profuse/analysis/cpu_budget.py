@@ -23,7 +23,7 @@ else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
 if TYPE_CHECKING:
-    from .diagnosis import Diagnosis
+    from .diagnosis_records import Diagnosis
 
 CPU_CLASSES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "communication", "other")
 CPU_LEAVES = (*(f"cpu/{c}" for c in CPU_CLASSES), "cpu/python", "idle")
@@ -67,7 +67,7 @@ def _busiest_thread(trace: Trace) -> tuple[int, int, int] | None:
 def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
     """The CPU budget of each step (or of the busiest thread) and the fusion levers; no device claim.
     A step's span is the step model's (:mod:`.steps`): its annotation, less what an earlier step holds."""
-    from .diagnosis import Diagnosis, Steady, StepBudget, leaves_of, warmup_index
+    from .diagnosis_records import Diagnosis, Steady, StepBudget, leaves_of, warmup_index
     from .levers import Context, rank_levers
 
     model = step_model(trace)

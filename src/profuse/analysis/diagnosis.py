@@ -11,9 +11,7 @@ states every rule.
 """
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
@@ -25,7 +23,6 @@ from .budget import (
     QUEUED_MIN_US,
     DeviceWork,
     Labels,
-    Pieces,
     device_work,
     labels,
     launch_wait,
@@ -39,87 +36,7 @@ if TYPE_CHECKING:
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
-WARMUP_FACTOR = 3.0   # a first step this many times the median of the others is a warm-up
-
-
-@dataclass(frozen=True)
-class Leaf:
-    """One leaf of a budget: its key (``busy/gemm``, ``idle/host_sync``, ``cpu/python``), µs and % of the span."""
-
-    key: str
-    us: float
-    pct: float
-
-
-@dataclass(frozen=True)
-class StepBudget:
-    """One step: its name, what a serving engine's name says of it, its span and budget."""
-
-    name: str
-    phase: str | None
-    batch: int | None
-    tokens: int | None
-    span_us: float
-    budget: tuple[Leaf, ...]
-    warmup: bool
-
-    @property
-    def kind(self) -> str:
-        """How steps are grouped for display: the phase of a serving step, else ``step``."""
-        return self.phase or "step"
-
-
-@dataclass(frozen=True)
-class Lever:
-    """A change ranked by what it buys back: ``gain_us <= sum of the leaves in draws``."""
-
-    kind: str
-    target: str
-    gain_us: float
-    confidence: str
-    evidence: str
-    how: str
-    draws: tuple[str, ...]
-    ops: tuple[str, ...] = ()
-    kernels: tuple[str, ...] = ()
-    caps: tuple[float, ...] = ()   # µs at most from each leaf in draws (same order); () or a missing one: no cap
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """The budget of the steady steps (or the whole trace), each step's, and the ranked levers."""
-
-    device: bool                 # False: a CPU-only trace, or no device activity recorded
-    scope: str                   # steps | trace
-    span_us: float
-    budget: tuple[Leaf, ...]
-    steps: tuple[StepBudget, ...]
-    levers: tuple[Lever, ...]
-    small_items: tuple[Lever, ...]
-    combined_gain_us: float
-    notes: tuple[str, ...]
-
-
-def warmup_index(spans: list[int]) -> int | None:
-    """0 when the first step is a warm-up outlier (over WARMUP_FACTOR x the median of the others)."""
-    if len(spans) < 2:
-        return None
-    return 0 if spans[0] > WARMUP_FACTOR * statistics.median(spans[1:]) else None
-
-
-def leaves_of(keys: tuple[str, ...], ns: np.ndarray, span_ns: int) -> tuple[Leaf, ...]:
-    """The non-zero leaves, in key order, µs rounded to the ns."""
-    return tuple(Leaf(k, round(int(v) / 1e3, 3), round(100.0 * int(v) / span_ns, 2) if span_ns else 0.0)
-                 for k, v in zip(keys, ns) if v)
-
-
-@dataclass
-class Steady:
-    """What the steady spans hold beyond their leaves, for the levers."""
-
-    leaves: dict[str, int]
-    span_ns: int
-    pieces: list[Pieces]
+from .diagnosis_records import WARMUP_FACTOR, Diagnosis, Leaf, Lever, Steady, StepBudget, leaves_of, warmup_index
 
 
 def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: object = None,

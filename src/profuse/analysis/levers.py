@@ -28,7 +28,7 @@ from .budget import (
     launch_wait,
 )
 from .busy import LAUNCH_GAP_MAX_US, Activities, is_graph_launch, named_launch_calls
-from .diagnosis import Lever, Steady
+from .diagnosis_records import Lever, Steady
 from .opclass import op_class
 
 if TYPE_CHECKING:

@@ -8,9 +8,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    import io
+
     from rich.console import Console
     from rich.progress import Progress
 
+    from ..payloads.report import ReportView
     from ..trace import Trace
 
 
@@ -145,3 +148,30 @@ def count(value: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more (0 = all), not {value!r}")
     return n
+
+
+def report_console(output: str | None) -> tuple[Console, io.StringIO | None]:
+    """The console a table report is printed on: stdout's, or a plain-text one into a buffer for ``output``."""
+    if output:  # the table as plain text in a file
+        import io
+
+        from rich.console import Console
+
+        buf = io.StringIO()
+        return Console(file=buf, width=200, soft_wrap=False, color_system=None), buf
+    return console(), None
+
+
+def print_view(view: ReportView, output: str | None,
+               on: tuple[Console, io.StringIO | None] | None = None) -> int:
+    """Print the report as a table on the terminal, or as plain text to ``output`` (on the console
+    :func:`report_console` gave, when given); exit code 0."""
+    from .._io import atomic_write
+    from ..report.console import print_report
+
+    con, buf = on or report_console(output)
+    print_report(con, view)
+    if output and buf is not None:
+        atomic_write(output, buf.getvalue())
+        print(f"wrote {output}")
+    return 0

@@ -6,15 +6,11 @@ from typing import TYPE_CHECKING
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
-from ._common import add_load_args, console, count, emit, start_load_trace, warm_imports
+from ._common import add_load_args, count, emit, print_view, start_load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
 
 if TYPE_CHECKING:
-    import io
-
-    from rich.console import Console
-
-    from ..payloads.report import ReportView
+    pass
 
 HELP = """examples:
   profuse report trace.json.gz
@@ -124,30 +120,3 @@ def run(args: argparse.Namespace) -> int:
 
         return emit(render_json(view.document), args.output)
     return print_view(view, args.output)
-
-
-def report_console(output: str | None) -> tuple[Console, io.StringIO | None]:
-    """The console a table report is printed on: stdout's, or a plain-text one into a buffer for ``output``."""
-    if output:  # the table as plain text in a file
-        import io
-
-        from rich.console import Console
-
-        buf = io.StringIO()
-        return Console(file=buf, width=200, soft_wrap=False, color_system=None), buf
-    return console(), None
-
-
-def print_view(view: ReportView, output: str | None,
-               on: tuple[Console, io.StringIO | None] | None = None) -> int:
-    """Print the report as a table on the terminal, or as plain text to ``output`` (on the console
-    :func:`report_console` gave, when given); exit code 0."""
-    from .._io import atomic_write
-    from ..report.console import print_report
-
-    con, buf = on or report_console(output)
-    print_report(con, view)
-    if output and buf is not None:
-        atomic_write(output, buf.getvalue())
-        print(f"wrote {output}")
-    return 0

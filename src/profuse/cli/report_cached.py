@@ -184,7 +184,7 @@ def _print_table(args: argparse.Namespace, found: Found, entry: Entry) -> int | 
     """The table: the text this console printed before for this entry and ``--top``, else rendered from the
     document (and that text kept for the next time, as another derived entry)."""
     from ..trace.cache import read_derived, write_derived_behind
-    from .report import print_view, report_console
+    from ._common import print_view, report_console
 
     con, buf = report_console(args.output)
     text_key = json.dumps({"text": found.key, "top": args.top, "console": console_signature(con)})

@@ -239,12 +239,11 @@ def _map(fh: BinaryIO, size: int) -> Mapped | None:
 
 def _read_parallel(fh: BinaryIO, n: int) -> bytes | None:
     """The first ``n`` bytes of the file (fewer where it ends first), read by a thread per core the load
-    may use (_parallel.cores_wanted, up to 4) into one buffer (trace/_accel.c's read_file: the fresh
+    may use (:func:`cores_wanted`, up to 4) into one buffer (trace/_accel.c's read_file: the fresh
     buffer's page faults, most of a read from the page cache, then run on every core); None below
     PARALLEL_READ_MIN, without the extension, with one core or where it cannot (Windows): the caller
     reads as before."""
     from . import compiled
-    from ._parallel import cores_wanted
 
     if n < PARALLEL_READ_MIN or not compiled.enabled():
         return None
@@ -566,3 +565,9 @@ def concrete_text(raw: Raw) -> str | None:
 def args_of(events: list[Event]) -> list[Args]:
     """The ``args`` of each event."""
     return list(map(_get_args, events))
+
+
+def cores_wanted() -> int:
+    """The cores one load may use: ``$PROFUSE_WORKERS`` where set (a rank's map task sets 1), else the
+    machine's (the decoding processes here and the parallel read of _decode.py both ask)."""
+    return int(os.environ.get("PROFUSE_WORKERS", "0")) or (os.cpu_count() or 1)

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import TraceError
 from . import _decode
 from ._columns import THREAD_SHIFT, Columns, add_chunk, flow_cat_values, flow_id_texts
+from ._decode import cores_wanted
 
 _DOC: _decode.Document | None = None  # set in the parent before forking; read by the workers
 _PATH = ""
@@ -157,9 +158,3 @@ def worker_count(nbytes: int) -> int:
     if nbytes < PARALLEL_MIN_BYTES:
         return 1
     return max(1, min(cores_wanted(), 8))
-
-
-def cores_wanted() -> int:
-    """The cores one load may use: ``$PROFUSE_WORKERS`` where set (a rank's map task sets 1), else the
-    machine's (the decoding processes here and the parallel read of _decode.py both ask)."""
-    return int(os.environ.get("PROFUSE_WORKERS", "0")) or (os.cpu_count() or 1)

@@ -18,7 +18,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import _decode, _native, early
+from . import _decode, _native, readahead
 from . import memory as _memory
 from ._columns import Columns, add_chunk
 from ._parallel import decode_parallel, worker_count
@@ -149,7 +149,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
     connection = _behind(_empty_tables, "profuse-connect") if threads else None
     source = _MappedSource()
     try:
-        data, gzip_hash = early.prefetched(str(src)) or _decode.read_trace(str(src), map_ok=threads and map_ok)
+        data, gzip_hash = readahead.prefetched(str(src)) or _decode.read_trace(str(src), map_ok=threads and map_ok)
         source.hold(data)
         cols, top, skipped = decode(str(src), data=data, lenient=lenient, progress=progress, fork=not threads)
         # the [memory] events: as the scanner read them, else read (compiled, without the GIL) on another
@@ -325,7 +325,7 @@ def decode(path: str, *, data: _decode.TraceBytes | None = None, lenient: bool =
     skipped = _decode.Skipped()
     # the compiled scanner first, the whole document in one pass; anything it does not accept goes
     # down the reference path below (which then accepts, recovers or raises exactly as before)
-    fast = _native.scan_document(data, raw=early.prescanned(data)) if not lenient and _native.enabled() else None
+    fast = _native.scan_document(data, raw=readahead.prescanned(data)) if not lenient and _native.enabled() else None
     if fast is not None and fast[1] is not None:
         if progress:
             progress(len(data), len(data))
