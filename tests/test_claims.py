@@ -12,6 +12,7 @@ import bisect
 import json
 import re
 
+import oracle
 import pytest
 from conftest import ALL_TRACES, trace_id
 
@@ -180,7 +181,7 @@ def test_scopes_and_steps_count_each_activity_once(path, capsys):
             SELECT d.ts, d.ts + d.dur, l.ts FROM events d JOIN events l ON l.id = d.launch
             WHERE d.kind IN ('kernel', 'memcpy', 'memset')""").fetchall()
         steps = t.con.execute("""SELECT ts, ts + dur FROM events
-            WHERE kind = 'annotation' AND name LIKE 'ProfilerStep#%'""").fetchall()
+            WHERE kind = 'annotation' AND regexp_matches(name, ?)""", [oracle.STEP_NAME.pattern]).fetchall()
     calls: dict[str, list[tuple[int, int]]] = {}
     for kind, name, lo, hi in scopes:
         calls.setdefault(_title(kind, name), []).append((lo, hi))
