@@ -490,3 +490,26 @@ def queued_idle_us(path: Path | str, spans: list[tuple[str, float, float, float]
             return [(max(s, lo), min(e, hi)) for s, e in xs if s < hi and e > lo]
         total += union_us(inside(waits) + inside(busy)) - union_us(inside(busy))
     return total
+
+
+def device_us_by_module_class(path: Path | str) -> dict[str, float]:
+    """µs of device time per nn.Module class: each device activity (graph replays included: their
+    kernels carry the graph launch's correlation id) counts once for every class of the module frames
+    on its launch call's thread that hold the call's start."""
+    events = complete_events(path)
+    by_corr = _launch_starts(events)
+    frames: dict[tuple[Any, Any], list[Event]] = {}
+    for e in events:
+        if is_module(e):
+            frames.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    out: dict[str, float] = {}
+    for d in events:
+        if not is_device_time(d):
+            continue
+        launch = by_corr.get((d.get("args") or {}).get("correlation"))
+        if launch is None:
+            continue
+        around = [m for m in frames.get((launch.get("pid"), launch.get("tid")), ()) if holds(m, launch["ts"])]
+        for cls in {module_class(m["name"]) for m in around}:
+            out[cls] = out.get(cls, 0.0) + float(d["dur"])
+    return out

@@ -1,7 +1,11 @@
 """Scope instances (nn.Module calls, annotations) and the units that ran directly inside each.
 
 A unit is either a top-level op of the scope (not nested in another op of the same scope) or a call
-of a child scope. Fusion patterns are sequences of units; device time rolls up the scope tree.
+of a child scope. Fusion patterns are sequences of units. An instance's device time is the one
+attribution every view uses (the op table's ``--group-by module``, hotspots, the Modules view): the
+device activities whose ``scope`` (the scope holding their launch call, graph replays included) is
+the instance or one below it, each counted once; ops outside every scope (one pseudo-scope per
+thread) and CPU-only traces (where it is CPU time) sum their op units.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..trace import Trace
+from ..trace.schema import DEVICE_TIME_SQL
 from .opclass import Tensor, op_class, tensors
 
 NORM_WORDS = ("Norm",)
@@ -139,7 +144,7 @@ def _scope_instances(trace: Trace, only: list[str] | None = None) -> dict[int, S
             SELECT u.id, u.sid, u.name, u.ts, u.dur, u.device_total, u.kernels_total, s.input_dims, s.input_types,
                    u.thread
             FROM units u LEFT JOIN shapes s USING (id) ORDER BY u.ts""").fetchall()
-        return _fill(out, rows, cpu, None)
+        return _fill(out, rows, cpu, None if cpu else _device_own(trace))
     if not only:
         return {}
     # the instances with a wanted op among their units (the join runs over those ops only) ...
@@ -171,13 +176,23 @@ def _scope_instances(trace: Trace, only: list[str] | None = None) -> dict[int, S
         ORDER BY total, ts""", [sorted(wanted), sorted(below)]).fetchall()
     split = next((i for i, r in enumerate(rows) if r[0]), len(rows))
     own = {r[2]: (r[6] or 0, r[7] or 0) for r in rows[split:]}
-    return _fill(out, [r[1:] for r in rows[:split]], cpu, own)
+    if not cpu:  # real scopes: their device activities; the pseudo-scopes (< 0) keep their op units
+        own = {**{sid: v for sid, v in own.items() if sid < 0}, **_device_own(trace)}
+    return _fill(out, [r[1:] for r in rows[:split]], cpu, own, only_with_units=True)
+
+
+def _device_own(trace: Trace) -> dict[int, tuple[int, int]]:
+    """ns and count of the device activities each scope holds itself (its ``scope``), graph replays included."""
+    return {int(sid): (int(ns or 0), int(n)) for sid, ns, n in trace.con.execute(f"""
+        SELECT scope, sum(dur), count(*) FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND scope IS NOT NULL
+        GROUP BY scope""").fetchall()}
 
 
 def _fill(out: dict[int, ScopeInstance], rows: list[tuple[Any, ...]], cpu: bool,
-          own: dict[int, tuple[int, int]] | None) -> dict[int, ScopeInstance]:
-    """Units from ``rows`` into their instances; then child-scope units and the roll-up. With ``own``
-    (each scope's summed op units) only instances that received rows are kept."""
+          own: dict[int, tuple[int, int]] | None, *, only_with_units: bool = False) -> dict[int, ScopeInstance]:
+    """Units from ``rows`` into their instances; then child-scope units and the roll-up. ``own`` is each
+    scope's own (device time, count) (None: its op units'); a pseudo-scope missing from it sums its op
+    units. With ``only_with_units`` only instances that received rows are kept."""
     for eid, sid, name, ts, dur, dev, kern, dims, types, thread in rows:
         inst = out.get(sid)
         if inst is None:  # ops outside every scope: one pseudo-scope per thread
@@ -185,29 +200,27 @@ def _fill(out: dict[int, ScopeInstance], rows: list[tuple[Any, ...]], cpu: bool,
         inst.units.append(Unit(eid, "op", name, ts, dur, dur if cpu else dev, 1 if cpu else kern,
                                tensors(dims, types)))
     if own is not None:
-        kept = {sid for sid, inst in out.items() if inst.units}
-        for inst in list(out.values()):
-            if inst.parent is not None and inst.parent in kept:
-                out[inst.parent].units.append(Unit(inst.id, "scope", inst.name, inst.ts, inst.dur, 0, 0))
-        for inst in out.values():
-            inst.units.sort(key=lambda u: u.ts)
-        _roll_up(out, own)
-        return {sid: out[sid] for sid in out if sid in kept}
+        own = dict(own)
+        for sid, inst in out.items():
+            if sid < 0 and sid not in own:
+                own[sid] = (sum(u.device_ns for u in inst.units), sum(u.kernels for u in inst.units))
+    kept = {sid for sid, inst in out.items() if inst.units} if only_with_units else set(out)
     for inst in list(out.values()):
-        if inst.parent is not None and inst.parent in out:
+        if inst.parent is not None and inst.parent in kept:
             out[inst.parent].units.append(Unit(inst.id, "scope", inst.name, inst.ts, inst.dur, 0, 0))
     for inst in out.values():
         inst.units.sort(key=lambda u: u.ts)
-    _roll_up(out)
-    return out
+    _roll_up(out, own)
+    return {sid: out[sid] for sid in out if sid in kept} if only_with_units else out
 
 
 def _roll_up(out: dict[int, ScopeInstance], own: dict[int, tuple[int, int]] | None = None) -> None:
     """Inclusive device time and kernels per instance, children first; child units get them too.
 
     Without ``own`` an instance's total is the sum of its units (its child scopes' totals first).
-    With ``own`` (each scope's summed op units, from SQL) totals come from the whole scope tree, so
-    instances whose op units were not read still give their parents the right figures.
+    With ``own`` (each scope's own figures: its device activities, or on a CPU-only trace its summed op
+    units, from SQL) totals come from the whole scope tree, so instances whose op units were not read
+    still give their parents the right figures.
     """
     children: dict[int, list[int]] = {}
     for sid, inst in out.items():

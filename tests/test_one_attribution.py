@@ -1,0 +1,42 @@
+"""One attribution of device time to modules: the Modules view (explorer and HTML report), the op
+table's ``--group-by module`` and the hotspots give each nn.Module class the same device time, graph
+replays and compiled regions' kernels included, and that time is tests/oracle.py's (raw JSON: each
+activity's launch call, the module frames around it)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import oracle
+import pytest
+from conftest import ALL_TRACES, trace_id
+
+import profuse
+from profuse.analysis.hotspots import hotspots
+from profuse.analysis.optable import op_table
+from profuse.payloads.build import modules_of
+
+
+def _per_class(nodes: list[tuple[str, str, float]]) -> dict[str, float]:
+    """Modules-view rows (path, class, µs) per class, each class's outermost nodes only."""
+    out: dict[str, float] = {}
+    for path, name, us in nodes:
+        if name not in path.split("/")[:-1]:
+            out[name] = out.get(name, 0.0) + us
+    return out
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
+def test_every_view_gives_a_module_the_same_device_time(path: Path) -> None:
+    with profuse.load(path) as t:
+        if t.cpu_only:
+            pytest.skip("CPU-only: module time is CPU time, not device attribution")
+        table = {r.name: r.device_total_us for r in op_table(t, group_by="module").rows}
+        view = _per_class([(n.path, n.name, n.device_us) for n in modules_of(t).nodes])
+        spots = {h.name: h.device_us for h in hotspots(t) if h.kind == "module"}
+    expected = oracle.device_us_by_module_class(path)
+    assert set(table) == set(view)
+    for cls, us in table.items():
+        assert view[cls] == pytest.approx(us, abs=0.01), cls
+        assert us == pytest.approx(expected.get(cls, 0.0), abs=0.01), cls
+    for cls, us in spots.items():
+        assert us == pytest.approx(table[cls], abs=0.001), cls
