@@ -187,7 +187,8 @@ def is_compiled_region(e: Event) -> bool:
 
 
 def outermost_region_holding(events: list[Event], e: Event) -> Event | None:
-    """The outermost compiled region call on e's thread whose interval holds e's start."""
+    """The outermost compiled region call on e's thread whose interval holds e's start (``events`` may
+    be the region calls alone)."""
     found = [r for r in events if r is not e and is_compiled_region(r) and same_thread(r, e) and holds(r, e["ts"])]
     return min(found, key=lambda r: (r["ts"], -r["dur"], r["order"])) if found else None
 
@@ -197,10 +198,11 @@ def compiled_region_device(path: Path | str) -> dict[str, tuple[int, float]]:
     starts inside one of its calls, at any depth; graph replays share their launch's correlation id."""
     events = complete_events(path)
     by_corr = launches(events)
+    regions = [e for e in events if is_compiled_region(e)]
     out: dict[str, tuple[int, float]] = {}
-    for d in filter(is_device, events):
+    for d in filter(is_device, events) if regions else ():
         launch = launch_of(d, by_corr)
-        region = outermost_region_holding(events, launch) if launch is not None else None
+        region = outermost_region_holding(regions, launch) if launch is not None else None
         if region is not None:
             n, us = out.get(region["name"], (0, 0.0))
             out[region["name"]] = (n + 1, us + float(d["dur"]))

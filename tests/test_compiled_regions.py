@@ -102,8 +102,12 @@ def test_cuda_style_region_owns_its_kernels_at_any_depth(tmp_path, capsys):
         assert regions[name].device_us == pytest.approx(us)
     fwd = regions["Torch-Compiled Region: 0/0"]
     assert fwd.device_events == 4 and fwd.device_us == pytest.approx(11 + 23 + 7 + 13)
+    # every kernel it ran is listed, the extern GEMM too (no fused ops), and they make up its device time
     kernels = {k.name: (k.calls, k.device_us) for k in fwd.kernels}
-    assert kernels == {"triton_poi_fused_add_mul_0": (2, pytest.approx(24.0)), "triton_red_fused_sum_1": (1, 7.0)}
+    assert kernels == {"triton_poi_fused_add_mul_0": (2, pytest.approx(24.0)), "triton_red_fused_sum_1": (1, 7.0),
+                       "ampere_sgemm_128x64_nn": (1, 23.0)}
+    assert sum(k.device_us for k in fwd.kernels) == pytest.approx(fwd.device_us)
+    assert [k.fused_ops for k in fwd.kernels if k.name == "ampere_sgemm_128x64_nn"] == [[]]
     assert fwd.eager_ops_inside == ["aten::mm"]
     # the op table says the same of the region call
     ops = _op_table(path, capsys)
@@ -118,7 +122,9 @@ def test_graph_tree_replay_inside_a_region(tmp_path, capsys):
     assert region.name == name == "Torch-Compiled Region: 1/0"
     assert (region.device_events, region.replayed) == (n, n) == (4, 4)
     assert region.device_us == pytest.approx(us) == pytest.approx(5 + 9 + 6 + 20)
-    assert {k.name: k.calls for k in region.kernels} == {"triton_poi_fused_add_0": 2, "triton_red_fused_mean_1": 1}
+    assert {k.name: k.calls for k in region.kernels} == {"triton_poi_fused_add_0": 2, "triton_red_fused_mean_1": 1,
+                                                         "nvjet_gemm": 1}
+    assert sum(k.device_us for k in region.kernels) == pytest.approx(region.device_us)
     assert _op_table(path, capsys)[name]["device_total_us"] == pytest.approx(us)
     # the replayed kernels inherit the graph launch's module and annotation
     with profuse.load(path) as t:

@@ -40,3 +40,20 @@ def test_every_view_gives_a_module_the_same_device_time(path: Path) -> None:
         assert us == pytest.approx(expected.get(cls, 0.0), abs=0.01), cls
     for cls, us in spots.items():
         assert us == pytest.approx(table[cls], abs=0.001), cls
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
+def test_a_compiled_regions_listed_kernels_make_up_its_device_time(path: Path) -> None:
+    from profuse.analysis.compiled import compiled_regions
+
+    with profuse.load(path) as t:
+        if t.cpu_only:
+            pytest.skip("CPU-only: a region's time is its calls' CPU time, its kernels C++ functions")
+        regions = compiled_regions(t).regions
+    expected = oracle.compiled_region_device(path)
+    assert {r.name for r in regions if r.device_events} == set(expected)
+    for r in regions:
+        n, us = expected.get(r.name, (0, 0.0))
+        # THEN the listed kernels (inductor's and extern ones) sum to the region's device time: the oracle's
+        assert sum(k.calls for k in r.kernels) == r.device_events == n
+        assert sum(k.device_us for k in r.kernels) == pytest.approx(r.device_us, abs=0.01) == pytest.approx(us, abs=0.01)

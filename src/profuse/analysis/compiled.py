@@ -87,7 +87,8 @@ _KNOWN_SET = frozenset(KNOWN_OPS)
 
 @dataclass
 class CompiledKernel:
-    """One kernel a compiled region launched: its calls, device time, and the ops its generated name says it fuses."""
+    """One kernel a compiled region launched: its calls, device time, and the ops its generated name says it
+    fuses (none for an extern kernel: a GEMM library's, attention's, a copy)."""
 
     name: str
     calls: int
@@ -161,8 +162,9 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
     """The torch.compile regions of a trace with their kernels, graph breaks and the eager ops between them.
 
     A region owns every event under it at any depth and every device event those launched, graph
-    replays included, so its device time is its op-table device total. A region inside another
-    region counts in the outer one only."""
+    replays included, so its device time is its op-table device total, and its kernels (inductor's
+    and extern ones alike) make up that time. A region inside another region counts in the outer one
+    only."""
     con = trace.con
     (has,) = con.execute("""SELECT count(*) FROM events WHERE kind = 'cpu_op'
         AND (name LIKE 'Torch-Compiled Region%' OR name = 'CompiledFunctionBackward')""").fetchone() or (0,)
@@ -197,11 +199,12 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
             if region != name:
                 continue
             replayed += n_graph
-            if _is_inductor(kname) or _is_inductor(launcher):
-                kname = kname if _is_inductor(kname) else launcher
-                acc = kernels.setdefault(kname, [0, 0.0])
-                acc[0] += n
-                acc[1] += dur / 1e3
+            # every kernel it ran: inductor's by their generated name (the launching op's where the
+            # kernel's own name is not one), extern ones (GEMM libraries, attention, copies) as named
+            kname = launcher if not _is_inductor(kname) and _is_inductor(launcher) else kname
+            acc = kernels.setdefault(kname, [0, 0.0])
+            acc[0] += n
+            acc[1] += dur / 1e3
         for region, op, n, dur, dev, parent_name in host_rows:
             if region != name:
                 continue

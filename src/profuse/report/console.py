@@ -200,9 +200,10 @@ def render_compiled(console: Console, view: ReportView) -> None:
         for r in comp.regions:
             events = f"{r.device_events:,} device event(s)" + (f" ({r.replayed:,} replayed)" if r.replayed else "")
             console.print(text(f"  {r.name}: {r.calls} call(s), {fmt_us(r.device_us)} {device}, "
-                               + (f"{events}, " if r.device_events else "") + f"{len(r.kernels)} compiled kernel(s)"))
+                               + (f"{events}, " if r.device_events else "") + f"{len(r.kernels)} kernel(s)"))
             for k in r.kernels[:ADVICE_ROWS]:
-                console.print(text(f"    {k.name}  {fmt_us(k.device_us)}  fuses {', '.join(k.fused_ops)}"))
+                what = f"fuses {', '.join(k.fused_ops)}" if k.fused_ops else "extern (not generated)"
+                console.print(text(f"    {k.name}  {fmt_us(k.device_us)}  {what}"))
             if r.eager_ops_inside:
                 console.print(text(f"    extern (not fused): {', '.join(r.eager_ops_inside)}", style="dim"))
         if comp.generated_kernels:

@@ -228,7 +228,7 @@ async function compiled(main, st) {
     const evs = r.device_events ? `, ${r.device_events} device event(s)${r.replayed ? ` (${r.replayed} replayed)` : ""}` : "";
     main.append(el("h2", {}, `${r.name} — ${r.calls} call(s), ${fmtUs(r.device_us)}${evs}`));
     if (r.kernels.length) main.append(table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
-        { key: "device_us", label: "Time", fmt: fmtUs }, { key: "fused_ops", label: "Fuses", name: true, fmt: v => v.join(", ") }],
+        { key: "device_us", label: "Time", fmt: fmtUs }, { key: "fused_ops", label: "Fuses", name: true, fmt: v => v.length ? v.join(", ") : "extern (not generated)" }],
         r.kernels));
     else if (d.generated_kernels.length) main.append(
       el("p", { class: "muted" }, "the profiler does not see these kernels one by one here; the bundle saved their code:"),
