@@ -114,7 +114,8 @@
  */
 
 /**
- * One kernel a compiled region launched: its calls, device time, and the ops its generated name says it fuses.
+ * One kernel a compiled region launched: its calls, device time, and the ops its generated name says it
+ * fuses (none for an extern kernel: a GEMM library's, attention's, a copy).
  * @typedef {Object} CompiledKernel
  * @property {string} name
  * @property {number} calls
