@@ -57,3 +57,31 @@ def test_a_compiled_regions_listed_kernels_make_up_its_device_time(path: Path) -
         # THEN the listed kernels (inductor's and extern ones) sum to the region's device time: the oracle's
         assert sum(k.calls for k in r.kernels) == r.device_events == n
         assert sum(k.device_us for k in r.kernels) == pytest.approx(r.device_us, abs=0.01) == pytest.approx(us, abs=0.01)
+
+
+def test_the_overview_categories_and_the_budget_class_a_kernel_alike(tmp_path: Path) -> None:
+    # GIVEN a step with a GEMM, vLLM's custom all-reduce kernel (no nccl in its name) and a copy, one after another
+    import json
+
+    from profuse.analysis.breakdown import device_breakdown
+    from profuse.analysis.busy import device_busy
+    from profuse.analysis.diagnosis import diagnose
+
+    def x(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: object) -> dict[str, object]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    ev = [x("user_annotation", "ProfilerStep#1", 0, 100), x("cpu_op", "aten::mm", 1, 5), x("cpu_op", "vllm::all_reduce", 10, 5),
+          x("cpu_op", "aten::copy_", 20, 5)]
+    for i, (name, cat, ts, dur) in enumerate([("ampere_sgemm_128x64_nn", "kernel", 30, 10),
+                                              ("void cross_device_reduce_1stage<float, 8>(...)", "kernel", 40, 5),
+                                              ("Memcpy DtoD (Device -> Device)", "gpu_memcpy", 45, 3)]):
+        ev += [x("cuda_runtime", "cudaLaunchKernel", 2 + 10 * i, 2, correlation=i + 1),
+               x(cat, name, ts, dur, pid=0, tid=7, correlation=i + 1, stream=7, device=0)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}]}))
+    with profuse.load(path) as t:
+        b = device_breakdown(t, device_busy(t))
+        leaves = {lf.key: lf.us for lf in diagnose(t).budget}
+    # THEN both call the all-reduce communication, the GEMM compute and the copy a copy
+    assert (b.compute_us, b.communication_us, b.memory_copy_us) == (10, 5, 3)
+    assert (leaves["busy/gemm"], leaves["busy/communication"], leaves["busy/memcpy_d2d"]) == (10, 5, 3)

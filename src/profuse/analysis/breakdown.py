@@ -1,20 +1,19 @@
 """Device time by category: compute, memory copy, communication, and idle (the device-wide window
-minus the union of activity on every stream). On a CPU-only trace the CPU's top-level op time is
+minus the union of activity on every stream). Categories are unions of the diagnosis's kernel classes
+(:func:`.kernel_class.kernel_class`, the one classifier): ``communication`` is communication,
+memory copy is ``memcpy_*`` and ``memset``, compute every other class. On a CPU-only trace the CPU's top-level op time is
 compute and there is no idle claim: the gaps are the host's own time, not a device's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..trace.schema import DEVICE_TIME_SQL
+from .kernel_class import kernel_class
+
 if TYPE_CHECKING:
     from ..trace import Trace
     from .busy import Busy
-
-# device kernels that are collectives (NCCL, RCCL and their device-side names): the one classifier
-# for communication, used by this breakdown and by the per-rank tables (profuse.ranks.maptask)
-COMM_KERNEL_SQL = ("(name ILIKE 'nccl%' OR name ILIKE 'rccl%' OR name ILIKE '%ncclKernel%' "
-                   "OR name ILIKE '%ncclDevKernel%')")
-
 
 @dataclass(frozen=True)
 class Breakdown:
@@ -36,11 +35,13 @@ def device_breakdown(trace: Trace, busy: Busy | None) -> Breakdown:
             "'annotation'").fetchall()
         return Breakdown(compute_us=(top or 0) / 1e3, memory_copy_us=0.0, communication_us=0.0, idle_us=None)
     sums = {"compute": 0.0, "copy": 0.0, "comm": 0.0}
-    for category, dur in trace.con.execute(f"""
-            SELECT CASE WHEN kind <> 'kernel' THEN 'copy' WHEN {COMM_KERNEL_SQL} THEN 'comm' ELSE 'compute' END,
-                   sum(dur)
-            FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') GROUP BY 1""").fetchall():
-        sums[category] = (dur or 0) / 1e3
+    for kind, name, op, launch, dur in trace.con.execute(f"""
+            SELECT d.kind, coalesce(d.name, ''), o.name, l.name, sum(d.dur) FROM events d
+            LEFT JOIN events o ON o.id = d.op LEFT JOIN events l ON l.id = d.launch
+            WHERE d.kind IN ({DEVICE_TIME_SQL}) GROUP BY 1, 2, 3, 4""").fetchall():
+        cls = kernel_class(kind, name, op, launch)
+        category = "comm" if cls == "communication" else "copy" if cls.startswith("mem") else "compute"
+        sums[category] += (dur or 0) / 1e3
     idle = busy.window_us - busy.busy_us if busy is not None else 0.0
     return Breakdown(compute_us=sums["compute"], memory_copy_us=sums["copy"], communication_us=sums["comm"],
                      idle_us=idle)

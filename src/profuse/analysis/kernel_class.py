@@ -36,6 +36,12 @@ _OP_CLASS = {"matmul": "gemm", "attention": "attention", "norm": "norm", "softma
              "reduction": "reduction", "pointwise": "elementwise", "copy": "elementwise"}
 
 
+def is_collective(name: str) -> bool:
+    """Whether a device kernel's name says it is a collective (NCCL, RCCL, custom all-reduce kernels):
+    the communication class's name rule, for callers that classify by name alone (the rank maps)."""
+    return bool(_COMM.search(name))
+
+
 def memcpy_class(name: str) -> str:
     """The direction of a copy from its name (``Memcpy HtoD (Pageable -> Device)``, MTIA
     ``memcpyDtoHAsync``); a copy that names no direction is device to device."""

@@ -23,12 +23,12 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ..analysis.breakdown import COMM_KERNEL_SQL
 from ..analysis.busy import union_ns
+from ..analysis.kernel_class import is_collective
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL
 
-TABLES_VERSION = 2  # bump when a per-rank table changes: older rank folders are rebuilt
+TABLES_VERSION = 3  # bump when a per-rank table changes: older rank folders are rebuilt
 DONE = "done.json"
 # host annotations that are collectives when there is no device (gloo, MPI, UCC)
 COMM_HOST = re.compile(r"^(gloo|nccl|mpi|ucc|xccl|rccl):")
@@ -135,6 +135,12 @@ def _steps_table(con: Any) -> dict[str, np.ndarray]:
             "dur_us": np.array([(s.end - s.ts) / 1000 for s in steps], dtype=np.float64)}
 
 
+def _collective_kernels(con: Any) -> list[str]:
+    """The trace's kernel names that are collectives (analysis.kernel_class.is_collective: the one rule)."""
+    return [n for (n,) in con.execute("SELECT DISTINCT name FROM events WHERE kind = 'kernel' AND name IS NOT NULL")
+            .fetchall() if is_collective(n)]
+
+
 def _collectives_table(con: Any, cpu_only: bool) -> dict[str, np.ndarray]:
     """Collective kernels (host annotations on a CPU-only trace), numbered per type in time order."""
     if cpu_only:
@@ -142,9 +148,10 @@ def _collectives_table(con: Any, cpu_only: bool) -> dict[str, np.ndarray]:
             SELECT id, name, ts, ts + dur, id FROM events WHERE kind = 'annotation' ORDER BY ts, id""").fetchall()
                 if COMM_HOST.match(r[1] or "")]
     else:
-        rows = con.execute(f"""
+        rows = con.execute("""
             SELECT id, name, ts, ts + dur, op FROM events
-            WHERE kind = 'kernel' AND {COMM_KERNEL_SQL} ORDER BY ts, id""").fetchall()
+            WHERE kind = 'kernel' AND name IN (SELECT unnest(?::VARCHAR[])) ORDER BY ts, id""",
+                           [_collective_kernels(con)]).fetchall()
     coll_bytes = _bytes_of(con, [r[4] for r in rows])
     seen: dict[str, int] = {}
     names, seqs = [], []
@@ -174,8 +181,8 @@ def _work_spans(con: Any, cpu_only: bool, coll: dict[str, np.ndarray]) -> tuple[
         none = np.empty(0, dtype=np.int64)
         return (top["ts"][work], top["e"][work]), (coll["start_ns"], coll["end_ns"]), (none, none)
     dev = con.execute(f"""
-        SELECT ts, ts + dur AS e, kind, kind = 'kernel' AND {COMM_KERNEL_SQL} AS comm
-        FROM events WHERE kind IN ({DEVICE_TIME_SQL})""").fetchnumpy()
+        SELECT ts, ts + dur AS e, kind, kind = 'kernel' AND name IN (SELECT unnest(?::VARCHAR[])) AS comm
+        FROM events WHERE kind IN ({DEVICE_TIME_SQL})""", [_collective_kernels(con)]).fetchnumpy()
     s, e, kind, comm = dev["ts"], dev["e"], np.asarray(dev["kind"], dtype=object), np.asarray(dev["comm"], bool)
     mem = (kind == "memcpy") | (kind == "memset")
     return (s[~comm & ~mem], e[~comm & ~mem]), (s[comm], e[comm]), (s[mem], e[mem])
