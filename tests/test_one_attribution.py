@@ -85,3 +85,24 @@ def test_the_overview_categories_and_the_budget_class_a_kernel_alike(tmp_path: P
     # THEN both call the all-reduce communication, the GEMM compute and the copy a copy
     assert (b.compute_us, b.communication_us, b.memory_copy_us) == (10, 5, 3)
     assert (leaves["busy/gemm"], leaves["busy/communication"], leaves["busy/memcpy_d2d"]) == (10, 5, 3)
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
+def test_the_overview_cards_are_the_budget_grouped(path: Path) -> None:
+    from profuse.payloads.build import overview_of
+
+    with profuse.load(path) as t:
+        o = overview_of(t)
+    assert o.advice is not None and o.advice.diagnosis is not None
+    d = o.advice.diagnosis
+    leaves = {lf.key: lf.us for lf in d.budget}
+    # THEN the cards add up to the budget's span, idle is its idle leaves and communication its own leaf
+    assert o.categories_of == "budget"
+    assert sum(o.categories.values()) == pytest.approx(d.span_us, abs=0.001 * max(len(d.budget), 1))
+    assert o.categories["idle"] == pytest.approx(sum(v for k, v in leaves.items() if k.split("/")[0] == "idle"),
+                                                 abs=0.01)
+    comm = leaves.get("busy/communication", leaves.get("cpu/communication", 0.0))
+    assert o.categories["communication"] == pytest.approx(comm, abs=0.001)
+    if any(k.startswith("cpu/") for k in leaves):   # a CPU-only trace: its ops and Python are the budget's CPU time
+        cpu = sum(v for k, v in leaves.items() if k.startswith("cpu/"))
+        assert o.categories["ops"] + o.categories["python"] + o.categories["communication"] == pytest.approx(cpu, abs=0.01)

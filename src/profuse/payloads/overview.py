@@ -10,6 +10,7 @@ from ..analysis.busy import Busy
 from ..analysis.summary import Summary
 from ..redact import redact, redact_text
 from .advice import AdvicePayload
+from .diagnosis import BudgetLeaf
 
 
 class TraceInfo(Struct):
@@ -40,8 +41,11 @@ class Capture(Struct):
 
 
 class Overview(Struct):
-    """The Overview view. ``categories``: device time (µs) by compute, memory copy, communication and
-    idle (no idle on a CPU-only trace); ``advice`` is None when advice was not asked for."""
+    """The Overview view. ``categories`` (µs): with advice, the diagnosis's budget grouped (its span:
+    compute, memory copy, communication, idle; on a CPU-only trace ops, Python, communication, idle), so
+    the cards and the budget's bar tell one story (``categories_of`` "budget"); without advice, device
+    time over the whole trace by compute, memory copy, communication and idle ("device time"; no idle
+    on a CPU-only trace). ``advice`` is None when advice was not asked for."""
 
     trace: TraceInfo
     totals: Totals
@@ -51,6 +55,7 @@ class Overview(Struct):
     capture: Capture | None
     metadata: dict[str, Any]
     advice: AdvicePayload | None
+    categories_of: str = "device time"
 
 
 def trace_info(summary: Summary) -> TraceInfo:
@@ -84,10 +89,43 @@ def categories(breakdown: Breakdown) -> dict[str, float]:
     return {k: round(v, 3) for k, v in out.items()}
 
 
+def budget_categories(budget: list[BudgetLeaf], *, device: bool) -> dict[str, float]:
+    """A diagnosis's budget leaves grouped as the Overview's categories, in display order (they add up
+    to its span): ``busy/communication`` (``cpu/communication``) is communication, ``busy/memcpy_*`` and
+    ``busy/memset`` memory copy, ``cpu/python`` Python, every other ``busy/``/``cpu/`` leaf compute
+    (ops on a CPU-only trace), ``idle/*`` and ``idle`` idle."""
+    names = ("compute", "memory copy", "communication", "idle") if device else ("ops", "python", "communication",
+                                                                               "idle")
+    out = dict.fromkeys(names, 0.0)
+    for leaf in budget:
+        group, _, cls = leaf.key.partition("/")
+        if group == "idle":
+            out["idle"] += leaf.us
+        elif cls == "communication":
+            out["communication"] += leaf.us
+        elif cls.startswith("mem") and device:
+            out["memory copy"] += leaf.us
+        elif cls == "python" and not device:
+            out["python"] += leaf.us
+        else:
+            out[names[0]] += leaf.us
+    return {k: round(v, 3) for k, v in out.items()}
+
+
 def overview_payload(summary: Summary, breakdown: Breakdown, advice: AdvicePayload | None, *,
                      device_label: str, metadata: dict[str, Any], keep_metadata: bool = False) -> Overview:
-    """The Overview: trace, totals, breakdown, capture status, metadata (redacted unless kept), advice."""
+    """The Overview: trace, totals, categories (the budget's where advice has a diagnosis, else the
+    breakdown's), capture status, metadata (redacted unless kept), advice."""
+    diag = advice.diagnosis if advice is not None else None
+    cats = budget_categories(diag.budget, device=not _cpu_budget(diag.budget)) if diag is not None \
+        else categories(breakdown)
     return Overview(trace=trace_info(summary), totals=totals(summary), device_label=device_label,
-                    device_busy=summary.device_busy, categories=categories(breakdown),
+                    device_busy=summary.device_busy, categories=cats,
                     capture=capture(summary, keep_metadata=keep_metadata),
-                    metadata=metadata if keep_metadata else redact(metadata), advice=advice)
+                    metadata=metadata if keep_metadata else redact(metadata), advice=advice,
+                    categories_of="budget" if diag is not None else "device time")
+
+
+def _cpu_budget(budget: list[BudgetLeaf]) -> bool:
+    """A CPU-only trace's budget (``cpu/<class>`` and ``idle`` leaves)."""
+    return any(leaf.key.startswith("cpu/") or leaf.key == "idle" for leaf in budget)

@@ -536,8 +536,11 @@
  */
 
 /**
- * The Overview view. ``categories``: device time (µs) by compute, memory copy, communication and
- * idle (no idle on a CPU-only trace); ``advice`` is None when advice was not asked for.
+ * The Overview view. ``categories`` (µs): with advice, the diagnosis's budget grouped (its span:
+ * compute, memory copy, communication, idle; on a CPU-only trace ops, Python, communication, idle), so
+ * the cards and the budget's bar tell one story (``categories_of`` "budget"); without advice, device
+ * time over the whole trace by compute, memory copy, communication and idle ("device time"; no idle
+ * on a CPU-only trace). ``advice`` is None when advice was not asked for.
  * @typedef {Object} Overview
  * @property {TraceInfo} trace
  * @property {Totals} totals
@@ -547,6 +550,7 @@
  * @property {(Capture|null)} capture
  * @property {Object<string, *>} metadata
  * @property {(AdvicePayload|null)} advice
+ * @property {string} categories_of
  */
 
 /**

@@ -35,7 +35,7 @@ async function overview(main, st, go) {
   main.append(
     el("h2", {}, t.path),
     el("p", { class: "muted" }, `${t.device_kind}${t.device_name ? " (" + t.device_name + ")" : ""} · ${t.events} events · span ${fmtUs(t.span_us)} · ${dev} time ${fmtUs(n.device_us)} · ${n.kernels_linked} of ${n.kernels} device events linked`),
-    el("h2", {}, `${dev} time by category`),
+    el("h2", {}, o.categories_of === "budget" ? "Where the time went, by category (the budget above)" : `${dev} time by category`),
     el("div", { class: "cards" }, Object.entries(o.categories).map(([k, v]) =>
       el("div", { class: "card", dataset: { category: k } }, el("div", { class: "muted" }, k), el("div", { class: "big" }, fmtUs(v)),
         el("span", { class: "bar", style: `width:${Math.round(180 * v / total)}px` })))),
