@@ -70,8 +70,8 @@ def test_the_overview_categories_and_the_budget_class_a_kernel_alike(tmp_path: P
     def x(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: object) -> dict[str, object]:
         return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
-    ev = [x("user_annotation", "ProfilerStep#1", 0, 100), x("cpu_op", "aten::mm", 1, 5), x("cpu_op", "vllm::all_reduce", 10, 5),
-          x("cpu_op", "aten::copy_", 20, 5)]
+    ev = [x("user_annotation", "ProfilerStep#1", 0, 100), x("cpu_op", "aten::mm", 1, 5),
+          x("cpu_op", "vllm::all_reduce", 10, 5), x("cpu_op", "aten::copy_", 20, 5)]
     for i, (name, cat, ts, dur) in enumerate([("ampere_sgemm_128x64_nn", "kernel", 30, 10),
                                               ("void cross_device_reduce_1stage<float, 8>(...)", "kernel", 40, 5),
                                               ("Memcpy DtoD (Device -> Device)", "gpu_memcpy", 45, 3)]):
@@ -106,3 +106,27 @@ def test_the_overview_cards_are_the_budget_grouped(path: Path) -> None:
     if any(k.startswith("cpu/") for k in leaves):   # a CPU-only trace: its ops and Python are the budget's CPU time
         cpu = sum(v for k, v in leaves.items() if k.startswith("cpu/"))
         assert o.categories["ops"] + o.categories["python"] + o.categories["communication"] == pytest.approx(cpu, abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["cpu_only_gloo_rank34.json.gz", "h200/cpu_model_on_gpu_host"])
+def test_a_cpu_only_op_table_has_one_column_set_and_no_step_rows(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from conftest import FIXTURES, TRACES
+
+    from profuse.cli import main
+
+    path = FIXTURES / name / "trace.json.gz" if name.startswith("h200/") else TRACES / name
+    steps = [str(e["name"]) for e in oracle.step_annotations(path)]
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["report", str(path), "--top", "0"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("Name") and "Calls" in line)
+    cols = [c.strip() for c in header.split("┃")]
+    # THEN each column once, no kernels on the CPU, the steps in the step table and not among the ops,
+    # and the op rows add up to the table's total
+    assert len(cols) == len(set(cols)) and "Kernels" not in cols, cols
+    assert [s["name"] for s in doc["steps"]] == steps and steps
+    assert not set(steps) & {o["name"] for o in doc["ops"]}
+    assert sum(o["self_device_us"] for o in doc["ops"]) == pytest.approx(doc["totals"]["device_us"], abs=0.01)

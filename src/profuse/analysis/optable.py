@@ -11,6 +11,7 @@ from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from ._choices import GROUPS, SORT_KEYS
 from ._memo import once_per_trace
 from .memory import has_memory
+from .steps import STEP_WHERE
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
@@ -67,7 +68,7 @@ def total_device_us(trace: Trace) -> float:
     """Device time of the whole trace in µs (the CPU's own self time on a CPU-only trace); read once per
     loaded trace (the report, the advice and the diagnosis each ask)."""
     if trace.cpu_only:
-        q = f"SELECT sum(self_cpu) FROM events WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL"
+        q = f"SELECT sum(self_cpu) FROM events WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)}"
     else:
         q = f"SELECT sum(dur) FROM events WHERE kind IN ({DEVICE_TIME_SQL})"
     (v,) = trace.con.execute(q).fetchall()[0]
@@ -100,6 +101,13 @@ def _sort_key(sort: str) -> Any:
     return lambda r: (-getattr(r, attr), r.name)
 
 
+def _not_step(trace: Trace) -> str:
+    """SQL leaving the step annotations (the step model's rule) out of a CPU-only trace's op rows: there
+    a step's self time would rank as the top op, though it is the step, not an op (the step table and
+    the budget show it)."""
+    return f" AND NOT ({STEP_WHERE})" if trace.cpu_only else ""
+
+
 def _device_cols(trace: Trace) -> tuple[str, str]:
     # In a CPU-only trace the CPU is the device: device time is self CPU time.
     if trace.cpu_only:
@@ -130,7 +138,8 @@ def _by_op(trace: Trace) -> list[OpRow]:
     mem = has_memory(trace)
     return _rows(trace, f"""
         SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels){_MEM_SUMS if mem else ""}
-        FROM events{_MEM_JOIN if mem else ""} WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL GROUP BY name""",
+        FROM events{_MEM_JOIN if mem else ""} WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)}
+        GROUP BY name""",
                  with_memory=mem)
 
 
@@ -141,7 +150,8 @@ def _by_shape(trace: Trace) -> list[OpRow]:
         SELECT e.name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels),
                coalesce(s.input_dims, ''){_MEM_SUMS if mem else ""}
         FROM events e LEFT JOIN shapes s USING (id){_MEM_JOIN if mem else ""}
-        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL GROUP BY e.name, s.input_dims""", with_shape=True,
+        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)} GROUP BY e.name, s.input_dims""",
+                 with_shape=True,
                  with_memory=mem)
 
 

@@ -100,12 +100,16 @@ def op_table_renderable(doc: ReportDocument, top: int | None) -> Table:
     t.add_column(first, overflow="fold", max_width=70)
     if doc.group_by == "shape":
         t.add_column("Input shapes", overflow="fold", max_width=40)
-    # the figures' cells are Text, so rich does not parse them for markup and emoji (see the rows below)
-    for col in ("Calls", "Self CPU", "CPU total", f"Self {dev}", f"{dev} total", f"{dev} %", f"Avg {dev}", "Kernels"):
+    # the figures' cells are Text, so rich does not parse them for markup and emoji (see the rows below);
+    # a CPU-only trace's device is the CPU: its columns once, and no kernels
+    cpu = doc.cpu_only
+    cols = ("Calls", "Self CPU", "CPU total", "CPU %", "Avg CPU") if cpu else (
+        "Calls", "Self CPU", "CPU total", f"Self {dev}", f"{dev} total", f"{dev} %", f"Avg {dev}", "Kernels")
+    for col in cols:
         t.add_column(col, justify="right")
     memory = bool(doc.ops) and doc.ops[0].cpu_mem_bytes is not None  # the trace has memory events
     if memory:
-        for col in ("CPU Mem", "Self CPU Mem", f"{dev} Mem", f"Self {dev} Mem"):
+        for col in ("CPU Mem", "Self CPU Mem") if cpu else ("CPU Mem", "Self CPU Mem", f"{dev} Mem", f"Self {dev} Mem"):
             t.add_column(col, justify="right")
     base = doc.totals.device_us
     for r in doc.ops[:top] if top else doc.ops:
@@ -113,11 +117,14 @@ def op_table_renderable(doc: ReportDocument, top: int | None) -> Table:
         if doc.group_by == "shape":
             cells.append(text(r.shape or ""))
         pct = 100.0 * r.self_device_us / base if base else 0.0
-        figures = [f"{r.calls:,}", fmt_us(r.self_cpu_us), fmt_us(r.cpu_total_us), fmt_us(r.self_device_us),
-                   fmt_us(r.device_total_us), f"{pct:.1f}%", fmt_us(r.avg_device_us), f"{r.kernels:,}"]
+        figures = [f"{r.calls:,}", fmt_us(r.self_cpu_us), fmt_us(r.cpu_total_us), f"{pct:.1f}%", fmt_us(r.avg_device_us)]
+        if not cpu:
+            figures[3:3] = [fmt_us(r.self_device_us), fmt_us(r.device_total_us)]
+            figures.append(f"{r.kernels:,}")
         if memory:
-            figures += [fmt_bytes(r.cpu_mem_bytes), fmt_bytes(r.self_cpu_mem_bytes), fmt_bytes(r.device_mem_bytes),
-                        fmt_bytes(r.self_device_mem_bytes)]
+            figures += [fmt_bytes(r.cpu_mem_bytes), fmt_bytes(r.self_cpu_mem_bytes)]
+            if not cpu:
+                figures += [fmt_bytes(r.device_mem_bytes), fmt_bytes(r.self_device_mem_bytes)]
         cells += [Text(f) for f in figures]
         t.add_row(*cells)
     return t

@@ -81,12 +81,16 @@ async function ops(main, st, go) {
   const cols = [{ key: "name", label: "Name", name: true }];
   if (group === "shape") cols.push({ key: "shape", label: "Input shapes", name: true });
   cols.push({ key: "calls", label: "Calls" }, { key: "self_cpu_us", label: "Self CPU", fmt: fmtUs },
-    { key: "cpu_total_us", label: "CPU total", fmt: fmtUs }, { key: "self_device_us", label: `Self ${dev}`, fmt: fmtUs },
-    { key: "device_total_us", label: `${dev} total`, fmt: fmtUs }, { key: "pct", label: `${dev} %`, fmt: v => v.toFixed(1) + "%" },
-    { key: "kernels", label: "Kernels" });
+    { key: "cpu_total_us", label: "CPU total", fmt: fmtUs });
+  // a CPU-only trace's device is the CPU: its columns once, and no kernels
+  if (!d.cpu_only) cols.push({ key: "self_device_us", label: `Self ${dev}`, fmt: fmtUs },
+    { key: "device_total_us", label: `${dev} total`, fmt: fmtUs });
+  cols.push({ key: "pct", label: `${dev} %`, fmt: v => v.toFixed(1) + "%" });
+  if (!d.cpu_only) cols.push({ key: "kernels", label: "Kernels" });
   if (rows.length && rows[0].cpu_mem_bytes !== undefined) {  // the trace has memory events
-    cols.push({ key: "cpu_mem_bytes", label: "CPU Mem", fmt: memBytes }, { key: "self_cpu_mem_bytes", label: "Self CPU Mem", fmt: memBytes },
-      { key: "device_mem_bytes", label: `${dev} Mem`, fmt: memBytes }, { key: "self_device_mem_bytes", label: `Self ${dev} Mem`, fmt: memBytes });
+    cols.push({ key: "cpu_mem_bytes", label: "CPU Mem", fmt: memBytes }, { key: "self_cpu_mem_bytes", label: "Self CPU Mem", fmt: memBytes });
+    if (!d.cpu_only) cols.push({ key: "device_mem_bytes", label: `${dev} Mem`, fmt: memBytes },
+      { key: "self_device_mem_bytes", label: `Self ${dev} Mem`, fmt: memBytes });
   }
   let openKey = st.op || null, opening = 0;
   // an opened row lists the kernels under it (explorer: asked for; report: embedded per shown row)
