@@ -204,3 +204,28 @@ def test_report_grouped_by_module_without_modules_says_why(page, tmp_path):
     page.goto(out.as_uri() + "#view=ops")
     wait_ready(page, "ops")
     assert page.inner_text("#no-modules").startswith("No nn.Module scopes in this trace")
+
+
+def test_report_shows_its_compiled_tab_with_every_kernel_where_the_trace_compiled(page, tmp_path):
+    # GIVEN reports of the H200 BERT step compiled (a torch.compile region) and eager (none)
+    from conftest import FIXTURES
+
+    pages = {}
+    for run in ("bert_compile", "bert_eager"):
+        out = tmp_path / f"{run}.html"
+        assert main(["report", str(FIXTURES / "h200" / run / "trace.json.gz"), "--format", "html", "-o", str(out)]) == 0
+        pages[run] = out
+    region = embedded(pages["bert_compile"].read_text())["0/compiled"]["regions"][0]
+    assert "0/compiled" not in embedded(pages["bert_eager"].read_text())
+    # THEN the compiled report's Compiled tab lists the region's kernels, extern GEMMs too, adding up to its time
+    page.goto(pages["bert_compile"].as_uri() + "#view=compiled")
+    wait_ready(page, "compiled")
+    assert page.is_visible('#nav a[data-view="compiled"]')
+    rows = page.locator("#main table").first.locator("tbody tr")
+    assert rows.count() == len(region["kernels"])
+    assert sum(k["device_us"] for k in region["kernels"]) == pytest.approx(region["device_us"], abs=0.01)
+    assert "extern (not generated)" in page.inner_text("#main")
+    # and the eager report hides the tab
+    page.goto(pages["bert_eager"].as_uri())
+    wait_ready(page, "overview")
+    assert not page.is_visible('#nav a[data-view="compiled"]')

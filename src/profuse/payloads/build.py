@@ -39,6 +39,7 @@ class ReportPayloads(Struct):
     timeline: TimelineWindow
     modules: Modules
     memory: MemoryTimeline | None = None  # the timeline's memory lanes (None: no memory events)
+    compiled: CompiledView | None = None  # torch.compile regions (None: the trace has none, nor a NEFF)
 
 
 def run_info(run: int, trace: Trace) -> RunInfo:
@@ -110,5 +111,11 @@ def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: F
         overview=overview_of(trace, summary=summary, advice=advice, with_advice=advice is not None,
                              keep_metadata=keep_metadata),
         ops=ops, op_kernels=op_kernels_of(trace, ops), lanes=lanes, timeline=window, modules=modules_of(trace),
-        memory=memory_timeline_of(trace) if has_memory(trace) else None)
+        memory=memory_timeline_of(trace) if has_memory(trace) else None, compiled=_compiled_if_any(trace))
+
+
+def _compiled_if_any(trace: Trace) -> CompiledView | None:
+    """The Compiled view where the trace has a compiled region or a NEFF beside it (the report's tab)."""
+    view = compiled_of(trace)
+    return view if view.regions or view.neffs else None
 

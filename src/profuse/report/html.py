@@ -19,7 +19,8 @@ def embedded(p: ReportPayloads) -> dict[str, object]:
     """The payloads under the API paths the front end asks for (``/api/0/ops`` -> ``0/ops``)."""
     return {"runs": p.runs, "0/overview": p.overview, "0/ops": p.ops, "0/op_kernels": p.op_kernels,
             "0/lanes": p.lanes, "0/timeline": p.timeline, "0/modules": p.modules,
-            **({"0/memory": p.memory} if p.memory is not None else {})}
+            **({"0/memory": p.memory} if p.memory is not None else {}),
+            **({"0/compiled": p.compiled} if p.compiled is not None else {})}
 
 
 def render_html(payloads: ReportPayloads) -> str:

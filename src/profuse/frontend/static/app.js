@@ -147,7 +147,8 @@
       const hide = v => { nav(document.querySelector(`#nav a[data-view="${v}"]`)).style.display = "none"; };
       if (runs.length < 2 || this.ranksMode) hide("compare");
       if (!this.ranksMode) hide("ranks");
-      if (!this.source.live) hide("compiled");
+      // a report holds the Compiled view only where the trace has compiled regions (or a NEFF)
+      if (!this.source.live && !(await this.source.get("/api/0/compiled"))) hide("compiled");
       // a cross-rank report page embeds the Ranks view's data only: no rank's own views, no run picker
       if (this.ranksMode && !this.source.live) {
         for (const v of ["overview", "ops", "timeline", "modules"]) hide(v);

@@ -689,6 +689,7 @@
  * @property {TimelineWindow} timeline
  * @property {Modules} modules
  * @property {(MemoryTimeline|null)} memory
+ * @property {(CompiledView|null)} compiled
  */
 
 /**
