@@ -165,72 +165,81 @@ def compiled_regions(trace: Trace) -> CompiledSummary:
     replays included, so its device time is its op-table device total, and its kernels (inductor's
     and extern ones alike) make up that time. A region inside another region counts in the outer one
     only."""
+    heads, dev_rows, host_rows = _region_rows(trace)
+    regions = [_region(trace.cpu_only, head, [r[1:] for r in dev_rows if r[0] == head[0]],
+                       [r[1:] for r in host_rows if r[0] == head[0]]) for head in heads]
+    # compiled frames: "Torch-Compiled Region: 1/0" is frame 1; a compiled backward is no frame of its own
+    frames = {r.name.split(":")[-1].strip().split("/")[0] for r in regions if r.name.startswith("Torch-Compiled Region")}
+    several = sum(r.name.startswith("Torch-Compiled Region") for r in regions) > 1
+    return CompiledSummary(regions=regions, graph_breaks=max(len(frames) - 1, 0),
+                           eager_between=_eager_between(trace) if several else [],
+                           generated_kernels=_saved_kernels(trace.path), neffs=neffs_beside(trace.path))
+
+
+def _region_rows(trace: Trace) -> tuple[list[Any], list[Any], list[Any]]:
+    """(heads, device rows, host rows) of every region: one statement, the regions' tree of events walked
+    once (materialized) for all three parts; empty where the trace has no region."""
     con = trace.con
     (has,) = con.execute("""SELECT count(*) FROM events WHERE kind = 'cpu_op'
         AND (name LIKE 'Torch-Compiled Region%' OR name = 'CompiledFunctionBackward')""").fetchone() or (0,)
-    heads: list[Any] = []
-    dev_rows: list[Any] = []
-    host_rows: list[Any] = []
-    if has:
-        # one statement: the regions' tree of events is walked once (materialized) for all three parts
-        rows = con.execute(_REGION_SQL + """, owned_once AS MATERIALIZED (SELECT * FROM owned)
-            SELECT 0 AS part, r.name AS a, NULL::VARCHAR AS b, NULL::VARCHAR AS c, count(*) AS n, sum(e.dur) AS x,
-                   sum(coalesce(e.device_total, 0)) AS y, sum(coalesce(e.kernels_total, 0)) AS z
-            FROM (SELECT DISTINCT name, root FROM owned_once) r JOIN events e ON e.id = r.root GROUP BY r.name
-            UNION ALL
-            -- device events launched by anything inside, by kernel name and by the inductor op that launched them
-            SELECT 1, i.name, d.name, o.name, count(*), sum(d.dur), count(*) FILTER (WHERE d.link = 'graph'), NULL
-            FROM owned_once i JOIN events d ON d.op = i.id JOIN events o ON o.id = d.op
-            WHERE d.kind IN ('kernel', 'memcpy', 'memset') GROUP BY i.name, d.name, o.name
-            UNION ALL
-            SELECT 2, i.name, e.name, p.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), NULL
-            FROM owned_once i JOIN events e ON e.id = i.id LEFT JOIN events p ON p.id = e.parent_op
-            WHERE e.kind = 'cpu_op' AND e.id <> i.root AND (regexp_matches(e.name, '^(graph_[0-9]+_)?(triton_|cpp_fused)')
-                  OR e.name LIKE 'aten::%') GROUP BY i.name, e.name, p.name""").fetchall()
-        heads = sorted((r[1], r[4], r[5], r[6], r[7]) for r in rows if r[0] == 0)
-        dev_rows = [(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows if r[0] == 1]
-        host_rows = [(r[1], r[2], r[4], r[5], r[6], r[3]) for r in rows if r[0] == 2]
-    regions = []
-    for name, calls, cpu, dev_ns, n_dev in heads:
-        kernels: dict[str, list[float]] = {}   # name -> [calls, µs]
-        replayed = 0
-        eager: set[str] = set()
-        for region, kname, launcher, n, dur, n_graph in dev_rows:
-            if region != name:
-                continue
-            replayed += n_graph
-            # every kernel it ran: inductor's by their generated name (the launching op's where the
-            # kernel's own name is not one), extern ones (GEMM libraries, attention, copies) as named
-            kname = launcher if not _is_inductor(kname) and _is_inductor(launcher) else kname
-            acc = kernels.setdefault(kname, [0, 0.0])
+    if not has:
+        return [], [], []
+    rows = con.execute(_REGION_SQL + """, owned_once AS MATERIALIZED (SELECT * FROM owned)
+        SELECT 0 AS part, r.name AS a, NULL::VARCHAR AS b, NULL::VARCHAR AS c, count(*) AS n, sum(e.dur) AS x,
+               sum(coalesce(e.device_total, 0)) AS y, sum(coalesce(e.kernels_total, 0)) AS z
+        FROM (SELECT DISTINCT name, root FROM owned_once) r JOIN events e ON e.id = r.root GROUP BY r.name
+        UNION ALL
+        -- device events launched by anything inside, by kernel name and by the inductor op that launched them
+        SELECT 1, i.name, d.name, o.name, count(*), sum(d.dur), count(*) FILTER (WHERE d.link = 'graph'), NULL
+        FROM owned_once i JOIN events d ON d.op = i.id JOIN events o ON o.id = d.op
+        WHERE d.kind IN ('kernel', 'memcpy', 'memset') GROUP BY i.name, d.name, o.name
+        UNION ALL
+        SELECT 2, i.name, e.name, p.name, count(*), sum(e.dur), sum(coalesce(e.device_total, 0)), NULL
+        FROM owned_once i JOIN events e ON e.id = i.id LEFT JOIN events p ON p.id = e.parent_op
+        WHERE e.kind = 'cpu_op' AND e.id <> i.root AND (regexp_matches(e.name, '^(graph_[0-9]+_)?(triton_|cpp_fused)')
+              OR e.name LIKE 'aten::%') GROUP BY i.name, e.name, p.name""").fetchall()
+    return (sorted((r[1], r[4], r[5], r[6], r[7]) for r in rows if r[0] == 0),
+            [(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows if r[0] == 1],
+            [(r[1], r[2], r[4], r[5], r[6], r[3]) for r in rows if r[0] == 2])
+
+
+def _region(cpu_only: bool, head: Any, dev_rows: list[Any], host_rows: list[Any]) -> CompiledRegion:
+    """One region from its head (name, calls, CPU ns, device ns, device events) and its device and host rows."""
+    name, calls, cpu, dev_ns, n_dev = head
+    kernels: dict[str, list[float]] = {}   # name -> [calls, µs]
+    replayed = 0
+    eager: set[str] = set()
+    for kname, launcher, n, dur, n_graph in dev_rows:
+        replayed += n_graph
+        # every kernel it ran: inductor's by their generated name (the launching op's where the
+        # kernel's own name is not one), extern ones (GEMM libraries, attention, copies) as named
+        kname = launcher if not _is_inductor(kname) and _is_inductor(launcher) else kname
+        acc = kernels.setdefault(kname, [0, 0.0])
+        acc[0] += n
+        acc[1] += dur / 1e3
+    for op, n, dur, dev, parent_name in host_rows:
+        top = parent_name is None or not (parent_name.startswith("aten::") or _is_inductor(parent_name))
+        if cpu_only and _is_inductor(op):  # the CPU is the device: its kernels' time is their CPU time
+            acc = kernels.setdefault(op, [0, 0.0])
             acc[0] += n
             acc[1] += dur / 1e3
-        for region, op, n, dur, dev, parent_name in host_rows:
-            if region != name:
-                continue
-            top = parent_name is None or not (parent_name.startswith("aten::") or _is_inductor(parent_name))
-            if trace.cpu_only and _is_inductor(op):  # the CPU is the device: its kernels' time is their CPU time
-                acc = kernels.setdefault(op, [0, 0.0])
-                acc[0] += n
-                acc[1] += dur / 1e3
-            elif op.startswith("aten::") and top and (trace.cpu_only or dev):
-                eager.add(op)
-        device_us = cpu / 1e3 if trace.cpu_only else dev_ns / 1e3
-        ks = [CompiledKernel(k, int(c), t, source_ops(k)) for k, (c, t) in kernels.items()]
-        regions.append(CompiledRegion(name, calls, cpu / 1e3, device_us, sorted(ks, key=lambda k: (-k.device_us, k.name)),
-                                      sorted(eager), device_events=0 if trace.cpu_only else int(n_dev),
-                                      replayed=replayed))
-    # compiled frames: "Torch-Compiled Region: 1/0" is frame 1; a compiled backward is no frame of its own
-    frames = {r.name.split(":")[-1].strip().split("/")[0] for r in regions if r.name.startswith("Torch-Compiled Region")}
-    between = [r[0] for r in con.execute("""
+        elif op.startswith("aten::") and top and (cpu_only or dev):
+            eager.add(op)
+    device_us = cpu / 1e3 if cpu_only else dev_ns / 1e3
+    ks = [CompiledKernel(k, int(c), t, source_ops(k)) for k, (c, t) in kernels.items()]
+    return CompiledRegion(name, calls, cpu / 1e3, device_us, sorted(ks, key=lambda k: (-k.device_us, k.name)),
+                          sorted(eager), device_events=0 if cpu_only else int(n_dev), replayed=replayed)
+
+
+def _eager_between(trace: Trace) -> list[str]:
+    """The eager top-level aten ops that ran between two compiled regions of one parent (graph breaks)."""
+    return [r[0] for r in trace.con.execute("""
         WITH c AS (SELECT id, ts, dur, thread, parent FROM events WHERE name LIKE 'Torch-Compiled Region%')
         SELECT DISTINCT e.name FROM events e JOIN c c1 ON e.thread = c1.thread AND e.ts >= c1.ts + c1.dur
         JOIN c c2 ON c2.thread = e.thread AND c2.ts > e.ts AND c2.parent IS NOT DISTINCT FROM c1.parent
         WHERE e.kind = 'cpu_op' AND e.parent_op IS NULL AND e.name LIKE 'aten::%'
           AND NOT EXISTS (SELECT 1 FROM c c3 WHERE c3.thread = e.thread AND c3.ts > c1.ts AND c3.ts < e.ts)
-        ORDER BY 1""").fetchall()] if sum(r.name.startswith("Torch-Compiled Region") for r in regions) > 1 else []
-    return CompiledSummary(regions=regions, graph_breaks=max(len(frames) - 1, 0), eager_between=between,
-                           generated_kernels=_saved_kernels(trace.path), neffs=neffs_beside(trace.path))
+        ORDER BY 1""").fetchall()]
 
 
 MAX_NEFFS, MAX_NEFF_BYTES = 8, 512 << 20  # every report reads them: keep it quick; profuse neff reads any size

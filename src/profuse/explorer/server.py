@@ -488,67 +488,76 @@ class LoopbackHostOnly:
         return hosts[0].decode("latin-1").lower() in {f"{name}:{port}" for name in LOOPBACK_NAMES}
 
 
-def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankRuns | None = None) -> Starlette:
-    """The app over one or two traces, or (``ranks``) over the rank traces of a distributed run."""
-    runs: list[Run] = [*ranks.runs] if ranks is not None else [Run(t) for t in traces]
-    files = assets()
-    opts = Options(keep_metadata=keep_metadata)
+class _Handlers:
+    """The app's request handlers over its runs (one or two traces, or a distributed run's ranks)."""
 
-    def reply(obj: Any, status: int = 200) -> Response:
-        return _json(obj, status, keep_metadata=keep_metadata)
+    def __init__(self, runs: list[Run], ranks: RankRuns | None, keep_metadata: bool) -> None:
+        self.runs, self.ranks, self.keep_metadata = runs, ranks, keep_metadata
+        self.files = assets()
+        self.opts = Options(keep_metadata=keep_metadata)
 
-    def static(request: Request) -> Response:
+    def reply(self, obj: Any, status: int = 200) -> Response:
+        return _json(obj, status, keep_metadata=self.keep_metadata)
+
+    def static(self, request: Request) -> Response:
         """A front-end file from the table read at start-up."""
         name = request.path_params.get("name", "index.html")
-        if name not in files:  # a fixed table lookup: nothing from the request touches the disk
+        if name not in self.files:  # a fixed table lookup: nothing from the request touches the disk
             return _not_found()
-        body, mime = files[name]
+        body, mime = self.files[name]
         return Response(body, media_type=mime, headers=SECURITY_HEADERS | {"Cache-Control": "no-cache"})
 
-    def api_runs(request: Request) -> Response:
+    def api_runs(self, request: Request) -> Response:
         try:
-            return reply([r.info(i) for i, r in enumerate(runs)])
+            return self.reply([r.info(i) for i, r in enumerate(self.runs)])
         except ApiError as e:
-            return reply({"error": str(e)}, e.status)
+            return self.reply({"error": str(e)}, e.status)
 
-    def api_ranks(request: Request) -> Response:
-        if ranks is None:
-            return reply({"error": "start profuse explore on a folder of rank traces for the Ranks view"}, 404)
-        return reply(ranks_payload(ranks.doc))
+    def api_ranks(self, request: Request) -> Response:
+        if self.ranks is None:
+            return self.reply({"error": "start profuse explore on a folder of rank traces for the Ranks view"}, 404)
+        return self.reply(ranks_payload(self.ranks.doc))
 
-    def api_compare(request: Request) -> Response:
-        if len(runs) < 2 or ranks is not None:
-            return reply({"error": "start profuse explore with two traces to compare them"}, 404)
+    def api_compare(self, request: Request) -> Response:
+        runs = self.runs
+        if len(runs) < 2 or self.ranks is not None:
+            return self.reply({"error": "start profuse explore with two traces to compare them"}, 404)
         try:
             runs[0].checked()
             runs[1].checked()
         except ApiError as e:
-            return reply({"error": str(e)}, e.status)
+            return self.reply({"error": str(e)}, e.status)
         with runs[0].lock, runs[1].lock:
-            return reply(build.compare_of(runs[0].trace, runs[1].trace))
+            return self.reply(build.compare_of(runs[0].trace, runs[1].trace))
 
-    def on_run(builder: Callable[[Loaded, Request, Options], Any]) -> Callable[[Request], Response]:
+    def on_run(self, builder: Callable[[Loaded, Request, Options], Any]) -> Callable[[Request], Response]:
         """The handler of one ``RUN_ROUTES`` entry: find the run, build the payload, encode it."""
         def handler(request: Request) -> Response:
             i = request.path_params["run"]
-            if not 0 <= i < len(runs):
+            if not 0 <= i < len(self.runs):
                 return _not_found()
+            run = self.runs[i]
             try:
-                if builder in NEEDS_MODEL and not runs[i].call(_kept_without_model, request, builder):
-                    runs[i].ready()
-                answer = reply(runs[i].call(builder, request, opts))
+                if builder in NEEDS_MODEL and not run.call(_kept_without_model, request, builder):
+                    run.ready()
+                answer = self.reply(run.call(builder, request, self.opts))
                 if builder is _timeline:
-                    runs[i].want_model()  # the first view answered: its zooms will want the model
+                    run.want_model()  # the first view answered: its zooms will want the model
                 return answer
             except ApiError as e:
-                return reply({"error": str(e)}, e.status)
+                return self.reply({"error": str(e)}, e.status)
             except ValueError:
-                return reply({"error": "bad query parameter"}, 400)
+                return self.reply({"error": "bad query parameter"}, 400)
         return handler
 
-    routes = [Route("/", static), Route("/assets/{name}", static), Route("/api/runs", api_runs),
-              Route("/api/ranks", api_ranks), Route("/api/compare", api_compare)]
-    routes += [Route(f"/api/{{run:int}}/{path}", on_run(builder)) for path, builder in RUN_ROUTES.items()]
+
+def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankRuns | None = None) -> Starlette:
+    """The app over one or two traces, or (``ranks``) over the rank traces of a distributed run."""
+    runs: list[Run] = [*ranks.runs] if ranks is not None else [Run(t) for t in traces]
+    h = _Handlers(runs, ranks, keep_metadata)
+    routes = [Route("/", h.static), Route("/assets/{name}", h.static), Route("/api/runs", h.api_runs),
+              Route("/api/ranks", h.api_ranks), Route("/api/compare", h.api_compare)]
+    routes += [Route(f"/api/{{run:int}}/{path}", h.on_run(builder)) for path, builder in RUN_ROUTES.items()]
 
     async def nf(request: Request, exc: Exception) -> Response:
         return _not_found()

@@ -395,7 +395,48 @@ def _advise(model: Any, example_inputs: Sequence[Any], *, verify: bool, steps: i
     result = AdviseResult(device_kind=kind, before_us=before.step_us, candidates=cands, bundle=str(work))
     if not verify:
         return result
-    reference = _run(model, inputs)
+    s = _Trial(model, inputs, steps, work, before, _checker(_run(model, inputs)), result)
+    best_fixes: list[tuple[str, Callable[[Any], bool]]] = []
+    tried_scopes: set[tuple[str, str]] = set()
+    for i, c in enumerate(cands):
+        cls = _module_class(c.scope)
+        # a scope whose instances differ in shape has one candidate per shape; its fix is one change
+        if cls is None or (c.pattern, c.scope) in tried_scopes:
+            continue
+        tried_scopes.add((c.pattern, c.scope))
+        best = _try_candidate(s, i, c, cls, analysis_steps)
+        if best is not None:
+            best_fixes.append((cls, best))
+    graphs = _try_graphs(s)
+    if best_fixes or graphs:
+        best_model = copy.deepcopy(model)
+        for cls, fn in best_fixes:
+            for _, m in _instances(best_model, cls):
+                fn(m)
+        if graphs:
+            best_model = swaps.compile_reduce_overhead(best_model)
+        s.check("the verified fixes together", "the model", _run(best_model, inputs))
+        result.best = best_model
+    return result
+
+
+@dataclass
+class _Trial:
+    """What every fix tried on one model shares: the model, inputs, steps, work folder, the measured
+    baseline, the numerics check and the result being filled."""
+
+    model: Any
+    inputs: tuple[Any, ...]
+    steps: int
+    work: Path
+    before: Timing
+    check: Callable[[str, str, Any], tuple[float, float]]
+    result: AdviseResult
+
+
+def _checker(reference: Any) -> Callable[[str, str, Any], tuple[float, float]]:
+    """A check of a fixed model's output against ``reference`` within its dtype's bound: (abs, rel) error,
+    or a VerificationError naming the fix, where and by how much."""
     dtype = str(_tensor_out(reference).dtype).removeprefix("torch.")
     tol_abs, tol_rel = TOLERANCE.get(dtype, (1e-3, 1e-3))
 
@@ -405,59 +446,50 @@ def _advise(model: Any, example_inputs: Sequence[Any], *, verify: bool, steps: i
             raise VerificationError(f"{label} on {where} changed the output by {err_abs:.3g} (abs), "
                                     f"{err_rel:.3g} (rel); the bound for {dtype} is {tol_abs:g}/{tol_rel:g}")
         return err_abs, err_rel
+    return check
 
-    best_fixes: list[tuple[str, Callable[[Any], bool]]] = []
-    tried_scopes: set[tuple[str, str]] = set()
-    for i, c in enumerate(cands):
-        cls = _module_class(c.scope)
-        # a scope whose instances differ in shape has one candidate per shape; its fix is one change
-        if cls is None or (c.pattern, c.scope) in tried_scopes:
+
+def _try_candidate(s: _Trial, i: int, c: Any, cls: str, analysis_steps: int) -> Callable[[Any], bool] | None:
+    """Every fix of one candidate on a copy of the model, checked and measured (into ``s.result``); the
+    best one's swap where it was verified faster, else None."""
+    # the model's fraction, applied to the scopes' time measured without the Python tracer (the
+    # median step, as the measured saving is: a mean would carry a busy spell into the prediction)
+    fraction = c.predicted_saving_us / c.device_us if c.device_us else 0.0
+    samples = s.before.scope_samples.get(cls)
+    per_step_pred = fraction * (statistics.median(samples) if samples else c.device_us / analysis_steps)
+    tried: list[tuple[float, FixResult, Callable[[Any], bool]]] = []
+    for j, (label, fn) in enumerate(fixes_for(c)):
+        fixed = copy.deepcopy(s.model)
+        changed = sum(bool(fn(m)) for _, m in _instances(fixed, cls))
+        if not changed:
+            s.result.notes.append(f"{label}: {c.scope} does not have the form it replaces; not tried")
             continue
-        tried_scopes.add((c.pattern, c.scope))
-        # the model's fraction, applied to the scopes' time measured without the Python tracer (the
-        # median step, as the measured saving is: a mean would carry a busy spell into the prediction)
-        fraction = c.predicted_saving_us / c.device_us if c.device_us else 0.0
-        samples = before.scope_samples.get(cls)
-        per_step_pred = fraction * (statistics.median(samples) if samples else c.device_us / analysis_steps)
-        tried: list[tuple[float, FixResult, Callable[[Any], bool]]] = []
-        for j, (label, fn) in enumerate(fixes_for(c)):
-            fixed = copy.deepcopy(model)
-            changed = sum(bool(fn(m)) for _, m in _instances(fixed, cls))
-            if not changed:
-                result.notes.append(f"{label}: {c.scope} does not have the form it replaces; not tried")
-                continue
-            errs = check(label, c.scope, _run(fixed, inputs))
-            _warm(fixed, inputs)  # compilation and its first calls stay out of the timed calls
-            r = _rounds(model, fixed, inputs, steps=steps, work=work, tag=f"fix{i}-{j}", cls=cls, first=before)
-            fr = _judge(c.pattern, c.scope, label, changed, per_step_pred, r, errs)
-            tried.append((-fr.measured_saving_us, fr, fn))
-        if tried:
-            tried.sort(key=lambda t: t[0])
-            result.fixes.extend(fr for _, fr, _ in tried)
-            _, fr, fn = tried[0]
-            if fr.verdict == VERIFIED:
-                best_fixes.append((cls, fn))
-    graphs = False
-    if swaps.graphable_device(inputs):
-        fixed = swaps.compile_reduce_overhead(copy.deepcopy(model))
-        errs = check(GRAPHS_FIX, "the model", _run(fixed, inputs))
-        _warm(fixed, inputs)
-        r = _rounds(model, fixed, inputs, steps=steps, work=work, tag="graphs", cls=None, first=before)
-        fr = _judge(GRAPHS_PATTERN, "model", GRAPHS_FIX, 1, 0.0, r, errs)
-        result.fixes.append(fr)
-        graphs = fr.verdict == VERIFIED
-    else:
-        result.notes.append(f"{GRAPHS_FIX}: not tried, the inputs are not on a CUDA/ROCm device")
-    if best_fixes or graphs:
-        best = copy.deepcopy(model)
-        for cls, fn in best_fixes:
-            for _, m in _instances(best, cls):
-                fn(m)
-        if graphs:
-            best = swaps.compile_reduce_overhead(best)
-        check("the verified fixes together", "the model", _run(best, inputs))
-        result.best = best
-    return result
+        errs = s.check(label, c.scope, _run(fixed, s.inputs))
+        _warm(fixed, s.inputs)  # compilation and its first calls stay out of the timed calls
+        r = _rounds(s.model, fixed, s.inputs, steps=s.steps, work=s.work, tag=f"fix{i}-{j}", cls=cls, first=s.before)
+        fr = _judge(c.pattern, c.scope, label, changed, per_step_pred, r, errs)
+        tried.append((-fr.measured_saving_us, fr, fn))
+    if not tried:
+        return None
+    tried.sort(key=lambda t: t[0])
+    s.result.fixes.extend(fr for _, fr, _ in tried)
+    _, fr, fn = tried[0]
+    return fn if fr.verdict == VERIFIED else None
+
+
+def _try_graphs(s: _Trial) -> bool:
+    """torch.compile(mode="reduce-overhead") on a copy of the whole model, where the inputs are on a
+    CUDA/ROCm device: checked and measured (into ``s.result``); whether it was verified faster."""
+    if not swaps.graphable_device(s.inputs):
+        s.result.notes.append(f"{GRAPHS_FIX}: not tried, the inputs are not on a CUDA/ROCm device")
+        return False
+    fixed = swaps.compile_reduce_overhead(copy.deepcopy(s.model))
+    errs = s.check(GRAPHS_FIX, "the model", _run(fixed, s.inputs))
+    _warm(fixed, s.inputs)
+    r = _rounds(s.model, fixed, s.inputs, steps=s.steps, work=s.work, tag="graphs", cls=None, first=s.before)
+    fr = _judge(GRAPHS_PATTERN, "model", GRAPHS_FIX, 1, 0.0, r, errs)
+    s.result.fixes.append(fr)
+    return fr.verdict == VERIFIED
 
 
 def _profile_modules(model: Any, inputs: Sequence[Any], out: Path, steps: int) -> Path:

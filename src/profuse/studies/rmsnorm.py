@@ -132,53 +132,11 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
     if dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} (got {dtype!r})")
     out = Path(out)
-    tdtype = getattr(torch, dtype)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(shape, generator=gen, dtype=torch.float64)
-    w = 1 + 0.1 * torch.randn(shape[-1], generator=gen, dtype=torch.float64)
-    ref = rms_norm_op_by_op(x, w, eps)
-    xd, wd = x.to(device=device, dtype=tdtype), w.to(device=device, dtype=tdtype)
-    fns: dict[str, Callable[[], Any]] = {
-        "op_by_op": lambda: rms_norm_op_by_op(xd, wd, eps),
-        "torch.rms_norm": lambda: torch.rms_norm(xd, (shape[-1],), wd, eps),
-        "torch.compile": (lambda c: lambda: c(xd, wd, eps))(torch.compile(rms_norm_op_by_op)),
-    }
+    fns, xd, ref = _variants(device, shape, getattr(torch, dtype), eps)
     peak = peaks(device)
     bw = copy_bandwidth(xd)
-    errors: dict[str, float] = {}
-    with torch.no_grad():
-        for name in VARIANTS:  # first calls (compilation, caches) stay out of every profile
-            if progress:
-                progress(f"warming up {name}")
-            y = fns[name]()
-            for _ in range(2):
-                fns[name]()
-            errors[name] = float((y.double().cpu() - ref).abs().max())
-    # Interleaved rounds: a busy spell on a shared machine then slows every variant, not one.
-    per_step: dict[str, list[float]] = {n: [] for n in VARIANTS}
-    stats: dict[str, StepStats] = {}
-    bundles: dict[str, Path] = {}
-    rounds = max(1, min(ROUNDS, iters // 3))
-    for rnd in range(rounds):
-        n_calls = iters // rounds + (1 if rnd < iters % rounds else 0)
-        for name in VARIANTS:
-            if progress:
-                progress(f"profiling {name} (round {rnd + 1} of {rounds})")
-            target = out / name if rnd == rounds - 1 else out / ".rounds" / f"{name}-{rnd}"
-            bundle = _profile_calls(fns[name], n_calls, target, device)
-            with load(bundle) as trace:
-                st = step_stats(trace)
-            per_step[name] += list(st.per_step_us)
-            stats[name], bundles[name] = st, bundle
-    shutil.rmtree(out / ".rounds", ignore_errors=True)
-    merged_stats: dict[str, StepStats] = {}
-    for name in VARIANTS:
-        st = stats[name]
-        steps = sorted(per_step[name])
-        merged_stats[name] = StepStats(
-            steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
-            device_us_per_call=statistics.median(steps), spread_pct=spread_pct(steps),
-            op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
+    errors = _warm_up(fns, ref, progress)
+    merged_stats, bundles = _profiled_rounds(fns, iters, out, device, progress)
     # The roofline's bandwidth is the highest seen: the copy at this size, the cached peak, and what
     # any variant achieved (a fused kernel can beat a copy of a cache-resident input). A rate above
     # the cached peak raises the cache, and says so, so no roofline is above 100%.
@@ -206,6 +164,71 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
     atomic_write(out / "study.json", json.dumps(result.to_json(), indent=2))
     return result
 
+
+
+def _variants(device: str, shape: tuple[int, int, int], tdtype: Any,
+              eps: float) -> tuple[dict[str, Callable[[], Any]], Any, Any]:
+    """The three variants over one seeded input on the device, that input, and the float64 reference."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    w = 1 + 0.1 * torch.randn(shape[-1], generator=gen, dtype=torch.float64)
+    ref = rms_norm_op_by_op(x, w, eps)
+    xd, wd = x.to(device=device, dtype=tdtype), w.to(device=device, dtype=tdtype)
+    fns: dict[str, Callable[[], Any]] = {
+        "op_by_op": lambda: rms_norm_op_by_op(xd, wd, eps),
+        "torch.rms_norm": lambda: torch.rms_norm(xd, (shape[-1],), wd, eps),
+        "torch.compile": (lambda c: lambda: c(xd, wd, eps))(torch.compile(rms_norm_op_by_op)),
+    }
+    return fns, xd, ref
+
+
+def _warm_up(fns: dict[str, Callable[[], Any]], ref: Any, progress: Any) -> dict[str, float]:
+    """Each variant's first calls (compilation, caches), kept out of every profile; its max abs error."""
+    import torch
+
+    errors: dict[str, float] = {}
+    with torch.no_grad():
+        for name in VARIANTS:
+            if progress:
+                progress(f"warming up {name}")
+            y = fns[name]()
+            for _ in range(2):
+                fns[name]()
+            errors[name] = float((y.double().cpu() - ref).abs().max())
+    return errors
+
+
+def _profiled_rounds(fns: dict[str, Callable[[], Any]], iters: int, out: Path, device: str,
+                     progress: Any) -> tuple[dict[str, StepStats], dict[str, Path]]:
+    """Each variant profiled in interleaved rounds (a busy spell on a shared machine then slows every
+    variant, not one), its steps merged; the last round's bundles are kept under ``out``."""
+    per_step: dict[str, list[float]] = {n: [] for n in VARIANTS}
+    stats: dict[str, StepStats] = {}
+    bundles: dict[str, Path] = {}
+    rounds = max(1, min(ROUNDS, iters // 3))
+    for rnd in range(rounds):
+        n_calls = iters // rounds + (1 if rnd < iters % rounds else 0)
+        for name in VARIANTS:
+            if progress:
+                progress(f"profiling {name} (round {rnd + 1} of {rounds})")
+            target = out / name if rnd == rounds - 1 else out / ".rounds" / f"{name}-{rnd}"
+            bundle = _profile_calls(fns[name], n_calls, target, device)
+            with load(bundle) as trace:
+                st = step_stats(trace)
+            per_step[name] += list(st.per_step_us)
+            stats[name], bundles[name] = st, bundle
+    shutil.rmtree(out / ".rounds", ignore_errors=True)
+    merged: dict[str, StepStats] = {}
+    for name in VARIANTS:
+        st = stats[name]
+        steps = sorted(per_step[name])
+        merged[name] = StepStats(
+            steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
+            device_us_per_call=statistics.median(steps), spread_pct=spread_pct(steps),
+            op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
+    return merged, bundles
 
 ROUNDS = 3
 PROFILE_WARMUP = 3

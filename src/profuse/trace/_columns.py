@@ -302,8 +302,14 @@ def add_chunk(
     cat_ids = intern(cols.cats, list(map(_get["cat"], xs)))
     cols.add("cat", cat_ids)
     cols.add("thread_key", _thread_keys(cols, xs))
-    args = args_of(xs)
-    beyond = skipped if lenient else None  # numbers beyond 64 bits: read as absent and counted, or refused
+    _add_args(cols, path, args_of(xs), skipped if lenient else None)
+    cols.n += n
+
+
+def _add_args(cols: Columns, path: str, args: list[Any], beyond: Skipped | None) -> None:
+    """The ``args`` columns of a chunk's kept complete events (ids, device, stream, flops) and their
+    shapes; numbers beyond 64 bits are read as absent and counted in ``beyond``, or refused (None)."""
+    n = len(args)
     for key in _ARG_INTS:
         cols.add(key, int_column(map(attrgetter(key), args), n, key, path, cols.ignored_args, skipped=beyond))
     ext = [a.external_id if a.external_id is not None else a.external_id_lc for a in args]
@@ -318,7 +324,6 @@ def add_chunk(
         a = args[k]
         cols.shapes.append((cols.n + k, raw_text(a.input_dims), raw_text(a.input_type),
                             raw_text(a.grid), raw_text(a.block), concrete_text(a.concrete)))
-    cols.n += n
 
 
 def _why_bad(ts: float, dur: float, *, short: bool = False) -> str:

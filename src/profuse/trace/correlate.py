@@ -130,6 +130,18 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     span = int(max(end.max() - t0, 1)) + 1
     if (int(th.max()) + 1) * span >= 2**62:  # (thread, time) keys would overflow: nest thread by thread
         return _nesting_by_thread(th, start, end, ids, parent, depth)
+    par_sorted, d = _counted_nesting(th, start, end, ids, t0, span, n)
+    parent[ids] = par_sorted
+    depth[ids] = d.astype(np.int32)
+    return parent, depth
+
+
+def _counted_nesting(th: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray, t0: int, span: int,
+                     n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`nesting`'s numpy path over events sorted by thread, start and the longer first: each
+    event's depth from the events started and ended before it, its parent the latest earlier event on
+    its thread one level up; threads with improper overlaps are redone with a stack. (parent, depth)
+    in the sorted order."""
     key_start = th * span + (start - t0)
     key_end = np.sort(th * span + (end - t0))
     first_of_thread = np.searchsorted(th, th, side="left")
@@ -162,9 +174,7 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
         p_loc, d_loc = _stack_nesting(start[sel], end[sel])
         par_sorted[sel] = np.where(p_loc >= 0, ids[sel][np.clip(p_loc, 0, None)], NONE)
         d[sel] = d_loc
-    parent[ids] = par_sorted
-    depth[ids] = d.astype(np.int32)
-    return parent, depth
+    return par_sorted, d
 
 
 def _nesting_by_thread(th: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray,

@@ -104,10 +104,28 @@ def load(
 
         if explorer_parquet.is_explorer_folder(folder):
             return explorer_parquet.load_folder(folder)
+    from .cache import cache_folder
+
+    src = resolve(path)
+    notes: list[str] = []
+    caches = cache_folder(cache_dir) if cache and not lenient else None
+    if caches is not None:
+        reload = functools.partial(load, path, lenient=lenient, cache=cache, progress=progress, cache_dir=cache_dir)
+        cached = _from_cache(src, caches, verify, notes, reload)
+        if cached is not None:
+            return cached
+    from .build import build
+
+    return with_bundle(with_mapping(_caching(build(src, cache_folder=caches, notes=notes, lenient=lenient,
+                                                   progress=progress), caches)))
+
+
+def _from_cache(src: Path, caches: Path, verify: str, notes: list[str], reload: Callable[[], Trace]) -> Trace | None:
+    """The trace from its verified cache in ``caches`` (see :func:`load`'s ``verify``), or None (a note in
+    ``notes`` where a damaged cache was found): the build then hashes the bytes it decodes."""
     from .cache import (
         CacheSlot,
         SourceCheck,
-        cache_folder,
         discard,
         fingerprint,
         fingerprint_by_stat,
@@ -117,29 +135,23 @@ def load(
     )
     from .trace import Trace
 
-    src = resolve(path)
-    notes: list[str] = []
-    caches = cache_folder(cache_dir) if cache and not lenient else None
     # With no cache of this size in the folder, no hash can find one: the trace is hashed while it is
     # decoded (the new cache is keyed by the bytes decoded, whatever happens to the file meanwhile).
-    if caches is not None and holds_cache_of_size(caches, src.stat().st_size):
-        by_stat = fingerprint_by_stat(caches, src) if verify == "behind" else None
-        fp = by_stat or fingerprint(src, record_in=caches)
-        cached, problem = CacheSlot(caches, slot_key(fp)).open_if_valid(fp)
-        if cached is not None:
-            trace = Trace(src, cached, from_cache=True, notes=notes)
-            if by_stat is not None:
-                trace.source_check = SourceCheck(src, fp, caches, functools.partial(
-                    load, path, lenient=lenient, cache=cache, progress=progress, cache_dir=cache_dir))
-            return with_bundle(with_mapping(_caching(trace, caches)))
-        if by_stat is not None:  # an entry naming no usable cache: the build below hashes the bytes it decodes
-            discard(stat_path(caches, src))
-        if problem is not None:
-            notes.append(f"cache {problem}; tables rebuilt from the trace")
-    from .build import build
-
-    return with_bundle(with_mapping(_caching(build(src, cache_folder=caches, notes=notes, lenient=lenient,
-                                                   progress=progress), caches)))
+    if not holds_cache_of_size(caches, src.stat().st_size):
+        return None
+    by_stat = fingerprint_by_stat(caches, src) if verify == "behind" else None
+    fp = by_stat or fingerprint(src, record_in=caches)
+    cached, problem = CacheSlot(caches, slot_key(fp)).open_if_valid(fp)
+    if cached is not None:
+        trace = Trace(src, cached, from_cache=True, notes=notes)
+        if by_stat is not None:
+            trace.source_check = SourceCheck(src, fp, caches, reload)
+        return with_bundle(with_mapping(_caching(trace, caches)))
+    if by_stat is not None:  # an entry naming no usable cache: the build below hashes the bytes it decodes
+        discard(stat_path(caches, src))
+    if problem is not None:
+        notes.append(f"cache {problem}; tables rebuilt from the trace")
+    return None
 
 
 def _caching(trace: Trace, folder: Path | None) -> Trace:

@@ -190,6 +190,17 @@ def load_snapshot(path: str | os.PathLike[str]) -> Trace:
 
 
 def _write_snapshot(con: duckdb.DuckDBPyConnection, snap: dict[str, Any], budget: _Budget) -> dict[str, int]:
+    segs, blocks, end_alloc, end_reserved = _segments(snap, budget)
+    rows, frames = _history(snap, budget, end_alloc, end_reserved)
+    if rows:
+        _insert_history(con, rows, frames)
+    _insert(con, "memory_segments", segs, 7)
+    _insert(con, "memory_blocks", blocks, 9)
+    return {"segments": len(segs), "blocks": len(blocks), "entries": len(rows), "frames": len(frames)}
+
+
+def _segments(snap: dict[str, Any], budget: _Budget) -> tuple[list[Any], list[Any], dict[int, int], dict[int, int]]:
+    """The snapshot's segments and blocks as rows, and per device what was allocated and reserved at its end."""
     segs, blocks = [], []
     end_alloc: dict[int, int] = {}
     end_reserved: dict[int, int] = {}
@@ -215,6 +226,13 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snap: dict[str, Any], budget
                            site[0], site[1], site[2]))
             if state in ("active_allocated", "active_awaiting_free"):
                 end_alloc[dev] = end_alloc.get(dev, 0) + size
+    return segs, blocks, end_alloc, end_reserved
+
+
+def _history(snap: dict[str, Any], budget: _Budget, end_alloc: dict[int, int],
+             end_reserved: dict[int, int]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Each device's allocation history as rows (id, device, ns, bytes, address, allocated and reserved
+    after it), counted back from the end state, and their frames."""
     rows: list[tuple[Any, ...]] = []
     frames: list[tuple[Any, ...]] = []
     traces = snap.get("device_traces") or []
@@ -242,29 +260,30 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snap: dict[str, Any], budget
             entry_frames = _frames(e, budget)
             at = _site(entry_frames)
             frames.extend((mid, d, n, f, ln, d == at) for d, (n, f, ln) in enumerate(entry_frames))
-    if rows:
-        ids, dev_, ts_, nb, addr_, tot, res = (np.array(c, dtype=np.int64) for c in zip(*rows))
-        order = np.lexsort((ids, ts_, dev_))
-        remap = np.empty(len(ids), dtype=np.int64)
-        remap[order] = np.arange(len(ids))
-        alloc, free = _match(nb[order], addr_[order], dev_[order])
-        con.register("_snap", {"id": np.arange(len(ids), dtype=np.int64), "device": dev_[order], "ts": ts_[order],
-                               "bytes": nb[order], "addr": addr_[order], "total_allocated": tot[order],
-                               "total_reserved": res[order], "alloc": alloc, "free": free})
-        con.execute("""INSERT INTO memory SELECT id, 'CUDA', device, ts, bytes, addr, total_allocated, total_reserved,
-                       NULL, NULL, NULL, NULL, NULLIF(alloc, -1), NULLIF(free, -1), bytes < 0 AND alloc = -1
-                       FROM _snap""")
-        con.unregister("_snap")
-        if frames:
-            cols = list(zip(*frames))
-            con.register("_fr", {"id": remap[np.array(cols[0], dtype=np.int64)], "depth": np.array(cols[1]),
-                                 "name": np.array(cols[2], dtype=object), "filename": np.array(cols[3], dtype=object),
-                                 "line": np.array(cols[4], dtype=np.int64), "site": np.array(cols[5], dtype=bool)})
-            con.execute("INSERT INTO memory_frames SELECT id, depth, name, filename, line, site FROM _fr")
-            con.unregister("_fr")
-    _insert(con, "memory_segments", segs, 7)
-    _insert(con, "memory_blocks", blocks, 9)
-    return {"segments": len(segs), "blocks": len(blocks), "entries": len(rows), "frames": len(frames)}
+    return rows, frames
+
+
+def _insert_history(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]], frames: list[tuple[Any, ...]]) -> None:
+    """The history into ``memory`` in (device, time) order, frees matched to their allocations, and the frames."""
+    ids, dev_, ts_, nb, addr_, tot, res = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    order = np.lexsort((ids, ts_, dev_))
+    remap = np.empty(len(ids), dtype=np.int64)
+    remap[order] = np.arange(len(ids))
+    alloc, free = _match(nb[order], addr_[order], dev_[order])
+    con.register("_snap", {"id": np.arange(len(ids), dtype=np.int64), "device": dev_[order], "ts": ts_[order],
+                           "bytes": nb[order], "addr": addr_[order], "total_allocated": tot[order],
+                           "total_reserved": res[order], "alloc": alloc, "free": free})
+    con.execute("""INSERT INTO memory SELECT id, 'CUDA', device, ts, bytes, addr, total_allocated, total_reserved,
+                   NULL, NULL, NULL, NULL, NULLIF(alloc, -1), NULLIF(free, -1), bytes < 0 AND alloc = -1
+                   FROM _snap""")
+    con.unregister("_snap")
+    if frames:
+        cols = list(zip(*frames))
+        con.register("_fr", {"id": remap[np.array(cols[0], dtype=np.int64)], "depth": np.array(cols[1]),
+                             "name": np.array(cols[2], dtype=object), "filename": np.array(cols[3], dtype=object),
+                             "line": np.array(cols[4], dtype=np.int64), "site": np.array(cols[5], dtype=bool)})
+        con.execute("INSERT INTO memory_frames SELECT id, depth, name, filename, line, site FROM _fr")
+        con.unregister("_fr")
 
 
 def _match(nbytes: np.ndarray, addr: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
