@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
+from ..trace.vocabulary import sync_call_sql
 from .busy import LAUNCH_GAP_MAX_US, Activities, launch_calls, merge_runs
 from .kernel_class import fp32_matrix, kernel_class
 
@@ -52,9 +53,11 @@ NOT_RECORDED = "idle/not_recorded"
 QUEUED, HOST_SYNC, LAUNCH_OVERHEAD, CPU_OTHER, NO_WORK = (LEAVES.index(f"idle/{c}") for c in IDLE_CAUSES)
 _BEFORE = -(2 ** 62)
 
-SYNC_CALL_SQL = ("(c.name ILIKE '%synchroniz%' OR c.name IN ('cudaMemcpy', 'hipMemcpy', 'cudaMemcpy2D', "
-                 "'hipMemcpyWithStream', 'cuMemcpyDtoH', 'cuMemcpyHtoD', 'hipMemcpyDtoH', 'hipMemcpyHtoD') "
-                 "OR c.id IN (SELECT launch FROM events WHERE kind = 'memcpy' AND name ILIKE '%pageable%'))")
+def sync_calls_sql() -> str:
+    """SQL true for a call ``c`` that blocks the host: the device vocabulary's synchronising and blocking
+    copy calls (trace/vocabulary.py), or the launch of a copy to or from pageable memory."""
+    return (f"({sync_call_sql('c.name')} "
+            "OR c.id IN (SELECT launch FROM events WHERE kind = 'memcpy' AND name ILIKE '%pageable%'))")
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
     tl = ", ".join(str(t) for t in sorted(threads)) or "-1"
     sync = con.execute(f"""
         SELECT c.ts AS ts, c.ts + c.dur AS stop, c.id AS id FROM events c
-        WHERE c.kind IN ('runtime', 'sync') AND c.thread IN ({tl}) AND c.dur > 0 AND {SYNC_CALL_SQL}
+        WHERE c.kind IN ('runtime', 'sync') AND c.thread IN ({tl}) AND c.dur > 0 AND {sync_calls_sql()}
         ORDER BY c.ts, c.id""").fetchnumpy()
     ls, le = launch_calls(trace)  # the launch calls cpu_work reads: one query for both
     short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
 from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL, GRAPH_LAUNCHES  # calls that replay a captured graph
+from ..trace.schema import DEVICE_TIME_SQL
+from ..trace.vocabulary import graph_launch_sql, launch_call_sql
 from ._memo import once_per_trace
 
 if TYPE_CHECKING:
@@ -253,15 +254,6 @@ def _disjoint_owner(lts: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndar
     return np.where(inside, live[np.clip(i, 0, None)] if s.size else -1, -1)
 
 
-# Runtime calls that hand work to the device and return (kernel and graph launches, async copies,
-# MTIA command submission); synchronous copies and synchronize calls are waiting, never launch work.
-LAUNCH_CALL_SQL = ("(l.name ILIKE '%launch%' OR l.name ILIKE '%async%' OR l.name ILIKE 'runFunction%' "
-                   "OR l.name ILIKE 'enqueue%')")
-
-
-GRAPH_LAUNCH_SQL = "(" + " OR ".join(f"l.name ILIKE '{n}%'" for n in GRAPH_LAUNCHES) + ")"
-
-
 @once_per_trace
 def launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of each asynchronous launch call that launched a device activity, in no set order:
@@ -277,10 +269,10 @@ def launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def _launch_runs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     rows = trace.con.execute(f"""
         SELECT DISTINCT l.id,
-               CASE WHEN {GRAPH_LAUNCH_SQL} THEN l.ts ELSE coalesce(least(o.ts, l.ts), l.ts) END AS start,
-               l.ts + greatest(l.dur, 1) AS stop, l.name AS name, {GRAPH_LAUNCH_SQL} AS graph
+               CASE WHEN {graph_launch_sql("l.name")} THEN l.ts ELSE coalesce(least(o.ts, l.ts), l.ts) END AS start,
+               l.ts + greatest(l.dur, 1) AS stop, l.name AS name, {graph_launch_sql("l.name")} AS graph
         FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {LAUNCH_CALL_SQL}""").fetchnumpy()
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {launch_call_sql("l.name")}""").fetchnumpy()
     return (np.asarray(rows["start"], dtype=np.int64), np.asarray(rows["stop"], dtype=np.int64),
             np.asarray(rows["name"], dtype=object), np.asarray(rows["graph"], dtype=bool))
 
@@ -293,11 +285,6 @@ def named_launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray
     short = (stop - start) <= LAUNCH_GAP_MAX_US * 1000  # the time budget's launch runs (longer: a host stall)
     order = np.argsort(start[short], kind="stable")
     return start[short][order], stop[short][order], name[short][order], graph[short][order]
-
-
-def is_graph_launch(name: str) -> bool:
-    """A call that replays a captured graph (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch)."""
-    return name.lower().startswith(tuple(n.lower() for n in GRAPH_LAUNCHES))
 
 
 @once_per_trace

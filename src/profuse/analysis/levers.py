@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
 from ..trace import Trace, compiled
+from ..trace.vocabulary import is_graph_launch, launch_call_sql
 from .budget import (
     BUSY_PRIORITY,
     CPU_OTHER,
@@ -27,7 +28,7 @@ from .budget import (
     late,
     launch_wait,
 )
-from .busy import LAUNCH_GAP_MAX_US, Activities, is_graph_launch, named_launch_calls
+from .busy import LAUNCH_GAP_MAX_US, Activities, named_launch_calls
 from .diagnosis_records import Lever, Steady
 from .opclass import op_class
 
@@ -759,8 +760,7 @@ def fusion_levers(ctx: Context, draws: tuple[str, ...], attention_draws: tuple[s
 
 def no_device_data(trace: Trace) -> Lever | None:
     """The lever for a trace with launches and no device activity (it claims no gain)."""
-    (n,), = trace.con.execute("SELECT count(*) FROM events WHERE kind = 'runtime' AND "
-                              "(name ILIKE '%launch%' OR name ILIKE 'runFunction%' OR name ILIKE 'enqueue%')"
+    (n,), = trace.con.execute(f"SELECT count(*) FROM events WHERE kind = 'runtime' AND {launch_call_sql('name')}"
                               ).fetchall()
     return Lever("no_device_data", "the trace", 0.0, "high",
                  f"{n:,} launch call(s) but no kernel, copy or memset event: device activity was not recorded",

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ._decode import Event, Skipped, args_of, concrete_text, int_column, raw_text
-from .schema import CATEGORY_KIND, KINDS, mtia_device_kind
+from .schema import KINDS, category_kind, mtia_device_kind
 
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?\d+)(?:\.(\d+))?')
 _PRECISE_ABOVE_US = float(2**33)  # above this many µs a double no longer holds whole ns
@@ -390,7 +390,7 @@ def kinds_of(cols: Columns, name_list: np.ndarray, name_id: np.ndarray, cat_ids:
     cat_list: list[str | None] = [None] * len(cols.cats)
     for c, i in cols.cats.items():
         cat_list[i] = c
-    cat_kind = np.array([KINDS.index(CATEGORY_KIND.get((c or "").lower(), "other")) for c in cat_list] or [0],
+    cat_kind = np.array([KINDS.index(category_kind((c or "").lower())) for c in cat_list] or [0],
                         dtype=np.int8)
     kinds: np.ndarray = cat_kind[cat_ids]
     mtia_cat = np.array([(c or "").lower() == "mtia_ccp_events" for c in cat_list] or [False])

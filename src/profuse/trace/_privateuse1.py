@@ -4,20 +4,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from .vocabulary import device_of_calls
+
 # Kineto names a device's process "<Backend> <index>" (GPU 0, MTIA 17); these are not backend names.
 _GENERIC = {"gpu", "cpu", "spans", "traces", "device", "privateuse1", "privateuseone"}
 _PROCESS = re.compile(r"^(?P<name>[A-Za-z][\w.-]*?)(?: (?:device|core))? \d+$", re.IGNORECASE)
-# runtime-call prefixes of backends whose API is public: the Neuron Runtime's calls are nrt_*
-_RUNTIME_PREFIX = {"nrt_": "Neuron"}
 
 
 def privateuse1_name(runtime_names: Iterable[object], process_names: Iterable[str]) -> str:
     """'Neuron' from nrt_* runtime calls or a device process named 'Neuron 0'; else 'PrivateUse1'."""
-    for n in runtime_names:
-        if isinstance(n, str):
-            for prefix, backend in _RUNTIME_PREFIX.items():
-                if n.startswith(prefix):
-                    return backend
+    backend = device_of_calls(list(runtime_names))  # the device vocabulary's call prefixes (nrt_*: Neuron)
+    if backend is not None:
+        return backend
     for p in process_names:
         m = _PROCESS.match(p.strip())
         if m and m.group("name").lower() not in _GENERIC and not m.group("name").lower().startswith("python"):

@@ -31,6 +31,7 @@ from .event_columns import EventColumns, kind_mask
 from .meta import listed_device
 from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION
 from .trace import Trace
+from .vocabulary import DEVICES, device, moves_work
 
 COMPRESS_MIN_EVENTS = 1_000_000
 
@@ -453,16 +454,12 @@ class _Writer:
             self._pool = None
 
 
-# a runtime call that puts work on a device (as analysis.busy.LAUNCH_CALL_SQL, with copies and memsets)
-LAUNCH_NAME_PARTS = ("launch", "async", "runfunction", "enqueue", "memcpy", "memset")
-
-
 def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, top: dict[str, Any],
                   process_names: Iterable[str] = (), launches: Callable[[], bool] = lambda: True
                   ) -> tuple[str, str | None]:
     """The device kind (CUDA, ROCm, MTIA, CPU, or the backend's name) and the device's name
     (``runtime_names``: the names of the trace's first 2,000 runtime events). ``launches()``: whether any
-    runtime call puts work on a device (:data:`LAUNCH_NAME_PARTS`), asked only where there is no device
+    runtime call puts work on a device (:func:`vocabulary.moves_work`), asked only where there is no device
     activity.
 
     A CUDA or ROCm trace with no device activity and no launch is a model run on the CPU of a machine
@@ -472,17 +469,20 @@ def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, t
     props, dev_name = listed_device(top)
     has_device = bool(kind_mask(kind, "kernel", "memcpy", "memset", "device_other").any())
     lower = {c.lower() for c in cats if c}
-    if "mtia_runtime" in lower or "mtia_ccp_events" in lower:
-        return "MTIA", dev_name
-    if not has_device and not any(c.startswith("privateuse1") for c in lower) and not launches():
+    rocm, cuda = device("ROCm"), device("CUDA")   # the device vocabulary's entries (trace/vocabulary.py)
+    pu1 = set(device("PrivateUse1").runtime_categories)
+    named = next((d.kind for d in DEVICES if lower & set(d.marker_categories)), None)
+    if named is not None:   # a family its categories name (MTIA, or one registered)
+        return named, dev_name
+    if not has_device and not lower & pu1 and not launches():
         return "CPU", None
-    if any(k in top for k in ("roctracer_version", "hip_runtime_version")) or any(
-        isinstance(s, str) and s.startswith("hip") for s in runtime_names
+    if any(k in top for k in rocm.metadata_keys) or any(
+        isinstance(s, str) and s.startswith(rocm.call_prefixes) for s in runtime_names
     ):
         return "ROCm", dev_name
-    if any(c.startswith("privateuse1") for c in lower):
+    if lower & pu1:
         return privateuse1_name(runtime_names, process_names), dev_name
-    if has_device or props or any(c in lower for c in ("cuda_runtime", "cuda_driver", "runtime", "kernel")):
+    if has_device or props or lower & {*cuda.runtime_categories, "kernel"}:
         return "CUDA", dev_name
     return "CPU", None
 
@@ -491,7 +491,7 @@ def _launches(prepared: Prepared, events: EventColumns) -> bool:
     """Whether a runtime call launches, copies or sets device memory (each distinct name of every
     runtime event looked at once)."""
     codes = np.unique(events.name[kind_mask(events.kind, "runtime", "sync")])
-    return any(part in str(n).lower() for n in prepared.events.names[codes] for part in LAUNCH_NAME_PARTS)
+    return any(moves_work(str(n)) for n in prepared.events.names[codes])
 
 
 def _meta(path: str, cols: Columns, prepared: Prepared, events: EventColumns, *, top: dict[str, Any],

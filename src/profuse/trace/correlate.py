@@ -14,7 +14,8 @@ import numpy as np
 from . import _native, compiled
 from ._columns import distinct, packed_order
 from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask
-from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, GRAPH_LAUNCHES, KIND_CODE, TABLE_KINDS
+from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, KIND_CODE, TABLE_KINDS
+from .vocabulary import is_graph_launch
 
 __all__ = ["LINK_HOW", "NONE", "UNLINKED", "Attribution", "Flows", "Links", "attribute", "correlate",
            "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nesting", "unmatched_flows"]
@@ -31,7 +32,7 @@ def correlate(events: DecodedEvents) -> EventColumns:
     host = ~is_device & ~device_threads(kind, events.thread, len(events.pid_of_thread))[events.thread]
     parent, depth = nesting(events.thread, events.ts, events.dur, host)
     op_of_host = nearest_ancestor(parent, kind_mask(kind, "cpu_op", "annotation"), include_self=True)
-    graph_launch = name_flags(events.names, lambda s: s in GRAPH_LAUNCHES)[events.name]
+    graph_launch = name_flags(events.names, is_graph_launch)[events.name]
     links = link_device_events(kind=kind, graph_launch=graph_launch, thread=events.thread, ts=events.ts,
                                correlation=events.correlation, external_id=events.external_id,
                                op_of_host=op_of_host, flows=events.flows, has_host=bool(host.any()))

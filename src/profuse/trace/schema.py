@@ -4,23 +4,20 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 15  # bump when tables change: caches with another version are rebuilt (13: device events'
-# module and scope are those holding their launch call; shapes.concrete_inputs; the memory tables;
-# 14: self CPU never negative; 15: a trace with no device activity and no launch is CPU)
+from .vocabulary import runtime_categories
 
-# Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ...
+SCHEMA_VERSION = 16  # bump when tables change: caches with another version are rebuilt (13: device events'
+# module and scope are those holding their launch call; shapes.concrete_inputs; the memory tables;
+# 14: self CPU never negative; 15: a trace with no device activity and no launch is CPU; 16: kinds,
+# graph launches and device recognition from the device vocabulary, graph launches by name prefix)
+
+# Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ... Each device
+# family's runtime categories are the device vocabulary's (trace/vocabulary.py): see category_kind.
 CATEGORY_KIND: dict[str, str] = {
     "cpu_op": "cpu_op",
     "operator": "cpu_op",
     "user_annotation": "annotation",
     "python_function": "python",
-    "cuda_runtime": "runtime",
-    "runtime": "runtime",
-    "cuda_driver": "runtime",
-    "hip_runtime": "runtime",
-    "mtia_runtime": "runtime",
-    "privateuse1_runtime": "runtime",
-    "privateuse1_driver": "runtime",
     "kernel": "kernel",
     "gpu_memcpy": "memcpy",
     "memcpy": "memcpy",
@@ -33,6 +30,15 @@ CATEGORY_KIND: dict[str, str] = {
 # MTIA command-processor events, classified by what they are rather than by a list of compute names:
 # DMA (dma_request, ...) is a copy, event records/waits are stream bookkeeping, and everything else
 # (pe_exe, merge, remote, or an event named after the op it runs) is compute.
+
+
+def category_kind(category: str) -> str:
+    """The profuse kind of a Kineto category (lower case): the table above, a device family's runtime
+    categories (trace/vocabulary.py), else ``other``."""
+    found = CATEGORY_KIND.get(category)
+    if found is not None:
+        return found
+    return "runtime" if category in runtime_categories() else "other"
 
 
 def mtia_device_kind(name: str) -> str:
@@ -67,7 +73,6 @@ UNLINKED_REASONS = {
     "outside_runtime_calls": "it ran outside every runtime call (neuron-explorer Parquet links by time window)",
 }
 
-GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
 
 DDL = """
 CREATE TABLE events (
