@@ -166,3 +166,19 @@ def test_a_trace_without_steps_is_its_active_window_not_the_profiler_envelope(tm
     assert d.scope == "trace" and d.span_us == pytest.approx(hi - lo, abs=TOL_US)
     assert model.window == (4_000_000, 5_000_000)
     assert sum(lf.us for lf in d.budget if lf.key.startswith("busy/")) == pytest.approx(busy, abs=TOL_US)
+
+
+def test_the_memory_tables_name_a_serving_step_by_the_same_rule(tmp_path: Path) -> None:
+    # GIVEN a vLLM step holding an sglang-style step annotation (it describes the vLLM step, not a step of its
+    # own) and an op that allocates inside both
+    ev = [_x("user_annotation", "execute_context_0(0)_generation_4(4)", 0, 100),
+          _x("user_annotation", "step[DECODE bs=4]", 5, 90), _x("cpu_op", "aten::empty", 10, 5),
+          {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 12,
+           "args": {"Device Type": 0, "Device Id": -1, "Addr": 4096, "Bytes": 64, "Total Allocated": 64,
+                    "Total Reserved": 0}}]
+    path = _write(tmp_path, ev)
+    with profuse.load(path) as t:
+        rows = t.con.execute("SELECT s.name FROM memory m JOIN events s ON s.id = m.step").fetchall()
+        steps = [s.name for s in step_model(t).steps]
+    # THEN the allocation's step is the outer vLLM step, the one step the step model finds
+    assert rows == [("execute_context_0(0)_generation_4(4)",)] and steps == [rows[0][0]]

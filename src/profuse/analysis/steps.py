@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
 from ..trace.schema import DEVICE_TIME_SQL
+from ..trace.step_names import STEP_SQL, STEP_WHERE, StepName, merge, parse_step
 from ._memo import once_per_trace
 from .busy import StepBusy, activities, cpu_work, owners, pct_of, step_busy, union_ns
 
@@ -48,65 +49,9 @@ if TYPE_CHECKING:
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
-_VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)(?:\((?P<ctx_t>[^)]*)\))?"
-                   r"_generation_(?P<gen>\d+)(?:\((?P<gen_t>[^)]*)\))?")
-_SGLANG = re.compile(r"^step\[(?P<mode>[A-Z_]+)(?P<rest>[^\]]*)\]")
-_FIELD = re.compile(r"(?P<key>bs|toks|tokens)=(?P<val>\d+)")
-_SGLANG_PHASE = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed"}
 _NUMBER = re.compile(r"#(\d+)")
-
-# SQL text matching every step annotation's name (fixed patterns, nothing from a trace); the kind is
-# checked beside it (STEP_WHERE)
-STEP_SQL = ("(name LIKE 'ProfilerStep#%' OR regexp_matches(name, '^execute_([0-9]+_)?context_[0-9]+') "
-            "OR regexp_matches(name, '^step\\[[A-Z_]+'))")
-STEP_WHERE = f"kind = 'annotation' AND {STEP_SQL}"
 # what counts as the model's work when a trace has no steps (its active window)
 _WORK_KINDS_SQL = f"'cpu_op', 'runtime', 'sync', {DEVICE_TIME_SQL}"
-
-
-@dataclass(frozen=True)
-class StepName:
-    """What a step annotation's name says: its engine and, for serving steps, phase, batch and tokens."""
-
-    engine: str           # profiler | vllm | sglang
-    phase: str | None     # prefill | decode | mixed | None
-    batch: int | None     # requests in the batch
-    tokens: int | None    # tokens scheduled in the step
-
-
-def _count(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
-
-
-def _vllm_tokens(m: re.Match[str]) -> int | None:
-    if m["tokens"] is not None:
-        return int(m["tokens"])
-    ctx, gen = _count(m["ctx_t"]), _count(m["gen_t"])
-    return ctx + gen if ctx is not None and gen is not None else None
-
-
-def parse_step(name: str) -> StepName | None:
-    """The step a name describes, or None when it is not a step annotation."""
-    if name.startswith("ProfilerStep#"):
-        return StepName("profiler", None, None, None)
-    m = _VLLM.match(name)
-    if m:
-        ctx, gen = int(m["ctx"]), int(m["gen"])
-        phase = "mixed" if ctx and gen else "prefill" if ctx else "decode" if gen else None
-        return StepName("vllm", phase, ctx + gen, _vllm_tokens(m))
-    m = _SGLANG.match(name)
-    if m:
-        fields = {f["key"]: int(f["val"]) for f in _FIELD.finditer(m["rest"])}
-        return StepName("sglang", _SGLANG_PHASE.get(m["mode"]), fields.get("bs"),
-                        fields.get("toks", fields.get("tokens")))
-    return None
-
-
-def merge(outer: StepName, inner: StepName) -> StepName:
-    """A step's description from its own name and a step annotation nested in it: known fields win."""
-    return StepName(outer.engine if outer.engine != "profiler" else inner.engine,
-                    outer.phase or inner.phase, outer.batch if outer.batch is not None else inner.batch,
-                    outer.tokens if outer.tokens is not None else inner.tokens)
 
 
 @dataclass(frozen=True)

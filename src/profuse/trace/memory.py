@@ -29,6 +29,7 @@ from ._write import ArrowTable, encode_dictionary
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns, kind_mask
 from .schema import HOST_KINDS, TABLE_KINDS
+from .step_names import is_step_name
 
 MEMORY_EVENT = "[memory]"
 _RAW_NAME = b'"[memory]"'
@@ -429,14 +430,18 @@ def _holders(events: EventColumns, ts: np.ndarray, thread: np.ndarray) -> np.nda
 
 
 def _steps(events: EventColumns, names: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """The ``ProfilerStep#N`` annotation running at each time (events.id), or -1."""
+    """The step annotation (the step model's name rule, trace/step_names.py: ``ProfilerStep#N``, vLLM's and
+    sglang's scheduler steps) running at each time (events.id), or -1; a step annotation inside another
+    is not one of its own (it describes the outer step)."""
     out = np.full(len(ts), NONE, dtype=np.int64)
     ann = np.flatnonzero(kind_mask(events.kind, "annotation"))
-    is_step = np.array([str(s).startswith("ProfilerStep#") for s in names] or [False])  # per distinct name
+    is_step = np.array([is_step_name(str(s)) for s in names] or [False])  # per distinct name
     steps = ann[is_step[events.name[ann]]].astype(np.int64)
     if not steps.size:
         return out
-    steps = steps[np.argsort(events.ts[steps], kind="stable")]
+    steps = steps[np.lexsort((-events.dur[steps], events.ts[steps]))]   # by start, the longer first
+    ends = events.ts[steps] + events.dur[steps]
+    steps = steps[ends > np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))]
     start, stop = events.ts[steps], events.ts[steps] + events.dur[steps]
     pos = np.searchsorted(start, ts, side="right") - 1
     ok = (pos >= 0) & (ts <= stop[np.maximum(pos, 0)])
