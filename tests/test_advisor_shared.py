@@ -54,9 +54,12 @@ def test_compiled_region_kernels_and_their_source_ops():
         s = compiled_regions(t)
     assert [r.name for r in s.regions] == compiled_region_names(path) == ["Torch-Compiled Region: 0/0"]
     kernels = {k.name: k for k in s.regions[0].kernels}
-    # the inductor kernels whose innermost enclosing cpu_op is the region, read with plain json
+    # the inductor kernels whose innermost enclosing cpu_op is the region, read with plain json, are the ones
+    # it lists with the ops they fuse; the rest it lists are extern (hipBLASLt GEMMs, attention), fusing none
     want = compiled_region_kernel_names(path, "Torch-Compiled Region: 0/0")
-    assert set(kernels) == want and len(kernels) == len(want) > 0
+    assert {k for k, v in kernels.items() if v.fused_ops} == want and len(want) > 0
+    assert {k for k, v in kernels.items() if not v.fused_ops} and not any(k.startswith("triton_") for k, v in
+                                                                          kernels.items() if not v.fused_ops)
     assert kernels["triton_red_fused_add_mean_mul_pow_rsqrt_0"].fused_ops == ["add", "mean", "mul", "pow", "rsqrt"]
     assert "aten::mm" in s.regions[0].eager_ops_inside
     frames = {name.split(": ", 1)[1].split("/")[0] for name in compiled_region_names(path)}  # '0/0' -> frame 0
