@@ -63,3 +63,13 @@ def test_json_html_notebook_explorer_and_console_show_the_same_figures(name: str
     # the step table (JSON) and the diagnosis list the same steps
     if d["scope"] == "steps":
         assert [s["name"] for s in doc["steps"]] == [s["name"] for s in d["steps"]]
+
+
+def test_peaks_have_one_json_shape_in_the_report_and_the_diff(capsys: pytest.CaptureFixture[str]) -> None:
+    # the report's advice and the diff's sides send the one Peaks record: the same keys and figures
+    path = TRACES / "h100_bert_small.json.gz"
+    assert main(["report", str(path), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)["peaks"]
+    assert main(["diff", str(path), str(path), "--format", "json"]) == 0
+    side = json.loads(capsys.readouterr().out)["sides"]["a"]["peaks"]
+    assert side == report and {"tflops_tf32", "tflops_fp8"} <= set(side)

@@ -58,21 +58,12 @@ class DeviceNames(Struct):
     b: str | None
 
 
-class PeaksEntry(Struct):
-    """The peaks one side's roofline is drawn against."""
-
-    source: str
-    tflops_half: float
-    tflops_fp32: float
-    gbps: float
-
-
 class SideEntry(Struct):
     """One run: its device, peaks, steps, and what torch.compile and CUDA graphs did in it."""
 
     kind: str
     device: str | None
-    peaks: PeaksEntry | None
+    peaks: Peaks | None   # the analysis record, as the report's JSON sends it
     device_us: float
     steps: int
     step_median_us: float
@@ -158,12 +149,8 @@ def _ops(rows: list[OpPair]) -> list[OpEntry]:
                     ratio=_r(r.ratio, 4), matched=r.matched) for r in rows]
 
 
-def _peaks(p: Peaks | None) -> PeaksEntry | None:
-    return None if p is None else PeaksEntry(p.source, p.tflops_half, p.tflops_fp32, p.gbps)
-
-
 def _side(s: Side) -> SideEntry:
-    return SideEntry(kind=s.kind, device=s.device, peaks=_peaks(s.peaks), device_us=round(s.device_us, 3),
+    return SideEntry(kind=s.kind, device=s.device, peaks=s.peaks, device_us=round(s.device_us, 3),
                      steps=s.steps, step_median_us=round(s.step_median_us, 3), compiled_regions=s.compiled_regions,
                      graph_replay_kernels=s.graph_replay_kernels, graph_replay_us=round(s.graph_replay_us, 3),
                      fused_kernels=s.fused_kernels)

@@ -588,15 +588,6 @@
  */
 
 /**
- * The peaks one side's roofline is drawn against.
- * @typedef {Object} PeaksEntry
- * @property {string} source
- * @property {number} tflops_half
- * @property {number} tflops_fp32
- * @property {number} gbps
- */
-
-/**
  * One rank's totals (µs), overlap of compute and communication, and clock offset (None: unknown).
  * @typedef {Object} RankRow
  * @property {number} rank
@@ -731,7 +722,7 @@
  * @typedef {Object} SideEntry
  * @property {string} kind
  * @property {(string|null)} device
- * @property {(PeaksEntry|null)} peaks
+ * @property {(Peaks|null)} peaks
  * @property {number} device_us
  * @property {number} steps
  * @property {number} step_median_us
