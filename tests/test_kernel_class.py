@@ -68,3 +68,16 @@ def test_fp32_matrix_kernels():
     assert not fp32_matrix("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV", None)
     assert fp32_matrix("cutlass::Kernel", '["float", "float"]')
     assert not fp32_matrix("cutlass::Kernel", '["c10::BFloat16", "c10::BFloat16"]')
+
+
+@pytest.mark.parametrize(("name", "cls"), [
+    # inductor names a pointwise or reduction kernel after the addmm whose bias it adds: not a GEMM (the
+    # matmul itself is the extern cuBLAS kernel beside it; names from the H200 compiled BERT fixture)
+    ("triton_per_fused_add_addmm_native_layer_norm_view_6", "norm"),
+    ("triton_poi_fused_addmm_gelu_view_7", "elementwise"),
+    ("triton_poi_fused_addmm_clone_mul_transpose_view_2", "elementwise"),
+    # inductor's GEMM templates are GEMMs
+    ("triton_tem_fused_addmm_0", "gemm"), ("triton_tem_fused_mm_1", "gemm"),
+])
+def test_inductor_kernels_named_after_a_matmul_are_gemms_only_as_templates(name, cls):
+    assert kernel_class("kernel", name, "## Call CompiledFxGraph abc ##") == cls

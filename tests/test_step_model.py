@@ -31,6 +31,22 @@ def _trace_window_us(path: Path) -> float:
     return float(max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events))
 
 
+# an upper bound on GEMM/conv kernels, FP32 or not: any kernel whose name says matrix work
+_MATRIX = re.compile(r"gemm|conv|cutlass|cublas|cudnn|xmma|nvjet|cijk_|matmul|_mm_|mm_kernel|fprop|dgrad|wgrad|fc-",
+                     re.IGNORECASE)
+
+
+def _matrix_us(path: Path) -> float:
+    return float(sum(e["dur"] for e in oracle.exact_events(str(path))
+                     if oracle.is_device_time(e) and _MATRIX.search(str(e.get("name", "")))))
+
+
+def _idle_us(path: Path) -> float:
+    """The trace's window less the union of its device activity: more than any idle a lever can draw."""
+    device = [(e["ts"], e["ts"] + e["dur"]) for e in oracle.exact_events(str(path)) if oracle.is_device_time(e)]
+    return _trace_window_us(path) - float(oracle.union_us(device))
+
+
 def _collectives_us(path: Path) -> float:
     return float(oracle.union_us([(e["ts"], e["ts"] + e["dur"]) for e in oracle.exact_events(str(path))
                                   if oracle.is_device_time(e) and _COLLECTIVE.search(str(e.get("name", "")))]))
@@ -68,6 +84,10 @@ def test_every_consumer_reads_the_same_steps_and_none_spans_past_the_trace(path:
         assert lv.gain_us <= d.span_us + TOL_US
         if lv.kind == "communication":
             assert lv.gain_us <= _collectives_us(path) + TOL_US, lv
+        if lv.kind in ("precision", "gemm"):
+            assert lv.gain_us <= _matrix_us(path) + TOL_US, lv
+        if d.device and lv.draws and all(k.startswith("idle/") for k in lv.draws):
+            assert lv.gain_us <= _idle_us(path) + TOL_US, lv
 
 
 def _x(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: object) -> dict[str, object]:

@@ -3,7 +3,8 @@
 One class per activity, from this fixed list (docs/advisor.md states each rule):
 ``gemm attention conv norm elementwise reduction communication memcpy_h2d memcpy_d2h memcpy_d2d
 memset other``. Names decide first (vendor libraries name their kernels: cuBLAS/cuBLASLt ``*gemm*``,
-``nvjet``, CUTLASS, hipBLASLt/Tensile ``Cijk_*``, Triton ``triton_*mm*``, flash/fmha/``attn_fwd``/
+``nvjet``, CUTLASS, hipBLASLt/Tensile ``Cijk_*``, inductor's Triton GEMM templates ``triton_tem_*mm*``
+(a pointwise or reduction kernel named after the ``addmm`` whose bias it adds is not a GEMM), flash/fmha/``attn_fwd``/
 paged attention, cuDNN/MIOpen convolutions, NCCL/RCCL); a generic name (``elementwise_kernel``,
 MTIA ``pe_exe``, a CUTLASS kernel under a convolution) takes its launching op's class.
 """
@@ -22,7 +23,7 @@ _COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|
 _ATTENTION = re.compile(r"flash|fmha|attn|attention|sage|mha_|_mha|paged_attention|xformers", re.I)
 _CONV = re.compile(r"conv|fprop|dgrad|wgrad|implicit_gemm|implicitgemm|scudnn|igemm_|miopen(?!batchnorm)|"
                    r"naive_conv|winograd|fft2d|wrw_|depthwise", re.I)
-_GEMM = re.compile(r"gemm|cublas|cijk_|cutlass|nvjet|matmul|triton_\w*mm|_mm_|splitk|hipblaslt|wvsplitk|"
+_GEMM = re.compile(r"gemm|cublas|cijk_|cutlass|nvjet|matmul|triton_tem\w*mm|_mm_|splitk|hipblaslt|wvsplitk|"
                    r"xmma|^fc-|[_-]fc[_-]|bmm|sgemm|hgemm|dot_", re.I)
 _NORM = re.compile(r"norm|rms|rsqrt|bn_fw|bn_bw|batchnorm|rowwisemoments|welford|layer_?norm", re.I)
 _REDUCTION = re.compile(r"reduce|triton_red|triton_per|softmax|pool|argmax|topk|sort|scan|cumsum|sum_kernel|"
