@@ -81,3 +81,19 @@ def test_fp32_matrix_kernels():
 ])
 def test_inductor_kernels_named_after_a_matmul_are_gemms_only_as_templates(name, cls):
     assert kernel_class("kernel", name, "## Call CompiledFxGraph abc ##") == cls
+
+
+@pytest.mark.parametrize(("name", "cls", "fp32"), [
+    # vLLM's fused residual + RMSNorm kernel: "typeConvert" in its template arguments is no convolution
+    ("void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(vllm::_typeConvert<c10::BFloat16>::packed_t*)",
+     "norm", False),
+    # A100 tensor-op s1688 kernels run FP32 inputs as TF32; a cuDNN "sgemm" over bf16 is 16-bit math
+    ("cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4", "gemm", False),
+    ("void precomputed_convolve_sgemm<__nv_bfloat16, 1024, 5, 5, 4, 3, 3, 1, false>(int, int)", "conv", False),
+    ("volta_sgemm_64x64_nt", "gemm", True),
+])
+def test_kernel_names_that_do_not_say_fp32_or_conv(name, cls, fp32):
+    from profuse.analysis.kernel_class import fp32_matrix
+
+    assert kernel_class("kernel", name, None) == cls
+    assert fp32_matrix(name, '["float", "float"]' if "s1688" in name else None) is fp32

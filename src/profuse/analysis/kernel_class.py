@@ -21,7 +21,7 @@ KERNEL_CLASSES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction
 _COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|broadcast_kernel|cross_device",
                    re.I)
 _ATTENTION = re.compile(r"flash|fmha|attn|attention|sage|mha_|_mha|paged_attention|xformers", re.I)
-_CONV = re.compile(r"conv|fprop|dgrad|wgrad|implicit_gemm|implicitgemm|scudnn|igemm_|miopen(?!batchnorm)|"
+_CONV = re.compile(r"conv(?!ert)|fprop|dgrad|wgrad|implicit_gemm|implicitgemm|scudnn|igemm_|miopen(?!batchnorm)|"
                    r"naive_conv|winograd|fft2d|wrw_|depthwise", re.I)
 _GEMM = re.compile(r"gemm|cublas|cijk_|cutlass|nvjet|matmul|triton_tem\w*mm|_mm_|splitk|hipblaslt|wvsplitk|"
                    r"xmma|^fc-|[_-]fc[_-]|bmm|sgemm|hgemm|dot_", re.I)
@@ -99,7 +99,9 @@ def kernel_class(kind: str, name: str, op: str | None = None, launch: str | None
 # ..._BBS_... bf16 in and out with fp32 compute, ..._HHS_... half: only the first letter counts.
 _FP32_NAME = re.compile(r"sgemm|scudnn|_s_?gemm|dtype_float\b|fc-dtype_float|f32f32_f32(?!.*tf32)", re.I)
 _TENSILE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_(?P<dt>[A-Z0-9]+)_")
-_NOT_FP32 = re.compile(r"tf32|bf16|f16|half|fp8|int8|hgemm", re.I)
+# not FP32 math: TF32 (Ampere's tensor-op s1688 kernels are TF32), 16-bit (a template argument such as
+# __nv_bfloat16 says so even in a kernel named *sgemm*), 8-bit
+_NOT_FP32 = re.compile(r"tf32|s1688|bf16|bfloat16|f16|half|fp8|int8|hgemm", re.I)
 
 
 def fp32_matrix(name: str, input_types: str | None) -> bool:
