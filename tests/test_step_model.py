@@ -202,3 +202,16 @@ def test_the_memory_tables_name_a_serving_step_by_the_same_rule(tmp_path: Path) 
         steps = [s.name for s in step_model(t).steps]
     # THEN the allocation's step is the outer vLLM step, the one step the step model finds
     assert rows == [("execute_context_0(0)_generation_4(4)",)] and steps == [rows[0][0]]
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
+def test_no_lever_whose_cause_is_outside_the_trace_ranks_above_one_it_shows(path: Path) -> None:
+    with profuse.load(path) as t:
+        d = diagnose(t)
+    grades = [lv.grade for lv in d.levers]
+    assert set(grades) <= {"measured", "inferred", "outside the trace"}
+    outside = [i for i, g in enumerate(grades) if g == "outside the trace"]
+    assert all(i > j for i in outside for j, g in enumerate(grades) if g != "outside the trace"), grades
+    for lv in (*d.levers, *d.small_items):
+        assert (lv.grade == "outside the trace") == (lv.kind == "stream_wait"), lv.kind
+        assert (lv.grade == "inferred") == (lv.kind in ("precision", "gemm") or lv.kind.startswith("fusion:"))

@@ -60,6 +60,7 @@ class Lever:
     ops: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
     caps: tuple[float, ...] = ()   # µs at most from each leaf in draws (same order); () or a missing one: no cap
+    grade: str = "measured"        # what shows it: measured | inferred | outside the trace (GRADES)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,19 @@ class Diagnosis:
     small_items: tuple[Lever, ...]
     combined_gain_us: float
     notes: tuple[str, ...]
+
+
+# What in the trace shows each lever (docs/advisor.md, "Evidence grades"): "measured", the trace holds the
+# cause (the idle time and what the host did in it, the collectives, the copies); "inferred", a model
+# of it (what lower precision, GEMM tuning or a fused kernel would take); "outside the trace", the cause
+# is not in it (a stream that waited on work the trace does not show, or a clock offset). A lever graded
+# outside the trace is never ranked above one the trace shows.
+GRADES = {"precision": "inferred", "gemm": "inferred", "fusion": "inferred", "stream_wait": "outside the trace"}
+
+
+def grade_of(kind: str) -> str:
+    """A lever kind's evidence grade (``fusion:<pattern>`` is fusion's)."""
+    return GRADES.get(kind.split(":", 1)[0], "measured")
 
 
 def warmup_index(spans: list[int]) -> int | None:

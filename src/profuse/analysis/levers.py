@@ -29,7 +29,7 @@ from .budget import (
     launch_wait,
 )
 from .busy import LAUNCH_GAP_MAX_US, Activities, named_launch_calls
-from .diagnosis_records import Lever, Steady
+from .diagnosis_records import Lever, Steady, grade_of
 from .opclass import op_class
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _lever(ctx: Context, kind: str, target: str, gain_ns: float, confidence: str
            draws: tuple[str, ...], **kw: Any) -> Lever:
     """A lever with its gain bounded by its leaves."""
     gain = min(max(float(gain_ns), 0.0), float(ctx.leaf(*draws)))
-    return Lever(kind, target, round(gain / 1e3, 3), confidence, evidence, how, draws, **kw)
+    return Lever(kind, target, round(gain / 1e3, 3), confidence, evidence, how, draws, grade=grade_of(kind), **kw)
 
 
 def _pieces(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -345,7 +345,8 @@ def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndar
     if call:
         ev += (f"Its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch, with no launch "
                "between: the stream may have waited on that event. ")
-    ev += "What it waited on is not device work in the trace (the device was idle)"
+    ev += ("What it waited on is not in this trace: work it did not record (a previous batch's, another "
+           "process's) or a clock offset between host and device, so the device may not have been idle")
     return [_lever(ctx, "stream_wait", f"stream {stream}" if stream >= 0 else "launched work", gain, "low", ev,
                    HOW["stream_wait"], ("idle/queued",), kernels=(str(w.name[i]),))]
 
@@ -775,9 +776,10 @@ def rank_levers(ctx: Context) -> tuple[tuple[Lever, ...], tuple[Lever, ...], flo
 
 def rank(levers: list[Lever], leaves: dict[str, int], span_ns: int) -> tuple[tuple[Lever, ...], tuple[Lever, ...],
                                                                               float]:
-    """Sort by gain, fold the small ones, and pull them all in rank order, each taking at most what
-    its leaves still hold (no time counted twice)."""
-    levers = sorted(levers, key=lambda lv: (lv.kind != "no_device_data", -lv.gain_us, lv.kind, lv.target))
+    """Sort by gain, those whose cause is outside the trace after every other, fold the small ones, and
+    pull them all in rank order, each taking at most what its leaves still hold (no time counted twice)."""
+    levers = sorted(levers, key=lambda lv: (lv.kind != "no_device_data", lv.grade == "outside the trace",
+                                            -lv.gain_us, lv.kind, lv.target))
     small_us = max(SMALL_PCT / 100 * span_ns / 1e3, SMALL_US)
     ranked = tuple(lv for lv in levers if lv.kind == "no_device_data" or lv.gain_us >= small_us)
     small = tuple(lv for lv in levers if lv not in ranked)

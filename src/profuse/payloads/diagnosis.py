@@ -53,6 +53,7 @@ class LeverCard(Struct):
     draws: list[str]
     ops: list[str]
     kernels: list[str]
+    grade: str = "measured"   # measured | inferred | outside the trace (analysis.diagnosis_records.GRADES)
 
 
 class SmallItems(Struct):
@@ -86,7 +87,7 @@ def _leaves(leaves: tuple[Leaf, ...]) -> list[BudgetLeaf]:
 def _card(lv: Lever) -> LeverCard:
     return LeverCard(kind=lv.kind, target=lv.target, gain_us=lv.gain_us, confidence=lv.confidence,
                      evidence=lv.evidence, how=lv.how, draws=list(lv.draws), ops=list(lv.ops),
-                     kernels=list(lv.kernels))
+                     kernels=list(lv.kernels), grade=lv.grade)
 
 
 def _groups(steps: tuple[StepBudget, ...]) -> list[StepGroup]:

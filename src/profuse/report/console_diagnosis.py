@@ -94,7 +94,7 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
         line.append(lv.kind, style="bold cyan")
         line.append(" ")
         line.append(text(lv.target))
-        line.append(f"  save up to {fmt_us(lv.gain_us)} ({pct:.0f}%) [{lv.confidence}]", style="bold")
+        line.append(f"  save up to {fmt_us(lv.gain_us)} ({pct:.0f}%) [{lv.confidence}, {lv.grade}]", style="bold")
         console.print(line)
         console.print(text(f"     {lv.evidence}", style="dim"))
         console.print(text(f"     how: {lv.how}"))

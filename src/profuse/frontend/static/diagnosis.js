@@ -54,7 +54,7 @@ function card(lv, span, st, go) {
   return el("div", { class: "card lever", dataset: { kind: lv.kind, gain: String(lv.gain_us) } },
     el("div", {}, el("b", {}, lv.kind), " ", lv.target),
     el("div", { class: "big" }, `save up to ${fmtUs(lv.gain_us)}` + (span ? ` (${(100 * lv.gain_us / span).toFixed(0)}%)` : "")),
-    el("div", { class: "muted" }, `confidence: ${lv.confidence} · ${lv.evidence}`),
+    el("div", { class: "muted" }, `confidence: ${lv.confidence} · evidence: ${lv.grade} · ${lv.evidence}`),
     el("div", { class: "rec" }, lv.how),
     links.length ? el("div", {}, "ops: ", links) : null,
     kernels.length ? el("div", { class: "muted" }, "kernels (timeline): ", kernels) : null);

@@ -349,6 +349,7 @@
  * @property {Array<string>} draws
  * @property {Array<string>} ops
  * @property {Array<string>} kernels
+ * @property {string} grade
  */
 
 /**
