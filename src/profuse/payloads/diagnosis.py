@@ -7,28 +7,11 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
+# the budget's leaves and steps are the analysis records themselves (no copies): light, no numpy
+from ..analysis.diagnosis_records import Leaf, StepBudget
+
 if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the analyses
-    from ..analysis.diagnosis import Diagnosis, Leaf, Lever, StepBudget
-
-
-class BudgetLeaf(Struct):
-    """One leaf of a budget: ``busy/<class>``, ``idle/<cause>`` or (CPU-only) ``cpu/<class>`` / ``idle``."""
-
-    key: str
-    us: float
-    pct: float
-
-
-class StepDiagnosis(Struct):
-    """One step: ``phase``/``batch``/``tokens`` from a serving engine's step name (null where unknown)."""
-
-    name: str
-    phase: str | None
-    batch: int | None
-    tokens: int | None
-    span_us: float
-    budget: list[BudgetLeaf]
-    warmup: bool
+    from ..analysis.diagnosis import Diagnosis, Lever
 
 
 class StepGroup(Struct):
@@ -37,7 +20,7 @@ class StepGroup(Struct):
     kind: str
     count: int
     span_us: float
-    budget: list[BudgetLeaf]
+    budget: list[Leaf]
 
 
 class LeverCard(Struct):
@@ -71,17 +54,17 @@ class DiagnosisPayload(Struct):
     device: bool
     scope: str
     span_us: float
-    budget: list[BudgetLeaf]
+    budget: list[Leaf]
     groups: list[StepGroup]
-    steps: list[StepDiagnosis]
+    steps: list[StepBudget]
     levers: list[LeverCard]
     small_items: SmallItems
     combined_gain_us: float
     notes: list[str]
 
 
-def _leaves(leaves: tuple[Leaf, ...]) -> list[BudgetLeaf]:
-    return [BudgetLeaf(key=lf.key, us=lf.us, pct=lf.pct) for lf in leaves]
+def _leaves(leaves: tuple[Leaf, ...]) -> list[Leaf]:
+    return list(leaves)
 
 
 def _card(lv: Lever) -> LeverCard:
@@ -103,8 +86,7 @@ def _groups(steps: tuple[StepBudget, ...]) -> list[StepGroup]:
         for lf in s.budget:
             ns[s.kind][lf.key] += round(lf.us * 1e3)
     return [StepGroup(kind=k, count=count[k], span_us=round(span[k] / 1e3, 3),
-                      budget=[BudgetLeaf(key=key, us=round(v / 1e3, 3),
-                                         pct=round(100.0 * v / span[k], 2) if span[k] else 0.0)
+                      budget=[Leaf(key=key, us=round(v / 1e3, 3), pct=round(100.0 * v / span[k], 2) if span[k] else 0.0)
                               for key, v in ns[k].items()]) for k in count]
 
 
@@ -112,8 +94,7 @@ def diagnosis_payload(d: Diagnosis) -> DiagnosisPayload:
     """The record every renderer sends."""
     return DiagnosisPayload(
         device=d.device, scope=d.scope, span_us=d.span_us, budget=_leaves(d.budget), groups=_groups(d.steps),
-        steps=[StepDiagnosis(name=s.name, phase=s.phase, batch=s.batch, tokens=s.tokens, span_us=s.span_us,
-                             budget=_leaves(s.budget), warmup=s.warmup) for s in d.steps],
+        steps=list(d.steps),
         levers=[_card(lv) for lv in d.levers],
         small_items=SmallItems(count=len(d.small_items), gain_us=round(sum(lv.gain_us for lv in d.small_items), 3),
                                kinds=sorted({lv.kind for lv in d.small_items})),

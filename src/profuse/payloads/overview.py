@@ -7,10 +7,10 @@ from msgspec import Struct
 
 from ..analysis.breakdown import Breakdown
 from ..analysis.busy import Busy
+from ..analysis.diagnosis_records import Leaf
 from ..analysis.summary import Summary
 from ..redact import redact, redact_text
 from .advice import AdvicePayload
-from .diagnosis import BudgetLeaf
 
 
 class TraceInfo(Struct):
@@ -89,7 +89,7 @@ def categories(breakdown: Breakdown) -> dict[str, float]:
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def budget_categories(budget: list[BudgetLeaf], *, device: bool) -> dict[str, float]:
+def budget_categories(budget: list[Leaf], *, device: bool) -> dict[str, float]:
     """A diagnosis's budget leaves grouped as the Overview's categories, in display order (they add up
     to its span): ``busy/communication`` (``cpu/communication``) is communication, ``busy/memcpy_*`` and
     ``busy/memset`` memory copy, ``cpu/python`` Python, every other ``busy/``/``cpu/`` leaf compute
@@ -126,6 +126,6 @@ def overview_payload(summary: Summary, breakdown: Breakdown, advice: AdvicePaylo
                     categories_of="budget" if diag is not None else "device time")
 
 
-def _cpu_budget(budget: list[BudgetLeaf]) -> bool:
+def _cpu_budget(budget: list[Leaf]) -> bool:
     """A CPU-only trace's budget (``cpu/<class>`` and ``idle`` leaves)."""
     return any(leaf.key.startswith("cpu/") or leaf.key == "idle" for leaf in budget)

@@ -5,10 +5,13 @@ printed is one of the record's (the JSON, the HTML report and the explorer show 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.text import Text
 
-from ..payloads.diagnosis import BudgetDiff, BudgetLeaf, DiagnosisPayload, StepGroup
+from ..analysis.diagnosis_records import Leaf
+from ..payloads.diagnosis import BudgetDiff, DiagnosisPayload, StepGroup
 from ._text import fmt_us, text
 
 BAR = 60
@@ -18,7 +21,7 @@ SHOWN_LEVERS = 5
 
 
 
-def _part(leaves: list[BudgetLeaf], prefix: str) -> tuple[float, str]:
+def _part(leaves: Sequence[Leaf], prefix: str) -> tuple[float, str]:
     mine = [lf for lf in leaves if lf.key.startswith(prefix)]
     total = round(sum(lf.pct for lf in mine), 2)
     inner = ", ".join(f"{lf.key.partition('/')[2]} {lf.pct:.0f}%" for lf in sorted(mine, key=lambda x: -x.us)[:3]
@@ -26,7 +29,7 @@ def _part(leaves: list[BudgetLeaf], prefix: str) -> tuple[float, str]:
     return total, inner
 
 
-def budget_line(label: str, leaves: list[BudgetLeaf], device: bool) -> Text:
+def budget_line(label: str, leaves: Sequence[Leaf], device: bool) -> Text:
     """``decode x5: busy 96% (gemm 66%, attention 5%) idle 4% (launch_overhead 3%)``."""
     t = Text()
     t.append(label, style="bold")
@@ -40,7 +43,7 @@ def budget_line(label: str, leaves: list[BudgetLeaf], device: bool) -> Text:
     return t
 
 
-def _letters(leaves: list[BudgetLeaf]) -> dict[str, str]:
+def _letters(leaves: Sequence[Leaf]) -> dict[str, str]:
     """A distinct letter per leaf: the first of its name not taken by a larger leaf."""
     out: dict[str, str] = {}
     for lf in sorted(leaves, key=lambda x: -x.us):
@@ -50,7 +53,7 @@ def _letters(leaves: list[BudgetLeaf]) -> dict[str, str]:
     return out
 
 
-def bar(leaves: list[BudgetLeaf]) -> Text:
+def bar(leaves: Sequence[Leaf]) -> Text:
     """The budget as one bar of BAR cells, busy green and idle red, a letter per leaf, and the letters' legend."""
     t = Text("  ")
     letters = _letters([lf for lf in leaves if round(lf.pct / 100 * BAR)])

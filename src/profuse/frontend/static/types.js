@@ -33,14 +33,6 @@
  */
 
 /**
- * One leaf of a budget: ``busy/<class>``, ``idle/<cause>`` or (CPU-only) ``cpu/<class>`` / ``idle``.
- * @typedef {Object} BudgetLeaf
- * @property {string} key
- * @property {number} us
- * @property {number} pct
- */
-
-/**
  * One budget leaf in two runs; ``delta_us = b_us - a_us``.
  * @typedef {Object} BudgetRow
  * @property {string} key
@@ -175,9 +167,9 @@
  * @property {boolean} device
  * @property {string} scope
  * @property {number} span_us
- * @property {Array<BudgetLeaf>} budget
+ * @property {Array<Leaf>} budget
  * @property {Array<StepGroup>} groups
- * @property {Array<StepDiagnosis>} steps
+ * @property {Array<StepBudget>} steps
  * @property {Array<LeverCard>} levers
  * @property {SmallItems} small_items
  * @property {number} combined_gain_us
@@ -334,6 +326,14 @@
  * @property {string} name
  * @property {number} ts
  * @property {number} dur
+ */
+
+/**
+ * One leaf of a budget: its key (``busy/gemm``, ``idle/host_sync``, ``cpu/python``), µs and % of the span.
+ * @typedef {Object} Leaf
+ * @property {string} key
+ * @property {number} us
+ * @property {number} pct
  */
 
 /**
@@ -742,6 +742,18 @@
  */
 
 /**
+ * One step: its name, what a serving engine's name says of it, its span and budget.
+ * @typedef {Object} StepBudget
+ * @property {string} name
+ * @property {(string|null)} phase
+ * @property {(number|null)} batch
+ * @property {(number|null)} tokens
+ * @property {number} span_us
+ * @property {Array<Leaf>} budget
+ * @property {boolean} warmup
+ */
+
+/**
  * Busy and idle device time within one profiler step (or scope), and whether host launches bound it.
  * @typedef {Object} StepBusy
  * @property {string} name
@@ -754,24 +766,12 @@
  */
 
 /**
- * One step: ``phase``/``batch``/``tokens`` from a serving engine's step name (null where unknown).
- * @typedef {Object} StepDiagnosis
- * @property {string} name
- * @property {(string|null)} phase
- * @property {(number|null)} batch
- * @property {(number|null)} tokens
- * @property {number} span_us
- * @property {Array<BudgetLeaf>} budget
- * @property {boolean} warmup
- */
-
-/**
  * The steady steps of one kind (a serving phase, or ``step``) together: their summed budget.
  * @typedef {Object} StepGroup
  * @property {string} kind
  * @property {number} count
  * @property {number} span_us
- * @property {Array<BudgetLeaf>} budget
+ * @property {Array<Leaf>} budget
  */
 
 /**
