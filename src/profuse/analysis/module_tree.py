@@ -41,6 +41,8 @@ def module_tree(trace: Trace) -> list[ModuleNode]:
         n.calls += 1
         n.device_us += inst.device_ns / 1e3
         n.cpu_us += inst.dur / 1e3
+    for n in nodes.values():  # rounded once, to the ns: the record every renderer sends
+        n.device_us, n.cpu_us = round(n.device_us, 3), round(n.cpu_us, 3)
     return by_device_time(list(nodes.values()))
 
 

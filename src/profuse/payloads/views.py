@@ -17,22 +17,11 @@ class RunInfo(Struct, kw_only=True):
     rank: int | UnsetType = UNSET
 
 
-class ModuleRow(Struct):
-    """All instances of one path of module classes, with calls and times (µs)."""
-
-    path: str
-    name: str
-    depth: int
-    calls: int
-    device_us: float
-    cpu_us: float
-
-
 class Modules(Struct):
     """The nn.Module tree in depth-first order (empty: the trace has no module scopes)."""
 
     device_label: str
-    nodes: list[ModuleRow]
+    nodes: list[ModuleNode]   # the analysis records, times rounded to the ns there
 
 
 class GeneratedKernel(Struct):
@@ -54,10 +43,8 @@ class CompiledView(Struct):
 
 
 def modules_payload(nodes: list[ModuleNode], device_label: str) -> Modules:
-    """The module tree with times rounded to ns."""
-    return Modules(device_label=device_label, nodes=[
-        ModuleRow(path=n.path, name=n.name, depth=n.depth, calls=n.calls, device_us=round(n.device_us, 3),
-                  cpu_us=round(n.cpu_us, 3)) for n in nodes])
+    """The module tree as :func:`analysis.module_tree.module_tree` gives it."""
+    return Modules(device_label=device_label, nodes=nodes)
 
 
 def compiled_payload(summary: CompiledSummary, code: dict[str, str]) -> CompiledView:

@@ -414,15 +414,8 @@
  */
 
 /**
- * One nn.Module scope of the chain from an event out to the outermost module.
- * @typedef {Object} ModuleRef
- * @property {number} id
- * @property {string} name
- */
-
-/**
- * All instances of one path of module classes, with calls and times (µs).
- * @typedef {Object} ModuleRow
+ * All instances of one path of module classes (``BertModel/BertEncoder/BertLayer``).
+ * @typedef {Object} ModuleNode
  * @property {string} path
  * @property {string} name
  * @property {number} depth
@@ -432,10 +425,17 @@
  */
 
 /**
+ * One nn.Module scope of the chain from an event out to the outermost module.
+ * @typedef {Object} ModuleRef
+ * @property {number} id
+ * @property {string} name
+ */
+
+/**
  * The nn.Module tree in depth-first order (empty: the trace has no module scopes).
  * @typedef {Object} Modules
  * @property {string} device_label
- * @property {Array<ModuleRow>} nodes
+ * @property {Array<ModuleNode>} nodes
  */
 
 /**
