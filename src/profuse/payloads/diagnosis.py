@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
-# the budget's leaves and steps are the analysis records themselves (no copies): light, no numpy
-from ..analysis.diagnosis_records import Leaf, StepBudget
+# the budget's leaves, steps and levers are the analysis records themselves (no copies): light, no numpy
+from ..analysis.diagnosis_records import Leaf, Lever, StepBudget
 
 if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the analyses
-    from ..analysis.diagnosis import Diagnosis, Lever
+    from ..analysis.diagnosis import Diagnosis
 
 
 class StepGroup(Struct):
@@ -21,22 +21,6 @@ class StepGroup(Struct):
     count: int
     span_us: float
     budget: list[Leaf]
-
-
-class LeverCard(Struct):
-    """A change ranked by gain; ``gain_us`` is at most the sum of the leaves in ``draws``; ``ops`` and
-    ``kernels`` name the op-table rows and kernels it is about."""
-
-    kind: str
-    target: str
-    gain_us: float
-    confidence: str
-    evidence: str
-    how: str
-    draws: list[str]
-    ops: list[str]
-    kernels: list[str]
-    grade: str = "measured"   # measured | inferred | outside the trace (analysis.diagnosis_records.GRADES)
 
 
 class SmallItems(Struct):
@@ -57,7 +41,7 @@ class DiagnosisPayload(Struct):
     budget: list[Leaf]
     groups: list[StepGroup]
     steps: list[StepBudget]
-    levers: list[LeverCard]
+    levers: list[Lever]
     small_items: SmallItems
     combined_gain_us: float
     notes: list[str]
@@ -65,12 +49,6 @@ class DiagnosisPayload(Struct):
 
 def _leaves(leaves: tuple[Leaf, ...]) -> list[Leaf]:
     return list(leaves)
-
-
-def _card(lv: Lever) -> LeverCard:
-    return LeverCard(kind=lv.kind, target=lv.target, gain_us=lv.gain_us, confidence=lv.confidence,
-                     evidence=lv.evidence, how=lv.how, draws=list(lv.draws), ops=list(lv.ops),
-                     kernels=list(lv.kernels), grade=lv.grade)
 
 
 def _groups(steps: tuple[StepBudget, ...]) -> list[StepGroup]:
@@ -95,7 +73,7 @@ def diagnosis_payload(d: Diagnosis) -> DiagnosisPayload:
     return DiagnosisPayload(
         device=d.device, scope=d.scope, span_us=d.span_us, budget=_leaves(d.budget), groups=_groups(d.steps),
         steps=list(d.steps),
-        levers=[_card(lv) for lv in d.levers],
+        levers=list(d.levers),
         small_items=SmallItems(count=len(d.small_items), gain_us=round(sum(lv.gain_us for lv in d.small_items), 3),
                                kinds=sorted({lv.kind for lv in d.small_items})),
         combined_gain_us=d.combined_gain_us, notes=list(d.notes))

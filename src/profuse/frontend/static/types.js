@@ -170,7 +170,7 @@
  * @property {Array<Leaf>} budget
  * @property {Array<StepGroup>} groups
  * @property {Array<StepBudget>} steps
- * @property {Array<LeverCard>} levers
+ * @property {Array<Lever>} levers
  * @property {SmallItems} small_items
  * @property {number} combined_gain_us
  * @property {Array<string>} notes
@@ -337,9 +337,8 @@
  */
 
 /**
- * A change ranked by gain; ``gain_us`` is at most the sum of the leaves in ``draws``; ``ops`` and
- * ``kernels`` name the op-table rows and kernels it is about.
- * @typedef {Object} LeverCard
+ * A change ranked by what it buys back: ``gain_us <= sum of the leaves in draws``.
+ * @typedef {Object} Lever
  * @property {string} kind
  * @property {string} target
  * @property {number} gain_us
@@ -349,6 +348,7 @@
  * @property {Array<string>} draws
  * @property {Array<string>} ops
  * @property {Array<string>} kernels
+ * @property {Array<number>} caps
  * @property {string} grade
  */
 
