@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from ..analysis.compiled import CompiledRegion, NeffBrief
+from ..analysis.compiled import CompiledSummary
 from ..analysis.hotspots import Hotspot
 from ..analysis.interruptions import Interruption
 from ..analysis.roofline import Peaks, RooflineRow
@@ -36,16 +36,6 @@ class FusionCandidate(Struct):
     predicted_saving_us: float
 
 
-class CompiledAdvice(Struct):
-    """torch.compile regions, graph breaks and the NEFFs beside the trace."""
-
-    regions: list[CompiledRegion]
-    graph_breaks: int
-    eager_between: list[str]
-    generated_kernels: list[str]
-    neffs: list[NeffBrief]
-
-
 class AdvicePayload(Struct):
     """Every section of the trace-level advice (docs/advisor.md)."""
 
@@ -54,7 +44,7 @@ class AdvicePayload(Struct):
     fusion_candidates: list[FusionCandidate]
     peaks: Peaks | None
     roofline: list[RooflineRow]
-    compiled: CompiledAdvice
+    compiled: CompiledSummary   # the analysis record itself
     roofline_note: str | None = None   # "no peak for <device name>: ..." where there are no peaks
     skewed_launches: int = 0           # device activities starting before their launch call (clock skew)
     diagnosis: DiagnosisPayload | None = None
@@ -71,13 +61,10 @@ def _candidate(c: Candidate) -> FusionCandidate:
 
 def advice_payload(advice: Findings) -> AdvicePayload:
     """The advice as sent: candidates carry the fields the report documents, times rounded to ns."""
-    comp = advice.compiled
     return AdvicePayload(
         hotspots=list(advice.hotspots), interruptions=list(advice.interruptions),
         fusion_candidates=[_candidate(c) for c in advice.fusion_candidates], peaks=advice.peaks,
         roofline=list(advice.roofline),
-        compiled=CompiledAdvice(regions=list(comp.regions), graph_breaks=comp.graph_breaks,
-                                eager_between=list(comp.eager_between),
-                                generated_kernels=list(comp.generated_kernels), neffs=list(comp.neffs)),
+        compiled=advice.compiled,
         roofline_note=advice.roofline_note, skewed_launches=advice.skewed_launches,
         diagnosis=diagnosis_payload(advice.diagnosis) if advice.diagnosis is not None else None)

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 from msgspec import UNSET, Struct, UnsetType
 
 from ..analysis.busy import Busy, StepBusy
+from ..analysis.compiled import CompiledSummary
 from ..analysis.hotspots import Hotspot
 from ..analysis.interruptions import Interruption
 from ..analysis.roofline import Peaks, RooflineRow
-from .advice import AdvicePayload, CompiledAdvice, FusionCandidate, advice_payload
+from .advice import AdvicePayload, FusionCandidate, advice_payload
 from .diagnosis import DiagnosisPayload
 from .memory import MemoryPayload
 from .ops import Ops, OpsRow, ops_payload
@@ -45,7 +46,7 @@ class ReportDocument(Struct, kw_only=True):
     fusion_candidates: list[FusionCandidate] | UnsetType = UNSET
     peaks: Peaks | UnsetType | None = UNSET
     roofline: list[RooflineRow] | UnsetType = UNSET
-    compiled: CompiledAdvice | UnsetType = UNSET
+    compiled: CompiledSummary | UnsetType = UNSET
     roofline_note: str | UnsetType | None = UNSET   # "no peak for <device name>: ..." where there are no peaks
     skewed_launches: int | UnsetType = UNSET         # device activities starting before their launch call
     memory: MemoryPayload | UnsetType = UNSET  # only for a trace with memory events (docs/memory.md)

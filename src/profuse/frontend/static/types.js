@@ -16,7 +16,7 @@
  * @property {Array<FusionCandidate>} fusion_candidates
  * @property {(Peaks|null)} peaks
  * @property {Array<RooflineRow>} roofline
- * @property {CompiledAdvice} compiled
+ * @property {CompiledSummary} compiled
  * @property {(string|null)} roofline_note
  * @property {number} skewed_launches
  * @property {(DiagnosisPayload|null)} diagnosis
@@ -96,16 +96,6 @@
  */
 
 /**
- * torch.compile regions, graph breaks and the NEFFs beside the trace.
- * @typedef {Object} CompiledAdvice
- * @property {Array<CompiledRegion>} regions
- * @property {number} graph_breaks
- * @property {Array<string>} eager_between
- * @property {Array<string>} generated_kernels
- * @property {Array<NeffBrief>} neffs
- */
-
-/**
  * One kernel a compiled region launched: its calls, device time, and the ops its generated name says it
  * fuses (none for an extern kernel: a GEMM library's, attention's, a copy).
  * @typedef {Object} CompiledKernel
@@ -126,6 +116,16 @@
  * @property {Array<string>} eager_ops_inside
  * @property {number} device_events
  * @property {number} replayed
+ */
+
+/**
+ * What ``torch.compile`` did in a trace: its regions, graph breaks, eager ops between regions, generated code.
+ * @typedef {Object} CompiledSummary
+ * @property {Array<CompiledRegion>} regions
+ * @property {number} graph_breaks
+ * @property {Array<string>} eager_between
+ * @property {Array<string>} generated_kernels
+ * @property {Array<NeffBrief>} neffs
  */
 
 /**
@@ -664,7 +664,7 @@
  * @property {Array<FusionCandidate>} [fusion_candidates]
  * @property {(Peaks|null)} [peaks]
  * @property {Array<RooflineRow>} [roofline]
- * @property {CompiledAdvice} [compiled]
+ * @property {CompiledSummary} [compiled]
  * @property {(string|null)} [roofline_note]
  * @property {number} [skewed_launches]
  * @property {MemorySection} [memory]
