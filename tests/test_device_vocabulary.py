@@ -35,12 +35,11 @@ def _xyz_trace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def own_vocabulary(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The vocabulary as shipped, restored after the test (a registered entry stays in this test)."""
-    monkeypatch.setattr(vocabulary, "DEVICES", list(vocabulary.DEVICES))
-    vocabulary._rules.cache_clear()
+def own_vocabulary() -> Iterator[None]:
+    """The vocabulary as shipped, restored in place after the test (a registered entry stays in this test)."""
+    shipped = list(vocabulary.DEVICES)
     yield
-    monkeypatch.undo()
+    vocabulary.DEVICES[:] = shipped
     vocabulary._rules.cache_clear()
 
 

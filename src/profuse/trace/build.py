@@ -31,7 +31,7 @@ from .event_columns import EventColumns, kind_mask
 from .meta import listed_device
 from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION
 from .trace import Trace
-from .vocabulary import DEVICES, device, moves_work
+from .vocabulary import device, moves_work, named_by_categories
 
 COMPRESS_MIN_EVENTS = 1_000_000
 
@@ -471,7 +471,7 @@ def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, t
     lower = {c.lower() for c in cats if c}
     rocm, cuda = device("ROCm"), device("CUDA")   # the device vocabulary's entries (trace/vocabulary.py)
     pu1 = set(device("PrivateUse1").runtime_categories)
-    named = next((d.kind for d in DEVICES if lower & set(d.marker_categories)), None)
+    named = named_by_categories(lower)
     if named is not None:   # a family its categories name (MTIA, or one registered)
         return named, dev_name
     if not has_device and not lower & pu1 and not launches():

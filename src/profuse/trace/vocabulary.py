@@ -7,7 +7,7 @@ metadata or categories name it. The loader (event kinds, device recognition, gra
 analyses (launch work, host syncs, the launch count of a trace without device activity) read the
 rules built from :data:`DEVICES`; adding a device is one entry here (:func:`register` at run time)
 plus capture's activity mapping. Kernel classes are :mod:`profuse.analysis.kernel_class`'s, peaks
-:mod:`profuse.analysis.roofline`'s.
+:mod:`profuse.analysis.advice.roofline`'s.
 """
 from __future__ import annotations
 
@@ -136,6 +136,11 @@ def device_of_calls(names: list[object]) -> str | None:
                 if n.startswith(prefix):
                     return kind
     return None
+
+
+def named_by_categories(categories: set[str]) -> str | None:
+    """The family whose marker categories the trace holds (MTIA, or a registered one), else None."""
+    return next((d.kind for d in DEVICES if categories & set(d.marker_categories)), None)
 
 
 def device(kind: str) -> Device:
