@@ -79,7 +79,7 @@ print_report(con, view)
 mark("entry: render table (the first time; then the text kept is printed)")
 t0 = time.process_time()
 from profuse.analysis import op_table, summarize
-from profuse.analysis.findings import trace_findings
+from profuse.analysis.advice.findings import trace_findings
 from profuse.analysis.memory import memory_section
 from profuse.cli._common import load_trace
 from profuse.payloads.report import report_view

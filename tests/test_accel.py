@@ -289,7 +289,7 @@ def _holder_by_hand(ts: list[int], end: list[int], depth: list[int], is_op: list
 
 
 def test_holders_compiled_matches_the_numpy_walk_and_a_walk_by_hand() -> None:
-    from profuse.analysis import levers
+    from profuse.analysis.diagnosis import levers
     from profuse.trace import compiled
     # GIVEN random host intervals sorted by start (nested and overlapping, ops and frames) and random times
     rng = np.random.default_rng(5)
@@ -321,7 +321,7 @@ def test_holders_compiled_matches_the_numpy_walk_and_a_walk_by_hand() -> None:
 def test_ns_by_name_sums_as_a_loop_over_the_pieces_does() -> None:
     from collections import Counter
 
-    from profuse.analysis import levers
+    from profuse.analysis.diagnosis import levers
     # GIVEN names (some repeated under other indices), pieces naming an index or none (-1), and their ns
     rng = np.random.default_rng(9)
     for _ in range(100):

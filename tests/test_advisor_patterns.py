@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 import naive_models as nm
 
 import profuse
-from profuse.analysis.fusion import fusion_candidates
+from profuse.analysis.advice.fusion import fusion_candidates
 
 X = (16, 128, 64)  # large enough that the ops move bytes (at tiny sizes CPU time is dispatch, not traffic)
 

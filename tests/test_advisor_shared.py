@@ -9,9 +9,9 @@ from oracle import calls_by_name as oracle_calls
 from oracle import compiled_region_kernel_names, compiled_region_names, module_calls, multi_kernel_norm_ops
 
 import profuse
+from profuse.analysis.advice.fusion import fusion_candidates
+from profuse.analysis.advice.roofline import device_peaks, roofline
 from profuse.analysis.compiled import compiled_regions, source_ops
-from profuse.analysis.fusion import fusion_candidates
-from profuse.analysis.roofline import device_peaks, roofline
 from profuse.cli import main
 
 NORM_TRACE = "mi300_normalization_layers.json.gz"

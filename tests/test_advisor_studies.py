@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import profuse
-from profuse.analysis.fusion import fusion_candidates
+from profuse.analysis.advice.fusion import fusion_candidates
 from profuse.cli import main
 
 

@@ -344,7 +344,7 @@ def test_bundle_meta_of_wrong_shape(tmp_path, capsys, meta):
 
 
 def test_measured_peaks_that_are_not_numbers(tmp_path):
-    from profuse.analysis.roofline import device_peaks
+    from profuse.analysis.advice.roofline import device_peaks
     from profuse.trace.bundle import MeasuredPeaks
 
     # GIVEN bundles whose meta.json holds peaks that measure nothing, and one whose peaks are numbers

@@ -68,7 +68,7 @@ def test_a_captured_bundle_reads_back_into_the_same_record_without_torch(tmp_pat
     assert written.peaks == measured
     # ... and the torch-free reader, in a child where torch cannot be imported, gives the same record
     code = (f"import msgspec, profuse\nt = profuse.load({str(bundle)!r})\n"
-            "from profuse.analysis.findings import trace_findings\n"
+            "from profuse.analysis.advice.findings import trace_findings\n"
             "f = trace_findings(t)\n"
             "print(msgspec.json.encode({'bundle': t.bundle, 'notes': t.notes, 'peaks': f.peaks}).decode())\n"
             f"print(sorted(m for m in sys.modules if m.startswith({FORBIDDEN!r}) and sys.modules[m] is not None))\n")

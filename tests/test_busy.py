@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import profuse
+from profuse.analysis.advice.interruptions import interruptions
 from profuse.analysis.busy import CpuWork, device_busy, union_ns
-from profuse.analysis.interruptions import interruptions
 from profuse.analysis.steps import steps_busy
 from profuse.cli import main
 

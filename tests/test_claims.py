@@ -314,7 +314,7 @@ def _chain_trace(tmp_path, name, ops, *, device=True, shape=(64, 1024), dur=8, w
 
 
 def _candidates(path):
-    from profuse.analysis.fusion import fusion_candidates
+    from profuse.analysis.advice.fusion import fusion_candidates
 
     with profuse.load(path) as t:
         return fusion_candidates(t)

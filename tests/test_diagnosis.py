@@ -542,9 +542,9 @@ def test_diff_compares_the_two_budgets(capsys):
 def test_every_class_cause_and_lever_kind_is_documented():
     from conftest import REPO
 
-    from profuse.analysis.budget import BUSY_PRIORITY, IDLE_CAUSES
-    from profuse.analysis.cpu_budget import CPU_LEAVES
-    from profuse.analysis.levers import HOW, SLUG
+    from profuse.analysis.diagnosis.budget import BUSY_PRIORITY, IDLE_CAUSES
+    from profuse.analysis.diagnosis.cpu_budget import CPU_LEAVES
+    from profuse.analysis.diagnosis.levers import HOW, SLUG
 
     doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
     kinds = {"cuda_graphs", "graph_launch", "stream_wait", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm",

@@ -198,7 +198,7 @@ def test_per_step_samples_equal_plain_json():
     from decimal import Decimal
 
     import profuse
-    from profuse.analysis.step_samples import samples
+    from profuse.analysis.compare.step_samples import samples
 
     path = trace_path("a100_nccl_rank0_of2.json.gz")
     with gzip.open(path) as fh:

@@ -11,7 +11,7 @@ import pytest
 from conftest import ALL_TRACES, trace_id
 
 import profuse
-from profuse.analysis.hotspots import hotspots
+from profuse.analysis.advice.hotspots import hotspots
 from profuse.analysis.optable import op_table
 from profuse.payloads.build import modules_of
 

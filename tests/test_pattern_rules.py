@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import profuse
+from profuse.analysis.advice.fusion import fusion_candidates
 from profuse.analysis.compiled import source_ops
-from profuse.analysis.fusion import fusion_candidates
 
 ATTN = "attention (matmul-softmax-matmul)"
 

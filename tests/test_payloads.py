@@ -17,8 +17,8 @@ from explorer_util import running
 
 import profuse
 from profuse.analysis import op_table, summarize
+from profuse.analysis.advice.findings import trace_findings
 from profuse.analysis.breakdown import device_breakdown
-from profuse.analysis.findings import trace_findings
 from profuse.analysis.timeline import event_links, timeline_model, timeline_window
 from profuse.cli import main
 from profuse.payloads import build, jsdoc

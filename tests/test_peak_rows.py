@@ -7,7 +7,7 @@ import json
 import pytest
 
 import profuse
-from profuse.analysis.roofline import device_peaks
+from profuse.analysis.advice.roofline import device_peaks
 from profuse.cli import main
 
 

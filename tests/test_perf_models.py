@@ -12,8 +12,8 @@ import pytest
 from conftest import trace_path
 
 import profuse
-from profuse.analysis.perf_models import conv_model, is_causal
-from profuse.analysis.roofline import Peaks, roofline
+from profuse.analysis.advice.perf_models import conv_model, is_causal
+from profuse.analysis.advice.roofline import Peaks, roofline
 
 PEAKS = Peaks(1000.0, 1000.0, 10000.0, "test peaks")
 

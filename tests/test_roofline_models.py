@@ -6,8 +6,8 @@ import json
 import pytest
 
 import profuse
+from profuse.analysis.advice.roofline import Peaks, device_peaks, roofline
 from profuse.analysis.opclass import Tensor, flops, io_bytes, modelled
-from profuse.analysis.roofline import Peaks, device_peaks, roofline
 
 F32, BF16 = 4, 2
 

@@ -1,6 +1,6 @@
 """Searches the analyses make in numpy rather than one comparison (or one SQL subquery) per item,
-checked against the definitions they replace: the time budget's cuts (analysis/budget.py) and the
-sites of blocking calls (analysis/levers.py)."""
+checked against the definitions they replace: the time budget's cuts (analysis/diagnosis/budget.py) and the
+sites of blocking calls (analysis/diagnosis/levers.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +8,8 @@ import pytest
 from conftest import trace_path
 
 import profuse
-from profuse.analysis.budget import covered, device_work, labels, pieces
 from profuse.analysis.busy import merge_runs
+from profuse.analysis.diagnosis.budget import covered, device_work, labels, pieces
 
 
 def _covered_by_hand(starts: list[int], ends: list[int], t: list[int]) -> list[bool]:
@@ -82,7 +82,7 @@ _SITES_SQL = """
                                   "v100_rank1_of2_216k_events"])
 def test_sync_sites_are_the_subqueries_they_replace(name: str, search_max: int | None,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from profuse.analysis import levers
+    from profuse.analysis.diagnosis import levers
     if search_max is not None:  # the SQL the search falls back to where it would compare too many pairs
         monkeypatch.setattr(levers, "SITES_SEARCH_MAX", search_max)
     # GIVEN a real trace and calls of every host kind on it (runtime calls, ops, frames), some with none

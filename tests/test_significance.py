@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from profuse.analysis.significance import cannot_tell, compare, min_steps, p_greater, p_two_sided
+from profuse.analysis.compare.significance import cannot_tell, compare, min_steps, p_greater, p_two_sided
 
 
 def brute_greater(a: list[float], b: list[float]) -> tuple[float, float]:

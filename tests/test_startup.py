@@ -89,7 +89,8 @@ def test_cached_report_imports_only_its_own_renderer(tmp_path: Path, fmt: str):
     assert sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in not_wanted)) == []
     # it did give advice, from the cache: the report's document kept beside the tables (cli/report_cached.py),
     # so no table is opened and no analysis runs
-    assert [m for m in ("duckdb", "numpy", "profuse.analysis.fusion", "profuse.analysis.findings") if m in modules] == []
+    assert [m for m in ("duckdb", "numpy", "profuse.analysis.advice.fusion", "profuse.analysis.advice.findings")
+            if m in modules] == []
     if fmt == "json":
         assert {"hotspots", "interruptions", "fusion_candidates", "roofline"} <= json.loads(out).keys()
     else:

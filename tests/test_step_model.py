@@ -13,9 +13,9 @@ import pytest
 from conftest import ALL_TRACES, trace_id
 
 import profuse
+from profuse.analysis.compare.diff import diff
+from profuse.analysis.compare.step_samples import samples, step_count
 from profuse.analysis.diagnosis import diagnose
-from profuse.analysis.diff import diff
-from profuse.analysis.step_samples import samples, step_count
 from profuse.analysis.step_stats import step_stats
 from profuse.analysis.steps import parse_step, step_model, steps_busy
 from profuse.payloads.build import compare_of

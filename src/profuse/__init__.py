@@ -48,7 +48,7 @@ def notebook_report(source: Any, *, top: int = 25, group_by: str = "op", advice:
     advisor's sections (as ``profuse report``; ``--no-advice`` is ``advice=False``).
     """
     from .analysis import op_table, summarize
-    from .analysis.findings import Findings, trace_findings
+    from .analysis.advice.findings import Findings, trace_findings
     from .payloads.build import ReportPayloads, report_payloads
     from .payloads.report import report_view
     from .report.notebook import NotebookReport

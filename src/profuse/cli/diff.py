@@ -68,8 +68,8 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
     import msgspec
     from rich.text import Text
 
-    from ..analysis.ranks import diff_docs
-    from ..analysis.significance import TEST, compare
+    from ..analysis.compare.ranks import diff_docs
+    from ..analysis.compare.significance import TEST, compare
     from ..payloads.diff import verdict_entry
     from ..ranks import run_ranks
     from ..report.diff import junit_of, markdown_folders, verdict_line
@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{many} holds several traces but {one} is one trace: "
                             "compare two folders of traces, or two traces")
         return _diff_folders(args, files_a, files_b)
-    from ..analysis.memory_diff import memory_diff
-    from ..analysis.step_samples import check_metric
+    from ..analysis.compare.memory_diff import memory_diff
+    from ..analysis.compare.step_samples import check_metric
     from ..payloads.build import compare_of
 
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:

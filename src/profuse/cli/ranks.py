@@ -67,7 +67,7 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
 
 def diff_rank_sets(args: argparse.Namespace, files_a: list[Path], files_b: list[Path]) -> int:
     """``profuse diff DIR_A DIR_B``: two runs of rank traces compared rank by rank."""
-    from ..analysis.ranks import diff_docs
+    from ..analysis.compare.ranks import diff_docs
     from ..ranks import run_ranks
     from ..report.ranks import print_ranks_diff, render_ranks_json
 

@@ -59,7 +59,7 @@ def _import_while_loading(fmt: str) -> None:
     import importlib
 
     renderer = {"json": "json_report", "html": "html", "table": "console"}[fmt]
-    for name in ("analysis", "analysis.findings", "analysis.memory", "payloads.report", f"report.{renderer}",
+    for name in ("analysis", "analysis.advice.findings", "analysis.memory", "payloads.report", f"report.{renderer}",
                  *(("payloads.build",) if fmt == "html" else ())):
         importlib.import_module(f"profuse.{name}")
 
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     _import_while_loading(args.format)
     with finish_load() as trace:
         from ..analysis import op_table, summarize
-        from ..analysis.findings import trace_findings
+        from ..analysis.advice.findings import trace_findings
 
         table = op_table(trace, group_by=args.group_by, sort=args.sort)
         summary = summarize(trace)

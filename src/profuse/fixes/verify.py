@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.fusion import Candidate
+from ..analysis.advice.fusion import Candidate
 from ..errors import ProfuseError
 from . import swaps
 
@@ -380,7 +380,7 @@ def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, st
 
 def _advise(model: Any, example_inputs: Sequence[Any], *, verify: bool, steps: int,
             out: str | Path | None, patterns: set[str] | None) -> AdviseResult:
-    from ..analysis.fusion import fusion_candidates
+    from ..analysis.advice.fusion import fusion_candidates
     from ..trace import load
 
     work = Path(out) if out else Path(tempfile.mkdtemp(prefix="profuse-advise-"))

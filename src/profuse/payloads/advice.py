@@ -6,15 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
+from ..analysis.advice.hotspots import Hotspot
+from ..analysis.advice.interruptions import Interruption
+from ..analysis.advice.roofline import Peaks, RooflineRow
 from ..analysis.compiled import CompiledSummary
-from ..analysis.hotspots import Hotspot
-from ..analysis.interruptions import Interruption
-from ..analysis.roofline import Peaks, RooflineRow
 from .diagnosis import DiagnosisPayload, diagnosis_payload
 
 if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the analyses
-    from ..analysis.findings import Findings
-    from ..analysis.fusion import Candidate
+    from ..analysis.advice.findings import Findings
+    from ..analysis.advice.fusion import Candidate
 
 
 class FusionCandidate(Struct):

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
+from ..analysis.advice.findings import Findings, trace_findings
 from ..analysis.breakdown import device_breakdown
+from ..analysis.compare.diff import diff
 from ..analysis.compiled import compiled_regions
-from ..analysis.diff import diff
-from ..analysis.findings import Findings, trace_findings
 from ..analysis.memory import has_memory
 from ..analysis.module_tree import module_tree
 from ..analysis.op_kernels import kernels_by_row

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from msgspec import Struct
 
 # the budget's leaves, steps and levers are the analysis records themselves (no copies): light, no numpy
-from ..analysis.diagnosis_records import Leaf, Lever, StepBudget
+from ..analysis.diagnosis.records import Leaf, Lever, StepBudget
 
 if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the analyses
     from ..analysis.diagnosis import Diagnosis

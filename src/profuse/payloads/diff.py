@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from msgspec import UNSET, Struct, UnsetType
 
-from ..analysis.diff import Diff, DiffRow, OpPair, Side
-from ..analysis.memory_diff import MemoryDiff
-from ..analysis.roofline import Peaks
-from ..analysis.significance import TEST, Verdict
+from ..analysis.advice.roofline import Peaks
+from ..analysis.compare.diff import Diff, DiffRow, OpPair, Side
+from ..analysis.compare.memory_diff import MemoryDiff
+from ..analysis.compare.significance import TEST, Verdict
 from .diagnosis import BudgetDiff
 
 DIFF_SCHEMA = "profuse.diff/2"
@@ -130,7 +130,7 @@ class DiffPayload(Struct, kw_only=True):
     roofline: list[RooflineEntry]
     test: str
     verdicts: list[VerdictEntry]
-    memory: MemoryDiff | UnsetType = UNSET  # when either run recorded memory (analysis.memory_diff)
+    memory: MemoryDiff | UnsetType = UNSET  # when either run recorded memory (analysis.compare.memory_diff)
     budget: BudgetDiff | None = None   # the two diagnoses' budgets, leaf by leaf
 
 

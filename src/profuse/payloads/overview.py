@@ -7,7 +7,7 @@ from msgspec import Struct
 
 from ..analysis.breakdown import Breakdown
 from ..analysis.busy import Busy
-from ..analysis.diagnosis_records import Leaf
+from ..analysis.diagnosis.records import Leaf
 from ..analysis.summary import Summary
 from ..redact import redact, redact_text
 from .advice import AdvicePayload

@@ -7,10 +7,10 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
-from ..analysis.ranks import CollectiveCall, MergedCandidate, RankRow, StepTimes, Straggler, VaryingOp
+from ..analysis.compare.ranks import CollectiveCall, MergedCandidate, RankRow, StepTimes, Straggler, VaryingOp
 
 RANKS_SCHEMA = "profuse.ranks/1"
-# the rows are the analysis records themselves (analysis/ranks.py), as OpsRow is OpRow: one record family
+# the rows are the analysis records themselves (analysis/compare/ranks.py), as OpsRow is OpRow: one record family
 __all__ = ["RANKS_SCHEMA", "Clock", "ClockOffset", "CollectiveCall", "MergedCandidate", "RankRow", "RanksDocument",
            "StepTimes", "Straggler", "VaryingOp", "ranks_payload"]
 

@@ -5,11 +5,11 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET, Struct, UnsetType
 
+from ..analysis.advice.hotspots import Hotspot
+from ..analysis.advice.interruptions import Interruption
+from ..analysis.advice.roofline import Peaks, RooflineRow
 from ..analysis.busy import Busy, StepBusy
 from ..analysis.compiled import CompiledSummary
-from ..analysis.hotspots import Hotspot
-from ..analysis.interruptions import Interruption
-from ..analysis.roofline import Peaks, RooflineRow
 from .advice import AdvicePayload, FusionCandidate, advice_payload
 from .diagnosis import DiagnosisPayload
 from .memory import MemoryPayload
@@ -17,7 +17,7 @@ from .ops import Ops, OpsRow, ops_payload
 from .overview import Capture, Totals, TraceInfo, capture, totals, trace_info
 
 if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the analyses
-    from ..analysis.findings import Findings
+    from ..analysis.advice.findings import Findings
     from ..analysis.optable import OpTable
     from ..analysis.summary import Summary
 

@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import msgspec
 
-from ..analysis import ranks as cross
+from ..analysis.compare import ranks as cross
 from ..errors import UserError
 from ..trace.cache import fingerprint, user_cache_dir
 from .discover import RankSet, candidates, discover

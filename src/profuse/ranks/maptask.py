@@ -239,7 +239,7 @@ def _fusion_table(trace: Any, fusion: bool) -> dict[str, np.ndarray]:
     """The rank's fusion candidates (none when ``fusion`` is off)."""
     cands = []
     if fusion:
-        from ..analysis.fusion import fusion_candidates
+        from ..analysis.advice.fusion import fusion_candidates
 
         cands = fusion_candidates(trace)
     return {"pattern": np.array([c.pattern for c in cands], dtype=object),

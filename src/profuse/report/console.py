@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.advice.hotspots import Hotspot
 from ..analysis.busy import StepBusy
 from ..analysis.compiled import NeffBrief
-from ..analysis.hotspots import Hotspot
 from ..payloads.report import ReportDocument, ReportView
 from ..trace.schema import UNLINKED_REASONS
 from ._text import fmt_us, safe, text

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.diagnosis_records import Leaf
+from ..analysis.diagnosis.records import Leaf
 from ..payloads.diagnosis import BudgetDiff, DiagnosisPayload, StepGroup
 from ._text import fmt_us, text
 

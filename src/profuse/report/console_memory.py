@@ -5,8 +5,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.compare.memory_diff import MemoryDiff
 from ..analysis.memory import MemorySection
-from ..analysis.memory_diff import MemoryDiff
 from ._text import text
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.significance import TEST
+from ..analysis.compare.significance import TEST
 from ..payloads.diff import DiffPayload, OpEntry, VerdictEntry
 from ._text import fmt_us, safe, text
 

@@ -613,7 +613,7 @@ done:
 /* holders(ts, end, depth, t, last, is_op, back, out): for each time t[i], out[i] = the interval j among the
  * `back` latest started by it (last[i], last[i] - 1, ...; intervals sorted by start) with ts[j] <= t[i] <
  * end[j] and the highest score (an op: 2^30 - depth, else depth; on a tie the later start), or -1
- * (analysis/levers.py _holder_names; its numpy twin is _holders_numpy). ts, end, depth (n) and t, last,
+ * (analysis/diagnosis/levers.py _holder_names; its numpy twin is _holders_numpy). ts, end, depth (n) and t, last,
  * out (m): int64; is_op (n): bool; all C-contiguous. */
 static PyObject *holders(PyObject *self, PyObject *args) {
     (void)self;
@@ -1476,7 +1476,7 @@ static PyMethodDef methods[] = {
      "attribute(dur, in_table, table_parent, timed, device_op, self_cpu, self_device, device_total, kernels,"
      " kernels_total): the op-table time columns (trace/correlate.py)."},
     {"holders", holders, METH_VARARGS,
-     "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/levers.py)."},
+     "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/diagnosis/levers.py)."},
     {"op_memory", op_memory, METH_VARARGS,
      "op_memory(ts, dur, in_table, table_parent, mem_ts, cpu, dev, rows, out_cpu, out_self_cpu, out_dev, out_self_dev)"
      " -> count: torch's memory per op-table event (trace/memory.py)."},

@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..trace import Trace
-from .compiled import CompiledSummary, compiled_regions
-from .diagnosis import Diagnosis, diagnose
+from ...trace import Trace
+from ..compiled import CompiledSummary, compiled_regions
+from ..diagnosis import Diagnosis, diagnose
 from .fusion import Candidate, fusion_candidates
 from .hotspots import Hotspot, hotspots
 from .interruptions import Interruption, interruptions, skewed_launches
 from .roofline import Peaks, RooflineRow, device_peaks, missing_peak, roofline
 
 if TYPE_CHECKING:
-    from ..trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
+    from ...trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
 
 
 @dataclass

@@ -16,10 +16,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL
-from .opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
-from .scopes import ScopeInstance, Unit, scope_instances_with, scope_title
+from ...trace import Trace
+from ...trace.schema import DEVICE_TIME_SQL
+from ..opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
+from ..scopes import ScopeInstance, Unit, scope_instances_with, scope_title
 
 RECOMMEND = {
     "RMSNorm": "torch.nn.functional.rms_norm(x, (hidden,), weight, eps): one fused kernel on CUDA/ROCm; "

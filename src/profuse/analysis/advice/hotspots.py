@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..trace import Trace
-from .optable import op_table
+from ...trace import Trace
+from ..optable import op_table
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_module
-from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL
-from .busy import (
+from ..._lazy import lazy_module
+from ...trace import Trace
+from ...trace.schema import DEVICE_TIME_SQL
+from ..busy import (
     LAUNCH_BOUND_BUSY_PCT,
     Activities,
     activities,
@@ -33,7 +33,7 @@ from .busy import (
     owners,
     union_ns,
 )
-from .scopes import scope_instances, scope_title, title_of
+from ..scopes import scope_instances, scope_title, title_of
 
 if TYPE_CHECKING:
     import numpy as np

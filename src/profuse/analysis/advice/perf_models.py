@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .opclass import ELEM_BYTES, Tensor, attention_flops, base
+from ..opclass import ELEM_BYTES, Tensor, attention_flops, base
 
 # Argument positions per conv op: bias, stride, padding, dilation, transposed (a position, or the
 # fixed answer), output_padding, groups. None: the op has no such argument.

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..trace import Trace
-from .opclass import ATTENTION, base, flops, io_bytes, modelled, op_class, tensors
+from ...trace import Trace
+from ..opclass import ATTENTION, base, flops, io_bytes, modelled, op_class, tensors
 from .perf_models import CONV_OPS, attention_model_flops, conv_model
 
 if TYPE_CHECKING:
-    from ..trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
+    from ...trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
 
 # name fragment -> (dense bf16/fp16 TFLOP/s, fp32 TFLOP/s, memory GB/s, dense TF32 (AMD: fp32 matrix)
 # TFLOP/s, dense FP8 TFLOP/s or 0 where the device has none). Dense figures: datasheets that quote

@@ -8,11 +8,11 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL
-from .compiled import compiled_regions
-from .optable import op_table, total_device_us
-from .roofline import Peaks, device_peaks, roofline
+from ...trace import Trace
+from ...trace.schema import DEVICE_TIME_SQL
+from ..advice.roofline import Peaks, device_peaks, roofline
+from ..compiled import compiled_regions
+from ..optable import op_table, total_device_us
 from .significance import Verdict, compare
 from .step_samples import samples, step_count
 

@@ -5,11 +5,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .memory import DevicePeak, has_memory, memory_peaks
-from .optable import op_table
+from ..memory import DevicePeak, has_memory, memory_peaks
+from ..optable import op_table
 
 if TYPE_CHECKING:
-    from ..trace import Trace
+    from ...trace import Trace
 
 
 class PeakDelta(msgspec.Struct, frozen=True):

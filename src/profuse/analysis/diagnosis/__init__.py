@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_module
-from ..trace import Trace
+from ..._lazy import lazy_module
+from ...trace import Trace
+from ..steps import Step, step_model
 from .budget import (
     BUSY_PRIORITY,
     LEAVES,
@@ -29,22 +30,21 @@ from .budget import (
     leaf_ns,
     pieces,
 )
-from .steps import Step, step_model
 
 if TYPE_CHECKING:
     import numpy as np
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
-from .diagnosis_records import WARMUP_FACTOR, Diagnosis, Leaf, Lever, Steady, StepBudget, leaves_of, warmup_index
+from .records import WARMUP_FACTOR, Diagnosis, Leaf, Lever, Steady, StepBudget, leaves_of, warmup_index
 
 
 def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: object = None,
              roofline_rows: list[object] | None = None) -> Diagnosis:
     """The diagnosis of a loaded trace; ``candidates``, ``peaks`` and ``roofline_rows`` are the
     advisor's fusion candidates, peaks and roofline when already computed (else computed here)."""
-    from .fusion import fusion_candidates
-    from .roofline import device_peaks, roofline
+    from ..advice.fusion import fusion_candidates
+    from ..advice.roofline import device_peaks, roofline
 
     if candidates is None:
         candidates = list(fusion_candidates(trace))

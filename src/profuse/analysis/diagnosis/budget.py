@@ -28,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_module
-from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL
-from ..trace.vocabulary import sync_call_sql
-from .busy import LAUNCH_GAP_MAX_US, Activities, launch_calls, merge_runs
-from .kernel_class import fp32_matrix, kernel_class
+from ..._lazy import lazy_module
+from ...trace import Trace
+from ...trace.schema import DEVICE_TIME_SQL
+from ...trace.vocabulary import sync_call_sql
+from ..busy import LAUNCH_GAP_MAX_US, Activities, launch_calls, merge_runs
+from ..kernel_class import fp32_matrix, kernel_class
 
 if TYPE_CHECKING:
     import numpy as np

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._lazy import lazy_module
-from ..errors import printable
-from ..trace import Trace
-from ..trace.meta import listed_device
-from .kernel_class import _op_kernel_class
-from .steps import STEP_WHERE, step_model
+from ..._lazy import lazy_module
+from ...errors import printable
+from ...trace import Trace
+from ...trace.meta import listed_device
+from ..kernel_class import _op_kernel_class
+from ..steps import STEP_WHERE, step_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,7 +23,7 @@ else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
 if TYPE_CHECKING:
-    from .diagnosis_records import Diagnosis
+    from .records import Diagnosis
 
 CPU_CLASSES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "communication", "other")
 CPU_LEAVES = (*(f"cpu/{c}" for c in CPU_CLASSES), "cpu/python", "idle")
@@ -67,8 +67,8 @@ def _busiest_thread(trace: Trace) -> tuple[int, int, int] | None:
 def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
     """The CPU budget of each step (or of the busiest thread) and the fusion levers; no device claim.
     A step's span is the step model's (:mod:`.steps`): its annotation, less what an earlier step holds."""
-    from .diagnosis_records import Diagnosis, Steady, StepBudget, leaves_of, warmup_index
     from .levers import Context, rank_levers
+    from .records import Diagnosis, Steady, StepBudget, leaves_of, warmup_index
 
     model = step_model(trace)
     steps = list(model.steps)

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._lazy import lazy_module
-from ..trace import Trace, compiled
-from ..trace.vocabulary import is_graph_launch, launch_call_sql
+from ..._lazy import lazy_module
+from ...trace import Trace, compiled
+from ...trace.vocabulary import is_graph_launch, launch_call_sql
+from ..busy import LAUNCH_GAP_MAX_US, Activities, named_launch_calls
+from ..opclass import op_class
 from .budget import (
     BUSY_PRIORITY,
     CPU_OTHER,
@@ -28,9 +30,7 @@ from .budget import (
     late,
     launch_wait,
 )
-from .busy import LAUNCH_GAP_MAX_US, Activities, named_launch_calls
-from .diagnosis_records import Lever, Steady, grade_of
-from .opclass import op_class
+from .records import Lever, Steady, grade_of
 
 if TYPE_CHECKING:
     import numpy as np

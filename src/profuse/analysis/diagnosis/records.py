@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_module
+from ..._lazy import lazy_module
 
 if TYPE_CHECKING:
     import numpy as np

@@ -1,0 +1,1 @@
+"""The advice wing: hotspots, interruptions, fusion, rooflines and the trace-level findings."""
