@@ -102,3 +102,21 @@ def test_the_graphs_fix_is_measured_on_whole_steps(tmp_path, monkeypatch):
     assert g.compiles_while_timed == 0
     assert not any("reduce-overhead" in n for n in res.notes)
     assert (res.best is not None) == (g.verdict == verify.VERIFIED)
+
+
+def test_the_best_copy_takes_the_verified_fix_even_where_an_unverified_one_saved_more():
+    # GIVEN one candidate's two fixes, the larger measured saving not verified (noise) and the other verified
+    def fix(verdict: str, saving: float) -> verify.FixResult:
+        return verify.FixResult("GELU (tanh)", "nn.Module: M", "f", 1, 1.0, saving, 10.0, 10.0 - saving, saving,
+                                0.0, 0.0, True, verdict=verdict)
+
+    def swap(m: object) -> bool:
+        return True
+
+    def other(m: object) -> bool:
+        return True
+
+    tried = [(fix("not significant", 5.0), other), (fix(verify.VERIFIED, 3.0), swap)]
+    # THEN the verified one goes into the best copy (applied and best agree); none when none was verified
+    assert verify.best_verified(tried) is swap
+    assert verify.best_verified([(fix("not significant", 5.0), other)]) is None
