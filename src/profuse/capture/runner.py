@@ -25,7 +25,7 @@ from typing import Any
 from .. import _interrupt
 from ..errors import UserError
 from ..trace.bundle import ScriptRun
-from ._quiet import quiet_profiler_markers
+from ._quiet import CANCELLED, quiet_profiler_markers
 from .bundle import write_bundle
 from .config import ProfileConfig
 from .profiler import _filters
@@ -109,13 +109,15 @@ class _StepHooks:
         if self.torch.cuda.is_available():
             self.torch.cuda.synchronize()
 
-    def finish(self) -> Any:
+    def finish(self, *, interrupted: bool = False) -> Any:
+        """Stop recording. ``interrupted``: a Ctrl-C ended the script, so a profiler still in its warm-up
+        makes torch's C++ side say no session was active; profuse says it was interrupted instead."""
         for h in self._handles:
             h.remove()
         if self.prof is not None and not self.done:
             self._sync()
             self._close_mark()
-            with quiet_profiler_markers():
+            with quiet_profiler_markers(also=(CANCELLED,) if interrupted else ()):
                 self.prof.stop()
             self.done = True
         return self.prof
@@ -151,7 +153,7 @@ def run_script(argv: list[str], cfg: ProfileConfig) -> RunResult:
             exit_code, error = 1, f"{type(e).__name__}: {e}"
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
-        prof = hooks.finish()
+        prof = hooks.finish(interrupted=interrupted or _interrupt.seen())
     if os.getpid() != owner:
         # The script forked and this is the child finishing: the parent alone writes the bundle. The
         # profiler's state copied by fork can hang interpreter shutdown, so leave at once.
