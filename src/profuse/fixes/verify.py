@@ -264,6 +264,7 @@ def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes:
     """Profile ``model(*inputs)`` for ``steps`` steps: time per step and per watched module class."""
     from ..analysis.scopes import scope_instances
     from ..analysis.step_stats import step_stats
+    from ..analysis.steps import step_model
     from ..capture import ProfileConfig, profile_calls
     from ..trace import load
 
@@ -277,8 +278,7 @@ def timing(model: Any, inputs: Sequence[Any], *, steps: int, out: Path, classes:
             h.remove()
     with load(bundle) as trace:
         stats = step_stats(trace)
-        steps_at = trace.con.execute("""SELECT ts, ts + dur FROM events WHERE kind = 'annotation'
-                                        AND name LIKE 'ProfilerStep#%' ORDER BY ts""").fetchall()
+        steps_at = [(st.ts, st.end) for st in step_model(trace).steps]   # the steps step_stats counts
         per_class: dict[str, float] = {}
         per_step: dict[str, list[float]] = {}
         for inst in scope_instances(trace).values():

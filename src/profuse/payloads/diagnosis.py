@@ -47,10 +47,6 @@ class DiagnosisPayload(Struct):
     notes: list[str]
 
 
-def _leaves(leaves: tuple[Leaf, ...]) -> list[Leaf]:
-    return list(leaves)
-
-
 def _groups(steps: tuple[StepBudget, ...]) -> list[StepGroup]:
     """Steady steps summed per kind, in order of first appearance; leaves keep the budget's order."""
     span: dict[str, int] = defaultdict(int)
@@ -71,7 +67,7 @@ def _groups(steps: tuple[StepBudget, ...]) -> list[StepGroup]:
 def diagnosis_payload(d: Diagnosis) -> DiagnosisPayload:
     """The record every renderer sends."""
     return DiagnosisPayload(
-        device=d.device, scope=d.scope, span_us=d.span_us, budget=_leaves(d.budget), groups=_groups(d.steps),
+        device=d.device, scope=d.scope, span_us=d.span_us, budget=list(d.budget), groups=_groups(d.steps),
         steps=list(d.steps),
         levers=list(d.levers),
         small_items=SmallItems(count=len(d.small_items), gain_us=round(sum(lv.gain_us for lv in d.small_items), 3),

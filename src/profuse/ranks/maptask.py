@@ -27,6 +27,7 @@ from ..analysis.busy import union_ns
 from ..analysis.kernel_class import is_collective
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL
+from ..trace.step_names import STEP_WHERE
 
 TABLES_VERSION = 3  # bump when a per-rank table changes: older rank folders are rebuilt
 DONE = "done.json"
@@ -174,15 +175,15 @@ def _work_spans(con: Any, cpu_only: bool, coll: dict[str, np.ndarray]) -> tuple[
     """(compute, communication, memory) as (starts, ends) in ns: device events by kind, or on a CPU-only
     trace the top-level CPU ops and annotations (work) and the collective annotations."""
     if cpu_only:
-        top = con.execute("""
+        top = con.execute(f"""
             SELECT ts, ts + dur AS e, name FROM events WHERE kind IN ('cpu_op', 'annotation') AND depth = 0
-              AND name NOT LIKE 'ProfilerStep#%'""").fetchnumpy()
+              AND NOT ({STEP_WHERE})""").fetchnumpy()
         work = np.array([not COMM_HOST.match(n or "") for n in top["name"]], dtype=bool)
         none = np.empty(0, dtype=np.int64)
         return (top["ts"][work], top["e"][work]), (coll["start_ns"], coll["end_ns"]), (none, none)
     dev = con.execute(f"""
         SELECT ts, ts + dur AS e, kind, kind = 'kernel' AND name IN (SELECT unnest(?::VARCHAR[])) AS comm
-        FROM events WHERE kind IN ({DEVICE_TIME_SQL})""", [_collective_kernels(con)]).fetchnumpy()
+        FROM events WHERE kind IN ({DEVICE_TIME_SQL})""", [sorted(set(coll["kernel"].tolist()))]).fetchnumpy()
     s, e, kind, comm = dev["ts"], dev["e"], np.asarray(dev["kind"], dtype=object), np.asarray(dev["comm"], bool)
     mem = (kind == "memcpy") | (kind == "memset")
     return (s[~comm & ~mem], e[~comm & ~mem]), (s[comm], e[comm]), (s[mem], e[mem])
