@@ -65,5 +65,12 @@ def listed_device(top: dict[str, Any]) -> tuple[bool, str | None]:
     ``computeProperties``): whether any is listed, and the first one's name."""
     props = top.get("deviceProperties") or top.get("computeProperties") or []
     props = props if isinstance(props, list) else []  # any other shape says nothing usable
-    name = props[0].get("name") if props and isinstance(props[0], dict) else None
+    first = first_device(top)
+    name = first.get("name") if first else None
     return bool(props), name if isinstance(name, str) else None
+
+
+def first_device(top: dict[str, Any]) -> dict[str, Any] | None:
+    """The first device a trace's top-level keys (or ``meta.trace_meta``) list, as its properties."""
+    props = top.get("deviceProperties") or top.get("computeProperties") or []
+    return props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else None

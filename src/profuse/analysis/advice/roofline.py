@@ -7,7 +7,8 @@ or whose modelled time would beat the device's peak, is listed as "unknown", nev
 The compute peak is the one for the op's element size (FP8, BF16/FP16; FP32 matmuls against TF32).
 Convolutions and causal attention read their scalar arguments (``Concrete Inputs``): perf_models.
 
-Peaks, in this order: datasheet numbers when the trace names a known device (marked as such; they
+Peaks, in this order: datasheet numbers when the trace names a known device (the device vocabulary's
+``datasheets``: trace/datasheets.py, each with its source; marked as such; they
 hold every element size's peak, which one measured fp32 matmul rate cannot), else the peaks the
 trace's bundle measured on its machine (``profuse peaks``: copy bandwidth and fp32 matmul rate, used
 for every element size), else none and no roofline.
@@ -18,52 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...trace import Trace
+from ...trace.meta import first_device
+from ...trace.vocabulary import datasheet
 from ..opclass import ATTENTION, base, flops, io_bytes, modelled, op_class, tensors
 from .perf_models import CONV_OPS, attention_model_flops, conv_model
 
 if TYPE_CHECKING:
     from ...trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
-
-# name fragment -> (dense bf16/fp16 TFLOP/s, fp32 TFLOP/s, memory GB/s, dense TF32 (AMD: fp32 matrix)
-# TFLOP/s, dense FP8 TFLOP/s or 0 where the device has none). Dense figures: datasheets that quote
-# "with sparsity" are halved. Where a figure exists with FP16 and with FP32 accumulation (GeForce),
-# the higher one is kept: a roofline's peak is the fastest the device can go. The longest matching
-# fragment wins ("L40S" before "L4", "MI325X" before "MI300").
-DATASHEET: dict[str, tuple[float, float, float, float, float]] = {
-    # nvidia.com/en-us/data-center/v100/ (SXM2)
-    "V100": (125.0, 15.7, 900.0, 15.7, 0.0),
-    # nvidia.com/en-us/data-center/a100/ (SXM 80GB)
-    "A100": (312.0, 19.5, 2039.0, 156.0, 0.0),
-    # nvidia.com/en-us/data-center/h100/ (SXM)
-    "H100": (989.0, 67.0, 3350.0, 494.7, 1979.0),
-    # nvidia.com/en-us/data-center/h200/ (SXM): H100's compute, 4.8 TB/s HBM3e
-    "H200": (989.0, 67.0, 4800.0, 494.7, 1979.0),
-    # nvidia.com/en-us/data-center/hgx/ (HGX B200, 8 GPUs, sparse figures; per GPU, dense)
-    "B200": (2250.0, 80.0, 8000.0, 1100.0, 4500.0),
-    # nvidia.com/en-us/data-center/hgx/ (HGX B300, 8 GPUs, sparse figures; per GPU, dense)
-    "B300": (2250.0, 75.0, 8000.0, 1100.0, 4500.0),
-    # nvidia.com/en-us/data-center/l4/
-    "L4": (121.0, 30.3, 300.0, 60.0, 242.0),
-    # nvidia.com/en-us/data-center/l40s/
-    "L40S": (362.05, 91.6, 864.0, 183.0, 733.0),
-    # aws.amazon.com/ec2/instance-types/g5/ and NVIDIA A10 datasheet
-    "A10G": (70.0, 31.2, 600.0, 35.0, 0.0),
-    # NVIDIA Ada GPU architecture whitepaper, appendix (GeForce RTX 4090 / 4080)
-    "RTX 4090": (330.3, 82.6, 1008.0, 82.6, 660.6),
-    "RTX 4080": (194.9, 48.7, 716.8, 48.7, 389.9),
-    # amd.com/en/products/accelerators/instinct/mi200/mi210.html
-    "MI210": (181.0, 22.6, 1638.0, 45.3, 0.0),
-    # amd.com/en/products/accelerators/instinct/mi200/mi250.html
-    "MI250": (362.0, 47.9, 3277.0, 95.7, 0.0),
-    # amd.com/en/products/accelerators/instinct/mi300/mi300x.html
-    "MI300X": (1307.0, 163.4, 5300.0, 653.7, 2614.9),
-    # amd.com/en/products/accelerators/instinct/mi300/mi325x.html
-    "MI325X": (1307.0, 163.4, 6000.0, 653.7, 2614.9),
-    # amd.com/en/products/accelerators/instinct/mi350/mi355x.html (no TF32: its fp32 matrix rate)
-    "MI355X": (2516.6, 157.3, 8000.0, 157.3, 5033.2),
-}
-_BY_LENGTH = sorted(DATASHEET, key=len, reverse=True)
-
 
 @dataclass(frozen=True)
 class Peaks:
@@ -105,11 +67,10 @@ def _number(v: object) -> bool:
 def device_peaks(trace: Trace, measured: MeasuredPeaks | None = None) -> Peaks | None:
     """Datasheet peaks for a device the trace names, else ``measured`` (one fp32 rate for every
     element size), else None."""
-    name = trace.meta.get("device_name") or ""
-    for key in _BY_LENGTH:
-        if key.lower() in name.lower():
-            half, fp32, bw, tf32, fp8 = DATASHEET[key]
-            return Peaks(half, fp32, bw, f"datasheet: {key}", tf32, fp8)
+    props = first_device(trace.meta.trace_meta or {})
+    sheet = datasheet(trace.meta.device_kind, trace.meta.get("device_name"), props)
+    if sheet is not None:
+        return Peaks(sheet.half, sheet.fp32, sheet.gbps, f"datasheet: {sheet.model}", sheet.tf32, sheet.fp8)
     if measured is not None:
         tf, copy_bw = measured.matmul_tflops_fp32, measured.copy_bandwidth_gbps
         if not (_number(tf) and _number(copy_bw) and copy_bw > 0):
