@@ -70,7 +70,6 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
 
     from ..analysis.compare.ranks import diff_docs
     from ..analysis.compare.significance import TEST, compare
-    from ..payloads.diff import verdict_entry
     from ..ranks import run_ranks
     from ..report.diff import junit_of, markdown_folders, verdict_line
     from ..report.ranks import print_ranks_diff, render_ranks_json
@@ -88,7 +87,7 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
     verdicts = [compare(m, per_trace(docs[0], key), per_trace(docs[1], key),
                         threshold_pct=args.fail_if_slower if m == args.metric else None)
                 for m, key in FOLDER_METRICS.items()]
-    entries = [verdict_entry(v) for v in verdicts]
+    entries = verdicts   # the records themselves, figures rounded when made
     d["verdicts"] = [msgspec.to_builtins(e) for e in entries]
     if args.format == "json":
         emit(render_ranks_json(d), args.output)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.advice.fusion import Candidate
+from ..analysis.advice.records import Candidate
 from ..errors import ProfuseError
 from . import swaps
 

@@ -1,16 +1,18 @@
 """The ``profuse report --format json`` document, schema ``profuse.report/3`` (docs/schema.md)."""
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET, Struct, UnsetType
 
 from ..analysis.advice.hotspots import Hotspot
 from ..analysis.advice.interruptions import Interruption
+from ..analysis.advice.records import Candidate
 from ..analysis.advice.roofline import Peaks, RooflineRow
 from ..analysis.busy import Busy, StepBusy
 from ..analysis.compiled import CompiledSummary
-from .advice import AdvicePayload, FusionCandidate, advice_payload
+from .advice import AdvicePayload, advice_payload
 from .diagnosis import DiagnosisPayload
 from .memory import MemoryPayload
 from .ops import Ops, OpsRow, ops_payload
@@ -43,7 +45,7 @@ class ReportDocument(Struct, kw_only=True):
     ops: list[OpsRow]
     hotspots: list[Hotspot] | UnsetType = UNSET
     interruptions: list[Interruption] | UnsetType = UNSET
-    fusion_candidates: list[FusionCandidate] | UnsetType = UNSET
+    fusion_candidates: list[Candidate] | UnsetType = UNSET
     peaks: Peaks | UnsetType | None = UNSET
     roofline: list[RooflineRow] | UnsetType = UNSET
     compiled: CompiledSummary | UnsetType = UNSET
@@ -57,7 +59,7 @@ def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = N
     """The document from the summary, the op table payload and the advice (None: no advice keys)."""
     sections: dict[str, Any] = {}
     if advice is not None:
-        sections = {f: getattr(advice, f) for f in AdvicePayload.__struct_fields__}
+        sections = {f.name: getattr(advice, f.name) for f in fields(AdvicePayload)}
     return ReportDocument(trace=trace_info(summary), totals=totals(summary), device_busy=summary.device_busy,
                           steps=list(summary.steps), group_by=ops.group_by, device_label=ops.device_label,
                           cpu_only=ops.cpu_only, skipped=dict(summary.skipped),

@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.compare.significance import TEST
-from ..payloads.diff import DiffPayload, OpEntry, VerdictEntry
+from ..analysis.compare.diff import OpPair
+from ..analysis.compare.significance import TEST, Verdict
+from ..payloads.diff import DiffPayload
 from ._text import fmt_us, safe, text
 
 NAME_WIDTH = 60
@@ -46,7 +47,7 @@ def ratio_words(ratio: float | None) -> str:
     return f"{ratio:.2f}x slower" if ratio > 1 else f"{ratio:.2f}x ({1 / ratio:.2f}x faster)"
 
 
-def row_ratio(o: OpEntry) -> str:
+def row_ratio(o: OpPair) -> str:
     """One op row's B/A in words, or which run alone has it."""
     if not o.a_calls:
         return "only in B"
@@ -61,7 +62,7 @@ def _device(p: DiffPayload, side: str) -> str:
     return f"{s.kind} ({s.device or 'device name not recorded'}{peaks})"
 
 
-def verdict_line(v: VerdictEntry) -> str:
+def verdict_line(v: Verdict) -> str:
     """One metric in words: medians, speed, verdict and the gate."""
     head = (f"{v.metric}: median {fmt_us(v.a_median_us)} ({v.a_steps} step(s)) -> {fmt_us(v.b_median_us)} "
             f"({v.b_steps} step(s)), {speed_words(v.a_median_us, v.b_median_us)}")
@@ -141,13 +142,13 @@ def _md(s: str) -> str:
     return html.escape(s, quote=True).replace("|", "&#124;").replace("`", "&#96;").replace("\n", " ")
 
 
-def _gate_head(verdicts: list[VerdictEntry]) -> str:
+def _gate_head(verdicts: list[Verdict]) -> str:
     if any(v.fails for v in verdicts):
         return "❌ slower"
     return "✅ no significant slowdown" if any(v.threshold_pct is not None for v in verdicts) else "comparison"
 
 
-def _verdict_table(verdicts: list[VerdictEntry], unit: str = "steps") -> list[str]:
+def _verdict_table(verdicts: list[Verdict], unit: str = "steps") -> list[str]:
     out = [f"| metric | A median ({unit}) | B median ({unit}) | speed (A/B) | verdict | gate |",
            "| --- | ---: | ---: | --- | --- | --- |"]
     for v in verdicts:
@@ -159,7 +160,7 @@ def _verdict_table(verdicts: list[VerdictEntry], unit: str = "steps") -> list[st
     return out
 
 
-def markdown_folders(a: str, b: str, verdicts: list[VerdictEntry]) -> str:
+def markdown_folders(a: str, b: str, verdicts: list[Verdict]) -> str:
     """The pull-request comment for two folders of runs: one figure per trace, the verdicts."""
     return "\n".join([f"### profuse diff: {_gate_head(verdicts)}", "", f"A: `{_md(a)}`  ", f"B: `{_md(b)}`", "",
                       *_verdict_table(verdicts, "traces"), "", f"_{_md(TEST)}; one figure per trace_"])
@@ -192,7 +193,7 @@ def junit(p: DiffPayload) -> str:
                                  ("device_b", p.devices.b or p.sides["b"].kind), ("test", p.test)])
 
 
-def junit_of(cases: list[VerdictEntry], properties: list[tuple[str, str]]) -> str:
+def junit_of(cases: list[Verdict], properties: list[tuple[str, str]]) -> str:
     """JUnit XML: one test case per metric; the gate's metric fails when B is significantly slower
     beyond the threshold, a metric too few steps can tell is skipped. ElementTree escapes every name."""
     suites = ET.Element("testsuites", name="profuse diff", tests=str(len(cases)),

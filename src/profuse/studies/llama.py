@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.advice.fusion import Candidate
+from ..analysis.advice.records import Candidate
 from ..fixes.verify import AdviseResult, FixResult, advise, intra_op_threads
 
 SIZES = {

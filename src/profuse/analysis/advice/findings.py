@@ -10,29 +10,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...trace import Trace
-from ..compiled import CompiledSummary, compiled_regions
+from ..compiled import compiled_regions
 from ..diagnosis import Diagnosis, diagnose
-from .fusion import Candidate, fusion_candidates
-from .hotspots import Hotspot, hotspots
-from .interruptions import Interruption, interruptions, skewed_launches
-from .roofline import Peaks, RooflineRow, device_peaks, missing_peak, roofline
+from .fusion import fusion_candidates
+from .hotspots import hotspots
+from .interruptions import interruptions, skewed_launches
+from .records import AdviceSections
+from .roofline import device_peaks, missing_peak, roofline
 
 if TYPE_CHECKING:
     from ...trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
 
 
 @dataclass
-class Findings:
-    """The advisor's sections of a report, each computed from the trace's tables."""
+class Findings(AdviceSections):
+    """The advisor's sections of a report, each computed from the trace's tables, and the diagnosis."""
 
-    hotspots: list[Hotspot]
-    interruptions: list[Interruption]
-    fusion_candidates: list[Candidate]
-    peaks: Peaks | None
-    roofline: list[RooflineRow]
-    compiled: CompiledSummary
-    roofline_note: str | None = None   # "no peak for <device name>: ..." where there are no peaks
-    skewed_launches: int = 0           # device activities starting before their launch call (clock skew)
     diagnosis: Diagnosis | None = None
 
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL
+from .. import figures
 from ..opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
 from ..scopes import ScopeInstance, Unit, scope_instances_with, scope_title
+from .records import Candidate
 
 RECOMMEND = {
     "RMSNorm": "torch.nn.functional.rms_norm(x, (hidden,), weight, eps): one fused kernel on CUDA/ROCm; "
@@ -59,27 +61,6 @@ class Match:
     saving_ns: float
     confidence: str
     intermediates: list[tuple[str, int]] = field(default_factory=list)
-
-
-@dataclass
-class Candidate:
-    """A fusion pattern found in a scope: instances, kernels, measured time and the predicted saving."""
-
-    pattern: str
-    scope: str
-    instances: int
-    kernels_per_instance: float
-    device_us: float
-    bytes_now: int
-    bytes_fused: int
-    predicted_saving_us: float
-    recommendation: str
-    confidence: str
-    ops: list[str]
-    intermediate_bytes: int
-    intermediates: list[dict[str, object]]
-    scope_ids: list[int]
-    shape: str = ""       # input shapes of the first op: instances that differ in shape are grouped apart
 
 
 # --- patterns ----------------------------------------------------------------------------------
@@ -428,14 +409,13 @@ def fusion_candidates(trace: Trace) -> list[Candidate]:
         out.append(Candidate(
             pattern=pattern, scope=scope, instances=len(ms),
             kernels_per_instance=round(sum(sum(max(u.kernels, 1) for u in m.units) for m in ms) / len(ms), 2),
-            device_us=sum(m.device_ns for m in ms) / 1000, bytes_now=sum(m.bytes_now for m in ms),
+            device_us=figures.us(sum(m.device_ns for m in ms) / 1000), bytes_now=sum(m.bytes_now for m in ms),
             bytes_fused=sum(m.bytes_fused for m in ms),
-            predicted_saving_us=saving_ns / 1000,
+            predicted_saving_us=figures.us(saving_ns / 1000),
             recommendation=RECOMMEND[pattern],
             confidence=first.confidence, ops=[u.name for u in first.units],
             intermediate_bytes=sum(b for m in ms for _, b in m.intermediates),
             intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
-            scope_ids=[m.scope.id for m in ms],
             shape=json.dumps([list(d) for d in _shapes[0]]) if _shapes else ""))
     out.sort(key=lambda c: -c.predicted_saving_us)
     return out

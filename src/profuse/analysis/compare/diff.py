@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL
+from .. import figures
 from ..advice.roofline import Peaks, device_peaks, roofline
 from ..compiled import compiled_regions
 from ..optable import op_table, total_device_us
@@ -19,42 +20,53 @@ from .step_samples import samples, step_count
 
 @dataclass(frozen=True)
 class DiffRow:
-    """One op, module or kernel in two runs: calls and time in each."""
+    """One module or kernel name in two runs: calls and time in each; ``delta_us = b_us - a_us``,
+    ``ratio = b_us / a_us`` (None when A has none). Made by :func:`diff_row`, figures rounded there."""
 
     name: str
     a_calls: int
     b_calls: int
     a_us: float
     b_us: float
+    delta_us: float
+    ratio: float | None
 
-    @property
-    def delta_us(self) -> float:
-        """Time in run B minus time in run A (negative: B is faster)."""
-        return self.b_us - self.a_us
 
-    @property
-    def ratio(self) -> float | None:
-        """B's time over A's (None when A has none)."""
-        return self.b_us / self.a_us if self.a_us else None
+def diff_row(name: str, a_calls: int, b_calls: int, a_us: float, b_us: float) -> DiffRow:
+    """The row of one name, its figures rounded (analysis/figures.py)."""
+    return DiffRow(name, a_calls, b_calls, figures.us(a_us), figures.us(b_us), figures.us(b_us - a_us),
+                   figures.ratio(b_us / a_us if a_us else None))
 
 
 @dataclass(frozen=True)
-class OpPair(DiffRow):
-    """One op instance kind in two runs: the op name, its recorded input shapes and the nn.Module
-    instance it ran in (``BertLayer_2``; "" outside any module)."""
+class OpPair:
+    """One op instance kind in two runs, matched by op name, recorded input shapes and the nn.Module
+    instance it ran in (``BertLayer_2``; "" outside any module); ``matched`` is false when only one
+    side has it (its calls on the other side are 0)."""
 
-    shape: str = ""
-    module: str = ""
+    name: str
+    shape: str
+    module: str
+    a_calls: int
+    b_calls: int
+    a_us: float
+    b_us: float
+    delta_us: float
+    ratio: float | None
+    matched: bool
 
-    @property
-    def matched(self) -> bool:
-        """Whether both runs have it."""
-        return self.a_calls > 0 and self.b_calls > 0
+
+def op_pair(key: tuple[str, str, str], a_calls: int, b_calls: int, a_us: float, b_us: float) -> OpPair:
+    """The pair of one (name, shape, module) key, its figures rounded."""
+    row = diff_row(key[0], a_calls, b_calls, a_us, b_us)
+    return OpPair(key[0], key[1], key[2], a_calls, b_calls, row.a_us, row.b_us, row.delta_us, row.ratio,
+                  a_calls > 0 and b_calls > 0)
 
 
 @dataclass(frozen=True)
 class RooflinePair:
-    """One op name both runs have: its time and % of its roofline on each side's own peaks."""
+    """One op name both runs have: its time and % of its roofline on each side's own peaks (null:
+    unknown), as the roofline rows give them."""
 
     name: str
     a_us: float
@@ -67,9 +79,8 @@ class RooflinePair:
 class Side:
     """What one run is: its device, peaks, step times and what torch.compile / CUDA graphs did."""
 
-    label: str
-    device: str | None             # the device name the trace records (None: not recorded)
     kind: str                      # CUDA, ROCm, MTIA, CPU, ...
+    device: str | None             # the device name the trace records (None: not recorded)
     peaks: Peaks | None
     device_us: float
     steps: int
@@ -87,21 +98,13 @@ class Diff:
     a: Side
     b: Side
     same_device: bool
+    a_label: str                   # run A's path
+    b_label: str
     ops: list[OpPair] = field(default_factory=list)
     modules: list[DiffRow] = field(default_factory=list)
     kernels: list[DiffRow] = field(default_factory=list)
     roofline: list[RooflinePair] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
-
-    @property
-    def a_label(self) -> str:
-        """Run A's path."""
-        return self.a.label
-
-    @property
-    def b_label(self) -> str:
-        """Run B's path."""
-        return self.b.label
 
     @property
     def speedup(self) -> float:
@@ -144,7 +147,7 @@ def _rows(a: Trace, b: Trace, group: str, attr: str) -> list[DiffRow]:
     out = []
     for name in ta.keys() | tb.keys():
         (ca, ua), (cb, ub) = ta.get(name, (0, 0.0)), tb.get(name, (0, 0.0))
-        out.append(DiffRow(name, ca, cb, ua, ub))
+        out.append(diff_row(name, ca, cb, ua, ub))
     out.sort(key=lambda r: (-abs(r.delta_us), r.name))  # ties by name: the same order every run
     return out
 
@@ -171,7 +174,7 @@ def _op_pairs(a: Trace, b: Trace) -> list[OpPair]:
     out = []
     for key in ka.keys() | kb.keys():
         (ca, ua), (cb, ub) = ka.get(key, (0, 0.0)), kb.get(key, (0, 0.0))
-        out.append(OpPair(key[0], ca, cb, ua, ub, shape=key[1], module=key[2]))
+        out.append(op_pair(key, ca, cb, ua, ub))
     out.sort(key=lambda r: (-max(r.a_us, r.b_us), r.name, r.shape, r.module))
     return out
 
@@ -193,10 +196,11 @@ def _side(t: Trace) -> Side:
         fused = [r[0] for r in t.con.execute(f"""SELECT DISTINCT name FROM events WHERE kind IN ({DEVICE_TIME_SQL})
                  AND (name LIKE 'triton_%' OR name LIKE 'cpp_fused%' OR name ILIKE '%fused%') ORDER BY 1""").fetchall()]
     name = t.meta.get("device_name")
-    return Side(label=str(t.path), device=str(name) if name else None, kind=t.device_kind, peaks=_peaks(t),
-                device_us=total_device_us(t), steps=n_steps, step_median_us=statistics.median(steps),
+    return Side(kind=t.device_kind, device=str(name) if name else None, peaks=_peaks(t),
+                device_us=figures.us(total_device_us(t)), steps=n_steps,
+                step_median_us=figures.us(statistics.median(steps)),
                 compiled_regions=[r.name for r in compiled_regions(t).regions], graph_replay_kernels=int(replay_n),
-                graph_replay_us=replay_ns / 1e3, fused_kernels=fused)
+                graph_replay_us=figures.us(replay_ns / 1e3), fused_kernels=fused)
 
 
 def same_device(a: Side, b: Side) -> bool:
@@ -225,7 +229,7 @@ def diff(a: Trace, b: Trace, *, metrics: tuple[str, ...] = METRICS, gate_metric:
     and a noise verdict per metric (the gate's metric tested against ``threshold_pct`` too)."""
     sa, sb = _side(a), _side(b)
     same = same_device(sa, sb)
-    d = Diff(a=sa, b=sb, same_device=same)
+    d = Diff(a=sa, b=sb, same_device=same, a_label=str(a.path), b_label=str(b.path))
     d.ops = _op_pairs(a, b)
     d.modules = _rows(a, b, "module", "device_total_us")
     if same and not a.cpu_only and not b.cpu_only:

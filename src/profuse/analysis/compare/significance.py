@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import figures
+
 ALPHA = 0.05
 EXACT_MAX = 60   # pooled values up to which the p-value is exact (the count table stays small)
 TEST = "Mann-Whitney U (exact up to 60 values in all, ties by mid-ranks), two-sided, alpha 0.05"
@@ -111,8 +113,8 @@ class Verdict:
     """One metric of two runs: medians, ratio b/a, and whether the difference is beyond noise."""
 
     metric: str
-    a_n: int
-    b_n: int
+    a_steps: int                # samples of A (steps, or samples of another metric)
+    b_steps: int
     a_median_us: float
     b_median_us: float
     ratio: float | None         # median of B over median of A (None when A's median is 0)
@@ -135,7 +137,8 @@ def compare(metric: str, a: Sequence[float], b: Sequence[float], *, threshold_pc
     ma, mb = _median(a), _median(b)
     ratio = mb / ma if ma else None
     if cannot_tell(len(a), len(b), alpha):
-        return Verdict(metric, len(a), len(b), ma, mb, ratio, None, "cannot tell", threshold_pct)
+        return Verdict(metric, len(a), len(b), figures.us(ma), figures.us(mb), figures.ratio(ratio), None,
+                       "cannot tell", threshold_pct)
     p = p_two_sided(a, b)
     word = "not significant" if p >= alpha else ("slower" if mb > ma else "faster")
     fails, p_thr = False, None
@@ -143,4 +146,5 @@ def compare(metric: str, a: Sequence[float], b: Sequence[float], *, threshold_pc
         scale = 1.0 + threshold_pct / 100.0
         p_thr, _ = p_greater([x * scale for x in a], b)
         fails = p_thr < alpha and ratio is not None and ratio > scale
-    return Verdict(metric, len(a), len(b), ma, mb, ratio, p, word, threshold_pct, p_thr, fails)
+    return Verdict(metric, len(a), len(b), figures.us(ma), figures.us(mb), figures.ratio(ratio), figures.prob(p), word,
+                   threshold_pct, figures.prob(p_thr), fails)

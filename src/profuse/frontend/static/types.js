@@ -9,11 +9,11 @@
  */
 
 /**
- * Every section of the trace-level advice (docs/advisor.md).
+ * Every section of the trace-level advice (docs/advisor.md), and the diagnosis as sent.
  * @typedef {Object} AdvicePayload
  * @property {Array<Hotspot>} hotspots
  * @property {Array<Interruption>} interruptions
- * @property {Array<FusionCandidate>} fusion_candidates
+ * @property {Array<Candidate>} fusion_candidates
  * @property {(Peaks|null)} peaks
  * @property {Array<RooflineRow>} roofline
  * @property {CompiledSummary} compiled
@@ -49,6 +49,26 @@
  * @property {number} window_us
  * @property {number} busy_us
  * @property {(number|null)} busy_pct
+ */
+
+/**
+ * A run of ops worth fusing in a scope: instances, kernels, measured time and the predicted saving
+ * (``predicted_saving_us <= device_us``), times rounded when made.
+ * @typedef {Object} Candidate
+ * @property {string} pattern
+ * @property {string} scope
+ * @property {number} instances
+ * @property {number} kernels_per_instance
+ * @property {string} recommendation
+ * @property {string} confidence
+ * @property {Array<string>} ops
+ * @property {Array<Object<string, *>>} intermediates
+ * @property {number} intermediate_bytes
+ * @property {number} bytes_now
+ * @property {number} bytes_fused
+ * @property {string} shape
+ * @property {number} device_us
+ * @property {number} predicted_saving_us
  */
 
 /**
@@ -177,18 +197,6 @@
  */
 
 /**
- * One module or kernel name in both runs; ``delta_us = b_us - a_us``, ``ratio = b_us / a_us``.
- * @typedef {Object} DiffEntry
- * @property {string} name
- * @property {number} a_calls
- * @property {number} b_calls
- * @property {number} a_us
- * @property {number} b_us
- * @property {number} delta_us
- * @property {(number|null)} ratio
- */
-
-/**
  * What changed from run A to run B, each list largest first.
  * @typedef {Object} DiffPayload
  * @property {string} schema
@@ -196,22 +204,35 @@
  * @property {string} b
  * @property {DeviceNames} devices
  * @property {boolean} same_device
- * @property {Object<string, SideEntry>} sides
+ * @property {Object<string, Side>} sides
  * @property {number} a_device_us
  * @property {number} b_device_us
  * @property {number} speedup
  * @property {AB} matched_device_pct
  * @property {Object<string, OneSide>} only_in
- * @property {Array<OpEntry>} ops
- * @property {Array<DiffEntry>} modules
- * @property {Array<DiffEntry>} kernels_removed
- * @property {Array<DiffEntry>} kernels_added
- * @property {Array<DiffEntry>} kernels
- * @property {Array<RooflineEntry>} roofline
+ * @property {Array<OpPair>} ops
+ * @property {Array<DiffRow>} modules
+ * @property {Array<DiffRow>} kernels_removed
+ * @property {Array<DiffRow>} kernels_added
+ * @property {Array<DiffRow>} kernels
+ * @property {Array<RooflinePair>} roofline
  * @property {string} test
- * @property {Array<VerdictEntry>} verdicts
+ * @property {Array<Verdict>} verdicts
  * @property {MemoryDiff} [memory]
  * @property {(BudgetDiff|null)} budget
+ */
+
+/**
+ * One module or kernel name in two runs: calls and time in each; ``delta_us = b_us - a_us``,
+ * ``ratio = b_us / a_us`` (None when A has none). Made by :func:`diff_row`, figures rounded there.
+ * @typedef {Object} DiffRow
+ * @property {string} name
+ * @property {number} a_calls
+ * @property {number} b_calls
+ * @property {number} a_us
+ * @property {number} b_us
+ * @property {number} delta_us
+ * @property {(number|null)} ratio
  */
 
 /**
@@ -244,25 +265,6 @@
  * @property {string} kind
  * @property {number} ts
  * @property {number} dur
- */
-
-/**
- * A run of ops worth fusing, with its predicted saving (``predicted_saving_us <= device_us``).
- * @typedef {Object} FusionCandidate
- * @property {string} pattern
- * @property {string} scope
- * @property {number} instances
- * @property {number} kernels_per_instance
- * @property {string} recommendation
- * @property {string} confidence
- * @property {Array<string>} ops
- * @property {Array<Object<string, *>>} intermediates
- * @property {number} intermediate_bytes
- * @property {number} bytes_now
- * @property {number} bytes_fused
- * @property {string} shape
- * @property {number} device_us
- * @property {number} predicted_saving_us
  */
 
 /**
@@ -460,22 +462,6 @@
  */
 
 /**
- * One op in both runs, matched by name, recorded input shapes and nn.Module instance;
- * ``matched`` is false when only one side has it (its calls on the other side are 0).
- * @typedef {Object} OpEntry
- * @property {string} name
- * @property {string} shape
- * @property {string} module
- * @property {number} a_calls
- * @property {number} b_calls
- * @property {number} a_us
- * @property {number} b_us
- * @property {number} delta_us
- * @property {(number|null)} ratio
- * @property {boolean} matched
- */
-
-/**
  * One kernel name under an ops row.
  * @typedef {Object} OpKernel
  * @property {string} name
@@ -503,6 +489,23 @@
  * @property {number} a_cpu_mem_bytes
  * @property {number} b_cpu_mem_bytes
  * @property {number} delta_cpu_mem_bytes
+ */
+
+/**
+ * One op instance kind in two runs, matched by op name, recorded input shapes and the nn.Module
+ * instance it ran in (``BertLayer_2``; "" outside any module); ``matched`` is false when only one
+ * side has it (its calls on the other side are 0).
+ * @typedef {Object} OpPair
+ * @property {string} name
+ * @property {string} shape
+ * @property {string} module
+ * @property {number} a_calls
+ * @property {number} b_calls
+ * @property {number} a_us
+ * @property {number} b_us
+ * @property {number} delta_us
+ * @property {(number|null)} ratio
+ * @property {boolean} matched
  */
 
 /**
@@ -661,7 +664,7 @@
  * @property {Array<OpsRow>} ops
  * @property {Array<Hotspot>} [hotspots]
  * @property {Array<Interruption>} [interruptions]
- * @property {Array<FusionCandidate>} [fusion_candidates]
+ * @property {Array<Candidate>} [fusion_candidates]
  * @property {(Peaks|null)} [peaks]
  * @property {Array<RooflineRow>} [roofline]
  * @property {CompiledSummary} [compiled]
@@ -685,8 +688,9 @@
  */
 
 /**
- * An op name both runs have: time and % of roofline on each side's own peaks (null: unknown).
- * @typedef {Object} RooflineEntry
+ * One op name both runs have: its time and % of its roofline on each side's own peaks (null:
+ * unknown), as the roofline rows give them.
+ * @typedef {Object} RooflinePair
  * @property {string} name
  * @property {number} a_us
  * @property {number} b_us
@@ -719,8 +723,8 @@
  */
 
 /**
- * One run: its device, peaks, steps, and what torch.compile and CUDA graphs did in it.
- * @typedef {Object} SideEntry
+ * What one run is: its device, peaks, step times and what torch.compile / CUDA graphs did.
+ * @typedef {Object} Side
  * @property {string} kind
  * @property {(string|null)} device
  * @property {(Peaks|null)} peaks
@@ -843,8 +847,8 @@
  */
 
 /**
- * One metric: per-step medians, ratio b/a, the test's p-value and verdict, and the gate.
- * @typedef {Object} VerdictEntry
+ * One metric of two runs: medians, ratio b/a, and whether the difference is beyond noise.
+ * @typedef {Object} Verdict
  * @property {string} metric
  * @property {number} a_steps
  * @property {number} b_steps
