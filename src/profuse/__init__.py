@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 from .errors import ProfuseError, TraceError, UserError
 
 if TYPE_CHECKING:
-    from .analysis import OpTable, Summary
     from .report.notebook import NotebookReport
     from .trace import Trace, load
 
@@ -47,27 +46,21 @@ def notebook_report(source: Any, *, top: int = 25, group_by: str = "op", advice:
     ``top`` rows of the op table (0: all), ``group_by`` op, shape, module or kernel, ``advice`` the
     advisor's sections (as ``profuse report``; ``--no-advice`` is ``advice=False``).
     """
-    from .analysis import op_table, summarize
-    from .analysis.advice.findings import Findings, trace_findings
     from .payloads.build import ReportPayloads, report_payloads
-    from .payloads.report import report_view
+    from .payloads.report import analyse, report_view
     from .report.notebook import NotebookReport
     from .trace import load
 
     path = _source_path(source)
 
-    def analyse(trace: Trace) -> tuple[Summary, OpTable, Findings | None]:
-        return summarize(trace), op_table(trace, group_by=group_by), trace_findings(trace) if advice else None
-
     def payloads() -> ReportPayloads:  # the HTML's payloads, from the (now cached) tables, when shown
         with load(path) as trace:
-            summary, table_, found = analyse(trace)
-            return report_payloads(trace, summary=summary, table=table_, advice=found, top=top or None,
+            return report_payloads(trace, analyse(trace, group_by=group_by, advice=advice), top=top or None,
                                    keep_metadata=keep_metadata)
 
     with load(path) as trace:
-        summary, table_, found = analyse(trace)
-    return NotebookReport(report_view(summary, table_, found, top=top, keep_metadata=keep_metadata), payloads)
+        analysed = analyse(trace, group_by=group_by, advice=advice)
+    return NotebookReport(report_view(analysed, top=top, keep_metadata=keep_metadata), payloads)
 
 
 def table(source: Any, *, top: int = 20, group_by: str = "op") -> NotebookReport:

@@ -2,15 +2,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from ..analysis._choices import GROUPS, SORT_KEYS
 from ..errors import UserError
 from ._common import add_load_args, count, emit, print_view, start_load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
-
-if TYPE_CHECKING:
-    pass
 
 HELP = """examples:
   profuse report trace.json.gz
@@ -93,27 +89,20 @@ def run(args: argparse.Namespace) -> int:
     warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
     _import_while_loading(args.format)
     with finish_load() as trace:
-        from ..analysis import op_table, summarize
-        from ..analysis.advice.findings import trace_findings
+        from ..payloads.report import analyse
 
-        table = op_table(trace, group_by=args.group_by, sort=args.sort)
-        summary = summarize(trace)
-        advice = None if args.no_advice else trace_findings(trace)
-        from ..analysis.memory import memory_section as memory_of
-
-        memory = memory_of(trace)  # None without memory events
+        analysed = analyse(trace, group_by=args.group_by, sort=args.sort, advice=not args.no_advice)
         if args.format == "html":
             from ..payloads.build import report_payloads
             from ..report.html import render_html
 
-            payloads = report_payloads(trace, summary=summary, table=table, advice=advice, top=args.top or None,
-                                       keep_metadata=args.keep_metadata)
+            payloads = report_payloads(trace, analysed, top=args.top or None, keep_metadata=args.keep_metadata)
             atomic_write(args.output, render_html(payloads))
             print(f"wrote {args.output}")
             return 0
     from ..payloads.report import report_view
 
-    view = report_view(summary, table, advice, top=args.top, keep_metadata=args.keep_metadata, memory=memory)
+    view = report_view(analysed, top=args.top, keep_metadata=args.keep_metadata)
     remember(trace, args, view)  # written behind, for the next report of these bytes
     if args.format == "json":
         from ..report.json_report import render_json  # each format imports only its own renderer

@@ -91,15 +91,12 @@ def _after_run(args: argparse.Namespace, result: RunResult) -> int:
     if result.bundle is None:
         err.print(f"profuse: no bundle written ({result.status})", style="yellow", markup=False)
         return result.exit_code
-    from ..analysis import op_table, summarize
-    from ..payloads.report import report_view
+    from ..payloads.report import analyse, report_view
     from ..report.console import print_report
     from ..trace import load
 
     with load(result.bundle) as trace:
-        from ..analysis.memory import memory_section as memory_of
-
-        print_report(con, report_view(summarize(trace), op_table(trace), top=args.top, memory=memory_of(trace)))
+        print_report(con, report_view(analyse(trace, advice=False), top=args.top))
     err.print(f"profuse: bundle {result.bundle} ({result.status}, {result.steps_recorded} step(s) recorded, "
               f"{result.forwards} forward call(s) seen)", markup=False)
     err.print(f"profuse: explore it with: profuse explore {result.bundle}   (or: profuse report {result.bundle})",

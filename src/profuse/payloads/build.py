@@ -22,6 +22,7 @@ from .diff import DiffPayload, diff_payload
 from .memory import MemoryTimeline, memory_timeline_of
 from .ops import OpKernels, Ops, op_kernels_payload, ops_payload
 from .overview import Overview, overview_payload
+from .report import Analysed
 from .views import CompiledView, Modules, RunInfo, compiled_payload, modules_payload
 
 if TYPE_CHECKING:
@@ -91,10 +92,11 @@ def compare_of(a: Trace, b: Trace, *, gate_metric: str | None = None, threshold_
     return payload
 
 
-def report_payloads(trace: Trace, *, summary: Summary, table: OpTable, advice: Findings | None, top: int | None,
-                    keep_metadata: bool, timeline_width: int = 3000) -> ReportPayloads:
-    """The HTML report's payloads from the analyses ``profuse report`` already ran (``advice`` None:
-    ``--no-advice``); the ops and their kernels are the rows the table shows."""
+def report_payloads(trace: Trace, analysed: Analysed, *, top: int | None, keep_metadata: bool,
+                    timeline_width: int = 3000) -> ReportPayloads:
+    """The HTML report's payloads from the analyses every renderer reads (``payloads.report.analyse``;
+    advice None: ``--no-advice``); the ops and their kernels are the rows the table shows."""
+    summary, table, advice, _memory = analysed
     ops = ops_of(trace, top=top, table=table)
     if advice is not None and advice.diagnosis is not None:  # the rows the lever cards link to
         from .diagnosis import diagnosis_payload

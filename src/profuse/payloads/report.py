@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from msgspec import UNSET, Struct, UnsetType
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the
     from ..analysis.advice.findings import Findings
     from ..analysis.optable import OpTable
     from ..analysis.summary import Summary
+    from ..trace import Trace
 
 SCHEMA = "profuse.report/3"
 
@@ -78,10 +79,29 @@ class ReportView(Struct, kw_only=True):
     top: int | None = None
 
 
-def report_view(summary: Summary, table: OpTable, advice: Findings | None = None, *, top: int | None = None,
-                keep_metadata: bool = False, memory: MemoryPayload | None = None) -> ReportView:
-    """The report's records from the analyses (``advice`` None: ``--no-advice``; ``memory`` None: the
-    trace has no memory events): the op table with every row, the advice as :func:`advice_payload` sends it."""
+class Analysed(NamedTuple):
+    """What one trace's report is made from: every renderer's (console, JSON, HTML, notebook) input."""
+
+    summary: Summary
+    table: OpTable
+    advice: Findings | None          # None: --no-advice
+    memory: MemoryPayload | None     # None: the trace has no memory events
+
+
+def analyse(trace: Trace, *, group_by: str = "op", sort: str = "self_device", advice: bool = True) -> Analysed:
+    """Run the report's analyses on a loaded trace, once, for whichever renderer shows them."""
+    from ..analysis import op_table, summarize
+    from ..analysis.advice.findings import trace_findings
+    from ..analysis.memory import memory_section
+
+    return Analysed(summarize(trace), op_table(trace, group_by=group_by, sort=sort),
+                    trace_findings(trace) if advice else None, memory_section(trace))
+
+
+def report_view(analysed: Analysed, *, top: int | None = None, keep_metadata: bool = False) -> ReportView:
+    """The report's records from the analyses: the op table with every row, the advice as
+    :func:`advice_payload` sends it, the memory section where the trace has memory events."""
+    summary, table, advice, memory = analysed
     doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
                           keep_metadata=keep_metadata, memory=memory)
     return ReportView(document=doc, from_cache=summary.from_cache, top=top or None)
