@@ -473,10 +473,41 @@ def graph_replayed_kernel_time(path: Path | str) -> dict[str, float]:
 QUEUED_MIN_US = 100  # docs/advisor.md: launched work that waits longer than this to start is `queued`
 
 
-def queued_idle_us(path: Path | str, spans: list[tuple[str, float, float, float]]) -> float:
-    """µs inside ``spans`` where launched work waits to start (from its launch call's end, found by
-    correlation id, to its start, where that is over QUEUED_MIN_US) and no device activity runs: the
-    union of the waits and the busy intervals less the busy ones."""
+UNRECORDED_SHARE = 0.5  # docs/advisor.md: a wait this share of its step's recorded device time is not shown idle
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of [start, end) intervals as disjoint intervals, touching ones joined."""
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        elif e > s:
+            out.append((s, e))
+    return out
+
+
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint intervals ``a`` less disjoint intervals ``b``."""
+    out = []
+    for s, e in a:
+        cur = s
+        for bs, be in b:
+            if be <= cur or bs >= e:
+                continue
+            if bs > cur:
+                out.append((cur, bs))
+            cur = max(cur, be)
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def queued_split_us(path: Path | str, spans: list[tuple[str, float, float, float]]) -> tuple[float, float]:
+    """(idle/queued, unrecorded/wait) µs inside ``spans``: where launched work waits to start (from its
+    launch call's end, found by correlation id, to its start, where that is over QUEUED_MIN_US) and no
+    device activity runs; a run of such time that ends by the span's first device activity, or is at
+    least UNRECORDED_SHARE of the span's busy time long, is the trace's unrecorded wait, the rest queued."""
     events = list(exact_events(str(path)))
     device = [e for e in events if is_device_time(e)]
     by_corr = _launch_starts(events)
@@ -485,13 +516,20 @@ def queued_idle_us(path: Path | str, spans: list[tuple[str, float, float, float]
         launch = by_corr.get((d.get("args") or {}).get("correlation"))
         if launch is not None and float(d["ts"]) - float(launch["ts"] + launch["dur"]) > QUEUED_MIN_US:
             waits.append((float(launch["ts"] + launch["dur"]), float(d["ts"])))
-    busy = [(float(d["ts"]), float(d["ts"] + d["dur"])) for d in device]
-    total = 0.0
+    busy_all = [(float(d["ts"]), float(d["ts"] + d["dur"])) for d in device]
+    queued = unrecorded = 0.0
     for _name, lo, hi, _busy in spans:
         def inside(xs: list[tuple[float, float]]) -> list[tuple[float, float]]:
             return [(max(s, lo), min(e, hi)) for s, e in xs if s < hi and e > lo]
-        total += union_us(inside(waits) + inside(busy)) - union_us(inside(busy))
-    return total
+        busy = _merged(inside(busy_all))
+        busy_us = sum(e - s for s, e in busy)
+        first = busy[0][0] if busy else float("inf")
+        for s, e in _minus(_merged(inside(waits)), busy):
+            if e <= first or e - s >= UNRECORDED_SHARE * busy_us:
+                unrecorded += e - s
+            else:
+                queued += e - s
+    return queued, unrecorded
 
 
 def device_us_by_module_class(path: Path | str) -> dict[str, float]:

@@ -58,10 +58,16 @@ def test_budget_partitions_every_step_and_levers_stay_in_bounds(name):
     if d.device:
         busy = sum(v for k, v in leaves(d.budget).items() if k.startswith("busy/"))
         assert abs(busy - sum(b for *_r, b in steady)) <= TOL_US * len(steady)
-        # the idle time while launched work waits to start is the oracle's (waits by correlation id)
-        queued = leaves(d.budget).get("idle/queued", 0.0)
-        assert abs(queued - oracle.queued_idle_us(path, steady)) <= TOL_US * len(steady)
-        assert (queued > 100) == (name in QUEUED_TRACES)
+        # the time launched work waits to start is the oracle's (waits by correlation id), split into the
+        # idle waits the trace shows and the unrecorded ones (before the step's first recorded device
+        # work, or as long as half of it): those ranked after every lever the trace shows
+        queued, unrecorded = leaves(d.budget).get("idle/queued", 0.0), leaves(d.budget).get("unrecorded/wait", 0.0)
+        want_queued, want_unrecorded = oracle.queued_split_us(path, steady)
+        assert abs(queued - want_queued) <= TOL_US * len(steady)
+        assert abs(unrecorded - want_unrecorded) <= TOL_US * len(steady)
+        assert (queued + unrecorded > 100) == (name in QUEUED_TRACES)
+        outside = [i for i, lv in enumerate(d.levers) if lv.grade == "outside the trace"]
+        assert all(i >= len(d.levers) - len(outside) for i in outside), [lv.kind for lv in d.levers]
     assert all(0 <= lf.pct <= 100 for lf in d.budget)
     # every lever within the leaves it draws from; all of them together within the span
     have = leaves(d.budget)
@@ -106,17 +112,27 @@ def test_sglang_decode_idles_waiting_on_its_stream_not_in_the_copy():
     wait = max((e for e in raw if e["name"] == "hipStreamWaitEvent" and e["ts"] < corr[first["args"]["correlation"]]["ts"]),
                key=lambda e: e["ts"])
     d = diag(path)
-    top = d.levers[0]
-    # THEN the top lever is that wait (low confidence, graded outside the trace: its cause is not in it), not
-    # the copy; the only lever above 1% of the span
-    assert top.kind == "stream_wait" and top.confidence == "low" and top.target == f"stream {first['args']['stream']}"
-    assert top.grade == "outside the trace" and "or a clock offset" in top.evidence
-    assert "Its thread called hipStreamWaitEvent" in top.evidence and "4 launched activities waited" in top.evidence
-    assert f"{corr[first['args']['correlation']]['ts'] - wait['ts']:.1f} µs before" in top.evidence
-    # its gain is the wait of 463 ms (the leaf also holds the replay's own short gaps, under 1 ms each)
-    assert 0.97 * copy["dur"] < top.gain_us <= leaves(d.budget)["idle/queued"]
-    assert not [lv for lv in d.levers if lv.kind == "host_sync"]
-    assert top.kernels == (first["name"],)
+    wait_lever = next(lv for lv in d.levers if lv.kind == "unrecorded_wait")
+    # THEN that wait came before any device work the trace recorded in the step: it is not idle time but
+    # unrecorded/wait, its lever (low confidence, graded outside the trace: its cause is not in it) ranks
+    # after every lever the trace shows, and it names the stream, the waiting kernels and the wait call
+    assert d.levers[-1] is wait_lever and d.levers[0].grade != "outside the trace"
+    assert wait_lever.confidence == "low" and wait_lever.target == f"stream {first['args']['stream']}"
+    assert wait_lever.grade == "outside the trace" and "or a clock offset" in wait_lever.evidence
+    assert "not idle time" in wait_lever.evidence
+    assert "Its thread called hipStreamWaitEvent" in wait_lever.evidence
+    assert "4 launched activities waited" in wait_lever.evidence
+    assert f"{corr[first['args']['correlation']]['ts'] - wait['ts']:.1f} µs before" in wait_lever.evidence
+    # its gain is the wait of 463 ms, all of the leaf; what is left as idle/queued is the replay's short gaps
+    have = leaves(d.budget)
+    assert 0.97 * copy["dur"] < wait_lever.gain_us == have["unrecorded/wait"]
+    assert have.get("idle/queued", 0.0) < 1000
+    assert not [lv for lv in d.levers if lv.kind in ("host_sync", "stream_wait")]
+    assert wait_lever.kernels == (first["name"],)
+    # the device window (the span less the wait) is what the GEMM gate reads: GEMMs are most of it
+    busy = sum(v for k, v in have.items() if k.startswith("busy/"))
+    window = d.span_us - have["unrecorded/wait"]
+    assert busy >= 0.5 * window and d.levers[0].kind == "gemm"
     assert not [n for n in d.notes if "device clock" in n]  # kernels started microseconds after their launch too
 
 
@@ -247,26 +263,54 @@ def test_synchronous_copy_gives_host_sync_with_its_call_site(tmp_path):
 
 @pytest.mark.parametrize("sync", [True, False])
 def test_launched_work_held_by_its_stream_is_queued_and_gives_stream_wait(tmp_path, sync):
-    # GIVEN a kernel launched at 15-19 µs, after a cudaStreamWaitEvent, that starts 5 ms later, while the
-    # host (with sync) blocks in cudaStreamSynchronize waiting for it
-    ev = [_step(0, 6000), _x("cpu_op", "aten::add", 10, 20), _launch(12, 90, dur=2, name="cudaStreamWaitEvent"),
-          _launch(15, 1), _kernel("vectorized_elementwise_kernel", 5019, 100, 1)]
+    # GIVEN a 12 ms GEMM, then a kernel launched at 15-19 µs, after a cudaStreamWaitEvent, that starts 17 ms
+    # later (5 ms after the GEMM ends: a wait inside the device window, under half the step's device work),
+    # while the host (with sync) blocks in cudaStreamSynchronize waiting for it
+    ev = [_step(0, 18000), _x("cpu_op", "aten::mm", 1, 8), _launch(2, 80, dur=3), _kernel("sm90_gemm_bf16", 10, 12010, 80),
+          _x("cpu_op", "aten::add", 10, 20), _launch(12, 90, dur=2, name="cudaStreamWaitEvent"),
+          _launch(15, 1), _kernel("vectorized_elementwise_kernel", 17019, 100, 1)]
     if sync:
-        ev += [_x("cpu_op", "aten::item", 100, 5100), _launch(105, 91, dur=5010, name="cudaStreamSynchronize")]
+        ev += [_x("cpu_op", "aten::item", 100, 17100), _launch(105, 91, dur=17010, name="cudaStreamSynchronize")]
     d = diag(_write(tmp_path, ev))
     b = leaves(d.budget)
-    # THEN the 5 ms from the launch call's end to the kernel's start is queued, whatever the host did
-    assert b["idle/queued"] == pytest.approx(5019 - 19, abs=0.01)
-    assert "idle/host_sync" not in b
+    # THEN the 5 ms from the GEMM's end to the kernel's start is queued, whatever the host did
+    assert b["idle/queued"] == pytest.approx(17019 - 12020, abs=0.01)
+    assert "idle/host_sync" not in b and "unrecorded/wait" not in b
     # the wait's lever, graded outside the trace (its cause is not in it), ranks after those the trace shows
     top = next(lv for lv in d.levers if lv.kind == "stream_wait")
     assert top.grade == "outside the trace" and d.levers[-1] is top
     assert top.target == "stream 7" and top.gain_us == b["idle/queued"]
     assert "Its thread called cudaStreamWaitEvent 3.0 µs before that launch" in top.evidence
     assert "1 launched activity waited" in top.evidence
-    assert "started 5.00 ms after its launch call ended" in top.evidence
+    assert "started 17.00 ms after its launch call ended" in top.evidence
     assert top.kernels == ("vectorized_elementwise_kernel",)
     assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "host_sync"]
+
+
+@pytest.mark.parametrize(("shape", "gemm_us", "start_us"), [
+    ("before any recorded device work", 1000, 5019),   # the waiting kernel is the step's first activity
+    ("as long as the step's device work", 3000, 9000),  # after a 3 ms GEMM, a 5.98 ms wait
+])
+def test_a_wait_the_trace_cannot_show_is_unrecorded_not_idle(tmp_path, shape, gemm_us, start_us):
+    # GIVEN an add kernel launched at 15-19 µs that starts at start_us, and a GEMM launched after it
+    # (first case: it runs after the add; second: from 10 µs, before the add's launch ends)
+    first = 10 if start_us > 5019 else start_us + 100
+    ev = [_step(0, start_us + 200 + gemm_us), _x("cpu_op", "aten::add", 10, 20), _launch(15, 1),
+          _kernel("vectorized_elementwise_kernel", start_us, 100, 1),
+          _x("cpu_op", "aten::mm", 40, 10), _launch(42, 2, dur=3), _kernel("sm90_gemm_bf16", first, gemm_us, 2)]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    wait = start_us - (first + gemm_us if first < start_us else 19)
+    # THEN the wait is unrecorded/wait (not idle): its lever says so and ranks after the levers the trace shows
+    assert "idle/queued" not in b and b["unrecorded/wait"] == pytest.approx(wait, abs=0.01), shape
+    lever = next(lv for lv in d.levers + d.small_items if lv.kind == "unrecorded_wait")
+    assert lever.grade == "outside the trace" and lever.draws == ("unrecorded/wait",)
+    assert "not idle time the trace shows" in lever.evidence and "or a clock offset" in lever.evidence
+    ranked = [lv.grade for lv in d.levers]
+    assert ranked == sorted(ranked, key=lambda g: g == "outside the trace")
+    # the console and the JSON name the leaf apart from idle
+    from profuse.report.console_diagnosis import budget_line
+    assert "unrecorded" in budget_line("step", d.budget, True).plain
 
 
 @pytest.mark.parametrize(("wait_us", "queued"), [(99.0, False), (101.0, True)])
@@ -278,9 +322,12 @@ def test_a_wait_is_queued_only_past_100_us_and_never_a_lever_under_1_ms(tmp_path
         ev += [_x("cpu_op", "aten::add", t, 20), _launch(t + 5, i),
                _kernel("vectorized_elementwise_kernel", t + 9 + wait_us, 100, i)]
     d = diag(_write(tmp_path, ev))
-    # THEN each whole wait is queued past 100 µs (none of it before), and no lever draws on it
-    assert leaves(d.budget).get("idle/queued", 0.0) == pytest.approx(5 * wait_us if queued else 0.0, abs=0.01)
-    assert not [lv for lv in (*d.levers, *d.small_items) if "idle/queued" in lv.draws]
+    # THEN each whole wait is queued past 100 µs (none of it before), but the first, before any device work
+    # the step recorded, which is unrecorded/wait; and no lever draws on them
+    b = leaves(d.budget)
+    assert b.get("idle/queued", 0.0) == pytest.approx(4 * wait_us if queued else 0.0, abs=0.01)
+    assert b.get("unrecorded/wait", 0.0) == pytest.approx(wait_us if queued else 0.0, abs=0.01)
+    assert not [lv for lv in (*d.levers, *d.small_items) if {"idle/queued", "unrecorded/wait"} & set(lv.draws)]
     # and, as every launch waited, a note says a device clock ahead of the host's would look the same
     assert [n for n in d.notes if "device clock runs ahead" in n] == (
         [f"every launched device activity (5) started over 100 µs after its launch call ended (the least {wait_us:.1f} "

@@ -93,7 +93,8 @@ def budget_categories(budget: list[Leaf], *, device: bool) -> dict[str, float]:
     """A diagnosis's budget leaves grouped as the Overview's categories, in display order (they add up
     to its span): ``busy/communication`` (``cpu/communication``) is communication, ``busy/memcpy_*`` and
     ``busy/memset`` memory copy, ``cpu/python`` Python, every other ``busy/``/``cpu/`` leaf compute
-    (ops on a CPU-only trace), ``idle/*`` and ``idle`` idle."""
+    (ops on a CPU-only trace), ``idle/*`` and ``idle`` idle, ``unrecorded/wait`` not in the trace (a card only
+    where there is some)."""
     names = ("compute", "memory copy", "communication", "idle") if device else ("ops", "python", "communication",
                                                                                "idle")
     out = dict.fromkeys(names, 0.0)
@@ -101,6 +102,8 @@ def budget_categories(budget: list[Leaf], *, device: bool) -> dict[str, float]:
         group, _, cls = leaf.key.partition("/")
         if group == "idle":
             out["idle"] += leaf.us
+        elif group == "unrecorded":
+            out["not in the trace"] = out.get("not in the trace", 0.0) + leaf.us
         elif cls == "communication":
             out["communication"] += leaf.us
         elif cls.startswith("mem") and device:

@@ -15,7 +15,7 @@ from ..payloads.diagnosis import BudgetDiff, DiagnosisPayload, StepGroup
 from ._text import fmt_us, text
 
 BAR = 60
-STYLE = {"busy": "green", "idle": "red", "cpu": "green"}
+STYLE = {"busy": "green", "idle": "red", "cpu": "green", "unrecorded": "magenta"}
 SHOWN_LEVERS = 5
 
 
@@ -34,9 +34,11 @@ def budget_line(label: str, leaves: Sequence[Leaf], device: bool) -> Text:
     t = Text()
     t.append(label, style="bold")
     t.append(": ")
-    for prefix, word in ((("busy/", "busy"), ("idle/", "idle")) if device else (("cpu/", "cpu"), ("idle", "idle"))):
+    groups = (("busy/", "busy"), ("idle/", "idle"), ("unrecorded/", "unrecorded")) if device else (
+        ("cpu/", "cpu"), ("idle", "idle"))
+    for prefix, word in groups:
         total, inner = _part(leaves, prefix)
-        if not total and word == "idle":
+        if not total and word != groups[0][1]:
             continue
         t.append(f"{word} {total:.0f}%", style=STYLE[word])
         t.append(f" ({inner}) " if inner else " ")

@@ -21,6 +21,12 @@ the leaves partition the span to the nanosecond:
   launch: the call alone; spans over 1 ms are a host stall, not launch overhead); ``cpu_other``
   inside any other op, Python frame (not one enclosing a whole step) or runtime call; ``no_work``
   nothing at all.
+- **unrecorded/wait**: a ``queued`` wait that the trace cannot show to be idle device time: one
+  before any device activity the trace recorded in the step (launched work waited from the step's
+  start, and the first recorded activity ended the wait), or one at least :data:`UNRECORDED_SHARE` of
+  the step's recorded device time long. The device may have been busy with work the trace does not
+  hold (a previous batch's, another process's) or the host and device clocks disagree; it is not
+  called idle, and what the device did is asked of the device window (the span less this leaf).
 - A trace with launch calls but no device activity has one leaf, ``idle/not_recorded``.
 """
 from __future__ import annotations
@@ -47,10 +53,14 @@ IDLE_CAUSES = ("queued", "host_sync", "launch_overhead", "cpu_other", "no_work")
 # A launch is picked up within tens of µs (the launch latency: launch_overhead's, a graph removes it);
 # launched work that waits longer while the device idles is waiting on something else.
 QUEUED_MIN_US = 100.0
-LEAVES = tuple(f"busy/{c}" for c in BUSY_PRIORITY) + tuple(f"idle/{c}" for c in IDLE_CAUSES)
+UNRECORDED_LEAF = "unrecorded/wait"
+LEAVES = tuple(f"busy/{c}" for c in BUSY_PRIORITY) + tuple(f"idle/{c}" for c in IDLE_CAUSES) + (UNRECORDED_LEAF,)
 NOT_RECORDED = "idle/not_recorded"
 # each idle cause's index into LEAVES (a piece's label)
 QUEUED, HOST_SYNC, LAUNCH_OVERHEAD, CPU_OTHER, NO_WORK = (LEAVES.index(f"idle/{c}") for c in IDLE_CAUSES)
+UNRECORDED = LEAVES.index(UNRECORDED_LEAF)
+# a wait at least this share of its step's recorded device time is not shown to be idle by the trace
+UNRECORDED_SHARE = 0.5
 _BEFORE = -(2 ** 62)
 
 def sync_calls_sql() -> str:
@@ -260,11 +270,13 @@ def queued_runs(a: Activities) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class Pieces:
-    """A span cut into labelled pieces: piece i starts at ``start[i]`` and lasts ``ns[i]``."""
+    """A span cut into labelled pieces: piece i starts at ``start[i]``, lasts ``ns[i]`` and has the leaf
+    ``label[i]`` (index into LEAVES: the trace's label, with the span's unrecorded waits)."""
 
     start: np.ndarray
     ns: np.ndarray
-    idx: np.ndarray   # index of each piece's label in Labels
+    idx: np.ndarray   # index of each piece in Labels
+    label: np.ndarray
 
 
 def pieces(lab: Labels, lo: int, hi: int) -> Pieces:
@@ -274,11 +286,38 @@ def pieces(lab: Labels, lo: int, hi: int) -> Pieces:
     inner = c[np.searchsorted(c, lo, side="right"):np.searchsorted(c, hi, side="left")]
     start = np.concatenate([[lo], inner]).astype(np.int64)
     ns = np.diff(np.append(start, hi)).astype(np.int64)
-    return Pieces(start, ns, lab.at(start))
+    idx = lab.at(start)
+    return Pieces(start, ns, idx, unrecorded_waits(lab.label[idx], start, ns))
+
+
+def unrecorded_waits(label: np.ndarray, start: np.ndarray, ns: np.ndarray) -> np.ndarray:
+    """A span's labels with each run of queued pieces that the trace cannot show to be idle relabelled
+    ``unrecorded/wait``: a run ending by the span's first recorded device activity, or one at least
+    :data:`UNRECORDED_SHARE` of the span's busy time long (the module docstring)."""
+    q = label == QUEUED
+    if not q.any():
+        return label
+    busy = label < len(BUSY_PRIORITY)
+    first = int(start[busy][0]) if busy.any() else 2 ** 62
+    busy_ns = int(ns[busy].sum())
+    edge = np.flatnonzero(np.diff(np.concatenate([[0], q.astype(np.int8), [0]])))
+    begin, stop = edge[::2], edge[1::2]     # runs of consecutive queued pieces: [begin, stop)
+    total = np.concatenate([[0], np.cumsum(ns)])
+    run_ns = total[stop] - total[begin]
+    ends = start[stop - 1] + ns[stop - 1]
+    outside = (ends <= first) | (run_ns >= UNRECORDED_SHARE * busy_ns)
+    if not outside.any():
+        return label
+    mark = np.zeros(label.size + 1, dtype=np.int64)
+    np.add.at(mark, begin[outside], 1)
+    np.add.at(mark, stop[outside], -1)
+    out: np.ndarray = np.where(np.cumsum(mark)[:-1] > 0, UNRECORDED, label)
+    return out
 
 
 def leaf_ns(lab: Labels, p: Pieces) -> np.ndarray:
     """ns per leaf (index into LEAVES) of a span's pieces."""
+    del lab  # the pieces carry their labels
     out = np.zeros(len(LEAVES), dtype=np.int64)
-    np.add.at(out, lab.label[p.idx], p.ns)
+    np.add.at(out, p.label, p.ns)
     return out

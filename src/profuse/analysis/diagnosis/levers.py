@@ -25,6 +25,8 @@ from .budget import (
     LAUNCH_OVERHEAD,
     LEAVES,
     QUEUED,
+    UNRECORDED,
+    UNRECORDED_LEAF,
     DeviceWork,
     Labels,
     late,
@@ -88,6 +90,10 @@ HOW = {
                    "stream.wait_event()/wait_stream() (or an event recorded by another thread, process or a previous "
                    "iteration's overlapped work) before the waiting launch, and profile that work too; then make it "
                    "finish earlier or drop the dependency. A synchronising call during the wait is waiting on this work",
+    "unrecorded_wait": "profile what came before: start the capture a step earlier, record the other processes "
+                       "or streams that feed this one, and check the host and device clocks (a device clock "
+                       "ahead of the host's makes launch latency look like waits); until then, read the step "
+                       "from its device window",
     "sync_wait": "remove the synchronise from the step (timing or debugging code?), or move it to where the "
                  "result is needed",
 }
@@ -111,6 +117,12 @@ class Context:
         """ns in these leaves of the steady budget."""
         return sum(self.steady.leaves.get(k, 0) for k in keys)
 
+    @property
+    def window_ns(self) -> int:
+        """The device window: the steady span less the waits the trace cannot show (``unrecorded/wait``),
+        where the device's own story (busy share, gates) is asked."""
+        return self.steady.span_ns - self.leaf(UNRECORDED_LEAF)
+
 
 def _lever(ctx: Context, kind: str, target: str, gain_ns: float, confidence: str, evidence: str, how: str,
            draws: tuple[str, ...], **kw: Any) -> Lever:
@@ -119,13 +131,14 @@ def _lever(ctx: Context, kind: str, target: str, gain_ns: float, confidence: str
     return Lever(kind, target, round(gain / 1e3, 3), confidence, evidence, how, draws, grade=grade_of(kind), **kw)
 
 
-def _pieces(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pieces(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The steady spans' pieces: start, ns, index into the trace's labels, leaf."""
     ps = ctx.steady.pieces
     if not ps:
         z = np.zeros(0, dtype=np.int64)
-        return z, z, z
+        return z, z, z, z
     return (np.concatenate([p.start for p in ps]), np.concatenate([p.ns for p in ps]),
-            np.concatenate([p.idx for p in ps]))
+            np.concatenate([p.idx for p in ps]), np.concatenate([p.label for p in ps]))
 
 
 def _us(ns: float) -> str:
@@ -140,12 +153,12 @@ def _top(counter: Counter[str], n: int = 3) -> list[str]:
 def device_levers(ctx: Context) -> list[Lever]:
     """Every device lever that applies to the steady spans."""
     assert ctx.work is not None and ctx.labels is not None
-    start, ns, idx = _pieces(ctx)
-    label = ctx.labels.label[idx] if idx.size else idx
+    start, ns, idx, label = _pieces(ctx)
     out: list[Lever] = []
     cpu = _cpu_other(ctx, start, ns, label)
     out += _graphs(ctx, start, ns, idx, label, cpu)
     out += _stream_wait(ctx, start, ns, label)
+    out += _unrecorded_wait(ctx, start, ns, label)
     out += _host_sync(ctx, start, ns, label)
     out += _cpu_work(ctx, cpu)
     out += _pinned(ctx, ns, idx, label)
@@ -216,7 +229,7 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
         ev += f" (and {_us(replay)} inside graph launches: the graph_launch lever)"
     others = max(causes["idle/queued"], causes["idle/host_sync"], causes["idle/no_work"],
                  causes["idle/cpu_other"] - cpu.model_ns)
-    span = max(ctx.steady.span_ns, 1)
+    span = max(ctx.window_ns, 1)
     # high: most of the span, and nothing in it that makes a capture hard (a synchronise, collectives)
     if graphed:
         confidence = "low"  # the step is captured already: what is left is the work a capture keeps out
@@ -305,50 +318,92 @@ STREAM_WAIT_CALL_SQL = """
       AND ts > ? AND ts <= ? ORDER BY ts DESC, id DESC LIMIT 1"""
 
 
-def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
-    """Launched work that waited to start while the device idled (``idle/queued``), in waits of at least
-    launch overhead's 1 ms bound: a stream held by an event or by work the trace does not show. Shorter
-    waits are the device's own gaps between the kernels of a deep queue: no lever (nothing to name)."""
+@dataclass(frozen=True)
+class _Waits:
+    """Runs of waiting pieces: their total, how many, and what the longest one held."""
+
+    ns: int
+    runs: int
+    longest_ns: int
+    waited: int           # launched activities waiting in the longest run
+    kernel: str           # the first of them to start
+    stream: int
+    text: str             # the evidence about the longest run
+
+
+def _waits(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray, code: int,
+           min_ns: int) -> _Waits | None:
+    """The runs of pieces labelled ``code`` (each piece once: steps may share pieces) of at least
+    ``min_ns``, and what the trace shows of the longest: which launched work waited in it, the first
+    to start (the wait's end released it), and a stream-wait call its thread made before launching it."""
     w = ctx.work
     assert w is not None
-    m = label == QUEUED
+    m = label == code
     if not m.any():
-        return []
-    # each piece once (steps whose spans overlap share pieces), in time order
+        return None
     t, once = np.unique(start[m], return_index=True)
     v = ns[m][once]
     first = np.ones(t.size, dtype=bool)
-    first[1:] = t[1:] != t[:-1] + v[:-1]  # a wait is a run of queued pieces that follow one another
+    first[1:] = t[1:] != t[:-1] + v[:-1]  # a wait is a run of pieces that follow one another
     run_ns = np.bincount(np.cumsum(first) - 1, weights=v).astype(np.int64)
-    long_ = run_ns >= LAUNCH_GAP_MAX_US * 1000
+    long_ = run_ns >= min_ns
     if not long_.any():
-        return []
-    gain, n = int(run_ns[long_].sum()), int(long_.sum())
+        return None
     at = int(t[first][np.argmax(run_ns)])  # the longest wait: [at, until)
     until = at + int(run_ns.max())
     a = w.acts
     wait = launch_wait(a)
     waiting = np.flatnonzero(late(a) & (a.start - wait < until) & (a.start > at))
-    if not waiting.size:  # cannot happen (the pieces are queued): say nothing rather than guess
-        return []
+    if not waiting.size:  # cannot happen (the pieces are waits): say nothing rather than guess
+        return None
     # the first of them to start (the wait's end released it), the earlier launch on a tie
     i = int(waiting[np.lexsort((a.launch_ts[waiting], a.start[waiting]))[0]])
     stream = int(w.stream[i]) if i < w.stream.size else -1
     on = f" on stream {stream}" if stream >= 0 else ""
     launch = ctx.trace.con.execute("SELECT name FROM events WHERE id = ?", [int(a.launch_id[i])]).fetchone()
     by = f" (launched by {launch[0] if launch else '?'}" + (f" in {w.op_name[i]})" if w.op_name[i] else ")")
-    ev = (f"the device idled {_us(gain)} in {n} wait{'s' if n > 1 else ''} of 1 ms or more while launched work had "
-          f"not started; in {'the longest' if n > 1 else 'it'} ({_us(until - at)}) {waiting.size} launched "
-          f"activit{'y' if waiting.size == 1 else 'ies'} waited; the first to start, {w.name[i]}{on}{by}, started "
-          f"{_us(int(wait[i]))} after its launch call ended. ")
+    n = int(long_.sum())
+    text = (f"in {'the longest' if n > 1 else 'it'} ({_us(until - at)}) {waiting.size} launched "
+            f"activit{'y' if waiting.size == 1 else 'ies'} waited; the first to start, {w.name[i]}{on}{by}, started "
+            f"{_us(int(wait[i]))} after its launch call ended. ")
     call = _wait_call_before(ctx, a, i)
     if call:
-        ev += (f"Its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch, with no launch "
-               "between: the stream may have waited on that event. ")
-    ev += ("What it waited on is not in this trace: work it did not record (a previous batch's, another "
-           "process's) or a clock offset between host and device, so the device may not have been idle")
-    return [_lever(ctx, "stream_wait", f"stream {stream}" if stream >= 0 else "launched work", gain, "low", ev,
-                   HOW["stream_wait"], ("idle/queued",), kernels=(str(w.name[i]),))]
+        text += (f"Its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch, with no "
+                 "launch between: the stream may have waited on that event. ")
+    return _Waits(int(run_ns[long_].sum()), n, until - at, int(waiting.size), str(w.name[i]), stream, text)
+
+
+def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
+    """Launched work that waited to start while the device idled (``idle/queued``), in waits of at least
+    launch overhead's 1 ms bound: a stream held by an event or by work the trace does not show. Shorter
+    waits are the device's own gaps between the kernels of a deep queue: no lever (nothing to name)."""
+    found = _waits(ctx, start, ns, label, QUEUED, int(LAUNCH_GAP_MAX_US * 1000))
+    if found is None:
+        return []
+    gain, n = found.ns, found.runs
+    ev = (f"the device idled {_us(gain)} in {n} wait{'s' if n > 1 else ''} of 1 ms or more while launched work had "
+          f"not started; {found.text}What it waited on is not in this trace: work it did not record (a previous "
+          "batch's, another process's) or a clock offset between host and device, so the device may not have "
+          "been idle")
+    return [_lever(ctx, "stream_wait", f"stream {found.stream}" if found.stream >= 0 else "launched work", gain, "low",
+                   ev, HOW["stream_wait"], ("idle/queued",), kernels=(found.kernel,))]
+
+
+def _unrecorded_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
+    """Waits the trace cannot show to be idle (``unrecorded/wait``): said as such, graded outside the
+    trace, never ranked above a lever the trace shows."""
+    v = ctx.leaf(UNRECORDED_LEAF)
+    found = _waits(ctx, start, ns, label, UNRECORDED, int(LAUNCH_GAP_MAX_US * 1000))  # as stream_wait: 1 ms waits
+    if not v or found is None:
+        return []
+    busy = ctx.leaf(*(k for k in LEAVES if k.startswith("busy/")))
+    ev = (f"launched work waited {_us(v)} before any device activity this trace recorded in its step, or as long "
+          f"as the step's own recorded device work ({_us(busy)}); {found.text}What the device did meanwhile is "
+          "not in this trace: work it did not record (a previous batch's, another process's) or a clock offset "
+          f"between host and device, not idle time the trace shows; the device window ({_us(ctx.window_ns)}) is "
+          "read without it")
+    return [_lever(ctx, "unrecorded_wait", f"stream {found.stream}" if found.stream >= 0 else "launched work", v,
+                   "low", ev, HOW["unrecorded_wait"], (UNRECORDED_LEAF,), kernels=(found.kernel,))]
 
 
 def _wait_call_before(ctx: Context, a: Activities, i: int) -> tuple[str, int] | None:
@@ -726,7 +781,7 @@ def _precision(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray)
 def _gemm(ctx: Context) -> list[Lever]:
     busy = {k: ctx.leaf(k) for k in LEAVES if k.startswith("busy/")}
     gemm = busy["busy/gemm"]
-    if not gemm or gemm < max(busy.values()) or 2 * sum(busy.values()) < ctx.steady.span_ns:
+    if not gemm or gemm < max(busy.values()) or 2 * sum(busy.values()) < ctx.window_ns:
         return []
     rows = [r for r in ctx.roofline_rows if op_class(r.name) == "matmul" and "conv" not in r.name]
     known = [r for r in rows if r.roofline_us is not None]
@@ -771,13 +826,14 @@ def no_device_data(trace: Trace) -> Lever | None:
 def rank_levers(ctx: Context) -> tuple[tuple[Lever, ...], tuple[Lever, ...], float]:
     """(ranked levers, small items, combined gain in µs)."""
     levers = device_levers(ctx) if not ctx.cpu else fusion_levers(ctx, CPU_FUSION_DRAWS, CPU_FUSION_DRAWS)
-    return rank(levers, ctx.steady.leaves, ctx.steady.span_ns)
+    return rank(levers, ctx.steady.leaves, ctx.window_ns)
 
 
 def rank(levers: list[Lever], leaves: dict[str, int], span_ns: int) -> tuple[tuple[Lever, ...], tuple[Lever, ...],
                                                                               float]:
-    """Sort by gain, those whose cause is outside the trace after every other, fold the small ones, and
-    pull them all in rank order, each taking at most what its leaves still hold (no time counted twice)."""
+    """Sort by gain, those whose cause is outside the trace after every other, fold the small ones (under
+    1% of ``span_ns``: the device window, on a device trace), and pull them all in rank order, each
+    taking at most what its leaves still hold (no time counted twice)."""
     levers = sorted(levers, key=lambda lv: (lv.kind != "no_device_data", lv.grade == "outside the trace",
                                             -lv.gain_us, lv.kind, lv.target))
     small_us = max(SMALL_PCT / 100 * span_ns / 1e3, SMALL_US)
