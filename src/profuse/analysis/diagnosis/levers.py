@@ -768,8 +768,12 @@ def _precision(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray)
         if fast <= p.tflops_fp32:
             return []
         gain, conf = v * (1 - p.tflops_fp32 / fast), "medium"
-        ev = (f"{_us(v)} of FP32 GEMM/conv kernels; {p.source}: FP32 {p.tflops_fp32:g} TFLOP/s, "
-              f"TF32/BF16 up to {fast:g} TFLOP/s")
+        # each dtype's own dense peak: the gain is BF16's (autocast), TF32's said apart (a setting, no cast)
+        to = "BF16" if p.tflops_half >= p.tflops_tf32 else "TF32"
+        ev = (f"{_us(v)} of FP32 GEMM/conv kernels; {p.source} (dense): FP32 {p.tflops_fp32:g}, TF32 "
+              f"{p.tflops_tf32:g}, BF16 {p.tflops_half:g} TFLOP/s; the gain assumes {to}")
+        if to == "BF16" and p.tflops_fp32 < p.tflops_tf32 < p.tflops_half:
+            ev += f" (TF32 alone: up to {_us(v * (1 - p.tflops_fp32 / p.tflops_tf32))})"
     else:
         gain, conf = v * (1 - 1 / FP32_UNKNOWN_SPEEDUP), "low"
         ev = f"{_us(v)} of FP32 GEMM/conv kernels; no peak table for this device: assumed {FP32_UNKNOWN_SPEEDUP:g}x"
