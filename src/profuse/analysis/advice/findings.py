@@ -16,7 +16,7 @@ from .fusion import fusion_candidates
 from .hotspots import hotspots
 from .interruptions import interruptions, skewed_launches
 from .records import AdviceSections
-from .roofline import device_peaks, missing_peak, roofline
+from .roofline import ALL_ROWS, ROOFLINE_TOP, device_peaks, missing_peak, roofline
 
 if TYPE_CHECKING:
     from ...trace.bundle import MeasuredPeaks  # annotations only: a plain trace never imports msgspec
@@ -34,8 +34,10 @@ def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None)
     bundle recorded, else by datasheet peaks for a known device (see :func:`device_peaks`)."""
     bundle_peaks = trace.bundle.peaks if trace.bundle is not None else None
     peaks = device_peaks(trace, measured_peaks or bundle_peaks)
-    candidates, rows = fusion_candidates(trace), roofline(trace, peaks)
+    # every op's roofline for the diagnosis (its GEMM bound reads all of them), the top ones for the section
+    candidates, rows = fusion_candidates(trace), roofline(trace, peaks, top=ALL_ROWS)
     return Findings(hotspots=hotspots(trace), interruptions=interruptions(trace),
-                    fusion_candidates=candidates, peaks=peaks, roofline=rows, compiled=compiled_regions(trace),
-                    roofline_note=missing_peak(trace, peaks), skewed_launches=skewed_launches(trace),
+                    fusion_candidates=candidates, peaks=peaks, roofline=rows[:ROOFLINE_TOP],
+                    compiled=compiled_regions(trace), roofline_note=missing_peak(trace, peaks),
+                    skewed_launches=skewed_launches(trace),
                     diagnosis=diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows)))

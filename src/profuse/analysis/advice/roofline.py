@@ -88,7 +88,11 @@ def missing_peak(trace: Trace, peaks: Peaks | None) -> str | None:
     return f"no peak for {what}: {hint}"
 
 
-def roofline(trace: Trace, peaks: Peaks | None, *, top: int = 15) -> list[RooflineRow]:
+ROOFLINE_TOP = 15        # rows the report's roofline section shows
+ALL_ROWS = 1 << 30       # every op (the diagnosis's GEMM bound reads them all)
+
+
+def roofline(trace: Trace, peaks: Peaks | None, *, top: int = ROOFLINE_TOP) -> list[RooflineRow]:
     """The ops that took the most time against the device's peaks, largest time first.
 
     Set-based: the tables are grouped by (op name, recorded input shapes and types) in SQL, so each

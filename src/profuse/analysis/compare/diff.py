@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL
 from .. import figures
-from ..advice.roofline import Peaks, device_peaks, roofline
+from ..advice.roofline import ALL_ROWS, Peaks, device_peaks, roofline
 from ..compiled import compiled_regions
 from ..optable import op_table, total_device_us
 from .significance import Verdict, compare
@@ -212,8 +212,8 @@ def same_device(a: Side, b: Side) -> bool:
 
 
 def _roofline_pairs(a: Trace, b: Trace, pa: Peaks | None, pb: Peaks | None) -> list[RooflinePair]:
-    ra = {r.name: r for r in roofline(a, pa, top=1 << 30)}
-    rb = {r.name: r for r in roofline(b, pb, top=1 << 30)}
+    ra = {r.name: r for r in roofline(a, pa, top=ALL_ROWS)}
+    rb = {r.name: r for r in roofline(b, pb, top=ALL_ROWS)}
     out = [RooflinePair(n, ra[n].time_us, rb[n].time_us, ra[n].pct_of_roofline, rb[n].pct_of_roofline)
            for n in ra.keys() & rb.keys()]
     out.sort(key=lambda r: (-max(r.a_us, r.b_us), r.name))

@@ -44,14 +44,14 @@ def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: obj
     """The diagnosis of a loaded trace; ``candidates``, ``peaks`` and ``roofline_rows`` are the
     advisor's fusion candidates, peaks and roofline when already computed (else computed here)."""
     from ..advice.fusion import fusion_candidates
-    from ..advice.roofline import device_peaks, roofline
+    from ..advice.roofline import ALL_ROWS, device_peaks, roofline
 
     if candidates is None:
         candidates = list(fusion_candidates(trace))
     if peaks is None:
         peaks = device_peaks(trace)
     if roofline_rows is None:
-        roofline_rows = list(roofline(trace, peaks)) if peaks is not None else []   # type: ignore[arg-type]
+        roofline_rows = list(roofline(trace, peaks, top=ALL_ROWS)) if peaks is not None else []  # type: ignore[arg-type]
     if trace.cpu_only:
         from .cpu_budget import cpu_diagnosis
         return cpu_diagnosis(trace, candidates)

@@ -43,6 +43,7 @@ SMALL_PCT = 1.0
 SMALL_US = 10.0
 GRAPHED_SHARE = 0.9  # graphs replay at least this share of the busy time: the step is captured already
 GEMM_UNKNOWN_SHARE = 0.3   # no roofline: assume a tuned GEMM reaches 70% of what this one takes
+MEMORY_BOUND_PCT = 60.0    # a memory-bound GEMM at this % of its bandwidth roofline streams near the device's peak
 FP32_UNKNOWN_SPEEDUP = 2.0  # no peak table: every matrix unit here runs half precision at least 2x FP32
 
 FUSION_DRAWS = ("busy/elementwise", "busy/norm", "busy/reduction", "busy/other", "busy/attention")
@@ -79,6 +80,10 @@ HOW = {
                  "torch.backends.cudnn.allow_tf32 = True)",
     "gemm": "check the GEMM shapes (dimensions multiples of 16/64), the dtype, and the backend's tuning "
             "(PYTORCH_TUNABLEOP_ENABLED=1, hipBLASLt/cuBLASLt tuning, torch.compile(mode=\"max-autotune\"))",
+    "memory_bound": "the GEMMs are memory-bound (decode with small batches: each step streams the weights): move "
+                    "fewer bytes per token rather than tune the GEMM: batch more requests per step (the same "
+                    "weight read serves more tokens), quantise the weights (int8/fp8, 4-bit), speculative decoding "
+                    "(several tokens per weight read), or a smaller/quantised lm_head",
     "communication": "overlap the collectives with compute (DDP bucket_cap_mb, FSDP forward/backward prefetch, "
                      "async ops waited on later) or send fewer, larger collectives",
     "no_device_data": "record device activity: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
@@ -783,23 +788,66 @@ def _precision(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray)
 
 
 def _gemm(ctx: Context) -> list[Lever]:
+    """GEMM tuning over every GEMM of the device-bound steps (eager, compiled, replayed): ops with a FLOP
+    model at their roofline's efficiency, kernels of the same names as theirs (a replay of those ops) at
+    the same efficiency, the rest at the stated fallback; GEMMs mostly memory-bound near the bandwidth
+    roofline are named as such (``memory_bound``: tuning cannot beat the bandwidth)."""
     busy = {k: ctx.leaf(k) for k in LEAVES if k.startswith("busy/")}
     gemm = busy["busy/gemm"]
     if not gemm or gemm < max(busy.values()) or 2 * sum(busy.values()) < ctx.window_ns:
         return []
-    rows = [r for r in ctx.roofline_rows if op_class(r.name) == "matmul" and "conv" not in r.name]
-    known = [r for r in rows if r.roofline_us is not None]
+    known = [r for r in ctx.roofline_rows if op_class(r.name) == "matmul" and "conv" not in r.name
+             and r.roofline_us is not None]
     kernels = tuple(_kernels(ctx, "gemm"))
-    if known:
-        above = sum(max(r.time_us - r.roofline_us, 0.0) for r in known) * 1e3
-        pct = ", ".join(f"{r.name} {r.pct_of_roofline:.0f}%" for r in known[:3] if r.pct_of_roofline is not None)
-        return [_lever(ctx, "gemm", "GEMM kernels", above, "medium",
-                       f"GEMMs take {_us(gemm)} of a device-bound span; % of roofline: {pct}", HOW["gemm"],
+    split = _gemm_coverage(ctx, {r.name for r in known})
+    if not known or not split.known_ns:
+        why = ("no peaks for this device" if ctx.peaks is None else
+               "no op with recorded shapes launched them (graph replays, compiled regions): no FLOP model")
+        return [_lever(ctx, "gemm", "GEMM kernels", gemm * GEMM_UNKNOWN_SHARE, "low",
+                       f"GEMMs take {_us(gemm)} of a device-bound window; {why}: the gain assumes "
+                       f"{100 * (1 - GEMM_UNKNOWN_SHARE):.0f}% of this time is reachable", HOW["gemm"], ("busy/gemm",),
+                       kernels=kernels)]
+    time = sum(r.time_us for r in known)
+    eff = min(sum(r.roofline_us or 0.0 for r in known) / time, 1.0) if time else 1.0
+    # the leaf's share each way: GEMMs of modelled ops (and kernels of their names) at eff, the rest fallback
+    modelled = (split.known_ns + split.same_name_ns) / split.total_ns
+    share = modelled * (1 - eff) + (1 - modelled) * GEMM_UNKNOWN_SHARE
+    pct = ", ".join(f"{r.name} {r.pct_of_roofline:.0f}%" for r in known[:3] if r.pct_of_roofline is not None)
+    ev = (f"GEMMs take {_us(gemm)} of a device-bound window; {_us(split.known_ns)} of the trace's {_us(split.total_ns)} "
+          f"of GEMM kernels ran under ops with a FLOP model, at {100 * eff:.0f}% of their roofline ({pct})")
+    if split.same_name_ns:
+        ev += f"; {_us(split.same_name_ns)} more (replayed or compiled) are the same kernels, taken at that efficiency"
+    rest = split.total_ns - split.known_ns - split.same_name_ns
+    if rest > 0:
+        ev += f"; the other {_us(rest)} have no model: {100 * (1 - GEMM_UNKNOWN_SHARE):.0f}% of their time assumed reachable"
+    memory = sum(r.time_us for r in known if r.bound == "memory" and (r.pct_of_roofline or 0.0) >= MEMORY_BOUND_PCT)
+    if memory >= time / 2:
+        ev += (f". {100 * memory / time:.0f}% of that time is memory-bound at {MEMORY_BOUND_PCT:g}% or more of the "
+               "bandwidth roofline: the weights already stream near the device's bandwidth, which no GEMM tuning beats")
+        return [_lever(ctx, "memory_bound", "memory-bound GEMMs", gemm * share, "medium", ev, HOW["memory_bound"],
                        ("busy/gemm",), ops=tuple(r.name for r in known[:3]), kernels=kernels)]
-    return [_lever(ctx, "gemm", "GEMM kernels", gemm * GEMM_UNKNOWN_SHARE, "low",
-                   f"GEMMs take {_us(gemm)} of a device-bound span; no FLOP model or peaks: the gain assumes "
-                   f"{100 * (1 - GEMM_UNKNOWN_SHARE):.0f}% of this time is reachable", HOW["gemm"], ("busy/gemm",),
-                   kernels=kernels)]
+    return [_lever(ctx, "gemm", "GEMM kernels", gemm * share, "medium", ev, HOW["gemm"], ("busy/gemm",),
+                   ops=tuple(r.name for r in known[:3]), kernels=kernels)]
+
+
+@dataclass(frozen=True)
+class _GemmSplit:
+    total_ns: int        # every GEMM kernel of the trace
+    known_ns: int        # launched by an op with a FLOP model
+    same_name_ns: int    # not, but named as a kernel such an op launched (its replay, its compiled form)
+
+
+def _gemm_coverage(ctx: Context, modelled_ops: set[str]) -> _GemmSplit:
+    """How the trace's GEMM kernel time splits by what models it (see :class:`_GemmSplit`)."""
+    w = ctx.work
+    assert w is not None
+    g = w.cls == BUSY_PRIORITY.index("gemm")
+    dur = (w.acts.end - w.acts.start)[g]
+    ops, names = w.op_name[g], w.name[g]
+    by_op = np.fromiter((o in modelled_ops for o in ops.tolist()), dtype=bool, count=ops.size)
+    seen = set(names[by_op].tolist())
+    same = ~by_op & np.fromiter((n in seen for n in names.tolist()), dtype=bool, count=names.size)
+    return _GemmSplit(max(int(dur.sum()), 1), int(dur[by_op].sum()), int(dur[same].sum()))
 
 
 def fusion_levers(ctx: Context, draws: tuple[str, ...], attention_draws: tuple[str, ...]) -> list[Lever]:

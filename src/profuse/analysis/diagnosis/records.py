@@ -83,8 +83,8 @@ class Diagnosis:
 # of it (what lower precision, GEMM tuning or a fused kernel would take); "outside the trace", the cause
 # is not in it (a stream that waited on work the trace does not show, or a clock offset). A lever graded
 # outside the trace is never ranked above one the trace shows.
-GRADES = {"precision": "inferred", "gemm": "inferred", "fusion": "inferred", "stream_wait": "outside the trace",
-          "unrecorded_wait": "outside the trace"}
+GRADES = {"precision": "inferred", "gemm": "inferred", "memory_bound": "inferred", "fusion": "inferred",
+          "stream_wait": "outside the trace", "unrecorded_wait": "outside the trace"}
 
 
 def grade_of(kind: str) -> str:

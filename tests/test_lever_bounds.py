@@ -1,0 +1,95 @@
+"""The bounds of the GEMM levers (docs/advisor.md, "Levers"): a GEMM lever reads every GEMM of the
+steps, eager, replayed or compiled, each at the efficiency its evidence gives (a FLOP model, the same
+kernel under a modelled op, else the stated fallback); GEMMs that are memory-bound near the bandwidth
+roofline are named as such, not offered tuning. Expected figures are worked out here from the numbers
+the hand-built traces are made of and the H100 datasheet (989 dense BF16 TFLOP/s, 3,350 GB/s)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import profuse
+from profuse.analysis.diagnosis import diagnose
+
+H100_BF16_TFLOPS, H100_GBPS = 989.0, 3350.0
+FALLBACK_REACHABLE = 0.3  # levers.GEMM_UNKNOWN_SHARE: a GEMM without a model is taken as 30% above its best
+
+
+def _x(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _kernel(name: str, ts: float, dur: float, corr: int) -> dict[str, Any]:
+    return _x("kernel", name, ts, dur, pid=0, tid=7, correlation=corr, stream=7, device=0)
+
+
+def _mm(ts: float, m: int, k: int, n: int) -> dict[str, Any]:
+    return _x("cpu_op", "aten::mm", ts, 8, **{"Input Dims": [[m, k], [k, n]],
+                                               "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+
+
+def _write(tmp_path: Path, events: list[dict[str, Any]]) -> Path:
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
+    return p
+
+
+def _roofline_us(m: int, k: int, n: int) -> float:
+    """The bf16 GEMM's least time on an H100: FLOPs at the dense peak, or its bytes at the bandwidth."""
+    flops = 2.0 * m * k * n
+    nbytes = 2.0 * (m * k + k * n + m * n)
+    return max(flops / (H100_BF16_TFLOPS * 1e12), nbytes / (H100_GBPS * 1e9)) * 1e6
+
+
+def test_a_gemm_lever_reads_replayed_gemms_by_their_evidence(tmp_path: Path) -> None:
+    # GIVEN one eager 4096^3 bf16 GEMM under aten::mm (278 µs), then a graph replay of two kernels of the
+    # same name (a replay of that op) and two other GEMM kernels no op models (200 µs each)
+    eager, other = 278.0, 200.0
+    ev = [_x("user_annotation", "ProfilerStep#1", 0, 1400), _mm(1, 4096, 4096, 4096),
+          _x("cuda_runtime", "cudaLaunchKernel", 2, 3, correlation=1), _kernel("sm90_xmma_gemm_bf16", 10, eager, 1),
+          _x("cpu_op", "model::replay", 20, 10), _x("cuda_runtime", "cudaGraphLaunch", 21, 5, correlation=2)]
+    t = 10 + eager
+    for name, dur in (("sm90_xmma_gemm_bf16", eager), ("sm90_xmma_gemm_bf16", eager), ("nvjet_hsh_256x128", other),
+                      ("nvjet_hsh_256x128", other)):
+        ev.append(_kernel(name, t, dur, 2))
+        t += dur
+    with profuse.load(_write(tmp_path, ev), cache=False) as tr:
+        d = diagnose(tr)
+    lever = next(lv for lv in d.levers if lv.kind == "gemm")
+    # THEN the eager op's efficiency (its roofline over its time) holds for it and its two replays, the
+    # fallback for the rest; the gain is that share of every GEMM in the step, not of the eager one alone
+    total = 3 * eager + 2 * other
+    eff = _roofline_us(4096, 4096, 4096) / eager
+    modelled = 3 * eager / total
+    want = total * (modelled * (1 - eff) + (1 - modelled) * FALLBACK_REACHABLE)
+    assert lever.gain_us == pytest.approx(want, abs=0.01)
+    assert lever.gain_us > eager * (1 - eff) * 2   # the eager-only figure, which replays left out
+    assert lever.grade == "inferred" and lever.gain_us <= total
+    assert f"{100 * eff:.0f}% of their roofline" in lever.evidence
+    assert "556.0 µs more (replayed or compiled) are the same kernels" in lever.evidence
+    assert "the other 400.0 µs have no model" in lever.evidence
+
+
+def test_memory_bound_gemms_are_named_not_tuned(tmp_path: Path) -> None:
+    # GIVEN a decode step: 20 GEMVs of a [1, 4096] x [4096, 4096] bf16 weight, each 12 µs (the weight's
+    # 33.5 MB at 3,350 GB/s is 10.0 µs: 84% of the bandwidth roofline), back to back
+    ev = [_x("user_annotation", "ProfilerStep#1", 0, 260)]
+    for i in range(20):
+        ev += [_mm(1 + i * 0.5, 1, 4096, 4096), _x("cuda_runtime", "cudaLaunchKernel", 1.1 + i * 0.5, 0.2,
+                                                       correlation=i + 1),
+               _kernel("sm90_xmma_gemv_bf16", 10 + 12 * i, 12, i + 1)]
+    with profuse.load(_write(tmp_path, ev), cache=False) as tr:
+        d = diagnose(tr)
+    # THEN the lever says the GEMMs are memory-bound near the bandwidth and names batching, quantisation and
+    # speculative decoding, not GEMM tuning; its gain is only the time above the bandwidth roofline
+    assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "gemm"]
+    lever = next(lv for lv in (*d.levers, *d.small_items) if lv.kind == "memory_bound")
+    roof = _roofline_us(1, 4096, 4096)
+    assert roof / 12 >= 0.6
+    assert lever.gain_us == pytest.approx(20 * (12 - roof), abs=0.01)
+    assert "memory-bound" in lever.evidence and "no GEMM tuning beats" in lever.evidence
+    assert all(w in lever.how for w in ("batch more", "quantise", "speculative decoding"))
+    assert lever.grade == "inferred"
