@@ -48,9 +48,9 @@ r = run_ranks(sys.argv[1], engine=sys.argv[2], work_dir=sys.argv[3], cache=False
 wall = time.perf_counter() - t
 me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"seconds": wall, "map_seconds": r.map_seconds, "reduce_seconds": r.reduce_seconds,
-                  "peak_rss": me, "worker_peak_rss": max((m.get("peak_rss") or 0) for m in r.maps),
-                  "per_rank_seconds": [m["seconds"] for m in r.maps], "nodes": len(r.nodes),
-                  "ranks": len(r.doc["ranks"]), "folder": str(r.folder)}))
+                  "peak_rss": me, "worker_peak_rss": max((m.peak_rss or 0) for m in r.maps),
+                  "per_rank_seconds": [m.seconds for m in r.maps], "nodes": len(r.nodes),
+                  "ranks": len(r.doc.ranks), "folder": str(r.folder)}))
 """
 
 REDUCE = """
@@ -65,7 +65,7 @@ rs = RankSet(source="synthetic", rank_source="order",
 t = time.perf_counter()
 doc = reduce(Path(sys.argv[1]), rs)
 text = render_ranks_json(doc)
-print(json.dumps({"seconds": time.perf_counter() - t, "ranks": len(doc["ranks"]), "json_bytes": len(text),
+print(json.dumps({"seconds": time.perf_counter() - t, "ranks": len(doc.ranks), "json_bytes": len(text),
                   "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import REPO, TRACES, trace_path
 from rank_sets import build_set, comm_kernels
@@ -48,28 +49,28 @@ def _target_call() -> tuple[str, int]:
 
 def test_injected_straggler_and_clock_offsets(injected: Path, tmp_path: Path) -> None:
     doc = run_ranks(str(injected), engine="local", workers=2, work_dir=tmp_path / "work").doc
-    assert doc["schema"] == "profuse.ranks/1"
-    assert doc["rank_source"] == "distributedInfo"
-    assert [r["rank"] for r in doc["ranks"]] == list(range(N))
-    top = doc["stragglers"][0]
-    assert top["rank"] == STRAGGLER
+    assert doc.schema == "profuse.ranks/1"
+    assert doc.rank_source == "distributedInfo"
+    assert [r.rank for r in doc.ranks] == list(range(N))
+    top = doc.stragglers[0]
+    assert top.rank == STRAGGLER
     expected_wait = DELAY_US * (N - 1)  # each other rank waited DELAY_US
-    assert abs(top["wait_caused_us"] - expected_wait) <= 0.1 * expected_wait
-    assert all(s["wait_caused_us"] < 0.01 * expected_wait for s in doc["stragglers"][1:])
+    assert abs(top.wait_caused_us - expected_wait) <= 0.1 * expected_wait
+    assert all(s.wait_caused_us < 0.01 * expected_wait for s in doc.stragglers[1:])
     kind, k = _target_call()
-    call = next(c for c in doc["collectives"] if c["name"] == kind and c["seq"] == k)
-    assert call["last_arriver"] == STRAGGLER
-    assert abs(call["skew_us"] - DELAY_US) <= 0.1 * DELAY_US
-    assert abs(call["arrivals_us"][STRAGGLER] - DELAY_US) <= 0.1 * DELAY_US
+    call = next(c for c in doc.collectives if c.name == kind and c.seq == k)
+    assert call.last_arriver == STRAGGLER
+    assert abs(call.skew_us - DELAY_US) <= 0.1 * DELAY_US
+    assert call.arrivals_us is not None and abs(call.arrivals_us[STRAGGLER] - DELAY_US) <= 0.1 * DELAY_US
     # every rank's clock offset recovered (to a µs: the copies' times are µs floats)
-    got = {o["rank"]: o["offset_us"] for o in doc["clock"]["offsets"]}
+    got = {o.rank: o.offset_us for o in doc.clock.offsets}
     for r in range(N):
         assert got[r] == pytest.approx(OFFSETS_US.get(r, 0.0), abs=1.0)
-    assert doc["unmatched_rank_events"] == 0
+    assert doc.unmatched_rank_events == 0
     n_coll = len(comm_kernels(json.load(gzip.open(trace_path(NCCL)))))
-    assert len(doc["collectives"]) == n_coll
+    assert len(doc.collectives) == n_coll
     # the same trace N times: every fusion candidate is found on all N ranks, merged into one row
-    assert doc["fusion"] and all(f["ranks"] == N for f in doc["fusion"])
+    assert doc.fusion and all(f.ranks == N for f in doc.fusion)
 
 
 def test_cross_rank_savings_are_per_rank_and_per_step_never_summed(injected: Path, tmp_path: Path,
@@ -84,12 +85,12 @@ def test_cross_rank_savings_are_per_rank_and_per_step_never_summed(injected: Pat
         single[(c["pattern"], c["scope"])] = single.get((c["pattern"], c["scope"]), 0.0) + c["predicted_saving_us"]
     raw = json.load(gzip.open(trace_path(NCCL)))["traceEvents"]
     steps = sum(1 for e in raw if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
-    assert steps > 0 and {(f["pattern"], f["scope"]) for f in doc["fusion"]} == set(single)
-    for f in doc["fusion"]:
-        one = single[(f["pattern"], f["scope"])]
-        assert "predicted_saving_us" not in f  # the old key held the sum over ranks
-        assert f["saving_per_rank_us"] == pytest.approx(one, abs=0.01)
-        assert f["step_saving_us"] == pytest.approx(one / steps, abs=0.01)
+    assert steps > 0 and {(f.pattern, f.scope) for f in doc.fusion} == set(single)
+    for f in doc.fusion:
+        one = single[(f.pattern, f.scope)]
+        assert "predicted_saving_us" not in f.__struct_fields__  # the old key held the sum over ranks
+        assert f.saving_per_rank_us == pytest.approx(one, abs=0.01)
+        assert f.step_saving_us == pytest.approx(one / steps, abs=0.01)
 
 
 def test_real_sampled_ranks_match_plain_json(tmp_path: Path) -> None:
@@ -103,21 +104,21 @@ def test_real_sampled_ranks_match_plain_json(tmp_path: Path) -> None:
     assert len(kernels[0]) == len(kernels[1]) > 0
     offset = statistics.median((b["ts"] + b["dur"]) - (a["ts"] + a["dur"]) for a, b in zip(kernels[0], kernels[1]))
     doc = run_ranks(str(folder), engine="local", workers=1, work_dir=tmp_path).doc
-    assert doc["clock"]["offsets"][1]["offset_us"] == pytest.approx(offset, abs=0.001)
+    assert doc.clock.offsets[1].offset_us == pytest.approx(offset, abs=0.001)
     wait = {0: 0.0, 1: 0.0}
-    for a, b, c in zip(kernels[0], kernels[1], doc["collectives"]):
+    for a, b, c in zip(kernels[0], kernels[1], doc.collectives):
         lag = (b["ts"] - offset) - a["ts"]
-        assert c["skew_us"] == pytest.approx(abs(lag), abs=0.002)
-        assert c["last_arriver"] == (1 if lag > 0 else 0 if lag < 0 else None)
+        assert c.skew_us == pytest.approx(abs(lag), abs=0.002)
+        assert c.last_arriver == (1 if lag > 0 else 0 if lag < 0 else None)
         wait[1 if lag > 0 else 0] += abs(lag)
-    for s in doc["stragglers"]:
-        assert s["wait_caused_us"] == pytest.approx(wait[s["rank"]], abs=0.01)
+    for s in doc.stragglers:
+        assert s.wait_caused_us == pytest.approx(wait[s.rank], abs=0.01)
     # ranks table: device time is the sum of device-time events, as json gives it
     for r, f in enumerate(sorted(folder.glob("*.json.gz"))):
         d = json.load(gzip.open(f))
         dev = sum(e["dur"] for e in d["traceEvents"] if e.get("ph") == "X"
                   and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset"))
-        assert doc["ranks"][r]["device_us"] == pytest.approx(dev, rel=1e-6)
+        assert doc.ranks[r].device_us == pytest.approx(dev, rel=1e-6)
 
 
 def test_rank_names_from_file_names_then_order(tmp_path: Path) -> None:
@@ -138,6 +139,31 @@ def test_rank_names_from_file_names_then_order(tmp_path: Path) -> None:
     assert rs.rank_source == "order" and [t.path.name for t in rs.traces] == ["x.json.gz", "y.json.gz"]
     rs = discover(str(TRACES / "multirank" / "*.json.gz"))  # a glob
     assert rs.rank_source == "distributedInfo" and [t.rank for t in rs.traces] == [0, 1]
+
+
+def test_map_records_pickle_and_a_finished_rank_is_reused(tmp_path: Path) -> None:
+    """A map task and its result cross process boundaries (the pool pickles them, Ray too); a rank
+    folder's done.json, as the map writes it or as plain JSON, makes the next map of it cached."""
+    import pickle
+
+    from profuse.ranks.maptask import DONE, TABLES_VERSION, MapTask, map_rank
+
+    task = MapTask(rank=0, path=str(trace_path(NCCL)), out=str(tmp_path), cache=False)
+    assert pickle.loads(pickle.dumps(task)) == task
+    assert pickle.loads(pickle.dumps(msgspec.structs.replace(task, decode_workers=1))).decode_workers == 1
+    first = map_rank(task)
+    assert first.error is None and not first.cached and first.summary is not None
+    assert first.rank == 0 and first.path == task.path and first.summary.tables_version == TABLES_VERSION
+    assert first.summary.collectives == len(comm_kernels(json.load(gzip.open(trace_path(NCCL)))))
+    assert pickle.loads(pickle.dumps(first)) == first
+    done = tmp_path / "rank=0" / DONE
+    again = map_rank(task)
+    assert again.cached and again.summary == first.summary
+    done.write_text(json.dumps(msgspec.to_builtins(first.summary)))  # as json.dumps wrote it before the records
+    assert map_rank(task).cached
+    done.write_text(json.dumps({**msgspec.to_builtins(first.summary), "tables_version": TABLES_VERSION - 1}))
+    rebuilt = map_rank(task)
+    assert not rebuilt.cached and rebuilt.summary == first.summary
 
 
 def test_cli_report_on_a_folder(injected: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +205,7 @@ import json, resource, sys
 from profuse.ranks import run_ranks
 if __name__ == "__main__":
     r = run_ranks(sys.argv[1], engine="local", workers=2, work_dir=sys.argv[2])
-    assert len(r.doc["ranks"]) == int(sys.argv[3])
+    assert len(r.doc.ranks) == int(sys.argv[3])
     print(json.dumps({"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
@@ -227,14 +253,14 @@ def test_ray_cluster_of_two_nodes_gives_the_local_json(injected: Path, ray_clust
     monkeypatch.setenv("RAY_AUTH_MODE", AUTH_MODE)
     monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)  # joins the cluster, does not start one
     on_ray = run_ranks(str(injected), engine="ray", work_dir=tmp_path / "ray")
-    assert not any(m["cached"] for m in on_ray.maps)
-    assert len({m["node"] for m in on_ray.maps}) == 2, on_ray.maps
+    assert not any(m.cached for m in on_ray.maps)
+    assert len({m.node for m in on_ray.maps}) == 2, on_ray.maps
     assert render_ranks_json(on_ray.doc) == render_ranks_json(local.doc)
     # the command line, with --ray-address, prints the same document
     monkeypatch.delenv("RAY_ADDRESS")
     assert main(["report", str(injected), "--format", "json", "--engine", "ray", "--ray-address", ray_cluster.address,
                  "--work-dir", str(tmp_path / "ray")]) == 0
-    assert json.loads(capsys.readouterr().out) == local.doc
+    assert json.loads(capsys.readouterr().out) == msgspec.to_builtins(local.doc)
 
 
 def test_diff_two_rank_folders(injected: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -303,7 +329,7 @@ def test_ray_without_address_starts_and_stops_a_local_instance(tmp_path: Path, m
     local = run_ranks(str(folder), engine="local", workers=1, work_dir=tmp_path / "local")
     on_ray = run_ranks(str(folder), engine="ray", work_dir=tmp_path / "ray")
     assert not ray.is_initialized()  # the instance it started is shut down
-    assert not any(m["cached"] for m in on_ray.maps) and len(on_ray.maps) == 2
+    assert not any(m.cached for m in on_ray.maps) and len(on_ray.maps) == 2
     assert on_ray.doc == local.doc
 
 

@@ -54,7 +54,7 @@ def test_ranks_view_then_click_a_rank(page, tmp_path: Path) -> None:
             assert n_ranks > 1
             assert page.locator("#ranks-table tbody tr").count() == n_ranks
             assert page.locator("#heat tbody tr").count() == n_ranks
-            assert page.locator("#skew tbody tr").count() == len(doc["collectives"])
+            assert page.locator("#skew tbody tr").count() == len(doc.collectives)
             assert loaded == []  # the Ranks view needs no rank's events
             page.locator("#ranks-table tbody tr", has_text="sampled_rank-1").click()
             page.wait_for_selector("body[data-ready=overview]", timeout=30000)

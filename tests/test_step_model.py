@@ -214,4 +214,5 @@ def test_no_lever_whose_cause_is_outside_the_trace_ranks_above_one_it_shows(path
     assert all(i > j for i in outside for j, g in enumerate(grades) if g != "outside the trace"), grades
     for lv in (*d.levers, *d.small_items):
         assert (lv.grade == "outside the trace") == (lv.kind in ("stream_wait", "unrecorded_wait")), lv.kind
-        assert (lv.grade == "inferred") == (lv.kind in ("precision", "gemm", "memory_bound") or lv.kind.startswith("fusion:"))
+        inferred = lv.kind in ("precision", "gemm", "memory_bound") or lv.kind.startswith("fusion:")
+        assert (lv.grade == "inferred") == inferred

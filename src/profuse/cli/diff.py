@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from ..errors import UserError
 from ._common import add_load_args, console, count, emit, load_trace
@@ -68,7 +67,7 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
     import msgspec
     from rich.text import Text
 
-    from ..analysis.compare.ranks import diff_docs
+    from ..analysis.compare.ranks import RanksDocument, diff_docs
     from ..analysis.compare.significance import TEST, compare
     from ..ranks import run_ranks
     from ..report.diff import junit_of, markdown_folders, verdict_line
@@ -79,16 +78,15 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
     docs = [run_ranks(path, files, engine=args.engine, ray_address=args.ray_address, workers=args.workers,
                       lenient=args.lenient, cache=not args.no_cache, work_dir=args.work_dir).doc
             for path, files in ((args.a, files_a), (args.b, files_b))]
-    d = diff_docs(*docs)
 
-    def per_trace(doc: dict[str, Any], key: str) -> list[float]:
-        return [float(r[key]) for r in doc["ranks"] if r.get(key) is not None]
+    def per_trace(doc: RanksDocument, key: str) -> list[float]:  # key: a RankRow field (FOLDER_METRICS)
+        return [float(v) for v in (getattr(r, key) for r in doc.ranks) if v is not None]
 
     verdicts = [compare(m, per_trace(docs[0], key), per_trace(docs[1], key),
                         threshold_pct=args.fail_if_slower if m == args.metric else None)
                 for m, key in FOLDER_METRICS.items()]
     entries = verdicts   # the records themselves, figures rounded when made
-    d["verdicts"] = [msgspec.to_builtins(e) for e in entries]
+    d = msgspec.structs.replace(diff_docs(docs[0], docs[1]), verdicts=entries)
     if args.format == "json":
         emit(render_ranks_json(d), args.output)
     elif args.format == "markdown":

@@ -4,9 +4,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._common import console, emit
+
+if TYPE_CHECKING:
+    from ..ranks.maptask import MapResult
 
 ENGINES = ("local", "ray")  # profuse.ranks.engine.ENGINES, named here so --help imports no engine
 
@@ -37,7 +40,7 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
     err = Console(stderr=True)
     done = {"n": 0}
 
-    def on_done(res: dict[str, Any]) -> None:
+    def on_done(res: MapResult) -> None:
         done["n"] += 1
         if sys.stderr.isatty():
             err.print(f"mapped {done['n']}/{len(files)} ranks", end="\r")
@@ -50,15 +53,14 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
         text = render_ranks_json(doc)
         return emit(text, args.output)
     if args.format == "html":
-        from ..payloads.ranks import ranks_payload
         from ..report.html import render_ranks_html
 
-        atomic_write(args.output, render_ranks_html(ranks_payload(doc)))
+        atomic_write(args.output, render_ranks_html(doc))
         print(f"wrote {args.output}")
         return 0
     con = console()
     print_ranks(con, doc, args.top or None)
-    cached = sum(1 for m in result.maps if m.get("cached"))
+    cached = sum(1 for m in result.maps if m.cached)
     con.print(Text(f"{len(result.maps)} ranks mapped with --engine {args.engine} on {len(result.nodes)} node(s) "
                    f"in {result.map_seconds:.1f} s ({cached} from an earlier run), reduced in "
                    f"{result.reduce_seconds:.2f} s; tables in {result.folder}", style="dim"))

@@ -37,7 +37,7 @@ from ..errors import UserError
 from ..frontend import assets
 from ..payloads import build
 from ..payloads.memory import MemoryTimeline, memory_timeline_of
-from ..payloads.ranks import ranks_payload
+from ..payloads.ranks import RankRow, RanksDocument
 from ..payloads.views import RunInfo
 from ..redact import redact_text
 from ..trace import Trace
@@ -251,9 +251,9 @@ class Run:
 class RankRuns:
     """The rank traces of a distributed run, loaded when first looked at; at most ``keep`` stay loaded."""
 
-    def __init__(self, doc: dict[str, Any], load: Callable[[str], Trace], keep: int = 2) -> None:
+    def __init__(self, doc: RanksDocument, load: Callable[[str], Trace], keep: int = 2) -> None:
         self.doc = doc
-        self.runs = [LazyRun(r["path"], r, load, self) for r in doc["ranks"]]
+        self.runs = [LazyRun(r.path, r, load, self) for r in doc.ranks]
         self.keep = keep
         self.order: list[LazyRun] = []  # loaded, least recently used first
         self.lock = threading.Lock()
@@ -276,7 +276,7 @@ class RankRuns:
 class LazyRun(Run):
     """One rank's trace, loaded on the first request for it."""
 
-    def __init__(self, path: str, row: dict[str, Any], load: Callable[[str], Trace], owner: RankRuns) -> None:
+    def __init__(self, path: str, row: RankRow, load: Callable[[str], Trace], owner: RankRuns) -> None:
         self.path, self.row, self.load, self.owner = path, row, load, owner
         self._loaded: Loaded | None = None
         self.lock = threading.Lock()
@@ -310,8 +310,8 @@ class LazyRun(Run):
 
     def info(self, i: int) -> RunInfo:
         """The rank as the run picker lists it (without loading its trace)."""
-        return RunInfo(run=i, path=self.path, device_label=self.row["device_kind"], events=self.row["events"],
-                       rank=self.row["rank"])
+        return RunInfo(run=i, path=self.path, device_label=self.row.device_kind, events=self.row.events,
+                       rank=self.row.rank)
 
 
 class ApiError(Exception):
@@ -516,7 +516,7 @@ class _Handlers:
     def api_ranks(self, request: Request) -> Response:
         if self.ranks is None:
             return self.reply({"error": "start profuse explore on a folder of rank traces for the Ranks view"}, 404)
-        return self.reply(ranks_payload(self.ranks.doc))
+        return self.reply(self.ranks.doc)
 
     def api_compare(self, request: Request) -> Response:
         runs = self.runs

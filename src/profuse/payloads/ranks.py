@@ -2,52 +2,35 @@
 ``profuse report DIR --format json``, its HTML page and the explorer's Ranks view read."""
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
-from msgspec import Struct
 
-from ..analysis.compare.ranks import CollectiveCall, MergedCandidate, RankRow, StepTimes, Straggler, VaryingOp
+# the records are the analysis records themselves (analysis/compare/ranks.py), as OpsRow is OpRow: one record
+# family; the reduce (profuse.ranks.reduce) returns the RanksDocument every renderer reads
+from ..analysis.compare.ranks import (
+    RANKS_DIFF_SCHEMA,
+    RANKS_SCHEMA,
+    Clock,
+    ClockOffset,
+    CollectiveCall,
+    MergedCandidate,
+    RankDelta,
+    RankRow,
+    RanksDiff,
+    RanksDocument,
+    RunSummary,
+    StepTimes,
+    Straggler,
+    VaryingOp,
+)
 
-RANKS_SCHEMA = "profuse.ranks/1"
-# the rows are the analysis records themselves (analysis/compare/ranks.py), as OpsRow is OpRow: one record family
-__all__ = ["RANKS_SCHEMA", "Clock", "ClockOffset", "CollectiveCall", "MergedCandidate", "RankRow", "RanksDocument",
-           "StepTimes", "Straggler", "VaryingOp", "ranks_payload"]
-
-
-class ClockOffset(Struct):
-    """A rank's clock offset from the reference rank and how many collective calls it rests on."""
-
-    rank: int
-    offset_us: float | None
-    collectives: int
-
-
-class Clock(Struct):
-    """Clock alignment: the reference rank (the lowest) and every rank's offset."""
-
-    reference_rank: int | None
-    offsets: list[ClockOffset]
-
-
-class RanksDocument(Struct):
-    """The cross-rank report of one distributed run."""
-
-    schema: str
-    source: str
-    rank_source: str
-    ranks_found: int
-    clock: Clock
-    ranks: list[RankRow]
-    stragglers: list[Straggler]
-    collectives: list[CollectiveCall]
-    matched_rank_events: int
-    unmatched_rank_events: int
-    steps: StepTimes
-    varying_ops: list[VaryingOp]
-    fusion: list[MergedCandidate]
+__all__ = ["RANKS_DIFF_SCHEMA", "RANKS_SCHEMA", "Clock", "ClockOffset", "CollectiveCall", "MergedCandidate",
+           "RankDelta", "RankRow", "RanksDiff", "RanksDocument", "RunSummary", "StepTimes", "Straggler", "VaryingOp",
+           "ranks_payload"]
 
 
-def ranks_payload(doc: dict[str, Any]) -> RanksDocument:
-    """The reduce's document, checked against the record (a wrong type raises, naming the key)."""
-    return msgspec.convert(doc, RanksDocument)
+def ranks_payload(data: object) -> RanksDocument:
+    """A cross-rank document: a :class:`RanksDocument` as it is, or JSON-shaped values (a saved
+    ``--format json`` read back) checked against the record (a wrong type raises, naming the key)."""
+    if isinstance(data, RanksDocument):
+        return data
+    return msgspec.convert(data, RanksDocument)

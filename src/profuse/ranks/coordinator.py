@@ -2,7 +2,7 @@
 
     result = run_ranks("traces/")                  # a folder (or glob) of rank traces
     result = run_ranks("run/*.json.gz", engine="ray", ray_address="head-node:6379")
-    result.doc                                     # the profuse.ranks/1 document
+    result.doc                                     # the profuse.ranks/1 document (a RanksDocument)
 
 The map step (:func:`profuse.ranks.maptask.map_rank`) runs once per rank in a local process pool or
 as Ray tasks and leaves only Parquet files under the set folder; the coordinator then queries those
@@ -15,19 +15,18 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import duckdb
-import msgspec
 
 from ..analysis.compare import ranks as cross
+from ..analysis.compare.ranks import RanksDocument
 from ..errors import UserError
 from ..trace.cache import fingerprint, user_cache_dir
 from .discover import RankSet, candidates, discover
 from .engine import ENGINES, Done, run_tasks
-from .maptask import SCHEMAS, TABLES_VERSION
+from .maptask import SCHEMAS, TABLES_VERSION, MapResult, MapTask
 
-SCHEMA = "profuse.ranks/1"
+SCHEMA = cross.RANKS_SCHEMA
 __all__ = ["ENGINES", "SCHEMA", "RanksResult", "candidates", "discover", "reduce", "run_ranks", "set_folder"]
 
 
@@ -35,16 +34,16 @@ __all__ = ["ENGINES", "SCHEMA", "RanksResult", "candidates", "discover", "reduce
 class RanksResult:
     """What a rank run returns: the ranks document, the folder of per-rank Parquet, and how each map task went."""
 
-    doc: dict[str, Any]                                  # the profuse.ranks/1 document
+    doc: RanksDocument                                   # the profuse.ranks/1 document
     folder: Path                                         # where the per-rank Parquet lies
-    maps: list[dict[str, Any]] = field(default_factory=list)  # what each map task returned (node, seconds)
+    maps: list[MapResult] = field(default_factory=list)  # what each map task returned (node, seconds), by rank
     map_seconds: float = 0.0
     reduce_seconds: float = 0.0
 
     @property
     def nodes(self) -> list[str]:
         """The machines the map tasks ran on, sorted."""
-        return sorted({m.get("node", "") for m in self.maps})
+        return sorted({m.node for m in self.maps})
 
 
 def set_folder(rs: RankSet, *, work_dir: str | Path | None, lenient: bool, fusion: bool) -> Path:
@@ -70,18 +69,18 @@ def run_ranks(source: str, files: list[Path] | None = None, *, engine: str = "lo
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserError(f"{folder}: cannot create the folder for per-rank tables: {err.strerror}") from None
-    tasks = [{"rank": t.rank, "path": str(t.path), "out": str(folder), "lenient": lenient, "cache": cache,
-              "fusion": fusion, "raw_size": t.raw_size} for t in rs.traces]
+    tasks = [MapTask(rank=t.rank, path=str(t.path), out=str(folder), lenient=lenient, cache=cache, fusion=fusion,
+                     raw_size=t.raw_size) for t in rs.traces]
     t0 = time.perf_counter()
     maps = run_tasks(engine, tasks, ray_address_flag=ray_address, workers=workers, on_done=on_done)
     map_s = time.perf_counter() - t0
-    failed = sorted((m for m in maps if "error" in m), key=lambda m: m["rank"])
+    failed = sorted((m for m in maps if m.error is not None), key=lambda m: m.rank)
     if failed:
         more = f" ({len(failed)} of {len(tasks)} rank traces failed)" if len(failed) > 1 else ""
-        raise UserError(f"{failed[0]['error']}{more}")
+        raise UserError(f"{failed[0].error}{more}")
     t1 = time.perf_counter()
     doc = reduce(folder, rs)
-    return RanksResult(doc=doc, folder=folder, maps=sorted(maps, key=lambda m: m["rank"]), map_seconds=map_s,
+    return RanksResult(doc=doc, folder=folder, maps=sorted(maps, key=lambda m: m.rank), map_seconds=map_s,
                        reduce_seconds=time.perf_counter() - t1)
 
 
@@ -102,28 +101,17 @@ def open_tables(folder: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def reduce(folder: Path, rs: RankSet) -> dict[str, Any]:
-    """The cross-rank document from the Parquet of every rank in ``rs``."""
+def reduce(folder: Path, rs: RankSet) -> RanksDocument:
+    """The cross-rank document from the Parquet of every rank in ``rs`` (the analyses run in this order:
+    each of clock offsets, collectives and stragglers reads the tables the one before it left)."""
     con = open_tables(folder)
     try:
-        offsets = cross.clock_offsets(con)
-        coll = cross.collectives(con, offsets)
-        return {
-            "schema": SCHEMA,
-            "source": rs.source,
-            "rank_source": rs.rank_source,
-            "ranks_found": len(rs.traces),
-            "clock": {"reference_rank": offsets["reference_rank"],
-                      "offsets": [{k: o[k] for k in ("rank", "offset_us", "collectives")} for o in offsets["offsets"]]},
-            # the typed records as plain values: the document is read as JSON-shaped data (docs/ranks.md)
-            "ranks": msgspec.to_builtins(cross.rank_table(con, offsets)),
-            "stragglers": msgspec.to_builtins(cross.stragglers(con)),
-            "collectives": msgspec.to_builtins(coll["calls"]),
-            "matched_rank_events": coll["matched_rank_events"],
-            "unmatched_rank_events": coll["unmatched_rank_events"],
-            "steps": msgspec.to_builtins(cross.step_times(con)),
-            "varying_ops": msgspec.to_builtins(cross.varying_ops(con)),
-            "fusion": msgspec.to_builtins(cross.merged_fusion(con)),
-        }
+        clock = cross.clock_offsets(con)
+        coll = cross.collectives(con, clock)
+        return RanksDocument(
+            schema=SCHEMA, source=rs.source, rank_source=rs.rank_source, ranks_found=len(rs.traces), clock=clock,
+            ranks=cross.rank_table(con, clock), stragglers=cross.stragglers(con), collectives=coll.calls,
+            matched_rank_events=coll.matched_rank_events, unmatched_rank_events=coll.unmatched_rank_events,
+            steps=cross.step_times(con), varying_ops=cross.varying_ops(con), fusion=cross.merged_fusion(con))
     finally:
         con.close()

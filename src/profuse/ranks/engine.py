@@ -10,16 +10,18 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
+import msgspec
+
 from ..errors import UserError
-from .maptask import map_rank
+from .maptask import MapResult, MapTask, map_rank
 
 ENGINES = ("local", "ray")
 # A rank's load holds its decoded columns and DuckDB tables at once: a few times its JSON size.
 BYTES_PER_RAW_BYTE = 4
 MIN_TASK_BYTES = 256 << 20
-RAY_OBJECT_STORE = 200 << 20  # a local Ray instance carries only the small dicts the map returns
+RAY_OBJECT_STORE = 200 << 20  # a local Ray instance carries only the small records the map returns
 
-Done = Callable[[dict[str, Any]], None]
+Done = Callable[[MapResult], None]
 
 
 def available_memory() -> int:
@@ -42,18 +44,18 @@ def task_memory(raw_size: int) -> int:
     return max(MIN_TASK_BYTES, raw_size * BYTES_PER_RAW_BYTE)
 
 
-def pool_size(tasks: Sequence[dict[str, Any]], workers: int | None = None) -> int:
+def pool_size(tasks: Sequence[MapTask], workers: int | None = None) -> int:
     """Processes for the local pool: the cores, the ranks, and what memory holds of the biggest rank."""
     if workers:
         return max(1, min(workers, len(tasks)))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    biggest = max((task_memory(int(t.get("raw_size", 0))) for t in tasks), default=MIN_TASK_BYTES)
+    biggest = max((task_memory(t.raw_size) for t in tasks), default=MIN_TASK_BYTES)
     by_memory = max(1, available_memory() // biggest)
     return max(1, min(cores, len(tasks), by_memory))
 
 
-def run_local(tasks: Sequence[dict[str, Any]], *, workers: int | None = None,
-              on_done: Done | None = None) -> list[dict[str, Any]]:
+def run_local(tasks: Sequence[MapTask], *, workers: int | None = None,
+              on_done: Done | None = None) -> list[MapResult]:
     """Map every task in a process pool (fresh interpreters: nothing of the coordinator is copied).
 
     A worker that dies (killed, out of memory) breaks the pool and every task it still held; each
@@ -68,24 +70,25 @@ def run_local(tasks: Sequence[dict[str, Any]], *, workers: int | None = None,
         again, still_lost = _pool_map([t], 1, decode, on_done)
         results += again
         if still_lost:
-            res = {"rank": t["rank"], "path": t["path"],
-                   "error": f"{t['path']}: rank {t['rank']}: the worker process mapping it died, and again in a "
-                            "fresh worker (killed, or out of memory?)"}
+            res = MapResult(rank=t.rank, path=t.path,
+                            error=f"{t.path}: rank {t.rank}: the worker process mapping it died, and again in a "
+                                  "fresh worker (killed, or out of memory?)")
             results.append(res)
             if on_done:
                 on_done(res)
     return results
 
 
-def _pool_map(tasks: Sequence[dict[str, Any]], size: int, decode: int | None,
-              on_done: Done | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _pool_map(tasks: Sequence[MapTask], size: int, decode: int | None,
+              on_done: Done | None) -> tuple[list[MapResult], list[MapTask]]:
     """The results of the tasks a pool of ``size`` finished, and the tasks lost with a dead worker."""
     from concurrent.futures.process import BrokenProcessPool
 
-    results, lost = [], []
+    results: list[MapResult] = []
+    lost: list[MapTask] = []
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=size, mp_context=ctx) as pool:
-        futures = {pool.submit(map_rank, {**t, "decode_workers": decode}): t for t in tasks}
+        futures = {pool.submit(map_rank, msgspec.structs.replace(t, decode_workers=decode)): t for t in tasks}
         for fut in as_completed(futures):
             try:
                 res = fut.result()
@@ -95,7 +98,7 @@ def _pool_map(tasks: Sequence[dict[str, Any]], size: int, decode: int | None,
             results.append(res)
             if on_done:
                 on_done(res)
-    return results, sorted(lost, key=lambda t: int(t["rank"]))
+    return results, sorted(lost, key=lambda t: t.rank)
 
 
 def ray_address(flag: str | None) -> str | None:
@@ -114,8 +117,8 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
         raise UserError(f"Ray: cannot reach a cluster at {address} ({err.strerror or err})") from None
 
 
-def run_ray(tasks: Sequence[dict[str, Any]], *, address: str | None = None,
-            on_done: Done | None = None) -> list[dict[str, Any]]:
+def run_ray(tasks: Sequence[MapTask], *, address: str | None = None,
+            on_done: Done | None = None) -> list[MapResult]:
     """Map every task as a Ray task (spread over the nodes); joins ``address`` or starts Ray locally.
 
     Paths in the tasks (traces and the set folder) must be readable and writable on every node.
@@ -153,8 +156,8 @@ def _stdout_to_stderr() -> Iterator[None]:
             os.close(saved_fd)
 
 
-def _run_ray(ray: Any, tasks: Sequence[dict[str, Any]], *, address: str | None,
-             on_done: Done | None) -> list[dict[str, Any]]:
+def _run_ray(ray: Any, tasks: Sequence[MapTask], *, address: str | None,
+             on_done: Done | None) -> list[MapResult]:
     started = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
@@ -171,19 +174,19 @@ def _run_ray(ray: Any, tasks: Sequence[dict[str, Any]], *, address: str | None,
         started = True
     try:
         remote = ray.remote(num_cpus=1, scheduling_strategy="SPREAD", max_retries=1)(map_rank)
-        pending = {remote.options(memory=task_memory(int(t.get("raw_size", 0)))).remote({**t, "decode_workers": 1}): t
+        pending = {remote.options(memory=task_memory(t.raw_size)).remote(msgspec.structs.replace(t, decode_workers=1)): t
                    for t in tasks}
-        results = []
+        results: list[MapResult] = []
         waiting = list(pending)
         while waiting:
             ready, waiting = ray.wait(waiting, num_returns=1)
             for ref in ready:
                 try:
-                    res = ray.get(ref)
+                    res: MapResult = ray.get(ref)
                 except ray.exceptions.RayError as err:
                     t = pending[ref]
-                    res = {"rank": t["rank"], "path": t["path"], "error": f"{t['path']}: Ray task failed: "
-                                                                           f"{str(err).strip().splitlines()[0]}"}
+                    res = MapResult(rank=t.rank, path=t.path,
+                                    error=f"{t.path}: Ray task failed: {str(err).strip().splitlines()[0]}")
                 results.append(res)
                 if on_done:
                     on_done(res)
@@ -193,8 +196,8 @@ def _run_ray(ray: Any, tasks: Sequence[dict[str, Any]], *, address: str | None,
             ray.shutdown()
 
 
-def run_tasks(engine: str, tasks: Sequence[dict[str, Any]], *, ray_address_flag: str | None = None,
-              workers: int | None = None, on_done: Done | None = None) -> list[dict[str, Any]]:
+def run_tasks(engine: str, tasks: Sequence[MapTask], *, ray_address_flag: str | None = None,
+              workers: int | None = None, on_done: Done | None = None) -> list[MapResult]:
     """Run the map tasks on the chosen engine (local process pool or a Ray cluster) and return their results."""
     if engine == "local":
         return run_local(tasks, workers=workers, on_done=on_done)

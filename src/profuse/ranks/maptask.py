@@ -1,14 +1,16 @@
-"""The map step: one rank's trace in, its summary tables out as Parquet, a small dict back.
+"""The map step: one rank's trace in, its summary tables out as Parquet, a small record back.
 
 The same function runs in a local process pool and as a Ray task. It loads the trace with
 :func:`profuse.load`, reduces it to per-rank tables (totals, steps, op table, collectives, fusion
 candidates) and writes them under ``<set folder>/rank=<N>/`` (Hive partitioning, so a reduce over
 ``rank=*/<table>.parquet`` gets a ``rank`` column). Nothing of the rank's events goes back to the
-coordinator: only counts, timings and where it ran.
+coordinator: only counts, timings and where it ran (:class:`MapResult`).
+
+A task and its result are msgspec Structs defined here at module level, so they pickle by reference
+for the process pool and for Ray.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 import numpy as np
 
 from ..analysis.busy import union_ns
@@ -53,6 +56,44 @@ SCHEMAS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+class MapTask(msgspec.Struct, frozen=True):
+    """One rank to map: its trace, the set folder its tables go under, and how to read it."""
+
+    rank: int
+    path: str                          # the rank's trace
+    out: str                           # the set folder: tables go under <out>/rank=<rank>/
+    lenient: bool = False              # skip bad events (--lenient)
+    cache: bool = True                 # use the trace table cache
+    fusion: bool = True                # find fusion candidates
+    raw_size: int = 0                  # the trace's decompressed bytes: sizes the memory the task reserves
+    decode_workers: int | None = None  # cores for decoding this one trace (None: as the load decides)
+
+
+class RankSummary(msgspec.Struct):
+    """What mapping a rank found, kept as the rank folder's ``done.json``: counts and the tables' version."""
+
+    events: int
+    device_kind: str
+    collectives: int
+    steps: int
+    distributed_rank: int | None       # distributedInfo.rank, when the trace has it
+    tables_version: int = TABLES_VERSION
+
+
+class MapResult(msgspec.Struct):
+    """What a map task returns: the rank, where and how long it ran, and its summary, or why it failed."""
+
+    rank: int
+    path: str
+    node: str = ""                     # the Ray node id, else the host name ("" when the task never ran)
+    pid: int | None = None
+    seconds: float = 0.0
+    cached: bool = False               # the rank's tables were there from an earlier run
+    peak_rss: int | None = None        # the worker's peak resident memory in bytes (None: unknown, or cached)
+    summary: RankSummary | None = None  # None when it failed
+    error: str | None = None           # "<path>: <problem>" when it failed
+
+
 def collective_name(name: str) -> str:
     """'ncclKernel_AllReduce_RING_LL_Sum_float(...)' -> 'AllReduce'; 'gloo:all_reduce' -> 'all_reduce'."""
     m = _KERNEL_COLL.search(name)
@@ -68,45 +109,56 @@ def union_us(start: np.ndarray, end: np.ndarray) -> float:
     return union_ns(start, end) / 1000.0
 
 
-def map_rank(task: dict[str, Any]) -> dict[str, Any]:
-    """Summarise one rank into Parquet under ``task['out']/rank=<rank>``; returns a small dict.
+def map_rank(task: MapTask) -> MapResult:
+    """Summarise one rank into Parquet under ``<task.out>/rank=<rank>``; returns a small record.
 
-    ``task``: rank, path, out (the set folder), lenient, cache (use the trace table cache),
-    decode_workers (cores for decoding this one trace), fusion (find fusion candidates).
-    A trace that cannot be read comes back as ``{"error": "<path>: <problem>"}``.
+    A rank whose tables of this :data:`TABLES_VERSION` are there already comes back ``cached``;
+    a trace that cannot be read comes back with ``error`` ("<path>: <problem>") and no summary.
     """
     t0 = time.perf_counter()
-    rank, out = int(task["rank"]), Path(task["out"])
-    final = out / f"rank={rank}"
-    info = {"rank": rank, "path": str(task["path"]), "node": _node(), "pid": os.getpid()}
-    done = final / DONE
-    if done.is_file():
-        try:
-            prev = json.loads(done.read_text())
-            if prev.get("tables_version") == TABLES_VERSION:
-                return {**prev, **info, "cached": True, "seconds": time.perf_counter() - t0}
-        except (OSError, ValueError):
-            pass
-    if task.get("decode_workers"):
-        os.environ["PROFUSE_WORKERS"] = str(task["decode_workers"])
+    out = Path(task.out)
+    final = out / f"rank={task.rank}"
+    prev = _done(final / DONE)
+    if prev is not None:
+        return _result(task, t0, summary=prev, cached=True)
+    if task.decode_workers:
+        os.environ["PROFUSE_WORKERS"] = str(task.decode_workers)
     from ..trace import load
 
-    work = out / f".rank={rank}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    work = out / f".rank={task.rank}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        with load(task["path"], lenient=bool(task.get("lenient")), cache=bool(task.get("cache", True))) as trace:
+        with load(task.path, lenient=task.lenient, cache=task.cache) as trace:
             work.mkdir(parents=True)
-            small = _write_rank(trace, work, fusion=bool(task.get("fusion", True)))
-        small |= {"tables_version": TABLES_VERSION}
-        (work / DONE).write_text(json.dumps(small))
+            summary = _write_rank(trace, work, fusion=task.fusion)
+        (work / DONE).write_bytes(msgspec.json.encode(summary))
         if final.exists():
             shutil.rmtree(final)
         os.replace(work, final)
     except UserError as err:
-        return {**info, "error": str(err), "seconds": time.perf_counter() - t0}
+        return _result(task, t0, error=str(err))
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-    return {**small, **info, "cached": False, "seconds": time.perf_counter() - t0, "peak_rss": _peak_rss()}
+    return _result(task, t0, summary=summary, peak_rss=_peak_rss())
+
+
+def _done(path: Path) -> RankSummary | None:
+    """The summary a finished map of this :data:`TABLES_VERSION` left (None: none, older, or unreadable)."""
+    if not path.is_file():
+        return None
+    try:
+        prev = msgspec.json.decode(path.read_bytes(), type=RankSummary)
+    except (OSError, msgspec.DecodeError):
+        return None
+    return prev if prev.tables_version == TABLES_VERSION else None
+
+
+def _result(task: MapTask, t0: float, *, summary: RankSummary | None = None, error: str | None = None,
+            cached: bool = False, peak_rss: int | None = None) -> MapResult:
+    """The task's result, timed from ``t0``, with where it ran."""
+    return MapResult(rank=task.rank, path=task.path, node=_node(), pid=os.getpid(),
+                     seconds=time.perf_counter() - t0, cached=cached, peak_rss=peak_rss, summary=summary,
+                     error=error)
 
 
 def _peak_rss() -> int | None:
@@ -252,7 +304,7 @@ def _fusion_table(trace: Any, fusion: bool) -> dict[str, np.ndarray]:
             "confidence": np.array([c.confidence for c in cands], dtype=object)}
 
 
-def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
+def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> RankSummary:
     con = trace.con
     meta = trace.meta
     dist = meta.trace_meta.get("distributedInfo") or {}
@@ -267,8 +319,8 @@ def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> dict[str, Any]:
             write_parquet(out, folder / f"{name}.parquet", name, cols)
     finally:
         out.close()
-    return {"events": meta.events, "device_kind": trace.device_kind, "collectives": len(coll_tab["name"]),
-            "steps": len(durs), "distributed_rank": _int_or_none(dist.get("rank"))}
+    return RankSummary(events=meta.events, device_kind=trace.device_kind, collectives=len(coll_tab["name"]),
+                       steps=len(durs), distributed_rank=_int_or_none(dist.get("rank")))
 
 
 def _bytes_of(con: Any, ids: list[Any]) -> dict[Any, int]:

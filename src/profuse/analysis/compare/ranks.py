@@ -2,8 +2,9 @@
 
 Each function takes a DuckDB connection on which the per-rank tables are views with a ``rank``
 column (``totals``, ``steps``, ``ops``, ``collectives``, ``fusion``; see ``profuse.ranks.maptask``)
-and returns typed records (msgspec Structs, those ``payloads.ranks.RanksDocument`` holds). Times are
-µs unless a name says ns.
+and returns typed records (msgspec Structs); :class:`RanksDocument` holds them all, the cross-rank
+document ``profuse.ranks/1`` (``payloads.ranks`` re-exports it for the renderers). Times are µs unless
+a name says ns.
 
 Collectives are matched across ranks by their type and order on each rank: the k-th AllReduce of
 every rank is one call. A rank *arrives* at a call when its collective kernel starts (on a host
@@ -20,6 +21,10 @@ from typing import Any
 import duckdb
 import msgspec
 
+from .significance import Verdict
+
+RANKS_SCHEMA = "profuse.ranks/1"
+RANKS_DIFF_SCHEMA = "profuse.ranks-diff/1"
 TOP = 20
 # Per-rank arrivals of every call go into the document up to this many ranks; beyond, the document
 # would grow with ranks x calls, so it keeps skew and last arriver and the Parquet keeps the arrivals.
@@ -109,6 +114,96 @@ class MergedCandidate(msgspec.Struct):
     confidence: str
 
 
+class ClockOffset(msgspec.Struct):
+    """A rank's clock offset from the reference rank and how many collective calls it rests on."""
+
+    rank: int
+    offset_us: float | None
+    collectives: int
+
+
+class Clock(msgspec.Struct):
+    """Clock alignment: the reference rank (the lowest) and every rank's offset."""
+
+    reference_rank: int | None
+    offsets: list[ClockOffset]
+
+
+class CollectiveCalls(msgspec.Struct):
+    """Every collective call matched on all ranks, and how many rank events were matched or not."""
+
+    calls: list[CollectiveCall]
+    matched_rank_events: int
+    unmatched_rank_events: int
+
+
+class RanksDocument(msgspec.Struct):
+    """The cross-rank report of one distributed run."""
+
+    schema: str
+    source: str
+    rank_source: str
+    ranks_found: int
+    clock: Clock
+    ranks: list[RankRow]
+    stragglers: list[Straggler]
+    collectives: list[CollectiveCall]
+    matched_rank_events: int
+    unmatched_rank_events: int
+    steps: StepTimes
+    varying_ops: list[VaryingOp]
+    fusion: list[MergedCandidate]
+
+
+class RunSummary(msgspec.Struct):
+    """One side of a ranks diff: the run's medians over its ranks (µs), total wait and top straggler."""
+
+    source: str
+    ranks: int
+    step_median_us: float | None
+    slowest_step_median_us: float | None
+    device_us_median: float | None
+    comm_us_median: float | None
+    idle_us_median: float | None
+    wait_us_total: float | None
+    top_straggler: int | None
+
+
+class RankDelta(msgspec.Struct):
+    """One rank of a ranks diff (matched by rank number): A's and B's figures and B - A (None: unknown)."""
+
+    rank: int
+    a_step_median_us: float | None
+    b_step_median_us: float | None
+    delta_step_median_us: float | None
+    a_device_us: float | None
+    b_device_us: float | None
+    delta_device_us: float | None
+    a_comm_us: float | None
+    b_comm_us: float | None
+    delta_comm_us: float | None
+    a_idle_us: float | None
+    b_idle_us: float | None
+    delta_idle_us: float | None
+    a_wait_caused_us: float | None
+    b_wait_caused_us: float | None
+
+
+class RanksDiff(msgspec.Struct, omit_defaults=True):
+    """Two cross-rank documents compared (``profuse.ranks-diff/1``): run level, then rank by rank.
+    ``verdicts`` (two folders compared by ``profuse diff``: one figure per trace, the distributions
+    tested) is left out when not set."""
+
+    schema: str
+    a: RunSummary
+    b: RunSummary
+    step_speedup: float | None
+    ranks_only_in_a: list[int]
+    ranks_only_in_b: list[int]
+    per_rank: list[RankDelta]
+    verdicts: list[Verdict] | None = None
+
+
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
     cur = con.execute(sql, params or [])
     cols = [d[0] for d in cur.description or []]
@@ -126,26 +221,29 @@ MATCHED = """
         HAVING count(DISTINCT rank) = (SELECT count(*) FROM totals)) m USING (name, seq)"""
 
 
-def clock_offsets(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    """Each rank's clock offset from the reference rank, from collective end times (None: unknown)."""
+def clock_offsets(con: duckdb.DuckDBPyConnection) -> Clock:
+    """Each rank's clock offset from the reference rank, from collective end times (None: unknown).
+
+    The offsets are also left, exact in ns (0 where unknown), in the table ``offsets`` that
+    :func:`collectives` aligns the arrivals with."""
     con.execute(MATCHED)
     ref = con.execute("SELECT min(rank) FROM totals").fetchall()[0][0]
-    rows = _rows(con, """
+    rows: list[tuple[int, int | None, int]] = con.execute("""
         SELECT t.rank, CAST(round(median(c.end_ns - r.end_ns)) AS BIGINT) AS offset_ns, count(c.seq) AS collectives
         FROM totals t LEFT JOIN matched c ON c.rank = t.rank
         LEFT JOIN matched r ON r.rank = ? AND r.name = c.name AND r.seq = c.seq
-        GROUP BY t.rank ORDER BY t.rank""", [ref])
-    return {"reference_rank": ref,
-            "offsets": [{"rank": r["rank"], "offset_us": None if r["offset_ns"] is None else r["offset_ns"] / 1000,
-                         "offset_ns": r["offset_ns"], "collectives": int(r["collectives"])} for r in rows]}
-
-
-def _aligned(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> None:
-    """View ``arrivals``: every matched call on every rank, on the reference rank's clock."""
+        GROUP BY t.rank ORDER BY t.rank""", [ref]).fetchall()
     con.execute("CREATE OR REPLACE TEMP TABLE offsets (rank BIGINT, offset_ns BIGINT)")
-    pairs = [(o["rank"], o["offset_ns"] or 0) for o in offsets["offsets"]]
-    if pairs:
-        con.executemany("INSERT INTO offsets VALUES (?, ?)", pairs)
+    if rows:
+        con.executemany("INSERT INTO offsets VALUES (?, ?)", [(rank, ns or 0) for rank, ns, _ in rows])
+    return Clock(reference_rank=ref,
+                 offsets=[ClockOffset(rank=rank, offset_us=None if ns is None else ns / 1000, collectives=int(n))
+                          for rank, ns, n in rows])
+
+
+def _aligned(con: duckdb.DuckDBPyConnection) -> None:
+    """View ``arrivals``: every matched call on every rank, on the reference rank's clock (the
+    ``offsets`` :func:`clock_offsets` left)."""
     con.execute("""
         CREATE OR REPLACE TEMP TABLE arrivals AS
         SELECT m.name, m.seq, m.rank, m.bytes, m.start_ns - o.offset_ns AS arr, m.end_ns - o.offset_ns AS fin,
@@ -155,10 +253,11 @@ def _aligned(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> None:
         WINDOW w AS (PARTITION BY m.name, m.seq)""")
 
 
-def collectives(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> dict[str, Any]:
-    """Every matched collective call: per-rank arrival (µs after the first), skew, the last arriver."""
-    _aligned(con, offsets)
-    with_arrivals = len(offsets["offsets"]) <= ARRIVALS_MAX_RANKS
+def collectives(con: duckdb.DuckDBPyConnection, clock: Clock) -> CollectiveCalls:
+    """Every matched collective call: per-rank arrival (µs after the first), skew, the last arriver
+    (needs :func:`clock_offsets` first, which gave ``clock``)."""
+    _aligned(con)
+    with_arrivals = len(clock.offsets) <= ARRIVALS_MAX_RANKS
     arrivals = "list(arr - first ORDER BY rank)" if with_arrivals else "NULL"
     calls = _rows(con, f"""
         SELECT name, seq, max(bytes) AS bytes, min(first) AS first_ns, max(last) - min(first) AS skew_ns,
@@ -171,7 +270,7 @@ def collectives(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> dict
                           last_arriver=c["last_arriver"], end_spread_us=c["end_spread_ns"] / 1000,
                           arrivals_us=None if c["arrivals_ns"] is None else [a / 1000 for a in c["arrivals_ns"]])
            for c in calls]
-    return {"calls": out, "matched_rank_events": int(matched), "unmatched_rank_events": int(total - matched)}
+    return CollectiveCalls(calls=out, matched_rank_events=int(matched), unmatched_rank_events=int(total - matched))
 
 
 def stragglers(con: duckdb.DuckDBPyConnection) -> list[Straggler]:
@@ -187,9 +286,9 @@ def stragglers(con: duckdb.DuckDBPyConnection) -> list[Straggler]:
         GROUP BY t.rank ORDER BY wait DESC NULLS LAST, t.rank""")]
 
 
-def rank_table(con: duckdb.DuckDBPyConnection, offsets: dict[str, Any]) -> list[RankRow]:
+def rank_table(con: duckdb.DuckDBPyConnection, clock: Clock) -> list[RankRow]:
     """One row per rank: its totals, compute/communication overlap and clock offset."""
-    off = {o["rank"]: o["offset_us"] for o in offsets["offsets"]}
+    off = {o.rank: o.offset_us for o in clock.offsets}
     out = []
     for r in _rows(con, "SELECT * FROM totals ORDER BY rank"):
         comm = r["comm_us"] or 0.0
@@ -267,38 +366,49 @@ def _median(vals: list[float | None]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def diff_docs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two cross-rank documents compared: run-level medians, then rank by rank (matched by rank number)."""
-    def run_level(doc: dict[str, Any]) -> dict[str, Any]:
-        ranks = doc["ranks"]
-        return {"source": doc["source"], "ranks": len(ranks),
-                "step_median_us": _r(_median([r["step_median_us"] for r in ranks])),
-                "slowest_step_median_us": _r(max((r["step_median_us"] for r in ranks
-                                                  if r["step_median_us"] is not None), default=None)),
-                "device_us_median": _r(_median([r["device_us"] for r in ranks])),
-                "comm_us_median": _r(_median([r["comm_us"] for r in ranks])),
-                "idle_us_median": _r(_median([r["idle_us"] for r in ranks])),
-                "wait_us_total": _r(sum(s["wait_caused_us"] for s in doc["stragglers"])),
-                "top_straggler": next((s["rank"] for s in doc["stragglers"] if s["late_collectives"]), None)}
+def _run_summary(doc: RanksDocument) -> RunSummary:
+    """A run's side of a ranks diff."""
+    ranks = doc.ranks
+    return RunSummary(
+        source=doc.source, ranks=len(ranks),
+        step_median_us=_r(_median([r.step_median_us for r in ranks])),
+        slowest_step_median_us=_r(max((r.step_median_us for r in ranks if r.step_median_us is not None),
+                                      default=None)),
+        device_us_median=_r(_median([r.device_us for r in ranks])),
+        comm_us_median=_r(_median([r.comm_us for r in ranks])),
+        idle_us_median=_r(_median([r.idle_us for r in ranks])),
+        wait_us_total=_r(sum(s.wait_caused_us for s in doc.stragglers)),
+        top_straggler=next((s.rank for s in doc.stragglers if s.late_collectives), None))
 
-    ra, rb = run_level(a), run_level(b)
-    sa, sb = ra["step_median_us"], rb["step_median_us"]
-    by_a = {r["rank"]: r for r in a["ranks"]}
-    by_b = {r["rank"]: r for r in b["ranks"]}
-    wait_a = {s["rank"]: s["wait_caused_us"] for s in a["stragglers"]}
-    wait_b = {s["rank"]: s["wait_caused_us"] for s in b["stragglers"]}
-    rows = []
-    for rank in sorted(set(by_a) | set(by_b)):
-        x, y = by_a.get(rank), by_b.get(rank)
-        row: dict[str, Any] = {"rank": rank}
-        for key in ("step_median_us", "device_us", "comm_us", "idle_us"):
-            va = x[key] if x else None
-            vb = y[key] if y else None
-            row[f"a_{key}"], row[f"b_{key}"] = va, vb
-            row[f"delta_{key}"] = _r(vb - va) if va is not None and vb is not None else None
-        row["a_wait_caused_us"], row["b_wait_caused_us"] = wait_a.get(rank), wait_b.get(rank)
-        rows.append(row)
-    return {"schema": "profuse.ranks-diff/1", "a": ra, "b": rb,
-            "step_speedup": _r(sa / sb, 3) if sa and sb else None,
-            "ranks_only_in_a": sorted(set(by_a) - set(by_b)), "ranks_only_in_b": sorted(set(by_b) - set(by_a)),
-            "per_rank": rows}
+
+Figures = tuple[float | None, float | None, float | None, float | None]
+
+
+def _figures(r: RankRow | None) -> Figures:
+    """What a ranks diff compares of a rank: step median, device, communication and idle time (None: no such rank)."""
+    return (None, None, None, None) if r is None else (r.step_median_us, r.device_us, r.comm_us, r.idle_us)
+
+
+def _rank_delta(rank: int, a: Figures, b: Figures, waits: tuple[float | None, float | None]) -> RankDelta:
+    """One rank's row of a ranks diff: A's and B's figures and their change."""
+    d = [_r(vb - va) if va is not None and vb is not None else None for va, vb in zip(a, b)]
+    return RankDelta(rank=rank, a_step_median_us=a[0], b_step_median_us=b[0], delta_step_median_us=d[0],
+                     a_device_us=a[1], b_device_us=b[1], delta_device_us=d[1],
+                     a_comm_us=a[2], b_comm_us=b[2], delta_comm_us=d[2],
+                     a_idle_us=a[3], b_idle_us=b[3], delta_idle_us=d[3],
+                     a_wait_caused_us=waits[0], b_wait_caused_us=waits[1])
+
+
+def diff_docs(a: RanksDocument, b: RanksDocument) -> RanksDiff:
+    """Two cross-rank documents compared: run-level medians, then rank by rank (matched by rank number)."""
+    ra, rb = _run_summary(a), _run_summary(b)
+    sa, sb = ra.step_median_us, rb.step_median_us
+    by_a = {r.rank: r for r in a.ranks}
+    by_b = {r.rank: r for r in b.ranks}
+    wait_a = {s.rank: s.wait_caused_us for s in a.stragglers}
+    wait_b = {s.rank: s.wait_caused_us for s in b.stragglers}
+    rows = [_rank_delta(rank, _figures(by_a.get(rank)), _figures(by_b.get(rank)), (wait_a.get(rank), wait_b.get(rank)))
+            for rank in sorted(set(by_a) | set(by_b))]
+    return RanksDiff(schema=RANKS_DIFF_SCHEMA, a=ra, b=rb, step_speedup=_r(sa / sb, 3) if sa and sb else None,
+                     ranks_only_in_a=sorted(set(by_a) - set(by_b)), ranks_only_in_b=sorted(set(by_b) - set(by_a)),
+                     per_rank=rows)
