@@ -5,24 +5,22 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..payloads.ranks import RANKS_SCHEMA, ranks_payload
+from ..payloads.ranks import MergedCandidate, RanksDiff, RanksDocument, StepTimes
 from ._text import fmt_us
 
 SHOW = 10
 
 
-def render_ranks_json(doc: dict[str, Any]) -> str:
-    """A cross-rank document as indented JSON; ``profuse.ranks/1`` is checked against its record first
-    (the ranks diff, ``profuse.ranks-diff/1``, is written as it is)."""
+def render_ranks_json(doc: RanksDocument | RanksDiff) -> str:
+    """A cross-rank document (``profuse.ranks/1``) or a ranks diff (``profuse.ranks-diff/1``) as indented JSON."""
     from .json_report import render_json
 
-    return render_json(ranks_payload(doc) if doc.get("schema") == RANKS_SCHEMA else doc)
+    return render_json(doc)
 
 
 def _us(v: float | None) -> str:
@@ -43,99 +41,99 @@ def _bytes(b: int | None) -> str:
     return f"{b} B"
 
 
-def _print_head(con: Console, doc: dict[str, Any], top: int | None) -> None:
-    kinds = sorted({r["device_kind"] for r in doc["ranks"]})
-    con.print(Text(f"{doc['source']}", style="bold"))
-    con.print(f"{doc['ranks_found']} ranks (named by {doc['rank_source']}) · {', '.join(kinds)} · "
-              f"clock reference: rank {doc['clock']['reference_rank']}")
+def _print_head(con: Console, doc: RanksDocument, top: int | None) -> None:
+    kinds = sorted({r.device_kind for r in doc.ranks})
+    con.print(Text(f"{doc.source}", style="bold"))
+    con.print(f"{doc.ranks_found} ranks (named by {doc.rank_source}) · {', '.join(kinds)} · "
+              f"clock reference: rank {doc.clock.reference_rank}")
 
 
-def _print_rank_table(con: Console, doc: dict[str, Any], top: int | None) -> None:
-    ranks = doc["ranks"]
+def _print_rank_table(con: Console, doc: RanksDocument, top: int | None) -> None:
+    ranks = doc.ranks
     t = Table(title="Ranks", title_justify="left")
     for col in ("Rank", "Trace", "Device", "Compute", "Comm", "Overlap", "Memory", "Idle", "Step median",
                 "Clock offset"):
         t.add_column(col, justify="left" if col == "Trace" else "right")
     shown = ranks if not top else ranks[:top]
     for r in shown:
-        t.add_row(str(r["rank"]), Text(_name(r["path"])), _us(r["device_us"]), _us(r["compute_us"]), _us(r["comm_us"]),
-                  "-" if r["overlap_pct"] is None else f"{r['overlap_pct']:.0f}%", _us(r["memory_us"]),
-                  _us(r["idle_us"]), _us(r["step_median_us"]),
-                  "unknown" if r["clock_offset_us"] is None else fmt_us(r["clock_offset_us"]))
+        t.add_row(str(r.rank), Text(_name(r.path)), _us(r.device_us), _us(r.compute_us), _us(r.comm_us),
+                  "-" if r.overlap_pct is None else f"{r.overlap_pct:.0f}%", _us(r.memory_us),
+                  _us(r.idle_us), _us(r.step_median_us),
+                  "unknown" if r.clock_offset_us is None else fmt_us(r.clock_offset_us))
     con.print(t)
-    skipped = [r for r in ranks if r.get("skipped_events")]
+    skipped = [r for r in ranks if r.skipped_events]
     if skipped:
-        con.print(Text(f"--lenient skipped {sum(r['skipped_events'] for r in skipped):,} bad events on "
-                       f"{len(skipped)} rank(s): " + ", ".join(f"rank {r['rank']}: {r['skipped_events']:,}"
+        con.print(Text(f"--lenient skipped {sum(r.skipped_events for r in skipped):,} bad events on "
+                       f"{len(skipped)} rank(s): " + ", ".join(f"rank {r.rank}: {r.skipped_events:,}"
                                                              for r in skipped[:8]), style="red"))
     if len(shown) < len(ranks):
         con.print(Text(f"... {len(ranks) - len(shown)} more ranks (--top 0 shows all)", style="dim"))
 
 
-def _print_stragglers(con: Console, doc: dict[str, Any], top: int | None) -> None:
-    late = [s for s in doc["stragglers"] if s["late_collectives"]]
+def _print_stragglers(con: Console, doc: RanksDocument, top: int | None) -> None:
+    late = [s for s in doc.stragglers if s.late_collectives]
     if late:
         t = Table(title="Stragglers: ranks that arrived last at collectives, by the wait they caused",
                   title_justify="left")
         for col in ("Rank", "Late collectives", "Wait caused (all other ranks)"):
             t.add_column(col, justify="right")
         for s in late[:SHOW]:
-            t.add_row(str(s["rank"]), str(s["late_collectives"]), fmt_us(s["wait_caused_us"]))
+            t.add_row(str(s.rank), str(s.late_collectives), fmt_us(s.wait_caused_us))
         con.print(t)
-    elif doc["collectives"]:
+    elif doc.collectives:
         con.print("No rank arrived late at any matched collective.")
     else:
         con.print(Text("No collective call was found on every rank: stragglers and clock offsets unknown.",
                        style="yellow"))
-    if doc["unmatched_rank_events"]:
-        con.print(Text(f"{doc['unmatched_rank_events']:,} collective kernels are not on every rank and were not "
+    if doc.unmatched_rank_events:
+        con.print(Text(f"{doc.unmatched_rank_events:,} collective kernels are not on every rank and were not "
                        "matched (subgroups, or a trace window that cut a call).", style="yellow"))
 
 
-def _print_skew(con: Console, doc: dict[str, Any], top: int | None) -> None:
-    skewed = sorted(doc["collectives"], key=lambda c: -c["skew_us"])[:SHOW]
-    if skewed and skewed[0]["skew_us"] > 0:
+def _print_skew(con: Console, doc: RanksDocument, top: int | None) -> None:
+    skewed = sorted(doc.collectives, key=lambda c: -c.skew_us)[:SHOW]
+    if skewed and skewed[0].skew_us > 0:
         t = Table(title="Collective skew (largest): last arrival minus first, clocks aligned", title_justify="left")
         for col in ("Collective", "Bytes", "Skew", "Last arriver"):
             t.add_column(col, justify="left" if col == "Collective" else "right")
         for c in skewed:
-            t.add_row(Text(f"{c['name']} #{c['seq']}"), _bytes(c["bytes"]), fmt_us(c["skew_us"]),
-                      "-" if c["last_arriver"] is None else str(c["last_arriver"]))
+            t.add_row(Text(f"{c.name} #{c.seq}"), _bytes(c.bytes), fmt_us(c.skew_us),
+                      "-" if c.last_arriver is None else str(c.last_arriver))
         con.print(t)
 
 
-def _print_steps(con: Console, doc: dict[str, Any], top: int | None) -> None:
-    _print_heat(con, doc["steps"], top)
+def _print_steps(con: Console, doc: RanksDocument, top: int | None) -> None:
+    _print_heat(con, doc.steps, top)
 
 
-def _print_varying(con: Console, doc: dict[str, Any], top: int | None) -> None:
-    if doc["varying_ops"]:
+def _print_varying(con: Console, doc: RanksDocument, top: int | None) -> None:
+    if doc.varying_ops:
         t = Table(title="Ops whose device time varies most across ranks", title_justify="left")
         for col in ("Op", "Ranks", "Min", "Max", "Spread", "Slowest rank"):
             t.add_column(col, justify="left" if col == "Op" else "right")
-        for o in doc["varying_ops"][:SHOW]:
-            t.add_row(Text(o["name"]), str(o["ranks"]), fmt_us(o["min_us"]), fmt_us(o["max_us"]), fmt_us(o["spread_us"]),
-                      str(o["max_rank"]))
+        for o in doc.varying_ops[:SHOW]:
+            # a varying op ran on two ranks at least, so its figures are known: _us prints them as fmt_us does
+            t.add_row(Text(o.name), str(o.ranks), _us(o.min_us), _us(o.max_us), _us(o.spread_us), str(o.max_rank))
         con.print(t)
 
 
-def _print_fusion(con: Console, doc: dict[str, Any], top: int | None) -> None:
-    if doc["fusion"]:
+def _print_fusion(con: Console, doc: RanksDocument, top: int | None) -> None:
+    if doc.fusion:
         t = Table(title="Fusion candidates, merged over ranks", title_justify="left")
         for col in ("Pattern", "Scope", "Ranks", "Instances", *SAVINGS, "Do"):
             t.add_column(col, justify="right" if col in ("Ranks", "Instances", *SAVINGS) else "left")
-        for f in doc["fusion"][:SHOW]:
-            t.add_row(Text(f["pattern"]), Text(f["scope"]), str(f["ranks"]), str(f["instances"]),
-                      *_savings(f), Text(f["recommendation"]))
+        for f in doc.fusion[:SHOW]:
+            t.add_row(Text(f.pattern), Text(f.scope), str(f.ranks), str(f.instances),
+                      *_savings(f), Text(f.recommendation))
         con.print(t)
 
 
 # The rank report's sections in print order, each one function over the cross-rank document.
-RANK_SECTIONS: list[Callable[[Console, dict[str, Any], int | None], None]] = [
+RANK_SECTIONS: list[Callable[[Console, RanksDocument, int | None], None]] = [
     _print_head, _print_rank_table, _print_stragglers, _print_skew, _print_steps, _print_varying, _print_fusion]
 
 
-def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None:
+def print_ranks(con: Console, doc: RanksDocument, top: int | None = 25) -> None:
     """Print the rank report: per-rank rows, stragglers and cross-rank findings."""
     for section in RANK_SECTIONS:
         section(con, doc, top)
@@ -145,21 +143,21 @@ def print_ranks(con: Console, doc: dict[str, Any], top: int | None = 25) -> None
 SAVINGS = ("Saving per rank (median)", "Step-time saving")
 
 
-def _savings(f: dict[str, Any]) -> list[str]:
-    return ["-" if f[k] is None else fmt_us(f[k]) for k in ("saving_per_rank_us", "step_saving_us")]
+def _savings(f: MergedCandidate) -> list[str]:
+    return ["-" if v is None else fmt_us(v) for v in (f.saving_per_rank_us, f.step_saving_us)]
 
 
-def _print_heat(con: Console, steps: dict[str, Any], top: int | None) -> None:
-    if not steps["steps"]:
+def _print_heat(con: Console, steps: StepTimes, top: int | None) -> None:
+    if not steps.steps:
         return
-    cols = steps["steps"][:12]
-    vals = [v for row in steps["dur_us"] for v in row[:12] if v is not None]
+    cols = steps.steps[:12]
+    vals = [v for row in steps.dur_us for v in row[:12] if v is not None]
     med = statistics.median(vals) if vals else 0.0
     t = Table(title="Step time per rank (red: slower than the median step)", title_justify="left")
     t.add_column("Rank", justify="right")
     for s in cols:
         t.add_column(f"#{s}", justify="right")
-    pairs = list(zip(steps["ranks"], steps["dur_us"]))
+    pairs = list(zip(steps.ranks, steps.dur_us))
     for rank, row in pairs[:top] if top else pairs:
         cells = []
         for v in row[:12]:
@@ -173,28 +171,28 @@ def _print_heat(con: Console, steps: dict[str, Any], top: int | None) -> None:
     con.print(t)
 
 
-def print_ranks_diff(con: Console, d: dict[str, Any], top: int | None = 15) -> None:
+def print_ranks_diff(con: Console, d: RanksDiff, top: int | None = 15) -> None:
     """``profuse diff DIR_A DIR_B`` on the console."""
-    a, b = d["a"], d["b"]
-    con.print(Text(f"A: {a['source']} ({a['ranks']} ranks)\nB: {b['source']} ({b['ranks']} ranks)", style="bold"))
-    speed = "unknown" if d["step_speedup"] is None else f"{d['step_speedup']:.2f}x"
-    con.print(f"median step {_us(a['step_median_us'])} -> {_us(b['step_median_us'])}: {speed}; slowest rank's "
-              f"step {_us(a['slowest_step_median_us'])} -> {_us(b['slowest_step_median_us'])}; wait at collectives "
-              f"{_us(a['wait_us_total'])} -> {_us(b['wait_us_total'])}")
-    for side, only in (("A", d["ranks_only_in_a"]), ("B", d["ranks_only_in_b"])):
+    a, b = d.a, d.b
+    con.print(Text(f"A: {a.source} ({a.ranks} ranks)\nB: {b.source} ({b.ranks} ranks)", style="bold"))
+    speed = "unknown" if d.step_speedup is None else f"{d.step_speedup:.2f}x"
+    con.print(f"median step {_us(a.step_median_us)} -> {_us(b.step_median_us)}: {speed}; slowest rank's "
+              f"step {_us(a.slowest_step_median_us)} -> {_us(b.slowest_step_median_us)}; wait at collectives "
+              f"{_us(a.wait_us_total)} -> {_us(b.wait_us_total)}")
+    for side, only in (("A", d.ranks_only_in_a), ("B", d.ranks_only_in_b)):
         if only:
             con.print(Text(f"ranks only in {side}: {', '.join(map(str, only[:20]))}"
                            + (" ..." if len(only) > 20 else ""), style="yellow"))
-    rows = sorted(d["per_rank"], key=lambda r: -abs(r["delta_step_median_us"] or 0.0))
+    rows = sorted(d.per_rank, key=lambda r: -abs(r.delta_step_median_us or 0.0))
     t = Table(title="Ranks, largest step-time change first", title_justify="left")
     for col in ("Rank", "Step A", "Step B", "Delta", "Comm A", "Comm B", "Idle A", "Idle B", "Wait caused A",
                 "Wait caused B"):
         t.add_column(col, justify="right")
     for r in rows[:top] if top else rows:
-        delta = r["delta_step_median_us"]
-        t.add_row(str(r["rank"]), _us(r["a_step_median_us"]), _us(r["b_step_median_us"]),
+        delta = r.delta_step_median_us
+        t.add_row(str(r.rank), _us(r.a_step_median_us), _us(r.b_step_median_us),
                   Text("unknown" if delta is None else f"{delta:+.1f} µs",
                        style="" if delta is None else "green" if delta < 0 else "red"),
-                  _us(r["a_comm_us"]), _us(r["b_comm_us"]), _us(r["a_idle_us"]), _us(r["b_idle_us"]),
-                  _us(r["a_wait_caused_us"]), _us(r["b_wait_caused_us"]))
+                  _us(r.a_comm_us), _us(r.b_comm_us), _us(r.a_idle_us), _us(r.b_idle_us),
+                  _us(r.a_wait_caused_us), _us(r.b_wait_caused_us))
     con.print(t)
