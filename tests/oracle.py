@@ -553,3 +553,52 @@ def device_us_by_module_class(path: Path | str) -> dict[str, float]:
         for cls in {module_class(m["name"]) for m in around}:
             out[cls] = out.get(cls, 0.0) + float(d["dur"])
     return out
+
+
+# --- trace health (docs/advisor.md "Trace health") ---------------------------------------------------
+
+HOST_CATS = frozenset({"cpu_op", "operator", "user_annotation", "python_function", "cuda_sync"}) | LAUNCH_CATS
+LAUNCH_WORDS = ("launch", "async", "runfunction", "enqueue", "nrt_execute", "nrt_model_submit")
+
+
+def health_counts(path: Path | str) -> dict[str, int]:
+    """The trace-health counts from the raw JSON: launch calls (a launch-category event whose name holds a
+    launch word), device activities, those whose correlation id a launch-category event carries, launch
+    calls whose correlation no device-side event carries, same-stream overlaps (an activity starting before
+    an earlier one on its device and stream ended), activities starting before the first host event or
+    ending after the last, Python frames."""
+    events = list(exact_events(str(path)))
+    device = [e for e in events if is_device_time(e)]
+    launch_corr = {(e.get("args") or {}).get("correlation") for e in events if category(e) in LAUNCH_CATS}
+    launch_corr.discard(None)
+    launches = [e for e in events if category(e) in LAUNCH_CATS
+                and any(w in str(e.get("name", "")).lower() for w in LAUNCH_WORDS)]
+    # any device-side event answers a launch (an MTIA waitOnEvent's event_wait is not device time, but ran)
+    device_corr = {(d.get("args") or {}).get("correlation") for d in events
+                   if category(d) in DEVICE_CATS or category(d) == "mtia_ccp_events"}
+    overlaps = 0
+    by_stream: dict[tuple[Any, Any], list[Event]] = {}
+    for d in device:
+        a = d.get("args") or {}
+        if a.get("stream") is not None:
+            by_stream.setdefault((a.get("device"), a.get("stream")), []).append(d)
+    for ds in by_stream.values():
+        reach = None
+        for d in sorted(ds, key=lambda e: (e["ts"], e["order"])):
+            if reach is not None and d["ts"] < reach:
+                overlaps += 1
+            reach = d["ts"] + d["dur"] if reach is None else max(reach, d["ts"] + d["dur"])
+    host = [e for e in events if category(e) in HOST_CATS]
+    lo = min((e["ts"] for e in host), default=None)
+    hi = max((e["ts"] + e["dur"] for e in host), default=None)
+    return {
+        "launch_calls": len(launches),
+        "device_activities": len(device),
+        "linked_by_correlation": sum(1 for d in device if (d.get("args") or {}).get("correlation") in launch_corr),
+        "launches_without_activity": sum(1 for e in launches if (e.get("args") or {}).get("correlation")
+                                         not in device_corr) if device else len(launches),
+        "same_stream_overlaps": overlaps,
+        "before_window": sum(1 for d in device if lo is not None and d["ts"] < lo),
+        "after_window": sum(1 for d in device if hi is not None and d["ts"] + d["dur"] > hi),
+        "python_events": sum(1 for e in events if category(e) == "python_function"),
+    }

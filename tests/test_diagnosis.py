@@ -13,6 +13,7 @@ from conftest import FIXTURES, H200_TRACES, SHARED, trace_path
 
 import profuse
 from profuse.analysis.diagnosis import Diagnosis, diagnose
+from profuse.analysis.health import trace_health
 from profuse.analysis.steps import parse_step
 
 TRACES = sorted(str(p.relative_to(SHARED / "traces")) for p in (SHARED / "traces").rglob("*.json.gz")) + [
@@ -133,7 +134,8 @@ def test_sglang_decode_idles_waiting_on_its_stream_not_in_the_copy():
     busy = sum(v for k, v in have.items() if k.startswith("busy/"))
     window = d.span_us - have["unrecorded/wait"]
     assert busy >= 0.5 * window and d.levers[0].kind == "gemm"
-    assert not [n for n in d.notes if "device clock" in n]  # kernels started microseconds after their launch too
+    with profuse.load(path) as t:  # kernels started microseconds after their launch too: no clock finding
+        assert not [f for f in trace_health(t).findings if f.key in ("all_late", "clock_offset")]
 
 
 def test_serving_step_names():
@@ -321,24 +323,28 @@ def test_a_wait_is_queued_only_past_100_us_and_never_a_lever_under_1_ms(tmp_path
         t = i * 400
         ev += [_x("cpu_op", "aten::add", t, 20), _launch(t + 5, i),
                _kernel("vectorized_elementwise_kernel", t + 9 + wait_us, 100, i)]
-    d = diag(_write(tmp_path, ev))
+    path = _write(tmp_path, ev)
+    d = diag(path)
     # THEN each whole wait is queued past 100 µs (none of it before), but the first, before any device work
     # the step recorded, which is unrecorded/wait; and no lever draws on them
     b = leaves(d.budget)
     assert b.get("idle/queued", 0.0) == pytest.approx(4 * wait_us if queued else 0.0, abs=0.01)
     assert b.get("unrecorded/wait", 0.0) == pytest.approx(wait_us if queued else 0.0, abs=0.01)
     assert not [lv for lv in (*d.levers, *d.small_items) if {"idle/queued", "unrecorded/wait"} & set(lv.draws)]
-    # and, as every launch waited, a note says a device clock ahead of the host's would look the same
-    assert [n for n in d.notes if "device clock runs ahead" in n] == (
-        [f"every launched device activity (5) started over 100 µs after its launch call ended (the least {wait_us:.1f} "
-         "µs): if this trace's device clock runs ahead of the host's, idle/queued holds launch latency rather than "
-         "waits"] if queued else [])
+    # and, as every launch waited, the trace's health says a device clock ahead of the host's would look the same
+    with profuse.load(path) as t:
+        late = [f for f in trace_health(t).findings if f.key == "all_late"]
+    assert [f.text for f in late] == ([f"every launched activity started over 100 µs after its launch call (the least "
+                                       f"{wait_us:.1f} µs)"] if queued else [])
+    assert all("a device clock ahead of the host's would look the same" in f.effect for f in late)
 
 
 @pytest.mark.parametrize(("wait_us", "lever"), [(990.0, False), (1010.0, True)])
 def test_stream_wait_needs_a_wait_of_1_ms(tmp_path, wait_us, lever):
-    ev = [_step(0, 3000), _x("cpu_op", "aten::add", 10, 20), _launch(15, 1),
-          _kernel("vectorized_elementwise_kernel", 19 + wait_us, 100, 1)]
+    # a 2.5 ms GEMM first, so the wait lies inside the device window and is under half its device work
+    ev = [_step(0, 4000), _x("cpu_op", "aten::mm", 1, 8), _launch(2, 80, dur=3), _kernel("sm90_gemm_bf16", 6, 2500, 80),
+          _x("cpu_op", "aten::add", 10, 20), _launch(15, 1),
+          _kernel("vectorized_elementwise_kernel", 2506 + wait_us, 100, 1)]
     d = diag(_write(tmp_path, ev))
     assert leaves(d.budget)["idle/queued"] == pytest.approx(wait_us, abs=0.01)
     waits = [lv for lv in (*d.levers, *d.small_items) if lv.kind == "stream_wait"]
@@ -348,13 +354,15 @@ def test_stream_wait_needs_a_wait_of_1_ms(tmp_path, wait_us, lever):
 def test_stream_wait_names_the_work_the_wait_released_and_only_a_wait_call_made_for_it(tmp_path):
     # GIVEN a kernel on stream 9 launched at 10 (after a cudaStreamWaitEvent at 5) that starts at 5000, and
     # a kernel on stream 7 launched at 40 (after another launch at 30: the wait call at 5 is not its own)
-    # that starts at 3000, ending a 3 ms wait
-    ev = [_step(0, 6000), _x("cpu_op", "aten::add", 0, 60), _launch(5, 90, dur=2, name="cudaStreamWaitEvent"),
+    # that starts at 3000, ending a 3 ms wait; then a 6.9 ms GEMM, so the waits are under half the step's
+    # device work and inside its device window (idle waits, not unrecorded ones)
+    ev = [_step(0, 13000), _x("cpu_op", "aten::add", 0, 60), _launch(5, 90, dur=2, name="cudaStreamWaitEvent"),
           _launch(10, 1), _kernel("vectorized_elementwise_kernel", 5000, 100, 1, stream=9),
           _launch(30, 2), _kernel("elementwise_kernel_a", 35, 2, 2),
-          _launch(40, 3), _kernel("elementwise_kernel_b", 3000, 100, 3)]
+          _launch(40, 3), _kernel("elementwise_kernel_b", 3000, 100, 3),
+          _x("cpu_op", "aten::mm", 5085, 10), _launch(5090, 4), _kernel("sm90_gemm_bf16", 5100, 6900, 4)]
     d = diag(_write(tmp_path, ev))
-    top = d.levers[0]
+    top = next(lv for lv in d.levers if lv.kind == "stream_wait")
     # THEN the longest wait [37, 3000) (both kernels waiting) is named by the one it released (stream 7), with
     # no wait call of its own; the second wait [3100, 5000) counts too (the first, [14, 35), is under 1 ms)
     assert top.kind == "stream_wait" and top.target == "stream 7" and top.kernels == ("elementwise_kernel_b",)
@@ -594,12 +602,13 @@ def test_every_class_cause_and_lever_kind_is_documented():
     from profuse.analysis.diagnosis.levers import HOW, SLUG
 
     doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
-    kinds = {"cuda_graphs", "graph_launch", "stream_wait", "host_sync", "cpu_work", "pinned_memory", "precision", "gemm",
-             "communication", "attention_kernel", "no_device_data"} | {"fusion:<pattern>"} | set(SLUG.values())
+    kinds = {"cuda_graphs", "graph_launch", "stream_wait", "unrecorded_wait", "host_sync", "cpu_work", "pinned_memory",
+             "precision", "gemm", "memory_bound", "communication", "attention_kernel", "no_device_data"} | {
+                 "fusion:<pattern>"} | set(SLUG.values())
     # host_sync's, cpu_work's and cuda_graphs' texts
     variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime", "graphs_outside"}
     assert set(HOW) - variants <= kinds
-    for word in (*BUSY_PRIORITY, *IDLE_CAUSES, "not_recorded", *kinds, *CPU_LEAVES):
+    for word in (*BUSY_PRIORITY, *IDLE_CAUSES, "not_recorded", "unrecorded/wait", *kinds, *CPU_LEAVES):
         assert f"`{word}`" in doc, word
     assert ", ".join(BUSY_PRIORITY) in doc.replace("\n", " ").replace("`", "")
 

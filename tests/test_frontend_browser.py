@@ -229,3 +229,16 @@ def test_report_shows_its_compiled_tab_with_every_kernel_where_the_trace_compile
     page.goto(pages["bert_eager"].as_uri())
     wait_ready(page, "overview")
     assert not page.is_visible('#nav a[data-view="compiled"]')
+
+
+def test_the_reports_overview_shows_the_trace_health_the_json_has(page, bert_report):
+    # GIVEN h100_bert_small's HTML report (its JSON health: 22 cudaMemsetAsync without activity, Python stacks)
+    h = embedded(bert_report.read_text())["0/overview"]["health"]
+    assert [f["key"] for f in h["findings"]] == ["launches_without_activity", "python_stacks"]
+    # WHEN the overview opens THEN its health section lists the same findings with their texts
+    page.goto(bert_report.as_uri() + "#view=overview")
+    wait_ready(page, "overview")
+    shown = page.eval_on_selector_all("#health li", "els => els.map(e => [e.dataset.key, e.textContent])")
+    assert [k for k, _ in shown] == [f["key"] for f in h["findings"]]
+    assert all(f["text"] in text and f["fix"] in text for f, (_k, text) in zip(h["findings"], shown))
+    assert f"{h['device_activities']} device activities" in page.text_content("#health")

@@ -10,6 +10,7 @@ from ..analysis.advice.findings import Findings, trace_findings
 from ..analysis.breakdown import device_breakdown
 from ..analysis.compare.diff import diff
 from ..analysis.compiled import compiled_regions
+from ..analysis.health import Health, trace_health
 from ..analysis.memory import has_memory
 from ..analysis.module_tree import module_tree
 from ..analysis.op_kernels import kernels_by_row
@@ -49,15 +50,16 @@ def run_info(run: int, trace: Trace) -> RunInfo:
 
 
 def overview_of(trace: Trace, *, summary: Summary | None = None, advice: Findings | None = None,
-                with_advice: bool = True, keep_metadata: bool = False) -> Overview:
-    """The Overview; ``summary`` and ``advice`` when already computed (advice only if ``with_advice``)."""
+                with_advice: bool = True, keep_metadata: bool = False, health: Health | None = None) -> Overview:
+    """The Overview; ``summary``, ``advice`` and ``health`` when already computed (advice only if
+    ``with_advice``)."""
     summary = summary or summarize(trace)
     if with_advice and advice is None:
         advice = trace_findings(trace)
     return overview_payload(summary, device_breakdown(trace, summary.device_busy),
                             advice_payload(advice) if with_advice and advice is not None else None,
                             device_label=trace.device_label, metadata=trace.meta.get("trace_meta", {}),
-                            keep_metadata=keep_metadata)
+                            keep_metadata=keep_metadata, health=health or trace_health(trace))
 
 
 def ops_of(trace: Trace, *, group_by: str = "op", sort: str = "self_device", top: int | None = None,
@@ -96,7 +98,7 @@ def report_payloads(trace: Trace, analysed: Analysed, *, top: int | None, keep_m
                     timeline_width: int = 3000) -> ReportPayloads:
     """The HTML report's payloads from the analyses every renderer reads (``payloads.report.analyse``;
     advice None: ``--no-advice``); the ops and their kernels are the rows the table shows."""
-    summary, table, advice, _memory = analysed
+    summary, table, advice, _memory, health = analysed
     ops = ops_of(trace, top=top, table=table)
     if advice is not None and advice.diagnosis is not None:  # the rows the lever cards link to
         from .diagnosis import diagnosis_payload
@@ -111,7 +113,7 @@ def report_payloads(trace: Trace, analysed: Analysed, *, top: int | None, keep_m
     return ReportPayloads(
         runs=[run_info(0, trace)],
         overview=overview_of(trace, summary=summary, advice=advice, with_advice=advice is not None,
-                             keep_metadata=keep_metadata),
+                             keep_metadata=keep_metadata, health=health),
         ops=ops, op_kernels=op_kernels_of(trace, ops), lanes=lanes, timeline=window, modules=modules_of(trace),
         memory=memory_timeline_of(trace) if has_memory(trace) else None, compiled=_compiled_if_any(trace))
 

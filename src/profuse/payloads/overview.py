@@ -8,6 +8,7 @@ from msgspec import Struct
 from ..analysis.breakdown import Breakdown
 from ..analysis.busy import Busy
 from ..analysis.diagnosis.records import Leaf
+from ..analysis.health import Health
 from ..analysis.summary import Summary
 from ..redact import redact, redact_text
 from .advice import AdvicePayload
@@ -56,6 +57,7 @@ class Overview(Struct):
     metadata: dict[str, Any]
     advice: AdvicePayload | None
     categories_of: str = "device time"
+    health: Health | None = None       # what the trace holds and lacks (docs/advisor.md, "Trace health")
 
 
 def trace_info(summary: Summary) -> TraceInfo:
@@ -116,7 +118,8 @@ def budget_categories(budget: list[Leaf], *, device: bool) -> dict[str, float]:
 
 
 def overview_payload(summary: Summary, breakdown: Breakdown, advice: AdvicePayload | None, *,
-                     device_label: str, metadata: dict[str, Any], keep_metadata: bool = False) -> Overview:
+                     device_label: str, metadata: dict[str, Any], keep_metadata: bool = False,
+                     health: Health | None = None) -> Overview:
     """The Overview: trace, totals, categories (the budget's where advice has a diagnosis, else the
     breakdown's), capture status, metadata (redacted unless kept), advice."""
     diag = advice.diagnosis if advice is not None else None
@@ -126,7 +129,7 @@ def overview_payload(summary: Summary, breakdown: Breakdown, advice: AdvicePaylo
                     device_busy=summary.device_busy, categories=cats,
                     capture=capture(summary, keep_metadata=keep_metadata),
                     metadata=metadata if keep_metadata else redact(metadata), advice=advice,
-                    categories_of="budget" if diag is not None else "device time")
+                    categories_of="budget" if diag is not None else "device time", health=health)
 
 
 def _cpu_budget(budget: list[Leaf]) -> bool:

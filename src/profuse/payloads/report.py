@@ -12,6 +12,7 @@ from ..analysis.advice.records import Candidate
 from ..analysis.advice.roofline import Peaks, RooflineRow
 from ..analysis.busy import Busy, StepBusy
 from ..analysis.compiled import CompiledSummary
+from ..analysis.health import Health
 from .advice import AdvicePayload, advice_payload
 from .diagnosis import DiagnosisPayload
 from .memory import MemoryPayload
@@ -53,10 +54,12 @@ class ReportDocument(Struct, kw_only=True):
     roofline_note: str | UnsetType | None = UNSET   # "no peak for <device name>: ..." where there are no peaks
     skewed_launches: int | UnsetType = UNSET         # device activities starting before their launch call
     memory: MemoryPayload | UnsetType = UNSET  # only for a trace with memory events (docs/memory.md)
+    health: Health | UnsetType = UNSET         # what the trace holds and lacks (docs/advisor.md, "Trace health")
 
 
 def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = None, *,
-                    keep_metadata: bool = False, memory: MemoryPayload | None = None) -> ReportDocument:
+                    keep_metadata: bool = False, memory: MemoryPayload | None = None,
+                    health: Health | None = None) -> ReportDocument:
     """The document from the summary, the op table payload and the advice (None: no advice keys)."""
     sections: dict[str, Any] = {}
     if advice is not None:
@@ -66,7 +69,8 @@ def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = N
                           cpu_only=ops.cpu_only, skipped=dict(summary.skipped),
                           unmatched_flows=summary.unmatched_flows,
                           capture=capture(summary, keep_metadata=keep_metadata), ops=ops.rows,
-                          memory=UNSET if memory is None else memory, **sections)
+                          memory=UNSET if memory is None else memory, health=UNSET if health is None else health,
+                          **sections)
 
 
 class ReportView(Struct, kw_only=True):
@@ -86,22 +90,24 @@ class Analysed(NamedTuple):
     table: OpTable
     advice: Findings | None          # None: --no-advice
     memory: MemoryPayload | None     # None: the trace has no memory events
+    health: Health
 
 
 def analyse(trace: Trace, *, group_by: str = "op", sort: str = "self_device", advice: bool = True) -> Analysed:
     """Run the report's analyses on a loaded trace, once, for whichever renderer shows them."""
     from ..analysis import op_table, summarize
     from ..analysis.advice.findings import trace_findings
+    from ..analysis.health import trace_health
     from ..analysis.memory import memory_section
 
     return Analysed(summarize(trace), op_table(trace, group_by=group_by, sort=sort),
-                    trace_findings(trace) if advice else None, memory_section(trace))
+                    trace_findings(trace) if advice else None, memory_section(trace), trace_health(trace))
 
 
 def report_view(analysed: Analysed, *, top: int | None = None, keep_metadata: bool = False) -> ReportView:
     """The report's records from the analyses: the op table with every row, the advice as
     :func:`advice_payload` sends it, the memory section where the trace has memory events."""
-    summary, table, advice, memory = analysed
+    summary, table, advice, memory, health = analysed
     doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
-                          keep_metadata=keep_metadata, memory=memory)
+                          keep_metadata=keep_metadata, memory=memory, health=health)
     return ReportView(document=doc, from_cache=summary.from_cache, top=top or None)

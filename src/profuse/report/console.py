@@ -14,6 +14,7 @@ from rich.text import Text
 from ..analysis.advice.hotspots import Hotspot
 from ..analysis.busy import StepBusy
 from ..analysis.compiled import NeffBrief
+from ..analysis.health import Health
 from ..payloads.report import ReportDocument, ReportView
 from ..trace.schema import UNLINKED_REASONS
 from ._text import fmt_us, safe, text
@@ -90,6 +91,17 @@ def render_notes(console: Console, view: ReportView) -> None:
     """The notes under the header."""
     for n in notes(view.document):
         console.print(n)
+
+
+def render_health(console: Console, h: Health) -> None:
+    """Trace health: one line of counts, then each finding with its effect and a better capture."""
+    linked = "all" if h.linked == h.device_activities else f"{h.linked:,}"
+    line = (f"Trace health: {h.device_activities:,} device activities ({linked} with their launch call), "
+            f"{h.launch_calls:,} launch calls; steps: {h.steps} ({h.steps_from})")
+    console.print(text(line, style="dim" if not h.findings else ""))
+    for f in h.findings:
+        console.print(text(f"  ! {f.text}: {f.effect}", style="yellow"))
+        console.print(text(f"    next capture: {f.fix}", style="dim"))
 
 
 def op_table_renderable(doc: ReportDocument, top: int | None) -> Table:
@@ -278,6 +290,7 @@ SECTIONS: list[Section] = [
     Section("header", _whole, render_header),
     Section("diagnosis", lambda v: v.document.diagnosis, render_diagnosis),  # the report opens with it
     Section("notes", _whole, render_notes),
+    Section("health", lambda v: v.document.health, render_health),
     Section("ops", _whole, render_op_table),
     Section("memory", lambda v: v.document.memory, render_memory),
     Section("fusion_candidates", _whole, render_fusion),

@@ -21,12 +21,9 @@ from .budget import (
     BUSY_PRIORITY,
     LEAVES,
     NOT_RECORDED,
-    QUEUED_MIN_US,
-    DeviceWork,
     Labels,
     device_work,
     labels,
-    launch_wait,
     leaf_ns,
     pieces,
 )
@@ -98,9 +95,6 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     if warm is not None:
         notes.append(f"{steps[warm].name} is a warm-up outlier ({(spans[warm][1] - spans[warm][0]) / 1e3:.1f} µs, "
                      f"over {WARMUP_FACTOR:g}x the median of the other steps): reported apart, levers from the others")
-    late = _all_late(w) if steady.leaves["idle/queued"] else None
-    if late:
-        notes.append(late)
     ctx = Context(trace=trace, work=w, labels=lab, steady=steady, candidates=candidates, peaks=peaks,
                   roofline_rows=roofline_rows, target=_step_kinds(out_steps), cpu=False)
     levers, small, combined = rank_levers(ctx)
@@ -108,18 +102,6 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     return Diagnosis(device=True, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
                      budget=budget, steps=tuple(out_steps), levers=levers, small_items=small,
                      combined_gain_us=combined, notes=tuple(notes))
-
-
-def _all_late(w: DeviceWork) -> str | None:
-    """A note where every launched activity started over QUEUED_MIN_US after its launch call ended: the
-    trace cannot tell that from a device clock running ahead of the host's, which would make launch
-    latency look like waits (``idle/queued``)."""
-    wait = launch_wait(w.acts)[w.acts.launched]
-    if not wait.size or wait.min() <= QUEUED_MIN_US * 1000:
-        return None
-    return (f"every launched device activity ({wait.size}) started over {QUEUED_MIN_US:g} µs after its launch call "
-            f"ended (the least {wait.min() / 1e3:.1f} µs): if this trace's device clock runs ahead of the host's, "
-            "idle/queued holds launch latency rather than waits")
 
 
 def _not_recorded(trace: Trace, steps: list[Step], spans: list[tuple[int, int]]) -> Diagnosis:

@@ -268,10 +268,41 @@
  */
 
 /**
+ * One thing the trace lacks or gets wrong: what, what it changes in the diagnosis, how to capture
+ * better next time.
+ * @typedef {Object} Finding
+ * @property {string} key
+ * @property {string} text
+ * @property {string} effect
+ * @property {string} fix
+ */
+
+/**
  * A kernel whose code a bundle saved, with the ops its name says it fuses.
  * @typedef {Object} GeneratedKernel
  * @property {string} name
  * @property {Array<string>} fused_ops
+ */
+
+/**
+ * What the trace holds and lacks (the module docstring states each count's rule).
+ * @typedef {Object} Health
+ * @property {number} launch_calls
+ * @property {number} device_activities
+ * @property {number} linked
+ * @property {Object<string, number>} without_launch
+ * @property {number} launches_without_activity
+ * @property {Object<string, number>} idle_launch_names
+ * @property {number} same_stream_overlaps
+ * @property {number} before_window
+ * @property {number} after_window
+ * @property {(number|null)} clock_offset_us
+ * @property {(number|null)} all_late_us
+ * @property {number} steps
+ * @property {string} steps_from
+ * @property {number} python_events
+ * @property {number} ops
+ * @property {Array<Finding>} findings
  */
 
 /**
@@ -555,6 +586,7 @@
  * @property {Object<string, *>} metadata
  * @property {(AdvicePayload|null)} advice
  * @property {string} categories_of
+ * @property {(Health|null)} health
  */
 
 /**
@@ -671,6 +703,7 @@
  * @property {(string|null)} [roofline_note]
  * @property {number} [skewed_launches]
  * @property {MemorySection} [memory]
+ * @property {Health} [health]
  */
 
 /**

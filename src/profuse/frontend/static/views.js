@@ -27,6 +27,17 @@ function get(path) {
   return source.get(path);
 }
 
+/** Trace health: one line of counts, then each finding with what it changes and a better capture. */
+function health(h) {
+  if (!h) return el("span", {});
+  const linked = h.linked === h.device_activities ? "all" : String(h.linked);
+  return el("section", { id: "health" },
+    el("h2", {}, "Trace health"),
+    el("p", { class: "muted" }, `${h.device_activities} device activities (${linked} with their launch call) · ${h.launch_calls} launch calls · steps: ${h.steps} (${h.steps_from})`),
+    h.findings.length ? el("ul", { class: "findings" }, h.findings.map(f => el("li", { dataset: { key: f.key } },
+      el("b", {}, f.text), ": ", f.effect, el("div", { class: "muted" }, "next capture: " + f.fix)))) : el("span", {}));
+}
+
 async function overview(main, st, go) {
   const o = await get(`/api/${st.run}/overview`);
   if (!o) return main.append(el("p", {}, "no data"));
@@ -39,6 +50,7 @@ async function overview(main, st, go) {
     el("div", { class: "cards" }, Object.entries(o.categories).map(([k, v]) =>
       el("div", { class: "card", dataset: { category: k } }, el("div", { class: "muted" }, k), el("div", { class: "big" }, fmtUs(v)),
         el("span", { class: "bar", style: `width:${Math.round(180 * v / total)}px` })))),
+    health(o.health),
     el("h2", {}, "Advice"));
   // the diagnosis opens the overview, under the trace's name
   if (advice && advice.diagnosis) main.children[1].after(profuse.diagnosis.render(advice.diagnosis, st, go));

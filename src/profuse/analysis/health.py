@@ -1,0 +1,209 @@
+"""Trace health: what the trace itself holds and lacks, so a reader knows how far to trust each figure.
+
+One record (:class:`Health`) every renderer shows (the JSON report's ``health``, the console's "Trace
+health", the Overview's card), from the loaded tables; each rule is stated in docs/advisor.md
+("Trace health"):
+
+- **device activity requested and recorded**: launch calls (the device vocabulary's) and device
+  activities (kernels, copies, memsets);
+- **linked**: device activities whose launch call the trace holds (by correlation, flow, external id
+  or graph replay), and those without one, per reason;
+- **launches without activity**: launch calls no device activity names (dropped at the start of a
+  capture, or device activity not requested for them);
+- **same-stream overlaps**: a device activity starting before an earlier one on the same device and
+  stream ended (a stream runs one at a time: a clock or recording artefact);
+- **outside the window**: device activities starting before the first host event, or ending after the
+  last one (launched before the capture; run on after it);
+- **clock offset**: the least time from a launch call's start to its activity's start; negative, the
+  device clock runs behind the host's by at least that; every launched activity starting over
+  100 µs after its call ended, it may run ahead;
+- **steps**: how many, found how (``ProfilerStep#N`` marks, a serving engine's step names, or none:
+  the active window);
+- **Python stacks**: the capture's ``python_function`` events, whose recording the host time includes.
+
+Each finding says what it changes in the diagnosis and how to capture better.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..trace.schema import DEVICE_TIME_SQL
+from ..trace.vocabulary import launch_call_sql
+
+if TYPE_CHECKING:  # the records decode from a stored report without the trace or the step model
+    from ..trace import Trace
+
+QUEUED_MIN_US = 100.0       # as the budget's: a launch is picked up within tens of µs
+UNLINKED_WARN_SHARE = 0.01  # device activities without their launch: over this share, a finding
+PYTHON_PER_OP_WARN = 2.0    # Python frames per op over this: stacks dominate the capture's own cost
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the trace lacks or gets wrong: what, what it changes in the diagnosis, how to capture
+    better next time."""
+
+    key: str
+    text: str
+    effect: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Health:
+    """What the trace holds and lacks (the module docstring states each count's rule)."""
+
+    launch_calls: int
+    device_activities: int
+    linked: int                          # device activities whose launch call the trace holds
+    without_launch: dict[str, int]       # the rest, per reason (events.unlinked)
+    launches_without_activity: int
+    idle_launch_names: dict[str, int]    # those launch calls per name
+    same_stream_overlaps: int
+    before_window: int                   # device activities starting before the first host event
+    after_window: int                    # ... ending after the last one
+    clock_offset_us: float | None        # least launch-to-start time where it is negative (device behind)
+    all_late_us: float | None            # the least wait where every launched activity waited over 100 µs
+    steps: int
+    steps_from: str                      # ProfilerStep marks | serving steps (vllm, sglang) | none: active window
+    python_events: int
+    ops: int
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _one(trace: Trace, sql: str) -> int:
+    row = trace.con.execute(sql).fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def _overlaps(trace: Trace) -> int:
+    """Device activities starting before an earlier one on their device and stream ended."""
+    return _one(trace, f"""
+        SELECT count(*) FROM (
+          SELECT ts, max(ts + dur) OVER (PARTITION BY coalesce(device, -1), stream ORDER BY ts, id
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+          FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND stream IS NOT NULL)
+        WHERE ts < reach""")
+
+
+def _window(trace: Trace) -> tuple[int, int]:
+    row = trace.con.execute(f"""
+        WITH host AS (SELECT min(ts) AS lo, max(ts + dur) AS hi FROM events
+                      WHERE kind IN ('cpu_op', 'annotation', 'python', 'runtime', 'sync'))
+        SELECT count(*) FILTER (WHERE d.ts < host.lo), count(*) FILTER (WHERE d.ts + d.dur > host.hi)
+        FROM events d, host WHERE d.kind IN ({DEVICE_TIME_SQL}) AND host.lo IS NOT NULL""").fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def _clock(trace: Trace) -> tuple[float | None, float | None]:
+    row = trace.con.execute(f"""
+        SELECT min(d.ts - l.ts), min(d.ts - (l.ts + l.dur)) FROM events d JOIN events l ON l.id = d.launch
+        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND d.link <> 'graph'""").fetchone()
+    if not row or row[0] is None:
+        return None, None
+    least_start, least_wait = int(row[0]), int(row[1])
+    behind = least_start / 1e3 if least_start < 0 else None
+    late = least_wait / 1e3 if least_wait > QUEUED_MIN_US * 1000 else None
+    return behind, late
+
+
+def _steps(trace: Trace) -> tuple[int, str]:
+    from .steps import step_model
+
+    steps = step_model(trace).steps
+    if not steps:
+        return 0, "none: the active window"
+    engines = sorted({s.info.engine for s in steps})
+    return len(steps), "ProfilerStep marks" if engines == ["profiler"] else f"serving steps ({', '.join(engines)})"
+
+
+def trace_health(trace: Trace) -> Health:
+    """The trace's health record (see the module docstring)."""
+    launches = _one(trace, f"SELECT count(*) FROM events WHERE kind = 'runtime' AND {launch_call_sql('name')}")
+    devices = _one(trace, f"SELECT count(*) FROM events WHERE kind IN ({DEVICE_TIME_SQL})")
+    linked = _one(trace, f"SELECT count(*) FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND launch IS NOT NULL")
+    without = dict(trace.con.execute(f"""
+        SELECT coalesce(unlinked, 'no_launch'), count(*) FROM events
+        WHERE kind IN ({DEVICE_TIME_SQL}) AND launch IS NULL GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())
+    idle_names = dict(trace.con.execute(f"""
+        SELECT l.name, count(*) FROM events l WHERE l.kind = 'runtime' AND {launch_call_sql('l.name')}
+          AND NOT EXISTS (SELECT 1 FROM events d WHERE d.launch = l.id) GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())
+    before, after = _window(trace)
+    behind, late = _clock(trace)
+    steps, how = _steps(trace)
+    python = _one(trace, "SELECT count(*) FROM events WHERE kind = 'python'")
+    ops = _one(trace, "SELECT count(*) FROM events WHERE kind = 'cpu_op'")
+    h = Health(launches, devices, linked, {str(k): int(v) for k, v in without.items()},
+               sum(idle_names.values()), {str(k): int(v) for k, v in idle_names.items()},
+               _overlaps(trace), before, after, behind, late, steps, how, python, ops)
+    h.findings.extend(findings(h, cpu_only=trace.cpu_only))
+    return h
+
+
+def findings(h: Health, *, cpu_only: bool) -> list[Finding]:
+    """The health record's findings, each with its effect on the diagnosis and a better capture."""
+    out: list[Finding] = []
+    if h.launch_calls and not h.device_activities:
+        out.append(Finding("no_device_activity", f"{h.launch_calls:,} launch call(s) but no device activity recorded",
+                           "the diagnosis makes no device claim (idle/not_recorded)",
+                           "profile with ProfilerActivity.CUDA (or the device's activity) and check that no other "
+                           "profiler holds CUPTI/roctracer"))
+    missing = sum(h.without_launch.values())
+    if h.device_activities and missing > UNLINKED_WARN_SHARE * h.device_activities:
+        reasons = ", ".join(f"{k} {v:,}" for k, v in h.without_launch.items())
+        out.append(Finding("without_launch", f"{missing:,} of {h.device_activities:,} device activities have no launch "
+                           f"call in the trace ({reasons})",
+                           "their time counts as busy but belongs to no op, module or step's launch: per-op and "
+                           "per-module device time miss it",
+                           "start the profiler a step earlier (schedule(wait=1, warmup=1, ...)) so launches made "
+                           "before the window are recorded"))
+    out += _device_findings(h)
+    if h.steps == 0 and not cpu_only:
+        out.append(Finding("no_steps", "no step marks: the whole active window is one span",
+                           "shares are of the active window, not of a step; step-to-step variation is unknown",
+                           "call prof.step() each iteration (torch.profiler schedule), or wrap each step in "
+                           "record_function('ProfilerStep#N')"))
+    if h.python_events and h.ops and h.python_events > PYTHON_PER_OP_WARN * h.ops:
+        out.append(Finding("python_stacks", f"{h.python_events:,} Python frames recorded for {h.ops:,} ops "
+                           f"({h.python_events / h.ops:.1f} per op: with_stack)",
+                           "host time (cpu_other, launch overhead) includes the stack tracer's own cost",
+                           "capture with with_stack=False for timing; keep stacks for a short second capture"))
+    return out
+
+
+def _device_findings(h: Health) -> list[Finding]:
+    out: list[Finding] = []
+    if h.launches_without_activity and h.device_activities:
+        names = ", ".join(f"{v:,} {k}" for k, v in list(h.idle_launch_names.items())[:3])
+        out.append(Finding("launches_without_activity",
+                           f"{h.launches_without_activity:,} launch call(s) with no device activity in the trace "
+                           f"({names})",
+                           "work those launches put on the device is missing from busy time and the budget",
+                           "a longer warm-up before the active steps; a larger activity buffer "
+                           "(TORCH_PROFILER/Kineto buffer settings) where kernels are dropped at the start"))
+    if h.same_stream_overlaps:
+        out.append(Finding("same_stream_overlaps", f"{h.same_stream_overlaps:,} device activities start before "
+                           "the previous one on their stream ended",
+                           "busy time is the union over every stream, so overlaps are not counted twice; per-"
+                           "kernel times on those streams may be inflated",
+                           "check the device clock source; record again without other profilers attached"))
+    if h.before_window or h.after_window:
+        out.append(Finding("outside_window", f"{h.before_window:,} device activities start before the first host "
+                           f"event, {h.after_window:,} end after the last",
+                           "those before the window have no launch in the trace; those after it are counted in "
+                           "the last step's span",
+                           "warm up before the profiled steps and synchronise before the profiler stops"))
+    if h.clock_offset_us is not None:
+        out.append(Finding("clock_offset", f"a device activity starts {-h.clock_offset_us:.1f} µs before its "
+                           "launch call: the device clock runs behind the host's by at least that",
+                           "queue delays and waits are measured against a shifted clock: queued and unrecorded "
+                           "waits may be offset, skewed launches are left out of queue delays",
+                           "record host and device on one clock (a recent Kineto/CUPTI), or record again"))
+    if h.all_late_us is not None:
+        out.append(Finding("all_late", f"every launched activity started over {QUEUED_MIN_US:g} µs after its launch "
+                           f"call (the least {h.all_late_us:.1f} µs)",
+                           "a device clock ahead of the host's would look the same: idle/queued and unrecorded/wait "
+                           "may be launch latency, so their levers stay low confidence",
+                           "record again with a recent Kineto/CUPTI; compare with torch.cuda.Event timings"))
+    return out
