@@ -63,3 +63,40 @@ def test_inductor_names_keep_multi_word_ops_whole():
         "_native_batch_norm_legit_no_training", "relu"]
     # a name outside the vocabulary stays one op up to the next known op, never split into words
     assert source_ops("triton_poi_fused_my_custom_thing_mul_5") == ["my_custom_thing", "mul"]
+
+
+def _plain_op(name, ts, corr, dur=5):
+    """An op without recorded shapes (record_shapes off) and its kernel."""
+    return [_x("cpu_op", name, ts, 8), _x("cuda_runtime", "cudaLaunchKernel", ts + 2, 3, correlation=corr),
+            _x("kernel", f"k_{corr}", ts + 10, dur, pid=0, tid=7, correlation=corr, stream=7, device=0)]
+
+
+def test_a_counter_increment_is_not_a_residual_add(tmp_path):
+    # GIVEN a ResNet block's tail without shapes: BatchNorm's num_batches_tracked add_ (before its norm),
+    # the batch_norm, the residual add_ (out += identity) and the relu_
+    ev = [_x("python_function", "nn.Module: Bottleneck_0", 0, 200)]
+    for i, (name, dur) in enumerate((("aten::add_", 2), ("aten::batch_norm", 20), ("aten::add_", 10), ("aten::relu_", 10))):
+        ev += _plain_op(name, 10 + 40 * i, i + 1, dur)
+    p = tmp_path / "resnet_tail.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    with profuse.load(p) as t:
+        cands = fusion_candidates(t)
+    # THEN the chain follows the data: norm -> residual add -> activation, without the counter (its sum
+    # flows nowhere), and nothing is called a residual add before a norm
+    assert [c.pattern for c in cands] == ["norm + residual add + activation"]
+    assert cands[0].ops == ["aten::batch_norm", "aten::add_", "aten::relu_"]
+    assert cands[0].device_us == 20 + 10 + 10
+
+
+def test_a_pre_norm_residual_is_still_one(tmp_path):
+    # GIVEN x + attn_out (out of place, full-size tensors) then layer_norm, with shapes
+    s, t = [[4, 128, 256], [4, 128, 256]], ["float", "float"]
+    ev = [_x("python_function", "nn.Module: Block_0", 0, 200)]
+    ev += _op_with_kernel("aten::add", 10, 1, s, t)
+    ev += _op_with_kernel("aten::layer_norm", 40, 2, [[4, 128, 256], [], [256], [256], []],
+                          ["float", "Scalar", "float", "float", "Scalar"])
+    p = tmp_path / "prenorm.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    with profuse.load(p) as t:
+        cands = fusion_candidates(t)
+    assert [c.pattern for c in cands] == ["residual add + norm"]

@@ -36,6 +36,9 @@ RECOMMEND = {
     "SiLU (x * sigmoid(x))": "torch.nn.functional.silu(x): one kernel",
     "rotary embedding": "torch.compile the module: the rotation becomes one kernel",
     "residual add + norm": "torch.compile the module: the residual add folds into the norm kernel",
+    "norm + residual add + activation": "torch.compile the module: the norm's output, the residual add and the "
+                                        "activation become one kernel (in eval, fold BatchNorm into the conv "
+                                        "before it: torch.ao.quantization.fuse_modules)",
     "bias + activation": "torch.compile the module (bias and activation fold into one kernel), or a "
                          "fused linear+activation",
     "attention (matmul-softmax-matmul)": "torch.nn.functional.scaled_dot_product_attention(q, k, v, "
@@ -45,6 +48,7 @@ RECOMMEND = {
 }
 # Full-size tensors a fused kernel must still read and write, per pattern.
 EXTERNAL = {"SiLU x mul (SwiGLU)": (2, 1), "residual add + norm": (2, 2), "rotary embedding": (1, 1),
+            "norm + residual add + activation": (2, 1),
             "attention (matmul-softmax-matmul)": (3, 1)}
 
 
@@ -75,11 +79,19 @@ def _is_norm(u: Unit) -> bool:
 
 
 def _residual_then_norm(units: list[Unit]) -> bool:
+    """An add whose sum the next unit, a norm, reads: two tensors of the norm's input shape added (shapes
+    recorded), or, without shapes, an out-of-place add. An in-place ``add_`` of a scalar or without
+    shapes is a counter's increment (BatchNorm's ``num_batches_tracked += 1``), not a residual."""
     for a, b in zip(units, units[1:]):
-        if a.kind == "op" and base(a.name) == "add" and _is_norm(b):
-            big = max((t.numel for t in a.ins), default=None)
-            if big is None or big > 1:
+        if not (a.kind == "op" and base(a.name) == "add" and _is_norm(b)):
+            continue
+        big = [t for t in a.ins if t.numel > 1]
+        if not a.ins:
+            if not a.name.endswith("_"):
                 return True
+            continue
+        if len(big) >= 2 and (not b.ins or any(t.dims == big[0].dims for t in b.ins)):
+            return True
     return False
 
 
@@ -130,6 +142,9 @@ PATTERNS: list[tuple[str, Callable[[list[str], list[Unit]], bool]]] = [
     ("SiLU x mul (SwiGLU)", lambda n, u: ("silu" in n and "mul" in n) or _sigmoid_form(n, u) == "gated"),
     ("rotary embedding", lambda n, u: {"neg", "cat", "mul", "add"} <= set(n)),
     ("residual add + norm", lambda n, u: _residual_then_norm(u)),
+    ("norm + residual add + activation", lambda n, u: any(
+        _is_norm(x) and y.kind == "op" and base(y.name) == "add" and (z.cls == "activation_module" or (
+            z.kind == "op" and base(z.name) in ACTIVATIONS)) for x, y, z in zip(u, u[1:], u[2:]))),
     ("bias + activation", lambda n, u: any(a == "add" and (b in ACTIVATIONS or b == "<activation_module>")
                                            for a, b in zip(n, n[1:]))),
 ]
@@ -189,9 +204,11 @@ def chains(inst: ScopeInstance, cpu: bool, copies: frozenset[int] = frozenset())
             out.append(list(run))
         run.clear()
 
-    for u in inst.units:
+    for i, u in enumerate(inst.units):
         if u.kind == "op" and op_class(u.name) == "view":
             continue
+        if _counter_increment(inst.units, i):
+            continue   # its sum flows nowhere in the chain: neither joins nor breaks it
         if not _fusible(u) or u.id in copies:
             close()
             continue
@@ -203,6 +220,18 @@ def chains(inst: ScopeInstance, cpu: bool, copies: frozenset[int] = frozenset())
         run.append(u)
     close()
     return out
+
+
+def _counter_increment(units: list[Unit], i: int) -> bool:
+    """An in-place ``add_`` of a scalar (or without shapes) right before a norm: BatchNorm's
+    ``num_batches_tracked += 1``, whose sum the norm does not read (data flow, not adjacency)."""
+    u = units[i]
+    if not (u.kind == "op" and base(u.name) == "add" and u.name.endswith("_")):
+        return False
+    if u.ins and any(t.numel > 1 for t in u.ins):
+        return False
+    nxt = next((v for v in units[i + 1:] if not (v.kind == "op" and op_class(v.name) == "view")), None)
+    return nxt is not None and _is_norm(nxt)
 
 
 PASS_THROUGH_WORDS = ("Dropout", "Identity")

@@ -52,7 +52,8 @@ CPU_FUSION_DRAWS = ("cpu/elementwise", "cpu/norm", "cpu/reduction", "cpu/other",
 SLUG = {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm", "softmax": "softmax", "GELU (tanh)": "gelu",
         "GELU (erf)": "gelu", "SiLU x mul (SwiGLU)": "swiglu", "QuickGELU (x * sigmoid(1.702 x))": "quickgelu",
         "SiLU (x * sigmoid(x))": "silu", "rotary embedding": "rotary", "residual add + norm": "residual_norm",
-        "bias + activation": "bias_activation", "multi-kernel norm": "norm", "pointwise chain": "pointwise"}
+        "bias + activation": "bias_activation", "norm + residual add + activation": "norm_residual_activation",
+        "multi-kernel norm": "norm", "pointwise chain": "pointwise"}
 
 HOW = {
     "cuda_graphs": "capture the step in a graph: torch.compile(mode=\"reduce-overhead\") or torch.cuda.CUDAGraph "
