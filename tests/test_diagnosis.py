@@ -603,6 +603,7 @@ def test_every_class_cause_and_lever_kind_is_documented():
 
     doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
     kinds = {"cuda_graphs", "graph_launch", "stream_wait", "unrecorded_wait", "host_sync", "cpu_work", "pinned_memory",
+             "input_pipeline",
              "precision", "gemm", "memory_bound", "communication", "attention_kernel", "no_device_data"} | {
                  "fusion:<pattern>"} | set(SLUG.values())
     # host_sync's, cpu_work's and cuda_graphs' texts
@@ -626,3 +627,21 @@ def test_cpu_work_inside_runtime_calls_says_warm_up_and_names_the_calls(capsys):
     top = json.loads(capsys.readouterr().out)["diagnosis"]["levers"][0]
     assert top["kind"] == "cpu_work" and "inside runtime calls: cudaDeviceGetStreamPriorityRange" in top["evidence"]
     assert "warm-up" in top["how"] and "DataLoader" not in top["how"]
+
+
+def test_a_step_waiting_on_its_dataloader_gives_input_pipeline(tmp_path):
+    # GIVEN a step that waits 8 ms in the DataLoader's __next__ (the main thread blocked on the workers'
+    # queue: a Python frame inside it), then copies the batch and runs a 1 ms GEMM
+    ev = [_step(0, 10000), _x("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 10, 8000),
+          _x("python_function", "torch/utils/data/dataloader.py(1285): _get_data", 20, 7980),
+          _x("cpu_op", "aten::mm", 8100, 20), _launch(8105, 1), _kernel("sm90_gemm_bf16", 8120, 1000, 1)]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    # THEN the wait is idle/input (not cpu_other, not "nothing ran"), and its lever leads with the DataLoader advice
+    assert b["idle/input"] == pytest.approx(8000, abs=0.01)
+    assert b["idle/no_work"] == pytest.approx(10 + 90 + 880, abs=0.01)  # before, between and after: nothing held
+    top = d.levers[0]
+    assert top.kind == "input_pipeline" and top.grade == "measured" and top.confidence == "high"
+    assert top.gain_us == pytest.approx(8000, abs=0.01) and top.draws == ("idle/input",)
+    assert "num_workers" in top.how and "next batch" in top.evidence
+    assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "cpu_work" and lv.gain_us > 100]

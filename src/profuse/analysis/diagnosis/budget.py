@@ -18,7 +18,9 @@ the leaves partition the span to the nanosecond:
   ``cudaMemcpy``/``hipMemcpy``/``hipMemcpyWithStream``, or an async copy call whose copy is to or
   from pageable memory, which the driver runs synchronously); ``launch_overhead`` dispatching an op
   that launched device work asynchronously, from the op's start to its launch call's end (a graph
-  launch: the call alone; spans over 1 ms are a host stall, not launch overhead); ``cpu_other``
+  launch: the call alone; spans over 1 ms are a host stall, not launch overhead); ``input`` inside the
+  input pipeline's hand-over of the next batch (a DataLoader iterator's ``__next__`` annotation: the
+  loop waiting on data); ``cpu_other``
   inside any other op, Python frame (not one enclosing a whole step) or runtime call; ``no_work``
   nothing at all.
 - **unrecorded/wait**: a ``queued`` wait that the trace cannot show to be idle device time: one
@@ -49,7 +51,7 @@ else:  # numpy loads on first use: the records here are read without it
 # where streams overlap, the time goes to the first class here that is running
 BUSY_PRIORITY = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "other", "communication",
                  "memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memset")
-IDLE_CAUSES = ("queued", "host_sync", "launch_overhead", "cpu_other", "no_work")
+IDLE_CAUSES = ("queued", "host_sync", "launch_overhead", "input", "cpu_other", "no_work")
 # A launch is picked up within tens of µs (the launch latency: launch_overhead's, a graph removes it);
 # launched work that waits longer while the device idles is waiting on something else.
 QUEUED_MIN_US = 100.0
@@ -57,7 +59,10 @@ UNRECORDED_LEAF = "unrecorded/wait"
 LEAVES = tuple(f"busy/{c}" for c in BUSY_PRIORITY) + tuple(f"idle/{c}" for c in IDLE_CAUSES) + (UNRECORDED_LEAF,)
 NOT_RECORDED = "idle/not_recorded"
 # each idle cause's index into LEAVES (a piece's label)
-QUEUED, HOST_SYNC, LAUNCH_OVERHEAD, CPU_OTHER, NO_WORK = (LEAVES.index(f"idle/{c}") for c in IDLE_CAUSES)
+QUEUED, HOST_SYNC, LAUNCH_OVERHEAD, INPUT, CPU_OTHER, NO_WORK = (LEAVES.index(f"idle/{c}") for c in IDLE_CAUSES)
+# the input pipeline's annotations: torch's DataLoader iterator marks each batch it hands out
+# (``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``)
+INPUT_SQL = "(name ILIKE '%DataLoader%' AND name LIKE '%\\_\\_next\\_\\_%' ESCAPE '\\')"
 UNRECORDED = LEAVES.index(UNRECORDED_LEAF)
 # a wait at least this share of its step's recorded device time is not shown to be idle by the trace
 UNRECORDED_SHARE = 0.5
@@ -95,6 +100,8 @@ class DeviceWork:
     host_runtime: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # bool: a runtime call
     threads: frozenset[int] = field(default_factory=frozenset)
     host_thread: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each interval's thread
+    input_runs: tuple[np.ndarray, np.ndarray] = field(  # the input pipeline's __next__ annotations, merged
+        default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
     stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each activity's (-1: none)
 
 
@@ -134,6 +141,8 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         WHERE kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({tl}) ORDER BY ts, id""").fetchnumpy()
     hts, hend = _i64(host["ts"]), _i64(host["stop"])
     keep = ~_encloses_step(hts, hend, step_ts, step_end)
+    inp = con.execute(f"""SELECT ts, ts + greatest(dur, 0) AS stop FROM events
+        WHERE kind IN ('annotation', 'python') AND thread IN ({tl}) AND {INPUT_SQL} ORDER BY ts, id""").fetchnumpy()
     return DeviceWork(
         acts=acts, cls=cls, name=_objects(d["name"]), op_name=_objects(d["op_name"]), pageable=pageable, fp32=fp32,
         graph=np.asarray(d["graph"], dtype=bool),
@@ -142,7 +151,8 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         host_depth=_i64(host["depth"])[keep], host_name=_objects(host["name"])[keep],
         host_op=np.asarray(host["is_op"], dtype=bool)[keep], host_top=np.asarray(host["top"], dtype=bool)[keep],
         host_runtime=np.asarray(host["runtime"], dtype=bool)[keep], threads=frozenset(threads),
-        host_thread=_i64(host["thread"])[keep], stream=_i64(d["stream"]))
+        host_thread=_i64(host["thread"])[keep], stream=_i64(d["stream"]),
+        input_runs=merge_runs(_i64(inp["ts"]), _i64(inp["stop"])))
 
 
 def _objects(v: object) -> np.ndarray:
@@ -225,7 +235,7 @@ def labels(w: DeviceWork) -> Labels:
     # the first cut lies before any time a span can start, so every time has a piece
     waits = queued_runs(a)
     cuts = np.sort(np.concatenate([[_BEFORE], a.start, a.end, *waits, w.sync_ts, w.sync_end, *w.launch_runs,
-                                   w.host_ts, w.host_end]).astype(np.int64))
+                                   *w.input_runs, w.host_ts, w.host_end]).astype(np.int64))
     cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]   # unique (sorted: no hashing)
     label = np.full(cuts.size, -1, dtype=np.int64)
     pageable = np.zeros(cuts.size, dtype=bool)
@@ -242,7 +252,8 @@ def labels(w: DeviceWork) -> Labels:
             if sel.any():
                 arr |= here & covered(merge_runs(a.start[sel], a.end[sel]), cuts)
     for cause, runs in ((QUEUED, waits), (HOST_SYNC, merge_runs(w.sync_ts, w.sync_end)),
-                        (LAUNCH_OVERHEAD, w.launch_runs), (CPU_OTHER, merge_runs(w.host_ts, w.host_end))):
+                        (LAUNCH_OVERHEAD, w.launch_runs), (INPUT, w.input_runs),
+                        (CPU_OTHER, merge_runs(w.host_ts, w.host_end))):
         here = (label < 0) & covered(runs, cuts)
         label[here] = cause
     label[label < 0] = NO_WORK

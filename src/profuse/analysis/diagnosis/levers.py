@@ -74,6 +74,9 @@ HOW = {
                         "the first device call, allocation, device queries): make one device call before the "
                         "profiled steps (warm-up), and allocate once outside the step (reuse buffers) rather than "
                         "per step",
+    "input_pipeline": "feed the device ahead of the step: DataLoader(num_workers > 0, pin_memory=True, "
+                      "persistent_workers=True, prefetch_factor >= 2), decode and augment in the workers or on the "
+                      "device rather than in the loop, and copy batches with .to(device, non_blocking=True)",
     "pinned_memory": "put the host tensors in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)) "
                      "and copy with .to(device, non_blocking=True), or prefetch on a side stream",
     "precision": "run the matrix work in lower precision: torch.autocast(device_type, dtype=torch.bfloat16) or "
@@ -167,6 +170,7 @@ def device_levers(ctx: Context) -> list[Lever]:
     out += _unrecorded_wait(ctx, start, ns, label)
     out += _host_sync(ctx, start, ns, label)
     out += _cpu_work(ctx, cpu)
+    out += _input_pipeline(ctx)
     out += _pinned(ctx, ns, idx, label)
     out += _precision(ctx, ns, idx, label)
     out += _gemm(ctx)
@@ -617,6 +621,18 @@ def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
         how = HOW["cpu_work"]
     return [_lever(ctx, "cpu_work", ctx.target, v - graphs_take, "medium", ev, how, ("idle/cpu_other",),
                    ops=tuple(_top(ops, 4)))]
+
+
+def _input_pipeline(ctx: Context) -> list[Lever]:
+    """The device idle while the step waits on its next batch (``idle/input``: a DataLoader's ``__next__``)."""
+    v = ctx.leaf("idle/input")
+    if not v:
+        return []
+    ev = (f"the step waited {_us(v)} for its next batch (inside the DataLoader's __next__) while the device was "
+          f"idle: {100 * v / max(ctx.window_ns, 1):.0f}% of the device window")
+    confidence = "high" if 4 * v >= ctx.window_ns else "medium"
+    return [_lever(ctx, "input_pipeline", "the input pipeline", v, confidence, ev, HOW["input_pipeline"],
+                   ("idle/input",))]
 
 
 _PYBIND_METHOD = re.compile(r"<built-in method (\w*) of pybind11_builtins\.\S+ object at 0x[0-9a-fA-F]+>")
