@@ -607,7 +607,7 @@ def test_every_class_cause_and_lever_kind_is_documented():
              "precision", "gemm", "memory_bound", "communication", "attention_kernel", "no_device_data"} | {
                  "fusion:<pattern>"} | set(SLUG.values())
     # host_sync's, cpu_work's and cuda_graphs' texts
-    variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime", "graphs_outside"}
+    variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime", "graphs_outside", "elementwise_loop"}
     assert set(HOW) - variants <= kinds
     for word in (*BUSY_PRIORITY, *IDLE_CAUSES, "not_recorded", "unrecorded/wait", *kinds, *CPU_LEAVES):
         assert f"`{word}`" in doc, word
@@ -645,3 +645,26 @@ def test_a_step_waiting_on_its_dataloader_gives_input_pipeline(tmp_path):
     assert top.gain_us == pytest.approx(8000, abs=0.01) and top.draws == ("idle/input",)
     assert "num_workers" in top.how and "next batch" in top.evidence
     assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "cpu_work" and lv.gain_us > 100]
+
+
+@pytest.mark.parametrize("launches", [True, False])
+def test_an_optimizer_loop_of_in_place_ops_is_told_foreach_or_fused(tmp_path, launches):
+    # GIVEN an optimizer step: 150 in-place elementwise ops (mul_, add_, addcmul_) of 30 µs host time each,
+    # each launching a 2 µs kernel (launches) or computing on the host between a first and last kernel
+    ev = [_step(0, 6000), _x("user_annotation", "Optimizer.step#AdamW.step", 5, 5000),
+          _x("cpu_op", "aten::mm", 1, 3), _launch(2, 999, dur=1), _kernel("sm90_gemm_bf16", 4, 2, 999)]
+    for i in range(150):
+        t = 10 + 32 * i
+        ev.append(_x("cpu_op", ("aten::mul_", "aten::add_", "aten::addcmul_")[i % 3], t, 30))
+        if launches:
+            ev += [_launch(t + 25, i + 1), _kernel("vectorized_elementwise_kernel", t + 30, 2, i + 1)]
+    if not launches:
+        ev += [_x("cpu_op", "aten::add", 5000, 5), _launch(5001, 1000), _kernel("vectorized_elementwise_kernel",
+                                                                                   5010, 2, 1000)]
+    d = diag(_write(tmp_path, ev))
+    # THEN the lever that takes the host time (cuda_graphs where the ops launch, else cpu_work) advises a
+    # foreach/fused optimizer, torch.compile or a graph, and not DataLoader workers
+    lever = d.levers[0]
+    assert lever.kind == ("cuda_graphs" if launches else "cpu_work"), [lv.kind for lv in d.levers]
+    assert "fused=True" in lever.how and "foreach" in lever.how and "torch.compile" in lever.how
+    assert not lever.how.startswith("overlap the CPU work")

@@ -74,6 +74,11 @@ HOW = {
                         "the first device call, allocation, device queries): make one device call before the "
                         "profiled steps (warm-up), and allocate once outside the step (reuse buffers) rather than "
                         "per step",
+    "elementwise_loop": "the host time is a loop of small in-place elementwise ops (an optimizer stepping each "
+                        "parameter: mul_, add_, addcmul_): use a foreach or fused optimizer "
+                        "(torch.optim.AdamW(..., fused=True) or foreach=True), torch.compile the step "
+                        "(torch.compile(optimizer.step)), or capture it in a CUDA graph; DataLoader workers do "
+                        "not help here",
     "input_pipeline": "feed the device ahead of the step: DataLoader(num_workers > 0, pin_memory=True, "
                       "persistent_workers=True, prefetch_factor >= 2), decode and augment in the workers or on the "
                       "device rather than in the loop, and copy batches with .to(device, non_blocking=True)",
@@ -249,7 +254,8 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
         confidence = "medium"
     else:
         confidence = "low"
-    how = HOW["graphs_outside"] if graphed else HOW["cuda_graphs"]
+    how = HOW["graphs_outside"] if graphed else HOW["elementwise_loop"] if _elementwise_loop(cpu.model_ops) \
+        else HOW["cuda_graphs"]
     caps = (eager / 1e3, cpu.model_ns / 1e3)[:len(draws)]  # its own parts of each leaf (graph_launch has the rest)
     return [*out, _lever(ctx, "cuda_graphs", ctx.target, gain, confidence, ev, how, draws,
                          ops=tuple(_top(cpu.model_ops, 4)), caps=caps)]
@@ -614,6 +620,9 @@ def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
         ev += f" ({100 * sum(runtime.values()) / max(cpu.pieces_ns, 1):.0f}% of it inside runtime " \
               f"calls: {', '.join(_top(runtime, 3))})"
         how = HOW["cpu_work_runtime"]
+    elif _elementwise_loop(ops):
+        ev += f" ({100 * _loop_share(ops):.0f}% of it in in-place elementwise ops: a per-parameter loop)"
+        how = HOW["elementwise_loop"]
     elif cpu.model_ns > v / 2 and not graphs_take:
         ev += f" ({100 * cpu.model_ns / v:.0f}% of it inside the model's ops and forward calls)"
         how = HOW["cpu_work_model"]
@@ -633,6 +642,21 @@ def _input_pipeline(ctx: Context) -> list[Lever]:
     confidence = "high" if 4 * v >= ctx.window_ns else "medium"
     return [_lever(ctx, "input_pipeline", "the input pipeline", v, confidence, ev, HOW["input_pipeline"],
                    ("idle/input",))]
+
+
+LOOP_SHARE = 0.5   # in-place elementwise ops hold over this share: a per-parameter loop (an optimizer's step)
+
+
+def _loop_share(ops: Counter[str]) -> float:
+    """The share of ``ops``' time held by in-place elementwise ops (``mul_``, ``add_``, ``addcmul_``, ...)."""
+    total = sum(ops.values())
+    loop = sum(v for name, v in ops.items() if name.endswith("_") and op_class(name) == "pointwise")
+    return loop / total if total else 0.0
+
+
+def _elementwise_loop(ops: Counter[str]) -> bool:
+    """Per-op host overhead of a loop of in-place elementwise ops (an optimizer stepping each parameter)."""
+    return _loop_share(ops) > LOOP_SHARE
 
 
 _PYBIND_METHOD = re.compile(r"<built-in method (\w*) of pybind11_builtins\.\S+ object at 0x[0-9a-fA-F]+>")
