@@ -668,3 +668,17 @@ def test_an_optimizer_loop_of_in_place_ops_is_told_foreach_or_fused(tmp_path, la
     assert lever.kind == ("cuda_graphs" if launches else "cpu_work"), [lv.kind for lv in d.levers]
     assert "fused=True" in lever.how and "foreach" in lever.how and "torch.compile" in lever.how
     assert not lever.how.startswith("overlap the CPU work")
+
+
+def test_an_event_loop_waiting_in_epoll_is_idle_not_python(tmp_path):
+    # GIVEN a CPU-only step: an asyncio loop that sits 23.85 ms in epoll, then 1 ms of ops
+    ev = [_step(0, 25000), _x("python_function", "asyncio/base_events.py(603): run_forever", 10, 24900),
+          _x("python_function", "selectors.py(469): select", 50, 23860),
+          _x("python_function", "<built-in method poll of select.epoll object at 0x7f00>", 55, 23850),
+          _x("cpu_op", "aten::mm", 24000, 1000)]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    # THEN the wait is idle/wait, apart from the Python that worked and the op
+    assert not d.device and b["idle/wait"] == pytest.approx(23860, abs=0.01)
+    assert b["cpu/gemm"] == pytest.approx(1000, abs=0.01)
+    assert b["cpu/python"] == pytest.approx(40 + 90, abs=0.01)  # [10, 50) and [23910, 24000)

@@ -134,4 +134,4 @@ def overview_payload(summary: Summary, breakdown: Breakdown, advice: AdvicePaylo
 
 def _cpu_budget(budget: list[Leaf]) -> bool:
     """A CPU-only trace's budget (``cpu/<class>`` and ``idle`` leaves)."""
-    return any(leaf.key.startswith("cpu/") or leaf.key == "idle" for leaf in budget)
+    return any(leaf.key.startswith("cpu/") or leaf.key in ("idle", "idle/wait") for leaf in budget)

@@ -18,7 +18,7 @@ const COLOURS = {
   // a CPU-only trace's leaves: the CPU's classes, each its own colour, Python apart
   "cpu/gemm": "#1b7f3b", "cpu/attention": "#2e9e5b", "cpu/conv": "#4fb36f", "cpu/norm": "#7cc68f",
   "cpu/elementwise": "#a5d8a9", "cpu/reduction": "#5f9ea0", "cpu/communication": "#3a6fb0",
-  "cpu/other": "#8fb8c9", "cpu/python": "#9c6ade",
+  "cpu/other": "#8fb8c9", "cpu/python": "#9c6ade", "idle/wait": "#d8d8d8",
 };
 
 function colour(key) {
