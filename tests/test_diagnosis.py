@@ -682,3 +682,18 @@ def test_an_event_loop_waiting_in_epoll_is_idle_not_python(tmp_path):
     assert not d.device and b["idle/wait"] == pytest.approx(23860, abs=0.01)
     assert b["cpu/gemm"] == pytest.approx(1000, abs=0.01)
     assert b["cpu/python"] == pytest.approx(40 + 90, abs=0.01)  # [10, 50) and [23910, 24000)
+
+
+def test_a_call_site_is_inside_the_step_never_the_step_op(tmp_path):
+    # GIVEN an older trace where the step is recorded as an op (cpu_op ProfilerStep#5) around .item()'s
+    # blocking copy
+    ev = [_x("cpu_op", "ProfilerStep#5", 0, 6000), _x("cpu_op", "aten::mm", 10, 20), _launch(15, 1),
+          _kernel("sm90_gemm_bf16", 30, 100, 1),
+          _x("cpu_op", "aten::item", 200, 5200), _x("cpu_op", "aten::_local_scalar_dense", 205, 5190),
+          _launch(210, 2, dur=5100, name="cudaMemcpyAsync"),
+          _kernel("Memcpy DtoH (Device -> Pageable)", 5300, 2, 2, cat="gpu_memcpy")]
+    d = diag(_write(tmp_path, ev))
+    sync = next(lv for lv in d.levers if lv.kind == "host_sync")
+    # THEN the site is the op the code called inside the step, not the step
+    assert "in aten::item" in sync.target and "ProfilerStep" not in sync.target
+    assert sync.ops == ("aten::item",)

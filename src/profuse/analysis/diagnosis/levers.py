@@ -432,11 +432,15 @@ def _wait_call_before(ctx: Context, a: Activities, i: int) -> tuple[str, int] | 
     return (str(row[0]), int(row[1])) if row else None
 
 
+# What the code called: an op inside no other op but a step's own (older traces record ProfilerStep#N as an
+# op: a call site is what runs inside the step, never the step itself). ``{e}``: the events alias.
+TOP_OP = ("NOT ({e}.name LIKE 'ProfilerStep#%') AND ({e}.parent_op IS NULL OR {e}.parent_op IN "
+          "(SELECT s.id FROM events s WHERE s.kind = 'cpu_op' AND s.name LIKE 'ProfilerStep#%'))")
 # Blocking calls' sites: the top-level op around each call that started first, and the Python frame (not
 # a module scope) around it that started last, the shortest of those; ties go to the earlier event.
-_SITES_SQL = """
+_SITES_SQL = f"""
     SELECT c.id,
-      (SELECT o.id FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op' AND o.parent_op IS NULL
+      (SELECT o.id FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op' AND {TOP_OP.format(e="o")}
          AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts, o.id LIMIT 1),
       (SELECT p.id FROM events p WHERE p.thread = c.thread AND p.kind = 'python' AND p.ts <= c.ts
          AND p.ts + p.dur >= c.ts + c.dur AND p.name NOT LIKE 'nn.Module:%' ORDER BY p.ts DESC, p.dur, p.id LIMIT 1)
@@ -458,10 +462,10 @@ def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, 
         FROM events c WHERE c.id IN (SELECT unnest(?::BIGINT[])) ORDER BY c.id""", [sorted(ids)]).fetchall()
     timed = [r for r in calls if r[2] is not None and r[3] is not None and r[4] is not None]
     # what may hold a call: on its thread, started by the last call's start, ended by the first call's end
-    cand = con.execute("""
+    cand = con.execute(f"""
         SELECT id, thread, ts, ts + dur AS stop, kind = 'cpu_op' AS is_op FROM events
         WHERE thread IN (SELECT unnest(?::INTEGER[])) AND ts <= ? AND ts + dur >= ?
-          AND ((kind = 'cpu_op' AND parent_op IS NULL) OR (kind = 'python' AND name NOT LIKE 'nn.Module:%'))""",
+          AND ((kind = 'cpu_op' AND {TOP_OP.format(e="events")}) OR (kind = 'python' AND name NOT LIKE 'nn.Module:%'))""",
         [sorted({int(r[2]) for r in timed}), max((r[3] for r in timed), default=0),
          min((r[4] for r in timed), default=0)]).fetchnumpy()
     held = _holders_of_calls(timed, {k: np.asarray(v) for k, v in cand.items()})
@@ -516,7 +520,7 @@ def _outer_ops(trace: Trace, ids: list[int]) -> dict[int, str]:
         return {}
     rows = trace.con.execute(f"""
         SELECT c.id, (SELECT o.name FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op'
-                      AND o.parent_op IS NULL AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts LIMIT 1)
+                      AND {TOP_OP.format(e="o")} AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts LIMIT 1)
         FROM events c WHERE c.id IN ({", ".join(str(i) for i in sorted(set(ids)))})""").fetchall()
     return {int(r[0]): r[1] or "" for r in rows}
 
