@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import secrets
 import statistics
 import sys
 import threading
@@ -82,9 +83,10 @@ class Server:
 
         from profuse.explorer.server import create_app, listening_socket, server_config
 
+        token = secrets.token_urlsafe(32)
         self.sock = listening_socket()
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
-        self.server = uvicorn.Server(server_config(create_app(traces)))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/?token={token}"  # as `profuse explore` prints it
+        self.server = uvicorn.Server(server_config(create_app(traces, token=token)))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         while not self.server.started:

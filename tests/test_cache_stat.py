@@ -136,9 +136,9 @@ def test_the_explorer_never_answers_from_a_trace_whose_bytes_changed(tmp_path, _
     try:
         with running([t]) as url:
             # WHEN the page asks for the op table and the run list
-            ops = httpx.get(f"{url}/api/0/ops").json()
-            runs = httpx.get(f"{url}/api/runs").json()
-            lanes = httpx.get(f"{url}/api/0/lanes")
+            ops = httpx.get(url.at("/api/0/ops")).json()
+            runs = httpx.get(url.at("/api/runs")).json()
+            lanes = httpx.get(url.at("/api/0/lanes"))
     finally:
         t.close()
     # THEN every answer is of the file's bytes now: the renamed op, never the old name
@@ -159,8 +159,8 @@ def test_the_explorer_says_so_when_the_changed_trace_no_longer_loads(tmp_path, _
     t = profuse.load(src, verify="behind")
     try:
         with running([t]) as url:
-            r = httpx.get(f"{url}/api/0/overview")
-            runs = httpx.get(f"{url}/api/runs")
+            r = httpx.get(url.at("/api/0/overview"))
+            runs = httpx.get(url.at("/api/runs"))
     finally:
         t.close()
     # THEN a one-line error naming the file, no traceback, and nothing of the old tables
@@ -176,7 +176,7 @@ def test_the_explorer_keeps_the_first_view_and_answers_it_the_same_when_opened_a
     answers = []
     for _ in range(2):
         with profuse.load(src) as t, running([t]) as url:
-            answers.append([httpx.get(f"{url}/api/0/{a}").json() for a in asked])
+            answers.append([httpx.get(url.at(f"/api/0/{a}")).json() for a in asked])
         for w in cache._derived_writes:
             w.join()
     # THEN the second opening's answers (from the kept entries) are the first's, and the full window counts
@@ -192,7 +192,7 @@ def test_the_page_draws_a_stat_opened_trace_and_shows_the_bytes_on_disk(tmp_path
     # GIVEN a trace opened by a stat entry that missed a change, its first view kept from an earlier opening
     src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
     with profuse.load(src) as t, running([t]) as url:
-        assert httpx.get(f"{url}/api/0/timeline?width=1180").status_code == 200
+        assert httpx.get(url.at("/api/0/timeline?width=1180")).status_code == 200
     _rewrite_unseen(src, entry)
     from playwright.sync_api import sync_playwright
 
@@ -202,9 +202,9 @@ def test_the_page_draws_a_stat_opened_trace_and_shows_the_bytes_on_disk(tmp_path
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             # WHEN the page opens on the timeline, then on the op table
-            page.goto(f"{url}/#view=timeline")
+            page.goto(url.at("/#view=timeline"))
             page.wait_for_selector("canvas[data-painted]", state="attached", timeout=15000)
-            page.goto(f"{url}/#view=ops")
+            page.goto(url.at("/#view=ops"))
             page.wait_for_selector("body[data-ready=ops]", timeout=15000)
             text = page.inner_text("main")
             browser.close()

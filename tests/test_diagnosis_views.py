@@ -90,7 +90,7 @@ def test_html_report_shows_the_json_numbers(page, doc, tmp_path):
 def test_explorer_overview_shows_the_json_numbers(page):
     name = "h100_vit_falconsai.json.gz"   # small: the explorer computes the advice on the first request
     with profuse.load(trace_path(name)) as t, running([t]) as url:
-        page.goto(f"{url}/#view=overview")
+        page.goto(url.at("/#view=overview"))
         wait_ready(page, "overview")
         assert _shown(page) == _expected(json_diagnosis(name))
         assert page.inner_text("#diagnosis h2").startswith("Where the time went")

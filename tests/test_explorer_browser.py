@@ -4,6 +4,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,7 +59,7 @@ def wait_ready(page, view):
 
 
 def open_view(page, url, view, extra=""):
-    page.goto(f"{url}/#view={view}{extra}")
+    page.goto(url.at(f"/#view={view}{extra}"))
     wait_ready(page, view)
 
 
@@ -65,6 +68,46 @@ def bert():
     t = profuse.load(trace_path("h100_bert_small.json.gz"))
     yield t
     t.close()
+
+
+def test_the_printed_url_opens_the_explorer_and_the_bare_address_does_not(page, browser, tmp_path):
+    # GIVEN `profuse explore` started as a user starts it
+    env = {**os.environ, "PROFUSE_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "profuse", "explore", str(trace_path("a100_event_sync.json.gz")),
+                             "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        printed = proc.stdout.readline().split()[2]
+        assert "/?token=" in printed
+        base = printed.split("?")[0]
+        # WHEN the URL it printed is opened in the browser
+        page.goto(printed)
+        wait_ready(page, "overview")
+        # THEN the page's data loads: the run picker names the trace, the op table fills
+        assert "a100_event_sync.json.gz" in page.inner_text("#run")
+        page.click('#nav a[data-view="ops"]')
+        wait_ready(page, "ops")
+        assert page.locator("main table").first.locator("tbody tr").count() > 0
+        # AND the token has left the address bar for a cookie that no script reads and no other site sends
+        assert "token" not in page.url
+        (cookie,) = page.context.cookies()
+        assert cookie["value"] == printed.split("token=")[1] and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert page.evaluate("document.cookie") == ""
+        # AND a browser that never saw the URL is refused the page and the API
+        other = browser.new_context()
+        try:
+            stranger = other.new_page()
+            assert stranger.goto(base).status == 403
+            assert stranger.goto(base + "api/runs").status == 403
+            assert stranger.goto(base + "?token=" + "x" * 43).status == 403
+        finally:
+            other.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            assert proc.wait(timeout=10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_click_an_op_highlights_and_lists_its_kernels(page, bert):

@@ -125,7 +125,7 @@ def test_zoom_and_pan_in_the_page_draw_what_a_fetch_of_the_view_draws(browser):
         page.on("pageerror", lambda e: errors.append(str(e)))
         fetched: list[str] = []
         page.on("request", lambda r: fetched.append(r.url) if "/timeline?" in r.url else None)
-        page.goto(f"{url}/#view=timeline")
+        page.goto(url.at("/#view=timeline"))
         page.wait_for_selector("canvas[data-painted]", state="attached", timeout=15000)
         lo, hi = page.evaluate("window.profuseTimeline.span")
         a, b = lo + (hi - lo) * 0.30, lo + (hi - lo) * 0.34
@@ -175,7 +175,7 @@ def test_a_url_change_of_window_updates_the_timeline_in_place(browser):
         page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
         lanes: list[str] = []
         page.on("request", lambda r: lanes.append(r.url) if r.url.endswith("/lanes") else None)
-        page.goto(f"{url}/#view=timeline")
+        page.goto(url.at("/#view=timeline"))
         page.wait_for_selector("canvas[data-painted]", state="attached", timeout=15000)
         page.evaluate("window.__same = window.profuseTimeline")
         lo, hi = page.evaluate("window.profuseTimeline.span")

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 from conftest import trace_path
-from explorer_util import running
+from explorer_util import Explorer, running
 
 import profuse
 from profuse.cli import main
@@ -118,11 +118,11 @@ def test_explorer_answers_only_its_own_loopback_host():
     with profuse.load(trace_path(SMALL)) as t, running([t]) as base:
         port = base.rsplit(":", 1)[1]
         for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
-            assert request(base + "/api/runs", host)[0] == 200, host
+            assert request(base.at("/api/runs"), host)[0] == 200, host
         for host in ("evil.example:" + port, "evil.example", "127.0.0.1", f"127.0.0.1:{int(port) + 1}",
                      f"localhost.evil.example:{port}", f"127.0.0.1:{port}.evil.example"):
             for path in ("/", "/api/runs", "/api/0/overview"):
-                assert request(base + path, host)[0] == 421, (host, path)
+                assert request(base.at(path), host)[0] == 421, (host, path)
 
 
 def test_explorer_serves_only_regular_files_inside_the_bundle(tmp_path):
@@ -140,13 +140,13 @@ def test_explorer_serves_only_regular_files_inside_the_bundle(tmp_path):
     (art / "real.py").write_text("def cpp_fused_add_mul_0(): pass\n")
     with profuse.load(b) as t, running([t]) as base:
         start = time.monotonic()
-        status, body = request(base + "/api/0/compiled")
+        status, body = request(base.at("/api/0/compiled"))
         assert status == 200 and time.monotonic() - start < 10, "a FIFO never blocks the reader"
         code = json.loads(body)["code"]
         assert set(code) == {"huge.py", "real.py"}
         assert len(code["huge.py"]) <= 200_000, "cut before it is read whole"
         assert "OUTSIDE-SECRET" not in body.decode()
-        assert request(base + "/api/0/ops")[0] == 200, "the run's lock was released"
+        assert request(base.at("/api/0/ops"))[0] == 200, "the run's lock was released"
 
 
 def test_explorer_whose_artifacts_folder_is_a_link_reads_nothing(tmp_path):
@@ -158,7 +158,7 @@ def test_explorer_whose_artifacts_folder_is_a_link_reads_nothing(tmp_path):
     (elsewhere / "x.py").write_text("ELSEWHERE")
     (b / "artifacts").symlink_to(tmp_path / "elsewhere")
     with profuse.load(b) as t, running([t]) as base:
-        assert json.loads(request(base + "/api/0/compiled")[1])["code"] == {}
+        assert json.loads(request(base.at("/api/0/compiled"))[1])["code"] == {}
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -167,8 +167,8 @@ def test_explorer_stops_on_sigterm_and_sigint(tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-m", "profuse", "explore", str(trace_path(SMALL)), "--no-browser"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        url = proc.stdout.readline().split()[2]
-        assert request(url + "api/runs")[0] == 200
+        url = Explorer.printed(proc.stdout.readline().split()[2])
+        assert request(url.at("/api/runs"))[0] == 200
         proc.send_signal(sig)
         assert proc.wait(timeout=15) == 0
         assert "Traceback" not in proc.stderr.read()
@@ -282,7 +282,7 @@ def test_secrets_are_redacted_in_every_output(tmp_path, capsys):
     assert main(["report", str(b), "--format", "html", "-o", str(tmp_path / "r.html")]) == 0
     outputs["html"] = (tmp_path / "r.html").read_text()
     with profuse.load(b) as t, running([t]) as base:
-        outputs["explorer"] = request(base + "/api/0/overview")[1].decode()
+        outputs["explorer"] = request(base.at("/api/0/overview"))[1].decode()
     for where, text in outputs.items():
         for s in SECRETS:
             assert s not in text, f"{s} shown in {where}"

@@ -48,7 +48,7 @@ def test_ranks_view_then_click_a_rank(page, tmp_path: Path) -> None:
     rr = RankRuns(doc, load)
     try:
         with running([], ranks=rr) as url:
-            page.goto(f"{url}/")
+            page.goto(url.at("/"))
             page.wait_for_selector("body[data-ready=ranks]", timeout=15000)
             n_ranks = len(list(folder.glob("*.json.gz")))  # one row per rank trace in the folder
             assert n_ranks > 1

@@ -45,7 +45,7 @@ def test_json_html_notebook_explorer_and_console_show_the_same_figures(name: str
     capsys.readouterr()
     page = _embedded((tmp_path / "r.html").read_text())
     notebook = _embedded(profuse.report(str(path)).html)
-    with profuse.load(path) as t, running([t]) as url, urllib.request.urlopen(f"{url}/api/0/overview") as r:
+    with profuse.load(path) as t, running([t]) as url, urllib.request.urlopen(url.at("/api/0/overview")) as r:
         api = json.loads(r.read())
     assert main(["report", str(path), "--top", "0"]) == 0
     console = capsys.readouterr().out

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..errors import UserError
+from ..redact import RedactingStream
 from ._common import add_load_args, load_trace
 from .ranks import add_rank_args
 
@@ -14,7 +15,8 @@ HELP = """examples:
   profuse explore trace.json.gz --no-browser --port 8765
   profuse explore run/                        a folder of rank traces: the Ranks view, click a rank
                                               to open its own views (loaded when first opened)
-The server listens on 127.0.0.1 only; Ctrl-C stops it.
+The server listens on 127.0.0.1 only and answers only the URL it prints: its ?token= is made anew
+each start, so other accounts on this machine cannot open it. Ctrl-C (or SIGTERM) stops it.
 """
 
 
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     traces = [] if ranks is not None else [load_trace(p, args, verify="behind") for p in args.paths]
     try:
         serve(traces, port=args.port, open_browser=not args.no_browser, keep_metadata=args.keep_metadata,
-              on_ready=lambda url: print(f"profuse explorer: {url}  (Ctrl-C to stop)", flush=True), ranks=ranks)
+              on_ready=_say_url, ranks=ranks)
     except OSError as e:
         raise UserError(f"cannot listen on 127.0.0.1:{args.port} ({e.strerror})") from None
     finally:
@@ -65,3 +67,13 @@ def run(args: argparse.Namespace) -> int:
             r.unload()
     print("profuse explorer stopped", file=sys.stderr)
     return 0
+
+
+def _say_url(url: str) -> None:
+    """Print the explorer's URL on stdout as it is, past the redaction of profuse's output: its
+    ``?token=`` is this session's own key, for the user who started it, not a secret of the trace's."""
+    sys.stdout.flush()
+    out = sys.stdout
+    while isinstance(out, RedactingStream):
+        out = out.inner
+    print(f"profuse explorer: {url}  (Ctrl-C to stop)", file=out, flush=True)

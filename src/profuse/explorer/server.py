@@ -1,7 +1,9 @@
 """``profuse explore``: a local web app over one or two traces (Starlette on uvicorn, 127.0.0.1 only).
 
 The server reads two things only: its own front-end files (a fixed list taken at start-up) and the
-traces it was started with. No request parameter ever reaches a file path.
+traces it was started with. No request parameter ever reaches a file path. It answers only requests
+addressed to its loopback name and port (:class:`LoopbackHostOnly`) that carry its session token
+(``_token``), and no request waits for a run for ever (:data:`LOCK_WAIT_S`, the stop event).
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,6 +45,7 @@ from ..payloads.views import RunInfo
 from ..redact import redact_text
 from ..trace import Trace
 from ..trace.cache import SourceCheck
+from ._token import SessionTokenOnly
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
@@ -104,6 +108,12 @@ WANT_WITHIN_S = 1.0  # a kept first view's model is built this long after the ch
 VIEWED_GRACE_S = 0.3
 KEPT = "explorer/1/"  # the derived entries' key prefix: change it when what they hold changes
 T = TypeVar("T")
+LOCK_WAIT_S = 30.0  # the longest a request waits for a run busy with other requests' work: then 503
+STOP_POLL_S = 0.05  # how often a waiting request looks whether the explorer is stopping
+# the widest window a request may ask for, and the farthest its ends may lie from the trace's start,
+# in µs (11.6 days: any trace's span is far shorter); a wider one is refused before any work: its
+# level of detail alone took a loop without end where t1 - t0 overflowed to infinity
+MAX_WINDOW_US = 1e12
 
 
 class TimelineHead(msgspec.Struct, frozen=True):
@@ -173,6 +183,14 @@ class ModelBuild:
         self.want()
         self._thread.join()
 
+    def wait(self, stop: threading.Event) -> None:
+        """Wait for the build to end, unless ``stop`` is set meanwhile (then 503)."""
+        self.want()
+        while self._thread.is_alive():
+            if stop.is_set():
+                raise ApiError(503, STOPPING)
+            self._thread.join(STOP_POLL_S)
+
     def result(self) -> TimelineModel:
         """The model (waits for it), or what its build raised."""
         self.join()
@@ -198,9 +216,18 @@ class Run:
     answered from it before its bytes are found to be its tables'; where they are not, the trace is
     loaded again (hashing first) and its model rebuilt, and requests are answered from that."""
 
-    def __init__(self, trace: Trace) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, trace: Trace, stop: threading.Event) -> None:
+        self.lock, self.stop = threading.Lock(), stop
         self._serve(trace)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """This run's lock, waited for at most LOCK_WAIT_S and not once the explorer stops (else 503)."""
+        _acquire(self.lock, self.stop)
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     def _serve(self, trace: Trace) -> None:
         loaded = Loaded(trace, lambda: building.result())
@@ -216,7 +243,7 @@ class Run:
         check = self.trace.source_check
         if check is None or check.wait() is None:
             return
-        with self.lock:
+        with self.held():
             if self.trace.source_check is not check:
                 return  # another request has loaded it again meanwhile
             try:
@@ -229,7 +256,7 @@ class Run:
     def ready(self) -> None:
         """Wait, outside the lock, for the timeline model (requests that need no model go on meanwhile)."""
         self.checked()
-        self._building.join()
+        self._building.wait(self.stop)
 
     def want_model(self) -> None:
         """The page is on the timeline: build its model soon where the build waits (see ModelBuild)."""
@@ -238,13 +265,13 @@ class Run:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)`` under this run's lock, on a trace whose bytes have been checked."""
         self.checked()
-        with self.lock:
+        with self.held():
             return fn(self.loaded, *args)
 
     def info(self, i: int) -> RunInfo:
         """The run as the run picker lists it."""
         self.checked()
-        with self.lock:
+        with self.held():
             return build.run_info(i, self.trace)
 
 
@@ -253,6 +280,7 @@ class RankRuns:
 
     def __init__(self, doc: RanksDocument, load: Callable[[str], Trace], keep: int = 2) -> None:
         self.doc = doc
+        self.stop = threading.Event()  # set when the explorer serving them stops
         self.runs = [LazyRun(r.path, r, load, self) for r in doc.ranks]
         self.keep = keep
         self.order: list[LazyRun] = []  # loaded, least recently used first
@@ -279,7 +307,7 @@ class LazyRun(Run):
     def __init__(self, path: str, row: RankRow, load: Callable[[str], Trace], owner: RankRuns) -> None:
         self.path, self.row, self.load, self.owner = path, row, load, owner
         self._loaded: Loaded | None = None
-        self.lock = threading.Lock()
+        self.lock, self.stop = threading.Lock(), owner.stop
 
     def ready(self) -> None:
         """Nothing to wait for: the trace and its model are loaded by :meth:`call`."""
@@ -292,7 +320,7 @@ class LazyRun(Run):
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)``, loading the trace first if it is not loaded."""
-        with self.lock:
+        with self.held():
             if self._loaded is None:
                 trace = self.load(self.path)
                 model = timeline_model(trace)
@@ -320,6 +348,24 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+STOPPING = "the explorer is stopping"
+
+
+def _acquire(lock: threading.Lock, stop: threading.Event) -> None:
+    """Take ``lock``, waiting at most LOCK_WAIT_S and not once ``stop`` is set: else ApiError 503."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ApiError(503, f"busy: this run has been working on other requests for {LOCK_WAIT_S:g} s; "
+                                "ask again")
+        if lock.acquire(timeout=min(left, STOP_POLL_S)):
+            if not stop.is_set():
+                return
+            lock.release()
+    raise ApiError(503, STOPPING)
 
 
 @dataclass(frozen=True)
@@ -376,8 +422,10 @@ def _window_asked(request: Request) -> tuple[float | None, float | None, int, in
     q = request.query_params
     t0 = float(q["t0"]) if "t0" in q else None
     t1 = float(q["t1"]) if "t1" in q else None
-    if not all(t is None or math.isfinite(t) for t in (t0, t1)):
-        raise ApiError(400, "t0 and t1 must be finite numbers of µs")
+    if not all(t is None or (math.isfinite(t) and abs(t) <= MAX_WINDOW_US) for t in (t0, t1)):
+        raise ApiError(400, f"t0 and t1 must be finite numbers of µs within {MAX_WINDOW_US:g} of the trace's start")
+    if t0 is not None and t1 is not None and t1 - t0 > MAX_WINDOW_US:
+        raise ApiError(400, f"the window t0..t1 may span at most {MAX_WINDOW_US:g} µs")
     bucket = int(q["bucket_ns"]) if "bucket_ns" in q else None
     if bucket is not None and not (0 < bucket <= 1 << 50 and bucket & (bucket - 1) == 0):
         raise ApiError(400, "bucket_ns must be a power of two")
@@ -525,10 +573,10 @@ class _Handlers:
         try:
             runs[0].checked()
             runs[1].checked()
+            with runs[0].held(), runs[1].held():
+                return self.reply(build.compare_of(runs[0].trace, runs[1].trace))
         except ApiError as e:
             return self.reply({"error": str(e)}, e.status)
-        with runs[0].lock, runs[1].lock:
-            return self.reply(build.compare_of(runs[0].trace, runs[1].trace))
 
     def on_run(self, builder: Callable[[Loaded, Request, Options], Any]) -> Callable[[Request], Response]:
         """The handler of one ``RUN_ROUTES`` entry: find the run, build the payload, encode it."""
@@ -538,6 +586,8 @@ class _Handlers:
                 return _not_found()
             run = self.runs[i]
             try:
+                if builder is _timeline:
+                    _window_asked(request)  # a window out of bounds is refused before it waits for the run
                 if builder in NEEDS_MODEL and not run.call(_kept_without_model, request, builder):
                     run.ready()
                 answer = self.reply(run.call(builder, request, self.opts))
@@ -551,9 +601,13 @@ class _Handlers:
         return handler
 
 
-def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankRuns | None = None) -> Starlette:
-    """The app over one or two traces, or (``ranks``) over the rank traces of a distributed run."""
-    runs: list[Run] = [*ranks.runs] if ranks is not None else [Run(t) for t in traces]
+def create_app(traces: list[Trace], *, token: str, keep_metadata: bool = False,
+               ranks: RankRuns | None = None) -> Starlette:
+    """The app over one or two traces, or (``ranks``) over the rank traces of a distributed run, answering
+    only requests that carry ``token`` (``_token``). ``app.state.runs`` are its runs and
+    ``app.state.stop`` the event that, set, has every request waiting for one of them give up (503)."""
+    stop = ranks.stop if ranks is not None else threading.Event()
+    runs: list[Run] = [*ranks.runs] if ranks is not None else [Run(t, stop) for t in traces]
     h = _Handlers(runs, ranks, keep_metadata)
     routes = [Route("/", h.static), Route("/assets/{name}", h.static), Route("/api/runs", h.api_runs),
               Route("/api/ranks", h.api_ranks), Route("/api/compare", h.api_compare)]
@@ -562,21 +616,30 @@ def create_app(traces: list[Trace], *, keep_metadata: bool = False, ranks: RankR
     async def nf(request: Request, exc: Exception) -> Response:
         return _not_found()
 
-    return Starlette(routes=routes, exception_handlers={404: nf, 405: nf},
-                     middleware=[Middleware(LoopbackHostOnly)])
+    app = Starlette(routes=routes, exception_handlers={404: nf, 405: nf},
+                    middleware=[Middleware(LoopbackHostOnly),  # first: a foreign Host gets 421, token or not
+                                Middleware(SessionTokenOnly, token=token, headers=SECURITY_HEADERS)])
+    app.state.runs, app.state.stop = runs, stop
+    return app
 
 
 def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep_metadata: bool = False,
           on_ready: Callable[[str], None] | None = None, ranks: RankRuns | None = None) -> None:
-    """Serve until Ctrl-C, on 127.0.0.1 (a free port unless ``port``)."""
+    """Serve until Ctrl-C or SIGTERM, on 127.0.0.1 (a free port unless ``port``); ``on_ready`` gets the
+    URL to open, with the session token in it. Returns once no request works on a trace any more."""
+    import logging
     import webbrowser
 
-    import uvicorn
+    from ._stop import QuietStop, StoppingServer
+    from ._token import new_token
 
-    app = create_app(traces, keep_metadata=keep_metadata, ranks=ranks)
+    token = new_token()
+    app = create_app(traces, token=token, keep_metadata=keep_metadata, ranks=ranks)
     sock = listening_socket(port)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    server = uvicorn.Server(server_config(app))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/?token={token}"
+    server = StoppingServer(server_config(app), app.state.stop)
+    quiet = QuietStop(app.state.stop)
+    logging.getLogger("uvicorn.error").addFilter(quiet)
     if on_ready:
         on_ready(url)
     if open_browser:
@@ -589,7 +652,12 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
     except KeyboardInterrupt:
         pass  # uvicorn has shut down; Ctrl-C is how the explorer is meant to stop
     finally:
+        app.state.stop.set()
         sock.close()
+        for run in app.state.runs:  # a request uvicorn cut may still be at work on its trace: let it end
+            with run.lock:
+                pass
+        logging.getLogger("uvicorn.error").removeFilter(quiet)
 
 
 def listening_socket(port: int = 0) -> socket.socket:
@@ -607,14 +675,14 @@ def listening_socket(port: int = 0) -> socket.socket:
 
 def server_config(app: Any) -> Any:
     """uvicorn's configuration for the explorer (``profuse explore`` and benchmarks/bench_explorer.py):
-    a request still running after Ctrl-C / SIGTERM is cut after 2 s instead of holding the exit; a
+    a request still running after Ctrl-C / SIGTERM is cut after 1 s instead of holding the exit; a
     connection that sends no complete request head within a few seconds is closed, and every one sends
     without Nagle's delay (_guard)."""
     import uvicorn
 
     from ._guard import HeadTimeoutH11
 
-    return uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2,
+    return uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1,
                           http=HeadTimeoutH11)
 
 
