@@ -65,7 +65,7 @@ def test_explorer_compiled_view_data_has_the_neff(tmp_path):
     macs, _ = _expected()
     t = profuse.load(folder)
     try:
-        with running([t]) as url, urllib.request.urlopen(url + "/api/0/compiled") as r:
+        with running([t]) as url, urllib.request.urlopen(url.at("/api/0/compiled")) as r:
             d = json.loads(r.read())
     finally:
         t.close()

@@ -158,12 +158,12 @@ def test_op_kernels_route(tmp_path):
     expected = raw_kernels_by_innermost_op(path, "aten::addmm")
     assert expected
     with profuse.load(path) as t, running([t]) as url:
-        with urllib.request.urlopen(url + "/api/0/op_kernels?key=aten%3A%3Aaddmm") as r:
+        with urllib.request.urlopen(url.at("/api/0/op_kernels?key=aten%3A%3Aaddmm")) as r:
             got = json.load(r)
         assert {k["name"]: k["calls"] for k in got["kernels"]} == dict(expected)
         for query, code in (("key=no-such-op", 404), ("", 400), ("key=aten%3A%3Aaddmm&group_by=x", 400)):
             with pytest.raises(urllib.error.HTTPError) as e:
-                urllib.request.urlopen(url + "/api/0/op_kernels?" + query)
+                urllib.request.urlopen(url.at("/api/0/op_kernels?" + query))
             assert e.value.code == code and "error" in json.load(e.value)
 
 

@@ -79,7 +79,9 @@ def test_token_after_underscore_in_every_output(tmp_path, capsys):
     assert main(["report", str(tmp_path / f"bad_{GHP}.json.gz")]) == 2
     outputs["error"] = capsys.readouterr().err
     with profuse.load(p, cache=False) as t, running([t]) as base:
-        outputs["explorer"] = request(base + "/api/runs")[1].decode() + request(base + "/api/0/overview")[1].decode()
+        runs, overview = request(base.at("/api/runs")), request(base.at("/api/0/overview"))
+        assert runs[0] == overview[0] == 200  # the token opens them: the text checked below is the real answer
+        outputs["explorer"] = runs[1].decode() + overview[1].decode()
     for where, text in outputs.items():
         for s in (HF, GHP, "abc123xyz"):
             assert s not in text, f"{s} shown in {where}"
