@@ -216,3 +216,35 @@ def test_no_lever_whose_cause_is_outside_the_trace_ranks_above_one_it_shows(path
         assert (lv.grade == "outside the trace") == (lv.kind in ("stream_wait", "unrecorded_wait")), lv.kind
         inferred = lv.kind in ("precision", "gemm", "memory_bound") or lv.kind.startswith("fusion:")
         assert (lv.grade == "inferred") == inferred
+
+
+def test_speculative_decoding_steps_are_draft_and_verify_with_their_counts(tmp_path: Path) -> None:
+    # GIVEN sglang's speculative decoding: draft (DRAFT_EXTEND) and verify (TARGET_VERIFY) steps alternating,
+    # and a vLLM decode step whose statistics name its KV tokens (sk)
+    assert parse_step("step[TARGET_VERIFY bs=8]").phase == "verify"
+    s = parse_step("step[DRAFT_EXTEND bs=8 toks=32]")
+    assert (s.phase, s.batch, s.tokens) == ("draft", 8, 32)
+    v = parse_step("execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk32785sqsq32sqsk32785)")
+    assert (v.phase, v.batch, v.tokens, v.kv_tokens) == ("decode", 32, 32, 0 + 32785)
+    v = parse_step("execute_context_2(sq300sk300sqsq45000sqsk45000)_generation_6(sq6sk4096sqsq6sqsk4096)")
+    assert (v.phase, v.batch, v.tokens, v.kv_tokens) == ("mixed", 8, 306, 300 + 4096)
+    ev = []
+    for i in range(4):
+        t = 1000 * i
+        name = "step[DRAFT_EXTEND bs=8 toks=32]" if i % 2 == 0 else "step[TARGET_VERIFY bs=8 toks=40]"
+        ev += [{"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": t, "dur": 900, "args": {}},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 10, "dur": 20, "args": {}},
+               {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 15,
+                "dur": 5, "args": {"correlation": i + 1}},
+               {"ph": "X", "cat": "kernel", "name": "sm90_gemm_bf16", "pid": 0, "tid": 7, "ts": t + 25, "dur": 400,
+                "args": {"correlation": i + 1, "stream": 7, "device": 0}}]
+    p = tmp_path / "spec.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    with profuse.load(p, cache=False) as t:
+        d = diagnose(t)
+    # THEN the diagnosis groups them as draft x2 and verify x2, with batch and tokens per step
+    from profuse.payloads.diagnosis import diagnosis_payload
+    groups = {g.kind: g for g in diagnosis_payload(d).groups}
+    assert set(groups) == {"draft", "verify"} and groups["draft"].count == groups["verify"].count == 2
+    assert (groups["draft"].batch, groups["draft"].tokens) == (8, 32)
+    assert (groups["verify"].batch, groups["verify"].tokens, groups["verify"].kv_tokens) == (8, 40, None)

@@ -21,6 +21,9 @@ class StepGroup(Struct):
     count: int
     span_us: float
     budget: list[Leaf]
+    batch: float | None = None       # per step, the mean where every step of the kind names it (serving steps)
+    tokens: float | None = None
+    kv_tokens: float | None = None
 
 
 class SmallItems(Struct):
@@ -61,7 +64,15 @@ def _groups(steps: tuple[StepBudget, ...]) -> list[StepGroup]:
             ns[s.kind][lf.key] += round(lf.us * 1e3)
     return [StepGroup(kind=k, count=count[k], span_us=round(span[k] / 1e3, 3),
                       budget=[Leaf(key=key, us=round(v / 1e3, 3), pct=round(100.0 * v / span[k], 2) if span[k] else 0.0)
-                              for key, v in ns[k].items()]) for k in count]
+                              for key, v in ns[k].items()],
+                      batch=_mean(steps, k, "batch"), tokens=_mean(steps, k, "tokens"),
+                      kv_tokens=_mean(steps, k, "kv_tokens")) for k in count]
+
+
+def _mean(steps: tuple[StepBudget, ...], kind: str, field: str) -> float | None:
+    """The mean of a serving field over the steady steps of one kind (None unless every one names it)."""
+    vals = [getattr(s, field) for s in steps if not s.warmup and s.kind == kind]
+    return round(sum(vals) / len(vals), 1) if vals and all(v is not None for v in vals) else None
 
 
 def diagnosis_payload(d: Diagnosis) -> DiagnosisPayload:

@@ -69,7 +69,10 @@ def bar(leaves: Sequence[Leaf]) -> Text:
 
 
 def _group_label(g: StepGroup) -> str:
-    return f"{g.kind} x{g.count} ({fmt_us(g.span_us)})"
+    figures = (("batch", g.batch), ("tokens", g.tokens), ("KV tokens", g.kv_tokens))
+    serving = ", ".join(f"{word} {v:,.0f}" if v == int(v) else f"{word} {v:,.1f}" for word, v in figures
+                        if v is not None)
+    return f"{g.kind} x{g.count} ({fmt_us(g.span_us)}{', ' + serving + ' per step' if serving else ''})"
 
 
 def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:

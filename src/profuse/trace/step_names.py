@@ -10,7 +10,13 @@ _VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)(?:\((?P<
                    r"_generation_(?P<gen>\d+)(?:\((?P<gen_t>[^)]*)\))?")
 _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z_]+)(?P<rest>[^\]]*)\]")
 _FIELD = re.compile(r"(?P<key>bs|toks|tokens)=(?P<val>\d+)")
-_SGLANG_PHASE = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed"}
+# sglang's forward modes; speculative decoding runs the draft model (DRAFT_EXTEND) and then the target
+# model over the drafted tokens (TARGET_VERIFY)
+_SGLANG_PHASE = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "SPLIT_PREFILL": "prefill",
+                 "MIXED": "mixed", "TARGET_VERIFY": "verify", "DRAFT_EXTEND": "draft", "DRAFT_EXTEND_V2": "draft",
+                 "DRAFT_DECODE": "draft"}
+# vLLM's per-phase statistics in parentheses: sq (query tokens), sk (key/value tokens), sqsq, sqsk
+_STAT = re.compile(r"(?<![a-z])(?P<key>sq|sk)(?P<val>\d+)")
 
 # SQL text matching every step annotation's name (fixed patterns, nothing from a trace); the kind is
 # checked beside it (STEP_WHERE)
@@ -24,20 +30,33 @@ class StepName:
     """What a step annotation's name says: its engine and, for serving steps, phase, batch and tokens."""
 
     engine: str           # profiler | vllm | sglang
-    phase: str | None     # prefill | decode | mixed | None
+    phase: str | None     # prefill | decode | mixed | draft | verify (speculative decoding) | None
     batch: int | None     # requests in the batch
     tokens: int | None    # tokens scheduled in the step
+    kv_tokens: int | None = None   # key/value tokens the step's attention reads (vLLM's sk), where annotated
 
 
 def _count(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
+def _stat(text: str | None, key: str) -> int | None:
+    """vLLM's ``sq``/``sk`` statistic in a phase's parentheses (``sq32sk32785sqsq32sqsk32785``)."""
+    found = [int(m["val"]) for m in _STAT.finditer(text or "") if m["key"] == key]
+    return found[0] if found else None
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    return a + b if a is not None and b is not None else None
+
+
 def _vllm_tokens(m: re.Match[str]) -> int | None:
     if m["tokens"] is not None:
         return int(m["tokens"])
     ctx, gen = _count(m["ctx_t"]), _count(m["gen_t"])
-    return ctx + gen if ctx is not None and gen is not None else None
+    if ctx is not None and gen is not None:
+        return ctx + gen
+    return _sum(_stat(m["ctx_t"], "sq"), _stat(m["gen_t"], "sq"))
 
 
 def parse_step(name: str) -> StepName | None:
@@ -48,7 +67,7 @@ def parse_step(name: str) -> StepName | None:
     if m:
         ctx, gen = int(m["ctx"]), int(m["gen"])
         phase = "mixed" if ctx and gen else "prefill" if ctx else "decode" if gen else None
-        return StepName("vllm", phase, ctx + gen, _vllm_tokens(m))
+        return StepName("vllm", phase, ctx + gen, _vllm_tokens(m), _sum(_stat(m["ctx_t"], "sk"), _stat(m["gen_t"], "sk")))
     m = _SGLANG.match(name)
     if m:
         fields = {f["key"]: int(f["val"]) for f in _FIELD.finditer(m["rest"])}
@@ -61,7 +80,8 @@ def merge(outer: StepName, inner: StepName) -> StepName:
     """A step's description from its own name and a step annotation nested in it: known fields win."""
     return StepName(outer.engine if outer.engine != "profiler" else inner.engine,
                     outer.phase or inner.phase, outer.batch if outer.batch is not None else inner.batch,
-                    outer.tokens if outer.tokens is not None else inner.tokens)
+                    outer.tokens if outer.tokens is not None else inner.tokens,
+                    outer.kv_tokens if outer.kv_tokens is not None else inner.kv_tokens)
 
 
 def is_step_name(name: str) -> bool:

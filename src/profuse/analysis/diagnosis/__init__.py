@@ -85,7 +85,8 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
         if steps:
             st = steps[i]
             out_steps.append(StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens,
-                                        round((hi - lo) / 1e3, 3), leaves_of(LEAVES, ns, hi - lo), i == warm))
+                                        round((hi - lo) / 1e3, 3), leaves_of(LEAVES, ns, hi - lo), i == warm,
+                                        st.info.kv_tokens))
         if i != warm:
             steady.span_ns += hi - lo
             steady.pieces.append(p)

@@ -39,6 +39,7 @@ class StepBudget:
     span_us: float
     budget: tuple[Leaf, ...]
     warmup: bool
+    kv_tokens: int | None = None   # key/value tokens its attention reads, where the engine annotates it
 
     @property
     def kind(self) -> str:

@@ -788,6 +788,7 @@
  * @property {number} span_us
  * @property {Array<Leaf>} budget
  * @property {boolean} warmup
+ * @property {(number|null)} kv_tokens
  */
 
 /**
@@ -809,6 +810,9 @@
  * @property {number} count
  * @property {number} span_us
  * @property {Array<Leaf>} budget
+ * @property {(number|null)} batch
+ * @property {(number|null)} tokens
+ * @property {(number|null)} kv_tokens
  */
 
 /**
