@@ -697,3 +697,31 @@ def test_a_call_site_is_inside_the_step_never_the_step_op(tmp_path):
     # THEN the site is the op the code called inside the step, not the step
     assert "in aten::item" in sync.target and "ProfilerStep" not in sync.target
     assert sync.ops == ("aten::item",)
+
+
+def test_a_blocking_copy_through_a_busy_device_is_named_by_the_refill_after_it(tmp_path):
+    # GIVEN a 10 ms GEMM queued at 5, then .item(): a pageable DtoH copy whose call blocks 9.95 ms while the
+    # GEMM runs (its copy at 10010-10012), then 8 small ops launching kernels one by one (launch-bound refill)
+    ev = [_step(0, 11000), _x("cpu_op", "aten::mm", 1, 8), _launch(4, 1, dur=2), _kernel("sm90_gemm_bf16", 10, 10000, 1),
+          _x("cpu_op", "aten::item", 100, 9960), _launch(105, 2, dur=9950, name="cudaMemcpyAsync"),
+          _kernel("Memcpy DtoH (Device -> Pageable)", 10010, 2, 2, cat="gpu_memcpy")]
+    for i in range(8):
+        t = 10060 + 30 * i
+        ev += [_x("cpu_op", "aten::add", t, 20), _launch(t + 12, 10 + i, dur=6),
+               _kernel("vectorized_elementwise_kernel", t + 20, 3, 10 + i)]
+    d = diag(_write(tmp_path, ev))
+    b = leaves(d.budget)
+    # THEN the call is not host_sync idle (the device ran through it, idle only its last 43 µs), and a host_sync
+    # lever graded inferred names it by the launch overhead of the refill that followed, its advice the copy's
+    drained = [lv for lv in (*d.levers, *d.small_items) if lv.kind == "host_sync" and lv.grade == "inferred"]
+    assert len(drained) == 1 and "cudaMemcpyAsync in aten::item" in drained[0].target
+    lv = drained[0]
+    assert lv.draws == ("idle/launch_overhead",) and 0 < lv.gain_us <= b["idle/launch_overhead"]
+    assert "still ran queued work" in lv.evidence and "9.95 ms" in lv.evidence and "non_blocking" in lv.how
+    # the first refill launch: from aten::add's start (10060) to its launch call's end (10078), all idle
+    assert lv.gain_us >= 10078 - 10060
+    # and the interruptions' Launch CPU leaves the 9.95 ms block out (it counts the launch calls up to 1 ms)
+    from profuse.analysis.advice.interruptions import interruptions
+    with profuse.load(tmp_path / "t.json") as t:
+        step = next(r for r in interruptions(t) if r.scope.startswith("ProfilerStep"))
+    assert step.launch_us == pytest.approx(2 + 8 * 6, abs=0.01)

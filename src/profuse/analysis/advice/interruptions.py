@@ -24,6 +24,7 @@ from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL
 from ..busy import (
     LAUNCH_BOUND_BUSY_PCT,
+    LAUNCH_GAP_MAX_US,
     Activities,
     activities,
     cpu_work,
@@ -121,7 +122,9 @@ def _device_scopes(trace: Trace) -> dict[str, _Scope]:
     # a graph launch starts many activities: its CPU time counts once
     first_of_launch = np.ones(a.launch_id.size, dtype=bool)
     first_of_launch[1:] = a.launch_id[1:] != a.launch_id[:-1]
-    launch_ns = np.where(a.launched & first_of_launch, a.launch_dur, 0)
+    # a call over launch overhead's 1 ms bound is a block (a pageable copy, a synchronising copy), not launch
+    # work: left out of Launch CPU, as the time budget leaves it out of launch_overhead
+    launch_ns = np.where(a.launched & first_of_launch & (a.launch_dur <= LAUNCH_GAP_MAX_US * 1000), a.launch_dur, 0)
     out = {}
     for title, rows in members.items():
         ts, end, thread = (np.array(c, dtype=np.int64) for c in zip(*rows))

@@ -142,7 +142,8 @@ def _lever(ctx: Context, kind: str, target: str, gain_ns: float, confidence: str
            draws: tuple[str, ...], **kw: Any) -> Lever:
     """A lever with its gain bounded by its leaves."""
     gain = min(max(float(gain_ns), 0.0), float(ctx.leaf(*draws)))
-    return Lever(kind, target, round(gain / 1e3, 3), confidence, evidence, how, draws, grade=grade_of(kind), **kw)
+    grade = kw.pop("grade", grade_of(kind))
+    return Lever(kind, target, round(gain / 1e3, 3), confidence, evidence, how, draws, grade=grade, **kw)
 
 
 def _pieces(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -174,6 +175,7 @@ def device_levers(ctx: Context) -> list[Lever]:
     out += _stream_wait(ctx, start, ns, label)
     out += _unrecorded_wait(ctx, start, ns, label)
     out += _host_sync(ctx, start, ns, label)
+    out += _drained_syncs(ctx, start, ns, label)
     out += _cpu_work(ctx, cpu)
     out += _input_pipeline(ctx)
     out += _pinned(ctx, ns, idx, label)
@@ -326,6 +328,65 @@ def _host_sync(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
                           f"the host blocked {_us(v)} in {n} call(s) of {call_name} while the device was idle",
                           HOW["sync_copy" if copy or "item" in op or "local_scalar" in op else "sync_wait"],
                           ("idle/host_sync",), ops=(op,) if op else ()))
+    return out
+
+
+DRAIN_DRAWS = ("idle/launch_overhead",)
+_HOST_IDLE = ("idle/host_sync", "idle/launch_overhead", "idle/input", "idle/cpu_other", "idle/no_work")
+DRAIN_IDLE_SHARE = 0.1   # a blocking call idle for at most this share of its time: the device ran through it
+
+
+def _drained_syncs(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
+    """Blocking calls of 1 ms or more through which the device kept running queued work (idle for at
+    most DRAIN_IDLE_SHARE of the call: not ``idle/host_sync``), after which it idled until the host
+    launched again: the host could not queue ahead while it blocked, so the queue drained; the gain is
+    the launch overhead in the idle run right after the call (the refill; other work the host did
+    there is another lever's). Graded inferred (the trace holds the block and the idle after it; that
+    one caused the other is a model)."""
+    w = ctx.work
+    assert w is not None
+    long_ = (w.sync_end - w.sync_ts) >= LAUNCH_GAP_MAX_US * 1000
+    if not long_.any() or not start.size:
+        return []
+    order = np.argsort(start, kind="stable")
+    t, v, lab = start[order], ns[order], label[order]
+    after = np.isin(lab, [LEAVES.index(k) for k in _HOST_IDLE])
+    refill = lab == LAUNCH_OVERHEAD
+    gaps: Counter[int] = Counter()
+    blocked: Counter[int] = Counter()
+    for cid, cs, ce in zip(w.sync_id[long_].tolist(), w.sync_ts[long_].tolist(), w.sync_end[long_].tolist()):
+        i0, i1 = int(np.searchsorted(t, cs)), int(np.searchsorted(t, ce))
+        if i1 <= i0 or int(v[i0:i1][lab[i0:i1] == HOST_SYNC].sum()) > DRAIN_IDLE_SHARE * (ce - cs):
+            continue
+        k = i1
+        while k < t.size and after[k]:
+            k += 1
+        gap = int(v[i1:k][refill[i1:k]].sum())
+        if gap:
+            gaps[cid] += gap
+            blocked[cid] += ce - cs
+    return _sync_levers(ctx, gaps, blocked)
+
+
+def _sync_levers(ctx: Context, gaps: Counter[int], blocked: Counter[int]) -> list[Lever]:
+    """One host_sync lever per call site of the drained blocking calls."""
+    sites = _sync_sites(ctx.trace, list(gaps))
+    by_site: dict[tuple[str, str, str, str], list[int]] = {}
+    for c, gap in gaps.items():
+        acc = by_site.setdefault(sites.get(c, ("?", "", "", "")), [0, 0, 0])
+        acc[0] += gap
+        acc[1] += blocked[c]
+        acc[2] += 1
+    out = []
+    for (call_name, op, module, frame), (gap, held, n) in by_site.items():
+        frame = display_name(frame)
+        where = " ".join(x for x in (f"in {op}" if op else "", f"under {module}" if module else "",
+                                     f"at {frame}" if frame else "") if x)
+        ev = (f"the host blocked {_us(held)} in {n} call(s) of {call_name} while the device still ran queued work, "
+              f"so it could not queue ahead: each return found the queue drained, and the device idled {_us(gap)} "
+              "while the host launched again")
+        out.append(_lever(ctx, "host_sync", f"{call_name} {where}".strip(), gap, "medium", ev, HOW["sync_copy"],
+                          DRAIN_DRAWS, ops=(op,) if op else (), grade="inferred"))
     return out
 
 
