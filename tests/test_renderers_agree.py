@@ -52,12 +52,15 @@ def test_json_html_notebook_explorer_and_console_show_the_same_figures(name: str
     d = doc["diagnosis"]
     # THEN the diagnosis is one record in every output
     for where, overview in (("html", page["0/overview"]), ("notebook", notebook["0/overview"]), ("explorer", api)):
-        assert overview["advice"]["diagnosis"] == d, where
+        assert overview["advice"]["diagnosis"] == d, where   # grades, caps and evidence included
         assert overview["totals"] == doc["totals"], where
+        assert overview["health"] == doc["health"], where
     # the console prints the span and every lever's gain as the record has them
     assert re.search(rf"\({re.escape(_fmt_us(d['span_us']))}[,)]", console), d["span_us"]
     for lever in d["levers"][:SHOWN_LEVERS]:
         assert f"save up to {_fmt_us(lever['gain_us'])}" in console, lever["kind"]
+        assert f"[{lever['confidence']}, {lever['grade']}]" in console, lever["kind"]
+    assert f"Trace health: {doc['health']['device_activities']:,} device activities" in console
     if len(d["levers"]) > SHOWN_LEVERS:   # the rest are counted, never dropped unsaid
         assert f"{len(d['levers']) - SHOWN_LEVERS} more lever(s)" in console
     # the step table (JSON) and the diagnosis list the same steps

@@ -248,3 +248,15 @@ def test_speculative_decoding_steps_are_draft_and_verify_with_their_counts(tmp_p
     assert set(groups) == {"draft", "verify"} and groups["draft"].count == groups["verify"].count == 2
     assert (groups["draft"].batch, groups["draft"].tokens) == (8, 32)
     assert (groups["verify"].batch, groups["verify"].tokens, groups["verify"].kv_tokens) == (8, 40, None)
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
+def test_no_lever_gains_more_than_its_caps_allow(path: Path) -> None:
+    # each lever takes from each leaf it draws at most its cap there (none named: the whole leaf)
+    with profuse.load(path) as t:
+        d = diagnose(t)
+    have = {lf.key: lf.us for lf in d.budget}
+    for lv in (*d.levers, *d.small_items):
+        bound = sum(min(have.get(k, 0.0), lv.caps[i]) if i < len(lv.caps) else have.get(k, 0.0)
+                    for i, k in enumerate(lv.draws))
+        assert 0 <= lv.gain_us <= bound + 1e-3, (lv.kind, lv.target, lv.gain_us, bound)
