@@ -43,8 +43,6 @@ detach empty empty_like empty_strided zeros zeros_like ones ones_like full resul
 split_with_sizes unbind flatten unflatten
 """.split())
 ACTIVATIONS = {"relu", "gelu", "silu", "sigmoid", "tanh", "leaky_relu", "elu", "hardswish", "mish", "softplus"}
-REDUCE_FUSIBLE = {"mean", "sum", "amax", "max", "var", "var_mean", "std", "norm", "linalg_vector_norm",
-                  "logsumexp"}
 
 ELEM_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8, "int": 4,
               "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1,

@@ -65,20 +65,3 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
                    f"in {result.map_seconds:.1f} s ({cached} from an earlier run), reduced in "
                    f"{result.reduce_seconds:.2f} s; tables in {result.folder}", style="dim"))
     return 0
-
-
-def diff_rank_sets(args: argparse.Namespace, files_a: list[Path], files_b: list[Path]) -> int:
-    """``profuse diff DIR_A DIR_B``: two runs of rank traces compared rank by rank."""
-    from ..analysis.compare.ranks import diff_docs
-    from ..ranks import run_ranks
-    from ..report.ranks import print_ranks_diff, render_ranks_json
-
-    docs = [run_ranks(path, files, engine=args.engine, ray_address=args.ray_address, workers=args.workers,
-                      lenient=args.lenient, cache=not args.no_cache, work_dir=args.work_dir).doc
-            for path, files in ((args.a, files_a), (args.b, files_b))]
-    d = diff_docs(*docs)
-    if args.format == "json":
-        print(render_ranks_json(d))
-        return 0
-    print_ranks_diff(console(), d, args.top or None)
-    return 0

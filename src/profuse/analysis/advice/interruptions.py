@@ -42,7 +42,6 @@ else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
 LAUNCH_BOUND_MIN_KERNELS = 3
-SHORT_KERNEL_US = 10.0
 
 
 @dataclass(frozen=True)

@@ -401,9 +401,7 @@ class _Waits:
 
     ns: int
     runs: int
-    longest_ns: int
-    waited: int           # launched activities waiting in the longest run
-    kernel: str           # the first of them to start
+    kernel: str           # the first launched activity to start in the longest run
     stream: int
     text: str             # the evidence about the longest run
 
@@ -447,7 +445,7 @@ def _waits(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray, c
     if call:
         text += (f"Its thread called {call[0]} {_us(int(a.launch_ts[i] - call[1]))} before that launch, with no "
                  "launch between: the stream may have waited on that event. ")
-    return _Waits(int(run_ns[long_].sum()), n, until - at, int(waiting.size), str(w.name[i]), stream, text)
+    return _Waits(int(run_ns[long_].sum()), n, str(w.name[i]), stream, text)
 
 
 def _stream_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
