@@ -16,6 +16,7 @@ from ._memo import once_per_trace
 
 if TYPE_CHECKING:
     from ..trace import Trace
+from . import figures
 
 RowId = tuple[str, "str | None"]  # (name, shape); shape only when grouped by shape
 
@@ -71,7 +72,7 @@ def _kernels_by_row(trace: Trace, group_by: str) -> RowKernels:
         return RowKernels(group_by=group_by, rows=rows, unlinked=0)
     for name, shape, kernel, calls, dur in trace.con.execute(_QUERIES[group_by]).fetchall():
         rows.setdefault((name or "", shape), []).append(
-            KernelCalls(name=kernel or "", calls=int(calls), device_us=(dur or 0) / 1e3))
+            KernelCalls(name=kernel or "", calls=int(calls), device_us=figures.us((dur or 0) / 1e3)))
     for kernels in rows.values():
         kernels.sort(key=lambda k: (-k.device_us, k.name))
     (unlinked,), = trace.con.execute(

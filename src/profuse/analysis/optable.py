@@ -8,6 +8,7 @@ import msgspec
 
 from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
+from . import figures
 from ._choices import GROUPS, SORT_KEYS
 from ._memo import once_per_trace
 from .memory import has_memory
@@ -15,8 +16,6 @@ from .steps import STEP_WHERE
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
-
-
 
 
 class OpRow(msgspec.Struct, frozen=True):
@@ -90,7 +89,7 @@ def _op_table(trace: Trace, group_by: str, sort: str) -> OpTable:
     rows = {"op": _by_op, "shape": _by_shape, "module": _by_module, "kernel": _by_kernel}[group_by](trace)
     rows.sort(key=_sort_key(sort))
     return OpTable(group_by=group_by, device_label=trace.device_label, cpu_only=trace.cpu_only,
-                   device_us=total_device_us(trace), rows=rows)
+                   device_us=figures.us(total_device_us(trace)), rows=rows)
 
 
 def _sort_key(sort: str) -> Any:
@@ -120,9 +119,10 @@ def _rows(trace: Trace, query: str, with_shape: bool = False, with_memory: bool 
     for r in trace.con.execute(query).fetchall():
         name, calls, self_cpu, cpu_total, self_dev, dev_total, kernels = r[:7]
         mem = [int(v or 0) for v in r[-4:]] if with_memory else [None] * 4
-        out.append(OpRow(name=name or "", calls=int(calls), self_cpu_us=(self_cpu or 0) / 1000,
-                         cpu_total_us=(cpu_total or 0) / 1000, self_device_us=(self_dev or 0) / 1000,
-                         device_total_us=(dev_total or 0) / 1000, kernels=int(kernels or 0),
+        out.append(OpRow(name=name or "", calls=int(calls), self_cpu_us=figures.us((self_cpu or 0) / 1000),
+                         cpu_total_us=figures.us((cpu_total or 0) / 1000),
+                         self_device_us=figures.us((self_dev or 0) / 1000),
+                         device_total_us=figures.us((dev_total or 0) / 1000), kernels=int(kernels or 0),
                          shape=r[7] if with_shape else None, cpu_mem_bytes=mem[0], self_cpu_mem_bytes=mem[1],
                          device_mem_bytes=mem[2], self_device_mem_bytes=mem[3]))
     return out

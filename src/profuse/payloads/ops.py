@@ -9,7 +9,7 @@ from ..analysis.optable import OpRow, OpTable
 
 
 class OpsRow(OpRow, frozen=True, kw_only=True, omit_defaults=True):
-    """One op-table row as sent: the analysis row (times rounded to ns) and ``key``, which names the row
+    """One op-table row as sent: the analysis row (times rounded to ns when made) and ``key``, which names the row
     (see :func:`row_key`). ``shape`` is left out unless grouped by shape."""
 
     key: str
@@ -52,9 +52,8 @@ def row_key(name: str, shape: str | None) -> str:
 
 def _row(r: OpRow, by_shape: bool) -> OpsRow:
     shape = (r.shape or "") if by_shape else None
-    return OpsRow(name=r.name, calls=r.calls, self_cpu_us=round(r.self_cpu_us, 3),
-                  cpu_total_us=round(r.cpu_total_us, 3), self_device_us=round(r.self_device_us, 3),
-                  device_total_us=round(r.device_total_us, 3), kernels=r.kernels, shape=shape,
+    return OpsRow(name=r.name, calls=r.calls, self_cpu_us=r.self_cpu_us, cpu_total_us=r.cpu_total_us,
+                  self_device_us=r.self_device_us, device_total_us=r.device_total_us, kernels=r.kernels, shape=shape,
                   key=row_key(r.name, shape), cpu_mem_bytes=r.cpu_mem_bytes, self_cpu_mem_bytes=r.self_cpu_mem_bytes,
                   device_mem_bytes=r.device_mem_bytes, self_device_mem_bytes=r.self_device_mem_bytes)
 
@@ -64,7 +63,7 @@ def ops_payload(table: OpTable, top: int | None = None) -> Ops:
     shown = table.rows[:top] if top else table.rows
     by_shape = table.group_by == "shape"
     return Ops(group_by=table.group_by, device_label=table.device_label, cpu_only=table.cpu_only,
-               device_us=round(table.device_us, 3), total_rows=len(table.rows),
+               device_us=table.device_us, total_rows=len(table.rows),
                rows=[_row(r, by_shape) for r in shown])
 
 
@@ -75,5 +74,5 @@ def op_kernels_payload(ops: Ops, found: RowKernels) -> dict[str, OpKernels]:
         shape = None if isinstance(row.shape, UnsetType) else row.shape
         kernels = found.rows.get((row.name, shape), [])
         out[row.key] = OpKernels(key=row.key, group_by=ops.group_by, unlinked=found.unlinked, kernels=[
-            OpKernel(name=k.name, calls=k.calls, device_us=round(k.device_us, 3)) for k in kernels])
+            OpKernel(name=k.name, calls=k.calls, device_us=k.device_us) for k in kernels])
     return out

@@ -552,7 +552,7 @@
  */
 
 /**
- * One op-table row as sent: the analysis row (times rounded to ns) and ``key``, which names the row
+ * One op-table row as sent: the analysis row (times rounded to ns when made) and ``key``, which names the row
  * (see :func:`row_key`). ``shape`` is left out unless grouped by shape.
  * @typedef {Object} OpsRow
  * @property {string} name
