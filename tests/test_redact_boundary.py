@@ -116,3 +116,48 @@ def test_json_pairs_whose_value_is_no_string_are_left_so_json_stays_json():
                      indent=2)
     assert redact_text(doc) == doc
     assert json.loads(redact_text(json.dumps({"api_key": "abc"}))) == {"api_key": "[redacted]"}
+
+
+SECRETS = {  # planted in op names, thread names, metadata, the trace name: each must be gone from every output
+    "tab": "\t" + HF, "newline": "\nsk-proj-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm", "control": "\u0001AKIA" + "IOSFODNN7EXAMPLE",
+    "db_pass": "DB_PASS=" + "hunter2hunter2", "url": "https://user:" + "p@ssw0rd42" + "@db.example/x",
+    "bearer": "Authorization: Bearer " + "eyJhbGciOi.eyJzdWIiOi.SflKxwRJSM",
+    "x_key": "X_KEY=" + "zz9900aabbcc",
+}
+GONE = {"tab": HF, "newline": "Zx9Yw8Vu7Ts6Rq5Po4Nm", "control": "IOSFODNN7EXAMPLE", "db_pass": "hunter2hunter2",
+        "url": "ssw0rd42", "bearer": "SflKxwRJSM", "x_key": "zz9900aabbcc"}
+
+
+def _planted(tmp_path):
+    doc = json.loads(gzip.decompress(trace_path(SMALL).read_bytes()))
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    for e, secret in zip(ops, SECRETS.values()):
+        e["name"] = f"aten::op{secret}"
+    doc["traceName"] = " ".join(SECRETS.values())
+    p = tmp_path / "planted.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return p
+
+
+def test_secrets_after_control_characters_and_in_the_notebook_are_redacted(tmp_path, capsys):
+    # GIVEN secrets after a tab, a newline and a control character, a *_PASS, a URL password holding an @,
+    # a Bearer JWT and a *_KEY, planted in op names and the trace name
+    p = _planted(tmp_path)
+    outputs = {}
+    for fmt in ("json", "table"):
+        assert main(["report", str(p), "--format", fmt, "--top", "0", "--no-cache"]) == 0
+        outputs[fmt] = capsys.readouterr().out
+    assert main(["report", str(p), "--format", "html", "-o", str(tmp_path / "r.html"), "--no-cache"]) == 0
+    capsys.readouterr()
+    outputs["html"] = (tmp_path / "r.html").read_text()
+    nb = profuse.report(str(p))
+    outputs["notebook"] = nb.html + nb._repr_html_() + repr(nb)
+    profuse.table(str(p))
+    outputs["notebook table"] = capsys.readouterr().out
+    # THEN none of them reaches any output, and the op names are still there, redacted
+    for where, text in outputs.items():
+        for key, secret in GONE.items():
+            assert secret not in text, f"{key} shown in {where}"
+    assert "aten::op" in outputs["json"] and "[redacted]" in outputs["json"]
+    # and --keep-metadata (keep_metadata=True) keeps them
+    assert GONE["tab"] in profuse.report(str(p), keep_metadata=True).html

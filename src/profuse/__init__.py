@@ -60,7 +60,8 @@ def notebook_report(source: Any, *, top: int = 25, group_by: str = "op", advice:
 
     with load(path) as trace:
         analysed = analyse(trace, group_by=group_by, advice=advice)
-    return NotebookReport(report_view(analysed, top=top, keep_metadata=keep_metadata), payloads)
+    return NotebookReport(report_view(analysed, top=top, keep_metadata=keep_metadata), payloads,
+                          keep_metadata=keep_metadata)
 
 
 def table(source: Any, *, top: int = 20, group_by: str = "op") -> NotebookReport:
@@ -69,10 +70,12 @@ def table(source: Any, *, top: int = 20, group_by: str = "op") -> NotebookReport
     ``top=0`` prints every row; ``group_by`` is op, shape, module or kernel (as ``profuse report``).
     Returns the :func:`notebook_report` without advice, which a notebook shows as the HTML report.
     """
+    from .redact import redacted_output
     from .report.console import make_console, print_report
 
     rep = notebook_report(source, top=top, group_by=group_by, advice=False)
-    print_report(make_console(), rep.view)
+    with redacted_output():   # printed as `profuse report` prints it: secrets redacted
+        print_report(make_console(), rep.view)
     return rep
 
 

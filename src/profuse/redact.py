@@ -15,21 +15,27 @@ from typing import Any
 REDACTED = "[redacted]"
 
 # keys whose values are dropped whole (metadata dictionaries)
-SECRET_KEYS = re.compile(r"token|secret|password|passwd|key|auth|cred|env|cookie", re.IGNORECASE)
+SECRET_KEYS = re.compile(r"token|secret|password|passwd|(?<![a-z])pass(?![a-z])|key|auth|cred|env|cookie",
+                         re.IGNORECASE)
 
-_WORD = (r"(?:passwords?|passwd|pwd|tokens?|secrets?|api[-_]?keys?|apikey|access[-_]?keys?|private[-_]?keys?"
-         r"|auth(?:[-_]?token|orization)?|credentials?)(?![a-z])")
+# a secret's name: also the tail of an environment name (DB_PASS, X_KEY, AWS_SECRET): ``pass`` and ``key``
+# only as a word of their own (not "bypass", "keyboard")
+_WORD = (r"(?:passwords?|passwd|pwd|(?<![a-z])pass|tokens?|secrets?|api[-_]?keys?|apikey|access[-_]?keys?"
+         r"|private[-_]?keys?|(?<=[_-])keys?|auth(?:[-_]?token|orization)?|credentials?)(?![a-z])")
 # a command-line flag naming a secret: --password, --api-key, --hf-token, -p is too vague to count
 _FLAG = re.compile(rf"^--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}$", re.IGNORECASE)
-# a token shape starts where no letter or digit is before it: after a space, `_`, `-`, `/`, `=`, a quote
-_START = r"(?<![A-Za-z0-9])"
+# a token shape starts where no letter or digit is before it: after a space, `_`, `-`, `/`, `=`, a quote, a
+# control character; and after one as an output writes it escaped (JSON's \t, \n, \u0001; Python's \x01)
+_START = (r"(?:(?<![A-Za-z0-9])|(?<=\\[tnrbfv])|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\x[0-9A-Fa-f]{2})"
+          r"|(?<=\\U[0-9A-Fa-f]{8}))")
 # a value ends at white space, a quote, a separator or a backslash (so a JSON string's escapes stay whole)
 _VALUE = r"[^\s\"',;&\\<>]{1,4096}"
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # Authorization: Bearer xyz
     (re.compile(r"\b(?P<pre>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
-    # scheme://user:password@host (also as a path has it, scheme:/user:password@host)
-    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]{0,31}:/{1,2}[^/\s:@]{0,256}:)[^/\s@\"\\]{1,512}(?=@)",
+    # scheme://user:password@host (also as a path has it, scheme:/user:password@host); the password runs to
+    # the last @ before the host (it may hold an @ itself: p@ss)
+    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]{0,31}:/{1,2}[^/\s:@]{0,256}:)[^/\s\"\\]{1,512}(?=@)",
                 re.IGNORECASE),
      rf"\g<pre>{REDACTED}"),
     # --password=hunter2, --api-key=sk-..., token=..., PASSWORD: x, and JSON pairs "api_key": "x"
@@ -57,7 +63,7 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
 
 
 _SECRET_WORDS = ("pass", "pwd", "token", "secret", "apikey", "api_key", "api-key", "access_key", "access-key",
-                 "accesskey", "private_key", "private-key", "privatekey", "auth", "credential")
+                 "accesskey", "private_key", "private-key", "privatekey", "auth", "credential", "_key", "-key")
 # what each pattern cannot match without: (needles in the lowercased text, needles in the text); a
 # pattern is run only where one is there (a regex scan costs ~20-100 ms a MB, a substring test ~1)
 _NEEDLES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
