@@ -39,27 +39,20 @@ def diff_row(name: str, a_calls: int, b_calls: int, a_us: float, b_us: float) ->
 
 
 @dataclass(frozen=True)
-class OpPair:
+class OpPair(DiffRow):
     """One op instance kind in two runs, matched by op name, recorded input shapes and the nn.Module
     instance it ran in (``BertLayer_2``; "" outside any module); ``matched`` is false when only one
     side has it (its calls on the other side are 0)."""
 
-    name: str
     shape: str
     module: str
-    a_calls: int
-    b_calls: int
-    a_us: float
-    b_us: float
-    delta_us: float
-    ratio: float | None
     matched: bool
 
 
 def op_pair(key: tuple[str, str, str], a_calls: int, b_calls: int, a_us: float, b_us: float) -> OpPair:
     """The pair of one (name, shape, module) key, its figures rounded."""
     row = diff_row(key[0], a_calls, b_calls, a_us, b_us)
-    return OpPair(key[0], key[1], key[2], a_calls, b_calls, row.a_us, row.b_us, row.delta_us, row.ratio,
+    return OpPair(row.name, a_calls, b_calls, row.a_us, row.b_us, row.delta_us, row.ratio, key[1], key[2],
                   a_calls > 0 and b_calls > 0)
 
 
