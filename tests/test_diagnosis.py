@@ -300,9 +300,12 @@ def test_a_wait_the_trace_cannot_show_is_unrecorded_not_idle(tmp_path, shape, ge
     ev = [_step(0, start_us + 200 + gemm_us), _x("cpu_op", "aten::add", 10, 20), _launch(15, 1),
           _kernel("vectorized_elementwise_kernel", start_us, 100, 1),
           _x("cpu_op", "aten::mm", 40, 10), _launch(42, 2, dur=3), _kernel("sm90_gemm_bf16", first, gemm_us, 2)]
-    d = diag(_write(tmp_path, ev))
+    path = _write(tmp_path, ev)
+    d = diag(path)
     b = leaves(d.budget)
     wait = start_us - (first + gemm_us if first < start_us else 19)
+    # the raw JSON's own count agrees (tests/oracle.py: waits by correlation id, split by the same rule)
+    assert oracle.queued_split_us(path, oracle.steady_spans(path)) == pytest.approx((0.0, wait), abs=0.01)
     # THEN the wait is unrecorded/wait (not idle): its lever says so and ranks after the levers the trace shows
     assert "idle/queued" not in b and b["unrecorded/wait"] == pytest.approx(wait, abs=0.01), shape
     lever = next(lv for lv in d.levers + d.small_items if lv.kind == "unrecorded_wait")

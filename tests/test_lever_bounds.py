@@ -91,5 +91,6 @@ def test_memory_bound_gemms_are_named_not_tuned(tmp_path: Path) -> None:
     assert roof / 12 >= 0.6
     assert lever.gain_us == pytest.approx(20 * (12 - roof), abs=0.01)
     assert "memory-bound" in lever.evidence and "no GEMM tuning beats" in lever.evidence
+    assert f"stream at {100 * roof / 12:.0f}% of the device's memory bandwidth" in lever.evidence
     assert all(w in lever.how for w in ("batch more", "quantise", "speculative decoding"))
     assert lever.grade == "inferred"

@@ -924,10 +924,13 @@ def _gemm(ctx: Context) -> list[Lever]:
     rest = split.total_ns - split.known_ns - split.same_name_ns
     if rest > 0:
         ev += f"; the other {_us(rest)} have no model: {100 * (1 - GEMM_UNKNOWN_SHARE):.0f}% of their time assumed reachable"
-    memory = sum(r.time_us for r in known if r.bound == "memory" and (r.pct_of_roofline or 0.0) >= MEMORY_BOUND_PCT)
+    streaming = [r for r in known if r.bound == "memory" and (r.pct_of_roofline or 0.0) >= MEMORY_BOUND_PCT]
+    memory = sum(r.time_us for r in streaming)
     if memory >= time / 2:
-        ev += (f". {100 * memory / time:.0f}% of that time is memory-bound at {MEMORY_BOUND_PCT:g}% or more of the "
-               "bandwidth roofline: the weights already stream near the device's bandwidth, which no GEMM tuning beats")
+        # the bandwidth they reach: their bytes at peak bandwidth over their time, weighted by time
+        reach = sum((r.pct_of_roofline or 0.0) * r.time_us for r in streaming) / memory
+        ev += (f". {100 * memory / time:.0f}% of that time is memory-bound: the weights stream at {reach:.0f}% of the "
+               "device's memory bandwidth, which no GEMM tuning beats")
         return [_lever(ctx, "memory_bound", "memory-bound GEMMs", gemm * share, "medium", ev, HOW["memory_bound"],
                        ("busy/gemm",), ops=tuple(r.name for r in known[:3]), kernels=kernels)]
     return [_lever(ctx, "gemm", "GEMM kernels", gemm * share, "medium", ev, HOW["gemm"], ("busy/gemm",),
