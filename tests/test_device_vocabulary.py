@@ -104,6 +104,7 @@ def test_the_rules_are_the_union_of_the_entries() -> None:
     ("CUDA", "NVIDIA H100", {"computeMajor": 9, "computeMinor": 0, "numSms": 132}, "H100"),
     ("CUDA", "Some GPU", {"computeMajor": 9, "computeMinor": 0, "numSms": 104}, None),  # AMD's properties, not AMD
     ("CUDA", "Some GPU", None, None),
+    ("MTIA", "ARTEMIS", None, "MTIA v2 (Artemis)"),                  # mtia_inference's deviceProperties
 ])
 def test_a_device_model_is_recognised_by_name_memory_or_properties(
         kind: str, name: str, props: dict[str, object] | None, model: str | None) -> None:

@@ -79,6 +79,15 @@ AMD: tuple[Datasheet, ...] = (
 )
 
 
+MTIA: tuple[Datasheet, ...] = (
+    # ai.meta.com/blog/next-generation-meta-training-inference-accelerator-AI-MTIA/ (April 2024): MTIA v2
+    # (codenamed Artemis, the name its traces' deviceProperties give): dense GEMM 177 TFLOP/s FP16/BF16, SIMD
+    # FP32 2.76 TFLOP/s, LPDDR5 204.8 GB/s; no TF32 or FP8 listed
+    Datasheet("MTIA v2 (Artemis)", ("ARTEMIS", "MTIA v2"), 177.0, 2.76, 204.8, 2.76, 0.0,
+              "ai.meta.com/blog/next-generation-meta-training-inference-accelerator-AI-MTIA/"),
+)
+
+
 def _number(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 

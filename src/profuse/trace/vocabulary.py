@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .datasheets import AMD, NVIDIA, Datasheet, recognise
+from .datasheets import AMD, MTIA, NVIDIA, Datasheet, recognise
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,8 @@ DEVICES: list[Device] = [
            datasheets=AMD),
     Device("MTIA", runtime_categories=("mtia_runtime",), launch_parts=("runfunction", "enqueue"),
            marker_categories=("mtia_runtime", "mtia_ccp_events"),
-           kernels=KernelNames(gemm=("^fc-", "[_-]fc[_-]"), fp32=(r"dtype_float\b", "fc-dtype_float"))),
+           kernels=KernelNames(gemm=("^fc-", "[_-]fc[_-]"), fp32=(r"dtype_float\b", "fc-dtype_float")),
+           datasheets=MTIA),
     Device("PrivateUse1", runtime_categories=("privateuse1_runtime", "privateuse1_driver"),
            launch_parts=("launch", "async"), privateuse1=True),
     # the Neuron Runtime's API is public: its calls are nrt_* (TorchNeuron is a PrivateUse1 backend)
