@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import re
 
-# C0 controls (tab and newline too), DEL, C1 controls, bidi embeddings/overrides/isolates
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 controls (tab and newline too), DEL, C1 controls, bidi marks, embeddings, overrides and isolates
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:

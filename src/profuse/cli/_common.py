@@ -17,11 +17,12 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 
-def console(*args: Any, **kwargs: Any) -> Console:
-    """The report console (rich is imported on first use, so --help and argument errors stay fast)."""
+def console(**kwargs: Any) -> Console:
+    """The report console, on which no string from a trace prints a control sequence (report/terminal.py;
+    rich is imported on first use, so --help and argument errors stay fast)."""
     from ..report.terminal import make_console
 
-    return make_console(*args, **kwargs)
+    return make_console(**kwargs)
 
 
 def add_load_args(p: argparse.ArgumentParser) -> None:
@@ -117,14 +118,15 @@ def start_load_trace(path: str, args: argparse.Namespace) -> Callable[[], Trace]
 
 
 def _noted(path: str, trace: Trace) -> Trace:
-    """``trace``, its notes printed on stderr."""
+    """``trace``, its notes printed on stderr (a note may quote a name from the trace: made printable)."""
+    from ..errors import printable
     from ..redact import redact_text
 
     for note in trace.notes:
-        print(f"profuse: note: {redact_text(note)}", file=sys.stderr)
+        print(f"profuse: note: {printable(redact_text(note))}", file=sys.stderr)
     source = trace.meta.get("source")
     if isinstance(source, dict) and source.get("note"):  # e.g. neuron-explorer Parquet: say how far it is checked
-        print(f"profuse: note: {path} read as {source.get('format')}: {source['note']}", file=sys.stderr)
+        print(printable(f"profuse: note: {path} read as {source.get('format')}: {source['note']}"), file=sys.stderr)
     return trace
 
 
@@ -155,10 +157,8 @@ def report_console(output: str | None) -> tuple[Console, io.StringIO | None]:
     if output:  # the table as plain text in a file
         import io
 
-        from rich.console import Console
-
         buf = io.StringIO()
-        return Console(file=buf, width=200, soft_wrap=False, color_system=None), buf
+        return console(file=buf, width=200, color_system=None), buf
     return console(), None
 
 

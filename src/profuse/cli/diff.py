@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..errors import UserError
+from ..errors import UserError, printable
 from ._common import add_load_args, console, count, emit, load_trace
 from .ranks import add_rank_args
+
+if TYPE_CHECKING:
+    from ..trace import Trace
 
 HELP = """examples:
   profuse diff before/ after/                   two bundles
@@ -18,12 +23,17 @@ Ops are matched by name, input shapes and nn.Module instance, so a CUDA run and 
 modules by class; kernels by name only between runs on the same device (device names compared).
 Each metric's per-step times (ProfilerStep#N, else serving steps) are compared by an exact
 Mann-Whitney U test: a verdict needs 4 steps a side at least; with fewer it says "cannot tell"
-and the gate passes. See docs/ci.md.
+and the gate passes. The gate refuses to judge (exit 2) a side that is empty, whose bundle's capture
+did not complete, that marks no steps where the other does, or that --lenient left short of more
+than 1% of its events. See docs/ci.md.
 Exit codes: 0 (no significant slowdown beyond the threshold), 1 (gate failed), 2 (bad input).
 Names longer than 60 characters are cut at their end ("…"); --format json gives them whole.
 """
 
 FORMATS = ("table", "json", "markdown", "junit")
+
+# the share of a trace's events (%) --lenient may skip before the gate refuses to judge the trace
+LENIENT_SKIP_LIMIT_PCT = 1.0
 
 
 def percent(value: str) -> float:
@@ -101,6 +111,44 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
     return 1 if any(v.fails for v in verdicts) else 0
 
 
+def _unjudgeable(t: Trace, other: Trace, other_label: str) -> str | None:
+    """Why the gate cannot judge trace ``t`` against ``other`` (None: it can)."""
+    from ..analysis.compare.step_samples import step_count
+    from ..analysis.optable import total_device_us
+
+    if t.meta.events == 0:
+        return "holds no events: nothing to compare"
+    meta = t.bundle
+    if meta is not None and meta.status != "complete":
+        if not meta.status:
+            return "its bundle's meta.json records no capture status: whether the run is whole is unknown"
+        why = f" ({meta.error})" if meta.error else ""
+        return f"its bundle's capture {meta.status}{why}: the run it holds is not whole"
+    skipped = sum(t.meta.skipped.values())
+    if skipped and 100 * skipped / (t.meta.events + skipped) > LENIENT_SKIP_LIMIT_PCT:
+        pct = 100 * skipped / (t.meta.events + skipped)
+        return (f"--lenient skipped {skipped:,} of its {t.meta.events + skipped:,} events ({pct:.1f}%, more than "
+                f"{LENIENT_SKIP_LIMIT_PCT:g}%): what is left is not the run")
+    if total_device_us(t) == 0 and (theirs := total_device_us(other)) > 0:
+        return f"has no device time while {other_label} has {theirs:,.1f} µs: it lost its device activities"
+    if step_count(t) == 0 and (n := step_count(other)):
+        return (f"marks no steps while {other_label} marks {n}: per-step times cannot be compared with one "
+                "whole-trace figure; record steps on both sides (profuse run --steps N)")
+    return None
+
+
+def check_sides(args: argparse.Namespace, a: Trace, b: Trace) -> None:
+    """With ``--fail-if-slower``: a user error (exit 2) naming the side that cannot be judged and why
+    (docs/ci.md); without it the same as a note on stderr, the diff still shown."""
+    for label, path, t, other, other_label in (("A", args.a, a, b, "B"), ("B", args.b, b, a, "A")):
+        why = _unjudgeable(t, other, other_label)
+        if why is None:
+            continue
+        if args.fail_if_slower is not None:
+            raise UserError(f"{label} {path}: {why}; the gate cannot judge it")
+        print(printable(f"profuse: note: {label} {path}: {why}"), file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Compare two traces, bundles or folders of traces; print or write the differences; gate."""
     from ..ranks.discover import candidates
@@ -118,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
     with load_trace(args.a, args) as a, load_trace(args.b, args) as b:
         check_metric(args.metric, [a, b])
+        check_sides(args, a, b)
         d = compare_of(a, b, gate_metric=args.metric, threshold_pct=args.fail_if_slower)
         memory = memory_diff(a, b)
     if memory is not None:

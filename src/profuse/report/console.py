@@ -1,5 +1,9 @@
 """Rich tables for the terminal: one function per section of the report, over the payload records every
-renderer reads (payloads/report.py), in a registry (``SECTIONS``)."""
+renderer reads (payloads/report.py), in a registry (``SECTIONS``).
+
+Names from the trace are shown through :func:`._text.text` (so tables are laid out on what is printed);
+:func:`print_report` prints through :func:`.terminal.printable_on`, so no section can print a control
+sequence from a trace even where it forgets."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,17 +25,16 @@ from ._text import fmt_us, safe, text
 from .console_diagnosis import render_diagnosis
 from .console_memory import fmt_bytes, render_memory
 from .terminal import make_console as make_console  # where it was; the console alone needs no records
+from .terminal import renders_printable
 
 ADVICE_ROWS = 8  # rows of each advisor table
-
-
 
 
 def render_header(console: Console, view: ReportView) -> None:
     """The report's first lines: trace, device, events, span and device time."""
     doc = view.document
     tr = doc.trace
-    dev = tr.device_kind + (f" ({tr.device_name})" if tr.device_name else "")
+    dev = safe(tr.device_kind + (f" ({tr.device_name})" if tr.device_name else ""))
     t = Text()
     t.append(f"{safe(tr.path)}\n", style="bold")
     t.append(f"{dev} · {tr.events:,} events · span {fmt_us(tr.span_us)} · "
@@ -61,10 +64,10 @@ def notes(doc: ReportDocument) -> list[Text]:
     cap = doc.capture
     if cap is not None and cap.status != "complete":
         why = f": {cap.error}" if cap.error else ""  # redacted in the document unless kept
-        out.append(Text(f"This bundle's capture {cap.status}{why}", style="red"))
+        out.append(text(f"This bundle's capture {cap.status}{why}", style="red"))
     elif cap is not None and cap.script_exit_code:
         why = f" ({cap.error})" if cap.error else ""
-        out.append(Text(f"The profiled script exited with code {cap.script_exit_code}{why}; the capture "
+        out.append(text(f"The profiled script exited with code {cap.script_exit_code}{why}; the capture "
                         "is complete", style="yellow"))
     if doc.cpu_only:
         out.append(Text("CPU-only trace: the CPU is the device, so device time is each op's self CPU time.",
@@ -80,10 +83,10 @@ def notes(doc: ReportDocument) -> list[Text]:
     if steps is not None:
         out.append(steps)
     for reason, n in sorted(doc.totals.unlinked.items(), key=lambda kv: -kv[1]):
-        out.append(Text(f"  {n:,} not linked: {UNLINKED_REASONS.get(reason, reason)}", style="yellow"))
+        out.append(text(f"  {n:,} not linked: {UNLINKED_REASONS.get(reason, reason)}", style="yellow"))
     if doc.skipped:
         what = ", ".join(f"{n:,} {r}" for r, n in doc.skipped.items())
-        out.append(Text(f"--lenient skipped events: {what}", style="red"))
+        out.append(text(f"--lenient skipped events: {what}", style="red"))
     return out
 
 
@@ -182,7 +185,7 @@ def render_fusion(console: Console, view: ReportView) -> None:
                   fmt_us(cand.predicted_saving_us), cand.confidence)
     console.print(t)
     for cand in cands[:3]:
-        console.print(Text(f"  {cand.pattern} in {cand.scope}: {cand.recommendation}", style="cyan"))
+        console.print(text(f"  {cand.pattern} in {cand.scope}: {cand.recommendation}", style="cyan"))
 
 
 def render_interruptions(console: Console, view: ReportView) -> None:
@@ -246,7 +249,7 @@ def render_roofline(console: Console, view: ReportView) -> None:
             console.print(text(f"  {note}", style="yellow"))
         return
     src = peaks.source if peaks is not None and not isinstance(peaks, UnsetType) else ""
-    console.print(_section(f"Roofline ({src})"))
+    console.print(_section(f"Roofline ({safe(src)})"))
     t = _table(("Op", "Calls", "Time", "GFLOP", "MB", "FLOP/byte", "Bound", "% of roofline"), ("Op", "Bound"), 44)
     for row in rows[:ADVICE_ROWS]:
         known = row.gflop is not None and row.mbytes is not None and row.intensity is not None
@@ -301,6 +304,7 @@ SECTIONS: list[Section] = [
 ]
 
 
+@renders_printable
 def print_report(console: Console, view: ReportView, sections: list[Section] | None = None) -> None:
     """Print every section (default :data:`SECTIONS`) whose payload the report's records hold."""
     for s in SECTIONS if sections is None else sections:

@@ -12,13 +12,12 @@ from rich.text import Text
 
 from ..analysis.diagnosis.records import Leaf
 from ..payloads.diagnosis import BudgetDiff, DiagnosisPayload, StepGroup
-from ._text import fmt_us, text
+from ._text import fmt_us, safe, text
+from .terminal import renders_printable
 
 BAR = 60
 STYLE = {"busy": "green", "idle": "red", "cpu": "green", "unrecorded": "magenta"}
 SHOWN_LEVERS = 5
-
-
 
 
 def _part(leaves: Sequence[Leaf], prefix: str) -> tuple[float, str]:
@@ -32,7 +31,7 @@ def _part(leaves: Sequence[Leaf], prefix: str) -> tuple[float, str]:
 def budget_line(label: str, leaves: Sequence[Leaf], device: bool) -> Text:
     """``decode x5: busy 96% (gemm 66%, attention 5%) idle 4% (launch_overhead 3%)``."""
     t = Text()
-    t.append(label, style="bold")
+    t.append(safe(label), style="bold")
     t.append(": ")
     groups = (("busy/", "busy"), ("idle/", "idle"), ("unrecorded/", "unrecorded")) if device else (
         ("cpu/", "cpu"), ("idle", "idle"))
@@ -75,6 +74,7 @@ def _group_label(g: StepGroup) -> str:
     return f"{g.kind} x{g.count} ({fmt_us(g.span_us)}{', ' + serving + ' per step' if serving else ''})"
 
 
+@renders_printable
 def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
     """Print the budget (one line per kind of step, and its bar) and the top levers with gain and how."""
     what = "steady steps" if d.scope == "steps" else "whole trace"
@@ -99,7 +99,7 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
     for i, lv in enumerate(d.levers[:SHOWN_LEVERS], 1):
         pct = 100 * lv.gain_us / d.span_us if d.span_us else 0.0
         line = Text(f"  {i}. ")
-        line.append(lv.kind, style="bold cyan")
+        line.append(safe(lv.kind), style="bold cyan")
         line.append(" ")
         line.append(text(lv.target))
         line.append(f"  save up to {fmt_us(lv.gain_us)} ({pct:.0f}%) [{lv.confidence}, {lv.grade}]", style="bold")
@@ -110,22 +110,23 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
     if rest > 0:
         console.print(Text(f"  {rest} more lever(s): --format json lists them all", style="dim"))
     if d.small_items.count:
-        console.print(Text(f"  small items: {d.small_items.count} lever(s) under 1% of the span, "
+        console.print(text(f"  small items: {d.small_items.count} lever(s) under 1% of the span, "
                            f"{fmt_us(d.small_items.gain_us)} together ({', '.join(d.small_items.kinds)})",
                            style="dim"))
 
 
+@renders_printable
 def render_budget_diff(console: Console, d: BudgetDiff) -> None:
     """``profuse diff``: the two budgets leaf by leaf, largest change first."""
     from rich.table import Table
 
-    console.print(Text(f"Budget ({d.a_scope} {fmt_us(d.a_span_us)} -> {d.b_scope} {fmt_us(d.b_span_us)})",
+    console.print(text(f"Budget ({d.a_scope} {fmt_us(d.a_span_us)} -> {d.b_scope} {fmt_us(d.b_span_us)})",
                        style="bold underline"))
     t = Table(show_edge=False, header_style="bold", pad_edge=False)
     for c in ("Leaf", "A", "A %", "B", "B %", "Delta"):
         t.add_column(c, justify="left" if c == "Leaf" else "right")
     for r in d.rows:
-        t.add_row(r.key, fmt_us(r.a_us), f"{r.a_pct:.1f}%", fmt_us(r.b_us), f"{r.b_pct:.1f}%",
+        t.add_row(text(r.key), fmt_us(r.a_us), f"{r.a_pct:.1f}%", fmt_us(r.b_us), f"{r.b_pct:.1f}%",
                   Text(("-" if r.delta_us < 0 else "+") + fmt_us(abs(r.delta_us)),
                        style="green" if r.delta_us < 0 else "red"))
     console.print(t)

@@ -7,7 +7,8 @@ from rich.text import Text
 
 from ..analysis.compare.memory_diff import MemoryDiff
 from ..analysis.memory import MemorySection
-from ._text import text
+from ._text import safe, text
+from .terminal import renders_printable
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -22,6 +23,7 @@ def fmt_bytes(n: int | None) -> str:
     return f"{sign}{v:.2f} TiB"  # pragma: no cover - the loop returns at GiB
 
 
+@renders_printable
 def render_memory(console: Console, payload: MemorySection | None) -> None:
     """Print the memory section (nothing for a trace without memory events)."""
     if payload is None:
@@ -30,7 +32,7 @@ def render_memory(console: Console, payload: MemorySection | None) -> None:
     for d in payload.devices:
         where = [f"{k} {v}" for k, v in (("step", d.peak_at.step), ("op", d.peak_at.op),
                                          ("module", d.peak_at.module)) if v]
-        line = Text(f"{d.device}: peak allocated {fmt_bytes(d.peak_allocated_bytes)}")
+        line = Text(f"{safe(d.device)}: peak allocated {fmt_bytes(d.peak_allocated_bytes)}")
         if d.gap_bytes is not None:
             line.append(f", reserved {fmt_bytes(d.reserved_at_peak_bytes)} at the peak "
                         f"({fmt_bytes(d.gap_bytes)} cached by the allocator, not in use; "
@@ -54,6 +56,7 @@ def _delta(n: int) -> Text:
     return Text(("+" if n > 0 else "") + fmt_bytes(n), style="green" if n < 0 else "red" if n > 0 else "")
 
 
+@renders_printable
 def render_memory_diff(console: Console, diff: MemoryDiff | None, top: int = 15) -> None:
     """Print the diff's memory: peaks per device and the ops whose memory changed most (nothing without any)."""
     if diff is None:

@@ -15,8 +15,10 @@ from rich.text import Text
 
 from ..analysis.compare.diff import OpPair
 from ..analysis.compare.significance import TEST, Verdict
+from ..errors import printable
 from ..payloads.diff import DiffPayload
 from ._text import fmt_us, safe, text
+from .terminal import renders_printable
 
 NAME_WIDTH = 60
 
@@ -83,6 +85,7 @@ def _table(title: str, cols: tuple[str, ...]) -> Table:
     return t
 
 
+@renders_printable
 def print_diff(con: Console, p: DiffPayload, top: int | None) -> None:
     """The diff on the console: sides, verdicts, one-side-only things, then ops, modules, kernels, roofline."""
     con.print(Text(f"A: {safe(p.a)}\n   {safe(_device(p, 'a'))}\nB: {safe(p.b)}\n   {safe(_device(p, 'b'))}",
@@ -106,7 +109,7 @@ def print_diff(con: Console, p: DiffPayload, top: int | None) -> None:
         if o.fused_kernels:
             bits.append(f"{len(o.fused_kernels)} fused kernel name(s)")
         if bits:
-            con.print(Text(f"only in {side.upper()}: " + ", ".join(bits)))
+            con.print(text(f"only in {side.upper()}: " + ", ".join(bits)))
     n = top or None
     t = _table("Ops", ("Name", "Module", "Calls A", "Calls B", "Time A", "Time B", "B/A"))
     for r in p.ops[:n]:
@@ -138,8 +141,9 @@ def _pct(v: float | None) -> str:
 
 
 def _md(s: str) -> str:
-    """Trace text in a markdown table cell: HTML escaped, pipes and backticks neutralised."""
-    return html.escape(s, quote=True).replace("|", "&#124;").replace("`", "&#96;").replace("\n", " ")
+    """Trace text in a markdown table cell: control characters shown as escapes (the comment is printed
+    on a terminal too), HTML escaped, pipes and backticks neutralised."""
+    return html.escape(printable(s), quote=True).replace("|", "&#124;").replace("`", "&#96;")
 
 
 def _gate_head(verdicts: list[Verdict]) -> str:

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..neuron.neff import Neff, Subgraph
 from ._text import safe, text
+from .terminal import renders_printable
 
 
 def number(v: Any, unit: str = "") -> str:
@@ -25,15 +26,16 @@ def number(v: Any, unit: str = "") -> str:
     return (f"{v:,}" if isinstance(v, int) else f"{v:,.2f}") + unit
 
 
+@renders_printable
 def print_neff(con: Console, neff: Neff, *, top: int | None = 20) -> None:
     """Header, HLO statistics, then per subgraph: engines, tensors and where instructions came from."""
     h = neff.header
     t = Text()
     t.append(f"{safe(neff.path)}\n", style="bold")
-    t.append(f"NEFF {safe(h.version)} · {h.packaging} · name {safe(h.name or 'unknown')} · "
+    t.append(f"NEFF {safe(h.version)} · {safe(h.packaging)} · name {safe(h.name or 'unknown')} · "
              f"{h.data_size:,} payload bytes, {neff.members} archive members\n")
     check = {True: "matches the payload", False: "does not match the payload", None: "not recorded"}[h.checksum_ok]
-    t.append(f"checksum {h.checksum or '-'} ({check}) · uuid {h.uuid}\n", style="dim")
+    t.append(f"checksum {safe(h.checksum or '-')} ({check}) · uuid {safe(h.uuid)}\n", style="dim")
     t.append(f"compiler {safe(neff.compiler_version or 'unknown')} · target {safe(neff.target or 'unknown')} · "
              f"NeuronCores {h.num_tpb} (requested {h.requested_tpb_count})")
     con.print(t)

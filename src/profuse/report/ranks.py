@@ -1,5 +1,6 @@
 """The cross-rank report (``profuse.ranks/1``) as JSON and console tables (its HTML page is the shared
-front end's Ranks view: report/html.py ``render_ranks_html``)."""
+front end's Ranks view: report/html.py ``render_ranks_html``). Names from the traces are shown through
+:func:`._text.text`, and printed through :func:`.terminal.printable_on`."""
 from __future__ import annotations
 
 import statistics
@@ -11,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..payloads.ranks import MergedCandidate, RanksDiff, RanksDocument, StepTimes
-from ._text import fmt_us
+from ._text import fmt_us, safe, text
+from .terminal import renders_printable
 
 SHOW = 10
 
@@ -43,9 +45,9 @@ def _bytes(b: int | None) -> str:
 
 def _print_head(con: Console, doc: RanksDocument, top: int | None) -> None:
     kinds = sorted({r.device_kind for r in doc.ranks})
-    con.print(Text(f"{doc.source}", style="bold"))
-    con.print(f"{doc.ranks_found} ranks (named by {doc.rank_source}) · {', '.join(kinds)} · "
-              f"clock reference: rank {doc.clock.reference_rank}")
+    con.print(text(doc.source, style="bold"))
+    con.print(text(f"{doc.ranks_found} ranks (named by {doc.rank_source}) · {', '.join(kinds)} · "
+                   f"clock reference: rank {doc.clock.reference_rank}"))
 
 
 def _print_rank_table(con: Console, doc: RanksDocument, top: int | None) -> None:
@@ -56,7 +58,7 @@ def _print_rank_table(con: Console, doc: RanksDocument, top: int | None) -> None
         t.add_column(col, justify="left" if col == "Trace" else "right")
     shown = ranks if not top else ranks[:top]
     for r in shown:
-        t.add_row(str(r.rank), Text(_name(r.path)), _us(r.device_us), _us(r.compute_us), _us(r.comm_us),
+        t.add_row(str(r.rank), text(_name(r.path)), _us(r.device_us), _us(r.compute_us), _us(r.comm_us),
                   "-" if r.overlap_pct is None else f"{r.overlap_pct:.0f}%", _us(r.memory_us),
                   _us(r.idle_us), _us(r.step_median_us),
                   "unknown" if r.clock_offset_us is None else fmt_us(r.clock_offset_us))
@@ -97,7 +99,7 @@ def _print_skew(con: Console, doc: RanksDocument, top: int | None) -> None:
         for col in ("Collective", "Bytes", "Skew", "Last arriver"):
             t.add_column(col, justify="left" if col == "Collective" else "right")
         for c in skewed:
-            t.add_row(Text(f"{c.name} #{c.seq}"), _bytes(c.bytes), fmt_us(c.skew_us),
+            t.add_row(text(f"{c.name} #{c.seq}"), _bytes(c.bytes), fmt_us(c.skew_us),
                       "-" if c.last_arriver is None else str(c.last_arriver))
         con.print(t)
 
@@ -113,7 +115,7 @@ def _print_varying(con: Console, doc: RanksDocument, top: int | None) -> None:
             t.add_column(col, justify="left" if col == "Op" else "right")
         for o in doc.varying_ops[:SHOW]:
             # a varying op ran on two ranks at least, so its figures are known: _us prints them as fmt_us does
-            t.add_row(Text(o.name), str(o.ranks), _us(o.min_us), _us(o.max_us), _us(o.spread_us), str(o.max_rank))
+            t.add_row(text(o.name), str(o.ranks), _us(o.min_us), _us(o.max_us), _us(o.spread_us), str(o.max_rank))
         con.print(t)
 
 
@@ -123,8 +125,8 @@ def _print_fusion(con: Console, doc: RanksDocument, top: int | None) -> None:
         for col in ("Pattern", "Scope", "Ranks", "Instances", *SAVINGS, "Do"):
             t.add_column(col, justify="right" if col in ("Ranks", "Instances", *SAVINGS) else "left")
         for f in doc.fusion[:SHOW]:
-            t.add_row(Text(f.pattern), Text(f.scope), str(f.ranks), str(f.instances),
-                      *_savings(f), Text(f.recommendation))
+            t.add_row(text(f.pattern), text(f.scope), str(f.ranks), str(f.instances),
+                      *_savings(f), text(f.recommendation))
         con.print(t)
 
 
@@ -133,6 +135,7 @@ RANK_SECTIONS: list[Callable[[Console, RanksDocument, int | None], None]] = [
     _print_head, _print_rank_table, _print_stragglers, _print_skew, _print_steps, _print_varying, _print_fusion]
 
 
+@renders_printable
 def print_ranks(con: Console, doc: RanksDocument, top: int | None = 25) -> None:
     """Print the rank report: per-rank rows, stragglers and cross-rank findings."""
     for section in RANK_SECTIONS:
@@ -171,10 +174,11 @@ def _print_heat(con: Console, steps: StepTimes, top: int | None) -> None:
     con.print(t)
 
 
+@renders_printable
 def print_ranks_diff(con: Console, d: RanksDiff, top: int | None = 15) -> None:
     """``profuse diff DIR_A DIR_B`` on the console."""
     a, b = d.a, d.b
-    con.print(Text(f"A: {a.source} ({a.ranks} ranks)\nB: {b.source} ({b.ranks} ranks)", style="bold"))
+    con.print(Text(f"A: {safe(a.source)} ({a.ranks} ranks)\nB: {safe(b.source)} ({b.ranks} ranks)", style="bold"))
     speed = "unknown" if d.step_speedup is None else f"{d.step_speedup:.2f}x"
     con.print(f"median step {_us(a.step_median_us)} -> {_us(b.step_median_us)}: {speed}; slowest rank's "
               f"step {_us(a.slowest_step_median_us)} -> {_us(b.slowest_step_median_us)}; wait at collectives "

@@ -7,13 +7,15 @@ from rich.text import Text
 
 from ..studies.llama import LlamaStudy
 from ..studies.rmsnorm import StudyResult
-from ._text import fmt_us
+from ._text import fmt_us, text
+from .terminal import renders_printable
 
 
+@renders_printable
 def print_study(console: Console, r: StudyResult) -> None:
     """Print the RMSNorm study: one row per variant with device time per call and speed-up."""
     b, s, h = r.shape
-    console.print(Text(f"RMSNorm on {r.device_kind} ({r.device_name}) · x[{b}, {s}, {h}] {r.dtype} · "
+    console.print(text(f"RMSNorm on {r.device_kind} ({r.device_name}) · x[{b}, {s}, {h}] {r.dtype} · "
                        f"{r.iters} calls per variant · copy of x at {r.copy_bandwidth_gbps:.1f} GB/s "
                        f"(large-buffer peak {r.peak_copy_bandwidth_gbps:.1f} GB/s)",
                        style="bold"))
@@ -22,18 +24,18 @@ def print_study(console: Console, r: StudyResult) -> None:
                 "Roofline", "Max abs err"):
         t.add_column(col, justify="left" if col == "Variant" else "right")
     for v in r.variants:
-        t.add_row(Text(v.name), f"{v.ops_per_call:g}", f"{v.kernels_per_call:g}", fmt_us(v.device_us_per_call),
+        t.add_row(text(v.name), f"{v.ops_per_call:g}", f"{v.kernels_per_call:g}", fmt_us(v.device_us_per_call),
                   f"{v.speedup_vs_op_by_op:.2f}x", f"{v.bytes_per_call / 1e6:.1f} MB", f"{v.roofline_pct:.0f}%",
                   f"{v.max_abs_err:.1e}")
     console.print(t)
     for note in r.notes:
-        console.print(Text(f"  note: {note}", style="yellow"))
+        console.print(text(f"  note: {note}", style="yellow"))
     for v in r.variants:
         ran = ", ".join(v.ran[:8]) + (" ..." if len(v.ran) > 8 else "")
-        console.print(Text(f"  {v.name}: ran {ran}", style="dim"))
+        console.print(text(f"  {v.name}: ran {ran}", style="dim"))
     noisy = [v.name for v in r.variants if v.spread_pct > 50]
     if noisy:
-        console.print(Text(f"  warning: per-call times of {', '.join(noisy)} varied by more than 50% "
+        console.print(text(f"  warning: per-call times of {', '.join(noisy)} varied by more than 50% "
                            "(a busy machine?); rerun for steadier figures", style="yellow"))
     first = r.variants[0].bundle
     console.print(Text("\nExplore the result:", style="bold"))
@@ -44,6 +46,7 @@ def print_study(console: Console, r: StudyResult) -> None:
     console.print(Text(f"  summary JSON: {r.out}/study.json"))
 
 
+@renders_printable
 def print_llama(console: Console, r: LlamaStudy) -> None:
     """Print the Llama study: the RMSNorm candidate found in the trace and each fix measured on a copy of the model."""
     c = r.config
@@ -52,13 +55,13 @@ def print_llama(console: Console, r: LlamaStudy) -> None:
                        "random weights", style="bold"))
     if r.rmsnorm is not None:
         k = r.rmsnorm
-        console.print(Text(f"Advisor: {k.pattern} in {k.scope}: {k.instances} calls, {k.kernels_per_instance:g} "
+        console.print(text(f"Advisor: {k.pattern} in {k.scope}: {k.instances} calls, {k.kernels_per_instance:g} "
                            f"kernels per call, {fmt_us(k.device_us)} -> predicted saving "
                            f"{fmt_us(k.predicted_saving_us)} ({k.confidence} confidence)"))
-        console.print(Text(f"  recommendation: {k.recommendation}", style="cyan"))
+        console.print(text(f"  recommendation: {k.recommendation}", style="cyan"))
     others = [k for k in r.candidates if k is not r.rmsnorm]
     for k in others[:6]:
-        console.print(Text(f"  also: {k.pattern} in {k.scope} ({k.instances} calls, predicted "
+        console.print(text(f"  also: {k.pattern} in {k.scope} ({k.instances} calls, predicted "
                            f"{fmt_us(k.predicted_saving_us)})", style="dim"))
     t = Table(show_edge=False, header_style="bold", title="Fixes applied to a copy of the model",
               title_justify="left")
@@ -66,12 +69,12 @@ def print_llama(console: Console, r: LlamaStudy) -> None:
                 "Predicted saving/step", "Max abs err", "Numerics", "Speed"):
         t.add_column(col, justify="left" if col in ("Fix", "Scope", "Speed") else "right")
     for f in r.fixes:
-        t.add_row(Text(f.fix), Text(f.scope), str(f.modules_changed),
+        t.add_row(text(f.fix), text(f.scope), str(f.modules_changed),
                   f"{fmt_us(f.scope_before_us)} ±{fmt_us(f.scope_before_spread_us)} -> "
                   f"{fmt_us(f.scope_after_us)} ±{fmt_us(f.scope_after_spread_us)}",
                   fmt_us(f.measured_saving_us) if f.verdict in ("verified faster", "slower") else f.verdict,
                   fmt_us(f.predicted_saving_us), f"{f.max_abs_err:.1e}", "ok" if f.ok else "NO",
-                  Text(f.verdict))
+                  text(f.verdict))
     console.print(t)
     if r.ms_per_token_after:
         after = f"{r.ms_per_token_after:.2f} ms/token after ({r.ms_per_token_before / r.ms_per_token_after:.2f}x)"
@@ -80,5 +83,5 @@ def print_llama(console: Console, r: LlamaStudy) -> None:
     console.print(Text(f"End to end (greedy generation, wall clock): {r.ms_per_token_before:.2f} ms/token before, "
                        f"{after}", style="bold"))
     for n in r.notes:
-        console.print(Text(f"  note: {n}", style="yellow"))
+        console.print(text(f"  note: {n}", style="yellow"))
     console.print(Text(f"Bundles and study.json in {r.out}; try: profuse report {r.out}/analysis", style="dim"))
