@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 
 import pytest
 from conftest import trace_path
@@ -104,8 +105,8 @@ def test_explorer_closes_connections_that_send_no_request(tmp_path):
                              "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     socks = []
     try:
-        url = proc.stdout.readline().split()[2]
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        url = urllib.parse.urlsplit(proc.stdout.readline().split()[2])   # http://127.0.0.1:PORT/?token=...
+        port, token = url.port, urllib.parse.parse_qs(url.query)["token"][0]
         for i in range(40):
             s = socket.create_connection(("127.0.0.1", port), timeout=30)
             if i % 2:
@@ -118,7 +119,8 @@ def test_explorer_closes_connections_that_send_no_request(tmp_path):
         assert time.monotonic() - start < 15
         # and a complete request is still answered
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+            s.sendall(f"GET /api/runs?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+                      .encode())
             assert s.recv(64).startswith(b"HTTP/1.1 200")
     finally:
         for s in socks:
