@@ -130,7 +130,9 @@ def test_report_on_a_colour_terminal_prints_only_its_own_colour_codes(traces):
 
 
 def test_report_json_keeps_the_names_exactly(traces, capsys):
-    doc = json.loads(run_cli(capsys, "report", str(traces["a"]), "--no-cache", "--format", "json"))
+    out = run_cli(capsys, "report", str(traces["a"]), "--no-cache", "--format", "json")
+    assert_printable(out)   # printed to a terminal as it is: C1 and bidi controls written as \uXXXX
+    doc = json.loads(out)
     assert doc["trace"]["device_name"] == DEVICE
     assert OP in {r["name"] for r in doc["ops"]} and ANNOTATION in {r["name"] for r in doc["ops"]}
     assert any(c["scope"] == ANNOTATION for c in doc["fusion_candidates"])
