@@ -11,13 +11,14 @@ from conftest import REPO
 SRC = REPO / "src" / "profuse"
 # package -> the packages (and outside modules) it must never import
 FORBIDDEN = {
-    "capture": {"payloads", "report", "explorer", "frontend", "cli", "fixes", "studies"},
-    "trace": {"analysis", "payloads", "report", "explorer", "frontend", "capture", "fixes", "studies", "torch"},
-    "analysis": {"payloads", "report", "explorer", "frontend", "capture", "fixes", "studies", "torch"},
-    "payloads": {"report", "explorer", "frontend", "cli", "capture", "torch"},
-    "report": {"explorer", "cli", "capture", "torch"},
-    "explorer": {"report", "cli", "capture", "torch"},
-    "frontend": {"trace", "analysis", "payloads", "report", "explorer", "cli", "capture", "torch"},
+    "capture": {"payloads", "report", "explorer", "agents", "frontend", "cli", "fixes", "studies"},
+    "trace": {"analysis", "payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch"},
+    "analysis": {"payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch"},
+    "payloads": {"report", "explorer", "agents", "frontend", "cli", "capture", "torch"},
+    "report": {"explorer", "agents", "cli", "capture", "torch"},
+    "explorer": {"report", "agents", "cli", "capture", "torch"},
+    "agents": {"report", "explorer", "cli", "capture", "torch"},  # profuse mcp: a renderer beside them
+    "frontend": {"trace", "analysis", "payloads", "report", "explorer", "agents", "cli", "capture", "torch"},
 }
 
 

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 from ..errors import UserError, printable
 from ..redact import redact_text, redacted_output
-from . import diff, explore, neff, peaks, report, run, sql, study
+from . import diff, explore, mcp, neff, peaks, report, run, sql, study
 
 # the commands that only read traces and files (no user script, no model run): see _one_blas_thread
-READING = {"report", "sql", "diff", "explore", "neff"}
+READING = {"report", "sql", "diff", "explore", "neff", "mcp"}
 COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": diff, "explore": explore, "peaks": peaks,
-            "neff": neff}
+            "neff": neff, "mcp": mcp}
 
 EPILOG = """examples:
   profuse report trace.json.gz                  the op table with device time per op
