@@ -77,3 +77,16 @@ def test_main_called_from_python_leaves_blas_alone(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "None"
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["reprot", "x.json"], "did you mean 'report'?"),
+    (["report", "x.json", "--fromat", "json"], "did you mean --format?"),
+    (["report", "x.json", "--format", "htm"], "did you mean 'html'?"),
+    (["report"], "the following arguments are required: path"),
+])
+def test_an_argument_error_is_one_line_with_a_suggestion(argv, hint):
+    p = subprocess.run([sys.executable, "-m", "profuse", *argv], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and hint in lines[0] and lines[0].startswith("profuse"), p.stderr

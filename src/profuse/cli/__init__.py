@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from ..errors import UserError, printable
 from ..redact import redact_text, redacted_output
 from . import diff, explore, mcp, neff, peaks, report, run, sql, study
+from ._parser import Parser
 
 # the commands that only read traces and files (no user script, no model run): see _one_blas_thread
 READING = {"report", "sql", "diff", "explore", "neff", "mcp"}
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``profuse`` argument parser with one sub-command per module of ``profuse.cli``."""
     from .. import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="profuse", description="Where PyTorch inference spends its time, on any device, and proof of the fix.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"profuse {__version__}")
