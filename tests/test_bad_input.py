@@ -380,3 +380,35 @@ def test_bundle_side_files_that_are_not_regular(tmp_path, capsys):
     (inductor / "real.py").write_text("def triton_poi_fused_add_0(): pass\n")
     out = report_json(capsys, b)
     assert out["compiled"]["generated_kernels"] == ["triton_poi_fused_add_0"]
+
+
+@pytest.mark.parametrize("scanner", ["1", "0"])
+def test_ids_written_as_floats_are_the_integers_they_are(tmp_path, monkeypatch, capsys, scanner):
+    # GIVEN a real trace re-serialised with every correlation and External id as a float (35.0), and two
+    # kernels' correlations with a fraction (35.5)
+    monkeypatch.setenv("PROFUSE_SCANNER", scanner)
+    doc = json.loads(gzip.decompress(trace_path("a100_event_sync.json.gz").read_bytes()))
+    floats, fraction = json.loads(json.dumps(doc)), json.loads(json.dumps(doc))
+    for d, bump in ((floats, 0.0), (fraction, 0.5)):
+        n = 0
+        for e in d["traceEvents"]:
+            a = e.get("args") or {}
+            for key in ("correlation", "External id"):
+                if key in a:
+                    a[key] = float(a[key])
+            if bump and e.get("cat") == "kernel" and n < 2:
+                a["correlation"] += bump
+                n += 1
+    reports = {}
+    for name, d in (("ints", doc), ("floats", floats), ("fraction", fraction)):
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(d))
+        assert main(["report", str(p), "--format", "json", "--no-cache"]) == 0
+        reports[name] = json.loads(capsys.readouterr().out)
+    # THEN the float ids load as the ints (same totals, ops and diagnosis), and a fraction is absent and
+    # counted, its event kept
+    for key in ("totals", "ops", "diagnosis", "steps"):
+        assert reports["floats"][key] == reports["ints"][key], key
+    assert reports["fraction"]["trace"]["events"] == reports["ints"]["trace"]["events"]
+    with profuse.load(tmp_path / "fraction.json", cache=False) as t:
+        assert t.meta.ignored_args == {"correlation": 2}

@@ -32,9 +32,11 @@ _MSGSPEC_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$\[(?P<idx>\d+)\](?P<rest>[^`
 class Args(Struct, gc=False, frozen=True):
     """The ``args`` keys profuse reads; every other key is skipped by the decoder."""
 
-    external_id: int | str | None = msgspec.field(name="External id", default=None)
-    external_id_lc: int | str | None = msgspec.field(name="external id", default=None)
-    correlation: int | str | None = None
+    # ids re-serialised as floats (35.0) are the integers they are; any other float is read as absent
+    # and counted (int_column)
+    external_id: int | float | str | None = msgspec.field(name="External id", default=None)
+    external_id_lc: int | float | str | None = msgspec.field(name="external id", default=None)
+    correlation: int | float | str | None = None
     device: Any = None
     stream: Any = None
     stream_id: Any = None
@@ -512,16 +514,18 @@ ARG_LABELS = {"seq": "Sequence number", "fwd_tid": "Fwd thread id", "python_id":
 
 def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
                ignored: dict[str, int] | None = None, *, skipped: Skipped | None = None) -> np.ndarray:
-    """Optional ints to int64 with -1 for absent; strings of digits are accepted (MTIA streams).
+    """Optional ints to int64 with -1 for absent; strings of digits are accepted (MTIA streams), and
+    integral floats (``35.0``, a re-serialised trace) as the integer they are.
 
-    Values of other types are read as absent and counted per key in ``ignored``. A number beyond
+    Values of other types, and floats with a fraction, are read as absent and counted per key in
+    ``ignored``. A number beyond
     64 bits (``2**70``, ``1e308``) is an error naming ``path``, or with ``skipped`` (``--lenient``)
     read as absent and counted there.
     """
     vals = values if isinstance(values, list) else list(values)
     try:
         f = np.array(vals, dtype=np.float64)  # None -> nan, at C speed
-        if not np.any(np.abs(f) >= 2.0**53):
+        if not np.any(np.abs(f) >= 2.0**53) and not np.any(f != np.floor(f)):   # (nan != nan: absent)
             return np.where(np.isnan(f), -1, f).astype(np.int64)
     except (TypeError, ValueError, OverflowError, RecursionError):
         pass
@@ -529,8 +533,8 @@ def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
     for i, v in enumerate(vals):
         if isinstance(v, str) and v.strip().lstrip("-").isdigit():
             v = int(v)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            if v is not None and ignored is not None:  # not a number: treated as absent, counted
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+            if v is not None and ignored is not None:  # not a whole number: treated as absent, counted
                 ignored[what] = ignored.get(what, 0) + 1
             continue
         if not -(2**63) <= v < 2**63:
