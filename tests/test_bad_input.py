@@ -412,3 +412,30 @@ def test_ids_written_as_floats_are_the_integers_they_are(tmp_path, monkeypatch, 
     assert reports["fraction"]["trace"]["events"] == reports["ints"]["trace"]["events"]
     with profuse.load(tmp_path / "fraction.json", cache=False) as t:
         assert t.meta.ignored_args == {"correlation": 2}
+
+
+@pytest.mark.parametrize("scanner", ["1", "0"])
+def test_a_huge_ts_and_a_memory_device_beyond_32_bits_are_one_line_or_counted(tmp_path, monkeypatch, capsys, scanner):
+    # GIVEN a ts written as a 400-digit integer; and [memory] events with a Device Id of 2^31 and a negative total
+    monkeypatch.setenv("PROFUSE_SCANNER", scanner)
+    big = tmp_path / "bigts.json"
+    big.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": '
+                   + "9" * 400 + ', "dur": 5}]}')
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 5, "args": {}}
+
+    def mem(ts, dev, total):
+        return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "s": "t",
+                "args": {"Device Type": 1, "Device Id": dev, "Addr": ts, "Bytes": 100, "Total Allocated": total,
+                         "Total Reserved": 200}}
+    memp = tmp_path / "mem.json"
+    memp.write_text(json.dumps({"traceEvents": [op, mem(2, 2**31, 100), mem(3, 0, -5), mem(4, 0, 100)]}))
+    # THEN the ts is one line naming the file and exit 2 (--lenient: skipped and counted)
+    assert main(["report", str(big), "--no-cache"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(big) in err[0] and "out of range" in err[0]
+    assert main(["report", str(big), "--no-cache", "--lenient"]) == 0
+    capsys.readouterr()
+    # and the two memory events no table can hold (or no figure may show) are left out and counted
+    with profuse.load(memp, cache=False) as t:
+        assert t.meta.memory_events == 1 and t.meta.memory_skipped == 2
+        assert t.con.execute("SELECT min(total_allocated) FROM memory").fetchone()[0] >= 0

@@ -1,6 +1,7 @@
 """Turn decoded chunks into column arrays (numpy), interning repeated strings."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -223,14 +224,24 @@ def _precise_ts(chunk: memoryview, events: list[Event]) -> np.ndarray | None:
     return out
 
 
+def _floats(values: list[Any]) -> np.ndarray:
+    """Times as doubles, None as nan; an integer too large for a double (a ts written with 400 digits) as
+    an infinity of its sign, which the range check then refuses (never an OverflowError)."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except OverflowError:
+        return np.array([v if not isinstance(v, int) or abs(v) < 2**1000 else (math.inf if v > 0 else -math.inf)
+                         for v in values], dtype=np.float64)
+
+
 def _needs_precise(events: list[Event]) -> tuple[bool, bool]:
     """Whether this chunk's times are read from the text (it holds a ts of 2^33 µs or more, where a
     double may not hold whole ns), and whether any ts has a fraction (else the doubles were exact).
 
     Reading the text does not hang on whether a double kept a fraction (4458676522709.0000001 is
     a whole double), so the compiled scanner can follow the same rule event by event."""
-    ts = np.array(list(map(_get["ts"], events)), dtype=np.float64)  # None -> nan
-    ts = ts[~np.isnan(ts)]
+    ts = _floats(list(map(_get["ts"], events)))  # None -> nan
+    ts = ts[~np.isnan(ts) & np.isfinite(ts)]
     return bool(np.any(np.abs(ts) >= _PRECISE_ABOVE_US)), bool(np.any(ts % 1 != 0))
 
 
@@ -278,8 +289,8 @@ def add_chunk(
     xs = [events[i] for i in x_idx]
     if not xs:
         return
-    ts = np.array(list(map(_get["ts"], xs)), dtype=np.float64)  # None -> nan
-    dur = np.array(list(map(_get["dur"], xs)), dtype=np.float64)
+    ts = _floats(list(map(_get["ts"], xs)))  # None -> nan
+    dur = _floats(list(map(_get["dur"], xs)))
     with np.errstate(invalid="ignore"):
         bad = np.isnan(ts) | np.isnan(dur) | (dur < 0) | ~(np.abs(ts) < MAX_US) | ~(dur < MAX_US)
     keep = ~bad

@@ -404,6 +404,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
         fp = fp_of()
         meta = _meta(path, cols, prepared, events, top=top, fp=fp, skipped=skipped)
         if memory is not None:
+            memory = memory.usable()
             _memory.write_memory_tables(con, memory, base_ns=base_ns, thread_keys=prepared.threads.keys,
                                         events=events, names=prepared.events.names)
             meta["memory_events"], meta["memory_skipped"] = len(memory), memory.skipped

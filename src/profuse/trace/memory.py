@@ -76,6 +76,20 @@ class MemoryEvents:
         """Each event's (pid, tid) as text."""
         return [self.threads[c] for c in self.thread.tolist()]
 
+    def usable(self) -> MemoryEvents:
+        """The events a memory table can hold: a Device Id and Device Type within 32 bits (the table's
+        columns), totals that are not negative (no figure profuse shows may be); the rest left out and
+        counted in ``skipped``."""
+        limit = 2**31
+        ok = ((np.abs(self.device) < limit) & (self.device_type >= 0) & (self.device_type < limit)
+              & (self.total_allocated >= 0) & (self.total_reserved >= 0))
+        if ok.all():
+            return self
+        return MemoryEvents(ts=self.ts[ok], thread=self.thread[ok], threads=self.threads, bytes=self.bytes[ok],
+                            addr=self.addr[ok], total_allocated=self.total_allocated[ok],
+                            total_reserved=self.total_reserved[ok], device_type=self.device_type[ok],
+                            device=self.device[ok], skipped=self.skipped + int((~ok).sum()))
+
 
 _accel = compiled.accel  # tests turn it off here
 
