@@ -14,20 +14,31 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 HELP = """examples:
-  profuse diff before/ after/                   two bundles
+  profuse diff before/ after/
+      two bundles
   profuse diff base.json.gz test.json.gz --format json
-  profuse diff base/ new/ --fail-if-slower 5%   exit 1 when NEW's steps are significantly >5% slower
-  profuse diff base/ new/ --fail-if-slower 5% --metric aten::addmm --format junit -o diff.xml
-  profuse diff run_a/ run_b/                    two folders of rank traces (or repeated runs)
-Ops are matched by name, input shapes and nn.Module instance, so a CUDA run and a ROCm run compare;
-modules by class; kernels by name only between runs on the same device (device names compared).
-Each metric's per-step times (ProfilerStep#N, else serving steps) are compared by an exact
-Mann-Whitney U test: a verdict needs 4 steps a side at least; with fewer it says "cannot tell"
-and the gate passes. The gate refuses to judge (exit 2) a side that is empty, whose bundle's capture
-did not complete, that marks no steps where the other does, or that --lenient left short of more
-than 1% of its events. See docs/ci.md.
-Exit codes: 0 (no significant slowdown beyond the threshold), 1 (gate failed), 2 (bad input).
-Names longer than 60 characters are cut at their end ("…"); --format json gives them whole.
+  profuse diff base/ new/ --fail-if-slower 5%
+      exit 1 when NEW's steps are significantly >5% slower
+  profuse diff base/ new/ --fail-if-slower 5% --metric aten::addmm \\
+    --format junit -o diff.xml
+  profuse diff run_a/ run_b/
+      two folders of rank traces (or repeated runs)
+
+Ops are matched by name, input shapes and nn.Module instance, so a CUDA run
+and a ROCm run compare; modules by class; kernels by name only between runs on
+the same device (device names compared).
+
+Each metric's per-step times (ProfilerStep#N, else serving steps) are compared
+by an exact Mann-Whitney U test: a verdict needs 4 steps a side at least; with
+fewer it says "cannot tell" and the gate passes. The gate refuses to judge
+(exit 2) a side that is empty, whose bundle's capture did not complete, that
+marks no steps where the other does, or that --lenient left short of more than
+1% of its events. See docs/ci.md.
+
+Exit codes: 0 (no significant slowdown beyond the threshold), 1 (gate failed),
+2 (bad input).
+Names longer than 60 characters are cut at their end ("…"); --format json
+gives them whole.
 """
 
 FORMATS = ("table", "json", "markdown", "junit")

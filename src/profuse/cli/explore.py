@@ -10,13 +10,16 @@ from ._common import add_load_args, load_trace
 from .ranks import add_rank_args
 
 HELP = """examples:
-  profuse explore prof/                       open the explorer on a bundle
-  profuse explore before/ after/              two runs: the Compare view diffs them
+  profuse explore prof/                  open the explorer on a bundle
+  profuse explore before/ after/         two runs: the Compare view diffs them
   profuse explore trace.json.gz --no-browser --port 8765
-  profuse explore run/                        a folder of rank traces: the Ranks view, click a rank
-                                              to open its own views (loaded when first opened)
-The server listens on 127.0.0.1 only and answers only the URL it prints: its ?token= is made anew
-each start, so other accounts on this machine cannot open it. Ctrl-C (or SIGTERM) stops it.
+  profuse explore run/                   a folder of rank traces: the Ranks
+                                         view, click a rank to open its own
+                                         views (loaded when first opened)
+
+The server listens on 127.0.0.1 only and answers only the URL it prints: its
+?token= is made anew each start, so other accounts on this machine cannot open
+it. Ctrl-C (or SIGTERM) stops it.
 """
 
 

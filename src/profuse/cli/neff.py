@@ -7,21 +7,26 @@ import json
 
 from ._common import console, count, emit
 
+# raw text (not re-wrapped), each example's comment on the line below it: every line fits 80 columns
 HELP = """examples:
-  profuse neff model.neff                      header, engines, HLO statistics, tensors, instruction sources
-  profuse neff model.neff --format json        the same as JSON (schema profuse.neff/1)
-  profuse neff prof/neff_1234.neff --top 0     every instruction-source row
-  profuse neff model.neff -o model.txt         the table as plain text in a file
+  profuse neff model.neff
+      header, engines, HLO statistics, tensors, instruction sources
+  profuse neff model.neff --format json
+      the same as JSON (schema profuse.neff/1)
+  profuse neff prof/neff_1234.neff --top 0
+      every instruction-source row
+  profuse neff model.neff -o model.txt
+      the table as plain text in a file
 """
 
 
 def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``profuse neff``."""
     p = subs.add_parser("neff", help="read a compiled Neuron executable (NEFF) offline", epilog=HELP,
-                        description="Show a NEFF's header, subgraphs, per-engine instruction streams, the "
-                                    "compiler's HLO statistics, tensors, and which HLO and framework ops "
-                                    "each engine's instructions come from (when the NEFF carries debug info). "
-                                    "Needs no Neuron SDK and no device.",
+                        description="Show a NEFF's header, subgraphs, per-engine instruction streams, the\n"
+                                    "compiler's HLO statistics, tensors, and which HLO and framework ops each\n"
+                                    "engine's instructions come from (when the NEFF carries debug info). Needs no\n"
+                                    "Neuron SDK and no device.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", help="a .neff file")
     p.add_argument("--format", choices=("table", "json"), default="table")

@@ -8,35 +8,46 @@ from ..errors import UserError
 from ._common import add_load_args, count, emit, print_view, start_load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
 
+# raw text (not re-wrapped), each example's comment on the line below it: every line fits 80 columns
 HELP = """examples:
   profuse report trace.json.gz
   profuse report trace.json.gz --group-by kernel --top 10
-  profuse report prof/ --format json > report.json     (a bundle folder works too)
-  profuse report prof/ --format html -o report.html    (one file, opens offline)
-  profuse report snapshot.pickle                       (torch.cuda.memory._dump_snapshot: read, never run)
-  profuse report explorer_out/                         (a neuron-explorer Parquet folder: built from the
-                                                        published schema 7.4.0, not yet checked on a capture)
+  profuse report prof/ --format json > report.json
+      a bundle folder works too
+  profuse report prof/ --format html -o report.html
+      one file, opens offline
+  profuse report snapshot.pickle
+      torch.cuda.memory._dump_snapshot: read, never run
+  profuse report explorer_out/
+      a neuron-explorer Parquet folder: built from the published schema 7.4.0,
+      not yet checked on a capture
 
-several rank traces of one distributed run (a folder or a quoted glob): one cross-rank report
-  profuse report run/                                  ranks, stragglers, collective skew, step heat map
-  profuse report 'run/*rank*.json.gz' --format json    schema profuse.ranks/1
-  profuse report run/ --engine ray                     map the ranks as Ray tasks (starts Ray here)
-  profuse report run/ --engine ray --ray-address head-node:6379   (or set RAY_ADDRESS)
+several rank traces of one distributed run (a folder or a quoted glob): one
+cross-rank report
+  profuse report run/
+      ranks, stragglers, collective skew, step heat map
+  profuse report 'run/*rank*.json.gz' --format json
+      schema profuse.ranks/1
+  profuse report run/ --engine ray
+      map the ranks as Ray tasks (starts Ray here)
+  profuse report run/ --engine ray --ray-address head-node:6379
+      (or set RAY_ADDRESS)
 """
 
 
 def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``profuse report``."""
     p = subs.add_parser("report", help="op table with device time correlated", epilog=HELP,
-                        description="Show where time goes: every op with its CPU time and the device time "
-                                    "of the kernels it launched.",
+                        description="Show where time goes: every op with its CPU time and the device time of the\n"
+                                    "kernels it launched.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", help="a Kineto trace (.json / .json.gz), a profuse bundle folder, a folder or glob "
                                 "of several rank traces, or a neuron-explorer Parquet folder")
     p.add_argument("--format", choices=("table", "json", "html"), default="table",
                    help="html: one self-contained file (needs -o), viewable offline")
     p.add_argument("--group-by", choices=GROUPS, default="op")
-    p.add_argument("--sort", choices=SORT_KEYS, default="self_device")
+    p.add_argument("--sort", choices=SORT_KEYS, default="self_device", metavar="KEY",
+                   help=f"order the rows by KEY: {', '.join(SORT_KEYS)} (default %(default)s)")
     p.add_argument("--top", type=count, default=25,
                    help="rows in the table and html formats (default 25; 0 = all); json gives every row")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")

@@ -13,14 +13,17 @@ if TYPE_CHECKING:
 
     from ..capture.runner import RunResult
 
+# raw text (not re-wrapped): every line fits 80 columns
 HELP = """examples:
   profuse run -- python infer.py --batch 8
   profuse run --out prof --warmup 2 --steps 10 -- python -m mypkg.serve
-  profuse run --streams ops,device,runtime -- python infer.py   (no module scopes: less overhead)
+  profuse run --streams ops,device,runtime -- python infer.py
+      no module scopes: less overhead
 
-Each call of the outermost nn.Module is one step (marked ProfilerStep#N); the first --warmup calls
-are not recorded. Module scopes are recorded by default.
-A script with no nn.Module is profiled whole. The script's output and exit code are kept.
+Each call of the outermost nn.Module is one step (marked ProfilerStep#N); the
+first --warmup calls are not recorded. Module scopes are recorded by default.
+A script with no nn.Module is profiled whole. The script's output and exit
+code are kept.
 """
 
 

@@ -7,11 +7,16 @@ import sys
 
 from ._common import add_load_args, console, load_trace
 
+# raw text (not re-wrapped): every line fits 80 columns, a long query goes on inside its quotes
 HELP = """examples:
-  profuse sql trace.json.gz "SELECT kind, count(*), sum(dur)/1e3 AS us FROM events GROUP BY kind"
-  profuse sql trace.json.gz "SELECT name, device_total/1e3 AS us FROM events WHERE kind='cpu_op' ORDER BY us DESC LIMIT 10"
-  profuse sql trace.json.gz "SELECT * FROM links WHERE unlinked IS NOT NULL" --format csv
-tables: events, links (view), scopes, shapes, threads, flows, instants, meta   (docs/schema.md)
+  profuse sql trace.json.gz "SELECT kind, count(*), sum(dur)/1e3 AS us
+    FROM events GROUP BY kind"
+  profuse sql trace.json.gz "SELECT name, device_total/1e3 AS us FROM events
+    WHERE kind='cpu_op' ORDER BY us DESC LIMIT 10"
+  profuse sql trace.json.gz "SELECT * FROM links WHERE unlinked IS NOT NULL" \\
+    --format csv
+tables (docs/schema.md): events, links (view), scopes, shapes, threads,
+flows, instants, meta
 """
 
 

@@ -9,13 +9,18 @@ from typing import Any
 from ..errors import UserError
 from ._common import console
 
+# raw text (not re-wrapped), each example's comment on the line below it: every line fits 80 columns
 HELP = """examples:
-  profuse study rmsnorm                                   CPU, default size (about a minute)
+  profuse study rmsnorm
+      CPU, default size (about a minute)
   profuse study rmsnorm --device cuda --shape 8,2048,4096 --dtype bfloat16
   profuse study rmsnorm --format json > rmsnorm.json
-  profuse study llama                                     tiny Llama, RMSNorm found, fixed, verified
-  profuse study llama --size small --all-patterns         every candidate the advisor finds
-  profuse study llama --size small --threads 1            measured on one thread (a busy, shared CPU)
+  profuse study llama
+      tiny Llama, RMSNorm found, fixed, verified
+  profuse study llama --size small --all-patterns
+      every candidate the advisor finds
+  profuse study llama --size small --threads 1
+      measured on one thread (a busy, shared CPU)
 """
 
 
@@ -29,7 +34,7 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--shape", default="4,256,2048", help="B,S,H (default 4,256,2048)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16", "float64"))
     p.add_argument("--iters", type=int, default=20, help="profiled calls per variant (default 20)")
-    p.add_argument("--out", default=None, help="folder for the bundles and study.json (profuse-out/NAME)")
+    p.add_argument("--out", default=None, help="folder for the bundles and study.json (default: profuse-out/NAME)")
     p.add_argument("--size", choices=("tiny", "small"), default="tiny", help="llama: model size (default tiny)")
     p.add_argument("--steps", type=int, default=6, help="llama: profiled steps per measurement (default 6)")
     p.add_argument("--all-patterns", action="store_true",
