@@ -93,7 +93,8 @@ def test_the_rules_are_the_union_of_the_entries() -> None:
 
 
 @pytest.mark.parametrize(("kind", "name", "props", "model"), [
-    ("CUDA", "NVIDIA A100-SXM4-80GB", {"totalGlobalMem": 85_000_000_000}, "A100 80GB"),
+    ("CUDA", "NVIDIA A100-SXM4-80GB", {"totalGlobalMem": 85_000_000_000}, "A100 80GB SXM4"),
+    ("CUDA", "NVIDIA A100 (no board named)", {"totalGlobalMem": 85_000_000_000}, "A100 80GB"),
     ("CUDA", "NVIDIA A100-PG509-200", {"totalGlobalMem": 42_297_524_224}, "A100 40GB"),  # a100_alexnet's
     ("CUDA", "NVIDIA PG509-210", None, "A100 80GB"),
     ("CUDA", "NVIDIA GB10", None, "GB10"),
@@ -105,6 +106,9 @@ def test_the_rules_are_the_union_of_the_entries() -> None:
     ("CUDA", "Some GPU", {"computeMajor": 9, "computeMinor": 0, "numSms": 104}, None),  # AMD's properties, not AMD
     ("CUDA", "Some GPU", None, None),
     ("MTIA", "ARTEMIS", None, "MTIA v2 (Artemis)"),                  # mtia_inference's deviceProperties
+    ("CUDA", "NVIDIA L40", None, "L40"),                              # not the L4
+    ("CUDA", "NVIDIA H100 PCIe", None, "H100 PCIe"),                  # not the SXM board
+    ("CUDA", "NVIDIA A100-SXM4-80GB MIG 3g.40gb", {"totalGlobalMem": 42_000_000_000}, "A100 80GB SXM4"),
 ])
 def test_a_device_model_is_recognised_by_name_memory_or_properties(
         kind: str, name: str, props: dict[str, object] | None, model: str | None) -> None:

@@ -272,3 +272,22 @@ def test_explore_stops_within_2_s_with_one_line_even_mid_requests(tmp_path, sig)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_browser_is_opened_on_a_private_page_not_the_token(tmp_path, monkeypatch):
+    # GIVEN the page serve() hands the browser: the token must not reach a command line (/proc/PID/cmdline
+    # is every local account's), so the browser gets a file only this account can read
+    import stat
+
+    from profuse.explorer.server import _private_opener
+
+    url = "http://127.0.0.1:1234/?token=abc&x=<1>"
+    page = _private_opener(url)
+    try:
+        assert "abc" not in str(page)
+        assert stat.S_IMODE(page.stat().st_mode) == 0o600 and stat.S_IMODE(page.parent.stat().st_mode) == 0o700
+        text = page.read_text()
+        assert 'content="0;url=http://127.0.0.1:1234/?token=abc&amp;x=&lt;1&gt;"' in text
+    finally:
+        import shutil
+        shutil.rmtree(page.parent)

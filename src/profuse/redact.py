@@ -15,13 +15,13 @@ from typing import Any
 REDACTED = "[redacted]"
 
 # keys whose values are dropped whole (metadata dictionaries)
-SECRET_KEYS = re.compile(r"token|secret|password|passwd|(?<![a-z])pass(?![a-z])|key|auth|cred|env|cookie",
-                         re.IGNORECASE)
+SECRET_KEYS = re.compile(r"token|secret|password|passwd|(?:^|[_-])pass$|key|auth|cred|env|cookie", re.IGNORECASE)
 
-# a secret's name: also the tail of an environment name (DB_PASS, X_KEY, AWS_SECRET): ``pass`` and ``key``
-# only as a word of their own (not "bypass", "keyboard")
-_WORD = (r"(?:passwords?|passwd|pwd|(?<![a-z])pass|tokens?|secrets?|api[-_]?keys?|apikey|access[-_]?keys?"
-         r"|private[-_]?keys?|(?<=[_-])keys?|auth(?:[-_]?token|orization)?|credentials?)(?![a-z])")
+# a secret's name; ``PASS`` and ``KEY`` only as the upper-case tail of an environment name (DB_PASS=, SSHPASS=,
+# X_KEY=, SECRETKEY=), case as written: "forward pass: 12 ms", "sort_keys", "--num-keys" are not secrets
+_WORD = (r"(?:passwords?|passwd|pwd|tokens?|secrets?|api[-_]?keys?|apikey|access[-_]?keys?"
+         r"|private[-_]?keys?|auth(?:[-_]?token|orization)?|credentials?"
+         r"|(?-i:(?<=[A-Z0-9_])PASS|(?<=[A-Z0-9_])KEY(?=\s{0,8}=)))(?![a-z])")
 # a command-line flag naming a secret: --password, --api-key, --hf-token, -p is too vague to count
 _FLAG = re.compile(rf"^--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}$", re.IGNORECASE)
 # a token shape starts where no letter or digit is before it: after a space, `_`, `-`, `/`, `=`, a quote, a

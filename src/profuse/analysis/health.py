@@ -34,7 +34,6 @@ from ..trace.vocabulary import launch_call_sql
 if TYPE_CHECKING:  # the records decode from a stored report without the trace or the step model
     from ..trace import Trace
 
-QUEUED_MIN_US = 100.0       # as the budget's: a launch is picked up within tens of µs
 UNLINKED_WARN_SHARE = 0.01  # device activities without their launch: over this share, a finding
 PYTHON_PER_OP_WARN = 2.0    # Python frames per op over this: stacks dominate the capture's own cost
 
@@ -96,6 +95,13 @@ def _window(trace: Trace) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+def _queued_min_us() -> float:
+    """The budget's: a launch is picked up within tens of µs (imported when asked: the records stay light)."""
+    from .diagnosis.budget import QUEUED_MIN_US
+
+    return QUEUED_MIN_US
+
+
 def _clock(trace: Trace) -> tuple[float | None, float | None]:
     row = trace.con.execute(f"""
         SELECT min(d.ts - l.ts), min(d.ts - (l.ts + l.dur)) FROM events d JOIN events l ON l.id = d.launch
@@ -104,7 +110,7 @@ def _clock(trace: Trace) -> tuple[float | None, float | None]:
         return None, None
     least_start, least_wait = int(row[0]), int(row[1])
     behind = least_start / 1e3 if least_start < 0 else None
-    late = least_wait / 1e3 if least_wait > QUEUED_MIN_US * 1000 else None
+    late = least_wait / 1e3 if least_wait > _queued_min_us() * 1000 else None
     return behind, late
 
 
@@ -201,7 +207,7 @@ def _device_findings(h: Health) -> list[Finding]:
                            "waits may be offset, skewed launches are left out of queue delays",
                            "record host and device on one clock (a recent Kineto/CUPTI), or record again"))
     if h.all_late_us is not None:
-        out.append(Finding("all_late", f"every launched activity started over {QUEUED_MIN_US:g} µs after its launch "
+        out.append(Finding("all_late", f"every launched activity started over {_queued_min_us():g} µs after its launch "
                            f"call (the least {h.all_late_us:.1f} µs)",
                            "a device clock ahead of the host's would look the same: idle/queued and unrecorded/wait "
                            "may be launch latency, so their levers stay low confidence",

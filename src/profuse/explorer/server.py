@@ -7,14 +7,19 @@ addressed to its loopback name and port (:class:`LoopbackHostOnly`) that carry i
 """
 from __future__ import annotations
 
+import html
 import math
+import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
@@ -623,6 +628,20 @@ def create_app(traces: list[Trace], *, token: str, keep_metadata: bool = False,
     return app
 
 
+def _private_opener(url: str) -> Path:
+    """A page only this account can read that sends the browser on to ``url`` (Jupyter's way): the
+    browser is started with this file's path, so the token never appears on a command line, which every
+    local account can read (/proc/PID/cmdline)."""
+    folder = Path(tempfile.mkdtemp(prefix="profuse-explore-"))   # 0700
+    page = folder / "open.html"
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        href = html.escape(url, quote=True)
+        fh.write(f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={href}">'
+                 f'<title>profuse explorer</title><a href="{href}">open the profuse explorer</a>\n')
+    return page
+
+
 def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep_metadata: bool = False,
           on_ready: Callable[[str], None] | None = None, ranks: RankRuns | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM, on 127.0.0.1 (a free port unless ``port``); ``on_ready`` gets the
@@ -642,8 +661,9 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
     logging.getLogger("uvicorn.error").addFilter(quiet)
     if on_ready:
         on_ready(url)
-    if open_browser:
-        threading.Timer(0.5, lambda: webbrowser.open(url)).start()
+    opener = _private_opener(url) if open_browser else None
+    if opener is not None:
+        threading.Timer(0.5, lambda: webbrowser.open(opener.as_uri())).start()
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down on SIGTERM, then re-raises it; let that end here like Ctrl-C does
         signal.signal(signal.SIGTERM, _terminate)
@@ -654,6 +674,8 @@ def serve(traces: list[Trace], *, port: int = 0, open_browser: bool = True, keep
     finally:
         app.state.stop.set()
         sock.close()
+        if opener is not None:
+            shutil.rmtree(opener.parent, ignore_errors=True)
         for run in app.state.runs:  # a request uvicorn cut may still be at work on its trace: let it end
             with run.lock:
                 pass

@@ -83,7 +83,7 @@ class BundleMeta(msgspec.Struct, frozen=True, kw_only=True):
     """Everything ``meta.json`` holds: how, where and with what a bundle was captured."""
 
     schema: str                             # profuse.bundle/2 (or /1, read the same)
-    status: str | None = None               # complete | failed
+    status: str | None = None               # complete | failed | interrupted
     error: str | None = None                # the profiled block's exception, when it raised
     config: CaptureConfig | None = None
     profuse: str | None = None              # versions

@@ -41,7 +41,13 @@ NVIDIA: tuple[Datasheet, ...] = (
     # PG509-200 is the A100 SXM4 40GB board: HBM2 at 1,555 GB/s
     Datasheet("A100 40GB", ("A100", "PG509-200"), 312.0, 19.5, 1555.0, 156.0, 0.0, _NV + "a100/ (SXM 40GB)",
               memory_gib=(0.0, 60.0)),
+    # a name that says which board wins over the memory size (a MIG slice of an 80GB board lists less memory)
+    Datasheet("A100 80GB SXM4", ("A100-SXM4-80GB", "A100 80GB SXM"), 312.0, 19.5, 2039.0, 156.0, 0.0,
+              _NV + "a100/ (SXM 80GB)"),
+    Datasheet("A100 80GB PCIe", ("A100-PCIE-80GB", "A100 80GB PCIe"), 312.0, 19.5, 1935.0, 156.0, 0.0,
+              _NV + "a100/ (PCIe 80GB)"),
     Datasheet("H100", ("H100",), 989.0, 67.0, 3350.0, 494.7, 1979.0, _NV + "h100/ (SXM)"),
+    Datasheet("H100 PCIe", ("H100 PCIe", "H100-PCIE"), 756.0, 51.0, 2000.0, 378.0, 1513.0, _NV + "h100/ (PCIe)"),
     Datasheet("H200", ("H200",), 989.0, 67.0, 4800.0, 494.7, 1979.0, _NV + "h200/ (SXM: H100's compute, HBM3e)"),
     Datasheet("B200", ("B200",), 2250.0, 80.0, 8000.0, 1100.0, 4500.0, _NV + "hgx/ (HGX B200, per GPU)"),
     Datasheet("B300", ("B300",), 2250.0, 75.0, 8000.0, 1100.0, 4500.0, _NV + "hgx/ (HGX B300, per GPU)"),
@@ -51,6 +57,7 @@ NVIDIA: tuple[Datasheet, ...] = (
               "nvidia.com/en-us/products/workstations/dgx-spark/ and Hot Chips 2025"),
     Datasheet("L4", ("L4",), 121.0, 30.3, 300.0, 60.0, 242.0, _NV + "l4/"),
     Datasheet("L40S", ("L40S",), 362.05, 91.6, 864.0, 183.0, 733.0, _NV + "l40s/"),
+    Datasheet("L40", ("L40",), 181.0, 90.5, 864.0, 90.5, 362.0, _NV + "l40/"),
     Datasheet("A10G", ("A10G",), 70.0, 31.2, 600.0, 35.0, 0.0, "aws.amazon.com/ec2/instance-types/g5/, A10 datasheet"),
     Datasheet("RTX 4090", ("RTX 4090",), 330.3, 82.6, 1008.0, 82.6, 660.6, "NVIDIA Ada architecture whitepaper"),
     Datasheet("RTX 4080", ("RTX 4080",), 194.9, 48.7, 716.8, 48.7, 389.9, "NVIDIA Ada architecture whitepaper"),

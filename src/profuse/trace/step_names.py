@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 _VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)(?:\((?P<ctx_t>[^)]*)\))?"
                    r"_generation_(?P<gen>\d+)(?:\((?P<gen_t>[^)]*)\))?")
-_SGLANG = re.compile(r"^step\[(?P<mode>[A-Z_]+)(?P<rest>[^\]]*)\]")
+_SGLANG = re.compile(r"^step\[(?P<mode>[A-Z0-9_]+)(?P<rest>[^\]]*)\]")
 _FIELD = re.compile(r"(?P<key>bs|toks|tokens)=(?P<val>\d+)")
 # sglang's forward modes; speculative decoding runs the draft model (DRAFT_EXTEND) and then the target
 # model over the drafted tokens (TARGET_VERIFY)

@@ -60,6 +60,11 @@ LEAVES = tuple(f"busy/{c}" for c in BUSY_PRIORITY) + tuple(f"idle/{c}" for c in 
 NOT_RECORDED = "idle/not_recorded"
 # each idle cause's index into LEAVES (a piece's label)
 QUEUED, HOST_SYNC, LAUNCH_OVERHEAD, INPUT, CPU_OTHER, NO_WORK = (LEAVES.index(f"idle/{c}") for c in IDLE_CAUSES)
+# What the code called: an op inside no other op but a step's own (older traces record ProfilerStep#N as an
+# op: what runs inside the step is the code's, never the step itself). ``{e}``: the events table's alias.
+# The one rule for the budget's host intervals and the levers' call sites.
+TOP_OP = ("NOT ({e}.name LIKE 'ProfilerStep#%') AND ({e}.parent_op IS NULL OR {e}.parent_op IN "
+          "(SELECT s.id FROM events s WHERE s.kind = 'cpu_op' AND s.name LIKE 'ProfilerStep#%'))")
 # the input pipeline's annotations: torch's DataLoader iterator marks each batch it hands out
 # (``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``)
 INPUT_SQL = "(name ILIKE '%DataLoader%' AND name LIKE '%\\_\\_next\\_\\_%' ESCAPE '\\')"
@@ -136,7 +141,8 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
     short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000
     host = con.execute(f"""
         SELECT ts, ts + greatest(dur, 1) AS stop, coalesce(depth, 0) AS depth, coalesce(name, '') AS name, thread,
-               kind = 'cpu_op' AS is_op, kind = 'cpu_op' AND parent_op IS NULL AS top, kind = 'runtime' AS runtime
+               kind = 'cpu_op' AS is_op, kind = 'cpu_op' AND {TOP_OP.format(e="events")} AS top,
+               kind = 'runtime' AS runtime
         FROM events
         WHERE kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({tl}) ORDER BY ts, id""").fetchnumpy()
     hts, hend = _i64(host["ts"]), _i64(host["stop"])

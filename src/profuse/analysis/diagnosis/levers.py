@@ -25,6 +25,7 @@ from .budget import (
     LAUNCH_OVERHEAD,
     LEAVES,
     QUEUED,
+    TOP_OP,
     UNRECORDED,
     UNRECORDED_LEAF,
     DeviceWork,
@@ -211,8 +212,8 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
     The idle time inside graph launches themselves is the replay's own cost, which no capture removes:
     it is the ``graph_launch`` lever's. Where graphs already replay most of the busy time
     (:data:`GRAPHED_SHARE`), what is left is the host work outside the graphs, and the lever says so."""
-    causes = {k: ctx.leaf(k) for k in ("idle/queued", "idle/host_sync", "idle/launch_overhead", "idle/cpu_other",
-                                       "idle/no_work")}
+    causes = {k: ctx.leaf(k) for k in ("idle/queued", "idle/host_sync", "idle/launch_overhead", "idle/input",
+                                       "idle/cpu_other", "idle/no_work")}
     launch = causes["idle/launch_overhead"]
     if not launch:
         return []
@@ -244,7 +245,7 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
             ev += f"; graphs already replay {100 * replayed / busy:.0f}% of the busy time: the rest launches eagerly"
     if replay:
         ev += f" (and {_us(replay)} inside graph launches: the graph_launch lever)"
-    others = max(causes["idle/queued"], causes["idle/host_sync"], causes["idle/no_work"],
+    others = max(causes["idle/queued"], causes["idle/host_sync"], causes["idle/no_work"], causes["idle/input"],
                  causes["idle/cpu_other"] - cpu.model_ns)
     span = max(ctx.window_ns, 1)
     # high: most of the span, and nothing in it that makes a capture hard (a synchronise, collectives)
@@ -348,8 +349,11 @@ def _drained_syncs(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.nd
     long_ = (w.sync_end - w.sync_ts) >= LAUNCH_GAP_MAX_US * 1000
     if not long_.any() or not start.size:
         return []
-    order = np.argsort(start, kind="stable")
-    t, v, lab = start[order], ns[order], label[order]
+    t, once = np.unique(start, return_index=True)   # each piece once (sorted), as _waits reads them
+    v, lab = ns[once], label[once]
+    # a piece that does not follow the one before it (another step's span next) ends any walk
+    joined = np.ones(t.size, dtype=bool)
+    joined[1:] = t[1:] == t[:-1] + v[:-1]
     after = np.isin(lab, [LEAVES.index(k) for k in _HOST_IDLE])
     refill = lab == LAUNCH_OVERHEAD
     gaps: Counter[int] = Counter()
@@ -359,7 +363,7 @@ def _drained_syncs(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.nd
         if i1 <= i0 or int(v[i0:i1][lab[i0:i1] == HOST_SYNC].sum()) > DRAIN_IDLE_SHARE * (ce - cs):
             continue
         k = i1
-        while k < t.size and after[k]:
+        while k < t.size and after[k] and (k == i1 or joined[k]):
             k += 1
         gap = int(v[i1:k][refill[i1:k]].sum())
         if gap:
@@ -472,8 +476,9 @@ def _unrecorded_wait(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.
     if not v or found is None:
         return []
     busy = ctx.leaf(*(k for k in LEAVES if k.startswith("busy/")))
-    ev = (f"launched work waited {_us(v)} before any device activity this trace recorded in its step, or as long "
-          f"as the step's own recorded device work ({_us(busy)}); {found.text}What the device did meanwhile is "
+    ev = (f"launched work waited {_us(v)} before any device activity this trace recorded in its step, or at least "
+          f"half as long as its step's recorded device work (the steps' together: {_us(busy)}); {found.text}"
+          "What the device did meanwhile is "
           "not in this trace: work it did not record (a previous batch's, another process's) or a clock offset "
           f"between host and device, not idle time the trace shows; the device window ({_us(ctx.window_ns)}) is "
           "read without it")
@@ -491,10 +496,6 @@ def _wait_call_before(ctx: Context, a: Activities, i: int) -> tuple[str, int] | 
     return (str(row[0]), int(row[1])) if row else None
 
 
-# What the code called: an op inside no other op but a step's own (older traces record ProfilerStep#N as an
-# op: a call site is what runs inside the step, never the step itself). ``{e}``: the events alias.
-TOP_OP = ("NOT ({e}.name LIKE 'ProfilerStep#%') AND ({e}.parent_op IS NULL OR {e}.parent_op IN "
-          "(SELECT s.id FROM events s WHERE s.kind = 'cpu_op' AND s.name LIKE 'ProfilerStep#%'))")
 # Blocking calls' sites: the top-level op around each call that started first, and the Python frame (not
 # a module scope) around it that started last, the shortest of those; ties go to the earlier event.
 _SITES_SQL = f"""
