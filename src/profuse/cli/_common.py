@@ -48,13 +48,17 @@ class _LazyBar:
             if time.monotonic() - self.start < 1.0 or not sys.stderr.isatty():
                 return
             from rich.console import Console
+            from rich.markup import escape
             from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+            from ..errors import printable
 
             self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                                 TransferSpeedColumn(), TimeRemainingColumn(),
                                 console=Console(stderr=True), transient=True)
             self.bar.start()
-            self.task = self.bar.add_task(self.label, total=total)
+            # the label holds a path: never markup ("[/x]" in a folder name), never a control sequence
+            self.task = self.bar.add_task(escape(printable(self.label)), total=total)
         self.bar.update(self.task, completed=done)
 
     def close(self) -> None:
