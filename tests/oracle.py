@@ -602,3 +602,19 @@ def health_counts(path: Path | str) -> dict[str, int]:
         "after_window": sum(1 for d in device if hi is not None and d["ts"] + d["dur"] > hi),
         "python_events": sum(1 for e in events if category(e) == "python_function"),
     }
+
+
+# FP32 matrix kernels by name where the trace records no input types: single-precision cuBLAS/cuDNN names,
+# less what a name proves is not FP32 math (TF32, Ampere's tensor-op s1688, a 16-bit template argument)
+_FP32_NAMES = ("sgemm", "f32f32_f32")
+_NOT_FP32 = ("tf32", "s1688", "bf16", "bfloat16", "half", "f16", "fp8", "int8", "hgemm")
+
+
+def fp32_matrix_kernel_us(path: Path | str) -> float:
+    """µs of kernels whose names say FP32 GEMM/conv math, from the raw JSON."""
+    total = 0.0
+    for e in complete_events(path):
+        low = str(e.get("name", "")).lower()
+        if category(e) == "kernel" and any(n in low for n in _FP32_NAMES) and not any(n in low for n in _NOT_FP32):
+            total += float(e["dur"])
+    return total

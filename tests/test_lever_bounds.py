@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import oracle
 import pytest
 
 import profuse
@@ -94,3 +95,30 @@ def test_memory_bound_gemms_are_named_not_tuned(tmp_path: Path) -> None:
     assert f"stream at {100 * roof / 12:.0f}% of the device's memory bandwidth" in lever.evidence
     assert all(w in lever.how for w in ("batch more", "quantise", "speculative decoding"))
     assert lever.grade == "inferred"
+
+
+def test_precision_reads_what_kernel_names_prove(tmp_path: Path) -> None:
+    # GIVEN an A100 step with three 100 µs GEMMs named by what they compute: a TF32 tensor-op s1688 kernel,
+    # a bf16 cuDNN "sgemm", and a plain FP32 sgemm (no input types recorded)
+    names = ("cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4",
+             "void precomputed_convolve_sgemm<__nv_bfloat16, 1024, 5, 5, 4, 3, 3, 1, false>(int, int)",
+             "ampere_sgemm_128x64_nn")
+    ev = [_x("user_annotation", "ProfilerStep#1", 0, 400)]
+    for i, name in enumerate(names):
+        ev += [_x("cpu_op", "aten::mm", 1 + i, 1), _x("cuda_runtime", "cudaLaunchKernel", 1.2 + i, 0.5, correlation=i + 1),
+               _kernel(name, 10 + 100 * i, 100, i + 1)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB",
+                                                                      "totalGlobalMem": 85_000_000_000}]}))
+    with profuse.load(p, cache=False) as tr:
+        d = diagnose(tr)
+    lever = next(lv for lv in (*d.levers, *d.small_items) if lv.kind == "precision")
+    # THEN only the sgemm is FP32 (the raw JSON's own count), the gain BF16's over its 100 µs, and the
+    # evidence quotes each dtype's dense A100 peak
+    fp32 = oracle.fp32_matrix_kernel_us(p)
+    assert fp32 == 100.0
+    assert lever.gain_us == pytest.approx(fp32 * (1 - 19.5 / 312.0), abs=0.01) and lever.grade == "inferred"
+    assert lever.evidence.startswith(f"{fp32:.1f} µs of FP32 GEMM/conv kernels")
+    assert "FP32 19.5, TF32 156, BF16 312 TFLOP/s; the gain assumes BF16" in lever.evidence
+    assert f"(TF32 alone: up to {fp32 * (1 - 19.5 / 156.0):.1f} µs)" in lever.evidence
+    assert lever.kernels == ("ampere_sgemm_128x64_nn",)
