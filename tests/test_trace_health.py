@@ -79,7 +79,7 @@ def test_each_finding_comes_from_its_fault_alone(tmp_path: Path, fault: str | No
     for f in h.findings:   # each says what, what it changes in the diagnosis, and how to capture better
         assert f.text and f.effect and f.fix
     if fault == "clock_offset":
-        assert h.clock_offset_us == pytest.approx(-10.0)
+        assert h.device_behind_us == pytest.approx(10.0)
     if fault == "launches_without_activity":
         assert h.idle_launch_names == {"cudaLaunchKernel": 1}
 

@@ -14,9 +14,9 @@ health", the Overview's card), from the loaded tables; each rule is stated in do
   stream ended (a stream runs one at a time: a clock or recording artefact);
 - **outside the window**: device activities starting before the first host event, or ending after the
   last one (launched before the capture; run on after it);
-- **clock offset**: the least time from a launch call's start to its activity's start; negative, the
-  device clock runs behind the host's by at least that; every launched activity starting over
-  100 µs after its call ended, it may run ahead;
+- **clock offset**: the least time from a launch call's start to its activity's start; where negative,
+  the device clock runs behind the host's by at least its size (``device_behind_us``, a positive
+  figure); every launched activity starting over 100 µs after its call ended, it may run ahead;
 - **steps**: how many, found how (``ProfilerStep#N`` marks, a serving engine's step names, or none:
   the active window);
 - **Python stacks**: the capture's ``python_function`` events, whose recording the host time includes.
@@ -62,7 +62,7 @@ class Health:
     same_stream_overlaps: int
     before_window: int                   # device activities starting before the first host event
     after_window: int                    # ... ending after the last one
-    clock_offset_us: float | None        # least launch-to-start time where it is negative (device behind)
+    device_behind_us: float | None       # how far at least the device clock runs behind the host's (None: not seen)
     all_late_us: float | None            # the least wait where every launched activity waited over 100 µs
     steps: int
     steps_from: str                      # ProfilerStep marks | serving steps (vllm, sglang) | none: active window
@@ -109,7 +109,7 @@ def _clock(trace: Trace) -> tuple[float | None, float | None]:
     if not row or row[0] is None:
         return None, None
     least_start, least_wait = int(row[0]), int(row[1])
-    behind = least_start / 1e3 if least_start < 0 else None
+    behind = -least_start / 1e3 if least_start < 0 else None
     late = least_wait / 1e3 if least_wait > _queued_min_us() * 1000 else None
     return behind, late
 
@@ -200,8 +200,8 @@ def _device_findings(h: Health) -> list[Finding]:
                            "those before the window have no launch in the trace; those after it are counted in "
                            "the last step's span",
                            "warm up before the profiled steps and synchronise before the profiler stops"))
-    if h.clock_offset_us is not None:
-        out.append(Finding("clock_offset", f"a device activity starts {-h.clock_offset_us:.1f} µs before its "
+    if h.device_behind_us is not None:
+        out.append(Finding("clock_offset", f"a device activity starts {h.device_behind_us:.1f} µs before its "
                            "launch call: the device clock runs behind the host's by at least that",
                            "queue delays and waits are measured against a shifted clock: queued and unrecorded "
                            "waits may be offset, skewed launches are left out of queue delays",

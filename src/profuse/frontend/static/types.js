@@ -296,7 +296,7 @@
  * @property {number} same_stream_overlaps
  * @property {number} before_window
  * @property {number} after_window
- * @property {(number|null)} clock_offset_us
+ * @property {(number|null)} device_behind_us
  * @property {(number|null)} all_late_us
  * @property {number} steps
  * @property {string} steps_from
@@ -528,14 +528,14 @@
  * side has it (its calls on the other side are 0).
  * @typedef {Object} OpPair
  * @property {string} name
- * @property {string} shape
- * @property {string} module
  * @property {number} a_calls
  * @property {number} b_calls
  * @property {number} a_us
  * @property {number} b_us
  * @property {number} delta_us
  * @property {(number|null)} ratio
+ * @property {string} shape
+ * @property {string} module
  * @property {boolean} matched
  */
 
