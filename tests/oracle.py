@@ -618,3 +618,123 @@ def fp32_matrix_kernel_us(path: Path | str) -> float:
         if category(e) == "kernel" and any(n in low for n in _FP32_NAMES) and not any(n in low for n in _NOT_FP32):
             total += float(e["dur"])
     return total
+
+
+# --- stalls (docs/advisor.md "The budget"): the idle a named stall holds, from the raw JSON -------------
+
+def _idle_inside(path: Path | str, keep: Any) -> float:
+    """µs of the steady spans inside events ``keep`` accepts (unioned) where no device activity runs."""
+    events = list(exact_events(str(path)))
+    busy = _merged([(float(d["ts"]), float(d["ts"] + d["dur"])) for d in events if is_device_time(d)])
+    held = _merged([(float(e["ts"]), float(e["ts"] + e["dur"])) for e in events if keep(e)])
+    total = 0.0
+    for _name, lo, hi, _busy in steady_spans(path):
+        inside = [(max(s, lo), min(e, hi)) for s, e in held if s < hi and e > lo]
+        total += sum(e - s for s, e in _minus(_merged(inside), busy))
+    return total
+
+
+def input_wait_us(path: Path | str) -> float:
+    """Idle time inside a DataLoader iterator's ``__next__`` (an annotation or Python frame naming both)."""
+    return _idle_inside(path, lambda e: "dataloader" in str(e.get("name", "")).lower()
+                        and "__next__" in str(e.get("name", "")))
+
+
+WAIT_FRAMES = ("epoll", "select.poll", "select.select", "): select", "time.sleep", "function sleep>", "'acquire' of",
+               "): wait", "queue.py(", "method 'recv", "'accept' of")
+
+
+def waiting_frame_us(path: Path | str, busy_ops: tuple[str, ...] = ("cpu_op",)) -> float:
+    """A CPU-only step's time inside Python frames that wait (an event loop's poll, a sleep, a lock), less
+    the ops running inside them."""
+    def waiting(e: Event) -> bool:
+        return category(e) == "python_function" and any(w in str(e.get("name", "")) for w in WAIT_FRAMES)
+
+    events = list(exact_events(str(path)))
+    ops = _merged([(float(e["ts"]), float(e["ts"] + e["dur"])) for e in events if category(e) in busy_ops])
+    total = 0.0
+    for _name, lo, hi, _busy in steady_spans(path):
+        inside = [(max(float(e["ts"]), lo), min(float(e["ts"] + e["dur"]), hi)) for e in events
+                  if waiting(e) and float(e["ts"]) < hi and float(e["ts"] + e["dur"]) > lo]
+        total += sum(e - s for s, e in _minus(_merged(inside), ops))
+    return total
+
+
+def kernel_us_of_ops(path: Path | str, op_names: list[str], skip_first_of: str | None = None) -> float:
+    """µs of the kernels launched (by correlation) by ops of these names, in trace order, each op once; the
+    first op named ``skip_first_of`` left out (a counter increment the fusion leaves out)."""
+    events = list(exact_events(str(path)))
+    by_corr = _launch_starts(events)
+    ops = [e for e in events if category(e) == "cpu_op"]
+    skipped = False
+    chosen = []
+    for o in ops:
+        if o["name"] == skip_first_of and not skipped:
+            skipped = True
+            continue
+        if o["name"] in op_names:
+            chosen.append(o)
+    total = 0.0
+    for d in (e for e in events if is_device_time(e)):
+        launch = by_corr.get((d.get("args") or {}).get("correlation"))
+        if launch is not None and any(o["ts"] <= launch["ts"] <= o["ts"] + o["dur"] for o in chosen):
+            total += float(d["dur"])
+    return total
+
+
+SGLANG_MODES = {"DRAFT_EXTEND": "draft", "DRAFT_EXTEND_V2": "draft", "TARGET_VERIFY": "verify", "DECODE": "decode",
+                "EXTEND": "prefill"}
+
+
+def serving_steps(path: Path | str) -> dict[str, int]:
+    """Steps per serving phase, from sglang's ``step[MODE ...]`` annotation names."""
+    out: dict[str, int] = {}
+    for s in step_annotations(path):
+        m = re.match(r"step\[([A-Z0-9_]+)", str(s["name"]))
+        if m and m.group(1) in SGLANG_MODES:
+            out[SGLANG_MODES[m.group(1)]] = out.get(SGLANG_MODES[m.group(1)], 0) + 1
+    return out
+
+
+def gemm_kernel_split_us(path: Path | str) -> tuple[float, float, float]:
+    """(all GEMM kernels, those an op with recorded Input Dims launched, those of the same names launched
+    otherwise: a graph replay) in µs, from the raw JSON; a GEMM kernel names gemm or gemv, or is cuBLAS's
+    nvjet, CUTLASS, xmma or Tensile's Cijk_."""
+    events = list(exact_events(str(path)))
+    by_corr = _launch_starts(events)
+    shaped = [e for e in events if category(e) == "cpu_op" and (e.get("args") or {}).get("Input Dims")]
+    gemm = re.compile(r"gem[mv]|nvjet|cutlass|xmma|^cijk_", re.I)
+    kernels = [d for d in events if category(d) == "kernel" and gemm.search(str(d["name"]))]
+
+    def modelled(d: Event) -> bool:
+        launch = by_corr.get((d.get("args") or {}).get("correlation"))
+        return launch is not None and any(o["ts"] <= launch["ts"] <= o["ts"] + o["dur"] and same_thread(o, launch)
+                                          for o in shaped)
+
+    by_op = [d for d in kernels if modelled(d)]
+    names = {d["name"] for d in by_op}
+    same = [d for d in kernels if not modelled(d) and d["name"] in names]
+    return (sum(float(d["dur"]) for d in kernels), sum(float(d["dur"]) for d in by_op),
+            sum(float(d["dur"]) for d in same))
+
+
+def refill_launch_us(path: Path | str, call: str) -> float:
+    """After each ``call`` (a blocking runtime call), the idle launch work until the next device activity:
+    from the start of the first op that launches after it to that launch call's end, where the device runs
+    nothing (docs/advisor.md: the drained queue's refill)."""
+    events = list(exact_events(str(path)))
+    device = sorted((float(d["ts"]), float(d["ts"] + d["dur"])) for d in events if is_device_time(d))
+    launches = sorted((e for e in events if category(e) in LAUNCH_CATS and e["name"] != call
+                       and "correlation" in (e.get("args") or {})), key=lambda e: e["ts"])
+    ops = [e for e in events if category(e) == "cpu_op"]
+    total = 0.0
+    for c in (e for e in events if e["name"] == call):
+        end = float(c["ts"] + c["dur"])
+        nxt = next((d for d in device if d[0] >= end), None)
+        first = next((ln for ln in launches if float(ln["ts"]) >= end), None)
+        if nxt is None or first is None:
+            continue
+        op = next((o for o in ops if o["ts"] <= first["ts"] <= o["ts"] + o["dur"]), first)
+        lo, hi = float(op["ts"]), min(float(first["ts"] + first["dur"]), nxt[0])
+        total += max(hi - lo, 0.0)
+    return total

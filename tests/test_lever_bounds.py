@@ -63,6 +63,8 @@ def test_a_gemm_lever_reads_replayed_gemms_by_their_evidence(tmp_path: Path) -> 
     # THEN the eager op's efficiency (its roofline over its time) holds for it and its two replays, the
     # fallback for the rest; the gain is that share of every GEMM in the step, not of the eager one alone
     total = 3 * eager + 2 * other
+    # the raw JSON's own split: every GEMM kernel, those aten::mm launched, those of its kernel's name replayed
+    assert oracle.gemm_kernel_split_us(_write(tmp_path, ev)) == (total, eager, 2 * eager)
     eff = _roofline_us(4096, 4096, 4096) / eager
     modelled = 3 * eager / total
     want = total * (modelled * (1 - eff) + (1 - modelled) * FALLBACK_REACHABLE)
@@ -90,6 +92,7 @@ def test_memory_bound_gemms_are_named_not_tuned(tmp_path: Path) -> None:
     lever = next(lv for lv in (*d.levers, *d.small_items) if lv.kind == "memory_bound")
     roof = _roofline_us(1, 4096, 4096)
     assert roof / 12 >= 0.6
+    assert oracle.gemm_kernel_split_us(tmp_path / "t.json") == (20 * 12.0, 20 * 12.0, 0.0)   # all modelled
     assert lever.gain_us == pytest.approx(20 * (12 - roof), abs=0.01)
     assert "memory-bound" in lever.evidence and "no GEMM tuning beats" in lever.evidence
     assert f"stream at {100 * roof / 12:.0f}% of the device's memory bandwidth" in lever.evidence

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import oracle
+
 import profuse
 from profuse.analysis.advice.fusion import fusion_candidates
 from profuse.analysis.compiled import source_ops
@@ -86,6 +88,8 @@ def test_a_counter_increment_is_not_a_residual_add(tmp_path):
     assert [c.pattern for c in cands] == ["norm + residual add + activation"]
     assert cands[0].ops == ["aten::batch_norm", "aten::add_", "aten::relu_"]
     assert cands[0].device_us == 20 + 10 + 10
+    assert cands[0].device_us == oracle.kernel_us_of_ops(p, ["aten::batch_norm", "aten::add_", "aten::relu_"],
+                                                         skip_first_of="aten::add_")
 
 
 def test_a_pre_norm_residual_is_still_one(tmp_path):

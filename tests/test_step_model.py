@@ -246,7 +246,7 @@ def test_speculative_decoding_steps_are_draft_and_verify_with_their_counts(tmp_p
     # THEN the diagnosis groups them as draft x2 and verify x2, with batch and tokens per step
     from profuse.payloads.diagnosis import diagnosis_payload
     groups = {g.kind: g for g in diagnosis_payload(d).groups}
-    assert set(groups) == {"draft", "verify"} and groups["draft"].count == groups["verify"].count == 2
+    assert {k: g.count for k, g in groups.items()} == oracle.serving_steps(p) == {"draft": 2, "verify": 2}
     assert (groups["draft"].batch, groups["draft"].tokens) == (8, 32)
     assert (groups["verify"].batch, groups["verify"].tokens, groups["verify"].kv_tokens) == (8, 40, None)
 
