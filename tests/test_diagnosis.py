@@ -670,6 +670,7 @@ def test_an_optimizer_loop_of_in_place_ops_is_told_foreach_or_fused(tmp_path, la
     # foreach/fused optimizer, torch.compile or a graph, and not DataLoader workers
     lever = d.levers[0]
     assert lever.kind == ("cuda_graphs" if launches else "cpu_work"), [lv.kind for lv in d.levers]
+    assert lever.grade == "measured" and lever.gain_us <= sum(lf.us for lf in d.budget if lf.key in lever.draws)
     assert "fused=True" in lever.how and "foreach" in lever.how and "torch.compile" in lever.how
     assert not lever.how.startswith("overlap the CPU work")
 
