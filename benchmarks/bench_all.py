@@ -36,7 +36,8 @@ def plan(reps: int, quick: bool) -> dict[str, list[str]]:
     return {"load": ["bench_load.py", "--reps", str(reps), "--big-hta-reps", "0", *inputs, *big],
             "report": ["bench_report.py", "--reps", str(reps)],
             "explorer": ["bench_explorer.py", "--reps", str(reps)],
-            "ranks": ["bench_ranks.py", "--ranks", "8" if quick else "32", "--estimate-ranks", "100"]}
+            "ranks": ["bench_ranks.py", "--ranks", "8" if quick else "32", "--estimate-ranks", "100"],
+            "advisor": ["bench_advisor.py", "--runs", "1" if quick else str(reps)]}
 
 
 def run_one(name: str, argv: list[str], logs: Path) -> tuple[list[Row], float, int]:
