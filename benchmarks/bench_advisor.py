@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _rows import Row, write_rows
+
 import profuse
 from profuse.analysis.advice.fusion import fusion_candidates
 from profuse.cli import main as cli
@@ -40,6 +42,7 @@ def one_run(out: Path) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rows", help="write make bench's rows (benchmarks/_rows.py) to this JSON file")
     args = ap.parse_args()
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,6 +53,8 @@ def main() -> int:
             print(f"run {i + 1}: predicted {predicted:,.1f} µs, measured {measured:,.1f} µs, ratio {ratio:.2f}")
     med = statistics.median(ratios)
     print(f"median predicted/measured {med:.2f} (target 0.5-2: {'within' if 0.5 <= med <= 2 else 'outside'})")
+    write_rows([Row("RMSNorm predicted / measured saving", f"{med:.2f} (median of {len(ratios)})", "0.5-2",
+                    0.5 <= med <= 2, "the study's op by op minus torch.compile, same run")], args.rows)
     return 0
 
 
