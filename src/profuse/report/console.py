@@ -19,11 +19,13 @@ from ..analysis.advice.hotspots import Hotspot
 from ..analysis.busy import StepBusy
 from ..analysis.compiled import NeffBrief
 from ..analysis.health import Health
+from ..payloads.ops import OpsRow as OpRow
 from ..payloads.report import ReportDocument, ReportView
 from ..trace.schema import UNLINKED_REASONS
 from ._text import fmt_us, safe, text
 from .console_diagnosis import render_diagnosis
 from .console_memory import fmt_bytes, render_memory
+from .fit import Column, fitted_table, left_out_note, print_fitted
 from .terminal import make_console as make_console  # where it was; the console alone needs no records
 from .terminal import renders_printable
 
@@ -107,42 +109,51 @@ def render_health(console: Console, h: Health) -> None:
         console.print(text(f"    next capture: {f.fix}", style="dim"))
 
 
-def op_table_renderable(doc: ReportDocument, top: int | None) -> Table:
-    """The op table as a rich Table, the first ``top`` rows."""
+def _op_columns(doc: ReportDocument, memory: bool) -> list[Column]:
+    """The op table's columns, each with how long it is kept as the terminal narrows (higher: longer)."""
     dev = doc.device_label
     first = {"op": "Name", "shape": "Name", "module": "Module", "kernel": "Kernel"}[doc.group_by]
-    t = Table(show_edge=False, header_style="bold", pad_edge=False)
-    t.add_column(first, overflow="fold", max_width=70)
+    cols = [Column(first, name=True)]
     if doc.group_by == "shape":
-        t.add_column("Input shapes", overflow="fold", max_width=40)
-    # the figures' cells are Text, so rich does not parse them for markup and emoji (see the rows below);
+        cols.append(Column("Input shapes", name=True))
     # a CPU-only trace's device is the CPU: its columns once, and no kernels
-    cpu = doc.cpu_only
-    cols = ("Calls", "Self CPU", "CPU total", "CPU %", "Avg CPU") if cpu else (
-        "Calls", "Self CPU", "CPU total", f"Self {dev}", f"{dev} total", f"{dev} %", f"Avg {dev}", "Kernels")
-    for col in cols:
-        t.add_column(col, justify="right")
-    memory = bool(doc.ops) and doc.ops[0].cpu_mem_bytes is not None  # the trace has memory events
+    if doc.cpu_only:
+        cols += [Column("Calls", keep=5), Column("Self CPU", keep=4), Column("CPU total", keep=2),
+                 Column("CPU %", keep=3), Column("Avg CPU", keep=1)]
+    else:
+        cols += [Column("Calls", keep=5), Column("Self CPU", keep=2), Column("CPU total", keep=1),
+                 Column(f"Self {dev}", keep=6), Column(f"{dev} total", keep=3), Column(f"{dev} %", keep=4),
+                 Column(f"Avg {dev}", keep=2), Column("Kernels", keep=1)]
     if memory:
-        for col in ("CPU Mem", "Self CPU Mem") if cpu else ("CPU Mem", "Self CPU Mem", f"{dev} Mem", f"Self {dev} Mem"):
-            t.add_column(col, justify="right")
+        mem = ("CPU Mem", "Self CPU Mem") if doc.cpu_only else ("CPU Mem", "Self CPU Mem", f"{dev} Mem",
+                                                                f"Self {dev} Mem")
+        cols += [Column(c, keep=0) for c in mem]
+    return cols
+
+
+def _op_row(doc: ReportDocument, r: OpRow, memory: bool) -> list[Text | str]:
+    cells: list[Text | str] = [text(r.name)]  # Text(): names from traces are never parsed as markup
+    if doc.group_by == "shape":
+        cells.append(text(r.shape or ""))
     base = doc.totals.device_us
-    for r in doc.ops[:top] if top else doc.ops:
-        cells: list[Text | str] = [text(r.name)]  # Text(): names from traces are never parsed as markup
-        if doc.group_by == "shape":
-            cells.append(text(r.shape or ""))
-        pct = 100.0 * r.self_device_us / base if base else 0.0
-        figures = [f"{r.calls:,}", fmt_us(r.self_cpu_us), fmt_us(r.cpu_total_us), f"{pct:.1f}%", fmt_us(r.avg_device_us)]
-        if not cpu:
-            figures[3:3] = [fmt_us(r.self_device_us), fmt_us(r.device_total_us)]
-            figures.append(f"{r.kernels:,}")
-        if memory:
-            figures += [fmt_bytes(r.cpu_mem_bytes), fmt_bytes(r.self_cpu_mem_bytes)]
-            if not cpu:
-                figures += [fmt_bytes(r.device_mem_bytes), fmt_bytes(r.self_device_mem_bytes)]
-        cells += [Text(f) for f in figures]
-        t.add_row(*cells)
-    return t
+    pct = 100.0 * r.self_device_us / base if base else 0.0
+    figures = [f"{r.calls:,}", fmt_us(r.self_cpu_us), fmt_us(r.cpu_total_us), f"{pct:.1f}%", fmt_us(r.avg_device_us)]
+    if not doc.cpu_only:
+        figures[3:3] = [fmt_us(r.self_device_us), fmt_us(r.device_total_us)]
+        figures.append(f"{r.kernels:,}")
+    if memory:
+        figures += [fmt_bytes(r.cpu_mem_bytes), fmt_bytes(r.self_cpu_mem_bytes)]
+        if not doc.cpu_only:
+            figures += [fmt_bytes(r.device_mem_bytes), fmt_bytes(r.self_device_mem_bytes)]
+    # the figures' cells are Text, so rich does not parse them for markup and emoji
+    return cells + [Text(f) for f in figures]
+
+
+def op_table_renderable(console: Console, doc: ReportDocument, top: int | None) -> tuple[Table, list[str]]:
+    """The op table's first ``top`` rows as a rich Table that fits ``console``, and the columns left out."""
+    memory = bool(doc.ops) and doc.ops[0].cpu_mem_bytes is not None  # the trace has memory events
+    rows = [_op_row(doc, r, memory) for r in (doc.ops[:top] if top else doc.ops)]
+    return fitted_table(console, _op_columns(doc, memory), rows)
 
 
 def render_op_table(console: Console, view: ReportView) -> None:
@@ -153,7 +164,11 @@ def render_op_table(console: Console, view: ReportView) -> None:
                            "with python stacks (torch.profiler with_stack=True, or profuse's default streams).",
                            style="yellow"))
         return
-    console.print(op_table_renderable(doc, top))
+    table, dropped = op_table_renderable(console, doc, top)
+    console.print(table)
+    note = left_out_note(dropped)
+    if note is not None:
+        console.print(note)
     shown = min(top or len(doc.ops), len(doc.ops))
     if shown < len(doc.ops):
         console.print(Text(f"{shown} of {len(doc.ops)} rows; --top N shows more, --format json shows all.",
@@ -164,26 +179,20 @@ def _section(title: str) -> Text:
     return Text(f"\n{title}", style="bold underline")
 
 
-def _table(columns: tuple[str, ...], left: tuple[str, ...], max_width: int) -> Table:
-    t = Table(show_edge=False, header_style="bold", pad_edge=False)
-    for col in columns:
-        t.add_column(col, justify="left" if col in left else "right", overflow="fold", max_width=max_width)
-    return t
-
-
 def render_fusion(console: Console, view: ReportView) -> None:
     """Fusion candidates: the table and the first three recommendations."""
     cands = view.document.fusion_candidates
     if isinstance(cands, UnsetType) or not cands:
         return
     console.print(_section("Fusion candidates"))
-    t = _table(("Pattern", "Scope", "Calls", "Kernels/call", f"{view.document.device_label} time",
-                "Bytes now -> fused", "Predicted saving", "Confidence"), ("Pattern", "Scope", "Confidence"), 44)
-    for cand in cands[:ADVICE_ROWS]:
-        t.add_row(text(cand.pattern), text(cand.scope), str(cand.instances), f"{cand.kernels_per_instance:g}",
-                  fmt_us(cand.device_us), f"{cand.bytes_now / 1e6:.1f} -> {cand.bytes_fused / 1e6:.1f} MB",
-                  fmt_us(cand.predicted_saving_us), cand.confidence)
-    console.print(t)
+    cols = [Column("Pattern", name=True), Column("Scope", name=True), Column("Calls", keep=3),
+            Column("Kernels/call", keep=1), Column(f"{view.document.device_label} time", keep=4),
+            Column("Bytes now -> fused", keep=0), Column("Predicted saving", keep=5),
+            Column("Confidence", left=True, keep=2)]
+    print_fitted(console, cols, [
+        [text(c.pattern), text(c.scope), str(c.instances), f"{c.kernels_per_instance:g}", fmt_us(c.device_us),
+         f"{c.bytes_now / 1e6:.1f} -> {c.bytes_fused / 1e6:.1f} MB", fmt_us(c.predicted_saving_us), c.confidence]
+        for c in cands[:ADVICE_ROWS]])
     for cand in cands[:3]:
         console.print(text(f"  {cand.pattern} in {cand.scope}: {cand.recommendation}", style="cyan"))
 
@@ -194,13 +203,14 @@ def render_interruptions(console: Console, view: ReportView) -> None:
     if isinstance(interruptions, UnsetType) or not interruptions:
         return
     console.print(_section("Interruptions (device idle between a scope's kernels)"))
-    t = _table(("Scope", "Calls", "Kernels/call", "Busy", "Idle", "Busy %", "Launch CPU", "Queue delay", ""),
-               ("Scope", ""), 50)
-    for i in interruptions[:ADVICE_ROWS]:
-        t.add_row(text(i.scope), str(i.instances), f"{i.kernels_per_instance:g}", fmt_us(i.busy_us),
-                  fmt_us(i.idle_us), f"{i.busy_pct:.0f}%", fmt_us(i.launch_us), fmt_us(i.queue_delay_us),
-                  Text("launch-bound", style="yellow") if i.launch_bound else "")
-    console.print(t)
+    cols = [Column("Scope", name=True), Column("Calls", keep=3), Column("Kernels/call", keep=1),
+            Column("Busy", keep=2), Column("Idle", keep=4), Column("Busy %", keep=3), Column("Launch CPU", keep=0),
+            Column("Queue delay", keep=0), Column("", left=True, keep=5)]
+    print_fitted(console, cols, [
+        [text(i.scope), str(i.instances), f"{i.kernels_per_instance:g}", fmt_us(i.busy_us), fmt_us(i.idle_us),
+         f"{i.busy_pct:.0f}%", fmt_us(i.launch_us), fmt_us(i.queue_delay_us),
+         Text("launch-bound", style="yellow") if i.launch_bound else ""]
+        for i in interruptions[:ADVICE_ROWS]])
     bound = [i for i in interruptions if i.launch_bound]
     if bound:
         console.print(Text(f"  {len(bound)} launch-bound scope(s): many short kernels with gaps; CUDA/HIP graphs "
@@ -240,24 +250,27 @@ def render_compiled(console: Console, view: ReportView) -> None:
 
 def render_roofline(console: Console, view: ReportView) -> None:
     """Each op's arithmetic intensity, bound and share of the roofline."""
-    rows, peaks, note = view.document.roofline, view.document.peaks, view.document.roofline_note
-    if isinstance(rows, UnsetType):
+    rows_in, peaks, note = view.document.roofline, view.document.peaks, view.document.roofline_note
+    if isinstance(rows_in, UnsetType):
         return
-    if not rows:
+    if not rows_in:
         if isinstance(note, str) and note:
             console.print(_section("Roofline"))
             console.print(text(f"  {note}", style="yellow"))
         return
     src = peaks.source if peaks is not None and not isinstance(peaks, UnsetType) else ""
     console.print(_section(f"Roofline ({safe(src)})"))
-    t = _table(("Op", "Calls", "Time", "GFLOP", "MB", "FLOP/byte", "Bound", "% of roofline"), ("Op", "Bound"), 44)
-    for row in rows[:ADVICE_ROWS]:
+    cols = [Column("Op", name=True), Column("Calls", keep=2), Column("Time", keep=5), Column("GFLOP", keep=1),
+            Column("MB", keep=1), Column("FLOP/byte", keep=3), Column("Bound", left=True, keep=4),
+            Column("% of roofline", keep=4)]
+    rows: list[list[Text | str]] = []
+    for row in rows_in[:ADVICE_ROWS]:
         known = row.gflop is not None and row.mbytes is not None and row.intensity is not None
-        t.add_row(text(row.name), str(row.calls), fmt_us(row.time_us),
-                  f"{row.gflop:.3f}" if known else "unknown", f"{row.mbytes:.1f}" if known else "unknown",
-                  f"{row.intensity:.2f}" if known else "unknown", row.bound,
-                  "unknown" if row.pct_of_roofline is None else f"{row.pct_of_roofline:.0f}%")
-    console.print(t)
+        rows.append([text(row.name), str(row.calls), fmt_us(row.time_us),
+                     f"{row.gflop:.3f}" if known else "unknown", f"{row.mbytes:.1f}" if known else "unknown",
+                     f"{row.intensity:.2f}" if known else "unknown", row.bound,
+                     "unknown" if row.pct_of_roofline is None else f"{row.pct_of_roofline:.0f}%"])
+    print_fitted(console, cols, rows)
 
 
 def render_hotspots(console: Console, hotspots: list[Hotspot]) -> None:

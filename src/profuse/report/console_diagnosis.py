@@ -118,15 +118,13 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
 @renders_printable
 def render_budget_diff(console: Console, d: BudgetDiff) -> None:
     """``profuse diff``: the two budgets leaf by leaf, largest change first."""
-    from rich.table import Table
+    from .fit import Column, print_fitted
 
     console.print(text(f"Budget ({d.a_scope} {fmt_us(d.a_span_us)} -> {d.b_scope} {fmt_us(d.b_span_us)})",
                        style="bold underline"))
-    t = Table(show_edge=False, header_style="bold", pad_edge=False)
-    for c in ("Leaf", "A", "A %", "B", "B %", "Delta"):
-        t.add_column(c, justify="left" if c == "Leaf" else "right")
-    for r in d.rows:
-        t.add_row(text(r.key), fmt_us(r.a_us), f"{r.a_pct:.1f}%", fmt_us(r.b_us), f"{r.b_pct:.1f}%",
-                  Text(("-" if r.delta_us < 0 else "+") + fmt_us(abs(r.delta_us)),
-                       style="green" if r.delta_us < 0 else "red"))
-    console.print(t)
+    cols = [Column("Leaf", name=True), Column("A", keep=3), Column("A %", keep=1), Column("B", keep=3),
+            Column("B %", keep=1), Column("Delta", keep=4)]
+    print_fitted(console, cols, [
+        [text(r.key), fmt_us(r.a_us), f"{r.a_pct:.1f}%", fmt_us(r.b_us), f"{r.b_pct:.1f}%",
+         Text(("-" if r.delta_us < 0 else "+") + fmt_us(abs(r.delta_us)), style="green" if r.delta_us < 0 else "red")]
+        for r in d.rows])

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..analysis.compare.memory_diff import MemoryDiff
 from ..analysis.memory import MemorySection
 from ._text import safe, text
+from .fit import Column, print_fitted
 from .terminal import renders_printable
 
 
@@ -42,14 +42,10 @@ def render_memory(console: Console, payload: MemorySection | None) -> None:
             line.append(" in ")
             line.append(text(", ".join(where)))  # names from the trace: never markup
         console.print(line)
-        t = Table(show_edge=False, header_style="bold", pad_edge=False, title_justify="left")
-        t.add_column("Live at the peak: allocated by", overflow="fold", max_width=60)
-        t.add_column("Module", overflow="fold", max_width=40)
-        t.add_column("Bytes", justify="right")
-        t.add_column("Allocations", justify="right")
-        for g in d.live_at_peak:
-            t.add_row(text(g.op), text(g.module or ""), fmt_bytes(g.bytes), f"{g.allocations:,}" if g.allocations else "")
-        console.print(t)
+        cols = [Column("Live at the peak: allocated by", name=True), Column("Module", name=True),
+                Column("Bytes", keep=2), Column("Allocations", keep=1)]
+        print_fitted(console, cols, [[text(g.op), text(g.module or ""), fmt_bytes(g.bytes),
+                                      f"{g.allocations:,}" if g.allocations else ""] for g in d.live_at_peak])
 
 
 def _delta(n: int) -> Text:
@@ -61,23 +57,19 @@ def render_memory_diff(console: Console, diff: MemoryDiff | None, top: int = 15)
     """Print the diff's memory: peaks per device and the ops whose memory changed most (nothing without any)."""
     if diff is None:
         return
-    t = Table(title="Memory peaks", show_edge=False, header_style="bold", title_justify="left")
-    for c in ("Device A", "Device B", "Peak A", "Peak B", "Delta", "Reserved A", "Reserved B", "Delta reserved"):
-        t.add_column(c, justify="left" if c.startswith("Device") else "right")
-    for p in diff.peaks:
-        t.add_row(text(p.a_device or "-"), text(p.b_device or "-"), fmt_bytes(p.a_peak_allocated_bytes),
-                  fmt_bytes(p.b_peak_allocated_bytes), _delta(p.delta_allocated_bytes),
-                  fmt_bytes(p.a_peak_reserved_bytes), fmt_bytes(p.b_peak_reserved_bytes),
-                  _delta(p.delta_reserved_bytes))
-    console.print(t)
+    cols = [Column("Device A", name=True), Column("Device B", name=True), Column("Peak A", keep=3),
+            Column("Peak B", keep=3), Column("Delta", keep=4), Column("Reserved A", keep=1),
+            Column("Reserved B", keep=1), Column("Delta reserved", keep=2)]
+    print_fitted(console, cols, [
+        [text(p.a_device or "-"), text(p.b_device or "-"), fmt_bytes(p.a_peak_allocated_bytes),
+         fmt_bytes(p.b_peak_allocated_bytes), _delta(p.delta_allocated_bytes), fmt_bytes(p.a_peak_reserved_bytes),
+         fmt_bytes(p.b_peak_reserved_bytes), _delta(p.delta_reserved_bytes)] for p in diff.peaks], title="Memory peaks")
     changed = [o for o in diff.ops if o.delta_device_mem_bytes or o.delta_cpu_mem_bytes][:top]
     if not changed:
         return
-    t = Table(title="Op memory", show_edge=False, header_style="bold", title_justify="left")
-    for c in ("Name", "Device mem A", "Device mem B", "Delta", "CPU mem A", "CPU mem B", "Delta CPU"):
-        t.add_column(c, justify="left" if c == "Name" else "right")
-    for o in changed:
-        t.add_row(text(o.name), fmt_bytes(o.a_device_mem_bytes), fmt_bytes(o.b_device_mem_bytes),
-                  _delta(o.delta_device_mem_bytes), fmt_bytes(o.a_cpu_mem_bytes), fmt_bytes(o.b_cpu_mem_bytes),
-                  _delta(o.delta_cpu_mem_bytes))
-    console.print(t)
+    cols = [Column("Name", name=True), Column("Device mem A", keep=3), Column("Device mem B", keep=3),
+            Column("Delta", keep=4), Column("CPU mem A", keep=1), Column("CPU mem B", keep=1), Column("Delta CPU", keep=2)]
+    print_fitted(console, cols, [
+        [text(o.name), fmt_bytes(o.a_device_mem_bytes), fmt_bytes(o.b_device_mem_bytes), _delta(o.delta_device_mem_bytes),
+         fmt_bytes(o.a_cpu_mem_bytes), fmt_bytes(o.b_cpu_mem_bytes), _delta(o.delta_cpu_mem_bytes)] for o in changed],
+        title="Op memory")

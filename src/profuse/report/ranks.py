@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..payloads.ranks import MergedCandidate, RanksDiff, RanksDocument, StepTimes
 from ._text import fmt_us, safe, text
+from .fit import Column, print_fitted
 from .terminal import renders_printable
 
 SHOW = 10
@@ -52,17 +52,15 @@ def _print_head(con: Console, doc: RanksDocument, top: int | None) -> None:
 
 def _print_rank_table(con: Console, doc: RanksDocument, top: int | None) -> None:
     ranks = doc.ranks
-    t = Table(title="Ranks", title_justify="left")
-    for col in ("Rank", "Trace", "Device", "Compute", "Comm", "Overlap", "Memory", "Idle", "Step median",
-                "Clock offset"):
-        t.add_column(col, justify="left" if col == "Trace" else "right")
+    cols = [Column("Rank", keep=None), Column("Trace", name=True), Column("Device", keep=6), Column("Compute", keep=5),
+            Column("Comm", keep=5), Column("Overlap", keep=2), Column("Memory", keep=1), Column("Idle", keep=4),
+            Column("Step median", keep=6), Column("Clock offset", keep=0)]
     shown = ranks if not top else ranks[:top]
-    for r in shown:
-        t.add_row(str(r.rank), text(_name(r.path)), _us(r.device_us), _us(r.compute_us), _us(r.comm_us),
-                  "-" if r.overlap_pct is None else f"{r.overlap_pct:.0f}%", _us(r.memory_us),
-                  _us(r.idle_us), _us(r.step_median_us),
-                  "unknown" if r.clock_offset_us is None else fmt_us(r.clock_offset_us))
-    con.print(t)
+    print_fitted(con, cols, [
+        [str(r.rank), text(_name(r.path)), _us(r.device_us), _us(r.compute_us), _us(r.comm_us),
+         "-" if r.overlap_pct is None else f"{r.overlap_pct:.0f}%", _us(r.memory_us), _us(r.idle_us),
+         _us(r.step_median_us), "unknown" if r.clock_offset_us is None else fmt_us(r.clock_offset_us)]
+        for r in shown], title="Ranks")
     skipped = [r for r in ranks if r.skipped_events]
     if skipped:
         con.print(Text(f"--lenient skipped {sum(r.skipped_events for r in skipped):,} bad events on "
@@ -75,13 +73,9 @@ def _print_rank_table(con: Console, doc: RanksDocument, top: int | None) -> None
 def _print_stragglers(con: Console, doc: RanksDocument, top: int | None) -> None:
     late = [s for s in doc.stragglers if s.late_collectives]
     if late:
-        t = Table(title="Stragglers: ranks that arrived last at collectives, by the wait they caused",
-                  title_justify="left")
-        for col in ("Rank", "Late collectives", "Wait caused (all other ranks)"):
-            t.add_column(col, justify="right")
-        for s in late[:SHOW]:
-            t.add_row(str(s.rank), str(s.late_collectives), fmt_us(s.wait_caused_us))
-        con.print(t)
+        print_fitted(con, [Column("Rank"), Column("Late collectives"), Column("Wait caused (all other ranks)")],
+                     [[str(s.rank), str(s.late_collectives), fmt_us(s.wait_caused_us)] for s in late[:SHOW]],
+                     title="Stragglers: ranks that arrived last at collectives, by the wait they caused")
     elif doc.collectives:
         con.print("No rank arrived late at any matched collective.")
     else:
@@ -95,13 +89,11 @@ def _print_stragglers(con: Console, doc: RanksDocument, top: int | None) -> None
 def _print_skew(con: Console, doc: RanksDocument, top: int | None) -> None:
     skewed = sorted(doc.collectives, key=lambda c: -c.skew_us)[:SHOW]
     if skewed and skewed[0].skew_us > 0:
-        t = Table(title="Collective skew (largest): last arrival minus first, clocks aligned", title_justify="left")
-        for col in ("Collective", "Bytes", "Skew", "Last arriver"):
-            t.add_column(col, justify="left" if col == "Collective" else "right")
-        for c in skewed:
-            t.add_row(text(f"{c.name} #{c.seq}"), _bytes(c.bytes), fmt_us(c.skew_us),
-                      "-" if c.last_arriver is None else str(c.last_arriver))
-        con.print(t)
+        print_fitted(con, [Column("Collective", name=True), Column("Bytes", keep=1), Column("Skew", keep=None),
+                           Column("Last arriver", keep=None)],
+                     [[text(f"{c.name} #{c.seq}"), _bytes(c.bytes), fmt_us(c.skew_us),
+                       "-" if c.last_arriver is None else str(c.last_arriver)] for c in skewed],
+                     title="Collective skew (largest): last arrival minus first, clocks aligned")
 
 
 def _print_steps(con: Console, doc: RanksDocument, top: int | None) -> None:
@@ -110,24 +102,21 @@ def _print_steps(con: Console, doc: RanksDocument, top: int | None) -> None:
 
 def _print_varying(con: Console, doc: RanksDocument, top: int | None) -> None:
     if doc.varying_ops:
-        t = Table(title="Ops whose device time varies most across ranks", title_justify="left")
-        for col in ("Op", "Ranks", "Min", "Max", "Spread", "Slowest rank"):
-            t.add_column(col, justify="left" if col == "Op" else "right")
-        for o in doc.varying_ops[:SHOW]:
-            # a varying op ran on two ranks at least, so its figures are known: _us prints them as fmt_us does
-            t.add_row(text(o.name), str(o.ranks), _us(o.min_us), _us(o.max_us), _us(o.spread_us), str(o.max_rank))
-        con.print(t)
+        # a varying op ran on two ranks at least, so its figures are known: _us prints them as fmt_us does
+        print_fitted(con, [Column("Op", name=True), Column("Ranks", keep=1), Column("Min", keep=2), Column("Max", keep=2),
+                           Column("Spread", keep=None), Column("Slowest rank", keep=3)],
+                     [[text(o.name), str(o.ranks), _us(o.min_us), _us(o.max_us), _us(o.spread_us), str(o.max_rank)]
+                      for o in doc.varying_ops[:SHOW]],
+                     title="Ops whose device time varies most across ranks")
 
 
 def _print_fusion(con: Console, doc: RanksDocument, top: int | None) -> None:
     if doc.fusion:
-        t = Table(title="Fusion candidates, merged over ranks", title_justify="left")
-        for col in ("Pattern", "Scope", "Ranks", "Instances", *SAVINGS, "Do"):
-            t.add_column(col, justify="right" if col in ("Ranks", "Instances", *SAVINGS) else "left")
-        for f in doc.fusion[:SHOW]:
-            t.add_row(text(f.pattern), text(f.scope), str(f.ranks), str(f.instances),
-                      *_savings(f), text(f.recommendation))
-        con.print(t)
+        cols = [Column("Pattern", name=True), Column("Scope", name=True), Column("Ranks", keep=1),
+                Column("Instances", keep=2), *(Column(c, keep=4) for c in SAVINGS), Column("Do", name=True)]
+        print_fitted(con, cols, [[text(f.pattern), text(f.scope), str(f.ranks), str(f.instances), *_savings(f),
+                                  text(f.recommendation)] for f in doc.fusion[:SHOW]],
+                     title="Fusion candidates, merged over ranks")
 
 
 # The rank report's sections in print order, each one function over the cross-rank document.
@@ -156,22 +145,19 @@ def _print_heat(con: Console, steps: StepTimes, top: int | None) -> None:
     cols = steps.steps[:12]
     vals = [v for row in steps.dur_us for v in row[:12] if v is not None]
     med = statistics.median(vals) if vals else 0.0
-    t = Table(title="Step time per rank (red: slower than the median step)", title_justify="left")
-    t.add_column("Rank", justify="right")
-    for s in cols:
-        t.add_column(f"#{s}", justify="right")
+    columns = [Column("Rank", keep=None), *(Column(f"#{s}", keep=12 - i) for i, s in enumerate(cols))]
     pairs = list(zip(steps.ranks, steps.dur_us))
+    rows: list[list[Text | str]] = []
     for rank, row in pairs[:top] if top else pairs:
-        cells = []
+        cells: list[Text | str] = [str(rank)]
         for v in row[:12]:
             if v is None:
                 cells.append(Text("-"))
                 continue
             ratio = v / med if med else 1.0
-            style = "bold red" if ratio > 1.1 else "yellow" if ratio > 1.02 else ""
-            cells.append(Text(fmt_us(v), style=style))
-        t.add_row(str(rank), *cells)
-    con.print(t)
+            cells.append(Text(fmt_us(v), style="bold red" if ratio > 1.1 else "yellow" if ratio > 1.02 else ""))
+        rows.append(cells)
+    print_fitted(con, columns, rows, title="Step time per rank (red: slower than the median step)")
 
 
 @renders_printable
@@ -188,15 +174,15 @@ def print_ranks_diff(con: Console, d: RanksDiff, top: int | None = 15) -> None:
             con.print(Text(f"ranks only in {side}: {', '.join(map(str, only[:20]))}"
                            + (" ..." if len(only) > 20 else ""), style="yellow"))
     rows = sorted(d.per_rank, key=lambda r: -abs(r.delta_step_median_us or 0.0))
-    t = Table(title="Ranks, largest step-time change first", title_justify="left")
-    for col in ("Rank", "Step A", "Step B", "Delta", "Comm A", "Comm B", "Idle A", "Idle B", "Wait caused A",
-                "Wait caused B"):
-        t.add_column(col, justify="right")
+    cols = [Column("Rank", keep=None), Column("Step A", keep=None), Column("Step B", keep=None),
+            Column("Delta", keep=None), Column("Comm A", keep=3), Column("Comm B", keep=3), Column("Idle A", keep=2),
+            Column("Idle B", keep=2), Column("Wait caused A", keep=1), Column("Wait caused B", keep=1)]
+    out: list[list[Text | str]] = []
     for r in rows[:top] if top else rows:
         delta = r.delta_step_median_us
-        t.add_row(str(r.rank), _us(r.a_step_median_us), _us(r.b_step_median_us),
-                  Text("unknown" if delta is None else f"{delta:+.1f} µs",
-                       style="" if delta is None else "green" if delta < 0 else "red"),
-                  _us(r.a_comm_us), _us(r.b_comm_us), _us(r.a_idle_us), _us(r.b_idle_us),
-                  _us(r.a_wait_caused_us), _us(r.b_wait_caused_us))
-    con.print(t)
+        out.append([str(r.rank), _us(r.a_step_median_us), _us(r.b_step_median_us),
+                    Text("unknown" if delta is None else f"{delta:+.1f} µs",
+                         style="" if delta is None else "green" if delta < 0 else "red"),
+                    _us(r.a_comm_us), _us(r.b_comm_us), _us(r.a_idle_us), _us(r.b_idle_us),
+                    _us(r.a_wait_caused_us), _us(r.b_wait_caused_us)])
+    print_fitted(con, cols, out, title="Ranks, largest step-time change first")

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..studies.llama import LlamaStudy
 from ..studies.rmsnorm import StudyResult
 from ._text import fmt_us, text
+from .fit import Column, print_fitted
 from .terminal import renders_printable
 
 
@@ -19,15 +19,13 @@ def print_study(console: Console, r: StudyResult) -> None:
                        f"{r.iters} calls per variant · copy of x at {r.copy_bandwidth_gbps:.1f} GB/s "
                        f"(large-buffer peak {r.peak_copy_bandwidth_gbps:.1f} GB/s)",
                        style="bold"))
-    t = Table(show_edge=False, header_style="bold")
-    for col in ("Variant", "Ops/call", "Kernels/call", f"{r.device_kind} time/call", "Speedup", "Bytes/call",
-                "Roofline", "Max abs err"):
-        t.add_column(col, justify="left" if col == "Variant" else "right")
-    for v in r.variants:
-        t.add_row(text(v.name), f"{v.ops_per_call:g}", f"{v.kernels_per_call:g}", fmt_us(v.device_us_per_call),
-                  f"{v.speedup_vs_op_by_op:.2f}x", f"{v.bytes_per_call / 1e6:.1f} MB", f"{v.roofline_pct:.0f}%",
-                  f"{v.max_abs_err:.1e}")
-    console.print(t)
+    cols = [Column("Variant", name=True), Column("Ops/call", keep=2), Column("Kernels/call", keep=3),
+            Column(f"{r.device_kind} time/call", keep=None), Column("Speedup", keep=None),
+            Column("Bytes/call", keep=0), Column("Roofline", keep=1), Column("Max abs err", keep=1)]
+    print_fitted(console, cols, [
+        [text(v.name), f"{v.ops_per_call:g}", f"{v.kernels_per_call:g}", fmt_us(v.device_us_per_call),
+         f"{v.speedup_vs_op_by_op:.2f}x", f"{v.bytes_per_call / 1e6:.1f} MB", f"{v.roofline_pct:.0f}%",
+         f"{v.max_abs_err:.1e}"] for v in r.variants], what="study.json")
     for note in r.notes:
         console.print(text(f"  note: {note}", style="yellow"))
     for v in r.variants:
@@ -63,19 +61,17 @@ def print_llama(console: Console, r: LlamaStudy) -> None:
     for k in others[:6]:
         console.print(text(f"  also: {k.pattern} in {k.scope} ({k.instances} calls, predicted "
                            f"{fmt_us(k.predicted_saving_us)})", style="dim"))
-    t = Table(show_edge=False, header_style="bold", title="Fixes applied to a copy of the model",
-              title_justify="left")
-    for col in ("Fix", "Scope", "Modules", "Scope time/step before -> after (IQR)", "Measured saving/step",
-                "Predicted saving/step", "Max abs err", "Numerics", "Speed"):
-        t.add_column(col, justify="left" if col in ("Fix", "Scope", "Speed") else "right")
-    for f in r.fixes:
-        t.add_row(text(f.fix), text(f.scope), str(f.modules_changed),
-                  f"{fmt_us(f.scope_before_us)} ±{fmt_us(f.scope_before_spread_us)} -> "
-                  f"{fmt_us(f.scope_after_us)} ±{fmt_us(f.scope_after_spread_us)}",
-                  fmt_us(f.measured_saving_us) if f.verdict in ("verified faster", "slower") else f.verdict,
-                  fmt_us(f.predicted_saving_us), f"{f.max_abs_err:.1e}", "ok" if f.ok else "NO",
-                  text(f.verdict))
-    console.print(t)
+    cols = [Column("Fix", name=True), Column("Scope", name=True), Column("Modules", keep=0),
+            Column("Scope time/step before -> after (IQR)", keep=1), Column("Measured saving/step", keep=None),
+            Column("Predicted saving/step", keep=3), Column("Max abs err", keep=0), Column("Numerics", keep=2),
+            Column("Speed", left=True, keep=None)]
+    print_fitted(console, cols, [
+        [text(f.fix), text(f.scope), str(f.modules_changed),
+         f"{fmt_us(f.scope_before_us)} ±{fmt_us(f.scope_before_spread_us)} -> "
+         f"{fmt_us(f.scope_after_us)} ±{fmt_us(f.scope_after_spread_us)}",
+         fmt_us(f.measured_saving_us) if f.verdict in ("verified faster", "slower") else f.verdict,
+         fmt_us(f.predicted_saving_us), f"{f.max_abs_err:.1e}", "ok" if f.ok else "NO", text(f.verdict)]
+        for f in r.fixes], title="Fixes applied to a copy of the model", what="the study's JSON")
     if r.ms_per_token_after:
         after = f"{r.ms_per_token_after:.2f} ms/token after ({r.ms_per_token_before / r.ms_per_token_after:.2f}x)"
     else:

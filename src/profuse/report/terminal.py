@@ -11,6 +11,7 @@ written as visible escapes, so a section that forgets ``text()`` still prints no
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -68,12 +69,18 @@ class TerminalConsole(Console):
 
 
 def make_console(**kwargs: Any) -> Console:
-    """Stdout console (or ``file=``); wide when piped so names are not folded into unreadable columns."""
+    """Stdout console (or ``file=``) as wide as the terminal, or as ``COLUMNS`` says where it is set; 200
+    columns when piped without ``COLUMNS`` (a file or ``grep`` reads whole names, nothing is shortened)."""
     kwargs.setdefault("soft_wrap", False)
     if "width" not in kwargs:
         out = kwargs.get("file") or sys.stdout
-        kwargs["width"] = None if out.isatty() else 200
+        kwargs["width"] = None if out.isatty() or _columns_set() else 200
     return TerminalConsole(**kwargs)
+
+
+def _columns_set() -> bool:
+    """``COLUMNS`` holds a width (rich reads it itself where the width is left to it)."""
+    return os.environ.get("COLUMNS", "").strip().isdigit()
 
 
 @contextmanager
