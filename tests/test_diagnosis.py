@@ -606,7 +606,7 @@ def test_every_class_cause_and_lever_kind_is_documented():
 
     doc = (REPO / "docs" / "advisor.md").read_text().split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
     kinds = {"cuda_graphs", "graph_launch", "stream_wait", "unrecorded_wait", "host_sync", "cpu_work", "pinned_memory",
-             "input_pipeline",
+             "input_pipeline", "cpu_fallback",
              "precision", "gemm", "memory_bound", "communication", "attention_kernel", "no_device_data"} | {
                  "fusion:<pattern>"} | set(SLUG.values())
     # host_sync's, cpu_work's and cuda_graphs' texts

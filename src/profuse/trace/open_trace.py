@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import TraceError
+from .sniff import PERFETTO_SUFFIXES, is_perfetto_path
 
 if TYPE_CHECKING:
     from .trace import Trace
@@ -34,7 +35,8 @@ def resolve(path: str | os.PathLike[str]) -> Path:
         if len(found) == 1:
             return _regular(found[0])
         if not found:
-            raise TraceError(p, "is a folder with no trace in it (expected trace.json.gz or one *.json[.gz])")
+            raise TraceError(p, "is a folder with no trace in it (expected trace.json.gz, or one *.json[.gz] "
+                                "or *.pftrace[.gz])")
         raise TraceError(p, f"holds {len(found)} traces; name one of them: {', '.join(q.name for q in found[:4])} "
                             "(`profuse report` on the folder gives one report over all of them as ranks)")
     if not p.exists():
@@ -44,13 +46,14 @@ def resolve(path: str | os.PathLike[str]) -> Path:
 
 def _trace_files(folder: Path) -> list[Path]:
     """Entries of ``folder`` named like a Kineto trace (``*.json``, ``*.json.gz``), mapping files aside."""
-    return sorted(q for q in folder.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json"))
+    return sorted(q for q in folder.iterdir() if q.name.endswith((".json", ".json.gz", ".pt.trace.json", *PERFETTO_SUFFIXES))
                   and not q.match(MAPPING_PATTERN))
 
 
 def _holds_kineto_trace(folder: Path) -> bool:
-    """Whether :func:`resolve` would find (or complain about) a Kineto trace in ``folder``."""
-    return any((folder / n).exists() or (folder / n).is_symlink() for n in TRACE_NAMES) or bool(_trace_files(folder))
+    """Whether :func:`resolve` would find (or complain about) a Kineto JSON trace in ``folder``."""
+    return any((folder / n).exists() or (folder / n).is_symlink() for n in TRACE_NAMES) or any(
+        not q.name.endswith(PERFETTO_SUFFIXES) for q in _trace_files(folder))
 
 
 def _regular(p: Path) -> Path:
@@ -62,7 +65,7 @@ def _regular(p: Path) -> Path:
     if stat.S_ISDIR(mode):
         raise TraceError(p, "is a folder, not a trace file")
     if not stat.S_ISREG(mode):
-        raise TraceError(p, f"is not a regular file (a {_file_kind(mode)}); give a .json or .json.gz file")
+        raise TraceError(p, f"is not a regular file (a {_file_kind(mode)}); give a .json, .json.gz or .pftrace file")
     return p
 
 
@@ -104,9 +107,17 @@ def load(
 
         if explorer_parquet.is_explorer_folder(folder):
             return explorer_parquet.load_folder(folder)
+        from . import perfetto
+
+        if perfetto.is_explorer_export(folder):  # neuron-explorer's --output-format perfetto folder
+            return with_bundle(with_mapping(perfetto.load_folder(folder, lenient=lenient)))
     from .cache import cache_folder
 
     src = resolve(path)
+    if is_perfetto_path(src):  # a Perfetto protobuf trace: built in memory, uncached (trace/perfetto.py)
+        from . import perfetto
+
+        return with_bundle(with_mapping(perfetto.load_file(src, lenient=lenient)))
     notes: list[str] = []
     caches = cache_folder(cache_dir) if cache and not lenient else None
     if caches is not None:

@@ -18,3 +18,30 @@ def is_snapshot_path(path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+PERFETTO_SUFFIXES = (".pftrace", ".pftrace.gz")
+
+
+def is_perfetto_path(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a Perfetto protobuf trace: by its name (``.pftrace``, ``.pftrace.gz``), else
+    by its first bytes (inflated where gzip): a Trace message starts with its first packet's tag, 0x0A,
+    and a JSON document, even one opening with a line break, has ``{`` or ``[`` as its first other byte."""
+    p = Path(path)
+    if p.name.lower().endswith(PERFETTO_SUFFIXES):
+        return True
+    try:
+        if not p.is_file():
+            return False
+        with open(p, "rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return False
+    if head[:2] == b"\x1f\x8b":
+        import zlib
+
+        try:
+            head = zlib.decompressobj(31).decompress(head, 16)
+        except zlib.error:
+            return False
+    return head[:1] == b"\x0a" and head.lstrip()[:1] not in (b"{", b"[")

@@ -65,6 +65,7 @@ def _step_kinds(steps: list[StepBudget]) -> str:
 
 def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
                       roofline_rows: list[object]) -> Diagnosis:
+    from ..submissions import submission_notes
     from .levers import Context, rank_levers
 
     model = step_model(trace)
@@ -96,6 +97,7 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     if warm is not None:
         notes.append(f"{steps[warm].name} is a warm-up outlier ({(spans[warm][1] - spans[warm][0]) / 1e3:.1f} µs, "
                      f"over {WARMUP_FACTOR:g}x the median of the other steps): reported apart, levers from the others")
+    notes.extend(submission_notes(trace))   # submissions per step: launch-bound evidence beyond CUDA
     ctx = Context(trace=trace, work=w, labels=lab, steady=steady, candidates=candidates, peaks=peaks,
                   roofline_rows=roofline_rows, target=_step_kinds(out_steps), cpu=False)
     levers, small, combined = rank_levers(ctx)

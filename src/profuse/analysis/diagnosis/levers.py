@@ -111,6 +111,10 @@ HOW = {
                        "from its device window",
     "sync_wait": "remove the synchronise from the step (timing or debugging code?), or move it to where the "
                  "result is needed",
+    "cpu_fallback": "the op has no kernel for this device, so the backend copied its inputs to the host, ran it "
+                    "on the CPU and copied the result back: use an op (or dtype) the device supports, rewrite it "
+                    "with supported ops, or move it out of the step (precompute it); the backend's fallback "
+                    "warnings name such ops",
 }
 
 
@@ -180,6 +184,7 @@ def device_levers(ctx: Context) -> list[Lever]:
     out += _cpu_work(ctx, cpu)
     out += _input_pipeline(ctx)
     out += _pinned(ctx, ns, idx, label)
+    out += _cpu_fallback(ctx, start, ns, label)
     out += _precision(ctx, ns, idx, label)
     out += _gemm(ctx)
     comm = ctx.leaf("busy/communication")
@@ -245,6 +250,7 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
             ev += f"; graphs already replay {100 * replayed / busy:.0f}% of the busy time: the rest launches eagerly"
     if replay:
         ev += f" (and {_us(replay)} inside graph launches: the graph_launch lever)"
+    ev += _submission_evidence(ctx)
     others = max(causes["idle/queued"], causes["idle/host_sync"], causes["idle/no_work"], causes["idle/input"],
                  causes["idle/cpu_other"] - cpu.model_ns)
     span = max(ctx.window_ns, 1)
@@ -262,6 +268,16 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
     caps = (eager / 1e3, cpu.model_ns / 1e3)[:len(draws)]  # its own parts of each leaf (graph_launch has the rest)
     return [*out, _lever(ctx, "cuda_graphs", ctx.target, gain, confidence, ev, how, draws,
                          ops=tuple(_top(cpu.model_ops, 4)), caps=caps)]
+
+
+def _submission_evidence(ctx: Context) -> str:
+    """On a device other than CUDA, the launch-bound evidence its runtime gives: submissions per step (and
+    Neuron's runtime counters), analysis/submissions.py."""
+    if ctx.trace.meta.device_kind == "CUDA":
+        return ""
+    from ..submissions import submission_text, submissions
+
+    return f"; {submission_text(submissions(ctx.trace))}"
 
 
 def _launch_holders(ctx: Context, start: np.ndarray, ns: np.ndarray,
@@ -862,6 +878,97 @@ def _pinned(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray) ->
     return [_lever(ctx, "pinned_memory", ", ".join(_top(ops)) or "host-to-device copies", v, "high",
                    f"{_us(v)} of pageable host-to-device copies not overlapped with compute", HOW["pinned_memory"],
                    ("busy/memcpy_h2d",), ops=tuple(_top(ops)))]
+
+
+# A CPU fallback: a top-level op that launched no device work, run between an op that copied device
+# memory to the host and one that copied host memory back (aten::to -> _to_copy -> copy_ around it)
+FALLBACK_DRAWS = ("busy/memcpy_d2h", "busy/memcpy_h2d", "idle/host_sync", "idle/launch_overhead",
+                  "idle/cpu_other", "idle/no_work")
+COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::item", "aten::_local_scalar_dense", "aten::cpu",
+            "aten::contiguous", "aten::clone", "aten::empty", "aten::empty_strided")
+# ops that make a tensor from nothing (the next batch's inputs made on the host): no device input fell back
+_FACTORY = re.compile(r"^aten::(rand\w*|normal|bernoulli|uniform|zeros\w*|ones\w*|full\w*|arange|linspace|logspace|"
+                      r"eye|tensor|scalar_tensor|from_numpy|lift_fresh\w*|empty\w*)$")
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """One CPU fallback: the op, the ops that copied to the host before it and back after it, and the
+    round trip from the first copy's start to the last one's end (ns)."""
+
+    op: str
+    before: str
+    after: str
+    copies: tuple[str, str]
+    ts: int
+    dur: int
+    window: tuple[int, int]
+
+
+def cpu_fallbacks(trace: Trace) -> list[Fallback]:
+    """Every CPU fallback of the trace, in time order (docs/advisor.md, ``cpu_fallback``): on a launching
+    thread, three top-level ops in a row, the first of which launched a device-to-host copy, the last a
+    host-to-device copy, and the middle one no device work at all (nor is it a copy, an allocation, or a
+    factory op such as ``aten::randint``, which makes the next inputs on the host rather than falling back)."""
+    from ..kernel_class import memcpy_class
+
+    copies = trace.con.execute(f"""
+        SELECT d.name, d.ts, d.ts + d.dur, l.thread,
+          (SELECT o.id FROM events o WHERE o.thread = l.thread AND o.kind = 'cpu_op' AND {TOP_OP.format(e="o")}
+             AND o.ts <= l.ts AND o.ts + o.dur >= l.ts + l.dur ORDER BY o.ts, o.id LIMIT 1) AS top
+        FROM events d JOIN events l ON l.id = d.launch WHERE d.kind = 'memcpy' ORDER BY d.ts, d.id""").fetchall()
+    d2h: dict[int, tuple[str, int, int]] = {}
+    h2d: dict[int, tuple[str, int, int]] = {}
+    for name, ts, end, _thread, top in copies:
+        if top is not None:
+            way = memcpy_class(name)
+            (d2h if way == "memcpy_d2h" else h2d if way == "memcpy_h2d" else {}).setdefault(int(top), (name, ts, end))
+    if not d2h or not h2d:
+        return []
+    threads = ", ".join(str(int(t)) for t in sorted({c[3] for c in copies}))
+    ops = trace.con.execute(f"""
+        SELECT id, name, ts, dur, thread, coalesce(kernels_total, 0) FROM events
+        WHERE kind = 'cpu_op' AND thread IN ({threads}) AND {TOP_OP.format(e="events")}
+        ORDER BY thread, ts, id""").fetchall()
+    out = []
+    for p, x, n in zip(ops, ops[1:], ops[2:]):
+        if not (p[4] == x[4] == n[4] and p[0] in d2h and n[0] in h2d and x[5] == 0 and x[3] > 0
+                and x[1] not in COPY_OPS and not _FACTORY.match(x[1])):
+            continue
+        first, last = d2h[p[0]], h2d[n[0]]
+        out.append(Fallback(x[1], p[1], n[1], (first[0], last[0]), int(x[2]), int(x[3]), (int(first[1]), int(last[2]))))
+    return out
+
+
+def _cpu_fallback(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> list[Lever]:
+    """One ``cpu_fallback`` lever per op that fell back: the round trips' time in the steady spans (the
+    copies and the device idle between them), bounded by those pieces' leaves (what the op would take on
+    the device is not known: not subtracted, said so)."""
+    found = [f for f in cpu_fallbacks(ctx.trace) if start.size]
+    if not found:
+        return []
+    draws = [LEAVES.index(k) for k in FALLBACK_DRAWS]
+    by_op: dict[str, list[Fallback]] = {}
+    for f in found:
+        by_op.setdefault(f.op, []).append(f)
+    out = []
+    for op, falls in by_op.items():
+        inside = np.zeros(start.size, dtype=bool)
+        for f in falls:
+            inside |= (start >= f.window[0]) & (start < f.window[1])
+        take = inside & np.isin(label, draws)
+        caps = tuple(float(ns[take & (label == k)].sum()) / 1e3 for k in draws)
+        gain = sum(caps) * 1e3
+        if not gain:
+            continue
+        f = falls[0]
+        ev = (f"{op} ran on the CPU ({len(falls)} time(s), {_us(sum(x.dur for x in falls))} in all) between device "
+              f"work: {f.before} copied its input to the host ({f.copies[0]}) and {f.after} copied the result back "
+              f"({f.copies[1]}); from the first copy's start to the last one's end the device ran the copies or "
+              f"idled for {_us(gain)} (less what {op} would take on the device, which the trace cannot show)")
+        out.append(_lever(ctx, "cpu_fallback", op, gain, "medium", ev, HOW["cpu_fallback"], FALLBACK_DRAWS,
+                          ops=(op, f.before, f.after), caps=caps))
+    return out
 
 
 def _precision(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray) -> list[Lever]:
