@@ -118,22 +118,36 @@ def _peaks(trace: Trace, live_rows: int) -> list[DevicePeak]:
             LEFT JOIN events s ON s.id = m.step LEFT JOIN events o ON o.id = m.op
             LEFT JOIN scopes sc ON sc.id = m.module LEFT JOIN memory_frames fr ON fr.id = m.id AND fr.site
             WHERE m.id = ?""", [at]).fetchone() or (0, 0, None, None, None, None)
-        live = _live(con, dtype, dev, int(at))
-        before = int(peak) - sum(g.bytes for g in live)
-        shown = live[:live_rows]
-        if len(live) > live_rows:
-            rest = live[live_rows:]
-            shown.append(LiveGroup(op=f"({len(rest)} more)", module=None, bytes=sum(g.bytes for g in rest),
-                                   allocations=sum(g.allocations for g in rest)))
-        if before:
-            shown.append(LiveGroup(op=BEFORE_TRACE, module=None, bytes=before, allocations=0))
+        shown = _shown(_live(con, dtype, dev, int(at)), int(peak), live_rows)
         out.append(DevicePeak(device=device_label(dtype, dev), events=int(n), peak_allocated_bytes=int(peak),
                               peak_reserved_bytes=int(peak_res), reserved_at_peak_bytes=int(reserved),
-                              gap_bytes=int(reserved) - int(peak) if peak_res else None,
+                              gap_bytes=_gap(int(reserved), int(peak)) if peak_res else None,
                               peak_at=PeakAt(ts_ns=int(ts) - int(t0), step=step, op=op, module=module, frame=frame),
                               peak_id=int(at),
                               live_at_peak=shown))
     return out
+
+
+def _shown(groups: list[LiveGroup], allocated: int, live_rows: int) -> list[LiveGroup]:
+    """The first ``live_rows`` groups, one "(N more)" row for the rest, then what the total holds beyond
+    them (allocated before the trace). Where the events' own total is below what they show live (a
+    malformed trace: its ``Total Allocated`` disagrees with its ``Bytes``) there is no such row: never
+    a negative one."""
+    shown = groups[:live_rows]
+    if len(groups) > live_rows:
+        rest = groups[live_rows:]
+        shown.append(LiveGroup(op=f"({len(rest)} more)", module=None, bytes=sum(g.bytes for g in rest),
+                               allocations=sum(g.allocations for g in rest)))
+    before = allocated - sum(g.bytes for g in groups)
+    if before > 0:
+        shown.append(LiveGroup(op=BEFORE_TRACE, module=None, bytes=before, allocations=0))
+    return shown
+
+
+def _gap(reserved: int, allocated: int) -> int | None:
+    """Reserved minus allocated; None where the reserved figure is below the allocated one (a malformed
+    trace: the caching allocator never holds less than it hands out), never a negative gap."""
+    return reserved - allocated if reserved >= allocated else None
 
 
 def _live(con: duckdb.DuckDBPyConnection, dtype: str, dev: int | None, at: int) -> list[LiveGroup]:
@@ -172,15 +186,7 @@ def live_at(trace: Trace, device: str, at: int, live_rows: int = 20) -> LiveAt |
     if row is None:
         return None
     dtype, dev, ts, allocated, reserved = row
-    groups = _live(con, dtype, dev, at)
-    shown = groups[:live_rows]
-    if len(groups) > live_rows:
-        rest = groups[live_rows:]
-        shown.append(LiveGroup(op=f"({len(rest)} more)", module=None, bytes=sum(g.bytes for g in rest),
-                               allocations=sum(g.allocations for g in rest)))
-    before = int(allocated) - sum(g.bytes for g in groups)
-    if before:
-        shown.append(LiveGroup(op=BEFORE_TRACE, module=None, bytes=before, allocations=0))
+    shown = _shown(_live(con, dtype, dev, at), int(allocated), live_rows)
     return LiveAt(device=device, id=at, ts_ns=int(ts) - int(t0), allocated_bytes=int(allocated),
                   reserved_bytes=int(reserved), live=shown)
 

@@ -40,5 +40,12 @@ def run_snapshot_report(args: argparse.Namespace) -> int:
     if payload is None:
         con.print(Text("No alloc/free history in this snapshot (record it with "
                        "torch.cuda.memory._record_memory_history() before the run).", style="yellow"))
+    if counts.get("history_disagrees"):
+        from ..report.console_memory import fmt_bytes
+
+        con.print(Text(f"The alloc/free history and the final state disagree on {counts['history_disagrees']} "
+                       "device(s): the history stops before frees it needs; each device's totals start "
+                       f"{fmt_bytes(int(counts.get('history_disagrees_bytes', 0)))} higher, so none goes "
+                       "below zero.", style="yellow"))
     render_memory(con, payload)
     return 0

@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import TraceError, UserError
 from ..trace.correlate import attribute, nearest_ancestor, nesting
 from ..trace.schema import DDL, KIND_CODE, SCHEMA_VERSION
 from ..trace.trace import Trace
@@ -52,6 +52,8 @@ INTEGER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYIN
                  "UBIGINT", "UHUGEINT"}
 RUNTIME_CATEGORIES = ("privateuse1_runtime", "privateuse1_driver")
 NOTE = "built from the published neuron-explorer schema 7.4.0; not yet checked on a real capture"
+MAX_ROWS_ENV = "PROFUSE_MAX_PARQUET_ROWS"
+MAX_ROWS = 2_000_000  # rows of the three tables together: each costs about 1 KB while the tables are built
 
 
 def is_explorer_folder(folder: Path) -> bool:
@@ -219,7 +221,40 @@ class _Rows:
         return {k: (np.concatenate(v) if v else np.empty(0, dtype=object)) for k, v in self.cols.items()}
 
 
+def max_rows() -> int:
+    """The most rows a folder's tables may hold together: ``$PROFUSE_MAX_PARQUET_ROWS``, else MAX_ROWS."""
+    raw = os.environ.get(MAX_ROWS_ENV, "").strip()
+    try:
+        value = int(raw) if raw else MAX_ROWS
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UserError(f"{MAX_ROWS_ENV}={raw!r}: expected a positive whole number of rows")
+    return value
+
+
+def _check_rows(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
+    """Refuse a folder whose tables hold more than :func:`max_rows` rows together, from the files' own row
+    counts (their metadata), before any row is read."""
+    counts = {}
+    for table in REQUIRED:
+        path = folder / f"{table}.parquet"
+        if path.is_file():
+            try:
+                row = con.execute("SELECT count(*) FROM read_parquet(?)", [_source(con, path)]).fetchone()
+            except duckdb.Error as err:
+                raise TraceError(path, f"not a readable Parquet file ({str(err).strip().splitlines()[0]})") from None
+            counts[path] = int(row[0]) if row else 0
+    limit = max_rows()
+    if sum(counts.values()) > limit:
+        biggest = max(counts, key=lambda k: counts[k])
+        raise TraceError(biggest, f"{counts[biggest]:,} rows ({sum(counts.values()):,} in the folder's tables): "
+                                  f"more than the {limit:,} profuse reads ({MAX_ROWS_ENV} raises it; about 1 KB "
+                                  "of memory each)")
+
+
 def _build(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
+    _check_rows(con, folder)
     spe, instr, dma = (_read(con, folder, t) for t in REQUIRED)
     rows = _Rows()
     if spe is not None:

@@ -14,6 +14,7 @@ import json
 import math
 import posixpath
 import struct
+import sys
 import tarfile
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,8 @@ MAX_READ_MEMBER = 64 << 20  # a JSON or debug-info member larger than this is re
 MAX_ARCHIVE = 16 << 30  # sum of declared member sizes: a bigger archive is refused (gzip bomb)
 MAX_FILE = 32 << 30
 MAX_READ_TOTAL = 256 << 20  # all members read, together
+MAX_GRAPHS = 1024  # subgraphs the kelf files may list, copies of one included
+MAX_PARSED = 4 * MAX_READ_TOTAL  # members parsed for the subgraphs, counted again for each that reads them
 MAX_RATIO, RATIO_SLACK = 200, 8 << 20  # decompressed bytes per compressed byte, past the first 8 MiB
 SCHEMA = "profuse.neff/1"
 PACKAGING = {1: "tar.gz + SHA-256", 2: "tar.gz + MD5"}
@@ -278,14 +281,15 @@ def _read_archive(path: Path, payload: bytes, definitions: set[str] | None = Non
     return sizes, contents
 
 
-def _json(path: Path, contents: dict[str, bytes], name: str, *, required: bool = False) -> Any:
+def _json(path: Path, contents: dict[str, bytes] | _Reads, name: str, *, required: bool = False) -> Any:
     if name not in contents:
         if required:
             raise TraceError(path, f"archive has no {name}")
         return None
     try:
-        # NaN, Infinity and numbers past a double (1e400) become null: not a statistic, and not valid JSON
-        return json.loads(contents[name], parse_constant=lambda _: None, parse_float=_finite)
+        # NaN, Infinity and numbers past a double (1e400, or an integer of 5,000 digits) become null: not a
+        # statistic, and not valid JSON
+        return json.loads(contents[name], parse_constant=lambda _: None, parse_float=_finite, parse_int=_whole)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TraceError(path, f"{name} in the archive is not valid JSON ({err})") from None
     except RecursionError:
@@ -297,13 +301,22 @@ def _finite(text: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _whole(text: str) -> int | None:
+    """A JSON integer; None past a double's range (never converted whole: Python's int() refuses 4,300 digits)."""
+    if len(text.lstrip("-")) > 309:
+        return None
+    v = int(text)
+    return v if abs(v) <= sys.float_info.max else None
+
+
 def _assemble(path: Path, header: Header, sizes: dict[str, int], contents: dict[str, bytes]) -> Neff:
     notes: list[str] = []
     info = _json(path, contents, "info.json") or {}
     graphs, target = _graphs(path, contents)
     # links and names the debug-info walk may visit, for the whole NEFF: linear in the debug info read
     budget = [WALK_BASE + WALK_PER_BYTE * sum(len(v) for k, v in contents.items() if ".dbg" in k)]
-    subgraphs = [_subgraph(path, name, definition, i, sizes, contents, notes, budget)
+    reads = _Reads(path, contents)
+    subgraphs = [_subgraph(path, name, definition, i, sizes, reads, notes, budget)
                  for i, (name, definition) in enumerate(graphs)]
     stats = _json(path, contents, "hlo_stats.json")
     hlo: dict[str, Any] = {}
@@ -341,11 +354,32 @@ def _graphs(path: Path, contents: dict[str, bytes]) -> tuple[list[tuple[str, str
             if not isinstance(g, dict) or not isinstance(g.get("definition"), str):
                 raise TraceError(path, f"{k} in the archive lists a graph without a 'definition'")
             graphs.append((str(g.get("name") or g["definition"]), _safe_member_name(path, g["definition"])))
+            if len(graphs) > MAX_GRAPHS:
+                raise TraceError(path, f"the kelf files list more than {MAX_GRAPHS:,} subgraphs: refused")
     return graphs, target
 
 
+class _Reads:
+    """The archive's members as the subgraphs parse them, each parse counted (a graph listed again and
+    again, or many sharing one big member, cannot make the work more than MAX_PARSED bytes)."""
+
+    def __init__(self, path: Path, contents: dict[str, bytes]) -> None:
+        self.path, self.contents, self.parsed = path, contents, 0
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.contents
+
+    def __getitem__(self, name: str) -> bytes:
+        data = self.contents[name]
+        self.parsed += len(data)
+        if self.parsed > MAX_PARSED:
+            raise TraceError(self.path, f"its subgraphs parse more than {MAX_PARSED:,} bytes of members, each "
+                                        "counted for every subgraph that reads it: refused")
+        return data
+
+
 def _subgraph(path: Path, name: str, definition: str, index: int, sizes: dict[str, int],
-              contents: dict[str, bytes], notes: list[str], budget: list[int]) -> Subgraph:
+              contents: _Reads, notes: list[str], budget: list[int]) -> Subgraph:
     d = _json(path, contents, definition, required=True)
     if not isinstance(d, dict):
         raise TraceError(path, f"{definition} in the archive is not a JSON object")
@@ -387,7 +421,7 @@ def _subgraph(path: Path, name: str, definition: str, index: int, sizes: dict[st
                     mapping=mapping, unmapped=unmapped, dma_queues=dma)
 
 
-def _tensors(path: Path, contents: dict[str, bytes], member: str) -> list[Tensor]:
+def _tensors(path: Path, contents: _Reads, member: str) -> list[Tensor]:
     tmap = _json(path, contents, member)
     if not isinstance(tmap, dict):
         return []
@@ -455,13 +489,13 @@ def _asm_entries(buf: bytes) -> tuple[str | None, list[_Entry]]:
     return nxt, ordered
 
 
-def _find_dbg(contents: dict[str, bytes], folder: str, name: str, index: int) -> str | None:
+def _find_dbg(contents: _Reads, folder: str, name: str, index: int) -> str | None:
     """A debug file named by another: beside it, else in debug_info/ for this subgraph (or the only one)."""
     for cand in (posixpath.join(folder, name) if folder else name, f"debug_info/{name}_sg{index:06d}",
                  f"debug_info/{name}"):
         if cand in contents:
             return cand
-    only = [n for n in contents if n.startswith(f"debug_info/{name}_sg")]
+    only = [n for n in contents.contents if n.startswith(f"debug_info/{name}_sg")]
     return only[0] if len(only) == 1 else None
 
 
@@ -528,7 +562,7 @@ WALK_BASE, WALK_PER_BYTE = 2_000_000, 4  # debug-info walk budget: links and nam
 
 
 def _map_engine(label: str, asm: tuple[str | None, list[_Entry]], folder: str, index: int,
-                contents: dict[str, bytes], notes: list[str], sg: str, budget: list[int]) -> tuple[list[Mapped], int]:
+                contents: _Reads, notes: list[str], sg: str, budget: list[int]) -> tuple[list[Mapped], int]:
     """Group one engine's instructions by the HLO instruction and framework op they come from."""
     levels: list[tuple[str, dict[int, _Entry]]] = []
     nxt = asm[0]

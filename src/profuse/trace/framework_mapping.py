@@ -46,7 +46,7 @@ def _records(path: Path) -> list[Any]:
     if raw is None:
         raise TraceError(path, f"{why}: move it away to load the trace")
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw, parse_int=_whole)
     except UnicodeDecodeError as err:
         raise TraceError(path, f"cannot read ({err})") from None
     except json.JSONDecodeError as err:
@@ -64,14 +64,27 @@ def _records(path: Path) -> list[Any]:
     raise TraceError(path, "holds neither a list of mapping records nor an object of them")
 
 
+_MAX_DIGITS = 20  # an int64 has at most 19 digits: a longer number is no id (and never converted whole)
+
+
+def _whole(text: str) -> int | None:
+    """A JSON integer as read: None past 64 bits (a 5000-digit one would stop Python's int())."""
+    return _in_range(int(text)) if len(text) <= _MAX_DIGITS else None
+
+
+def _in_range(v: int) -> int | None:
+    return v if -(2**63) <= v < 2**63 else None
+
+
 def _int(v: Any) -> int | None:
+    """An id: a whole number within 64 bits, or a string of its digits; anything else None (counted)."""
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
-        return v
+        return _in_range(v)
     digits = v.strip().removeprefix("-") if isinstance(v, str) else ""
-    if digits.isascii() and digits.isdecimal():  # isdigit() alone accepts '²', which int() refuses
-        return int(v)
+    if digits.isascii() and digits.isdecimal() and len(digits) <= _MAX_DIGITS:  # isdigit() accepts '²'
+        return _in_range(int(v))
     return None
 
 

@@ -334,12 +334,20 @@ def _row(e: _MemEv) -> tuple[int, str, str, int, int, int, int, int, int] | None
         return None
     vals: list[int] = []
     for k in _ARGS:
-        v = args.get(k)
-        if not isinstance(v, int) or isinstance(v, bool) or not -(2**63) <= v < 2**63:
+        v = _whole(args.get(k))
+        if v is None:
             return None
         vals.append(v)
     p, t = thread_key(e.pid, e.tid)
     return (ts, p, t, vals[0], vals[1], vals[2], vals[3], vals[4], vals[5])
+
+
+def _whole(v: Any) -> int | None:
+    """A memory figure: an integer within 64 bits, or a float holding one (``35.0``, a trace re-serialised by
+    another tool) as that integer; anything else (a fraction, text, absent) None: the event is left out."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**63:
+        v = int(v)
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else None
 
 
 def _ns_text(raw: bytes) -> int | None:

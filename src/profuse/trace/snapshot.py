@@ -5,9 +5,18 @@ resolves no global at all (``find_class`` refuses every name but ``set`` and ``f
 protocol-2 pickle of a set calls), and no persistent id, so what comes out can only be the builtin
 containers and scalars the opcodes make themselves (dict, list, tuple, str, bytes, int, float, bool,
 None); anything else is a one-line error naming the file. The file is capped in size
-(PROFUSE_MAX_SNAPSHOT_BYTES), what it decodes to in depth, and what is read of it in rows (a pickle's
-shared references can make a small file stand for an enormous tree: each container is checked once,
-and every entry and frame read counts against MAX_ROWS, each time it is met).
+(PROFUSE_MAX_SNAPSHOT_BYTES; read as big as it is, never a buffer of the cap's size), what it decodes to
+in depth, and what is read of it in rows: a pickle's shared references can make a small file stand for an
+enormous tree, so each container is checked once, and the entries, blocks and frames it stands for,
+shared ones counted each time they are met, are counted before any is read and may number at most
+ROWS_PER_BYTE per byte of the file (at least MIN_ROWS, at most MAX_ROWS): the work is bounded by the
+file's size.
+
+The history is a ring buffer that may have started late or stopped early: where the totals rebuilt
+from the final state would go below zero (the history saw more allocated than the end state holds: it
+stopped before the frees), the two disagree, and the device's totals are counted from the least start
+that keeps them at zero or more; ``meta.memory_snapshot`` says so (``history_disagrees``: the devices,
+``history_disagrees_bytes``: by how much the start was raised).
 
 The snapshot (torch/cuda/memory.py ``_snapshot``) holds ``segments`` (cudaMalloc'd memory with its
 blocks and their frames) and ``device_traces`` (per device, the allocator's actions when
@@ -20,8 +29,9 @@ import io
 import os
 import pickle
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import duckdb
 import numpy as np
@@ -35,6 +45,8 @@ MAX_SNAPSHOT_BYTES_ENV = "PROFUSE_MAX_SNAPSHOT_BYTES"
 MAX_SNAPSHOT_BYTES = 4 << 30
 MAX_DEPTH = 32         # a snapshot nests 6 deep (snapshot / segments / segment / blocks / block / frames)
 MAX_ROWS = 100_000_000  # entries, blocks and frames read, shared ones counted each time
+ROWS_PER_BYTE = 4       # ... per byte of the file: torch shares a frame list only among one block's entries
+MIN_ROWS = 1_000_000    # ... whatever the file's size
 _ALLOWED_GLOBALS = {("builtins", "set"), ("builtins", "frozenset"), ("__builtin__", "set"),
                     ("__builtin__", "frozenset")}
 _SCALARS = (str, bytes, int, float, bool, type(None))
@@ -69,6 +81,23 @@ def _max_bytes() -> int:
 
 def read_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The snapshot's dictionary, read without running anything (see the module docstring)."""
+    return _read(path)[0]
+
+
+def _read_capped(fh: BinaryIO, size: int, limit: int) -> bytes:
+    """The file's bytes: ``size`` (by fstat) and, where it grew since, on up to ``limit`` + 1 (never a
+    buffer of the limit's size up front)."""
+    data: bytes = fh.read(min(size, limit) + 1)
+    while len(data) <= limit:
+        more = fh.read(min(1 << 20, limit + 1 - len(data)))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
+    """:func:`read_snapshot`, and how many bytes the file held."""
     where = str(path)
     try:
         fd = os.open(where, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
@@ -83,7 +112,9 @@ def read_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise TraceError(where, f"{st.st_size:,} bytes is over the snapshot limit of {limit:,} "
                                     f"({MAX_SNAPSHOT_BYTES_ENV} raises it)")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
+            data = _read_capped(fh, st.st_size, limit)
+    except MemoryError:
+        raise TraceError(where, "does not fit in the memory left") from None
     finally:
         os.close(fd)
     if len(data) > limit:
@@ -94,14 +125,16 @@ def read_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
         obj = _SafeUnpickler(io.BytesIO(data)).load()
     except _Refused as err:
         raise TraceError(where, f"not a memory snapshot: {err}") from None
+    except MemoryError:
+        raise TraceError(where, "does not fit in the memory left (unpickling it)") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            OverflowError, MemoryError, RecursionError, UnicodeDecodeError) as err:
+            OverflowError, RecursionError, UnicodeDecodeError) as err:
         raise TraceError(where, f"not a readable pickle ({type(err).__name__}: {str(err)[:120]})") from None
     _check_tree(where, obj)
     if not isinstance(obj, dict) or not isinstance(obj.get("segments"), list) or not isinstance(
             obj.get("device_traces", []), list):
         raise TraceError(where, "a pickle, but not a torch memory snapshot (no 'segments' list)")
-    return obj
+    return obj, len(data)
 
 
 def _check_tree(where: str, obj: Any) -> None:
@@ -133,23 +166,36 @@ def _int(v: Any, default: int = 0) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else default
 
 
-class _Budget:
-    """Counts what is read of a snapshot against MAX_ROWS."""
+def _size(v: Any) -> int:
+    """A size in bytes: a whole number from 0 to 2^62; anything else (negative, absurd, not a number) 0."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62 else 0
 
-    def __init__(self, where: str) -> None:
-        self.where, self.left = where, MAX_ROWS
+
+def row_limit(size: int) -> int:
+    """The most entries, blocks and frames a snapshot file of ``size`` bytes may stand for."""
+    return min(MAX_ROWS, max(MIN_ROWS, ROWS_PER_BYTE * size))
+
+
+class _Budget:
+    """Counts what is read of a snapshot against :func:`row_limit` of its size."""
+
+    def __init__(self, where: str, size: int = 0) -> None:
+        self.where, self.size, self.limit = where, size, row_limit(size)
+        self.left = self.limit
 
     def take(self, n: int) -> None:
+        """Count ``n`` rows; refuse the file once they pass the limit."""
         self.left -= n
         if self.left < 0:
-            raise TraceError(self.where, f"not a memory snapshot: more than {MAX_ROWS:,} entries, blocks and "
-                                         "frames (shared references counted each time they are met)")
+            raise TraceError(self.where, f"not a memory snapshot: its {self.size:,} bytes stand for more than "
+                                         f"{self.limit:,} entries, blocks and frames (shared references counted "
+                                         f"each time they are met; at most {ROWS_PER_BYTE} per byte of the file, "
+                                         f"{MIN_ROWS:,} for any file, {MAX_ROWS:,} in all)")
 
 
-def _frames(entry: dict[str, Any], budget: _Budget) -> list[tuple[str, str, int]]:
+def _frames(entry: dict[str, Any]) -> list[tuple[str, str, int]]:
     frames = entry.get("frames")
     out = []
-    budget.take(len(frames) if isinstance(frames, list) else 0)
     for f in frames if isinstance(frames, list) else []:
         if isinstance(f, dict):
             out.append((_str(f.get("name")), _str(f.get("filename")), _int(f.get("line"))))
@@ -172,12 +218,17 @@ def load_snapshot(path: str | os.PathLike[str]) -> Trace:
     """A :class:`Trace` whose ``memory`` table holds the snapshot's alloc/free entries with the totals
     reconstructed from the final state, ``memory_frames`` their frames, and ``memory_segments`` /
     ``memory_blocks`` the state at the snapshot (its ``events`` table is empty)."""
-    snap = read_snapshot(path)
+    snap, size = _read(path)
+    budget = _Budget(str(path), size)
+    _count(snap, budget)  # everything it stands for, counted before anything is read
     con = duckdb.connect()
     try:
         con.execute("ATTACH ':memory:' AS trace; USE trace")
         con.execute(DDL)
-        counts = _write_snapshot(con, snap, _Budget(str(path)))
+        try:
+            counts = _write_snapshot(con, snap, budget)
+        except OverflowError:
+            raise TraceError(str(path), "not a memory snapshot: its sizes add up beyond 64 bits") from None
         import json
         con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('source', ?), ('path', ?), "
                     "('device_kind', '\"CUDA\"'), ('events', '0'), ('span_us', '0'), ('memory_snapshot', ?)",
@@ -189,14 +240,34 @@ def load_snapshot(path: str | os.PathLike[str]) -> Trace:
     return Trace(Path(path), con, from_cache=False, writer=None, notes=[])
 
 
+def _lists(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _count(snap: dict[str, Any], budget: _Budget) -> None:
+    """Count the segments, blocks, entries and frames the snapshot stands for (shared ones each time
+    they are met), stopping at the budget: looking costs no more than the budget allows."""
+    segments = _lists(snap.get("segments"))
+    budget.take(len(segments))
+    lists = [_lists(s.get("blocks")) for s in segments if isinstance(s, dict)]
+    for entries in (*lists, *_lists(snap.get("device_traces"))):  # each list's work is within the file's size
+        entries = _lists(entries)
+        budget.take(len(entries) + sum(len(_lists(e.get("frames"))) for e in entries if isinstance(e, dict)))
+    budget.left = budget.limit  # what follows counts again as it reads (the same rows, so it never fails)
+
+
 def _write_snapshot(con: duckdb.DuckDBPyConnection, snap: dict[str, Any], budget: _Budget) -> dict[str, int]:
     segs, blocks, end_alloc, end_reserved = _segments(snap, budget)
-    rows, frames = _history(snap, budget, end_alloc, end_reserved)
-    if rows:
-        _insert_history(con, rows, frames)
+    hist = _history(snap, budget, end_alloc, end_reserved)
+    if hist.rows:
+        _insert_history(con, hist)
     _insert(con, "memory_segments", segs, 7)
     _insert(con, "memory_blocks", blocks, 9)
-    return {"segments": len(segs), "blocks": len(blocks), "entries": len(rows), "frames": len(frames)}
+    counts = {"segments": len(segs), "blocks": len(blocks), "entries": len(hist.rows), "frames": hist.n_frames}
+    if hist.raised:
+        counts["history_disagrees"] = len(hist.raised)
+        counts["history_disagrees_bytes"] = sum(hist.raised.values())
+    return counts
 
 
 def _segments(snap: dict[str, Any], budget: _Budget) -> tuple[list[Any], list[Any], dict[int, int], dict[int, int]]:
@@ -209,9 +280,9 @@ def _segments(snap: dict[str, Any], budget: _Budget) -> tuple[list[Any], list[An
     for s in segments if isinstance(segments, list) else []:
         if not isinstance(s, dict):
             continue
-        dev, addr, total = _int(s.get("device")), _int(s.get("address")), _int(s.get("total_size"))
+        dev, addr, total = _int(s.get("device")), _int(s.get("address")), _size(s.get("total_size"))
         segs.append((dev, addr, total, _int(s.get("stream")), _str(s.get("segment_type")),
-                     _int(s.get("allocated_size")), _int(s.get("active_size"))))
+                     _size(s.get("allocated_size")), _size(s.get("active_size"))))
         end_reserved[dev] = end_reserved.get(dev, 0) + total
         seg_blocks = s.get("blocks")
         budget.take(len(seg_blocks) if isinstance(seg_blocks, list) else 0)
@@ -219,53 +290,105 @@ def _segments(snap: dict[str, Any], budget: _Budget) -> tuple[list[Any], list[An
             if not isinstance(b, dict):
                 continue
             state = _str(b.get("state"))
-            size = _int(b.get("size"))
-            fr = _frames(b, budget)
+            size = _size(b.get("size"))
+            budget.take(len(_lists(b.get("frames"))))
+            fr = _frames(b)
             site = fr[_site(fr)] if fr else ("", "", 0)
-            blocks.append((dev, addr, _int(b.get("address")), size, _int(b.get("requested_size")), state,
+            blocks.append((dev, addr, _int(b.get("address")), size, _size(b.get("requested_size")), state,
                            site[0], site[1], site[2]))
             if state in ("active_allocated", "active_awaiting_free"):
                 end_alloc[dev] = end_alloc.get(dev, 0) + size
     return segs, blocks, end_alloc, end_reserved
 
 
-def _history(snap: dict[str, Any], budget: _Budget, end_alloc: dict[int, int],
-             end_reserved: dict[int, int]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+@dataclass
+class _History:
+    """The allocation history as columns, its frames as each distinct frame list once, and per device by
+    how much the start was raised where the history and the final state disagree."""
+
+    rows: list[tuple[int, int, int, int, int]] = field(default_factory=list)   # id, device, ns, bytes, addr
+    allocated: list[int] = field(default_factory=list)
+    reserved: list[int] = field(default_factory=list)
+    framed: list[tuple[int, int]] = field(default_factory=list)  # (row id, key of its frame list)
+    frame_sets: dict[int, list[tuple[str, str, int]]] = field(default_factory=dict)
+    raised: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def n_frames(self) -> int:
+        return sum(len(self.frame_sets[k]) for _, k in self.framed)
+
+
+def _history(snap: dict[str, Any], budget: _Budget, end_alloc: dict[int, int], end_reserved: dict[int, int]) -> _History:
     """Each device's allocation history as rows (id, device, ns, bytes, address, allocated and reserved
     after it), counted back from the end state, and their frames."""
-    rows: list[tuple[Any, ...]] = []
-    frames: list[tuple[Any, ...]] = []
-    traces = snap.get("device_traces") or []
-    # every entry is counted before any is read, so a shared list met a million times fails at once
-    budget.take(sum(len(t) for t in traces if isinstance(t, list)) if isinstance(traces, list) else 0)
-    for dev, entries in enumerate(traces if isinstance(traces, list) else []):
-        acts = [e for e in (entries if isinstance(entries, list) else []) if isinstance(e, dict)]
-        alloc_net = sum(ALLOC_ACTIONS.get(_str(e.get("action")), 0) * _int(e.get("size")) for e in acts)
-        seg_net = sum(SEGMENT_ACTIONS.get(_str(e.get("action")), 0) * _int(e.get("size")) for e in acts)
+    hist = _History()
+    traces = _lists(snap.get("device_traces"))
+    budget.take(sum(len(_lists(t)) for t in traces))
+    parsed: dict[int, tuple[str, int, int | None, int]] = {}  # an entry met again is read once
+    for dev, entries in enumerate(traces):
+        acts = [(e, parsed.get(id(e)) or parsed.setdefault(id(e), _entry(e))) for e in _lists(entries)
+                if isinstance(e, dict)]
+        alloc_net = sum(ALLOC_ACTIONS.get(a[0], 0) * a[1] for _, a in acts)
+        seg_net = sum(SEGMENT_ACTIONS.get(a[0], 0) * a[1] for _, a in acts)
+        first = len(hist.rows)
         allocated = end_alloc.get(dev, 0) - alloc_net   # what was allocated when the history began
         reserved = end_reserved.get(dev, 0) - seg_net
-        for i, e in enumerate(acts):
-            action = _str(e.get("action"))
-            size = _int(e.get("size"))
+        low_alloc, low_res = allocated, reserved
+        for i, (e, (action, size, time_us, addr)) in enumerate(acts):
             if action in SEGMENT_ACTIONS:
                 reserved += SEGMENT_ACTIONS[action] * size
+                low_res = min(low_res, reserved)
                 continue
             if action not in ALLOC_ACTIONS:
                 continue
             nbytes = ALLOC_ACTIONS[action] * size
             allocated += nbytes
-            ts = _int(e.get("time_us"), i) * 1000
-            mid = len(rows)
-            rows.append((mid, dev, ts, nbytes, _int(e.get("addr")), allocated, reserved))
-            entry_frames = _frames(e, budget)
-            at = _site(entry_frames)
-            frames.extend((mid, d, n, f, ln, d == at) for d, (n, f, ln) in enumerate(entry_frames))
-    return rows, frames
+            low_alloc = min(low_alloc, allocated)
+            mid = len(hist.rows)
+            hist.rows.append((mid, dev, (i if time_us is None else time_us) * 1000, nbytes, addr))
+            hist.allocated.append(allocated)
+            hist.reserved.append(reserved)
+            _take_frames(hist, mid, e, budget)
+        _raise_start(hist, dev, first, -min(low_alloc, 0), -min(low_res, 0))
+    return hist
 
 
-def _insert_history(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]], frames: list[tuple[Any, ...]]) -> None:
+def _entry(e: dict[str, Any]) -> tuple[str, int, int | None, int]:
+    """An entry's action, size, time (µs; None where it has none, or one whose ns would not fit 62 bits) and address."""
+    t = e.get("time_us")
+    ok = isinstance(t, int) and not isinstance(t, bool) and abs(t) < (1 << 62) // 1000
+    return _str(e.get("action")), _size(e.get("size")), t if ok else None, _int(e.get("addr"))
+
+
+def _take_frames(hist: _History, mid: int, entry: dict[str, Any], budget: _Budget) -> None:
+    """Note entry ``mid``'s frames: a frame list met before (torch shares one among a block's entries;
+    a hostile file among all) is read once and kept once."""
+    frames = entry.get("frames")
+    if not isinstance(frames, list) or not frames:
+        return
+    key = id(frames)  # the snapshot holds every list while the history is read: ids stay distinct
+    budget.take(len(frames))
+    if key not in hist.frame_sets:
+        hist.frame_sets[key] = _frames(entry)
+    hist.framed.append((mid, key))
+
+
+def _raise_start(hist: _History, dev: int, first: int, by_alloc: int, by_res: int) -> None:
+    """Where the totals rebuilt backwards from the final state go below zero, the history saw more than the
+    end state holds (it stopped before the frees, or the state lost blocks): count the device's totals from
+    the least start that keeps them at zero or more, and note by how much it was raised."""
+    if by_alloc <= 0 and by_res <= 0:
+        return
+    hist.raised[dev] = max(by_alloc, 0)
+    for i in range(first, len(hist.rows)):
+        hist.allocated[i] += by_alloc
+        hist.reserved[i] += by_res
+
+
+def _insert_history(con: duckdb.DuckDBPyConnection, hist: _History) -> None:
     """The history into ``memory`` in (device, time) order, frees matched to their allocations, and the frames."""
-    ids, dev_, ts_, nb, addr_, tot, res = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    ids, dev_, ts_, nb, addr_ = (np.array(c, dtype=np.int64) for c in zip(*hist.rows))
+    tot, res = np.array(hist.allocated, dtype=np.int64), np.array(hist.reserved, dtype=np.int64)
     order = np.lexsort((ids, ts_, dev_))
     remap = np.empty(len(ids), dtype=np.int64)
     remap[order] = np.arange(len(ids))
@@ -277,13 +400,38 @@ def _insert_history(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]],
                    NULL, NULL, NULL, NULL, NULLIF(alloc, -1), NULLIF(free, -1), bytes < 0 AND alloc = -1
                    FROM _snap""")
     con.unregister("_snap")
-    if frames:
-        cols = list(zip(*frames))
-        con.register("_fr", {"id": remap[np.array(cols[0], dtype=np.int64)], "depth": np.array(cols[1]),
-                             "name": np.array(cols[2], dtype=object), "filename": np.array(cols[3], dtype=object),
-                             "line": np.array(cols[4], dtype=np.int64), "site": np.array(cols[5], dtype=bool)})
+    cols = _frame_columns(hist)
+    if cols is not None:
+        cols["id"] = remap[cols["id"]]
+        con.register("_fr", cols)
         con.execute("INSERT INTO memory_frames SELECT id, depth, name, filename, line, site FROM _fr")
         con.unregister("_fr")
+
+
+def _frame_columns(hist: _History) -> dict[str, np.ndarray] | None:
+    """``memory_frames``' columns: each entry's frames, from its frame list's one copy (None: no frames)."""
+    keys = list(hist.frame_sets)
+    if not hist.framed or not keys:
+        return None
+    slot = {k: i for i, k in enumerate(keys)}
+    sets = [hist.frame_sets[k] for k in keys]
+    lens = np.array([len(f) for f in sets], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    sites = np.array([_site(f) for f in sets], dtype=np.int64)
+    flat = [f for fs in sets for f in fs]
+    names = np.array([f[0] for f in flat], dtype=object)
+    files = np.array([f[1] for f in flat], dtype=object)
+    lines = np.array([f[2] for f in flat], dtype=np.int64)
+    mids = np.array([m for m, _ in hist.framed], dtype=np.int64)
+    which = np.array([slot[k] for _, k in hist.framed], dtype=np.int64)
+    n = lens[which]
+    keep = n > 0
+    mids, which, n = mids[keep], which[keep], n[keep]
+    starts = np.repeat(np.cumsum(n) - n, n)
+    depth = np.arange(int(n.sum()), dtype=np.int64) - starts
+    src = np.repeat(offsets[which], n) + depth
+    return {"id": np.repeat(mids, n), "depth": depth, "name": names[src], "filename": files[src],
+            "line": lines[src], "site": depth == np.repeat(sites[which], n)}
 
 
 def _match(nbytes: np.ndarray, addr: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
