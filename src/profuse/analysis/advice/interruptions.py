@@ -147,7 +147,8 @@ def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, trace
     d = s - a.launch_ts[idx]
     fine = d >= 0
     n_fine = np.add.reduceat(fine.astype(np.int64), first)
-    sums = np.add.reduceat(np.where(fine, d, 0), first)
+    # summed as doubles: delays from clocks or units that disagree (10^18 ns) overflow 64-bit sums negative
+    sums = np.add.reduceat(np.where(fine, d, 0).astype(np.float64), first)
     has = n_fine > 0
     delay_us = float((sums[has] / n_fine[has]).mean()) / 1e3 if has.any() else 0.0
     return _Scope(instances=int(first.size), kernels=int(idx.size), busy_ns=union_ns(s, e),

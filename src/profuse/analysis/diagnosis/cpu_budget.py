@@ -45,20 +45,31 @@ def _leaf(kind: str, name: str) -> int:
 
 def span_ns(trace: Trace, thread: int, lo: int, hi: int, skip: int) -> np.ndarray:
     """ns per CPU leaf of [lo, hi) seen from ``thread`` (other threads fill its gaps), the event
-    ``skip`` (the step) left out."""
-    rows = trace.con.execute(f"""
-        SELECT greatest(ts, ?), least(ts + dur, ?), depth, kind, name FROM events
+    ``skip`` (the step) left out: each piece of the span goes to the last event covering it in the order
+    other threads, then the step's; shallow first (so the innermost event wins)."""
+    cols = trace.con.execute(f"""
+        SELECT greatest(ts, ?) AS s, least(ts + dur, ?) AS e, kind, coalesce(name, '') AS name FROM events
         WHERE ts < ? AND ts + dur > ? AND id <> ? AND kind IN ('cpu_op', 'python', 'runtime',
               'annotation', 'sync') AND NOT ({STEP_WHERE})
-        ORDER BY thread = ?, depth, ts, id""", [lo, hi, hi, lo, skip, thread]).fetchall()
+        ORDER BY thread = ?, depth, ts, id""", [lo, hi, hi, lo, skip, thread]).fetchnumpy()
+    start, end = np.asarray(cols["s"], dtype=np.int64), np.asarray(cols["e"], dtype=np.int64)
+    kinds, names = np.asarray(cols["kind"], dtype=object), np.asarray(cols["name"], dtype=object)
+    # an annotation exactly as long as the span is the span's own mark, not work inside it
+    keep = (end > start) & ~((kinds == "annotation") & (start == lo) & (end == hi))
+    start, end, kinds, names = start[keep], end[keep], kinds[keep], names[keep]
     out = np.zeros(len(CPU_LEAVES), dtype=np.int64)
-    rows = [r for r in rows if r[1] > r[0] and not (r[3] == "annotation" and r[0] == lo and r[1] == hi)]
-    cuts = np.unique(np.asarray([lo, hi, *(r[0] for r in rows), *(r[1] for r in rows)], dtype=np.int64))
+    cuts = np.unique(np.concatenate([np.asarray([lo, hi], dtype=np.int64), start, end]))
     cuts = cuts[(cuts >= lo) & (cuts <= hi)]
     label = np.full(cuts.size - 1, CPU_LEAVES.index("idle"), dtype=np.int64)
-    for s, e, _depth, kind, name in rows:   # other threads, then the step's; shallow first: innermost last
-        i, j = np.searchsorted(cuts, s), np.searchsorted(cuts, e)
-        label[i:j] = _leaf(kind, name or "")
+    memo: dict[tuple[str, str], int] = {}   # one classification per distinct (kind, name)
+    leaves = []
+    for key in zip(kinds.tolist(), names.tolist()):
+        if key not in memo:
+            memo[key] = _leaf(*key)
+        leaves.append(memo[key])
+    first, last = np.searchsorted(cuts, start).tolist(), np.searchsorted(cuts, end).tolist()
+    for i, j, leaf in zip(first, last, leaves):   # in the query's order: the innermost last
+        label[i:j] = leaf
     np.add.at(out, label, np.diff(cuts))
     return out
 
