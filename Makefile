@@ -19,9 +19,15 @@ $(SCANNER): $(STAMP) src/profuse/trace/_scan.c src/profuse/trace/_accel.c setup.
 	PROFUSE_REQUIRE_SCANNER=1 $(BIN)/python setup.py -q build_ext --inplace
 	touch $(SCANNER)
 
+# profuse's emulated PrivateUse1 device (src/profuse/emu, docs/neuron.md), compiled against the venv's
+# torch: rebuilt when its source, its build script or the installed torch (the stamp) changes.
+EMU := src/profuse/emu/_emu.so
+$(EMU): $(STAMP) src/profuse/emu/_emu.cpp tools/build_emu.py
+	$(BIN)/python tools/build_emu.py
+
 # profuse's own bytecode, as a wheel install writes it: an editable install leaves none, and where
 # PYTHONDONTWRITEBYTECODE is set (these machines) every command would compile ~115 modules (0.1 s each run).
-venv: $(STAMP) $(SCANNER)
+venv: $(STAMP) $(SCANNER) $(EMU)
 	@$(BIN)/python -m compileall -q src/profuse
 
 demo: venv

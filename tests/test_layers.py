@@ -12,13 +12,13 @@ SRC = REPO / "src" / "profuse"
 # package -> the packages (and outside modules) it must never import
 FORBIDDEN = {
     "capture": {"payloads", "report", "explorer", "agents", "frontend", "cli", "fixes", "studies"},
-    "trace": {"analysis", "payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch"},
-    "analysis": {"payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch"},
-    "payloads": {"report", "explorer", "agents", "frontend", "cli", "capture", "torch"},
-    "report": {"explorer", "agents", "cli", "capture", "torch"},
-    "explorer": {"report", "agents", "cli", "capture", "torch"},
-    "agents": {"report", "explorer", "cli", "capture", "torch"},  # profuse mcp: a renderer beside them
-    "frontend": {"trace", "analysis", "payloads", "report", "explorer", "agents", "cli", "capture", "torch"},
+    "trace": {"analysis", "payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch", "emu"},
+    "analysis": {"payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch", "emu"},
+    "payloads": {"report", "explorer", "agents", "frontend", "cli", "capture", "torch", "emu"},
+    "report": {"explorer", "agents", "cli", "capture", "torch", "emu"},
+    "explorer": {"report", "agents", "cli", "capture", "torch", "emu"},
+    "agents": {"report", "explorer", "cli", "capture", "torch", "emu"},  # profuse mcp: a renderer beside them
+    "frontend": {"trace", "analysis", "payloads", "report", "explorer", "agents", "cli", "capture", "torch", "emu"},
 }
 
 

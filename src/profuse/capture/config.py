@@ -33,6 +33,15 @@ def parse_devices(spec: str) -> dict[str, tuple[int, ...] | None]:
     return out
 
 
+EMU = "emu"  # profuse's own emulated PrivateUse1 device (profuse.emu), loaded when a config names it
+
+
+def load_emu() -> None:
+    """Register profuse's emulated device with torch (``profuse.emu``): a UserError if it is not built or
+    another PrivateUse1 backend holds this process."""
+    from .. import emu  # noqa: F401  (importing it registers the device)
+
+
 def available_device_types() -> dict[str, int]:
     """Device types torch can use here, with their device counts."""
     import torch
@@ -78,7 +87,8 @@ class ProfileConfig:
     """What to record. ``streams``: ops, device, runtime, python, shapes, memory, flops.
 
     ``devices`` picks which devices' events to keep (``"cpu"``, ``"cuda"``, ``"cuda:0,1"``;
-    ``"neuron"`` or ``"privateuse1"`` for the PrivateUse1 backend torch has registered, e.g. TorchNeuron).
+    ``"neuron"`` or ``"privateuse1"`` for the PrivateUse1 backend torch has registered, e.g. TorchNeuron;
+    ``"emu"`` for profuse's emulated PrivateUse1 device, registered on first use).
     ``warmup`` steps run with the profiler off; ``steps`` are recorded. ``max_events`` caps the
     trace (0 = no cap); events past the cap are dropped and counted in the bundle's meta.json.
     ``memory=True`` adds the ``memory`` stream (torch's ``profile_memory``: every allocation and free,
@@ -120,12 +130,14 @@ class ProfileConfig:
 
     def device_map(self) -> dict[str, tuple[int, ...] | None]:
         """The devices to record, checked against what torch sees here."""
+        asked = parse_devices(self.devices) if self.devices != "auto" else {}
+        if EMU in asked and privateuse1_backend() is None:
+            load_emu()
         have = available_device_types()
         if self.devices == "auto":
             auto: dict[str, tuple[int, ...] | None] = {t: None for t in have}
             return auto
-        wanted = {(_resolve_privateuse1(t) if t in PRIVATEUSE1_ALIASES else t): ids
-                  for t, ids in parse_devices(self.devices).items()}
+        wanted = {(_resolve_privateuse1(t) if t in PRIVATEUSE1_ALIASES else t): ids for t, ids in asked.items()}
         for dtype, ids in wanted.items():
             if dtype not in have:
                 raise ValueError(f"ProfileConfig.devices: {dtype!r} is not available here "

@@ -30,7 +30,8 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         description="Record, compare and explain variants of a model piece.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=("rmsnorm", "llama"))
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if present, else cpu)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, emu (profuse's emulated PrivateUse1 device), ... "
+                   "(default: cuda if present, else cpu)")
     p.add_argument("--shape", default="4,256,2048", help="B,S,H (default 4,256,2048)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16", "float64"))
     p.add_argument("--iters", type=int, default=20, help="profiled calls per variant (default 20)")
@@ -70,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
 
     out = args.out or f"profuse-out/{args.name}"
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.split(":")[0] == "emu":
+        from ..capture.config import load_emu
+
+        load_emu()  # registers the device with torch; a UserError if it is not built
     _check_device(torch, device)
     if args.name == "llama":
         return _llama(args, out, device)

@@ -1,5 +1,8 @@
 """The RMSNorm case study: op by op vs ``torch.rms_norm`` vs ``torch.compile``, on any device.
 
+Where ``torch.compile`` cannot target the device (no inductor code generator for it, e.g. profuse's
+emulated ``emu`` device), that variant is left out and a note says why.
+
 Each variant is warmed up (compilation stays out), profiled, and read back through the trace engine,
 so the figures are what the profiler saw, not a stopwatch around a loop. The calls are profiled in
 three interleaved rounds (op by op, rms_norm, compile, op by op, ...) so that a busy spell on a shared
@@ -115,12 +118,42 @@ def copy_bandwidth(x: Any, repeats: int = 15) -> float:
 
 
 def device_kind_of(device: str) -> str:
-    """The device kind (CUDA, ROCm, CPU, ...) of a torch device string."""
+    """The device kind (CUDA, ROCm, CPU, ...) of a torch device string: the device vocabulary's name for
+    the family where it has one (``emu``, ``MTIA``), else the type in capitals."""
     import torch
+
+    from ..trace.vocabulary import DEVICES
 
     if device.startswith("cuda"):
         return "ROCm" if getattr(torch.version, "hip", None) else "CUDA"
-    return device.split(":")[0].upper()
+    dtype = device.split(":")[0]
+    return next((d.kind for d in DEVICES if d.kind.lower() == dtype), dtype.upper())
+
+
+# devices whose memory is the host's (profuse's emulated device): their roofline is the CPU's measured peak
+HOST_MEMORY_DEVICES = ("emu",)
+
+
+def peaks_device(device: str) -> str:
+    """The device whose measured peaks bound this one: the CPU for a device over host memory."""
+    return "cpu" if device.split(":")[0] in HOST_MEMORY_DEVICES else device
+
+
+def compile_blocker(device: str) -> str | None:
+    """Why ``torch.compile`` cannot target this device here, or None: inductor generates code only for
+    device types with a code generator registered (CPU, CUDA, XPU, MPS and those a backend registers)."""
+    dtype = device.split(":")[0]
+    try:
+        from torch._inductor.codegen.common import get_scheduling_for_device, init_backend_registration
+    except ImportError:  # a torch without inductor: the compile itself says what is missing
+        return None
+    init_backend_registration()
+    if get_scheduling_for_device(dtype) is not None:
+        return None
+    return (f"torch.compile not run: inductor has no code generator registered for {dtype!r} devices "
+            "(torch._inductor.codegen.common.register_backend_for_device); "
+            + ("its CPU one would compute on emu's host memory outside emu's launches, so the profiler "
+               "would record no device work for it" if dtype in HOST_MEMORY_DEVICES else "the backend provides none"))
 
 
 def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 2048), dtype: str = "float32",
@@ -133,7 +166,12 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} (got {dtype!r})")
     out = Path(out)
     fns, xd, ref = _variants(device, shape, getattr(torch, dtype), eps)
-    peak = peaks(device)
+    notes: list[str] = []
+    blocker = compile_blocker(device)
+    if blocker:
+        del fns["torch.compile"]
+        notes.append(blocker)
+    peak = peaks(peaks_device(device))
     bw = copy_bandwidth(xd)
     errors = _warm_up(fns, ref, progress)
     merged_stats, bundles = _profiled_rounds(fns, iters, out, device, progress)
@@ -141,7 +179,6 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
     # any variant achieved (a fused kernel can beat a copy of a cache-resident input). A rate above
     # the cached peak raises the cache, and says so, so no roofline is above 100%.
     achieved = {n: _achieved_gbps(s, shape, DTYPES[dtype]) for n, s in merged_stats.items()}
-    notes: list[str] = []
     fastest = max(achieved, key=lambda n: achieved[n])
     best, best_from = max((bw, "the copy of x"), (achieved[fastest], fastest))
     if best > peak.copy_bandwidth_gbps:
@@ -149,10 +186,10 @@ def run_study(*, device: str = "cpu", shape: tuple[int, int, int] = (4, 256, 204
 
         notes.append(f"cached peak copy bandwidth raised from {peak.copy_bandwidth_gbps:.1f} to {best:.1f} GB/s "
                      f"({best_from} moved its bytes faster)")
-        peak = raise_copy_peak(device, peak, best)
+        peak = raise_copy_peak(peaks_device(device), peak, best)
     bound = max(bw, peak.copy_bandwidth_gbps, achieved[fastest])
     results = [_variant(name, merged_stats[name], shape, DTYPES[dtype], bound, errors[name], bundles[name])
-               for name in VARIANTS]
+               for name in VARIANTS if name in fns]
     base = results[0].device_us_per_call
     for r in results:
         r.speedup_vs_op_by_op = round(base / r.device_us_per_call, 2) if r.device_us_per_call else 0.0
@@ -190,7 +227,7 @@ def _warm_up(fns: dict[str, Callable[[], Any]], ref: Any, progress: Any) -> dict
 
     errors: dict[str, float] = {}
     with torch.no_grad():
-        for name in VARIANTS:
+        for name in fns:
             if progress:
                 progress(f"warming up {name}")
             y = fns[name]()
@@ -204,13 +241,13 @@ def _profiled_rounds(fns: dict[str, Callable[[], Any]], iters: int, out: Path, d
                      progress: Any) -> tuple[dict[str, StepStats], dict[str, Path]]:
     """Each variant profiled in interleaved rounds (a busy spell on a shared machine then slows every
     variant, not one), its steps merged; the last round's bundles are kept under ``out``."""
-    per_step: dict[str, list[float]] = {n: [] for n in VARIANTS}
+    per_step: dict[str, list[float]] = {n: [] for n in fns}
     stats: dict[str, StepStats] = {}
     bundles: dict[str, Path] = {}
     rounds = max(1, min(ROUNDS, iters // 3))
     for rnd in range(rounds):
         n_calls = iters // rounds + (1 if rnd < iters % rounds else 0)
-        for name in VARIANTS:
+        for name in fns:
             if progress:
                 progress(f"profiling {name} (round {rnd + 1} of {rounds})")
             target = out / name if rnd == rounds - 1 else out / ".rounds" / f"{name}-{rnd}"
@@ -221,7 +258,7 @@ def _profiled_rounds(fns: dict[str, Callable[[], Any]], iters: int, out: Path, d
             stats[name], bundles[name] = st, bundle
     shutil.rmtree(out / ".rounds", ignore_errors=True)
     merged: dict[str, StepStats] = {}
-    for name in VARIANTS:
+    for name in fns:
         st = stats[name]
         steps = sorted(per_step[name])
         merged[name] = StepStats(
@@ -261,6 +298,12 @@ def _variant(name: str, stats: StepStats, shape: tuple[int, int, int], elem: int
 
 
 def _device_name(device: str) -> str:
+    import torch
+
     from ..capture.peaks import device_name
 
+    dtype = device.split(":")[0]
+    module = getattr(torch, dtype, None) if dtype not in ("cpu", "cuda") else None
+    if module is not None and hasattr(module, "get_device_name"):  # a PrivateUse1 backend's own name
+        return str(module.get_device_name())
     return device_name(device)

@@ -102,6 +102,13 @@ DEVICES: list[Device] = [
            launch_parts=("launch", "async"), privateuse1=True),
     # the Neuron Runtime's API is public: its calls are nrt_* (TorchNeuron is a PrivateUse1 backend)
     Device("Neuron", launch_parts=("nrt_execute", "nrt_model_submit"), call_prefixes=("nrt_",), privateuse1=True),
+    # profuse's own emulated PrivateUse1 device (src/profuse/emu): emu* runtime calls, emu_<op>_kernel kernels;
+    # its host<->device copies block the caller
+    Device("emu", launch_parts=("emulaunchkernel",), sync_copies=("emuMemcpyDtoH", "emuMemcpyHtoD"),
+           call_prefixes=("emu",), privateuse1=True,
+           kernels=KernelNames(gemm=(r"^emu_(add|baddb|b)?mm_kernel",), norm=(r"^emu_fused_rms_norm",),
+                               reduction=(r"^emu_(sum|amax|max|argmax|cumsum|log_softmax|topk)_kernel",),
+                               elementwise=(r"^emu_\w+_kernel$",))),
 ]
 
 # calls that move data and so put work on a device even where they block (device recognition only)

@@ -919,9 +919,11 @@ def cpu_fallbacks(trace: Trace) -> list[Fallback]:
         FROM events d JOIN events l ON l.id = d.launch WHERE d.kind = 'memcpy' ORDER BY d.ts, d.id""").fetchall()
     d2h: dict[int, tuple[str, int, int]] = {}
     h2d: dict[int, tuple[str, int, int]] = {}
+    held: dict[int, int] = {}   # top op -> copies it launched
     for name, ts, end, _thread, top in copies:
         if top is not None:
             way = memcpy_class(name)
+            held[int(top)] = held.get(int(top), 0) + 1
             (d2h if way == "memcpy_d2h" else h2d if way == "memcpy_h2d" else {}).setdefault(int(top), (name, ts, end))
     if not d2h or not h2d:
         return []
@@ -930,13 +932,37 @@ def cpu_fallbacks(trace: Trace) -> list[Fallback]:
         SELECT id, name, ts, dur, thread, coalesce(kernels_total, 0) FROM events
         WHERE kind = 'cpu_op' AND thread IN ({threads}) AND {TOP_OP.format(e="events")}
         ORDER BY thread, ts, id""").fetchall()
+    return sorted(_fallbacks_between(ops, d2h, h2d) + _fallbacks_within(ops, d2h, h2d, held), key=lambda f: f.ts)
+
+
+def _falls_back(op: tuple[Any, ...]) -> bool:
+    """An op that could have fallen back: it ran for a while and is no copy or factory op."""
+    return bool(op[3] > 0 and op[1] not in COPY_OPS and not _FACTORY.match(op[1]))
+
+
+def _fallbacks_between(ops: list[tuple[Any, ...]], d2h: dict[int, tuple[str, int, int]],
+                       h2d: dict[int, tuple[str, int, int]]) -> list[Fallback]:
+    """The op between the op that copied to the host and the op that copied back (it launched nothing)."""
     out = []
     for p, x, n in zip(ops, ops[1:], ops[2:]):
-        if not (p[4] == x[4] == n[4] and p[0] in d2h and n[0] in h2d and x[5] == 0 and x[3] > 0
-                and x[1] not in COPY_OPS and not _FACTORY.match(x[1])):
-            continue
-        first, last = d2h[p[0]], h2d[n[0]]
-        out.append(Fallback(x[1], p[1], n[1], (first[0], last[0]), int(x[2]), int(x[3]), (int(first[1]), int(last[2]))))
+        if p[4] == x[4] == n[4] and p[0] in d2h and n[0] in h2d and x[5] == 0 and _falls_back(x):
+            first, last = d2h[p[0]], h2d[n[0]]
+            out.append(Fallback(x[1], p[1], n[1], (first[0], last[0]), int(x[2]), int(x[3]),
+                                (int(first[1]), int(last[2]))))
+    return out
+
+
+def _fallbacks_within(ops: list[tuple[Any, ...]], d2h: dict[int, tuple[str, int, int]],
+                      h2d: dict[int, tuple[str, int, int]], held: dict[int, int]) -> list[Fallback]:
+    """The op that copied its input to the host and its result back itself, and launched nothing else: a
+    backend's boxed CPU fallback, recorded inside the op (``aten::silu`` holding ``aten::_to_cpu`` and
+    ``aten::to``)."""
+    out = []
+    for x in ops:
+        first, last = d2h.get(x[0]), h2d.get(x[0])
+        if first and last and first[1] < last[1] and x[5] == held[x[0]] and _falls_back(x):
+            out.append(Fallback(x[1], x[1], x[1], (first[0], last[0]), int(x[2]), int(x[3]),
+                                (int(first[1]), int(last[2]))))
     return out
 
 
@@ -962,9 +988,12 @@ def _cpu_fallback(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.nda
         if not gain:
             continue
         f = falls[0]
+        how = (f"its own copies moved its input to the host ({f.copies[0]}) and the result back ({f.copies[1]})"
+               if f.before == op == f.after else
+               f"{f.before} copied its input to the host ({f.copies[0]}) and {f.after} copied the result back "
+               f"({f.copies[1]})")
         ev = (f"{op} ran on the CPU ({len(falls)} time(s), {_us(sum(x.dur for x in falls))} in all) between device "
-              f"work: {f.before} copied its input to the host ({f.copies[0]}) and {f.after} copied the result back "
-              f"({f.copies[1]}); from the first copy's start to the last one's end the device ran the copies or "
+              f"work: {how}; from the first copy's start to the last one's end the device ran the copies or "
               f"idled for {_us(gain)} (less what {op} would take on the device, which the trace cannot show)")
         out.append(_lever(ctx, "cpu_fallback", op, gain, "medium", ev, HOW["cpu_fallback"], FALLBACK_DRAWS,
                           ops=(op, f.before, f.after), caps=caps))
