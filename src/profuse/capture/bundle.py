@@ -14,6 +14,7 @@ import glob
 import gzip
 import os
 import platform
+import shlex
 import shutil
 import socket
 import sys
@@ -23,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import UserError
+from ..errors import UserError, printable
 from ..trace.artifacts import INDUCTOR
 from ..trace.bundle import (
     META_FILE,
@@ -87,13 +88,31 @@ def _filter_events(raw: bytes, *, keep_device_ids: dict[str, tuple[int, ...] | N
     return msgspec.json.encode(doc), {k: v for k, v in dropped.items() if v}
 
 
+def free_out(out: Path) -> tuple[Path, bool]:
+    """Where a new capture asked for at ``out`` goes without overwriting anything: ``out`` when it does not
+    exist (or is an empty folder), else the first free ``out-2``, ``out-3``, ...; ``(path, moved)``."""
+    out = Path(out)
+
+    def free(p: Path) -> bool:
+        return not p.exists() or (p.is_dir() and not p.is_symlink() and not any(p.iterdir()))
+
+    if free(out):
+        return out, False
+    n = 2
+    while not free(out.with_name(f"{out.name}-{n}")):
+        n += 1
+    return out.with_name(f"{out.name}-{n}"), True
+
+
 def write_bundle(out: Path, trace_json: Path | None, *, config: CaptureConfig, status: str,
                  extra: dict[str, Any] | None = None, filters: dict[str, Any] | None = None,
-                 build_cache: bool = True) -> Path:
+                 build_cache: bool = True, notes: list[str] | None = None) -> Path:
     """Assemble a bundle at ``out`` from an exported trace file. Returns the final folder.
 
     ``extra`` holds meta.json fields the capture knows late (``error``, ``steps_recorded``,
-    ``warmup``, ``run``); any other key is the user's and is kept under ``extra``."""
+    ``warmup``, ``run``); any other key is the user's and is kept under ``extra``. A trace the
+    engine cannot load (over profuse's size limit) is still a bundle: it is written without the
+    cached tables, and a line saying how to read it is added to ``notes`` (raised when none is given)."""
     out = Path(out)
     if out.exists() and not is_bundle(out) and any(out.iterdir()):
         raise UserError(f"{out}: exists and is not a profuse bundle; choose another --out")
@@ -117,15 +136,31 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: CaptureConfig, s
         meta = bundle_meta(config=config, status=status, extra=extra or {}, dropped=dropped)
         (work / META_FILE).write_bytes(encode_bundle_meta(meta))
         if build_cache and trace_json is not None:
-            from ..trace import load
-
-            # tables into this user's cache, keyed by the trace's bytes: the first report is instant here
-            load(work / TRACE).close()
+            _build_cache(work / TRACE, out, trace_json.stat().st_size, notes)
         _replace(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return out
+
+
+def _build_cache(trace: Path, out: Path, json_bytes: int, notes: list[str] | None) -> None:
+    """Build the engine's tables into this user's cache, keyed by the trace's bytes (the first report is
+    instant here). Over the size limit: a hint in ``notes`` naming ``out``, where the bundle will be."""
+    from ..errors import TraceError
+    from ..trace import load
+    from ..trace._decode import MAX_TRACE_BYTES_ENV, max_trace_bytes
+
+    try:
+        load(trace).close()
+    except TraceError:
+        limit = max_trace_bytes()
+        if notes is None or json_bytes <= limit:
+            raise
+        need = -(-json_bytes // (1 << 20)) << 20  # the trace's JSON bytes, rounded up to a MiB
+        notes.append(f"the trace holds {json_bytes:,} bytes of JSON, over profuse's limit of {limit:,}: the bundle is "
+                     f"kept, without cached tables; read it with: {MAX_TRACE_BYTES_ENV}={need} profuse report "
+                     f"{shlex.quote(printable(str(out)))}")
 
 
 def _replace(work: Path, out: Path) -> None:

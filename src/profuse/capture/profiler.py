@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from ._quiet import CANCELLED, quiet_profiler_markers
-from .bundle import write_bundle
+from .bundle import free_out, write_bundle
 from .config import ProfileConfig
 
 
@@ -45,9 +46,10 @@ class Exporter:
         """The ``on_trace_ready`` callback: write this cycle's bundle (only in the process that made the exporter)."""
         if os.getpid() != self._owner:
             return
-        out = Path(self.cfg.out)
-        if self.bundles:  # a repeating schedule: one bundle per cycle
-            out = out.with_name(f"{out.name}-{len(self.bundles) + 1}")
+        # never over an existing bundle: the first free of OUT, OUT-2, ... (a repeating schedule: one per cycle)
+        out, moved = free_out(Path(self.cfg.out))
+        if moved and not self.bundles:
+            print(f"profuse: {self.cfg.out} already exists: this capture is written to {out}", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="profuse-export-") as tmp:
             raw = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(raw))

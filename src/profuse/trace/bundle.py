@@ -77,6 +77,13 @@ class ScriptRun(msgspec.Struct, frozen=True, kw_only=True):
     steps_recorded: int | None = None
     whole_run: bool = False                 # no nn.Module forward: the whole script was one step
     error: str | None = None                # the script's exception, when it raised
+    # the capture's own cost: the fastest recorded step's wall time (profiler on) and the fastest steady call's
+    # with the profiler off (warm-up calls but the first, and calls after the recording; `unrecorded_calls` of them)
+    recorded_step_ms: float | None = None
+    unrecorded_step_ms: float | None = None
+    unrecorded_calls: int = 0
+    compiled_calls: list[int] = msgspec.field(default_factory=list)  # calls during which torch.compile compiled
+    compiled_steps: list[int] = msgspec.field(default_factory=list)  # those recorded: renamed, not steps
 
 
 class BundleMeta(msgspec.Struct, frozen=True, kw_only=True):
