@@ -60,8 +60,8 @@ def test_compilation_stays_out_of_the_timed_calls(advised):
     assert bundles
     for b, m in bundles.items():
         with profuse.load(b) as t:
-            timed = t.sql("SELECT count(*) FROM events WHERE name LIKE '%dynamo_timed%'")[1][0][0]
-            regions = t.sql("SELECT count(*) FROM events WHERE name LIKE 'Torch-Compiled Region%'")[1][0][0]
+            timed = t.sql_rows("SELECT count(*) FROM events WHERE name LIKE '%dynamo_timed%'")[1][0][0]
+            regions = t.sql_rows("SELECT count(*) FROM events WHERE name LIKE 'Torch-Compiled Region%'")[1][0][0]
         assert timed == 0, b
         if m.group(1) == "1":  # fix{i}-{j}-a{round}: j indexes fixes_for(candidate), the compile second
             assert regions > 0, b

@@ -275,7 +275,7 @@ def test_a_database_shipped_beside_a_trace_is_never_opened(tmp_path):
     # WHEN it is loaded and queried THEN the tables are built from the trace, not taken from that file
     with profuse.load(b) as t:
         assert not t.from_cache
-        kinds = {k for (k,) in t.sql("SELECT DISTINCT kind FROM events")[1]}
+        kinds = {k for (k,) in t.sql_rows("SELECT DISTINCT kind FROM events")[1]}
     assert "LEAKED" not in kinds and "kernel" in kinds
 
 
@@ -342,4 +342,4 @@ def test_a_write_through_the_connection_after_load_never_reaches_the_cache(tmp_p
     # THEN the cache holds the tables as they were built
     with profuse.load(src) as t:
         assert t.from_cache
-        assert t.sql("SELECT count(*) FROM events WHERE name = 'POISON'")[1] == [(0,)]
+        assert t.sql_rows("SELECT count(*) FROM events WHERE name = 'POISON'")[1] == [(0,)]

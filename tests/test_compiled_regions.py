@@ -128,7 +128,7 @@ def test_graph_tree_replay_inside_a_region(tmp_path, capsys):
     assert _op_table(path, capsys)[name]["device_total_us"] == pytest.approx(us)
     # the replayed kernels inherit the graph launch's module and annotation
     with profuse.load(path) as t:
-        rows = t.sql("SELECT m.name, s.name, d.link FROM events d LEFT JOIN scopes m ON m.id = d.module "
+        rows = t.sql_rows("SELECT m.name, s.name, d.link FROM events d LEFT JOIN scopes m ON m.id = d.module "
                      "LEFT JOIN scopes s ON s.id = d.scope WHERE d.kind = 'kernel'")[1]
     assert rows and set(rows) == {("GraphModule", "## Call CompiledFxGraph xyz ##", "graph")}
 

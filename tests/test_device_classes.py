@@ -33,7 +33,7 @@ def test_mtia_compute_named_after_its_op_counts_as_device_time(tmp_path):
     p.write_text(json.dumps({"traceEvents": events}))
     with profuse.load(p) as t:
         assert t.device_kind == "MTIA"
-        kinds = dict(t.sql("SELECT name, kind FROM events WHERE cat = 'mtia_ccp_events'")[1])
-        (mm_dev,) = t.sql("SELECT self_device FROM events WHERE kind = 'cpu_op' AND name = 'aten::mm'")[1][0]
+        kinds = dict(t.sql_rows("SELECT name, kind FROM events WHERE cat = 'mtia_ccp_events'")[1])
+        (mm_dev,) = t.sql_rows("SELECT self_device FROM events WHERE kind = 'cpu_op' AND name = 'aten::mm'")[1][0]
     assert kinds == {"aten::mm": "kernel", "dma_request": "memcpy", "event_wait": "device_other"}
     assert mm_dev == 300_000

@@ -45,11 +45,11 @@ def _small_trace(tmp_path):
 def test_replayed_kernels_link_to_the_op_around_the_launch(tmp_path):
     path = _small_trace(tmp_path)
     with profuse.load(path) as t:
-        rows = t.sql("SELECT d.name, d.link, o.name, d.unlinked, m.name FROM events d "
+        rows = t.sql_rows("SELECT d.name, d.link, o.name, d.unlinked, m.name FROM events d "
                      "LEFT JOIN events o ON o.id = d.op LEFT JOIN scopes m ON m.id = d.module "
                      "WHERE d.kind = 'kernel' ORDER BY d.ts")[1]
-        ops = dict(t.sql("SELECT name, self_device FROM events WHERE kind IN ('cpu_op', 'annotation')")[1])
-        totals = dict(t.sql("SELECT name, device_total FROM events WHERE kind IN ('cpu_op', 'annotation')")[1])
+        ops = dict(t.sql_rows("SELECT name, self_device FROM events WHERE kind IN ('cpu_op', 'annotation')")[1])
+        totals = dict(t.sql_rows("SELECT name, device_total FROM events WHERE kind IN ('cpu_op', 'annotation')")[1])
     assert rows == [("add_kernel", "correlation", "aten::add", None, "Decoder"),
                     ("gemm_a", "graph", "model::replay", None, "Decoder"),
                     ("gemm_b", "graph", "model::replay", None, "Decoder"),
@@ -109,7 +109,7 @@ def test_sglang_decode_graph_kernels_sit_under_the_launching_annotation(capsys):
     assert "graph_replay" not in doc["totals"]["unlinked"]
     assert doc["totals"]["kernels_linked"] + sum(doc["totals"]["unlinked"].values()) == doc["totals"]["kernels"]
     with profuse.load(path) as t:
-        (n_graph,) = t.sql("SELECT count(*) FROM events WHERE link = 'graph'")[1][0]
+        (n_graph,) = t.sql_rows("SELECT count(*) FROM events WHERE link = 'graph'")[1][0]
     assert n_graph == len(durs)
 
 
@@ -155,7 +155,7 @@ def test_sglang_replayed_kernels_carry_their_launchs_module_and_annotation():
             want[d["order"]] = (scope["name"] if scope else None, module_class(module["name"]) if module else None)
     assert len(want) > 400 and {s for s, _ in want.values()} == {"step[DECODE bs=32]"}
     with profuse.load(path) as t:
-        got = dict((i, (s, m)) for i, s, m in t.sql(
+        got = dict((i, (s, m)) for i, s, m in t.sql_rows(
             "SELECT d.id, s.label, m.name FROM events d LEFT JOIN scopes s ON s.id = d.scope "
             "LEFT JOIN scopes m ON m.id = d.module WHERE d.link = 'graph'")[1])
     assert got == want
@@ -177,7 +177,7 @@ def test_replay_inside_a_module_under_the_launching_op_takes_that_module(tmp_pat
     p = tmp_path / "piecewise.json"
     p.write_text(json.dumps({"traceEvents": events}))
     with profuse.load(p) as t:
-        rows = t.sql("SELECT d.name, o.name, m.name, s.name FROM events d LEFT JOIN events o ON o.id = d.op "
+        rows = t.sql_rows("SELECT d.name, o.name, m.name, s.name FROM events d LEFT JOIN events o ON o.id = d.op "
                      "LEFT JOIN scopes m ON m.id = d.module LEFT JOIN scopes s ON s.id = d.scope "
                      "WHERE d.kind = 'kernel' ORDER BY d.ts")[1]
     assert rows == [("fused_a", "execute_model", "GraphModule", "GraphModule"),

@@ -187,8 +187,8 @@ def test_any_other_sigbus_still_ends_the_process(tmp_path: Path, faulthandler: b
 def _digest(tr: profuse.Trace) -> dict[str, tuple[int, str]]:
     """Every table's row count and the hash of its sorted rows (meta without the source's path)."""
     out = {}
-    for (name,) in tr.sql("SELECT table_name FROM information_schema.tables WHERE table_catalog = 'trace'")[1]:
-        rows = tr.sql(f'SELECT * FROM "{name}"')[1]
+    for (name,) in tr.sql_rows("SELECT table_name FROM information_schema.tables WHERE table_catalog = 'trace'")[1]:
+        rows = tr.sql_rows(f'SELECT * FROM "{name}"')[1]
         if name == "meta":
             rows = [r for r in rows if r[0] != "path"]
         text = "\n".join(sorted(repr(r) for r in rows))

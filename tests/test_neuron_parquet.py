@@ -124,14 +124,14 @@ def test_report_on_explorer_parquet(profile, capsys) -> None:
 def test_rows_round_trip_into_events(profile) -> None:
     folder, _ = profile
     with load(folder) as trace:
-        _, rows = trace.sql("SELECT kind, count(*) FROM events GROUP BY 1 ORDER BY 1")
+        _, rows = trace.sql_rows("SELECT kind, count(*) FROM events GROUP BY 1 ORDER BY 1")
         assert dict(rows) == {"cpu_op": 2, "runtime": 3, "device_other": 1, "kernel": 5, "memcpy": 1}
-        _, rows = trace.sql("SELECT e.name, l.name, o.name, e.link FROM events e JOIN events l ON l.id = e.launch "
+        _, rows = trace.sql_rows("SELECT e.name, l.name, o.name, e.link FROM events e JOIN events l ON l.id = e.launch "
                             "JOIN events o ON o.id = e.op WHERE e.kind = 'memcpy'")
         assert rows == [("qSPDynamicHW", "nrt_execute", "aten::matmul", "time_window")]
-        _, rows = trace.sql("SELECT bytes, stream FROM events WHERE kind = 'memcpy'")
+        _, rows = trace.sql_rows("SELECT bytes, stream FROM events WHERE kind = 'memcpy'")
         assert rows == [(4096, 1002)]
-        _, rows = trace.sql("SELECT ts FROM events WHERE kind = 'kernel' ORDER BY ts LIMIT 1")
+        _, rows = trace.sql_rows("SELECT ts FROM events WHERE kind = 'kernel' ORDER BY ts LIMIT 1")
         assert rows == [(T0 + 2_000,)]
 
 

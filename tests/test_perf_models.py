@@ -108,7 +108,7 @@ def test_conv_variants_match_torch_flop_counter(tmp_path):
         want = counter.get_total_flops()
         assert want > 0
         with profuse.load(path) as t:
-            ((dims, types, concrete),) = t.sql(
+            ((dims, types, concrete),) = t.sql_rows(
                 "SELECT s.input_dims, s.input_types, s.concrete_inputs FROM events e JOIN shapes s USING (id) "
                 "WHERE e.name = ?", [name])[1]
         m = conv_model(name, dims, types, concrete)

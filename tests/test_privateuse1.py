@@ -103,7 +103,7 @@ def test_framework_mapping_beside_the_trace_links_ops(tmp_path, capsys):
     with load(dst) as trace:
         assert trace.framework_mapping == {"files": ["framework_mapping_0.json"], "rows": len(ops) + 1,
                                            "skipped": 2, "linked": len(ops)}
-        _, rows = trace.sql("SELECT m.runtime_seq, e.name, e.tid, m.stream FROM framework_mapping m "
+        _, rows = trace.sql_rows("SELECT m.runtime_seq, e.name, e.tid, m.stream FROM framework_mapping m "
                             "JOIN events e ON e.id = m.op ORDER BY m.runtime_seq")
     # THEN each runtime sequence id reaches the op that carried that sequence number on its thread
     # (the first to start, the outermost of equal starts, when several ops share one)

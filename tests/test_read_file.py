@@ -121,7 +121,7 @@ def test_a_file_that_grew_since_its_size_was_taken_is_read_whole(plain_trace: Pa
 def test_a_load_of_the_parallel_read_gives_the_tables_of_the_plain_read(plain_trace: Path, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     def table(tr: profuse.Trace) -> list[tuple[object, ...]]:
-        return tr.sql("SELECT count(*), sum(dur), sum(hash(name)), min(ts), max(ts + dur) FROM events")[1]
+        return tr.sql_rows("SELECT count(*), sum(dur), sum(hash(name)), min(ts), max(ts + dur) FROM events")[1]
 
     with profuse.load(plain_trace, cache=False) as fast:
         got = table(fast)

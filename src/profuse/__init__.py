@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import ProfuseError, TraceError, UserError
 
 if TYPE_CHECKING:
-    from .report.notebook import NotebookReport
+    from .payloads.report import ReportView
+    from .report.notebook import NotebookReport, NotebookTable
     from .trace import Trace, load
 
 __version__ = "0.1.0"
@@ -37,6 +38,16 @@ def _source_path(source: Any) -> Any:
     return path
 
 
+def _view(source: Any, *, top: int, group_by: str, advice: bool, keep_metadata: bool) -> ReportView:
+    """The report's records of a trace or bundle, as ``profuse report`` builds them."""
+    from .payloads.report import analyse, report_view
+    from .trace import load
+
+    with load(_source_path(source)) as trace:
+        analysed = analyse(trace, group_by=group_by, advice=advice)
+    return report_view(analysed, top=top, keep_metadata=keep_metadata)
+
+
 def notebook_report(source: Any, *, top: int = 25, group_by: str = "op", advice: bool = True,
                     keep_metadata: bool = False) -> NotebookReport:
     """The report of a trace or bundle (a path, or a ``profuse.profile`` block once it ended), as the
@@ -47,7 +58,7 @@ def notebook_report(source: Any, *, top: int = 25, group_by: str = "op", advice:
     advisor's sections (as ``profuse report``; ``--no-advice`` is ``advice=False``).
     """
     from .payloads.build import ReportPayloads, report_payloads
-    from .payloads.report import analyse, report_view
+    from .payloads.report import analyse
     from .report.notebook import NotebookReport
     from .trace import load
 
@@ -58,25 +69,22 @@ def notebook_report(source: Any, *, top: int = 25, group_by: str = "op", advice:
             return report_payloads(trace, analyse(trace, group_by=group_by, advice=advice), top=top or None,
                                    keep_metadata=keep_metadata)
 
-    with load(path) as trace:
-        analysed = analyse(trace, group_by=group_by, advice=advice)
-    return NotebookReport(report_view(analysed, top=top, keep_metadata=keep_metadata), payloads,
-                          keep_metadata=keep_metadata)
+    view = _view(path, top=top, group_by=group_by, advice=advice, keep_metadata=keep_metadata)
+    return NotebookReport(view, payloads, keep_metadata=keep_metadata)
 
 
-def table(source: Any, *, top: int = 20, group_by: str = "op") -> NotebookReport:
-    """Print the correlated op table of a trace or bundle: a path, or a ``profuse.profile`` block once it ended.
+def table(source: Any, *, top: int = 20, group_by: str = "op", keep_metadata: bool = False) -> NotebookTable:
+    """The correlated op table of a trace or bundle (a path, or a ``profuse.profile`` block once it ended),
+    as ``profuse report --no-advice`` prints it: its first ``top`` rows (0: all), grouped by op, shape,
+    module or kernel (``group_by``).
 
-    ``top=0`` prints every row; ``group_by`` is op, shape, module or kernel (as ``profuse report``).
-    Returns the :func:`notebook_report` without advice, which a notebook shows as the HTML report.
+    Nothing is printed: a notebook shows the returned table, as a REPL does its ``repr``; a script
+    prints it (``print(profuse.table(p))``). Secrets are redacted unless ``keep_metadata``.
     """
-    from .redact import redacted_output
-    from .report.console import make_console, print_report
+    from .report.notebook import NotebookTable
 
-    rep = notebook_report(source, top=top, group_by=group_by, advice=False)
-    with redacted_output():   # printed as `profuse report` prints it: secrets redacted
-        print_report(make_console(), rep.view)
-    return rep
+    view = _view(source, top=top, group_by=group_by, advice=False, keep_metadata=keep_metadata)
+    return NotebookTable(view, keep_metadata=keep_metadata)
 
 
 def __getattr__(name: str) -> Any:

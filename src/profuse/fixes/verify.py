@@ -26,6 +26,7 @@ from typing import Any
 from ..analysis.advice.records import Candidate
 from ..errors import ProfuseError
 from . import swaps
+from .progress import Progress
 
 # dtype -> (abs, rel) bounds a fix must stay within
 TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "bfloat16": (2e-2, 2e-2), "float16": (1e-2, 1e-2)}
@@ -87,9 +88,13 @@ class FixResult:
     compiles_while_timed: int = 0         # dynamo compilations during the kept timed calls (0 when clean)
 
 
-@dataclass
+@dataclass(repr=False)
 class AdviseResult:
-    """What :func:`advise` found and proved: candidates, every fix tried, and the best fixed copy."""
+    """What :func:`advise` found and proved: candidates, every fix tried, and the best fixed copy.
+
+    Its ``repr`` (and a notebook's view of it) is a summary: the baseline, each fix tried with its verdict,
+    measured saving and numerics, the notes and what ``best`` holds (:mod:`profuse.fixes.summary`).
+    """
     device_kind: str
     before_us: float                  # median device time per step, original model
     candidates: list[Candidate]
@@ -104,6 +109,16 @@ class AdviseResult:
     def applied(self) -> list[FixResult]:
         """The fixes that kept the numerics and were verified faster."""
         return [f for f in self.fixes if f.ok and f.verdict == VERIFIED]
+
+    def __repr__(self) -> str:
+        from .summary import summary_text
+
+        return summary_text(self)
+
+    def _repr_html_(self) -> str:
+        from .summary import summary_html
+
+        return summary_html(self)
 
 
 def _module_class(scope: str) -> str | None:
@@ -368,18 +383,23 @@ def intra_op_threads(n: int | None) -> Iterator[None]:
 
 def advise(model: Any, example_inputs: Sequence[Any], *, verify: bool = True, steps: int = 10,
            out: str | Path | None = None, patterns: set[str] | None = None,
-           threads: int | None = None) -> AdviseResult:
+           threads: int | None = None, progress: bool = True) -> AdviseResult:
     """Find fusion candidates in ``model`` and, with ``verify``, prove each fix on a copy of it.
 
     ``res.best`` is a copy with every fix verified faster, or None when none was (keep ``model``).
     ``threads`` sets torch's intra-op threads for the whole run (see :func:`intra_op_threads`).
+    ``progress`` says each phase and fix as it begins (stderr; in a notebook, one text display updated
+    in place: :mod:`profuse.fixes.progress`).
     """
+    say = Progress("profuse.advise", enabled=progress)
     with intra_op_threads(threads):
-        return _advise(model, example_inputs, verify=verify, steps=steps, out=out, patterns=patterns)
+        res = _advise(model, example_inputs, verify=verify, steps=steps, out=out, patterns=patterns, say=say)
+    say(f"done: {len(res.fixes)} fix(es) tried, {len(res.applied)} verified faster")
+    return res
 
 
 def _advise(model: Any, example_inputs: Sequence[Any], *, verify: bool, steps: int,
-            out: str | Path | None, patterns: set[str] | None) -> AdviseResult:
+            out: str | Path | None, patterns: set[str] | None, say: Progress) -> AdviseResult:
     from ..analysis.advice.fusion import fusion_candidates
     from ..trace import load
 
@@ -387,28 +407,27 @@ def _advise(model: Any, example_inputs: Sequence[Any], *, verify: bool, steps: i
     inputs = tuple(example_inputs)
     _run(model, inputs)  # warm caches before anything is timed
     analysis_steps = min(steps, 3)
+    say(f"profiling the model to find fusion candidates ({analysis_steps} steps, python stacks)")
     with load(_profile_modules(model, inputs, work / "analysis", analysis_steps)) as trace:
         cands = [c for c in fusion_candidates(trace) if patterns is None or c.pattern in patterns]
         kind = trace.device_kind
     classes = {c for c in (_module_class(k.scope) for k in cands) if c}
+    say(f"{len(cands)} candidate(s); measuring the model as it is ({steps} steps)")
     before = measured(model, inputs, steps=steps, out=work / "before", classes=classes)
     result = AdviseResult(device_kind=kind, before_us=before.step_us, candidates=cands, bundle=str(work))
     if not verify:
         return result
-    s = _Trial(model, inputs, steps, work, before, _checker(_run(model, inputs)), result)
+    s = _Trial(model, inputs, steps, work, before, _checker(_run(model, inputs)), result, say)
     best_fixes: list[tuple[str, Callable[[Any], bool]]] = []
-    tried_scopes: set[tuple[str, str]] = set()
-    for i, c in enumerate(cands):
-        cls = _module_class(c.scope)
-        # a scope whose instances differ in shape has one candidate per shape; its fix is one change
-        if cls is None or (c.pattern, c.scope) in tried_scopes:
-            continue
-        tried_scopes.add((c.pattern, c.scope))
+    todo = _scopes_to_try(cands)
+    for k, (i, c, cls) in enumerate(todo, 1):
+        s.step = f"[{k}/{len(todo)}] {c.pattern} in {c.scope}"
         best = _try_candidate(s, i, c, cls, analysis_steps)
         if best is not None:
             best_fixes.append((cls, best))
     graphs = _try_graphs(s)
     if best_fixes or graphs:
+        say("checking the verified fixes together")
         best_model = copy.deepcopy(model)
         for cls, fn in best_fixes:
             for _, m in _instances(best_model, cls):
@@ -420,10 +439,24 @@ def _advise(model: Any, example_inputs: Sequence[Any], *, verify: bool, steps: i
     return result
 
 
+def _scopes_to_try(cands: list[Candidate]) -> list[tuple[int, Candidate, str]]:
+    """(index, candidate, module class) of each candidate whose fix is tried: one per pattern and scope (a
+    scope whose instances differ in shape has one candidate per shape; its fix is one change), in a module."""
+    out: list[tuple[int, Candidate, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for i, c in enumerate(cands):
+        cls = _module_class(c.scope)
+        if cls is None or (c.pattern, c.scope) in seen:
+            continue
+        seen.add((c.pattern, c.scope))
+        out.append((i, c, cls))
+    return out
+
+
 @dataclass
 class _Trial:
     """What every fix tried on one model shares: the model, inputs, steps, work folder, the measured
-    baseline, the numerics check and the result being filled."""
+    baseline, the numerics check, the result being filled and the progress lines."""
 
     model: Any
     inputs: tuple[Any, ...]
@@ -432,6 +465,8 @@ class _Trial:
     before: Timing
     check: Callable[[str, str, Any], tuple[float, float]]
     result: AdviseResult
+    say: Progress
+    step: str = ""          # the candidate being tried, as progress names it
 
 
 def _checker(reference: Any) -> Callable[[str, str, Any], tuple[float, float]]:
@@ -464,6 +499,7 @@ def _try_candidate(s: _Trial, i: int, c: Any, cls: str, analysis_steps: int) -> 
         if not changed:
             s.result.notes.append(f"{label}: {c.scope} does not have the form it replaces; not tried")
             continue
+        s.say(f"{s.step}: {label} (numerics, warm-up, {ROUNDS} interleaved rounds of {s.steps} steps)")
         errs = s.check(label, c.scope, _run(fixed, s.inputs))
         _warm(fixed, s.inputs)  # compilation and its first calls stay out of the timed calls
         r = _rounds(s.model, fixed, s.inputs, steps=s.steps, work=s.work, tag=f"fix{i}-{j}", cls=cls, first=s.before)
@@ -489,6 +525,7 @@ def _try_graphs(s: _Trial) -> bool:
     if not swaps.graphable_device(s.inputs):
         s.result.notes.append(f"{GRAPHS_FIX}: not tried, the inputs are not on a CUDA/ROCm device")
         return False
+    s.say(f"{GRAPHS_FIX} (numerics, warm-up, {ROUNDS} interleaved rounds of {s.steps} steps)")
     fixed = swaps.compile_reduce_overhead(copy.deepcopy(s.model))
     errs = s.check(GRAPHS_FIX, "the model", _run(fixed, s.inputs))
     _warm(fixed, s.inputs)

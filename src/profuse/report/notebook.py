@@ -1,11 +1,18 @@
-"""The notebook renderer: what ``profuse.report(path)`` and ``profuse.table(path)`` return. In Jupyter
-it shows the self-contained HTML report (the same payloads and front end as ``--format html``) inline,
-in a sandboxed ``<iframe srcdoc>``: offline, no server, the report's own CSP, nothing from the trace
-parsed as the notebook's markup. Elsewhere its ``repr`` is one line."""
+"""The notebook renderer: what ``profuse.report(path)`` and ``profuse.table(path)`` return.
+
+``profuse.report`` (:class:`NotebookReport`) shows the self-contained HTML report (the same payloads and
+front end as ``--format html``) inline in Jupyter, in a sandboxed ``<iframe srcdoc>``: offline, no server,
+the report's own CSP, nothing from the trace parsed as the notebook's markup; elsewhere its ``repr`` is one
+line. ``profuse.table`` (:class:`NotebookTable`) is the op table as ``profuse report`` prints it: its ``repr``
+is that text, a notebook shows it as preformatted HTML; its hints name the Python API's arguments.
+"""
 from __future__ import annotations
 
 import html
+import io
 from collections.abc import Callable
+
+import msgspec
 
 from ..payloads.build import ReportPayloads
 from ..payloads.report import ReportView
@@ -13,6 +20,9 @@ from ..redact import redact_text
 from .html import render_html
 
 FRAME_HEIGHT_PX = 640
+TABLE_WIDTH = 200   # characters the op table is laid out in, as ``profuse report`` piped to a file
+PRE_STYLE = ("white-space:pre;overflow-x:auto;line-height:normal;"
+             "font-family:Menlo,'DejaVu Sans Mono',consolas,'Courier New',monospace")
 
 
 class NotebookReport:
@@ -48,3 +58,50 @@ class NotebookReport:
         """The HTML report in a sandboxed frame: its scripts run there, apart from the notebook's page."""
         return (f'<iframe class="profuse-report" sandbox="allow-scripts" srcdoc="{html.escape(self.html, quote=True)}" '
                 f'style="width: 100%; height: {FRAME_HEIGHT_PX}px; border: 1px solid #ddd"></iframe>')
+
+
+class NotebookTable:
+    """The op table of one trace as ``profuse.table`` returns it: the header, notes and op table as
+    ``profuse report --no-advice`` prints them (:func:`~profuse.report.console.print_report`), its first
+    ``view.top`` rows, and what the rest need in the Python API's words (``top=0``). ``repr`` (and ``str``)
+    is that text, a notebook shows it as preformatted HTML; both are redacted unless ``keep_metadata``."""
+
+    def __init__(self, view: ReportView, *, keep_metadata: bool = False) -> None:
+        self.view = view
+        self._keep = keep_metadata
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The table as printed text (no colours), redacted unless ``keep_metadata``."""
+        if self._text is None:
+            self._text = self._render()
+            if not self._keep:
+                self._text = redact_text(self._text)
+        return self._text
+
+    def _render(self) -> str:
+        from .console import SECTIONS, make_console, print_report
+
+        doc, top = self.view.document, self.view.top
+        shown = min(top or len(doc.ops), len(doc.ops))
+        # the rows shown are given as the whole table: the console's own "N of M" line names CLI flags
+        view = msgspec.structs.replace(self.view, top=None,
+                                       document=msgspec.structs.replace(doc, ops=doc.ops[:shown]))
+        out = io.StringIO()
+        # the op table and what explains it; the call tree is the report's (profuse.report)
+        print_report(make_console(file=out, width=TABLE_WIDTH, force_jupyter=False, color_system=None), view,
+                     [sec for sec in SECTIONS if sec.name != "calltree"])
+        if shown < len(doc.ops):
+            out.write(f"{shown} of {len(doc.ops)} rows; top=N shows more, top=0 all, profuse.report(...) the "
+                      f"whole report\n")
+        return out.getvalue()
+
+    def __repr__(self) -> str:
+        return self.text.rstrip("\n")
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        """The table as preformatted text: the same characters as ``repr``."""
+        return f'<pre class="profuse-table" style="{PRE_STYLE}">{html.escape(self.text)}</pre>'

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import re
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import UserError
+from ..errors import UserError, printable
+from ..redact import redact_text
 from .cache import DIGEST, CacheWriter, SourceCheck, read_derived, write_derived_behind
 
 if TYPE_CHECKING:  # DuckDB comes with the connection a Trace is made with: importing this module needs none
@@ -17,7 +19,9 @@ if TYPE_CHECKING:  # DuckDB comes with the connection a Trace is made with: impo
 
     from .bundle import BundleMeta
     from .meta import TraceMeta
+    from .sql_result import SqlResult
 
+R = TypeVar("R")
 _READ_ONLY = {"SELECT", "EXPLAIN", "PRAGMA", "CALL"}
 _EXPLAIN = re.compile(r"^\s*explain\s+(?:analy[sz]e\s+)?", re.IGNORECASE)
 
@@ -81,14 +85,43 @@ class Trace:
         """True when the trace has no device: the op table's device columns then show CPU time."""
         return self.device_kind == "CPU"
 
-    def sql(self, query: str, params: list[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run one read-only SQL statement on the trace's tables: (column names, rows).
+    def sql(self, query: str, params: list[Any] | None = None) -> SqlResult:
+        """Run one read-only SQL statement on the trace's tables: its rows as an Arrow table.
+
+        The result (:class:`~profuse.trace.sql_result.SqlResult`) converts with ``.arrow()`` (the Arrow
+        table), ``.df()`` (a DataFrame of pandas, or of polars where pandas is not installed) and ``.pl()``;
+        a notebook shows its first rows as a table. What the statement may do is :meth:`sql_rows`'s rule.
+        """
+        from .sql_result import SqlResult
+
+        def arrow(cur: duckdb.DuckDBPyConnection) -> Any:
+            try:
+                import pyarrow  # noqa: F401  # DuckDB hands Arrow tables to pyarrow
+            except ImportError:
+                raise UserError("Trace.sql returns an Arrow table and needs pyarrow (pip install pyarrow); "
+                                "Trace.sql_rows gives (columns, rows) without it") from None
+            rel = cur.sql(query, params=params or None)
+            # to_arrow_table: DuckDB 2's name for what older releases call fetch_arrow_table
+            return (getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table)()
+
+        return SqlResult(self._read_only(query, arrow))
+
+    def sql_rows(self, query: str, params: list[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run one read-only SQL statement on the trace's tables: (column names, rows as tuples).
 
         The statement sees complete tables (the cache, if one is being written, is finished first)
         and can change nothing: only SELECT / EXPLAIN / PRAGMA / CALL are run, inside a transaction
         that is always rolled back, on a connection that from then on reaches no file or network
         (DuckDB's ``enable_external_access`` off). Errors are user errors.
         """
+        def rows(cur: duckdb.DuckDBPyConnection) -> tuple[list[str], list[tuple[Any, ...]]]:
+            cur.execute(query, params or [])
+            return [d[0] for d in cur.description or []], cur.fetchall()
+
+        return self._read_only(query, rows)
+
+    def _read_only(self, query: str, fetch: Callable[[duckdb.DuckDBPyConnection], R]) -> R:
+        """``fetch(connection)`` (which runs ``query``) under :meth:`sql_rows`'s rule."""
         kind = _statement_kind(query)
         if kind not in _READ_ONLY:
             raise UserError(f"SQL error: profuse sql runs read-only queries (SELECT, DESCRIBE, EXPLAIN, ...), "
@@ -100,8 +133,7 @@ class Trace:
         try:
             cur.execute("SET enable_external_access = false")
             cur.execute("BEGIN TRANSACTION")
-            cur.execute(query, params or [])
-            return [d[0] for d in cur.description or []], cur.fetchall()
+            return fetch(cur)
         except duckdb.Error as err:
             first = str(err).strip().splitlines()[0]
             raise UserError(f"SQL error: {first}") from None
@@ -155,4 +187,23 @@ class Trace:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Trace {self.path.name}: {self.meta.events} events, {self.device_kind}>"
+        return printable(redact_text(f"<Trace {self.path.name}: {self.meta.events:,} events, {self.device_kind}>"))
+
+    def tables(self) -> list[str]:
+        """The names of the tables and views :meth:`sql` reads (docs/schema.md describes them)."""
+        _, rows = self.sql_rows("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                                "UNION ALL SELECT view_name FROM duckdb_views() "
+                                "WHERE database_name = current_database() AND NOT internal ORDER BY 1")
+        return [str(r[0]) for r in rows]
+
+    def _repr_html_(self) -> str:
+        """A notebook's view of the trace: what it is, its events by kind, and the tables :meth:`sql` reads."""
+        m = self.meta
+        device = m.device_kind + (f" ({m.device_name})" if m.device_name else "")
+        kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(m.kinds.items(), key=lambda kv: -kv[1]))
+        rows = [("path", str(self.path)), ("device", device), ("events", f"{m.events:,} ({kinds})"),
+                ("span", f"{m.span_us / 1e3:,.3f} ms"), ("tables", ", ".join(self.tables()))]
+        body = "".join(f"<tr><th style=\"text-align:left\">{k}</th><td style=\"text-align:left\">"
+                       f"{html.escape(printable(redact_text(v)))}</td></tr>" for k, v in rows)
+        return (f'<table class="profuse-trace">{body}</table>'
+                '<p><small>trace.sql("SELECT ...") runs a query on these tables</small></p>')
