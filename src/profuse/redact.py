@@ -1,16 +1,21 @@
 """Keep secrets out of what profuse shows: by key name and by the shape of the value.
 
 Traces and bundles carry command lines, trace names and environment-like metadata, where people
-leave passwords, tokens and keys. Every output (console, JSON, HTML, explorer, error messages) passes
-such text through here unless the user asks for ``--keep-metadata``.
+leave passwords, tokens and keys. Unless the user asks for ``--keep-metadata``, every string of every
+record is redacted once where the record is built (:func:`redacted`, before any renderer: report,
+HTML, notebook, diff, explorer, MCP), each value of a raw table read (``profuse sql``) likewise, and
+error lines where they are printed; :func:`redacted_output` is the safety net for text no record
+carries (notes, other commands' output).
 """
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar, cast
 
 REDACTED = "[redacted]"
 
@@ -18,24 +23,46 @@ REDACTED = "[redacted]"
 SECRET_KEYS = re.compile(r"token|secret|password|passwd|(?:^|[_-])pass$|key|auth|cred|env|cookie", re.IGNORECASE)
 
 # a secret's name; ``PASS`` and ``KEY`` only as the upper-case tail of an environment name (DB_PASS=, SSHPASS=,
-# X_KEY=, SECRETKEY=), case as written: "forward pass: 12 ms", "sort_keys", "--num-keys" are not secrets
+# X_KEY=, SECRETKEY=), case as written, or as the ``_pass``/``_key`` tail of a name given a value (db_pass=x,
+# ssh_key: x): "forward pass: 12 ms", "sort_keys", "--num-keys" are not secrets
 _WORD = (r"(?:passwords?|passwd|pwd|tokens?|secrets?|api[-_]?keys?|apikey|access[-_]?keys?"
          r"|private[-_]?keys?|auth(?:[-_]?token|orization)?|credentials?"
-         r"|(?-i:(?<=[A-Z0-9_])PASS|(?<=[A-Z0-9_])KEY(?=\s{0,8}=)))(?![a-z])")
+         r"|(?-i:(?<=[A-Z0-9_])PASS|(?<=[A-Z0-9_])KEY(?=\s{0,8}=))"
+         r"|(?<=[A-Za-z0-9]_)(?:pass|key)(?=(?:\\{0,7}[\"'])?\s{0,8}[=:]))(?![a-z])")
 # a command-line flag naming a secret: --password, --api-key, --hf-token, -p is too vague to count
 _FLAG = re.compile(rf"^--?[\w-]{{0,64}}{_WORD}[\w-]{{0,64}}$", re.IGNORECASE)
 # a token shape starts where no letter or digit is before it: after a space, `_`, `-`, `/`, `=`, a quote, a
 # control character; and after one as an output writes it escaped (JSON's \t, \n, \u0001; Python's \x01)
 _START = (r"(?:(?<![A-Za-z0-9])|(?<=\\[tnrbfv])|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\x[0-9A-Fa-f]{2})"
           r"|(?<=\\U[0-9A-Fa-f]{8}))")
-# a value ends at white space, a quote, a separator or a backslash (so a JSON string's escapes stay whole)
-_VALUE = r"[^\s\"',;&\\<>]{1,4096}"
+# ... and after a terminal control sequence (ESC [ 31 m, C1 CSI), raw or written escaped, whose last character is
+# a letter: the sequence is kept, what follows it is the token (``lead``)
+_CSI = r"(?:\x1b|\x9b|\\x1b|\\x9b|\\u001[bB]|\\u009[bB]|\\033|\\e)\[?[0-9;:?<=>]{0,32}[ -/]{0,4}[@-~]"
+_AT = rf"(?:(?P<lead>{_CSI})|{_START})"
+_TOKEN = rf"\g<lead>{REDACTED}"
+# one character as JSON or a console writes it escaped
+_ESCAPED = r"\\{1,7}(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[tnrbfv])"
+# a URL's scheme, after anything but a letter, digit or a scheme's own punctuation (é, a control, a terminal
+# sequence included)
+_SCHEME = rf"(?:{_CSI}|(?<![A-Za-z0-9+.-]))[a-z][a-z0-9+.-]{{0,31}}:/{{1,2}}"
+# a value ends at white space, a quote, a separator or a backslash (so a JSON string's escapes stay whole), but
+# for a letter JSON writes escaped (ä as \u00e4: a JSON text cell, the HTML report's data), taken whole
+_VALUE = (r"(?:[^\s\"',;&\\<>]|\\{1,7}u(?!1680|200[0-9aA]|202[89fF]|205[fF]|3000)"
+          r"(?:00[c-fC-F][0-9a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]{2}|[1-9a-fA-F][0-9a-fA-F]{3})){1,4096}")
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # Authorization: Bearer xyz
-    (re.compile(r"\b(?P<pre>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE), rf"\g<pre>{REDACTED}"),
+    (re.compile(rf"{_AT}(?P<pre>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{{6,}}", re.IGNORECASE),
+     rf"\g<lead>\g<pre>{REDACTED}"),
     # scheme://user:password@host (also as a path has it, scheme:/user:password@host); the password runs to
-    # the last @ before the host (it may hold an @ itself: p@ss)
-    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]{0,31}:/{1,2}[^/\s:@]{0,256}:)[^/\s\"\\]{1,512}(?=@)",
+    # the last @ before the host (it may hold an @ itself: p@ss), the user to the first colon (it may be an
+    # e-mail address); a character in it may be written escaped (JSON's \u00e4, a console's \x01)
+    (re.compile(rf"(?P<pre>{_SCHEME}[^/\s:\"\\]{{0,256}}:)(?:[^/\s\"\\]|{_ESCAPED}){{1,512}}(?=@)",
+                re.IGNORECASE),
+     rf"\g<pre>{REDACTED}"),
+    # scheme://user@host with no password: the user-info whole, unless it is a plain name (git@, ubuntu@,
+    # john.doe@: up to 32 lower-case letters, dots and dashes); a token as the user (https://ghp_...@github.com,
+    # https://AbCdEf...@host) is the secret
+    (re.compile(rf"(?P<pre>{_SCHEME})(?!(?-i:[a-z][a-z.-]{{0,31}})@)[^/\s:@\"'\\]{{1,256}}(?=@)",
                 re.IGNORECASE),
      rf"\g<pre>{REDACTED}"),
     # --password=hunter2, --api-key=sk-..., token=..., PASSWORD: x, and JSON pairs "api_key": "x"
@@ -52,13 +79,12 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # (every repeat is bounded: an unbounded one before a fixed word is quadratic on long strings)
     # token shapes, anywhere in a string (run_hf_..., bad_ghp_..., /ghp_...): Hugging Face, OpenAI-style,
     # AWS access key ids, GitHub, Slack, JWTs
-    (re.compile(rf"{_START}hf_[A-Za-z0-9]{{16,}}"), REDACTED),
-    (re.compile(rf"{_START}sk-[A-Za-z0-9_-]{{16,}}"), REDACTED),
-    (re.compile(rf"{_START}(?:AKIA|ASIA)[0-9A-Z]{{16}}(?![0-9A-Z])"), REDACTED),
-    (re.compile(rf"{_START}(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{{20,}}|{_START}github_pat_[A-Za-z0-9_]{{20,}}"),
-     REDACTED),
-    (re.compile(rf"{_START}xox[abposr]-[A-Za-z0-9-]{{10,}}"), REDACTED),
-    (re.compile(rf"{_START}eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}"), REDACTED),
+    (re.compile(rf"{_AT}hf_[A-Za-z0-9]{{16,}}"), _TOKEN),
+    (re.compile(rf"{_AT}sk-[A-Za-z0-9_-]{{16,}}"), _TOKEN),
+    (re.compile(rf"{_AT}(?:AKIA|ASIA)[0-9A-Z]{{16}}(?![0-9A-Z])"), _TOKEN),
+    (re.compile(rf"{_AT}(?:(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{{20,}}|github_pat_[A-Za-z0-9_]{{20,}})"), _TOKEN),
+    (re.compile(rf"{_AT}xox[abposr]-[A-Za-z0-9-]{{10,}}"), _TOKEN),
+    (re.compile(rf"{_AT}eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}"), _TOKEN),
 ]
 
 
@@ -67,7 +93,7 @@ _SECRET_WORDS = ("pass", "pwd", "token", "secret", "apikey", "api_key", "api-key
 # what each pattern cannot match without: (needles in the lowercased text, needles in the text); a
 # pattern is run only where one is there (a regex scan costs ~20-100 ms a MB, a substring test ~1)
 _NEEDLES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-    (("bearer", "basic"), ()), ((), (":/",)), (_SECRET_WORDS, ()), (_SECRET_WORDS, ()), ((), ("hf_",)),
+    (("bearer", "basic"), ()), ((), (":/",)), ((), ("@",)), (_SECRET_WORDS, ()), (_SECRET_WORDS, ()), ((), ("hf_",)),
     ((), ("sk-",)), ((), ("AKIA", "ASIA")), ((), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
     ((), ("xox",)), ((), ("eyJ",)),
 ]
@@ -107,6 +133,102 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact_text(obj)
     return obj
+
+
+T = TypeVar("T")
+_ATOMS = (int, float, bool, type(None), bytes)
+_NUMBERS: set[type] = {int, float, bool, type(None)}
+
+
+def redacted(record: T, *, keep: bool = False) -> T:
+    """``record`` with every string in it redacted once, where it enters profuse's records: the one walk
+    every record builder's output (``payloads``: the report, the HTML report's payloads, a diff, the
+    explorer's and the MCP server's answers) passes before any renderer sees it.
+
+    ``record`` is a msgspec ``Struct``, a dataclass, a list, tuple, set or dict of them, or a string: every
+    ``str`` field, item, dict key and value is passed through :func:`redact_text`, and a string value under a
+    secret-named key (``SECRET_KEYS``: ``DB_PASS``, ``api_token``, ...) is replaced whole. Two keys of one
+    dict that redact to the same text are both kept (the second as ``"<key> #2"``): nothing is dropped.
+    What changed is a copy (the record passed in, which a cache may hold, is left as it is); what did not is
+    the same object. ``keep`` (``--keep-metadata``) returns ``record`` itself.
+    """
+    return record if keep else cast(T, _Walk().value(record))
+
+
+class _Walk:
+    """One pass of :func:`redacted`: strings seen before (names repeat) are redacted once."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+        self.secret_key: dict[str, bool] = {}
+
+    def text(self, s: str) -> str:
+        out = self.seen.get(s)
+        if out is None:
+            out = self.seen[s] = redact_text(s)
+        return s if out == s else out  # ``s`` itself where nothing changed: its record is not copied
+
+    def value(self, v: Any) -> Any:
+        if type(v) is str:  # a str subclass (an enum's value) is profuse's own word, not the trace's
+            return self.text(v)
+        if isinstance(v, _ATOMS):
+            return v
+        if hasattr(type(v), "__struct_fields__"):  # a msgspec Struct (msgspec is imported only if there is one)
+            import msgspec
+
+            changed = {f: new for f in v.__struct_fields__
+                       if (new := self.value(old := getattr(v, f))) is not old}
+            return msgspec.structs.replace(v, **changed) if changed else v
+        if isinstance(v, list | tuple | set | frozenset):
+            return self.items(v)
+        if isinstance(v, dict):
+            return self.mapping(v)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return self.dataclass(v)
+        return v
+
+    def items(self, v: list[Any] | tuple[Any, ...] | set[Any] | frozenset[Any]) -> Any:
+        if set(map(type, v)) <= _NUMBERS:  # a column of numbers (a timeline's), checked at C speed
+            return v
+        new = [self.value(x) for x in v]
+        if all(a is b for a, b in zip(new, v)):
+            return v
+        if isinstance(v, tuple) and hasattr(v, "_fields"):  # a NamedTuple
+            return type(v)(*new)
+        return type(v)(new)
+
+    def mapping(self, v: dict[Any, Any]) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        changed = False
+        for key, val in v.items():
+            new_key = self.value(key)
+            new_val = REDACTED if type(val) is str and self.is_secret_key(key) else self.value(val)
+            if new_key in out:  # two keys alike once redacted: both kept
+                n = 2
+                while f"{new_key} #{n}" in out:
+                    n += 1
+                new_key = f"{new_key} #{n}"
+            out[new_key] = new_val
+            changed = changed or new_key is not key or new_val is not val
+        return out if changed else v
+
+    def is_secret_key(self, key: Any) -> bool:
+        if not isinstance(key, str):
+            return False
+        found = self.secret_key.get(key)
+        if found is None:
+            found = self.secret_key[key] = bool(SECRET_KEYS.search(key))
+        return found
+
+    def dataclass(self, v: Any) -> Any:
+        changed = {f.name: new for f in dataclasses.fields(v)
+                   if (new := self.value(old := getattr(v, f.name))) is not old}
+        if not changed:
+            return v
+        out = copy.copy(v)
+        for name, new in changed.items():
+            object.__setattr__(out, name, new)  # a frozen dataclass too: the copy is this walk's own
+        return out
 
 
 class RedactingStream:

@@ -2,9 +2,10 @@
 
 Each tool answers from the records the report, the diff and the explorer send (``payloads``), cut to
 what an agent reads at once: the first few items of each list and how many were left out
-(``<list>_left_out``). Every answer and every error passes :func:`profuse.redact.redact_text`, as the
-command line's output does; bad input (a missing file, a trace that cannot be read, a query that
-writes, a name the trace does not hold) is a tool error of one line. Traces load as the command line
+(``<list>_left_out``). Every string of every answer (each cell of a query's rows) and every error is
+redacted once (:func:`profuse.redact.redacted`, :func:`profuse.redact.redact_text`) before it is
+encoded; bad input (a missing file, a trace that cannot be read, a query that writes, a name the trace
+does not hold) is a tool error of one line. Traces load as the command line
 loads them (the table cache included) and the last few stay open, so a second question costs no load.
 
 :class:`Answers` holds the tools as plain methods returning JSON text (no SDK needed to call them);
@@ -26,7 +27,7 @@ from msgspec import UnsetType
 from pydantic import Field
 
 from ..errors import TraceError, UserError, printable
-from ..redact import redact_text
+from ..redact import redact_text, redacted
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -126,8 +127,14 @@ class Traces:
 
 
 def _json(obj: Any) -> str:
-    """``obj`` as compact JSON, redacted as the command line's output is."""
-    return redact_text(msgspec.json.encode(obj, enc_hook=str).decode())
+    """``obj`` as compact JSON, every string in it redacted once (:func:`profuse.redact.redacted`; a value
+    JSON has no type for, written as its ``str``, too)."""
+    return _encoded(redacted(obj))
+
+
+def _encoded(obj: Any) -> str:
+    """``obj``, redacted already, as compact JSON (a value JSON has no type for as its ``str``, redacted)."""
+    return msgspec.json.encode(obj, enc_hook=lambda v: redact_text(str(v))).decode()
 
 
 def _cap(out: dict[str, Any], name: str, items: Sequence[Any], limit: int) -> None:
@@ -196,7 +203,7 @@ def _report_document(trace: Trace) -> ReportDocument:
     """The ``profuse report --format json`` document of the trace (every section, all rows)."""
     from ..payloads.report import analyse, report_view
 
-    return report_view(analyse(trace)).document
+    return report_view(analyse(trace), keep_metadata=True).document  # as it is: each answer is redacted
 
 
 def report_answer(doc: ReportDocument, levers: int) -> dict[str, Any]:
@@ -228,7 +235,7 @@ def diff_answer(d: DiffPayload, limit: int) -> dict[str, Any]:
     out: dict[str, Any] = {"a": d.a, "b": d.b, "devices": d.devices, "same_device": d.same_device,
                            "a_device_us": d.a_device_us, "b_device_us": d.b_device_us, "speedup": d.speedup,
                            "test": d.test, "verdicts": d.verdicts}
-    for name in ("ops", "kernels", "modules"):
+    for name in ("op_groups", "ops", "kernels", "modules"):
         _cap(out, name, _by_change(getattr(d, name)), limit)
     _cap(out, "kernels_added", d.kernels_added, limit)
     _cap(out, "kernels_removed", d.kernels_removed, limit)
@@ -256,10 +263,11 @@ def _one_select(query: str) -> None:
 
 
 def _cell(value: Any) -> Any:
-    """One value of a query's row; a string redacted, then cut to CELL_CHARS."""
+    """One value of a query's row, redacted (a string, or the strings in a list or a struct); a string then
+    cut to CELL_CHARS."""
+    value = redacted(value)
     if not isinstance(value, str):
         return value
-    value = redact_text(value)
     return value if len(value) <= CELL_CHARS else f"{value[:CELL_CHARS]}... [{len(value) - CELL_CHARS} more characters]"
 
 
@@ -301,10 +309,10 @@ class Answers:
         `DESCRIBE events` lists the columns. Gives columns, the first max_rows rows, row_count and
         rows_left_out; a query that would write is refused."""
         _one_select(query)
-        columns, rows = self.traces.get(path).trace.sql(query)
-        shown = [[_cell(v) for v in row] for row in rows[:max_rows]]
-        return _json({"columns": columns, "rows": shown, "row_count": len(rows),
-                      "rows_left_out": len(rows) - len(shown)})
+        columns, rows = self.traces.get(path).trace.sql_rows(query)
+        shown = [[_cell(v) for v in row] for row in rows[:max_rows]]  # each cell redacted once, here
+        return _encoded({"columns": redacted(columns), "rows": shown, "row_count": len(rows),
+                         "rows_left_out": len(rows) - len(shown)})
 
     def diff(self, a: PathArg, b: PathArg, limit: LimitArg = LIST_CAP) -> str:
         """Compare run A with run B: the devices, speedup (A's device time over B's: above 1, B is faster),

@@ -48,7 +48,9 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
     result = run_ranks(args.path, files, engine=args.engine, ray_address=args.ray_address, workers=args.workers,
                        lenient=args.lenient, cache=not args.no_cache, fusion=not args.no_advice,
                        work_dir=args.work_dir, on_done=on_done)
-    doc = result.doc
+    from ..redact import redacted
+
+    doc = redacted(result.doc, keep=getattr(args, "keep_metadata", False))  # every string, once, as a report's
     if args.format == "json":
         text = render_ranks_json(doc)
         return emit(text, args.output)

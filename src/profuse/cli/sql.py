@@ -36,9 +36,12 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one read-only query on a trace's tables and print the rows as a table, CSV or JSON."""
+    """Run one read-only query on a trace's tables and print the rows as a table, CSV or JSON; every
+    string value (column names, cells, the strings in a list or struct cell) redacted unless ``--keep-metadata``."""
+    from ..redact import redacted
+
     with load_trace(args.path, args) as trace:
-        cols, rows = trace.sql(args.query)
+        cols, rows = redacted(trace.sql_rows(args.query), keep=args.keep_metadata)
     if args.format == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(cols)

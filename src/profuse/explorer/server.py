@@ -43,11 +43,11 @@ from ..analysis.timeline import (
 )
 from ..errors import UserError
 from ..frontend import assets
-from ..payloads import build
+from ..payloads import build, calltree
 from ..payloads.memory import MemoryTimeline, memory_timeline_of
 from ..payloads.ranks import RankRow, RanksDocument
 from ..payloads.views import RunInfo
-from ..redact import redact_text
+from ..redact import redact_text, redacted
 from ..trace import Trace
 from ..trace.cache import SourceCheck
 from ._token import SessionTokenOnly
@@ -399,7 +399,10 @@ def _op_kernels(run: Loaded, request: Request, opts: Options) -> Any:
     key = request.query_params.get("key")
     if key is None:
         raise ApiError(400, "op_kernels needs ?key= (an ops row's key)")
-    found = build.op_kernels_of(run.trace, build.ops_of(run.trace, group_by=_group_by(request))).get(key)
+    kernels = build.op_kernels_of(run.trace, build.ops_of(run.trace, group_by=_group_by(request)))
+    found = kernels.get(key)
+    if found is None and not opts.keep_metadata:  # the key as the ops answer showed it: redacted
+        found = next((v for k, v in kernels.items() if redact_text(k) == key), None)
     if found is None:
         raise ApiError(404, "no ops row has this key in this grouping")
     return found
@@ -481,6 +484,31 @@ def _compiled(run: Loaded, request: Request, opts: Options) -> Any:
     return build.compiled_of(run.trace)
 
 
+def _calltree(run: Loaded, request: Request, opts: Options) -> Any:
+    found = calltree.call_tree_of(run.trace)
+    if found is None:
+        raise ApiError(404, "no python_function events in this trace (record with with_stack=True)")
+    return found
+
+
+def _event_detail(run: Loaded, request: Request, opts: Options) -> Any:
+    found = calltree.event_detail_of(run.trace, request.path_params["id"])
+    if found is None:
+        raise ApiError(404, "no such event")
+    return found
+
+
+def _kernel_launches(run: Loaded, request: Request, opts: Options) -> Any:
+    return calltree.kernel_launches_of(run.trace)
+
+
+def _search(run: Loaded, request: Request, opts: Options) -> Any:
+    query = request.query_params.get("q", "")
+    if not query or len(query) > 200:
+        raise ApiError(400, "search needs ?q= (1 to 200 characters of an event's name)")
+    return calltree.search_of(run.model, query)
+
+
 # The API of one run: path under /api/{run} -> its payload builder. Nothing else reaches a trace.
 RUN_ROUTES: dict[str, Callable[[Loaded, Request, Options], Any]] = {
     "overview": _overview,
@@ -493,14 +521,18 @@ RUN_ROUTES: dict[str, Callable[[Loaded, Request, Options], Any]] = {
     "compiled": _compiled,
     "memory": _memory,
     "memory_live": _memory_live,
+    "calltree": _calltree,
+    "event_detail/{id:int}": _event_detail,
+    "kernel_launches": _kernel_launches,
+    "search": _search,
 }
-NEEDS_MODEL = {_lanes, _timeline, _event}  # what waits for the timeline model (before taking the run's lock)
+NEEDS_MODEL = {_lanes, _timeline, _event, _search}  # what waits for the timeline model (before taking the run's lock)
 
 
 def _json(obj: Any, status: int = 200, *, keep_metadata: bool = False) -> Response:
-    body = msgspec.json.encode(obj)
-    if not keep_metadata:  # the output boundary: secret shapes in names and paths, as every output does
-        body = redact_text(body.decode()).encode()
+    """``obj`` as the JSON answer; every string in it redacted once here, before it is encoded (unless
+    ``keep_metadata``): every route's records, error messages included, pass this one place."""
+    body = msgspec.json.encode(redacted(obj, keep=keep_metadata))
     return Response(body, status_code=status, media_type="application/json", headers=SECURITY_HEADERS)
 
 
@@ -579,7 +611,8 @@ class _Handlers:
             runs[0].checked()
             runs[1].checked()
             with runs[0].held(), runs[1].held():
-                return self.reply(build.compare_of(runs[0].trace, runs[1].trace))
+                # built as it is: reply redacts it, as every answer
+                return self.reply(build.compare_of(runs[0].trace, runs[1].trace, keep_metadata=True))
         except ApiError as e:
             return self.reply({"error": str(e)}, e.status)
 

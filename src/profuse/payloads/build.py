@@ -17,8 +17,10 @@ from ..analysis.op_kernels import kernels_by_row
 from ..analysis.optable import OpTable, op_table
 from ..analysis.summary import Summary, summarize
 from ..analysis.timeline import Lane, TimelineWindow, timeline_model, timeline_window
+from ..redact import redacted
 from ..trace.artifacts import read_artifacts
 from .advice import advice_payload
+from .calltree import CallTree, KernelLaunches, kernel_launches_of
 from .diff import DiffPayload, diff_payload
 from .memory import MemoryTimeline, memory_timeline_of
 from .ops import OpKernels, Ops, op_kernels_payload, ops_payload
@@ -42,6 +44,8 @@ class ReportPayloads(Struct):
     modules: Modules
     memory: MemoryTimeline | None = None  # the timeline's memory lanes (None: no memory events)
     compiled: CompiledView | None = None  # torch.compile regions (None: the trace has none, nor a NEFF)
+    calltree: CallTree | None = None      # the Python call tree (None: no python_function events)
+    kernel_launches: KernelLaunches | None = None  # grid and block per kernel name, where recorded
 
 
 def run_info(run: int, trace: Trace) -> RunInfo:
@@ -83,22 +87,24 @@ def compiled_of(trace: Trace) -> CompiledView:
     return compiled_payload(compiled_regions(trace), read_artifacts(trace.path))
 
 
-def compare_of(a: Trace, b: Trace, *, gate_metric: str | None = None, threshold_pct: float | None = None) -> DiffPayload:
+def compare_of(a: Trace, b: Trace, *, gate_metric: str | None = None, threshold_pct: float | None = None,
+               keep_metadata: bool = False) -> DiffPayload:
     """Run A against run B (with the CI gate's metric and threshold when given), with their diagnoses'
-    budgets side by side."""
+    budgets side by side; every string redacted (:func:`profuse.redact.redacted`) unless ``keep_metadata``."""
     from ..analysis.diagnosis import diagnose
     from .diagnosis import budget_diff
 
     payload = diff_payload(diff(a, b, gate_metric=gate_metric, threshold_pct=threshold_pct))
     payload.budget = budget_diff(diagnose(a), diagnose(b))
-    return payload
+    return redacted(payload, keep=keep_metadata)
 
 
 def report_payloads(trace: Trace, analysed: Analysed, *, top: int | None, keep_metadata: bool,
                     timeline_width: int = 3000) -> ReportPayloads:
     """The HTML report's payloads from the analyses every renderer reads (``payloads.report.analyse``;
-    advice None: ``--no-advice``); the ops and their kernels are the rows the table shows."""
-    summary, table, advice, _memory, health = analysed
+    advice None: ``--no-advice``); the ops and their kernels are the rows the table shows. Every string in
+    them is redacted (:func:`profuse.redact.redacted`) unless ``keep_metadata``."""
+    summary, table, advice, health = analysed.summary, analysed.table, analysed.advice, analysed.health
     ops = ops_of(trace, top=top, table=table)
     if advice is not None and advice.diagnosis is not None:  # the rows the lever cards link to
         from .diagnosis import diagnosis_payload
@@ -110,12 +116,18 @@ def report_payloads(trace: Trace, analysed: Analysed, *, top: int | None, keep_m
         lanes, window = model.lanes, timeline_window(model, None, None, timeline_width)
     finally:
         model.close()
-    return ReportPayloads(
+    return redacted(ReportPayloads(
         runs=[run_info(0, trace)],
         overview=overview_of(trace, summary=summary, advice=advice, with_advice=advice is not None,
                              keep_metadata=keep_metadata, health=health),
         ops=ops, op_kernels=op_kernels_of(trace, ops), lanes=lanes, timeline=window, modules=modules_of(trace),
-        memory=memory_timeline_of(trace) if has_memory(trace) else None, compiled=_compiled_if_any(trace))
+        memory=memory_timeline_of(trace) if has_memory(trace) else None, compiled=_compiled_if_any(trace),
+        calltree=analysed.calltree, kernel_launches=_launches_if_any(trace)), keep=keep_metadata)
+
+
+def _launches_if_any(trace: Trace) -> KernelLaunches | None:
+    launches = kernel_launches_of(trace)
+    return launches if launches.kernels else None
 
 
 def _compiled_if_any(trace: Trace) -> CompiledView | None:

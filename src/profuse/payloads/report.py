@@ -11,8 +11,10 @@ from ..analysis.advice.interruptions import Interruption
 from ..analysis.advice.records import Candidate
 from ..analysis.advice.roofline import Peaks, RooflineRow
 from ..analysis.busy import Busy, StepBusy
+from ..analysis.calltree import CallTree
 from ..analysis.compiled import CompiledSummary
 from ..analysis.health import Health
+from ..redact import redacted
 from .advice import AdvicePayload, advice_payload
 from .diagnosis import DiagnosisPayload
 from .memory import MemoryPayload
@@ -55,11 +57,12 @@ class ReportDocument(Struct, kw_only=True):
     skewed_launches: int | UnsetType = UNSET         # device activities starting before their launch call
     memory: MemoryPayload | UnsetType = UNSET  # only for a trace with memory events (docs/memory.md)
     health: Health | UnsetType = UNSET         # what the trace holds and lacks (docs/advisor.md, "Trace health")
+    calltree: CallTree | UnsetType = UNSET     # the Python call tree, where the trace has python_function events
 
 
 def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = None, *,
                     keep_metadata: bool = False, memory: MemoryPayload | None = None,
-                    health: Health | None = None) -> ReportDocument:
+                    health: Health | None = None, calltree: CallTree | None = None) -> ReportDocument:
     """The document from the summary, the op table payload and the advice (None: no advice keys)."""
     sections: dict[str, Any] = {}
     if advice is not None:
@@ -70,7 +73,7 @@ def report_document(summary: Summary, ops: Ops, advice: AdvicePayload | None = N
                           unmatched_flows=summary.unmatched_flows,
                           capture=capture(summary, keep_metadata=keep_metadata), ops=ops.rows,
                           memory=UNSET if memory is None else memory, health=UNSET if health is None else health,
-                          **sections)
+                          calltree=UNSET if calltree is None else calltree, **sections)
 
 
 class ReportView(Struct, kw_only=True):
@@ -91,6 +94,7 @@ class Analysed(NamedTuple):
     advice: Findings | None          # None: --no-advice
     memory: MemoryPayload | None     # None: the trace has no memory events
     health: Health
+    calltree: CallTree | None = None  # None: the trace has no python_function events
 
 
 def analyse(trace: Trace, *, group_by: str = "op", sort: str = "self_device", advice: bool = True) -> Analysed:
@@ -99,15 +103,18 @@ def analyse(trace: Trace, *, group_by: str = "op", sort: str = "self_device", ad
     from ..analysis.advice.findings import trace_findings
     from ..analysis.health import trace_health
     from ..analysis.memory import memory_section
+    from .calltree import call_tree_of
 
     return Analysed(summarize(trace), op_table(trace, group_by=group_by, sort=sort),
-                    trace_findings(trace) if advice else None, memory_section(trace), trace_health(trace))
+                    trace_findings(trace) if advice else None, memory_section(trace), trace_health(trace),
+                    call_tree_of(trace))
 
 
 def report_view(analysed: Analysed, *, top: int | None = None, keep_metadata: bool = False) -> ReportView:
     """The report's records from the analyses: the op table with every row, the advice as
-    :func:`advice_payload` sends it, the memory section where the trace has memory events."""
-    summary, table, advice, memory, health = analysed
-    doc = report_document(summary, ops_payload(table), advice_payload(advice) if advice is not None else None,
-                          keep_metadata=keep_metadata, memory=memory, health=health)
-    return ReportView(document=doc, from_cache=summary.from_cache, top=top or None)
+    :func:`advice_payload` sends it, the memory section where the trace has memory events; every string
+    in them redacted (:func:`profuse.redact.redacted`) unless ``keep_metadata``."""
+    a = analysed
+    doc = report_document(a.summary, ops_payload(a.table), advice_payload(a.advice) if a.advice is not None else None,
+                          keep_metadata=keep_metadata, memory=a.memory, health=a.health, calltree=a.calltree)
+    return ReportView(document=redacted(doc, keep=keep_metadata), from_cache=a.summary.from_cache, top=top or None)

@@ -23,6 +23,7 @@ from ..payloads.ops import OpsRow as OpRow
 from ..payloads.report import ReportDocument, ReportView
 from ..trace.schema import UNLINKED_REASONS
 from ._text import fmt_us, safe, text
+from .console_calltree import render_calltree
 from .console_diagnosis import render_diagnosis
 from .console_memory import fmt_bytes, render_memory
 from .fit import Column, fitted_table, left_out_note, print_fitted
@@ -309,6 +310,7 @@ SECTIONS: list[Section] = [
     Section("health", lambda v: v.document.health, render_health),
     Section("ops", _whole, render_op_table),
     Section("memory", lambda v: v.document.memory, render_memory),
+    Section("calltree", lambda v: v.document.calltree, render_calltree),
     Section("fusion_candidates", _whole, render_fusion),
     Section("interruptions", _whole, render_interruptions),
     Section("compiled", _whole, render_compiled),

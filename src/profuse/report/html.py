@@ -20,7 +20,9 @@ def embedded(p: ReportPayloads) -> dict[str, object]:
     return {"runs": p.runs, "0/overview": p.overview, "0/ops": p.ops, "0/op_kernels": p.op_kernels,
             "0/lanes": p.lanes, "0/timeline": p.timeline, "0/modules": p.modules,
             **({"0/memory": p.memory} if p.memory is not None else {}),
-            **({"0/compiled": p.compiled} if p.compiled is not None else {})}
+            **({"0/compiled": p.compiled} if p.compiled is not None else {}),
+            **({"0/calltree": p.calltree} if p.calltree is not None else {}),
+            **({"0/kernel_launches": p.kernel_launches} if p.kernel_launches is not None else {})}
 
 
 def render_html(payloads: ReportPayloads) -> str:
