@@ -24,9 +24,11 @@ HELP = """examples:
   profuse diff run_a/ run_b/
       two folders of rank traces (or repeated runs)
 
-Ops are matched by name, input shapes and nn.Module instance, so a CUDA run
-and a ROCm run compare; modules by class; kernels by name only between runs on
-the same device (device names compared).
+Ops are grouped by name and input shapes over the nn.Module instances they ran
+in (each group's instances: --format json), so a CUDA run and a ROCm run
+compare; attention and GEMM ops a backend names its own way (flash against
+efficient attention) are matched by class; modules by class; kernels by name
+only between runs on the same device (device names compared).
 
 Each metric's per-step times (ProfilerStep#N, else serving steps) are compared
 by an exact Mann-Whitney U test: a verdict needs 4 steps a side at least; with
@@ -37,8 +39,9 @@ marks no steps where the other does, or that --lenient left short of more than
 
 Exit codes: 0 (no significant slowdown beyond the threshold), 1 (gate failed),
 2 (bad input).
-Names longer than 60 characters are cut at their end ("…"); --format json
-gives them whole.
+Tables fit the terminal (COLUMNS): names shortened in the middle ("…"),
+columns left out before anything wraps; --format json gives every name and
+column.
 """
 
 FORMATS = ("table", "json", "markdown", "junit")

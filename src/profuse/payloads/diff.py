@@ -1,14 +1,16 @@
 """Two runs compared (``profuse diff``, the explorer's Compare view): schema ``profuse.diff/2``.
 
 Version 2 added the devices of each side, op pairs matched by (name, shapes, module instance) with
-their ratio, what exists on one side only, each side's peaks and rooflines, and noise verdicts.
+their ratio, what exists on one side only, each side's peaks and rooflines, and noise verdicts; then (no
+field removed or changed) ``op_groups``: the ops grouped by (name, shapes) over module instances, each
+with its instances as a drill-down, ops a backend names its own way matched by class.
 """
 from __future__ import annotations
 
 from msgspec import UNSET, Struct, UnsetType
 
 from ..analysis import figures
-from ..analysis.compare.diff import Diff, DiffRow, OpPair, RooflinePair, Side
+from ..analysis.compare.diff import Diff, DiffRow, OpGroup, OpPair, RooflinePair, Side
 from ..analysis.compare.memory_diff import MemoryDiff
 from ..analysis.compare.significance import TEST, Verdict
 from .diagnosis import BudgetDiff
@@ -31,9 +33,11 @@ class DeviceNames(Struct):
 
 
 class OneSide(Struct):
-    """What one run has and the other does not."""
+    """What one run has and the other does not: ``ops`` counts (name, shapes, module instance) rows,
+    ``op_groups`` the (name, shapes) groups matched neither by name nor by class."""
 
     ops: int
+    op_groups: int
     compiled_regions: list[str]
     fused_kernels: list[str]
     graph_replay_kernels: int
@@ -53,7 +57,8 @@ class DiffPayload(Struct, kw_only=True):
     speedup: float
     matched_device_pct: AB
     only_in: dict[str, OneSide]
-    ops: list[OpPair]
+    op_groups: list[OpGroup]       # by (name, shapes) over module instances: what the console and Compare show
+    ops: list[OpPair]              # by (name, shapes, module instance)
     modules: list[DiffRow]
     kernels_removed: list[DiffRow]
     kernels_added: list[DiffRow]
@@ -68,7 +73,9 @@ class DiffPayload(Struct, kw_only=True):
 def _only(d: Diff, side: str) -> OneSide:
     me, other = (d.a, d.b) if side == "a" else (d.b, d.a)
     ops = sum(1 for o in d.ops if (o.a_calls if side == "a" else o.b_calls) and not o.matched)
-    return OneSide(ops=ops, compiled_regions=sorted(set(me.compiled_regions) - set(other.compiled_regions)),
+    groups = sum(1 for g in d.groups if (g.a_calls if side == "a" else g.b_calls) and not g.matched_by)
+    return OneSide(ops=ops, op_groups=groups,
+                   compiled_regions=sorted(set(me.compiled_regions) - set(other.compiled_regions)),
                    fused_kernels=sorted(set(me.fused_kernels) - set(other.fused_kernels)),
                    graph_replay_kernels=me.graph_replay_kernels if not other.graph_replay_kernels else 0)
 
@@ -79,6 +86,7 @@ def diff_payload(d: Diff) -> DiffPayload:
                        sides={"a": d.a, "b": d.b}, a_device_us=d.a.device_us, b_device_us=d.b.device_us,
                        speedup=round(d.speedup, 3),
                        matched_device_pct=AB(figures.pct(d.matched_device_pct("a")), figures.pct(d.matched_device_pct("b"))),
-                       only_in={"a": _only(d, "a"), "b": _only(d, "b")}, ops=d.ops, modules=d.modules,
+                       only_in={"a": _only(d, "a"), "b": _only(d, "b")}, op_groups=d.groups, ops=d.ops,
+                       modules=d.modules,
                        kernels_removed=d.kernels_removed, kernels_added=d.kernels_added, kernels=d.kernels,
                        roofline=d.roofline, test=TEST, verdicts=d.verdicts)

@@ -1,23 +1,29 @@
 """``profuse diff`` rendered: the console tables, a pull-request comment (markdown) and JUnit XML.
 
-Renderers only read the ``profuse.diff/2`` payload. Names from traces are shortened at their end
-(never in the middle, where kernels of one template would read alike) and written as text: rich
-``Text`` on the console, escaped in markdown and XML.
+Renderers only read the ``profuse.diff/2`` payload. The console's tables fit the terminal (report/fit.py):
+op names and shapes shortened in the middle, figure columns dropped before anything wraps; kernel names
+are cut at their end first (never in the middle alone, where kernels of one template would read alike).
+Names from traces are written as text: rich ``Text`` on the console, escaped in markdown and XML. A
+change is printed as :func:`signed_us` writes it, which the explorer's Compare view matches.
 """
 from __future__ import annotations
 
 import html
+import json
+import re
+from collections.abc import Sequence
+from decimal import ROUND_HALF_UP, Decimal
 from xml.etree import ElementTree as ET
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from ..analysis.compare.diff import OpPair
+from ..analysis.compare.diff import DiffRow, OpGroup
 from ..analysis.compare.significance import TEST, Verdict
 from ..errors import printable
 from ..payloads.diff import DiffPayload
 from ._text import fmt_us, safe, text
+from .fit import Cell, Column, print_fitted, shorten_middle
 from .terminal import renders_printable
 
 NAME_WIDTH = 60
@@ -49,13 +55,76 @@ def ratio_words(ratio: float | None) -> str:
     return f"{ratio:.2f}x slower" if ratio > 1 else f"{ratio:.2f}x ({1 / ratio:.2f}x faster)"
 
 
-def row_ratio(o: OpPair) -> str:
-    """One op row's B/A in words, or which run alone has it."""
+def to_fixed(x: float, places: int) -> str:
+    """``x`` with ``places`` decimals as JavaScript's ``Number.toFixed`` writes it (the exact binary value
+    rounded to the nearest, halves away from zero), so the console and the explorer print one figure."""
+    q = Decimal(abs(x)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    return f"-{q}" if x < 0 and q else str(q)
+
+
+def factor_words(ratio: float | None) -> str:
+    """B's time over A's as one factor that says which way: "1.92x slower", "1.92x faster", "1.00x";
+    "-" when A took no time (figures as :func:`to_fixed` writes them)."""
+    if ratio is None:
+        return "-"
+    if to_fixed(ratio, 2) == "1.00":
+        return "1.00x"
+    if ratio == 0:
+        return "0.00x"
+    return f"{to_fixed(ratio, 2)}x slower" if ratio > 1 else f"{to_fixed(1 / ratio, 2)}x faster"
+
+
+def row_ratio(o: DiffRow) -> str:
+    """One row's B/A (:func:`factor_words`), or which run alone has it."""
     if not o.a_calls:
         return "only in B"
     if not o.b_calls:
         return "only in A"
-    return ratio_words(o.ratio)
+    return factor_words(o.ratio)
+
+
+def signed_us(us: float) -> str:
+    """A change with its sign, in fmt_us's units: "+76.2 µs", "-1.23 ms"; its figure as :func:`to_fixed`
+    writes it, so the console and the explorer's Compare view print the same change."""
+    a = abs(us)
+    div, unit, places = (1e6, "s", 2) if a >= 1e6 else (1e3, "ms", 2) if a >= 1e3 else (1.0, "µs", 1)
+    return f"{'+' if us > 0 else '-' if us < 0 else ''}{to_fixed(a / div, places)} {unit}"
+
+
+def shapes_text(shape: str) -> str:
+    """Recorded input shapes, short: each tensor's dims joined by "x", a scalar or None "-", trailing
+    ones left out: ``[[512], [141, 512], [512, 512], [], []]`` -> "512, 141x512, 512x512"."""
+    try:
+        dims = json.loads(shape) if shape else []
+    except ValueError:
+        return shape
+    if not isinstance(dims, list):
+        return shape
+    while dims and dims[-1] in ([], None):
+        dims.pop()
+    return ", ".join("x".join(_dim(x) for x in d) if isinstance(d, list) and d else "-" for d in dims)
+
+
+def _dim(x: object) -> str:
+    """One recorded dimension as the explorer writes it: a number as is, anything else as compact JSON."""
+    return str(x) if isinstance(x, int) and not isinstance(x, bool) else json.dumps(x, separators=(",", ":"))
+
+
+_INSTANCE = re.compile(r"_[0-9]+$")   # Linear_25 -> Linear
+
+
+def group_name(g: OpGroup) -> str:
+    """An op group's name: the op, or for a pair matched by class A's op and B's ("A → B")."""
+    return g.name if g.matched_by != "class" else f"{g.name} → {g.b_name}"
+
+
+def modules_text(g: OpGroup) -> str:
+    """Where an op group ran: its one module instance ("Linear_25"), else how many and their class when
+    they share one ("26× Linear"), else how many ("5 modules")."""
+    if g.instances == 1:
+        return g.by_module[0].module or "-"
+    classes = {_INSTANCE.sub("", m.module) for m in g.by_module}
+    return f"{g.instances}× {classes.pop()}" if len(classes) == 1 and "" not in classes else f"{g.instances} modules"
 
 
 def _device(p: DiffPayload, side: str) -> str:
@@ -78,31 +147,27 @@ def verdict_line(v: Verdict) -> str:
     return f"{head}: {tail}"
 
 
-def _table(title: str, cols: tuple[str, ...]) -> Table:
-    t = Table(title=title, show_edge=False, header_style="bold", title_justify="left")
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("Name", "Module", "Shape") else "right", no_wrap=True)
-    return t
+MODULES_WIDTH = 24  # the Modules column's cells, shortened in the middle beyond this
 
 
-@renders_printable
-def print_diff(con: Console, p: DiffPayload, top: int | None) -> None:
-    """The diff on the console: sides, verdicts, one-side-only things, then ops, modules, kernels, roofline."""
+def _head(con: Console, p: DiffPayload) -> None:
+    """The sides, devices, device time, verdicts, what was matched and what one side alone has."""
     con.print(Text(f"A: {safe(p.a)}\n   {safe(_device(p, 'a'))}\nB: {safe(p.b)}\n   {safe(_device(p, 'b'))}",
                    style="bold"))
     if not p.same_device:
         con.print(Text(f"different devices: {safe(p.devices.a or p.sides['a'].kind)} vs "
-                       f"{safe(p.devices.b or p.sides['b'].kind)}: ops and modules matched, kernels not"))
+                       f"{safe(p.devices.b or p.sides['b'].kind)}: ops and modules matched, kernels not "
+                       "(kernel classes: the budget)"))
     con.print(Text(f"device time {fmt_us(p.a_device_us)} -> {fmt_us(p.b_device_us)}: "
                    f"{speed_words(p.a_device_us, p.b_device_us)}"))
     for v in p.verdicts:
         con.print(Text(verdict_line(v), style="red" if v.fails else ""))
-    matched = sum(1 for o in p.ops if o.matched)
-    con.print(Text(f"ops matched (name, shapes, module instance): {matched}; "
+    by = {k: sum(1 for g in p.op_groups if g.matched_by == k) for k in ("name", "class")}
+    con.print(Text(f"op groups (name, shapes) matched: {by['name']} by name, {by['class']} by class; "
                    f"{p.matched_device_pct.a:.1f}% of A's device time, {p.matched_device_pct.b:.1f}% of B's"))
     for side in ("a", "b"):
         o = p.only_in[side]
-        bits = [f"{o.ops} op(s)"] if o.ops else []
+        bits = [f"{o.op_groups} op group(s)"] if o.op_groups else []
         bits += [f"compiled region {safe(r)}" for r in o.compiled_regions]
         if o.graph_replay_kernels:
             bits.append(f"{o.graph_replay_kernels} graph-replayed kernel(s)")
@@ -110,30 +175,51 @@ def print_diff(con: Console, p: DiffPayload, top: int | None) -> None:
             bits.append(f"{len(o.fused_kernels)} fused kernel name(s)")
         if bits:
             con.print(text(f"only in {side.upper()}: " + ", ".join(bits)))
+
+
+def _delta(us: float) -> Text:
+    return Text(signed_us(us), style="green" if us < 0 else "red" if us > 0 else "")
+
+
+def _groups(con: Console, p: DiffPayload, n: int | None) -> None:
+    """One row per op and shapes, largest change first, its module instances counted."""
+    cols = [Column("Op", name=True), Column("Shapes", name=True), Column("Modules", left=True, keep=1),
+            Column("Calls A"), Column("Calls B"), Column("Time A", keep=2), Column("Time B", keep=2),
+            Column("Delta", keep=None), Column("B/A", keep=3)]
+    rows: list[Sequence[Cell]] = [
+        [text(group_name(g)), text(shapes_text(g.shape)), text(shorten_middle(safe(modules_text(g)), MODULES_WIDTH)),
+         str(g.a_calls), str(g.b_calls), fmt_us(g.a_us), fmt_us(g.b_us), _delta(g.delta_us),
+         Text(row_ratio(g), style="red" if (g.ratio or 0) > 1 else "green")] for g in p.op_groups[:n]]
+    print_fitted(con, cols, rows, title="Ops, by name and shapes (module instances: --format json)")
+    shown = len(rows)
+    if shown < len(p.op_groups):
+        con.print(Text(f"{shown} of {len(p.op_groups)} op groups; --top N shows more, --format json all "
+                       "and each group's module instances", style="dim"))
+
+
+@renders_printable
+def print_diff(con: Console, p: DiffPayload, top: int | None) -> None:
+    """The diff on the console, each table fitted to its width: sides, verdicts, one-side-only things,
+    then op groups, modules, kernels, roofline."""
+    _head(con, p)
     n = top or None
-    t = _table("Ops", ("Name", "Module", "Calls A", "Calls B", "Time A", "Time B", "B/A"))
-    for r in p.ops[:n]:
-        t.add_row(text(shorten(r.name)), text(shorten(r.module, 24)), str(r.a_calls), str(r.b_calls),
-                  fmt_us(r.a_us), fmt_us(r.b_us),
-                  Text(row_ratio(r),
-                       style="red" if (r.ratio or 0) > 1 else "green"))
-    con.print(t)
-    for title, rows in (("Modules", p.modules), ("Kernels", p.kernels)):
+    _groups(con, p, n)
+    for title, rows, width in (("Modules", p.modules, None), ("Kernels", p.kernels, NAME_WIDTH)):
         if not rows:
             continue
-        t = _table(title, ("Name", "Calls A", "Calls B", "Time A", "Time B", "Delta"))
-        for m in rows[:n]:
-            t.add_row(text(shorten(m.name)), str(m.a_calls), str(m.b_calls), fmt_us(m.a_us), fmt_us(m.b_us),
-                      Text(f"{m.delta_us:+.1f} µs", style="green" if m.delta_us < 0 else "red"))
-        con.print(t)
+        cols = [Column("Name", name=True), Column("Calls A"), Column("Calls B"), Column("Time A", keep=2),
+                Column("Time B", keep=2), Column("Delta", keep=None)]
+        print_fitted(con, cols, [[text(shorten(m.name, width or len(m.name))), str(m.a_calls),
+                                  str(m.b_calls), fmt_us(m.a_us), fmt_us(m.b_us), _delta(m.delta_us)]
+                                 for m in rows[:n]], title=title)
     if p.kernels:
         con.print(Text(f"{len(p.kernels_removed)} kernel name(s) removed, {len(p.kernels_added)} added"))
     if p.roofline:
-        t = _table("Roofline of the ops both have (each on its own device's peaks)",
-                   ("Name", "Time A", "Time B", "% roofline A", "% roofline B"))
-        for f in p.roofline[:n]:
-            t.add_row(text(shorten(f.name)), fmt_us(f.a_us), fmt_us(f.b_us), _pct(f.a_pct), _pct(f.b_pct))
-        con.print(t)
+        cols = [Column("Name", name=True), Column("Time A", keep=2), Column("Time B", keep=2),
+                Column("% roofline A", keep=1), Column("% roofline B", keep=1)]
+        print_fitted(con, cols, [[text(f.name), fmt_us(f.a_us), fmt_us(f.b_us), _pct(f.a_pct), _pct(f.b_pct)]
+                                 for f in p.roofline[:n]],
+                     title="Roofline of the ops both have (each on its own device's peaks)")
 
 
 def _pct(v: float | None) -> str:
@@ -175,19 +261,21 @@ def markdown(p: DiffPayload, top: int = 10) -> str:
     out = [f"### profuse diff: {_gate_head(p.verdicts)}", "",
            f"A: `{_md(p.a)}` on {_md(_device(p, 'a'))}  ", f"B: `{_md(p.b)}` on {_md(_device(p, 'b'))}", ""]
     if not p.same_device:
-        out += ["Different devices: ops matched by name, shapes and module; kernels not compared.", ""]
+        out += ["Different devices: ops matched by name and shapes (attention and GEMM variants by class); "
+                "kernels not compared.", ""]
     out += _verdict_table(p.verdicts)
     out += ["", f"Device time {fmt_us(p.a_device_us)} → {fmt_us(p.b_device_us)}: "
                 f"{speed_words(p.a_device_us, p.b_device_us)}; matched ops hold {p.matched_device_pct.a:.1f}% "
                 f"(A) and {p.matched_device_pct.b:.1f}% (B) of it.", ""]
-    changed = sorted(p.ops, key=lambda o: -abs(o.delta_us))[:top]
+    changed = p.op_groups[:top]   # largest change first
     if changed:
-        out += ["| op | module | A | B | B/A |", "| --- | --- | ---: | ---: | --- |"]
-        for o in changed:
-            out.append(f"| {_md(shorten(o.name))} | {_md(shorten(o.module, 24))} | {fmt_us(o.a_us)} | "
-                       f"{fmt_us(o.b_us)} | {row_ratio(o)} |")
+        out += ["| op (shapes) | modules | A → B | delta | B/A |", "| --- | --- | --- | ---: | --- |"]
+        for g in changed:
+            out.append(f"| {_md(shorten(group_name(g)))} ({_md(shorten(shapes_text(g.shape), 40))}) | "
+                       f"{_md(shorten(modules_text(g), 24))} | {fmt_us(g.a_us)} → {fmt_us(g.b_us)} | "
+                       f"{signed_us(g.delta_us)} | {row_ratio(g)} |")
         out.append("")
-    out.append(f"_{_md(p.test)}; full names and every row: `profuse diff --format json`_")
+    out.append(f"_{_md(p.test)}; full names, every group and its module instances: `profuse diff --format json`_")
     return "\n".join(out)
 
 

@@ -8,7 +8,7 @@
 
   const { el } = profuse.dom;
   const views = profuse.views;
-  const VIEWS = ["ranks", "overview", "ops", "timeline", "modules", "compiled", "compare"];
+  const VIEWS = ["ranks", "overview", "ops", "timeline", "modules", "calltree", "compiled", "compare"];
 
   /**
    * What the route in place holds: callbacks to run when it is left, the state it rendered, and the
@@ -149,9 +149,11 @@
       if (!this.ranksMode) hide("ranks");
       // a report holds the Compiled view only where the trace has compiled regions (or a NEFF)
       if (!this.source.live && !(await this.source.get("/api/0/compiled"))) hide("compiled");
+      // and the Python call tree only where the trace has python_function events
+      if (!this.source.live && !(await this.source.get("/api/0/calltree"))) hide("calltree");
       // a cross-rank report page embeds the Ranks view's data only: no rank's own views, no run picker
       if (this.ranksMode && !this.source.live) {
-        for (const v of ["overview", "ops", "timeline", "modules"]) hide(v);
+        for (const v of ["overview", "ops", "timeline", "modules", "calltree"]) hide(v);
         sel.style.display = "none";
       }
       for (const a of document.querySelectorAll("#nav a")) a.addEventListener("click", e => {

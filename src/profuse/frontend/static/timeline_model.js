@@ -362,6 +362,35 @@
   }
 
   /**
+   * The events of `data` whose name holds `query` (ignoring case), in time order, at most `limit`: what
+   * the search box finds in a report, which holds one window and no server. Merged blocks (id -1) are
+   * never a match: they are no one event. The same shape as the explorer's /search answer.
+   * @param {TimelineColumns | null} data
+   * @returns {{query: string, total: number, matches: Array<{id: number, name: string, kind: string, ts: number, dur: number, lane: number}>}}
+   */
+  function searchWindow(data, query, limit = 500) {
+    const needle = String(query).toLowerCase();
+    const out = { query: String(query), total: 0, matches: [] };
+    if (!data || !needle) return out;
+    const hit = data.names.map(n => String(n).toLowerCase().includes(needle));
+    const found = [];
+    for (let i = 0; i < data.id.length; i++) if (data.id[i] >= 0 && hit[data.name[i]]) found.push(i);
+    found.sort((a, b) => data.ts[a] - data.ts[b] || data.id[a] - data.id[b]);
+    out.total = found.length;
+    out.matches = found.slice(0, limit).map(i => ({ ...eventAt(data, i), lane: data.lane[i] }));
+    return out;
+  }
+
+  /**
+   * The view that shows an event of [ts, ts + dur] µs: the event in its middle third, at least MIN_SPAN wide.
+   * @returns {[number, number]}
+   */
+  function viewAround(ts, dur) {
+    const w = Math.max(dur * 3, MIN_SPAN * 3, 1);
+    return clampSpan(ts + dur / 2 - w / 2, ts + dur / 2 + w / 2);
+  }
+
+  /**
    * A memory counter lane as laid out: the payload's device and points ([ns, allocated, reserved, id]),
    * its top y and height, the scale top (the largest reserved or allocated value) and its peak's index.
    * @typedef {{device: string, points: number[][], peak_id: number, y: number, h: number, max: number,
@@ -428,6 +457,6 @@
   profuse.timelineModel = {
     MIN_SPAN, LANE_KINDS, makeWindow, tToX, xToT, clampSpan, zoomAt, panBy, keyStep, laneKind, layoutLanes,
     laneAt, middleTruncate, layoutBoxes, hitTest, covers, bucketNs, reusable, lacking, mergeWindows, decimate, indexOfId, eventAt,
-    layoutCounters, counterY, counterPath, counterAt, counterPointAt,
+    searchWindow, viewAround, layoutCounters, counterY, counterPath, counterAt, counterPointAt,
   };
 })(globalThis.profuse = globalThis.profuse || {});

@@ -316,6 +316,31 @@
       return ev;
     }
 
+    /**
+     * The events whose name holds `query`, in time order: the server's search of every drawn event
+     * (explorer), or of the window a report embeds.
+     * @returns {Promise<{query: string, total: number, matches: any[]}>}
+     */
+    async find(query) {
+      if (!this.source.live) return M.searchWindow(this.data, query);
+      const found = await this.source.get(`/api/${this.run}/search?q=${encodeURIComponent(query)}`);
+      return found || { query, total: 0, matches: [] };
+    }
+
+    /**
+     * Shows a match (an event of `find`): zooms to it, selects it and scrolls its lane into view.
+     * A report keeps its one window: the event is selected where it is drawn.
+     */
+    async jump(match) {
+      if (this.source.live) {
+        await this.show(M.viewAround(match.ts, match.dur));
+        if (this.onView) this.onView(this.view);
+      }
+      const ev = await this.select(match.id);
+      this.reveal(match.id);
+      return ev;
+    }
+
     /** Highlights and arrows for the server's details of event `id`. */
     _link(id, ev) {
       for (const l of ev.launches || []) { this.highlight.add(l.id); this.arrows.push([id, l.id]); }

@@ -52,6 +52,37 @@
  */
 
 /**
+ * One call path (or, ``folded > 0``, the paths folded under one parent). ``parent`` is the index of
+ * the parent node in :attr:`CallTree.nodes` (-1: a root).
+ * @typedef {Object} CallNode
+ * @property {number} id
+ * @property {number} parent
+ * @property {number} depth
+ * @property {string} name
+ * @property {string} function
+ * @property {string} location
+ * @property {number} calls
+ * @property {number} total_us
+ * @property {number} self_us
+ * @property {number} python_us
+ * @property {number} folded
+ */
+
+/**
+ * The call tree in depth-first order, the children of each node (and the roots) by total time,
+ * largest first; "other" nodes last among their siblings.
+ * @typedef {Object} CallTree
+ * @property {number} total_us
+ * @property {number} python_us
+ * @property {number} frames
+ * @property {number} paths
+ * @property {number} threads
+ * @property {number} folded_paths
+ * @property {number} min_share_pct
+ * @property {Array<CallNode>} nodes
+ */
+
+/**
  * A run of ops worth fusing in a scope: instances, kernels, measured time and the predicted saving
  * (``predicted_saving_us <= device_us``), times rounded when made.
  * @typedef {Object} Candidate
@@ -210,6 +241,7 @@
  * @property {number} speedup
  * @property {AB} matched_device_pct
  * @property {Object<string, OneSide>} only_in
+ * @property {Array<OpGroup>} op_groups
  * @property {Array<OpPair>} ops
  * @property {Array<DiffRow>} modules
  * @property {Array<DiffRow>} kernels_removed
@@ -233,6 +265,20 @@
  * @property {number} b_us
  * @property {number} delta_us
  * @property {(number|null)} ratio
+ */
+
+/**
+ * One event's shapes, launch configuration and Python stack, innermost frame first (``stack_more``:
+ * outer frames left out); ``None`` where the trace records none.
+ * @typedef {Object} EventDetail
+ * @property {number} id
+ * @property {(string|null)} input_dims
+ * @property {(string|null)} input_types
+ * @property {(string|null)} concrete_inputs
+ * @property {(string|null)} grid
+ * @property {(string|null)} block
+ * @property {Array<StackFrame>} stack
+ * @property {number} stack_more
  */
 
 /**
@@ -332,6 +378,14 @@
  */
 
 /**
+ * Per kernel name, its launch configurations, the most used first (at most MAX_CONFIGS; ``more``
+ * counts the others per name). Empty where the trace records no grid or block.
+ * @typedef {Object} KernelLaunches
+ * @property {Object<string, Array<LaunchConfig>>} kernels
+ * @property {Object<string, number>} more
+ */
+
+/**
  * A device event launched by the selected event.
  * @typedef {Object} KernelRef
  * @property {number} id
@@ -350,6 +404,15 @@
  * @property {string} label
  * @property {number} events
  * @property {number} rows
+ */
+
+/**
+ * Launches of one kernel name with one grid and block.
+ * @typedef {Object} LaunchConfig
+ * @property {(string|null)} grid
+ * @property {(string|null)} block
+ * @property {number} calls
+ * @property {number} device_us
  */
 
 /**
@@ -392,6 +455,17 @@
  * @property {(string|null)} module
  * @property {number} bytes
  * @property {number} allocations
+ */
+
+/**
+ * One drawn event whose name matched; ``ts`` and ``dur`` in µs from the trace start, as drawn.
+ * @typedef {Object} Match
+ * @property {number} id
+ * @property {string} name
+ * @property {string} kind
+ * @property {number} ts
+ * @property {number} dur
+ * @property {number} lane
  */
 
 /**
@@ -484,12 +558,50 @@
  */
 
 /**
- * What one run has and the other does not.
+ * What one run has and the other does not: ``ops`` counts (name, shapes, module instance) rows,
+ * ``op_groups`` the (name, shapes) groups matched neither by name nor by class.
  * @typedef {Object} OneSide
  * @property {number} ops
+ * @property {number} op_groups
  * @property {Array<string>} compiled_regions
  * @property {Array<string>} fused_kernels
  * @property {number} graph_replay_kernels
+ */
+
+/**
+ * One op with one set of recorded input shapes, over every module instance it ran in: ``instances``
+ * counts them, ``by_module`` gives each (the drill-down). ``matched_by`` is "name" when both runs ran it
+ * (in whichever modules), "class" when each run ran its own variant of an op class a backend names its
+ * own way (:data:`BACKEND_CLASSES`: flash against efficient attention): ``name``/``shape`` are A's op,
+ * ``b_name``/``b_shape`` B's; "" when one run alone has it.
+ * @typedef {Object} OpGroup
+ * @property {string} name
+ * @property {number} a_calls
+ * @property {number} b_calls
+ * @property {number} a_us
+ * @property {number} b_us
+ * @property {number} delta_us
+ * @property {(number|null)} ratio
+ * @property {string} shape
+ * @property {string} b_name
+ * @property {string} b_shape
+ * @property {string} op_class
+ * @property {string} matched_by
+ * @property {number} instances
+ * @property {Array<OpInstance>} by_module
+ */
+
+/**
+ * One nn.Module instance of an op group (``Linear_4``; "" outside any module): calls and time in each
+ * run, rounded as :func:`diff_row` rounds them.
+ * @typedef {Object} OpInstance
+ * @property {string} module
+ * @property {number} a_calls
+ * @property {number} b_calls
+ * @property {number} a_us
+ * @property {number} b_us
+ * @property {number} delta_us
+ * @property {(number|null)} ratio
  */
 
 /**
@@ -704,6 +816,7 @@
  * @property {number} [skewed_launches]
  * @property {MemorySection} [memory]
  * @property {Health} [health]
+ * @property {CallTree} [calltree]
  */
 
 /**
@@ -718,6 +831,8 @@
  * @property {Modules} modules
  * @property {(MemoryTimeline|null)} memory
  * @property {(CompiledView|null)} compiled
+ * @property {(CallTree|null)} calltree
+ * @property {(KernelLaunches|null)} kernel_launches
  */
 
 /**
@@ -779,6 +894,13 @@
  */
 
 /**
+ * One Python frame around an event (``id``: the frame's event, selectable on the timeline).
+ * @typedef {Object} StackFrame
+ * @property {number} id
+ * @property {string} name
+ */
+
+/**
  * One step: its name, what a serving engine's name says of it, its span and budget.
  * @typedef {Object} StepBudget
  * @property {string} name
@@ -829,6 +951,14 @@
  * @property {number} rank
  * @property {number} late_collectives
  * @property {number} wait_caused_us
+ */
+
+/**
+ * The matches of ``query`` in time order: the first ``len(matches)`` of ``total``.
+ * @typedef {Object} TimelineMatches
+ * @property {string} query
+ * @property {number} total
+ * @property {Array<Match>} matches
  */
 
 /**

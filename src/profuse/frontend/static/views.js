@@ -77,11 +77,38 @@ async function overview(main, st, go) {
   }
 }
 
+/** A grid or block as recorded ("[564, 1, 1]") written 564×1×1; the text itself where it is not a list. */
+function fmtDim(v) {
+  if (v === null || v === undefined) return "";
+  try {
+    const a = JSON.parse(v);
+    return Array.isArray(a) ? a.join("×") : String(v);
+  } catch (e) {
+    return String(v);
+  }
+}
+
+/**
+ * A kernel's launch configuration as a cell: the most used one's grid or block (`which`), and how many
+ * other configurations it was launched with.
+ */
+function launchCell(launches, name, which) {
+  const found = launches && launches.kernels[name];
+  if (!found || !found.length) return "";
+  const others = found.length - 1 + ((launches.more || {})[name] || 0);
+  return fmtDim(found[0][which]) + (others ? ` (+${others} other)` : "");
+}
+
 async function ops(main, st, go) {
   const d = await get(`/api/${st.run}/ops?group_by=${st.group || "op"}`);
   if (!d) return main.append(el("p", {}, "no data"));
   const group = d.group_by;  // the report embeds one grouping: the one it was made with
-  const rows = d.rows.map(r => ({ ...r, pct: d.device_us ? 100 * r.self_device_us / d.device_us : 0 }));
+  // kernels' grid and block where the trace records them (TensorBoard's kernel view)
+  const launches = d.cpu_only ? null : await get(`/api/${st.run}/kernel_launches`);
+  const hasLaunches = !!(launches && Object.keys(launches.kernels).length);
+  const withLaunch = r => ({ ...r, grid: launchCell(launches, r.name, "grid"), block: launchCell(launches, r.name, "block") });
+  const rows = d.rows.map(r => ({ ...r, pct: d.device_us ? 100 * r.self_device_us / d.device_us : 0 }))
+    .map(r => (group === "kernel" && hasLaunches ? withLaunch(r) : r));
   const dev = d.device_label;
   const filter = el("input", { placeholder: "filter by name", id: "ops-filter", value: st.q || "" });
   const select = el("select", { id: "group-by" }, (isReport() ? [group] : ["op", "shape", "module", "kernel"]).map(g =>
@@ -99,6 +126,7 @@ async function ops(main, st, go) {
     { key: "device_total_us", label: `${dev} total`, fmt: fmtUs });
   cols.push({ key: "pct", label: `${dev} %`, fmt: v => v.toFixed(1) + "%" });
   if (!d.cpu_only) cols.push({ key: "kernels", label: "Kernels" });
+  if (group === "kernel" && hasLaunches) cols.push({ key: "grid", label: "Grid" }, { key: "block", label: "Block" });
   if (rows.length && rows[0].cpu_mem_bytes !== undefined) {  // the trace has memory events
     cols.push({ key: "cpu_mem_bytes", label: "CPU Mem", fmt: memBytes }, { key: "self_cpu_mem_bytes", label: "Self CPU Mem", fmt: memBytes });
     if (!d.cpu_only) cols.push({ key: "device_mem_bytes", label: `${dev} Mem`, fmt: memBytes },
@@ -117,8 +145,11 @@ async function ops(main, st, go) {
     const k = isReport() ? found && found[r.key] : found;
     kernelsBox.replaceChildren(el("h2", {}, `Kernels under ${r.name}${r.shape ? " " + r.shape : ""}`));
     if (!k) return kernelsBox.append(el("p", { class: "muted" }, "no kernel list for this row"));
-    kernelsBox.append(k.kernels.length ? table([{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
-      { key: "device_us", label: `${dev} time`, fmt: fmtUs }], k.kernels)
+    /** @type {Column[]} */
+    const kcols = [{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
+      { key: "device_us", label: `${dev} time`, fmt: fmtUs }];
+    if (hasLaunches) kcols.push({ key: "grid", label: "Grid" }, { key: "block", label: "Block" });
+    kernelsBox.append(k.kernels.length ? table(kcols, hasLaunches ? k.kernels.map(withLaunch) : k.kernels)
       : el("p", { class: "muted" }, d.cpu_only ? "a CPU-only trace has no kernels" : "launched no device work"));
     // why some device events are in no row depends on the grouping: no op launched them, or no module ran them
     const why = group === "module" ? "ran inside no nn.Module" : "have no op (not linked to a launch)";
@@ -143,8 +174,54 @@ async function ops(main, st, go) {
   if (initial) await openRow(initial);
 }
 
+/** The explorer's shapes, launch configuration and Python stack of the selected event, once fetched. */
+let more = { id: null, node: null, ticket: 0 };
+
+/** A JSON text as recorded, parsed (null where it is absent or not JSON). */
+function parsed(text) {
+  if (text === null || text === undefined) return null;
+  try { return JSON.parse(text); } catch (e) { return null; }
+}
+
+/** The event's input shapes with their types, its scalar arguments, grid and block, and Python stack. */
+function moreNode(d, pick) {
+  const node = el("div", { id: "event-more" });
+  const dims = parsed(d.input_dims), types = parsed(d.input_types) || [], scalars = parsed(d.concrete_inputs) || [];
+  if (Array.isArray(dims) && dims.length) {
+    const shape = dim => (Array.isArray(dim) && dim.length ? JSON.stringify(dim).split(",").join(", ") : "");
+    const parts = dims.map((dim, i) => `${types[i] || ""}${shape(dim)}`.trim() || "·");
+    node.append(el("div", { id: "event-shapes" }, "inputs: ", el("code", {}, parts.join(", "))));
+  }
+  const given = Array.isArray(scalars) ? scalars.filter(v => v !== "" && v !== null) : [];
+  if (given.length) node.append(el("div", { id: "event-scalars" }, "scalar arguments: ", el("code", {}, given.join(", "))));
+  if (d.grid || d.block) {
+    node.append(el("div", { id: "event-launch" }, `grid ${fmtDim(d.grid) || "?"} · block ${fmtDim(d.block) || "?"}`));
+  }
+  if (d.stack.length) {
+    // innermost first; a click selects the frame on the timeline
+    node.append(el("div", {}, "Python stack (innermost first):"), el("ol", { id: "event-stack" }, d.stack.map(f => {
+      const li = el("li", { dataset: { id: f.id } }, f.name);
+      if (pick) { li.style.cursor = "pointer"; li.addEventListener("click", () => pick(f.id)); }
+      return li;
+    })));
+    if (d.stack_more) node.append(el("div", { class: "muted" }, `${d.stack_more} outer frame(s) not listed`));
+  }
+  return node;
+}
+
+/** Fetches (explorer only) what the details pane adds for event `id`, and shows it under the event when it comes. */
+async function eventMore(box, id, run, pick) {
+  const mine = ++more.ticket;
+  if (!source.live || id === null || id === undefined || id < 0) return;
+  const d = await get(`/api/${run}/event_detail/${id}`);
+  if (mine !== more.ticket || !d) return;
+  more = { id, node: moreNode(d, pick), ticket: mine };
+  if (box.dataset.id === String(id)) box.append(more.node);
+}
+
 function details(box, ev, st, pick) {
   box.replaceChildren();
+  box.dataset.id = ev && !(ev.n > 1) ? String(ev.id) : "";  // a merged block is no one event
   if (!ev) return box.append(el("span", { class: "muted" }, "click an event to select it"));
   if (ev.n > 1) {
     // a merged block: its extent is not any one event's duration, so only the extent is given
@@ -172,6 +249,7 @@ function details(box, ev, st, pick) {
   if (ev.ops && ev.ops.length) box.append(el("div", { id: "op-chain" }, "op: ", ev.ops.map(o => o.name).join("  ←  ")));
   if (ev.modules && ev.modules.length) box.append(el("div", { id: "module-chain" }, "module: ", ev.modules.map(m => m.name).join("  ←  ")));
   if (ev.unlinked) box.append(el("div", { class: "warn" }, `not linked: ${ev.unlinked}`));
+  if (more.node && more.id === ev.id) box.append(more.node);
 }
 
 /** What a click on a memory lane found: the totals there and what is live, by the op and module that allocated it. */
@@ -193,12 +271,17 @@ async function timeline(main, st, go, life) {
   const box = el("div", { id: "details" });
   const hint = isReport() ? "click an event for its name, kind, start and duration"
     : "click an op or a kernel for its launches, kernels and chains";
+  const search = el("input", { id: "tl-search", type: "search", placeholder: "find by name  ( / )",
+    "aria-label": "find events by name", autocomplete: "off" });
+  const found = el("span", { class: "muted", id: "tl-found", role: "status" });
   main.append(el("div", { class: "toolbar muted" }, `wheel or W/S to zoom · drag or A/D to pan · 0 to reset · ${hint}`),
+    el("div", { class: "toolbar" }, search, found, el("span", { class: "muted" }, "Enter: next · Shift+Enter: previous · Esc: clear")),
     wrap, box);
   let cur = st;  // the state as the URL now holds it: zooms and selections replace it in place
   const tl = new Timeline(wrap, source, st.run, {
     onSelect: (ev, id) => {
       details(box, ev, cur, pick);
+      eventMore(box, id, cur.run, pick);
       go(cur = { ...cur, sel: id ?? "" }, { replace: true, rerender: false });
     },
     onView: v => go(cur = { ...cur, t0: v[0].toFixed(3), t1: v[1].toFixed(3) }, { replace: true, rerender: false }),
@@ -206,7 +289,28 @@ async function timeline(main, st, go, life) {
   });
   const pick = id => tl.select(id).then(ev => { tl.reveal(id); return ev; });
   window.profuseTimeline = tl;  // for tests: positions, highlight and arrows of what is drawn
+  // the search box: Enter shows the next event whose name holds the text, Shift+Enter the previous
+  let hits = null, at = -1;
+  const step = async dir => {
+    const q = search.value.trim();
+    if (!q) { hits = null; found.textContent = ""; return; }
+    if (!hits || hits.query !== q) { hits = await tl.find(q); at = -1; }
+    if (!hits.matches.length) { found.textContent = "no event's name holds that"; return; }
+    at = (at + dir + hits.matches.length) % hits.matches.length;
+    const listed = hits.total > hits.matches.length ? ` (the first ${hits.matches.length} in time)` : "";
+    found.textContent = `${at + 1} of ${hits.total}${listed}`;
+    await tl.jump(hits.matches[at]);
+  };
+  search.addEventListener("keydown", e => {
+    if (e.key === "Enter") { e.preventDefault(); step(e.shiftKey ? -1 : 1); }
+    else if (e.key === "Escape") { search.value = ""; hits = null; found.textContent = ""; tl.canvas.focus(); }
+  });
+  const slash = e => {  // "/" anywhere on the timeline view goes to the search box
+    if (e.key === "/" && document.activeElement !== search) { e.preventDefault(); search.focus(); }
+  };
+  document.addEventListener("keydown", slash);
   life.onLeave(() => {
+    document.removeEventListener("keydown", slash);
     tl.destroy();
     if (window.profuseTimeline === tl) delete window.profuseTimeline;
   });
@@ -230,6 +334,66 @@ async function modules(main, st) {
     { key: "name", label: "Module", name: true, fmt: (v, r) => el("span", { style: `padding-left:${r.depth * 14}px` }, v) },
     { key: "calls", label: "Calls" }, { key: "device_us", label: `${d.device_label} time`, fmt: fmtUs },
     { key: "cpu_us", label: "CPU time", fmt: fmtUs }], d.nodes, { sortable: false }));
+}
+
+/**
+ * The Python call tree (pyinstrument's view): call paths with calls, total, self and Python time, a node
+ * opened or closed by a click (or Enter), the largest opened at first; a filter shows the nodes whose
+ * function or file holds its text, with the nodes above them.
+ */
+async function calltree(main, st) {
+  const d = await get(`/api/${st.run}/calltree`);
+  if (!d || !d.nodes.length) {
+    return main.append(el("p", { class: "muted", id: "no-calltree" }, "no python_function events in this trace: record with " +
+      "torch.profiler's with_stack=True for the Python call tree"));
+  }
+  const nodes = d.nodes, total = d.total_us || 1;
+  const kids = nodes.map(() => []);
+  for (const n of nodes) if (n.parent >= 0) kids[n.parent].push(n.id);
+  // opened at first: every node over a tenth of the time
+  const open = new Set(nodes.filter(n => kids[n.id].length && n.total_us >= total / 10).map(n => n.id));
+  const filter = el("input", { placeholder: "filter by function or file", id: "calltree-filter" });
+  const holder = el("div");
+  const row = (n, shown) => {
+    const has = kids[n.id].length > 0;
+    const mark = has ? (open.has(n.id) || shown ? "▾ " : "▸ ") : "  ";
+    const name = n.folded ? el("i", { class: "muted" }, `other (${n.folded} call paths under ${d.min_share_pct}%)`)
+      : el("span", {}, el("b", {}, n.function), n.location ? el("span", { class: "muted" }, "  " + n.location) : "");
+    const tr = el("tr", { dataset: { node: n.id } },
+      el("td", { class: "name" }, el("span", { class: "tree", style: `padding-left:${n.depth * 14}px` }, mark), name),
+      el("td", {}, String(n.calls)), el("td", {}, fmtUs(n.total_us)), el("td", {}, fmtUs(n.self_us)),
+      el("td", {}, fmtUs(n.python_us)), el("td", {}, (100 * n.total_us / total).toFixed(1) + "%"));
+    tr.title = n.name;
+    if (has) {
+      tr.tabIndex = 0; tr.style.cursor = "pointer";
+      const toggle = () => { if (open.has(n.id)) open.delete(n.id); else open.add(n.id); render(); };
+      tr.addEventListener("click", toggle);
+      tr.addEventListener("keydown", e => { if (e.key === "Enter") toggle(); });
+    }
+    return tr;
+  };
+  const render = () => {
+    const q = filter.value.toLowerCase();
+    // with a filter: the matching nodes and every node above one
+    const keep = new Set();
+    if (q) for (const n of nodes) if (!n.folded && (n.name.toLowerCase().includes(q))) for (let i = n.id; i >= 0 && !keep.has(i); i = nodes[i].parent) keep.add(i);
+    const rows = [];
+    for (const n of nodes) {
+      if (q ? !keep.has(n.id) : (n.parent >= 0 && !shownAll(n.parent))) continue;
+      rows.push(row(n, q !== ""));
+    }
+    holder.replaceChildren(el("table", { id: "calltree" }, el("thead", {}, el("tr", {}, el("th", { class: "name" }, "Function"),
+      el("th", {}, "Calls"), el("th", {}, "Total"), el("th", {}, "Self"), el("th", {}, "Python"), el("th", {}, "Share"))),
+    el("tbody", {}, ...rows)));
+  };
+  // a node shows where it and every node above it are opened
+  const shownAll = i => { for (; i >= 0; i = nodes[i].parent) if (!open.has(i)) return false; return true; };
+  filter.addEventListener("input", render);
+  main.append(
+    el("p", { class: "muted" }, `${fmtUs(d.total_us)} of Python in ${d.frames} frames on ${d.threads} thread(s), ${d.paths} call paths; ` +
+      `${fmtUs(d.python_us)} of it in Python itself (the Python column: in no op or runtime call). Self: the time in no child frame.`),
+    el("div", { class: "toolbar" }, filter, el("span", { class: "muted" }, "click a row (or Enter) to open or close it")), holder);
+  render();
 }
 
 async function compiled(main, st) {
@@ -281,22 +445,50 @@ async function compare(main, st, go, life) {
     el("p", { id: "compare-devices" }, d.same_device ? "same device" : "different devices: kernels not matched"));
   for (const v of d.verdicts) main.append(el("p", { class: "verdict" }, `${v.metric}: ${v.verdict}` +
     (v.p_value === null ? "" : ` (p = ${v.p_value.toPrecision(3)})`) + `, ${speed(v.b_median_us ? v.a_median_us / v.b_median_us : 0)}`));
+  const by = k => d.op_groups.filter(g => g.matched_by === k).length;
+  main.append(el("p", { id: "compare-matched" }, `op groups (name, shapes) matched: ${by("name")} by name, ${by("class")} by class; ` +
+    `${d.matched_device_pct.a.toFixed(1)}% of A's device time, ${d.matched_device_pct.b.toFixed(1)}% of B's`));
   for (const k of ["a", "b"]) {  // what one run has and the other does not
     const o = d.only_in[k], bits = [];
-    if (o.ops) bits.push(`${o.ops} op(s)`);
+    if (o.op_groups) bits.push(`${o.op_groups} op group(s)`);
     if (o.compiled_regions.length) bits.push(`compiled region(s) ${o.compiled_regions.join(", ")}`);
     if (o.graph_replay_kernels) bits.push(`${o.graph_replay_kernels} graph-replayed kernel(s)`);
     if (o.fused_kernels.length) bits.push(`${o.fused_kernels.length} fused kernel name(s)`);
     if (bits.length) main.append(el("p", { class: "muted only-in" }, `only in ${k.toUpperCase()}: ${bits.join(", ")}`));
   }
-  // names cut at their end, the whole name on hover
+  // names cut at their end, the whole name on hover; a change, B/A, shapes and modules written as the
+  // console writes them (report/diff.py: signed_us, factor_words, shapes_text, modules_text)
   const short = v => el("span", { title: v }, v.length > 60 ? v.slice(0, 59) + "…" : v);
-  const ratio = (v, r) => !r.a_calls ? "only in B" : !r.b_calls ? "only in A" : v === null ? "-" : `${v.toFixed(2)}x`;
+  const signed = v => (v > 0 ? "+" : v < 0 ? "-" : "") + fmtUs(Math.abs(v));
+  const factor = v => v === null ? "-" : v.toFixed(2) === "1.00" ? "1.00x" : v === 0 ? "0.00x"
+    : v > 1 ? `${v.toFixed(2)}x slower` : `${(1 / v).toFixed(2)}x faster`;
+  const ratio = (v, r) => !r.a_calls ? "only in B" : !r.b_calls ? "only in A" : factor(v);
+  const shapes = s => {
+    let dims = [];
+    try { dims = s ? JSON.parse(s) : []; } catch { return s; }
+    if (!Array.isArray(dims)) return s;
+    while (dims.length && (dims[dims.length - 1] === null || (Array.isArray(dims[dims.length - 1]) && !dims[dims.length - 1].length))) dims.pop();
+    return dims.map(x => Array.isArray(x) && x.length ? x.map(n => typeof n === "number" ? String(n) : JSON.stringify(n)).join("x") : "-").join(", ");
+  };
+  const modules = g => {
+    if (g.instances === 1) return g.by_module[0].module || "-";
+    const classes = new Set(g.by_module.map(m => m.module.replace(/_[0-9]+$/, "")));
+    return classes.size === 1 && !classes.has("") ? `${g.instances}× ${[...classes][0]}` : `${g.instances} modules`;
+  };
   const cols = [{ key: "name", label: "Name", name: true, fmt: short }, { key: "a_calls", label: "Calls A" }, { key: "b_calls", label: "Calls B" },
-    { key: "a_us", label: "Time A", fmt: fmtUs }, { key: "b_us", label: "Time B", fmt: fmtUs }, { key: "delta_us", label: "Delta", fmt: fmtUs }];
-  const opCols = [cols[0], { key: "module", label: "Module", name: true, fmt: short }, ...cols.slice(1),
-    { key: "ratio", label: "B/A", fmt: ratio }];
-  main.append(el("h2", {}, "Ops"), el("div", { id: "diff-ops" }, table(opCols, d.ops.slice(0, 200))));
+    { key: "a_us", label: "Time A", fmt: fmtUs }, { key: "b_us", label: "Time B", fmt: fmtUs }, { key: "delta_us", label: "Delta", fmt: signed }];
+  // one row per op and shapes (largest change first); a click opens its module instances
+  const groupCols = [{ key: "name", label: "Op", name: true, fmt: (v, g) => short(g.matched_by === "class" ? `${v} → ${g.b_name}` : v) },
+    { key: "shape", label: "Shapes", name: true, fmt: v => shapes(v) }, { key: "instances", label: "Modules", name: true, fmt: (v, g) => modules(g) },
+    ...cols.slice(1), { key: "ratio", label: "B/A", fmt: ratio }];
+  const instCols = [{ key: "module", label: "Module", name: true, fmt: v => v || "-" }, ...cols.slice(1), { key: "ratio", label: "B/A", fmt: ratio }];
+  const open = new Set(), shown = d.op_groups.slice(0, 200), wrap = el("div", { id: "diff-ops" });
+  const draw = () => wrap.replaceChildren(table(groupCols, shown, {
+    onRow: g => { if (!open.delete(g)) open.add(g); draw(); }, selected: g => open.has(g),
+    detail: g => open.has(g) ? el("div", { class: "diff-instances" }, table(instCols, g.by_module, { sortable: false })) : null }));
+  draw();
+  main.append(el("h2", {}, "Ops, by name and shapes"), wrap);
+  if (shown.length < d.op_groups.length) main.append(el("p", { class: "muted" }, `${shown.length} of ${d.op_groups.length} op groups`));
   if (d.modules.length) main.append(el("h2", {}, "Modules"), table(cols, d.modules.slice(0, 100)));
   const pct = v => v === null ? "unknown" : `${v.toFixed(1)}%`;
   if (d.roofline.length) main.append(el("h2", {}, "Roofline of the ops both have (each on its own peaks)"),
@@ -374,5 +566,5 @@ async function ranks(main, st, go) {
   }
 }
 
-profuse.views = { bind, ranks, overview, ops, timeline, modules, compiled, compare };
+profuse.views = { bind, ranks, overview, ops, timeline, modules, calltree, compiled, compare };
 })(globalThis.profuse = globalThis.profuse || {});
