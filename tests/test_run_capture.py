@@ -125,6 +125,12 @@ def test_run_records_from_the_first_step_and_costs_at_most_twice_the_script(tmp_
     assert meta["unrecorded_step_ms"] > 0 and meta["recorded_step_ms"] > 0
     ratio = meta["recorded_step_ms"] / meta["unrecorded_step_ms"]
     assert f": {ratio:.2f}x;" in overhead and "with Python stacks" in overhead
+    # and the report says the same beside the budget (JSON: capture.overhead)
+    from profuse.cli import main
+
+    rep = out.parent / "report.json"
+    assert main(["report", str(out), "--format", "json", "-o", str(rep)]) == 0
+    assert json.loads(rep.read_text())["capture"]["overhead"] == round(ratio, 2)
     # the recorded steps' wall time as the trace holds it: the fastest mark is no shorter than the fastest step's
     # wall time in meta (the hook measured inside the mark)
     assert min(s["dur"] for s in steps) / 1e3 >= meta["recorded_step_ms"] * 0.99

@@ -33,6 +33,8 @@ class Summary:
     bundle_status: str | None = None   # a profuse bundle's status (complete / failed), else None
     bundle_error: str | None = None
     script_exit_code: int | None = None  # ``profuse run``: the script's own exit code (apart from the capture's status)
+    # ``profuse run``: the capture's own cost, the fastest recorded step / the fastest steady call without the profiler
+    capture_overhead: float | None = None
     device_busy: Busy | None = None    # union of device activity over every stream; None on CPU-only traces
     steps: list[StepBusy] = field(default_factory=list)  # per step of the step model (analysis/steps.py)
 
@@ -60,4 +62,7 @@ def _bundle_status(trace: Trace) -> dict[str, Any]:
     out: dict[str, Any] = {"bundle_status": meta.status, "bundle_error": meta.error or run_error}
     if meta.run is not None:
         out["script_exit_code"] = meta.run.exit_code
+        rec, plain = meta.run.recorded_step_ms, meta.run.unrecorded_step_ms
+        if rec and plain and rec > 0 and plain > 0:
+            out["capture_overhead"] = round(rec / plain, 2)
     return out

@@ -39,6 +39,8 @@ class Capture(Struct):
     status: str
     error: str | None
     script_exit_code: int | None = None   # profuse run: the script's own exit code, apart from the status
+    # profuse run: the fastest recorded step over the fastest steady call without the profiler (the capture's cost)
+    overhead: float | None = None
 
 
 class Overview(Struct):
@@ -79,7 +81,7 @@ def capture(summary: Summary, *, keep_metadata: bool = False) -> Capture | None:
     error = summary.bundle_error
     return Capture(status=summary.bundle_status,
                    error=error if keep_metadata or error is None else redact_text(error),
-                   script_exit_code=summary.script_exit_code)
+                   script_exit_code=summary.script_exit_code, overhead=summary.capture_overhead)
 
 
 def categories(breakdown: Breakdown) -> dict[str, float]:

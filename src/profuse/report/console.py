@@ -72,6 +72,10 @@ def notes(doc: ReportDocument) -> list[Text]:
         why = f" ({cap.error})" if cap.error else ""
         out.append(text(f"The profiled script exited with code {cap.script_exit_code}{why}; the capture "
                         "is complete", style="yellow"))
+    if cap is not None and cap.overhead is not None:
+        out.append(Text(f"Capture overhead: a recorded step took {cap.overhead:.2f}x the fastest steady call without "
+                        "the profiler (profuse run); the budget's host time includes it", style="yellow"
+                        if cap.overhead > 1.5 else "dim"))
     if doc.cpu_only:
         out.append(Text("CPU-only trace: the CPU is the device, so device time is each op's self CPU time.",
                         style="yellow"))

@@ -108,6 +108,7 @@
  * @property {string} status
  * @property {(string|null)} error
  * @property {(number|null)} script_exit_code
+ * @property {(number|null)} overhead
  */
 
 /**
