@@ -10,14 +10,19 @@ def is_snapshot_path(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
     if p.suffix.lower() in (".pickle", ".pkl"):
         return True
+    head = _head(p, 2)
+    return head is not None and len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def _head(p: Path, n: int) -> bytes | None:
+    """The first ``n`` bytes of a regular file (None: not one, or unreadable)."""
     try:
         if not p.is_file():
-            return False
+            return None
         with open(p, "rb") as fh:
-            head = fh.read(2)
+            return fh.read(n)
     except OSError:
-        return False
-    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+        return None
 
 
 PERFETTO_SUFFIXES = (".pftrace", ".pftrace.gz")
@@ -30,12 +35,8 @@ def is_perfetto_path(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
     if p.name.lower().endswith(PERFETTO_SUFFIXES):
         return True
-    try:
-        if not p.is_file():
-            return False
-        with open(p, "rb") as fh:
-            head = fh.read(64)
-    except OSError:
+    head = _head(p, 64)
+    if head is None:
         return False
     if head[:2] == b"\x1f\x8b":
         import zlib
