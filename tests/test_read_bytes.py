@@ -61,3 +61,16 @@ def test_plain_json_is_read_whole(tmp_path: Path):
     one = tmp_path / "one.json"
     one.write_bytes(b"[")
     assert bytes(_decode.read_bytes(str(one))) == b"["
+
+
+def test_the_default_size_limit_is_half_the_machine_s_memory(monkeypatch):
+    # a 10 GB trace loads on a 24 GB machine without a variable (issue 44); at least 2 GiB anywhere
+    import os
+
+    from profuse.trace._decode import max_trace_bytes
+
+    monkeypatch.delenv("PROFUSE_MAX_TRACE_BYTES", raising=False)
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert max_trace_bytes() == max(2 << 30, physical // 2)
+    monkeypatch.setenv("PROFUSE_MAX_TRACE_BYTES", "1000")
+    assert max_trace_bytes() == 1000

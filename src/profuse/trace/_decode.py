@@ -81,16 +81,28 @@ _raw_list_decoder = msgspec.json.Decoder(list[Raw])
 # --- reading bytes --------------------------------------------------------------------------
 
 
-DEFAULT_MAX_TRACE_BYTES = 2 << 30
+MIN_DEFAULT_MAX_TRACE_BYTES = 2 << 30
 MAX_TRACE_BYTES_ENV = "PROFUSE_MAX_TRACE_BYTES"
 _READ_BLOCK = 1 << 20
 
 
+def default_max_trace_bytes() -> int:
+    """Half of this machine's physical memory, at least 2 GiB: a trace loads and reports in about 1.7x its
+    size, so the largest trace the machine holds loads without a variable (a 10 GB trace on 24 GB), and a
+    gzip bomb, whose inflation stops at the limit, still cannot take the machine down."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):   # no sysconf (Windows), or the value is unknown
+        physical = 0
+    return max(MIN_DEFAULT_MAX_TRACE_BYTES, physical // 2)
+
+
 def max_trace_bytes() -> int:
-    """The most JSON bytes a trace may hold (after gzip): ``$PROFUSE_MAX_TRACE_BYTES``, else 2 GiB."""
+    """The most JSON bytes a trace may hold (after gzip): ``$PROFUSE_MAX_TRACE_BYTES``, else
+    :func:`default_max_trace_bytes`."""
     raw = os.environ.get(MAX_TRACE_BYTES_ENV, "").strip()
     if not raw:
-        return DEFAULT_MAX_TRACE_BYTES
+        return default_max_trace_bytes()
     try:
         value = int(raw)
     except ValueError:
