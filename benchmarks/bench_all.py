@@ -2,7 +2,8 @@
 
     python benchmarks/bench_all.py [--reps 3] [--skip ranks] [--only load] [--quick]
 
-Runs each benchmark in its own process (bench_load, bench_report, bench_explorer, bench_ranks), each
+Runs each benchmark in its own process (bench_load, bench_report, bench_explorer, bench_ranks, bench_advisor,
+bench_big_report: a cold report's wall time per phase on big traces), each
 asked for the minimum of --reps runs and for its rows (``--rows FILE``, see benchmarks/_rows.py), with
 its full output kept in a log under PROFUSE_BENCH_DIR (default /tmp/profuse-bench/logs). Every figure is
 measured against its baseline in the same run (HTA, the scanner alone, ``python -c pass``). Prints one
@@ -37,7 +38,8 @@ def plan(reps: int, quick: bool) -> dict[str, list[str]]:
             "report": ["bench_report.py", "--reps", str(reps)],
             "explorer": ["bench_explorer.py", "--reps", str(reps)],
             "ranks": ["bench_ranks.py", "--ranks", "8" if quick else "32", "--estimate-ranks", "100"],
-            "advisor": ["bench_advisor.py", "--runs", "1" if quick else str(reps)]}
+            "advisor": ["bench_advisor.py", "--runs", "1" if quick else str(reps)],
+            "big_report": ["bench_big_report.py", "--reps", "1" if quick else "2", *big]}
 
 
 def run_one(name: str, argv: list[str], logs: Path) -> tuple[list[Row], float, int]:

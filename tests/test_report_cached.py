@@ -245,3 +245,119 @@ def test_snapshots_and_rank_folders_are_never_answered_from_an_entry(tmp_path, c
     assert json.loads(out)["schema"].startswith("profuse.ranks/")
     glob_out, _ = report(capsys, f"{runs}/rank*.json.gz", "--format", "json")
     assert json.loads(glob_out)["schema"].startswith("profuse.ranks/")
+
+
+# --- found by the trace's stat entry, its bytes hashed behind (trace/cache.py) --------------------------
+
+SETTLE_NS = 50_000_000
+
+
+def _settled_report(tmp_path, capsys, monkeypatch, folder):
+    """A trace file whose JSON report is cached, then reported again once settled: its stat entry written."""
+    import gzip
+
+    monkeypatch.setattr(cache, "RACY_NS", SETTLE_NS)  # files count as settled 50 ms after their last change
+    src = tmp_path / "t.json"
+    src.write_bytes(gzip.decompress(trace_path("a100_event_sync.json.gz").read_bytes()))
+    cold, _ = report(capsys, src, "--format", "json")
+    import time
+
+    time.sleep(2 * SETTLE_NS / 1e9)
+    assert report(capsys, src, "--format", "json")[0] == cold  # hashed: finds the entry, records the stat entry
+    assert cache.stat_path(folder, src).exists()
+    return src, cold
+
+
+def test_a_cached_report_finds_its_entry_by_stat_and_hashes_only_behind(tmp_path, capsys, monkeypatch, _cache_dir):
+    src, cold = _settled_report(tmp_path, capsys, monkeypatch, _cache_dir)
+    # GIVEN a hash before the entry is found fails the test, and the hashes taken are counted by thread
+    def no_hash_first(*a, **k):
+        raise AssertionError("the trace was hashed before its entry was found")
+
+    threads = []
+    digest = cache.file_digest
+
+    def counted(path, **k):
+        import threading
+
+        threads.append(threading.current_thread().name)
+        return digest(path, **k)
+
+    monkeypatch.setattr(cache, "fingerprint", no_hash_first)
+    monkeypatch.setattr(cache, "file_digest", counted)
+    # WHEN the report is asked again, as JSON and as a table (twice: rendered, then the text kept)
+    assert report(capsys, src, "--format", "json")[0] == cold
+    table, _ = report(capsys, src)
+    assert report(capsys, src)[0] == table and " · from cache\n" in table
+    # THEN each found its entry by the stat entry, and the bytes were hashed once per run, behind, on a thread
+    assert threads == ["profuse-source-check"] * 3
+
+
+def test_a_cached_report_never_prints_the_old_bytes_report(tmp_path, capsys, monkeypatch, _cache_dir):
+    src, cold = _settled_report(tmp_path, capsys, monkeypatch, _cache_dir)
+    entry = cache.stat_path(_cache_dir, src)
+    # GIVEN the trace's bytes changed (the same size) where its stat entry cannot see it (a rewrite in the
+    # clock tick of the hash, or a file system that keeps no ctime): the entry records the new stat
+    old, new = b'"name": "aten::ones"', b'"name": "aten::onez"'
+    src.write_bytes(src.read_bytes().replace(old, new))
+    rec = json.loads(entry.read_text())
+    st = src.stat()
+    rec["stat"] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    entry.write_text(json.dumps(rec))
+    # WHEN the report is asked for, as JSON and as a table
+    got, _ = report(capsys, src, "--format", "json")
+    # THEN it is the new bytes' report, computed (the old one is never printed), and the stat entry is gone
+    assert got != cold and "aten::onez" in got and "aten::ones\"" not in got
+    assert got == report(capsys, src, "--format", "json", "--no-cache")[0]
+    assert not entry.exists() or json.loads(entry.read_text())["fingerprint"] != rec["fingerprint"]
+    entry.write_text(json.dumps(rec))  # the same blind spot again, for the table
+    table, _ = report(capsys, src)
+    assert "aten::onez" in table and "aten::ones " not in table
+
+
+def test_timings_name_each_phase_and_add_up(capsys, _cache_dir):
+    # GIVEN a real trace reported with --timings
+    src = trace_path("h100_bert_small.json.gz")
+    out, err = report(capsys, src, "--format", "json", "--no-cache", "--timings")
+    # THEN the document is the report's, and stderr holds one line per phase: the load, the analyses
+    # (each inner phase under its parent), the view, the rendering, and a total no phase exceeds
+    assert json.loads(out)["schema"] == "profuse.report/3"
+    rows = {}
+    for line in err.splitlines()[1:]:
+        name, secs = line.rsplit(maxsplit=1)
+        rows[(len(name) - len(name.lstrip()), name.strip())] = float(secs)
+    assert {"load", "analyse", "view", "render", "total"} <= {n for _, n in rows}
+    assert any(n == "fusion candidates" and depth > 2 for depth, n in rows)
+    total = rows[(2, "total")]
+    assert all(0 <= s <= total + 1e-3 for s in rows.values())
+    top = sum(s for (depth, n), s in rows.items() if depth == 2 and n != "total")
+    assert top <= total + 1e-3 and top >= 0.5 * total
+
+
+def test_the_progress_line_is_drawn_on_a_terminal_only_and_erased():
+    import io
+    import os
+    import time
+
+    from profuse import _progress
+
+    # GIVEN a command that runs past the line's 2 s, on a pipe and on a terminal (a pseudo-terminal)
+    master, slave = os.openpty()
+    tty = os.fdopen(slave, "w")
+    pipe = io.StringIO()
+    try:
+        for stream in (pipe, tty):
+            with _progress.tracking("report t.json", stream=stream):
+                with _progress.phase("analyse"), _progress.phase("fusion candidates"):
+                    time.sleep(_progress.LINE_AFTER_S + 4 * _progress.LINE_EVERY_S)
+                with _progress.phase("render", quiet=True):
+                    time.sleep(3 * _progress.LINE_EVERY_S)  # the report's own output: no line meanwhile
+        tty.flush()
+        drawn = os.read(master, 65536).decode()
+    finally:
+        tty.close()
+        os.close(master)
+    # THEN the pipe got nothing; the terminal got the line naming the phase, rewritten in place, and erased
+    assert pipe.getvalue() == ""
+    assert "profuse: report t.json: analyse: fusion candidates (2 s)" in drawn
+    assert drawn.endswith("\r\x1b[2K") and "render" not in drawn

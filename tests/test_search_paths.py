@@ -77,14 +77,10 @@ _SITES_SQL = """
     FROM events c WHERE c.id IN ({ids})"""
 
 
-@pytest.mark.parametrize("search_max", [None, 0])
 @pytest.mark.parametrize("name", ["h100_bert_small", "mi300_sglang_decode_cudagraph", "a100_event_sync",
                                   "v100_rank1_of2_216k_events"])
-def test_sync_sites_are_the_subqueries_they_replace(name: str, search_max: int | None,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sync_sites_are_the_subqueries_they_replace(name: str) -> None:
     from profuse.analysis.diagnosis import levers
-    if search_max is not None:  # the SQL the search falls back to where it would compare too many pairs
-        monkeypatch.setattr(levers, "SITES_SEARCH_MAX", search_max)
     # GIVEN a real trace and calls of every host kind on it (runtime calls, ops, frames), some with none
     # of an op or a frame around them
     with profuse.load(trace_path(f"{name}.json.gz"), cache=False) as tr:

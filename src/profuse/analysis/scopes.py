@@ -15,6 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._progress import timed
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from .opclass import Tensor, op_class, tensors
@@ -131,6 +132,7 @@ _UNITS = f"""
         SELECT e.id, {_SID} AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total, e.thread {_UNIT_OF})"""
 
 
+@timed("scope instances")
 def _scope_instances(trace: Trace, only: list[str] | None = None) -> dict[int, ScopeInstance]:
     """Every instance, or with ``only`` just those with an op unit of one of those names (their
     child-scope units still carry the child's inclusive totals, summed over all of its units)."""

@@ -56,6 +56,8 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         "trace metadata); by default they are shown as [redacted]")
     p.add_argument("--no-advice", action="store_true",
                    help="the op table only: no hotspots, interruptions, fusion candidates, roofline")
+    p.add_argument("--timings", action="store_true",
+                   help="print the wall time of each phase (load, analyses, rendering) on stderr at the end")
     add_load_args(p)
     add_rank_args(p)
     p.set_defaults(func=run)
@@ -72,14 +74,31 @@ def _import_while_loading(fmt: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print, or write as JSON or HTML, the op table and findings of one trace (or a rank report for a folder)."""
+    """Print, or write as JSON or HTML, the op table and findings of one trace (or a rank report for a folder);
+    with ``--timings``, then the wall time of each phase on stderr (on a terminal, a progress line names
+    the phase once the report has taken over 2 s: _progress.py)."""
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
+    import sys
+
+    from .._progress import tracking
+
+    with tracking(f"report {args.path}") as phases:
+        code = _report(args)
+    if getattr(args, "timings", False):
+        print(phases.format(), file=sys.stderr)
+    return code
+
+
+def _report(args: argparse.Namespace) -> int:
+    """:func:`run`'s work, its phases marked."""
+    from .._progress import phase
     from .report_cached import cached_report, remember
 
     # first: one trace whose report the cache holds for these options is printed from it (a snapshot,
     # a folder or glob of ranks never has an entry), before anything else is imported or started
-    done = cached_report(args)
+    with phase("cached report", quiet=True):
+        done = cached_report(args)
     if done is not None:
         return done
     # one trace file: its read and scan start now, and the imports below run beside them
@@ -91,32 +110,41 @@ def run(args: argparse.Namespace) -> int:
     if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
         from .snapshot import run_snapshot_report
 
-        return run_snapshot_report(args)
+        with phase("snapshot report", quiet=True):  # it prints as it goes: no line over its output
+            return run_snapshot_report(args)
     files = candidates(args.path)
     if files is not None:
-        return run_ranks_report(args, files)
+        with phase("ranks report", quiet=True):
+            return run_ranks_report(args, files)
     # the libraries the analysis and the renderer need come in on another thread while the trace's
     # bytes are hashed and its cache opened
     warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
-    _import_while_loading(args.format)
-    with finish_load() as trace:
+    with phase("load", quiet=True):  # the load shows its own bar
+        _import_while_loading(args.format)
+        loaded = finish_load()
+    with loaded as trace:
         from ..payloads.report import analyse
 
-        analysed = analyse(trace, group_by=args.group_by, sort=args.sort, advice=not args.no_advice)
+        with phase("analyse"):
+            analysed = analyse(trace, group_by=args.group_by, sort=args.sort, advice=not args.no_advice)
         if args.format == "html":
             from ..payloads.build import report_payloads
             from ..report.html import render_html
 
-            payloads = report_payloads(trace, analysed, top=args.top or None, keep_metadata=args.keep_metadata)
-            atomic_write(args.output, render_html(payloads))
-            print(f"wrote {args.output}")
+            with phase("payloads"):
+                payloads = report_payloads(trace, analysed, top=args.top or None, keep_metadata=args.keep_metadata)
+            with phase("render", quiet=True):
+                atomic_write(args.output, render_html(payloads))
+                print(f"wrote {args.output}")
             return 0
     from ..payloads.report import report_view
 
-    view = report_view(analysed, top=args.top, keep_metadata=args.keep_metadata)
+    with phase("view"):
+        view = report_view(analysed, top=args.top, keep_metadata=args.keep_metadata)
     remember(trace, args, view)  # written behind, for the next report of these bytes
-    if args.format == "json":
-        from ..report.json_report import render_json  # each format imports only its own renderer
+    with phase("render", quiet=True):
+        if args.format == "json":
+            from ..report.json_report import render_json  # each format imports only its own renderer
 
-        return emit(render_json(view.document), args.output)
-    return print_view(view, args.output)
+            return emit(render_json(view.document), args.output)
+        return print_view(view, args.output)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from ..payloads.report import ReportView
     from ..trace import Trace
+    from ..trace.cache import SourceCheck
 
 ENTRY = "report/2"  # the entry's layout: change it when what is stored changes
 
@@ -115,25 +116,42 @@ def cached_report(args: argparse.Namespace) -> int | None:
     if args.format == "json":
         from ._common import emit
 
+        if not found.verified():
+            return None  # other bytes than the entry's: their stat entry is gone, and the report computed
         _print_notes(entry.notes)
         return emit(entry.document.decode(), args.output)
     return _print_table(args, found, entry)
 
 
 class Found(NamedTuple):
-    """A derived entry found: the cache folder, the trace's fingerprint, the entry's key and its bytes."""
+    """A derived entry found: the cache folder, the trace's fingerprint, the entry's key and its bytes, and
+    where the fingerprint came from the trace's stat entry, the hash of its bytes running behind."""
 
     folder: Path
     fp: dict[str, object]
     key: str
     data: bytes
+    check: SourceCheck | None = None
+
+    def verified(self) -> bool:
+        """Whether the trace's bytes are the entry's (waits for the hash behind, if one runs)."""
+        return self.check is None or self.check.wait() is None
 
 
 def stored_entry(args: argparse.Namespace) -> Found | None:
     """The report's derived entry for ``args`` (None without one: no hash is taken when the cache holds no
-    entry of a trace of this size)."""
+    entry of a trace of this size). Found by the trace's stat entry where it has one (its bytes hashed
+    behind: call :meth:`Found.verified` before using it), else by hashing the trace (and recording a
+    stat entry for a settled file)."""
     from ..errors import ProfuseError
-    from ..trace.cache import cache_folder, fingerprint, holds_derived_of_size, read_derived
+    from ..trace.cache import (
+        SourceCheck,
+        cache_folder,
+        fingerprint,
+        fingerprint_by_stat,
+        holds_derived_of_size,
+        read_derived,
+    )
     from ..trace.open_trace import resolve
 
     try:
@@ -141,11 +159,16 @@ def stored_entry(args: argparse.Namespace) -> Found | None:
         folder = cache_folder(args.cache_dir)
         if folder is None or not holds_derived_of_size(folder, src.stat().st_size):
             return None
-        fp, key = fingerprint(src, hand_on=True), entry_key(args, src)
+        key = entry_key(args, src)
+        by_stat = fingerprint_by_stat(folder, src)
+        fp = by_stat or fingerprint(src, hand_on=True, record_in=folder)
         data = read_derived(folder, fp, key)
     except (ProfuseError, OSError):
         return None  # the load says what is wrong, as without a cache
-    return None if data is None else Found(folder=folder, fp=fp, key=key, data=data)
+    if data is None:
+        return None  # a stat entry's fingerprint naming no entry: the load hashes the bytes, as without one
+    check = SourceCheck(src, fp, folder, lambda: None) if by_stat is not None else None
+    return Found(folder=folder, fp=fp, key=key, data=data, check=check)
 
 
 def console_signature(con: Console) -> str:
@@ -189,6 +212,8 @@ def _print_table(args: argparse.Namespace, found: Found, entry: Entry) -> int | 
     con, buf = report_console(args.output)
     text_key = json.dumps({"text": found.key, "top": args.top, "console": console_signature(con)})
     text = read_derived(found.folder, found.fp, text_key)
+    if not found.verified():
+        return None  # as for JSON: never printed for other bytes
     if text is not None:
         _print_notes(entry.notes)
         if args.output:

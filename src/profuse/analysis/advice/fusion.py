@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..._progress import timed
 from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL
 from .. import figures
@@ -415,6 +416,7 @@ def shape_key(units: list[Unit]) -> tuple[tuple[tuple[int, ...], ...], ...]:
     return tuple(tuple(t.dims for t in u.ins) for u in units if u.kind == "op")
 
 
+@timed("fusion candidates")
 def fusion_candidates(trace: Trace) -> list[Candidate]:
     """Matches grouped by (pattern, scope, input shapes), largest predicted saving first.
 

@@ -20,6 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ..._lazy import lazy_module
+from ..._progress import timed
 from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL
 from ..busy import (
@@ -82,6 +83,7 @@ def skewed_launches(trace: Trace) -> int:
     return int(n)
 
 
+@timed("interruptions")
 def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
     """Scopes with two or more kernels, most device idle time first (the ``top`` of them)."""
     scopes = _cpu_scopes(trace) if trace.cpu_only else _device_scopes(trace)

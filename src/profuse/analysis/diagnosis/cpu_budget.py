@@ -13,6 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..._lazy import lazy_module
+from ..._progress import timed
 from ...errors import printable
 from ...trace import Trace
 from ...trace.meta import listed_device
@@ -81,6 +82,7 @@ def _busiest_thread(trace: Trace) -> tuple[int, int, int] | None:
     return (int(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
 
 
+@timed("cpu budget")
 def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
     """The CPU budget of each step (or of the busiest thread) and the fusion levers; no device claim.
     A step's span is the step model's (:mod:`.steps`): its annotation, less what an earlier step holds."""

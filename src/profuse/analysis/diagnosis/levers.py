@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..._lazy import lazy_module
+from ..._progress import timed
 from ...trace import Trace, compiled
 from ...trace.vocabulary import is_graph_launch, launch_call_sql
 from ..busy import LAUNCH_GAP_MAX_US, Activities, named_launch_calls
@@ -513,23 +514,14 @@ def _wait_call_before(ctx: Context, a: Activities, i: int) -> tuple[str, int] | 
 
 
 # Blocking calls' sites: the top-level op around each call that started first, and the Python frame (not
-# a module scope) around it that started last, the shortest of those; ties go to the earlier event.
-_SITES_SQL = f"""
-    SELECT c.id,
-      (SELECT o.id FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op' AND {TOP_OP.format(e="o")}
-         AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts, o.id LIMIT 1),
-      (SELECT p.id FROM events p WHERE p.thread = c.thread AND p.kind = 'python' AND p.ts <= c.ts
-         AND p.ts + p.dur >= c.ts + c.dur AND p.name NOT LIKE 'nn.Module:%' ORDER BY p.ts DESC, p.dur, p.id LIMIT 1)
-    FROM events c WHERE c.id IN (SELECT unnest(?::BIGINT[]))"""
-SITES_SEARCH_MAX = 50_000_000  # calls x candidate intervals the numpy search may compare; past it, the SQL
-
-
+# a module scope) around it that started last, the shortest of those; ties go to the earlier event ("around":
+# on the call's thread, ``ts <= call ts`` and ``end >= call end``). tests/test_sweeps.py keeps the SQL
+# definition (one correlated subquery per call) the sweep below is checked against.
+@timed("host-sync sites")
 def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, str]]:
-    """Call id -> (call name, outermost op, module class, innermost Python frame), as :data:`_SITES_SQL`
-    defines them ("held": ``ts <= call ts`` and ``end >= call end``, on the call's thread); found by numpy
-    over the intervals that hold at least one of the calls (a correlated subquery per call read every
-    event of the thread for each: 1.5 s for 720 calls of a 1 GB trace), by the SQL where that would
-    compare more than SITES_SEARCH_MAX pairs."""
+    """Call id -> (call name, outermost op, module class, innermost Python frame), as the comment above
+    defines them; found by one sweep per thread over the candidate intervals sorted by start
+    (:func:`_holders_of_calls`), in time near-linear in calls + intervals."""
     if not ids:
         return {}
     con = trace.con
@@ -545,9 +537,6 @@ def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, 
         [sorted({int(r[2]) for r in timed}), max((r[3] for r in timed), default=0),
          min((r[4] for r in timed), default=0)]).fetchnumpy()
     held = _holders_of_calls(timed, {k: np.asarray(v) for k, v in cand.items()})
-    if held is None:
-        held = {int(c): (-1 if o is None else int(o), -1 if f is None else int(f))
-                for c, o, f in con.execute(_SITES_SQL, [sorted(ids)]).fetchall()}
     wanted = sorted({i for pair in held.values() for i in pair if i >= 0})
     names = dict(con.execute("SELECT id, name FROM events WHERE id IN (SELECT unnest(?::BIGINT[]))",
                              [wanted]).fetchall()) if wanted else {}
@@ -558,35 +547,84 @@ def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, 
     return out
 
 
-def _holders_of_calls(calls: list[tuple[Any, ...]], cand: dict[str, np.ndarray]) -> dict[int, tuple[int, int]] | None:
-    """Call id -> (id of its outermost op, id of its innermost frame), -1 for none (see :data:`_SITES_SQL`),
+def _holders_of_calls(calls: list[tuple[Any, ...]], cand: dict[str, np.ndarray]) -> dict[int, tuple[int, int]]:
+    """Call id -> (id of its outermost op, id of its innermost frame), -1 for none (see :func:`_sync_sites`),
     for ``calls`` (id, name, thread, ts, end, ...) with a thread and times; ``cand``: the top-level ops and
-    Python frames that may hold them. None where the search would pass SITES_SEARCH_MAX comparisons."""
+    Python frames that may hold them (id, thread, ts, stop, is_op)."""
     out: dict[int, tuple[int, int]] = {}
-    per_thread = []
     for thread in sorted({int(r[2]) for r in calls}):
-        cid, cts, cend = (np.asarray(a, dtype=np.int64) for a in zip(*[(r[0], r[3], r[4]) for r in calls
-                                                                          if r[2] == thread]))
+        mine = [(r[0], r[3], r[4]) for r in calls if r[2] == thread]
+        cid, cts, cend = (np.asarray(a, dtype=np.int64) for a in zip(*mine))
         on = cand["thread"] == thread
-        pid, pts, pend, is_op = cand["id"][on], cand["ts"][on], cand["stop"][on], cand["is_op"][on].astype(bool)
-        # only an interval holding at least one call can answer: one ending at or after the least end of
-        # the calls starting at or after it
-        order = np.argsort(cts, kind="stable")
-        least_end = np.minimum.accumulate(cend[order][::-1])[::-1]
-        first = np.searchsorted(cts[order], pts, side="left")
-        keep = first < cts.size
-        keep[keep] = least_end[first[keep]] <= pend[keep]
-        per_thread.append((cid, cts, cend, pid[keep], pts[keep], pend[keep], is_op[keep]))
-    if sum(t[0].size * t[3].size for t in per_thread) > SITES_SEARCH_MAX:
-        return None
-    for cid, cts, cend, pid, pts, pend, is_op in per_thread:
-        dur = pend - pts
-        for i, ts, end in zip(cid.tolist(), cts.tolist(), cend.tolist()):
-            hold = (pts <= ts) & (pend >= end)
-            ops, frames = np.flatnonzero(hold & is_op), np.flatnonzero(hold & ~is_op)
-            op = int(pid[ops[np.lexsort((pid[ops], pts[ops]))[0]]]) if ops.size else -1
-            frame = int(pid[frames[np.lexsort((pid[frames], dur[frames], -pts[frames]))[0]]]) if frames.size else -1
-            out[int(i)] = (op, frame)
+        pid, pts, pend = (cand[k][on].astype(np.int64) for k in ("id", "ts", "stop"))
+        is_op = cand["is_op"][on].astype(bool)
+        op = first_holding(pid[is_op], pts[is_op], pend[is_op], cts, cend)
+        frame = last_holding(pid[~is_op], pts[~is_op], pend[~is_op], cts, cend)
+        out.update(zip(cid.tolist(), zip(op.tolist(), frame.tolist())))
+    return out
+
+
+def first_holding(ids: np.ndarray, ts: np.ndarray, end: np.ndarray, qts: np.ndarray, qend: np.ndarray) -> np.ndarray:
+    """For each query interval [qts, qend], the id of the interval holding it (``ts <= qts`` and
+    ``end >= qend``) that comes first by (ts, id), or -1: the first interval in that order whose end
+    reaches qend (a search over the running maximum of the ends), if it started by qts."""
+    out = np.full(qts.size, -1, dtype=np.int64)
+    if ids.size == 0 or qts.size == 0:
+        return out
+    order = np.lexsort((ids, ts))
+    ts, end, ids = ts[order], end[order], ids[order]
+    i = np.searchsorted(np.maximum.accumulate(end), qend, side="left")
+    ok = i < ids.size
+    ok[ok] = ts[i[ok]] <= qts[ok]
+    out[ok] = ids[i[ok]]
+    return out
+
+
+def last_holding(ids: np.ndarray, ts: np.ndarray, end: np.ndarray, qts: np.ndarray, qend: np.ndarray) -> np.ndarray:
+    """For each query interval [qts, qend], the id of the interval holding it (``ts <= qts`` and
+    ``end >= qend``) that started last, the shortest of those, then the least id; -1 for none: in the
+    order (ts, -end, -id), the last interval started by qts whose end reaches qend (:func:`last_at_least`)."""
+    out = np.full(qts.size, -1, dtype=np.int64)
+    if ids.size == 0 or qts.size == 0:
+        return out
+    order = np.lexsort((-ids, -end, ts))
+    ts, end, ids = ts[order], end[order], ids[order]
+    j = last_at_least(end, np.searchsorted(ts, qts, side="right"), qend)
+    out[j >= 0] = ids[j[j >= 0]]
+    return out
+
+
+def last_at_least(v: np.ndarray, k: np.ndarray, x: np.ndarray, width: int = 32) -> np.ndarray:
+    """For each query (k, x): the largest index j < k with ``v[j] >= x``, or -1. Each query scans its
+    own block of ``width`` values back from k - 1; the rest ask the same question of the blocks' maxima
+    (one level up, recursively) and scan the block found: O(width x levels) per query, O(len(v)) memory."""
+    v = np.asarray(v, dtype=np.int64)
+    k = np.minimum(np.asarray(k, dtype=np.int64), v.size)
+    x = np.asarray(x, dtype=np.int64)
+    lo = (np.maximum(k, 1) - 1) // width * width  # the start of the block holding k - 1
+    out = _scan_back(v, k - 1, lo, x, width)
+    todo = np.flatnonzero((out < 0) & (lo > 0))
+    if todo.size:
+        blocks = -(-v.size // width)
+        padded = np.full(blocks * width, np.iinfo(np.int64).min, dtype=np.int64)
+        padded[:v.size] = v
+        b = last_at_least(padded.reshape(blocks, width).max(axis=1), lo[todo] // width, x[todo], width)
+        hit = b >= 0
+        todo, b = todo[hit], b[hit]
+        out[todo] = _scan_back(v, b * width + width - 1, b * width, x[todo], width)
+    return out
+
+
+def _scan_back(v: np.ndarray, hi: np.ndarray, lo: np.ndarray, x: np.ndarray, width: int) -> np.ndarray:
+    """For each query, the largest j in [lo, hi] (at most ``width`` of them) with ``v[j] >= x``, or -1."""
+    out = np.full(hi.size, -1, dtype=np.int64)
+    for d in range(width):
+        j = hi - d
+        open_ = (out < 0) & (j >= lo) & (j >= 0)
+        if not open_.any():
+            break
+        hit = open_ & (v[np.clip(j, 0, None)] >= x)
+        out[hit] = j[hit]
     return out
 
 
