@@ -208,3 +208,22 @@ def test_run_defaults_record_steps_and_modules_and_keep_markers_off_stderr(tmp_p
     doc = json.loads(capfd.readouterr().out)
     assert doc["device_busy"] is None, "CPU-only: no device claims"
     assert [s["name"] for s in doc["steps"]] == [n for (n,) in steps], "per-step CPU time, one per mark"
+
+
+def test_profuse_s_own_captures_replace_what_they_wrote(tmp_path, capsys):
+    # a study or advise run twice writes its variants' folders again (no OUT-2 piling up), while
+    # profuse.profile into an existing folder keeps it and goes to OUT-2
+    from profuse.capture import ProfileConfig, profile_calls
+
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(2, 8)
+    cfg = ProfileConfig(out=str(tmp_path / "v"), warmup=1, steps=2)
+    first = profile_calls(lambda: lin(x), cfg)
+    second = profile_calls(lambda: lin(x), cfg)
+    assert first == second == tmp_path / "v" and not (tmp_path / "v-2").exists()
+    with profuse.profile(ProfileConfig(out=str(tmp_path / "v"), warmup=1, steps=2)) as p:
+        for _ in range(3):
+            lin(x)
+            p.step()
+    assert p.bundle == tmp_path / "v-2" and is_bundle(first)
+    assert "already exists" in capsys.readouterr().err

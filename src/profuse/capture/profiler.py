@@ -30,8 +30,10 @@ class Exporter:
         with torch.profiler.profile(**cfg.torch_kwargs(), on_trace_ready=profuse.Exporter(cfg)) as p: ...
     """
 
-    def __init__(self, cfg: ProfileConfig, *, status: str = "complete", extra: dict[str, Any] | None = None) -> None:
+    def __init__(self, cfg: ProfileConfig, *, status: str = "complete", extra: dict[str, Any] | None = None,
+                 replace: bool = False) -> None:
         self.cfg = cfg
+        self.replace = replace  # profuse's own repeated captures (studies, advise) replace what they wrote
         self.status = status
         self.extra = dict(extra or {})
         self.bundles: list[Path] = []
@@ -46,8 +48,13 @@ class Exporter:
         """The ``on_trace_ready`` callback: write this cycle's bundle (only in the process that made the exporter)."""
         if os.getpid() != self._owner:
             return
-        # never over an existing bundle: the first free of OUT, OUT-2, ... (a repeating schedule: one per cycle)
-        out, moved = free_out(Path(self.cfg.out))
+        # never over an existing bundle: the first free of OUT, OUT-2, ... (a repeating schedule: one per cycle);
+        # replace=True (a study's or advise's own folder, written again each run): OUT, then OUT-2, ... per cycle
+        out, moved = Path(self.cfg.out), False
+        if self.replace:
+            out = out.with_name(f"{out.name}-{len(self.bundles) + 1}") if self.bundles else out
+        else:
+            out, moved = free_out(out)
         if moved and not self.bundles:
             print(f"profuse: {self.cfg.out} already exists: this capture is written to {out}", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="profuse-export-") as tmp:
@@ -60,11 +67,11 @@ class Exporter:
 class Profile:
     """Context manager returned by :func:`profile`. ``step()`` after each iteration."""
 
-    def __init__(self, cfg: ProfileConfig) -> None:
+    def __init__(self, cfg: ProfileConfig, *, replace: bool = False) -> None:
         import torch.profiler
 
         self.cfg = cfg
-        self.exporter = Exporter(cfg)
+        self.exporter = Exporter(cfg, replace=replace)
         self.steps_done = 0
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*warmup.*")  # warmup=0 is the user's choice
@@ -117,11 +124,12 @@ class Profile:
 
 def profile_calls(fn: Callable[[], Any], cfg: ProfileConfig) -> Path:
     """Call ``fn`` for the config's warm-up and steps, one step per call, without autograd (device
-    work synchronised at each step), and return the bundle written."""
+    work synchronised at each step), and return the bundle written: profuse's own captures (the studies,
+    ``advise``), so a bundle already at ``cfg.out`` is replaced, as running the study again expects."""
     import torch
 
     sync: Callable[[], object] = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    with torch.no_grad(), profile(cfg) as p:
+    with torch.no_grad(), Profile(cfg, replace=True) as p:
         for _ in range(cfg.warmup + cfg.steps):
             fn()
             sync()
