@@ -349,3 +349,73 @@ def test_neuron_explorer_export_folder_reads_as_one_run(tmp_path, capsys):
         assert t.meta.device_kind == "Neuron"
         assert kinds == {"kernel": sum(1 for e in device if e["ph"] == "X") - copies, "memcpy": copies}
         assert any("read as one run from 2 Perfetto files" in n for n in t.notes)
+
+
+def _one_slice(tmp_path: Path, *, annotations: dict[str, Any] | None = None, instant_ts: int | None = None,
+               chrome_json: str | None = None) -> Path:
+    """A Perfetto trace of one thread track with one complete slice (annotated as given), optionally an
+    instant at ``instant_ts`` and a Chrome metadata entry holding ``chrome_json``."""
+    trace = pb.Trace()
+    d = trace.packet.add().track_descriptor
+    d.uuid, d.thread.pid, d.thread.tid = 1, 10, 11
+    for ts, kind in ((100, 1), (400, 2)):
+        p = trace.packet.add()
+        p.timestamp, p.trusted_packet_sequence_id = ts, 1
+        p.track_event.type, p.track_event.track_uuid, p.track_event.name = kind, 1, "aten::mm" if kind == 1 else ""
+        p.track_event.categories.append("cpu_op")
+        if kind == 1:
+            for key, value in (annotations or {}).items():
+                a = p.track_event.debug_annotations.add()
+                a.name = key
+                if isinstance(value, str):
+                    a.string_value = value
+                else:
+                    a.uint_value = value
+    if instant_ts is not None:
+        p = trace.packet.add()
+        p.timestamp, p.trusted_packet_sequence_id = instant_ts, 1
+        p.track_event.type, p.track_event.track_uuid, p.track_event.name = 3, 1, "mark"
+    if chrome_json is not None:
+        m = trace.packet.add().chrome_events.metadata.add()
+        m.name, m.json_value = "distributedInfo", chrome_json
+    path = tmp_path / "one.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    return path
+
+
+def _report(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    code = main(["report", *argv, "--format", "json", "--no-cache"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_hostile_values_are_one_line_or_read_as_the_json_path_reads_them(tmp_path, capsys):
+    # an instant past 2^62 ns: one line naming the file (before: OverflowError traceback); --lenient skips it
+    p = _one_slice(tmp_path, instant_ts=2**64 - 5)
+    code, out, err = _report(capsys, str(p))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(p) in err and "Traceback" not in err
+    code, out, err = _report(capsys, str(p), "--lenient")
+    assert code == 0 and json.loads(out)["skipped"] == {"ts out of range": 1}
+    # a correlation beyond 64 bits: the error names the file (not "perfetto"), and --lenient reads it as absent
+    p = _one_slice(tmp_path, annotations={"correlation": 2**64 - 1})
+    code, out, err = _report(capsys, str(p))
+    assert code == 2 and str(p) in err and "--lenient" in err
+    code, out, err = _report(capsys, str(p), "--lenient")
+    assert code == 0 and sum(json.loads(out)["skipped"].values()) == 1
+    # a 5000-digit id written as text, and JSON nested past Python's depth: no traceback
+    p = _one_slice(tmp_path, annotations={"stream": "9" * 5000}, chrome_json="[" * 100_000 + "]" * 100_000)
+    code, out, err = _report(capsys, str(p), "--lenient")
+    assert code == 0 and "Traceback" not in err
+    # input dims given as Kineto's JSON text: kept as that text, not quoted again
+    p = _one_slice(tmp_path, annotations={"Input Dims": "[[1, 128], [128, 64]]"})
+    with load(p, cache=False) as t:
+        assert t.sql_rows("SELECT input_dims FROM shapes")[1] == [("[[1, 128], [128, 64]]",)]
+
+
+def test_a_pftrace_over_the_packet_limit_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    from profuse.trace.perfetto import PACKET_BYTES
+
+    p = _one_slice(tmp_path)   # 3 packets
+    monkeypatch.setenv("PROFUSE_MAX_TRACE_BYTES", str(2 * PACKET_BYTES))  # room for 2
+    code, out, err = _report(capsys, str(p))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "more than 2 packets" in err and str(p) in err

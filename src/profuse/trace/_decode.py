@@ -544,7 +544,8 @@ def int_column(values: Iterator[Any] | list[Any], n: int, what: str, path: str,
     out = np.full(n, -1, dtype=np.int64)
     for i, v in enumerate(vals):
         if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-            v = int(v)
+            # more digits than 64 bits hold is beyond them (and int() refuses past 4300 digits)
+            v = int(v) if len(v.strip().lstrip("-")) <= 20 else 2**64
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
             if v is not None and ignored is not None:  # not a whole number: treated as absent, counted
                 ignored[what] = ignored.get(what, 0) + 1

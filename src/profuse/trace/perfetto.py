@@ -39,10 +39,9 @@ from msgspec import Raw
 
 from ..errors import TraceError, UserError
 from ._columns import _ARG_INTS, Columns, _float_column, intern, thread_key
-from ._decode import Skipped, concrete_text, int_column, read_bytes
+from ._decode import MAX_TRACE_BYTES_ENV, Skipped, concrete_text, int_column, max_trace_bytes, read_bytes
 from .trace import Trace
 
-SUFFIXES = (".pftrace", ".pftrace.gz")
 SYSTEM_PROFILE = "system_profile.pftrace"
 DEVICE_PROFILE = re.compile(r"^device_profile_model_(?P<model>.+)\.pftrace(?:\.gz)?$")
 INSTALL = "reading Perfetto traces needs the perfetto package: pip install 'profuse[perfetto]'"
@@ -66,11 +65,6 @@ def protos() -> Any:
     except ImportError:
         raise UserError(INSTALL) from None
     return perfetto_trace_pb2
-
-
-def is_perfetto_name(path: str | Path) -> bool:
-    """Whether ``path`` is named like a Perfetto trace (``.pftrace``, ``.pftrace.gz``)."""
-    return str(path).lower().endswith(SUFFIXES)
 
 
 def is_explorer_export(folder: Path) -> bool:
@@ -149,7 +143,7 @@ def _value(a: Any, names: dict[int, str]) -> Any:
     if kind == "legacy_json_value":
         try:
             return json.loads(a.legacy_json_value)
-        except ValueError:
+        except (ValueError, RecursionError):   # not JSON, or nested past the interpreter's depth
             return a.legacy_json_value
     if kind in ("int_value", "uint_value", "double_value", "bool_value", "string_value", "pointer_value"):
         return getattr(a, kind)
@@ -252,6 +246,11 @@ def _read_packets(path: str, data: bytes | bytearray, state: _State) -> None:
         raise TraceError(path, f"not a Perfetto trace: its protobuf does not decode ({err})") from None
     if not trace.packet:
         raise TraceError(path, "not a Perfetto trace: no packets in it")
+    cap = max_packets()
+    if len(trace.packet) + len(state.events) > cap:
+        raise TraceError(path, f"more than {cap:,} packets, profuse's limit for Perfetto input (each is read "
+                               f"into memory, about {PACKET_BYTES:,} bytes per event); set "
+                               f"{MAX_TRACE_BYTES_ENV} to a larger number of bytes to load it anyway")
     for order, packet in enumerate(trace.packet):
         table = _intern(state, packet)
         payload = packet.WhichOneof("data")
@@ -266,12 +265,21 @@ def _read_packets(path: str, data: bytes | bytearray, state: _State) -> None:
             state.unread[payload] += 1
 
 
+PACKET_BYTES = 4096  # what a packet costs once read: protobuf objects, an event record and its args (measured ~2 KB)
+
+
+def max_packets() -> int:
+    """The most packets a Perfetto input may hold: the trace size limit over :data:`PACKET_BYTES`, so that a
+    file at the limit costs no more memory than a JSON trace at it (a .pftrace is ~10x denser than JSON)."""
+    return max_trace_bytes() // PACKET_BYTES
+
+
 def _metadata(m: Any) -> Any:
     kind = m.WhichOneof("value")
     if kind == "json_value":
         try:
             return json.loads(m.json_value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return m.json_value
     return getattr(m, kind) if kind else None
 
@@ -321,6 +329,7 @@ def _match(state: _State, lenient: bool, path: str) -> tuple[list[_Slice], list[
     slices.sort(key=lambda s: s.order)
     instants.sort(key=lambda e: e.order)
     _check_times(path, slices, lenient, lost)
+    _check_instants(path, instants, lenient, lost)
     return slices, instants, lost
 
 
@@ -343,6 +352,18 @@ def _check_times(path: str, slices: list[_Slice], lenient: bool, lost: Counter[s
         slices[:] = [s for s in slices if id(s) not in keep]
 
 
+def _check_instants(path: str, instants: list[_Raw], lenient: bool, lost: Counter[str]) -> None:
+    """Instants beyond 2^62 ns, as slices: an error naming the file, or skipped and counted (--lenient)."""
+    bad = [e for e in instants if not 0 <= e.ts < _TIME_MAX]
+    if bad and not lenient:
+        raise TraceError(path, f"instant {bad[0].name!r} at {bad[0].ts} ns is beyond 2^62 ns (use --lenient to "
+                               "skip such events)")
+    if bad:
+        lost["ts out of range"] += len(bad)
+        keep = {id(e) for e in bad}
+        instants[:] = [e for e in instants if id(e) not in keep]
+
+
 def _device_cat(s: _Slice) -> str | None:
     """A device profile's slice: its category when it names a Kineto kind, else kernel or gpu_memcpy."""
     from .schema import category_kind
@@ -355,7 +376,8 @@ def _device_cat(s: _Slice) -> str | None:
 _FILE_SHIFT = 40  # a file's packets are numbered from (its index << _FILE_SHIFT): files in order, kept apart
 
 
-def _columns(state: _State, slices: list[_Slice], instants: list[_Raw], device_files: set[int]) -> Columns:
+def _columns(state: _State, slices: list[_Slice], instants: list[_Raw], device_files: set[int], path: str,
+             skipped: Skipped | None) -> Columns:
     """The decoded columns of the JSON path (:func:`profuse.trace._columns.add_chunk`'s) for these slices."""
     cols = Columns()
     n = len(slices)
@@ -366,7 +388,7 @@ def _columns(state: _State, slices: list[_Slice], instants: list[_Raw], device_f
     cols.add("name", intern(cols.names, [s.name for s in slices]))
     cols.add("cat", intern(cols.cats, cats))
     cols.add("thread_key", _keys(cols, places))
-    _add_args(cols, [s.args for s in slices])
+    _add_args(cols, [s.args for s in slices], path, skipped)
     cols.n = n
     _thread_meta(cols, state.tracks)
     if instants:
@@ -389,20 +411,21 @@ def _keys(cols: Columns, places: list[tuple[Any, Any]]) -> np.ndarray:
     return out
 
 
-def _add_args(cols: Columns, args: list[dict[str, Any]]) -> None:
-    """The args columns and shapes rows, by the JSON path's rules (int_column, concrete_text)."""
-    n, path = len(args), "perfetto"
+def _add_args(cols: Columns, args: list[dict[str, Any]], path: str, skipped: Skipped | None) -> None:
+    """The args columns and shapes rows, by the JSON path's rules (int_column, concrete_text); a number beyond
+    64 bits is an error naming ``path``, or with ``skipped`` (--lenient) absent and counted there."""
+    n = len(args)
     get: dict[str, list[Any]] = {col: [] for col in _INT_ARGS.values()}
     for a in args:
         for key, col in _INT_ARGS.items():
             get[col].append(a.get(key))
     for key in _ARG_INTS:
-        cols.add(key, int_column(get[key], n, key, path, cols.ignored_args))
+        cols.add(key, int_column(get[key], n, key, path, cols.ignored_args, skipped=skipped))
     ext = [e if e is not None else lc for e, lc in zip(get["external_id"], get["external_id_lc"])]
-    cols.add("external_id", int_column(ext, n, "External id", path, cols.ignored_args))
-    cols.add("device", int_column(get["device"], n, "device", path, cols.ignored_args))
+    cols.add("external_id", int_column(ext, n, "External id", path, cols.ignored_args, skipped=skipped))
+    cols.add("device", int_column(get["device"], n, "device", path, cols.ignored_args, skipped=skipped))
     stream = [s if s is not None else sid for s, sid in zip(get["stream"], get["stream_id"])]
-    cols.add("stream", int_column(stream, n, "stream", path, cols.ignored_args))
+    cols.add("stream", int_column(stream, n, "stream", path, cols.ignored_args, skipped=skipped))
     cols.add("flops", _float_column([a.get("flops") for a in args], "flops", cols.ignored_args))
     for row, a in enumerate(args):
         texts = [_json_text(a.get(k)) for k in _SHAPE_ARGS]
@@ -412,10 +435,11 @@ def _add_args(cols: Columns, args: list[dict[str, Any]]) -> None:
 
 
 def _json_text(value: Any) -> str | None:
-    """An args value as the JSON text Kineto writes (``[[1, 128], []]``); None when absent."""
+    """An args value as the JSON text Kineto writes (``[[1, 128], []]``); None when absent. A string is taken
+    as that text already (a writer passing Kineto's JSON text on), not quoted again."""
     if value is None:
         return None
-    return json.dumps(value, ensure_ascii=False)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _thread_meta(cols: Columns, tracks: dict[int, _Track]) -> None:
@@ -490,9 +514,9 @@ def read_columns(files: list[Path], *, lenient: bool = False,
             e.order += index << _FILE_SHIFT
     where = str(files[0]) if len(files) == 1 else str(files[0].parent)
     slices, instants, lost = _match(state, lenient, where)
-    cols = _columns(state, slices, instants, set(device_files))
-    cols.notes.extend(_notes(where, state, lost))
     skipped = Skipped()
+    cols = _columns(state, slices, instants, set(device_files), where, skipped if lenient else None)
+    cols.notes.extend(_notes(where, state, lost))
     if lenient and lost.get("ts out of range"):
         skipped.counts["ts out of range"] = lost["ts out of range"]
     return cols, state.top, skipped, raw
