@@ -152,3 +152,20 @@ def test_integers_of_5000_digits_are_no_traceback(tmp_path):
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     hlo = json.loads(r.stdout)["hlo_stats"]
     assert hlo["macs"] is None and hlo["traffic"] == 12
+
+
+def test_a_snapshot_within_the_row_limit_that_memory_cannot_hold_is_one_line(tmp_path):
+    # GIVEN a 2 MB snapshot whose one entry (7 frames) is listed 10^6 times: 8 M rows, within its row limit,
+    # read under a 1.5 GB address-space limit (found by review: numpy's MemoryError reached the user)
+    frames = [{"filename": f"f{i}.py", "name": f"fn{i}", "line": i} for i in range(7)]
+    entries = [{"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "frames": frames}] * 1_000_000
+    path = tmp_path / "wide.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [entries]}))
+    proc = subprocess.run([sys.executable, "-c", "import resource, sys\n"
+                           "resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))\n"
+                           "from profuse.cli import main\nsys.exit(main(sys.argv[1:]))", "report", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    # THEN it reads, or it is refused in one line naming the file: never a traceback
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 0 or (proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+                                    and str(path) in proc.stderr), proc.stderr

@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _out_of_memory(args: argparse.Namespace) -> int:
+    """One line for a load or an analysis that ran out of memory (an address-space limit, a small machine)."""
+    where = getattr(args, "path", None) or getattr(args, "a", None) or args.subcommand
+    print(f"profuse: {printable(redact_text(str(where)))}: out of memory while reading or analysing it: run it on "
+          "a machine with more memory, or record a shorter capture", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``profuse`` command line; a user error prints one line and returns 2, never a traceback."""
     parser = build_parser()
@@ -80,5 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("profuse: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:   # numpy's too; DuckDB's own is below
+        return _out_of_memory(args)
     except BrokenPipeError:
         return 0
+    except Exception as err:
+        if type(err).__name__ != "OutOfMemoryException":   # duckdb's, without importing duckdb here
+            raise
+        return _out_of_memory(args)

@@ -44,7 +44,7 @@ from .trace import Trace
 MAX_SNAPSHOT_BYTES_ENV = "PROFUSE_MAX_SNAPSHOT_BYTES"
 MAX_SNAPSHOT_BYTES = 4 << 30
 MAX_DEPTH = 32         # a snapshot nests 6 deep (snapshot / segments / segment / blocks / block / frames)
-MAX_ROWS = 100_000_000  # entries, blocks and frames read, shared ones counted each time
+MAX_ROWS = 20_000_000   # entries, blocks and frames read, shared ones counted each time (~2.5 GB at most)
 ROWS_PER_BYTE = 4       # ... per byte of the file: torch shares a frame list only among one block's entries
 MIN_ROWS = 1_000_000    # ... whatever the file's size
 _ALLOWED_GLOBALS = {("builtins", "set"), ("builtins", "frozenset"), ("__builtin__", "set"),
@@ -229,6 +229,10 @@ def load_snapshot(path: str | os.PathLike[str]) -> Trace:
             counts = _write_snapshot(con, snap, budget)
         except OverflowError:
             raise TraceError(str(path), "not a memory snapshot: its sizes add up beyond 64 bits") from None
+        except MemoryError:   # numpy's _ArrayMemoryError included: under an address-space limit, one line
+            read = budget.limit - budget.left
+            raise TraceError(str(path), f"more than this machine's memory allows to read ({read:,} entries, blocks "
+                                        "and frames): a snapshot that large needs a larger machine") from None
         import json
         con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('source', ?), ('path', ?), "
                     "('device_kind', '\"CUDA\"'), ('events', '0'), ('span_us', '0'), ('memory_snapshot', ?)",
