@@ -106,3 +106,17 @@ def test_no_fallback_where_the_op_between_the_copies_launched_device_work(tmp_pa
     report = json.loads(capsys.readouterr().out)
     d = report["diagnosis"]
     assert not [lv for lv in d["levers"] if lv["kind"] == "cpu_fallback"]
+
+
+@pytest.mark.parametrize("op", ["aten::unsqueeze", "aten::view", "aten::reshape", "aten::detach"])
+def test_no_fallback_for_an_op_that_moves_no_data(op, tmp_path, capsys):
+    # a view between the copies never runs on any device: it is no fallback (found by review)
+    doc = fallback_trace()
+    for e in doc["traceEvents"]:
+        if e["name"] == "aten::unique":
+            e["name"] = op
+    path = _write(doc, tmp_path / "view" / "trace.json.gz")
+    assert main(["report", str(path), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)["diagnosis"]
+    assert not [lv for lv in d["levers"] if lv["kind"] == "cpu_fallback"]
+    assert not [k for k in d["small_items"]["kinds"] if k.startswith("cpu_fallback")]

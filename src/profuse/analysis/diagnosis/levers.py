@@ -974,8 +974,11 @@ def cpu_fallbacks(trace: Trace) -> list[Fallback]:
 
 
 def _falls_back(op: tuple[Any, ...]) -> bool:
-    """An op that could have fallen back: it ran for a while and is no copy or factory op."""
-    return bool(op[3] > 0 and op[1] not in COPY_OPS and not _FACTORY.match(op[1]))
+    """An op that could have fallen back: it ran for a while and is no copy, factory, view or allocation op
+    (:data:`..step_stats.NO_WORK`: those do no arithmetic on any device)."""
+    from ..step_stats import NO_WORK
+
+    return bool(op[3] > 0 and op[1] not in COPY_OPS and op[1] not in NO_WORK and not _FACTORY.match(op[1]))
 
 
 def _fallbacks_between(ops: list[tuple[Any, ...]], d2h: dict[int, tuple[str, int, int]],
