@@ -85,6 +85,13 @@ def test_the_timeline_search_box_finds_an_op_and_details_show_its_shapes_and_sta
         page.wait_for_function("s => document.getElementById('tl-found').textContent.startsWith(s)", arg="2 of")
         page.keyboard.press("Shift+Enter")
         page.wait_for_function("s => document.getElementById('tl-found').textContent.startsWith(s)", arg="1 of")
+        # the same event selected again: its details once, not twice (found by review)
+        page.wait_for_selector("#event-more")
+        again = page.evaluate("window.profuseTimeline.selected")
+        page.evaluate("id => window.profuseTimeline.select(id)", again)
+        page.wait_for_timeout(500)
+        assert page.locator("#details #event-more").count() == 1
+        assert page.locator("#details #event-stack").count() == 1
         # AND a click on a frame of the stack selects that frame
         page.locator("#event-stack li").first.click()
         page.wait_for_function("id => window.profuseTimeline.selected !== id", arg=selected)

@@ -175,7 +175,7 @@ async function ops(main, st, go) {
 }
 
 /** The explorer's shapes, launch configuration and Python stack of the selected event, once fetched. */
-let more = { id: null, node: null, ticket: 0 };
+let more = { id: null, run: null, node: null, ticket: 0 };
 
 /** A JSON text as recorded, parsed (null where it is absent or not JSON). */
 function parsed(text) {
@@ -213,9 +213,13 @@ function moreNode(d, pick) {
 async function eventMore(box, id, run, pick) {
   const mine = ++more.ticket;
   if (!source.live || id === null || id === undefined || id < 0) return;
+  if (more.node && more.id === id && more.run === run) {  // selected again: the node already fetched, once
+    if (box.dataset.id === String(id) && !box.contains(more.node)) box.append(more.node);
+    return;
+  }
   const d = await get(`/api/${run}/event_detail/${id}`);
   if (mine !== more.ticket || !d) return;
-  more = { id, node: moreNode(d, pick), ticket: mine };
+  more = { id, run, node: moreNode(d, pick), ticket: mine };
   if (box.dataset.id === String(id)) box.append(more.node);
 }
 
@@ -249,7 +253,8 @@ function details(box, ev, st, pick) {
   if (ev.ops && ev.ops.length) box.append(el("div", { id: "op-chain" }, "op: ", ev.ops.map(o => o.name).join("  ←  ")));
   if (ev.modules && ev.modules.length) box.append(el("div", { id: "module-chain" }, "module: ", ev.modules.map(m => m.name).join("  ←  ")));
   if (ev.unlinked) box.append(el("div", { class: "warn" }, `not linked: ${ev.unlinked}`));
-  if (more.node && more.id === ev.id) box.append(more.node);
+  // what the explorer fetched for this event of this run already (eventMore appends it once it comes)
+  if (more.node && more.id === ev.id && more.run === st.run && !box.contains(more.node)) box.append(more.node);
 }
 
 /** What a click on a memory lane found: the totals there and what is live, by the op and module that allocated it. */
