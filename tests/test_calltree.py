@@ -11,7 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import H200_TRACES, TRACES
+from conftest import H200_TRACES, TRACES, trace_path
 from oracle import category, exact_events
 
 import profuse
@@ -271,3 +271,11 @@ def test_kernel_launch_configurations_match_the_kernels_args():
     assert set(found.kernels) == set(calls)
     for name, configs in found.kernels.items():
         assert {(tuple(json.loads(c.grid)), tuple(json.loads(c.block))): c.calls for c in configs} == calls[name]
+
+
+def test_an_event_id_beyond_64_bits_is_no_event():
+    # /api/0/event_detail/<41 digits> answered 500 with DuckDB's conversion error (found by review)
+    from profuse.payloads.calltree import event_detail_of
+
+    with profuse.load(trace_path("h100_bert_small.json.gz")) as trace:
+        assert event_detail_of(trace, 10**40) is None and event_detail_of(trace, -(10**40)) is None

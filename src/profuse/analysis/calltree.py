@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
+from ..trace.schema import HOST_KINDS
 from .figures import pct, us
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
-HOST = "('cpu_op', 'annotation', 'python', 'runtime', 'sync', 'other')"  # trace/schema.py HOST_KINDS
+HOST = "(" + ", ".join(f"'{k}'" for k in HOST_KINDS) + ")"
 MIN_SHARE_PCT = 0.5   # a path under this share of all Python time is folded into its parent's "other"
 MAX_NODES = 200       # the most nodes a tree keeps (the largest paths; "other" nodes not counted)
 _WHERE = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.+)")

@@ -27,9 +27,12 @@ def call_tree_of(trace: Trace) -> CallTree | None:
 
 
 def event_detail_of(trace: Trace, eid: int) -> EventDetail | None:
-    """Event ``eid``'s shapes, launch configuration and Python stack (None: no such event)."""
+    """Event ``eid``'s shapes, launch configuration and Python stack (None: no such event, nor an id that
+    fits the table's 64 bits)."""
     from ..analysis.event_detail import event_detail
 
+    if not -(2**63) <= eid < 2**63:
+        return None
     return event_detail(trace, eid)
 
 
