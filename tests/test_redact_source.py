@@ -409,3 +409,14 @@ def test_new_shapes(text, gone, kept):
                                   "ssh://john.doe@host", "--num-keys 4", "compass_key_count"])
 def test_what_is_no_secret_is_left(text):
     assert redact_text(text) == text
+
+
+def test_a_list_under_a_secret_key_is_hidden_as_redact_hides_it():
+    # redacted() replaced only string values under secret keys: {"DB_PASS": ["hunter2"]} kept it (review)
+    from profuse.redact import REDACTED, redact, redacted
+
+    rec = {"DB_PASS": ["hunter2"], "api_key": ("k1", 3), "SortKeys": [1, 2], "plain": ["hunter2"]}
+    out = redacted(rec)
+    assert out["DB_PASS"] == [REDACTED] and out["api_key"] == (REDACTED, 3)
+    assert out["SortKeys"] == [1, 2] and out["plain"] == ["hunter2"]   # numbers keep their shape; no secret key
+    assert "hunter2" not in str(redact({"DB_PASS": ["hunter2"]}))      # the metadata rule agrees

@@ -147,7 +147,8 @@ def redacted(record: T, *, keep: bool = False) -> T:
 
     ``record`` is a msgspec ``Struct``, a dataclass, a list, tuple, set or dict of them, or a string: every
     ``str`` field, item, dict key and value is passed through :func:`redact_text`, and a string value under a
-    secret-named key (``SECRET_KEYS``: ``DB_PASS``, ``api_token``, ...) is replaced whole. Two keys of one
+    secret-named key (``SECRET_KEYS``: ``DB_PASS``, ``api_token``, ...), or each string of a list under one,
+    is replaced whole. Two keys of one
     dict that redact to the same text are both kept (the second as ``"<key> #2"``): nothing is dropped.
     What changed is a copy (the record passed in, which a cache may hold, is left as it is); what did not is
     the same object. ``keep`` (``--keep-metadata``) returns ``record`` itself.
@@ -202,7 +203,7 @@ class _Walk:
         changed = False
         for key, val in v.items():
             new_key = self.value(key)
-            new_val = REDACTED if type(val) is str and self.is_secret_key(key) else self.value(val)
+            new_val = self.secret(val) if self.is_secret_key(key) else self.value(val)
             if new_key in out:  # two keys alike once redacted: both kept
                 n = 2
                 while f"{new_key} #{n}" in out:
@@ -211,6 +212,16 @@ class _Walk:
             out[new_key] = new_val
             changed = changed or new_key is not key or new_val is not val
         return out if changed else v
+
+    def secret(self, val: Any) -> Any:
+        """A value under a secret-named key: a string whole, each string of a list or tuple whole (``DB_PASS:
+        ["x"]``, as :func:`redact` hides it), anything else walked as usual (its shape is kept: a kernel whose name
+        says "Keys" keeps its launch configurations)."""
+        if type(val) is str:
+            return REDACTED
+        if isinstance(val, list | tuple) and any(type(x) is str for x in val):
+            return type(val)(REDACTED if type(x) is str else self.value(x) for x in val)
+        return self.value(val)
 
     def is_secret_key(self, key: Any) -> bool:
         if not isinstance(key, str):
