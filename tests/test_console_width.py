@@ -137,3 +137,17 @@ def test_ranks_report_fits_80_columns(monkeypatch, capsys):
     assert code == 0, text
     assert "Ranks" in text
     assert not _too_long(text, 80), "\n".join(_too_long(text, 80))
+
+
+def test_a_shortened_cell_keeps_its_styles():
+    # the call tree's bold function and dim location kept their styles only where nothing was shortened
+    from rich.text import Text
+
+    from profuse.report.fit import _fit_cell
+
+    cell = Text.assemble(("forward", "bold"), "  ", ("modeling_bert.py:1306", "dim"))
+    out = _fit_cell(cell, 20)
+    assert cell_len(out.plain) <= 20 and out.plain.startswith("forward") and out.plain.endswith(":1306")
+    styles = {str(s.style) for s in out.spans}
+    assert {"bold", "dim"} <= styles
+    assert out.plain[:7] == "forward" and any(s.start == 0 and s.end == 7 and str(s.style) == "bold" for s in out.spans)

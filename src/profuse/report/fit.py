@@ -134,8 +134,15 @@ def _widen_headers(width: int, cols: Sequence[Column], kept: list[int], natural:
 def _fit_cell(cell: Cell, width: int | None) -> Cell:
     if width is None or cell_len(_plain(cell)) <= width:
         return cell
-    short = shorten_middle(_plain(cell), width)
-    return Text(short, style=cell.style) if isinstance(cell, Text) else text(short)
+    plain = _plain(cell)
+    short = shorten_middle(plain, width)
+    if not isinstance(cell, Text):
+        return text(short)
+    if ELLIPSIS not in short:   # too narrow for a head and a tail
+        return Text(short, style=cell.style)
+    head, tail = short.split(ELLIPSIS, 1)
+    # the head and tail keep their own styles (a call tree's bold name, dim location)
+    return Text.assemble(cell[:len(head)], ELLIPSIS, cell[len(plain) - len(tail):], style=cell.style)
 
 
 def left_out_note(dropped: Sequence[str], what: str = "--format json") -> Text | None:

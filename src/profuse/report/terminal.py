@@ -70,7 +70,8 @@ class TerminalConsole(Console):
 
 def make_console(**kwargs: Any) -> Console:
     """Stdout console (or ``file=``) as wide as the terminal, or as ``COLUMNS`` says where it is set; 200
-    columns when piped without ``COLUMNS`` (a file or ``grep`` reads whole names, nothing is shortened)."""
+    columns when piped without ``COLUMNS`` (a file or ``grep`` reads most names whole: tables shorten in the
+    middle only a name longer than what the other columns leave; ``--format json`` has every name whole)."""
     kwargs.setdefault("soft_wrap", False)
     if "width" not in kwargs:
         out = kwargs.get("file") or sys.stdout
