@@ -62,7 +62,5 @@ def _bundle_status(trace: Trace) -> dict[str, Any]:
     out: dict[str, Any] = {"bundle_status": meta.status, "bundle_error": meta.error or run_error}
     if meta.run is not None:
         out["script_exit_code"] = meta.run.exit_code
-        rec, plain = meta.run.recorded_step_ms, meta.run.unrecorded_step_ms
-        if rec and plain and rec > 0 and plain > 0:
-            out["capture_overhead"] = round(rec / plain, 2)
+        out["capture_overhead"] = meta.run.overhead
     return out

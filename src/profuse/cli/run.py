@@ -134,13 +134,12 @@ def overhead_line(result: RunResult, *, stacks: bool) -> str | None:
     if run is None or run.whole_run or run.recorded_step_ms is None:
         return None
     streams = "with Python stacks" if stacks else "without Python stacks"
-    if run.unrecorded_step_ms is None or run.unrecorded_step_ms <= 0:
+    if run.overhead is None or run.unrecorded_step_ms is None:
         return (f"capture overhead: not measured (no steady call ran without the profiler; --warmup 2 or more "
                 f"gives one); a recorded step took {run.recorded_step_ms:.3g} ms {streams}")
-    ratio = run.recorded_step_ms / run.unrecorded_step_ms
     return (f"capture overhead: the fastest recorded step took {run.recorded_step_ms:.3g} ms {streams}, the fastest "
             f"steady call without the profiler {run.unrecorded_step_ms:.3g} ms (of {run.unrecorded_calls}): "
-            f"{ratio:.2f}x; the report's times include the profiler's own")
+            f"{run.overhead:.2f}x; the report's times include the profiler's own")
 
 
 def console_err() -> Console:

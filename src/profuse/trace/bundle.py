@@ -85,6 +85,13 @@ class ScriptRun(msgspec.Struct, frozen=True, kw_only=True):
     compiled_calls: list[int] = msgspec.field(default_factory=list)  # calls during which torch.compile compiled
     compiled_steps: list[int] = msgspec.field(default_factory=list)  # those recorded: renamed, not steps
 
+    @property
+    def overhead(self) -> float | None:
+        """The capture's own cost: the fastest recorded step over the fastest steady call without the profiler,
+        to two decimals (None where either was not measured). The one rule the report and ``profuse run`` print."""
+        rec, plain = self.recorded_step_ms, self.unrecorded_step_ms
+        return round(rec / plain, 2) if rec and plain and rec > 0 and plain > 0 else None
+
 
 class BundleMeta(msgspec.Struct, frozen=True, kw_only=True):
     """Everything ``meta.json`` holds: how, where and with what a bundle was captured."""
