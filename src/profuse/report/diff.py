@@ -12,7 +12,6 @@ import html
 import json
 import re
 from collections.abc import Sequence
-from decimal import ROUND_HALF_UP, Decimal
 from xml.etree import ElementTree as ET
 
 from rich.console import Console
@@ -22,7 +21,7 @@ from ..analysis.compare.diff import DiffRow, OpGroup
 from ..analysis.compare.significance import TEST, Verdict
 from ..errors import printable
 from ..payloads.diff import DiffPayload
-from ._text import fmt_us, safe, text
+from ._text import fmt_us, safe, text, to_fixed
 from .fit import Cell, Column, print_fitted, shorten_middle
 from .terminal import renders_printable
 
@@ -53,13 +52,6 @@ def ratio_words(ratio: float | None) -> str:
     if ratio == 0:
         return "0.00x"
     return f"{ratio:.2f}x slower" if ratio > 1 else f"{ratio:.2f}x ({1 / ratio:.2f}x faster)"
-
-
-def to_fixed(x: float, places: int) -> str:
-    """``x`` with ``places`` decimals as JavaScript's ``Number.toFixed`` writes it (the exact binary value
-    rounded to the nearest, halves away from zero), so the console and the explorer print one figure."""
-    q = Decimal(abs(x)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
-    return f"-{q}" if x < 0 and q else str(q)
 
 
 def factor_words(ratio: float | None) -> str:
