@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import TraceError
 from .artifacts import read_side_bytes, side_files
+from .numbers import int64
 
 PATTERN = "framework_mapping_*.json"
 MAX_BYTES = 512 << 20
@@ -64,28 +65,16 @@ def _records(path: Path) -> list[Any]:
     raise TraceError(path, "holds neither a list of mapping records nor an object of them")
 
 
-_MAX_DIGITS = 20  # an int64 has at most 19 digits: a longer number is no id (and never converted whole)
 
 
 def _whole(text: str) -> int | None:
-    """A JSON integer as read: None past 64 bits (a 5000-digit one would stop Python's int())."""
-    return _in_range(int(text)) if len(text) <= _MAX_DIGITS else None
-
-
-def _in_range(v: int) -> int | None:
-    return v if -(2**63) <= v < 2**63 else None
+    """A JSON integer as read (the decoder's ``parse_int``): None past 64 bits."""
+    return int64(text, text=True)
 
 
 def _int(v: Any) -> int | None:
     """An id: a whole number within 64 bits, or a string of its digits; anything else None (counted)."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return _in_range(v)
-    digits = v.strip().removeprefix("-") if isinstance(v, str) else ""
-    if digits.isascii() and digits.isdecimal() and len(digits) <= _MAX_DIGITS:  # isdigit() accepts '²'
-        return _in_range(int(v))
-    return None
+    return int64(v, text=True)
 
 
 def _pick(rec: dict[str, Any], field: str) -> int | None:

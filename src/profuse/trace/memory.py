@@ -28,6 +28,7 @@ from ._native import MEMORY_FIGURES
 from ._write import ArrowTable, encode_dictionary
 from .correlate import nearest_ancestor
 from .event_columns import NONE, EventColumns, kind_mask
+from .numbers import int64
 from .schema import HOST_KINDS, TABLE_KINDS
 from .step_names import is_step_name
 
@@ -345,9 +346,7 @@ def _row(e: _MemEv) -> tuple[int, str, str, int, int, int, int, int, int] | None
 def _whole(v: Any) -> int | None:
     """A memory figure: an integer within 64 bits, or a float holding one (``35.0``, a trace re-serialised by
     another tool) as that integer; anything else (a fraction, text, absent) None: the event is left out."""
-    if isinstance(v, float) and v.is_integer() and abs(v) < 2**63:
-        v = int(v)
-    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else None
+    return int64(v, floats=True)
 
 
 def _ns_text(raw: bytes) -> int | None:

@@ -37,6 +37,7 @@ import duckdb
 import numpy as np
 
 from ..errors import TraceError
+from .numbers import int64
 from .schema import DDL, SCHEMA_VERSION
 from .sniff import is_snapshot_path as is_snapshot_path  # where it was: told apart before DuckDB is imported
 from .trace import Trace
@@ -163,12 +164,14 @@ def _str(v: Any) -> str:
 
 
 def _int(v: Any, default: int = 0) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else default
+    got = int64(v)
+    return default if got is None else got
 
 
 def _size(v: Any) -> int:
     """A size in bytes: a whole number from 0 to 2^62; anything else (negative, absurd, not a number) 0."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62 else 0
+    got = int64(v)
+    return got if got is not None and 0 <= got < 2**62 else 0
 
 
 def row_limit(size: int) -> int:
