@@ -628,15 +628,37 @@ def _scan_back(v: np.ndarray, hi: np.ndarray, lo: np.ndarray, x: np.ndarray, wid
     return out
 
 
+def holding_top_ops(trace: Trace, calls_sql: str) -> dict[int, int]:
+    """Call id -> the id of the outermost op holding it on its thread (``TOP_OP``; the first by (ts, id)),
+    for the calls ``calls_sql`` selects (a query of ids): :func:`first_holding` per thread, one sweep."""
+    c = trace.con.execute(f"""SELECT id, thread, ts, ts + dur AS e FROM events
+                              WHERE id IN ({calls_sql}) AND thread IS NOT NULL""").fetchnumpy()
+    out: dict[int, int] = {}
+    if not len(c["id"]):
+        return out
+    cthread = np.asarray(c["thread"], dtype=np.int64)
+    threads = ", ".join(str(int(t)) for t in np.unique(cthread))
+    o = trace.con.execute(f"""SELECT id, thread, ts, ts + dur AS e FROM events WHERE kind = 'cpu_op'
+                              AND {TOP_OP.format(e="events")} AND thread IN ({threads})""").fetchnumpy()
+    othread = np.asarray(o["thread"], dtype=np.int64)
+    for t in np.unique(cthread):
+        cm, om = cthread == t, othread == t
+        top = first_holding(np.asarray(o["id"], dtype=np.int64)[om], np.asarray(o["ts"], dtype=np.int64)[om],
+                            np.asarray(o["e"], dtype=np.int64)[om], np.asarray(c["ts"], dtype=np.int64)[cm],
+                            np.asarray(c["e"], dtype=np.int64)[cm])
+        out.update((int(i), int(h)) for i, h in zip(np.asarray(c["id"])[cm].tolist(), top.tolist()) if h >= 0)
+    return out
+
+
 def _outer_ops(trace: Trace, ids: list[int]) -> dict[int, str]:
     """Call id -> the outermost op around it (what the code called: ``aten::to``, not its ``copy_``)."""
     if not ids:
         return {}
-    rows = trace.con.execute(f"""
-        SELECT c.id, (SELECT o.name FROM events o WHERE o.thread = c.thread AND o.kind = 'cpu_op'
-                      AND {TOP_OP.format(e="o")} AND o.ts <= c.ts AND o.ts + o.dur >= c.ts + c.dur ORDER BY o.ts LIMIT 1)
-        FROM events c WHERE c.id IN ({", ".join(str(i) for i in sorted(set(ids)))})""").fetchall()
-    return {int(r[0]): r[1] or "" for r in rows}
+    wanted = sorted(set(ids))
+    top = holding_top_ops(trace, ", ".join(map(str, wanted)))
+    held = ", ".join(map(str, set(top.values()))) or "-1"
+    names: dict[int, str] = dict(trace.con.execute(f"SELECT id, name FROM events WHERE id IN ({held})").fetchall())
+    return {i: (names.get(top[i]) or "") if i in top else "" for i in wanted}
 
 
 @dataclass(frozen=True)
@@ -950,11 +972,10 @@ def cpu_fallbacks(trace: Trace) -> list[Fallback]:
     factory op such as ``aten::randint``, which makes the next inputs on the host rather than falling back)."""
     from ..kernel_class import memcpy_class
 
-    copies = trace.con.execute(f"""
-        SELECT d.name, d.ts, d.ts + d.dur, l.thread,
-          (SELECT o.id FROM events o WHERE o.thread = l.thread AND o.kind = 'cpu_op' AND {TOP_OP.format(e="o")}
-             AND o.ts <= l.ts AND o.ts + o.dur >= l.ts + l.dur ORDER BY o.ts, o.id LIMIT 1) AS top
-        FROM events d JOIN events l ON l.id = d.launch WHERE d.kind = 'memcpy' ORDER BY d.ts, d.id""").fetchall()
+    tops = holding_top_ops(trace, "SELECT launch FROM events WHERE kind = 'memcpy' AND launch IS NOT NULL")
+    copies = [(name, ts, end, thread, tops.get(int(launch))) for name, ts, end, thread, launch in trace.con.execute("""
+        SELECT d.name, d.ts, d.ts + d.dur, l.thread, l.id
+        FROM events d JOIN events l ON l.id = d.launch WHERE d.kind = 'memcpy' ORDER BY d.ts, d.id""").fetchall()]
     d2h: dict[int, tuple[str, int, int]] = {}
     h2d: dict[int, tuple[str, int, int]] = {}
     held: dict[int, int] = {}   # top op -> copies it launched
