@@ -12,11 +12,19 @@ the same material) and model switches, by the call names the runtime's public AP
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.vocabulary import launch_call_sql
 from .steps import step_model
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use
+    np = lazy_module("numpy", globals(), "np")
 
 # device kind -> (counter, call-name parts matched in any case); what the device vocabulary may take over
 RUNTIME_COUNTERS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
@@ -36,31 +44,45 @@ class Submissions:
     per_step: float
     calls: tuple[tuple[str, float], ...]    # (call name, per step)
     counters: tuple[tuple[str, float], ...]  # (counter, per step): RUNTIME_COUNTERS of the device
+    marked: bool = True                     # the spans are step marks (False: the trace's active window)
+
+
+def _inside(ts: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+    """Which times fall in one of the step model's spans (disjoint, so one search per time)."""
+    if not spans:
+        return np.zeros(ts.size, dtype=bool)
+    spans = sorted(spans)
+    lo = np.asarray([a for a, _ in spans], dtype=np.int64)
+    hi = np.asarray([b for _, b in spans], dtype=np.int64)
+    i = np.searchsorted(lo, ts, side="right") - 1
+    return (i >= 0) & (ts < hi[np.maximum(i, 0)])
 
 
 def submissions(trace: Trace) -> Submissions:
     """Count every submission (and the device's runtime counters) inside the step model's spans."""
-    spans = list(step_model(trace).spans)
+    model = step_model(trace)
+    spans = [(int(lo), int(hi)) for lo, hi in model.spans]
     n = max(len(spans), 1)
-    within = " OR ".join(f"(ts >= {int(lo)} AND ts < {int(hi)})" for lo, hi in spans) or "false"
-    rows = trace.con.execute(f"""
-        SELECT name, count(*) FROM events WHERE kind = 'runtime' AND {launch_call_sql('name')} AND ({within})
-        GROUP BY name ORDER BY count(*) DESC, name""").fetchall()
+    got = trace.con.execute(f"""SELECT name, ts FROM events WHERE kind = 'runtime'
+                                AND {launch_call_sql('name')}""").fetchnumpy()
+    names = np.asarray(got["name"], dtype=object)[_inside(np.asarray(got["ts"], dtype=np.int64), spans)]
+    counted = Counter(names.tolist())
+    rows = sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))
     calls = tuple((str(name), round(c / n, 2)) for name, c in rows)
     counters = []
     for label, parts in RUNTIME_COUNTERS.get(trace.meta.device_kind, ()):
         match = " OR ".join(_TEXT.format(p.lower().replace("'", "''")) for p in parts)
-        (c,), = trace.con.execute(f"""SELECT count(*) FROM events WHERE kind IN ('runtime', 'cpu_op', 'other')
-                                      AND ({match}) AND ({within})""").fetchall()
-        counters.append((label, round(c / n, 2)))
+        ts = trace.con.execute(f"""SELECT ts FROM events WHERE kind IN ('runtime', 'cpu_op', 'other')
+                                   AND ({match})""").fetchnumpy()["ts"]
+        counters.append((label, round(int(_inside(np.asarray(ts, dtype=np.int64), spans).sum()) / n, 2)))
     return Submissions(steps=len(spans), per_step=round(sum(c for _, c in rows) / n, 2), calls=calls,
-                       counters=tuple(counters))
+                       counters=tuple(counters), marked=bool(model.steps))
 
 
 def submission_text(s: Submissions) -> str:
     """One line: submissions per step, by call, and the runtime counters (what the launch-bound levers and
     the diagnosis's notes say)."""
-    per = "per step" if s.steps > 1 else "in the step" if s.steps == 1 else "in the trace"
+    per = "in the trace" if not s.marked else "per step" if s.steps > 1 else "in the step"
     text = f"{s.per_step:,.6g} device submission(s) {per}"
     if s.calls:
         text += " (" + ", ".join(f"{name} {c:,.6g}" for name, c in s.calls[:3]) + ")"
