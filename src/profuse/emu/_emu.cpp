@@ -516,7 +516,10 @@ at::Tensor emu_rms_norm(const at::Tensor& input, c10::SymIntArrayRef normalized_
     cols *= s;
   }
   const int64_t rows = cols ? x.numel() / cols : 0;
-  const double e = eps.has_value() ? *eps : static_cast<double>(std::numeric_limits<float>::epsilon());
+  // as torch's rms_norm: without eps, the machine epsilon of the input's own type (double's for float64)
+  const double e = eps.has_value() ? *eps
+                   : x.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon()
+                                                    : static_cast<double>(std::numeric_limits<float>::epsilon());
   submit("emuLaunchKernel", "emu_fused_rms_norm_kernel", Kind::Kernel, 0, [&] {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "emu_rms_norm", [&] {
       rms_rows<scalar_t>(x.const_data_ptr<scalar_t>(), has_w ? w.const_data_ptr<scalar_t>() : nullptr,
