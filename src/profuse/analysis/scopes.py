@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_module
 from .._progress import timed
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from .opclass import Tensor, op_class, tensors
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 NORM_WORDS = ("Norm",)
 ACT_WORDS = ("GELU", "Gelu", "SiLU", "ReLU", "Sigmoid", "Tanh", "Activation", "Mish", "Swish")
@@ -40,13 +46,16 @@ class Unit:
     @property
     def cls(self) -> str:
         """Op class for ops; for child scopes: norm / activation / scope by the class name."""
-        if self.kind == "op":
-            return op_class(self.name)
-        if any(w in self.name for w in NORM_WORDS):
-            return "norm_module"
-        if any(w in self.name for w in ACT_WORDS):
-            return "activation_module"
-        return "scope"
+        return op_class(self.name) if self.kind == "op" else scope_class(self.name)
+
+
+def scope_class(name: str) -> str:
+    """A child scope's class by its name: norm_module, activation_module, or scope."""
+    if any(w in name for w in NORM_WORDS):
+        return "norm_module"
+    if any(w in name for w in ACT_WORDS):
+        return "activation_module"
+    return "scope"
 
 
 @dataclass
@@ -86,175 +95,215 @@ def scope_title(inst: ScopeInstance) -> str:
     return title_of(inst.kind, inst.name)
 
 
+NO_PARENT = -(2**63)   # UnitTable.parent of an instance without one
+
+
+@dataclass(frozen=True)
+class UnitTable:
+    """Every scope instance and the units directly inside it, as columns.
+
+    Instances (one row each, in instance order: scopes by start, then the pseudo-scopes of the ops
+    outside every scope, one per thread, by their first op): ``sid`` (a pseudo-scope's is -1 - thread),
+    ``kind``, ``name``, ``label``, ``parent`` (:data:`NO_PARENT` for none), ``ts``, ``dur``, inclusive
+    ``device_ns`` and ``kernels``. Units (one row each, instance i's at rows ``bounds[i]:bounds[i + 1]``
+    in time order, an op before a child scope starting with it): ``unit_id`` (the op's event id or the
+    child scope's id), ``is_scope``, ``unit_name`` (a code into ``names``), ``unit_ts``, ``unit_dur``,
+    ``unit_device_ns``, ``unit_kernels`` (a child scope's inclusive figures) and ``unit_shape`` (a code
+    into ``shapes``: the op's tensor inputs, 0 for none recorded).
+    """
+
+    sid: np.ndarray
+    kind: list[str]
+    name: list[str]
+    label: list[str]
+    parent: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    device_ns: np.ndarray
+    kernels: np.ndarray
+    bounds: np.ndarray
+    unit_inst: np.ndarray
+    unit_id: np.ndarray
+    is_scope: np.ndarray
+    unit_name: np.ndarray
+    unit_ts: np.ndarray
+    unit_dur: np.ndarray
+    unit_device_ns: np.ndarray
+    unit_kernels: np.ndarray
+    unit_shape: np.ndarray
+    names: list[str]
+    shapes: list[tuple[Tensor, ...]]
+
+
+_TABLES: weakref.WeakKeyDictionary[Trace, UnitTable] = weakref.WeakKeyDictionary()
 _INSTANCES: weakref.WeakKeyDictionary[Trace, dict[int, ScopeInstance]] = weakref.WeakKeyDictionary()
-_SOME_INSTANCES: weakref.WeakKeyDictionary[Trace, dict[frozenset[str], dict[int, ScopeInstance]]] = \
-    weakref.WeakKeyDictionary()
+
+
+def unit_table(trace: Trace) -> UnitTable:
+    """The :class:`UnitTable` of a trace, computed once per loaded trace (callers only read it)."""
+    found = _TABLES.get(trace)
+    if found is None:
+        found = _TABLES[trace] = _unit_table(trace)
+    return found
 
 
 def scope_instances(trace: Trace) -> dict[int, ScopeInstance]:
-    """Every scope instance with its units in time order and inclusive device time and kernels.
-
-    Computed once per loaded trace (its tables never change after loading; callers only read).
-    """
+    """Every scope instance with its units in time order and inclusive device time and kernels, as
+    objects (the :func:`unit_table`'s rows). Computed once per loaded trace (callers only read)."""
     found = _INSTANCES.get(trace)
     if found is None:
-        found = _INSTANCES[trace] = _scope_instances(trace)
+        found = _INSTANCES[trace] = _objects(unit_table(trace))
     return found
 
 
-def scope_instances_with(trace: Trace, ops: Collection[str]) -> dict[int, ScopeInstance]:
-    """The instances among :func:`scope_instances` that ran at least one op (as a unit of their own)
-    named in ``ops``, each exactly as there (units, their order, inclusive device time and kernels);
-    in the same order. Advice that needs a certain kind of op reads only these: the units of the
-    other instances are never built. Computed once per loaded trace and set of names."""
-    key = frozenset(ops)
-    per_trace = _SOME_INSTANCES.setdefault(trace, {})
-    found = per_trace.get(key)
-    if found is None:
-        full = _INSTANCES.get(trace)
-        if full is not None:
-            found = {sid: inst for sid, inst in full.items() if any(u.kind == "op" and u.name in key for u in inst.units)}
-        else:
-            found = _scope_instances(trace, sorted(key))
-        per_trace[key] = found
-    return found
+def _objects(t: UnitTable) -> dict[int, ScopeInstance]:
+    """The instances of a unit table as :class:`ScopeInstance` objects holding :class:`Unit` objects."""
+    out: dict[int, ScopeInstance] = {}
+    sid, parent, ts, dur = t.sid.tolist(), t.parent.tolist(), t.ts.tolist(), t.dur.tolist()
+    dev, kern, bounds = t.device_ns.tolist(), t.kernels.tolist(), t.bounds.tolist()
+    cols = zip(t.unit_id.tolist(), t.is_scope.tolist(), t.unit_name.tolist(), t.unit_ts.tolist(), t.unit_dur.tolist(),
+               t.unit_device_ns.tolist(), t.unit_kernels.tolist(), t.unit_shape.tolist())
+    units = [Unit(uid, "scope" if sc else "op", t.names[nm], uts, ud, ud_dev, uk, list(t.shapes[sh]))
+             for uid, sc, nm, uts, ud, ud_dev, uk, sh in cols]
+    for i, s in enumerate(sid):
+        out[s] = ScopeInstance(s, t.kind[i], t.name[i], t.label[i], None if parent[i] == NO_PARENT else parent[i],
+                               ts[i], dur[i], units[bounds[i]:bounds[i + 1]], dev[i], kern[i])
+    return out
 
 
 # The units of every scope instance: its top-level ops (not nested in another op of the same scope);
 # ops outside every scope belong to one pseudo-scope per thread, numbered -1 - thread. (``parent_op``
-# is always a cpu_op, so only those are joined.)
+# is always a cpu_op, so only those are joined.) Names and shapes come as codes into the lists passed.
 _SID = "coalesce(e.scope, -1 - e.thread)"
 _UNIT_OF = """
         FROM events e LEFT JOIN (SELECT id, scope FROM events WHERE kind = 'cpu_op') po ON po.id = e.parent_op
         WHERE e.kind = 'cpu_op' AND (e.parent_op IS NULL OR po.scope IS DISTINCT FROM e.scope)"""
-_UNITS = f"""
-    WITH units AS (
-        SELECT e.id, {_SID} AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total, e.thread {_UNIT_OF})"""
+_OP_UNITS = f"""
+    SELECT e.id, {_SID} AS sid, nm.code AS name, e.ts, e.dur, coalesce(e.device_total, 0) AS dev,
+           coalesce(e.kernels_total, 0) AS kern, e.thread, coalesce(sh.code + 1, 0) AS shape
+    {_UNIT_OF.replace("FROM events e", '''FROM events e
+        JOIN (SELECT unnest(?::VARCHAR[]) AS name, unnest(range(?)) AS code) nm ON nm.name IS NOT DISTINCT FROM e.name
+        LEFT JOIN shapes s ON s.id = e.id
+        LEFT JOIN (SELECT unnest(?::VARCHAR[]) AS d, unnest(?::VARCHAR[]) AS t, unnest(range(?)) AS code) sh
+               ON sh.d = s.input_dims AND sh.t IS NOT DISTINCT FROM s.input_types''')}"""
 
 
 @timed("scope instances")
-def _scope_instances(trace: Trace, only: list[str] | None = None) -> dict[int, ScopeInstance]:
-    """Every instance, or with ``only`` just those with an op unit of one of those names (their
-    child-scope units still carry the child's inclusive totals, summed over all of its units)."""
-    cpu = trace.cpu_only
-    out: dict[int, ScopeInstance] = {}
-    for sid, kind, name, label, parent, ts, dur in trace.con.execute(
-            "SELECT id, kind, name, label, parent, ts, dur FROM scopes ORDER BY ts").fetchall():
-        out[sid] = ScopeInstance(sid, kind, name, label, parent, ts, dur)
-    if only is None:
-        rows = trace.con.execute(_UNITS + """
-            SELECT u.id, u.sid, u.name, u.ts, u.dur, u.device_total, u.kernels_total, s.input_dims, s.input_types,
-                   u.thread
-            FROM units u LEFT JOIN shapes s USING (id) ORDER BY u.ts""").fetchall()
-        return _fill(out, rows, cpu, None if cpu else _device_own(trace))
-    if not only:
-        return {}
-    # the instances with a wanted op among their units (the join runs over those ops only) ...
-    wanted = {sid for (sid,) in trace.con.execute(
-        f"SELECT DISTINCT {_SID} {_UNIT_OF} AND e.name IN (SELECT unnest(?::VARCHAR[]))", [only]).fetchall()}
-    if not wanted:
-        return {}
-    # ... their units, and the own totals (op units summed) of them and every scope below them, so a
-    # child scope's unit carries its inclusive figures without its units being read
-    children: dict[int, list[int]] = {}
-    for sid, inst in out.items():
-        if inst.parent is not None:
-            children.setdefault(inst.parent, []).append(sid)
-    below, todo = set(wanted), list(wanted)
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            if c not in below:
-                below.add(c)
-                todo.append(c)
-    dev, kern = ("e.dur", "count(*)") if cpu else ("e.device_total", "sum(e.kernels_total)")
-    rows = trace.con.execute(f"""
-        SELECT false AS total, e.id, {_SID} AS sid, e.name, e.ts, e.dur, e.device_total, e.kernels_total,
-               s.input_dims, s.input_types, e.thread
-        {_UNIT_OF.replace("FROM events e", "FROM events e LEFT JOIN shapes s USING (id)")}
-              AND {_SID} IN (SELECT unnest(?::BIGINT[]))
-        UNION ALL
-        SELECT true, NULL, {_SID}, NULL, NULL, NULL, sum({dev}), {kern}, NULL, NULL, NULL {_UNIT_OF}
-              AND {_SID} IN (SELECT unnest(?::BIGINT[])) GROUP BY {_SID}
-        ORDER BY total, ts""", [sorted(wanted), sorted(below)]).fetchall()
-    split = next((i for i, r in enumerate(rows) if r[0]), len(rows))
-    own = {r[2]: (r[6] or 0, r[7] or 0) for r in rows[split:]}
-    if not cpu:  # real scopes: their device activities; the pseudo-scopes (< 0) keep their op units
-        own = {**{sid: v for sid, v in own.items() if sid < 0}, **_device_own(trace)}
-    return _fill(out, [r[1:] for r in rows[:split]], cpu, own, only_with_units=True)
+def _unit_table(trace: Trace) -> UnitTable:
+    """Every instance's op units (one query, names and shapes as codes), its child scopes, and the roll-up."""
+    con, cpu = trace.con, trace.cpu_only
+    sc = con.execute("SELECT id, kind, name, label, parent, ts, dur FROM scopes ORDER BY ts").fetchnumpy()
+    names: list[str] = [n for (n,) in con.execute(
+        "SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' UNION SELECT DISTINCT name FROM scopes").fetchall()]
+    pairs = con.execute("""SELECT DISTINCT s.input_dims, s.input_types FROM shapes s SEMI JOIN events e
+        ON e.id = s.id AND e.kind = 'cpu_op' WHERE s.input_dims IS NOT NULL""").fetchall()
+    ops = con.execute(_OP_UNITS, [   # in no order: ordered below, with the child scopes
+        names, len(names), [d for d, _ in pairs], [t for _, t in pairs], len(pairs)]).fetchnumpy()
+    shapes = [(), *(tuple(tensors(d, t)) for d, t in pairs)]
+    code = {n: i for i, n in enumerate(names)}
+    o_sid, o_id = np.asarray(ops["sid"], dtype=np.int64), np.asarray(ops["id"], dtype=np.int64)
+    # instances: the scopes, then one pseudo-scope per thread with ops outside every scope (first op first)
+    outside = np.flatnonzero(o_sid < 0)
+    outside = outside[np.lexsort((o_id[outside], np.asarray(ops["ts"], dtype=np.int64)[outside]))]
+    _, first = np.unique(o_sid[outside], return_index=True)
+    top_at = outside[np.sort(first)]
+    neg = o_sid[top_at]
+    threads = (-1 - neg).tolist()
+    sid = np.concatenate([np.asarray(sc["id"], dtype=np.int64), neg])
+    parent = np.concatenate([_ids(sc["parent"]), np.full(neg.size, NO_PARENT, dtype=np.int64)])
+    ts = np.concatenate([np.asarray(sc["ts"], dtype=np.int64), np.asarray(ops["ts"], dtype=np.int64)[top_at]])
+    dur = np.concatenate([np.asarray(sc["dur"], dtype=np.int64), np.zeros(neg.size, dtype=np.int64)])
+    pos = _positions(sid)
+    par = pos(parent)                                     # parent's row, -1 for none (or one not in the table)
+    # op units: their own figures; on a device a real scope's own figures are its device activities
+    o_inst = pos(o_sid)
+    o_dev = np.asarray(ops["dur"] if cpu else ops["dev"], dtype=np.int64)
+    o_kern = np.ones(o_sid.size, dtype=np.int64) if cpu else np.asarray(ops["kern"], dtype=np.int64)
+    own_dev, own_kern = np.zeros(sid.size, dtype=np.int64), np.zeros(sid.size, dtype=np.int64)
+    np.add.at(own_dev, o_inst, o_dev)
+    np.add.at(own_kern, o_inst, o_kern)
+    if not cpu:   # a real scope's own figures: its device activities; a pseudo-scope keeps its op units'
+        own_dev[sid >= 0] = 0
+        own_kern[sid >= 0] = 0
+        d_sid, d_ns, d_n = _device_own(trace)
+        at = pos(d_sid)
+        own_dev[at[at >= 0]], own_kern[at[at >= 0]] = d_ns[at >= 0], d_n[at >= 0]
+    device_ns, kernels = _roll_up(par, own_dev, own_kern)
+    # child-scope units: every scope whose parent is an instance, with its inclusive figures
+    child = np.flatnonzero(par >= 0)
+    n_ops = o_sid.size
+    u_inst = np.concatenate([o_inst, par[child]])
+    u_ts = np.concatenate([np.asarray(ops["ts"], dtype=np.int64), ts[child]])
+    is_scope = np.concatenate([np.zeros(n_ops, dtype=bool), np.ones(child.size, dtype=bool)])
+    # an instance's units by start; at one start its ops (by id) before its child scopes (in instance order)
+    order = np.lexsort((np.concatenate([o_id, child]), is_scope, u_ts, u_inst))
+    scope_names = [code[n] for n in np.asarray(sc["name"], dtype=object)[child].tolist()]
+    return UnitTable(
+        sid=sid, kind=[*np.asarray(sc["kind"], dtype=object).tolist(), *(["top"] * neg.size)],
+        name=[*np.asarray(sc["name"], dtype=object).tolist(), *(f"top level (thread {t})" for t in threads)],
+        label=[*np.asarray(sc["label"], dtype=object).tolist(), *([""] * neg.size)],
+        parent=parent, ts=ts, dur=dur, device_ns=device_ns, kernels=kernels,
+        bounds=np.searchsorted(u_inst[order], np.arange(sid.size + 1)).astype(np.int64),
+        unit_inst=u_inst[order],
+        unit_id=np.concatenate([o_id, sid[child]])[order], is_scope=is_scope[order],
+        unit_name=np.concatenate([np.asarray(ops["name"], dtype=np.int64),
+                                  np.asarray(scope_names, dtype=np.int64)])[order],
+        unit_ts=u_ts[order], unit_dur=np.concatenate([np.asarray(ops["dur"], dtype=np.int64), dur[child]])[order],
+        unit_device_ns=np.concatenate([o_dev, device_ns[child]])[order],
+        unit_kernels=np.concatenate([o_kern, kernels[child]])[order],
+        unit_shape=np.concatenate([np.asarray(ops["shape"], dtype=np.int64),
+                                   np.zeros(child.size, dtype=np.int64)])[order],
+        names=names, shapes=shapes)
 
 
-def _device_own(trace: Trace) -> dict[int, tuple[int, int]]:
-    """ns and count of the device activities each scope holds itself (its ``scope``), graph replays included."""
-    return {int(sid): (int(ns or 0), int(n)) for sid, ns, n in trace.con.execute(f"""
-        SELECT scope, sum(dur), count(*) FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND scope IS NOT NULL
-        GROUP BY scope""").fetchall()}
+def _ids(col: np.ndarray) -> np.ndarray:
+    """A nullable id column as int64, NULL as :data:`NO_PARENT`."""
+    if np.ma.isMaskedArray(col):
+        return np.asarray(col.filled(NO_PARENT), dtype=np.int64)
+    return np.asarray(col, dtype=np.int64)
 
 
-def _fill(out: dict[int, ScopeInstance], rows: list[tuple[Any, ...]], cpu: bool,
-          own: dict[int, tuple[int, int]] | None, *, only_with_units: bool = False) -> dict[int, ScopeInstance]:
-    """Units from ``rows`` into their instances; then child-scope units and the roll-up. ``own`` is each
-    scope's own (device time, count) (None: its op units'); a pseudo-scope missing from it sums its op
-    units. With ``only_with_units`` only instances that received rows are kept."""
-    for eid, sid, name, ts, dur, dev, kern, dims, types, thread in rows:
-        inst = out.get(sid)
-        if inst is None:  # ops outside every scope: one pseudo-scope per thread
-            inst = out[sid] = ScopeInstance(sid, "top", f"top level (thread {thread})", "", None, ts, 0)
-        inst.units.append(Unit(eid, "op", name, ts, dur, dur if cpu else dev, 1 if cpu else kern,
-                               tensors(dims, types)))
-    if own is not None:
-        own = dict(own)
-        for sid, inst in out.items():
-            if sid < 0 and sid not in own:
-                own[sid] = (sum(u.device_ns for u in inst.units), sum(u.kernels for u in inst.units))
-    kept = {sid for sid, inst in out.items() if inst.units} if only_with_units else set(out)
-    for inst in list(out.values()):
-        if inst.parent is not None and inst.parent in kept:
-            out[inst.parent].units.append(Unit(inst.id, "scope", inst.name, inst.ts, inst.dur, 0, 0))
-    for inst in out.values():
-        inst.units.sort(key=lambda u: u.ts)
-    _roll_up(out, own)
-    return {sid: out[sid] for sid in out if sid in kept} if only_with_units else out
+def _positions(sid: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A lookup from ids to their row in ``sid`` (-1 for an id not there)."""
+    order = np.argsort(sid, kind="stable")
+    keys = sid[order]
+
+    def pos(ids: np.ndarray) -> np.ndarray:
+        if keys.size == 0:
+            return np.full(ids.shape, -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(keys, ids), keys.size - 1)
+        found: np.ndarray = np.where(keys[at] == ids, order[at], -1).astype(np.int64)
+        return found
+
+    return pos
 
 
-def _roll_up(out: dict[int, ScopeInstance], own: dict[int, tuple[int, int]] | None = None) -> None:
-    """Inclusive device time and kernels per instance, children first; child units get them too.
+def _device_own(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scope, ns, count) of the device activities each scope holds itself (its ``scope``), graph replays included."""
+    cols = trace.con.execute(f"""
+        SELECT scope, coalesce(sum(dur), 0) AS ns, count(*) AS n FROM events
+        WHERE kind IN ({DEVICE_TIME_SQL}) AND scope IS NOT NULL GROUP BY scope""").fetchnumpy()
+    return (np.asarray(cols["scope"], dtype=np.int64), np.asarray(cols["ns"], dtype=np.int64),
+            np.asarray(cols["n"], dtype=np.int64))
 
-    Without ``own`` an instance's total is the sum of its units (its child scopes' totals first).
-    With ``own`` (each scope's own figures: its device activities, or on a CPU-only trace its summed op
-    units, from SQL) totals come from the whole scope tree, so instances whose op units were not read
-    still give their parents the right figures.
-    """
-    children: dict[int, list[int]] = {}
-    for sid, inst in out.items():
-        if inst.parent is not None and inst.parent in out:
-            children.setdefault(inst.parent, []).append(sid)
-    done: dict[int, tuple[int, int]] = {}
-    # children before parents, without recursion (a scope tree can be thousands deep)
-    for root in [sid for sid, inst in out.items() if inst.parent is None or inst.parent not in out]:
-        stack = [(root, False)]
-        while stack:
-            sid, expanded = stack.pop()
-            if sid in done:
-                continue
-            if not expanded:
-                stack.append((sid, True))
-                stack.extend((c, False) for c in children.get(sid, ()) if c not in done)
-                continue
-            inst = out[sid]
-            if own is None:
-                dev = kern = 0
-                for u in inst.units:
-                    if u.kind == "scope" and u.id in out:
-                        u.device_ns, u.kernels = done[u.id]
-                    dev += u.device_ns
-                    kern += u.kernels
-            else:
-                dev, kern = own.get(sid, (0, 0))
-                for c in children.get(sid, ()):
-                    dev += done[c][0]
-                    kern += done[c][1]
-                for u in inst.units:
-                    if u.kind == "scope" and u.id in out:
-                        u.device_ns, u.kernels = done[u.id]
-            inst.device_ns, inst.kernels = dev, kern
-            done[sid] = (dev, kern)
+
+def _roll_up(par: np.ndarray, own_dev: np.ndarray, own_kern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inclusive figures per instance: its own plus its children's inclusive ones, deepest level first
+    (each instance's depth by pointer doubling: a scope tree can be thousands deep)."""
+    depth = (par >= 0).astype(np.int64)
+    up = par.copy()
+    for _ in range(64):
+        live = up >= 0
+        if not live.any():
+            break
+        nxt = up[live]
+        depth[live] += depth[nxt]   # distances and pointers of the step before (read before written)
+        up[live] = up[nxt]
+    dev, kern = own_dev.copy(), own_kern.copy()
+    order = np.argsort(-depth, kind="stable")
+    cuts = np.flatnonzero(np.diff(depth[order])) + 1
+    for level in np.split(order, cuts):
+        level = level[par[level] >= 0]
+        np.add.at(dev, par[level], dev[level])
+        np.add.at(kern, par[level], kern[level])
+    return dev, kern

@@ -7,6 +7,10 @@ embedding, residual add + norm, bias + activation), attention is found across ma
 devices a single norm op that launches several kernels is a candidate too. Instances are grouped
 by (pattern, scope) and carry a memory-traffic model of what fusion saves.
 
+The search runs over the unit table's columns (analysis/scopes.py): what a rule asks of an op's name
+or shapes is answered once per distinct name and shape, the runs, windows and pairs are found by
+sweeps over all instances at once, and a run's pattern and bytes once per distinct run.
+
 The saving model: a chain of memory-bound kernels takes time in proportion to the bytes it moves,
 so fused time = time now x bytes fused / bytes now. Bytes come from the recorded input shapes.
 """
@@ -14,15 +18,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
+from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL
 from .. import figures
 from ..opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
-from ..scopes import ScopeInstance, Unit, scope_instances_with, scope_title
+from ..scopes import UnitTable, scope_class, title_of, unit_table
 from .records import Candidate
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 RECOMMEND = {
     "RMSNorm": "torch.nn.functional.rms_norm(x, (hidden,), weight, eps): one fused kernel on CUDA/ROCm; "
@@ -53,272 +65,249 @@ EXTERNAL = {"SiLU x mul (SwiGLU)": (2, 1), "residual add + norm": (2, 2), "rotar
             "attention (matmul-softmax-matmul)": (3, 1)}
 
 
-@dataclass
-class Match:
-    """One place a fusion pattern matched: the scope instance, its units and their device time."""
+PASS_THROUGH_WORDS = ("Dropout", "Identity")
 
-    pattern: str
-    scope: ScopeInstance
-    units: list[Unit]
-    device_ns: int
-    bytes_now: int
-    bytes_fused: int
-    saving_ns: float
-    confidence: str
-    intermediates: list[tuple[str, int]] = field(default_factory=list)
+
+class Reading:
+    """What the rules ask of a unit's name and shapes, answered once per distinct name and shape of a
+    unit table: per name code as an op (``op_*``) and as a child scope (``scope_*``), per shape code."""
+
+    def __init__(self, t: UnitTable) -> None:
+        self.table = t
+        names = [n or "" for n in t.names]
+        cls, bases, scls = [op_class(n) for n in names], [base(n) for n in names], [scope_class(n) for n in names]
+
+        def flags(test: Callable[[int], bool]) -> np.ndarray:
+            return np.fromiter((test(i) for i in range(len(names))), dtype=bool, count=len(names))
+
+        self.view, self.matmul = flags(lambda i: cls[i] == "view"), flags(lambda i: cls[i] == "matmul")
+        self.fusible, self.norm_cls = flags(lambda i: cls[i] in FUSIBLE), flags(lambda i: cls[i] == "norm")
+        self.softmax_like = flags(lambda i: cls[i] == "softmax" or bases[i] == "exp")
+        self.add, self.mul = flags(lambda i: bases[i] == "add"), flags(lambda i: bases[i] == "mul")
+        self.in_place = flags(lambda i: names[i].endswith("_"))
+        self.silu, self.norm_op = flags(lambda i: bases[i] == "silu"), flags(lambda i: bases[i] in NORM)
+        self.act_op = flags(lambda i: bases[i] in ACTIVATIONS)
+        self.s_norm, self.s_act = flags(lambda i: scls[i] == "norm_module"), flags(lambda i: scls[i] == "activation_module")
+        self.s_plain, self.s_silu = flags(lambda i: scls[i] == "scope"), flags(lambda i: "SiLU" in names[i])
+        self.s_pass = flags(lambda i: any(w in names[i] for w in PASS_THROUGH_WORDS))
+        # a unit's name as the patterns read it: an op's base name, a child scope's "<class>"
+        self.words: list[str] = sorted({*bases, *(f"<{c}>" for c in scls)})
+        at = {w: i for i, w in enumerate(self.words)}
+        self.op_word = np.asarray([at[b] for b in bases], dtype=np.int64)
+        self.scope_word = np.asarray([at[f"<{c}>"] for c in scls], dtype=np.int64)
+        sh = t.shapes
+        self.has_ins = np.asarray([bool(x) for x in sh], dtype=bool)
+        self.big = np.asarray([max((u.numel for u in x), default=-1) for x in sh], dtype=np.int64)  # -1: no tensors
+        self.any_big = np.asarray([any(u.numel > 1 for u in x) for x in sh], dtype=bool)
+        self.main = [max(x, key=lambda u: u.numel) if x else None for x in sh]   # the first largest input
+        self.dims = [tuple(u.dims for u in x) for x in sh]
+        self._io: dict[tuple[int, int], tuple[int, int]] = {}
+        self._flows: dict[tuple[int, int], bool] = {}
+
+    def io(self, name: int, shape: int) -> tuple[int, int]:
+        """(bytes read, bytes written) of an op with these name and shape codes."""
+        key = (name, shape)
+        found = self._io.get(key)
+        if found is None:
+            found = self._io[key] = io_bytes(self.table.names[name], list(self.table.shapes[shape]))
+        return found
+
+    def flows_into(self, a: int, b: int) -> bool:
+        """Could an op with input shapes ``b`` consume the output of one with ``a``? Same size, or one is
+        the other reduced over its last dim (an op without shapes flows anywhere)."""
+        key = (a, b)
+        found = self._flows.get(key)
+        if found is None:
+            x, y = self.big[a], self.big[b]
+            if x < 0 or y < 0 or x == y:
+                found = True
+            else:
+                lo, hi = min(x, y), max(x, y)
+                last = [t.dims[-1] for t in (*self.table.shapes[a], *self.table.shapes[b]) if t.dims]
+                found = any(d and lo * d == hi for d in last)
+            self._flows[key] = found
+        return found
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The units of one match as columns: ``scope`` (a child scope, else an op), ``name`` and ``shape``
+    codes into the unit table's names and shapes, read through ``r``."""
+
+    scope: np.ndarray
+    name: np.ndarray
+    shape: np.ndarray
+    r: Reading
+
+    @cached_property
+    def op(self) -> np.ndarray:
+        """Which units are ops."""
+        return ~self.scope
+
+    @cached_property
+    def words(self) -> np.ndarray:
+        """Each unit's name as the patterns read it (codes into ``r.words``)."""
+        found: np.ndarray = np.where(self.scope, self.r.scope_word[self.name], self.r.op_word[self.name])
+        return found
+
+    @cached_property
+    def n(self) -> set[str]:
+        """The names the units carry: ops' base names, child scopes' ``<class>``."""
+        return {self.r.words[i] for i in distinct(self.words)[0].tolist()}
+
+    def count(self, word: str) -> int:
+        """Units named ``word``."""
+        return int(np.count_nonzero(self.words == self.r.words.index(word))) if word in self.n else 0
+
+    def is_norm(self) -> np.ndarray:
+        """Norm ops and norm child modules."""
+        found: np.ndarray = (self.op & self.r.norm_op[self.name]) | (self.scope & self.r.s_norm[self.name])
+        return found
+
+    def ins(self, k: int) -> tuple[Tensor, ...]:
+        """The recorded tensor inputs of unit k."""
+        return self.r.table.shapes[int(self.shape[k])]
+
+    def label(self, k: int) -> str:
+        """Unit k's name as recorded."""
+        return self.r.table.names[int(self.name[k])]
 
 
 # --- patterns ----------------------------------------------------------------------------------
 
 
-def _names(units: list[Unit]) -> list[str]:
-    return [base(u.name) if u.kind == "op" else f"<{u.cls}>" for u in units]
-
-
-def _is_norm(u: Unit) -> bool:
-    return (u.kind == "op" and base(u.name) in NORM) or u.cls == "norm_module"
-
-
-def _residual_then_norm(units: list[Unit]) -> bool:
+def _residual_then_norm(c: Chain) -> bool:
     """An add whose sum the next unit, a norm, reads: two tensors of the norm's input shape added (shapes
     recorded), or, without shapes, an out-of-place add. An in-place ``add_`` of a scalar or without
     shapes is a counter's increment (BatchNorm's ``num_batches_tracked += 1``), not a residual."""
-    for a, b in zip(units, units[1:]):
-        if not (a.kind == "op" and base(a.name) == "add" and _is_norm(b)):
-            continue
-        big = [t for t in a.ins if t.numel > 1]
-        if not a.ins:
-            if not a.name.endswith("_"):
+    adds = c.op & c.r.add[c.name]
+    for k in np.flatnonzero(adds[:-1] & c.is_norm()[1:]).tolist():
+        a_ins, b_ins = c.ins(k), c.ins(k + 1)
+        if not a_ins:
+            if not c.label(k).endswith("_"):
                 return True
             continue
-        if len(big) >= 2 and (not b.ins or any(t.dims == big[0].dims for t in b.ins)):
+        big = [t for t in a_ins if t.numel > 1]
+        if len(big) >= 2 and (not b_ins or any(t.dims == big[0].dims for t in b_ins)):
             return True
     return False
 
 
-def _scalar_mul(u: Unit) -> bool:
+def _scalar_mul(ins: tuple[Tensor, ...]) -> bool:
     """A multiply by a constant: one tensor input (the other operand is a Scalar), or, without
     shapes, a mul that feeds the sigmoid directly. A Python scalar may be recorded as a 0-dim tensor."""
-    return u.kind == "op" and base(u.name) == "mul" and sum(t.numel > 1 for t in u.ins) <= 1
+    return sum(t.numel > 1 for t in ins) <= 1
 
 
-def _same_input(sig: Unit, mul: Unit) -> bool:
+def _same_input(sig: tuple[Tensor, ...], mul: tuple[Tensor, ...]) -> bool:
     """Whether a product can be x * sigmoid(x): its two tensors have the sigmoid's input's shape
     (traces record shapes, not tensor identity; without shapes nothing contradicts it)."""
-    if not sig.ins or not mul.ins:
-        return not sig.ins and not mul.ins
-    shape = max(sig.ins, key=lambda t: t.numel).dims
-    big = [t for t in mul.ins if t.numel > 1]
+    if not sig or not mul:
+        return not sig and not mul
+    shape = max(sig, key=lambda t: t.numel).dims
+    big = [t for t in mul if t.numel > 1]
     return len(big) >= 2 and all(t.dims == shape for t in big[:2])
 
 
-def _sigmoid_form(n: list[str], units: list[Unit]) -> str | None:
+def _sigmoid_form(c: Chain) -> str | None:
     """Tell sigmoid-built activations apart by data flow, and name nothing else after them: the
     chain's ops must be exactly one of
     QuickGELU  x * sigmoid(1.702 x): [mul by a constant, sigmoid, mul];
     SiLU       x * sigmoid(x):       [sigmoid, mul], the product of the sigmoid's own input;
     gated      sigmoid(g) * g * up:  [sigmoid, mul, mul], the first product of the sigmoid's input.
     A sigmoid among other work ([layer_norm, sigmoid, mul], a loss's log/where/clamp) is none of these."""
-    ops = [u for u in units if u.kind == "op"]
-    names = [base(u.name) for u in ops]
-    if names == ["mul", "sigmoid", "mul"] and (_scalar_mul(ops[0]) or not ops[0].ins) and not _scalar_mul(ops[2]):
+    ops = np.flatnonzero(c.op).tolist()
+    if len(ops) not in (2, 3):
+        return None
+    names = [c.r.words[int(c.words[k])] for k in ops]
+    ins = [c.ins(k) for k in ops]
+    if names == ["mul", "sigmoid", "mul"] and (_scalar_mul(ins[0]) or not ins[0]) and not _scalar_mul(ins[2]):
         return "quick_gelu"
-    if names == ["sigmoid", "mul"] and not _scalar_mul(ops[1]) and _same_input(ops[0], ops[1]):
+    if names == ["sigmoid", "mul"] and not _scalar_mul(ins[1]) and _same_input(ins[0], ins[1]):
         return "silu"
-    if names == ["sigmoid", "mul", "mul"] and not _scalar_mul(ops[1]) and _same_input(ops[0], ops[1]):
+    if names == ["sigmoid", "mul", "mul"] and not _scalar_mul(ins[1]) and _same_input(ins[0], ins[1]):
         return "gated"
     return None
 
 
-PATTERNS: list[tuple[str, Callable[[list[str], list[Unit]], bool]]] = [
-    ("RMSNorm", lambda n, u: "mean" in n and ("rsqrt" in n or {"sqrt", "div"} <= set(n))
-     and not ({"sub", "var", "var_mean"} & set(n)) and bool({"pow", "mul", "square"} & set(n))),
-    ("LayerNorm", lambda n, u: (bool({"var", "var_mean"} & set(n)) or {"mean", "sub"} <= set(n))
-     and bool({"rsqrt", "sqrt", "div"} & set(n))),
-    ("softmax", lambda n, u: {"exp", "sum", "div"} <= set(n)),
-    ("GELU (tanh)", lambda n, u: "tanh" in n and "add" in n and ("pow" in n or n.count("mul") >= 3)),
-    ("GELU (erf)", lambda n, u: "erf" in n and "mul" in n),
-    ("QuickGELU (x * sigmoid(1.702 x))", lambda n, u: _sigmoid_form(n, u) == "quick_gelu"),
-    ("SiLU (x * sigmoid(x))", lambda n, u: _sigmoid_form(n, u) == "silu"),
-    ("SiLU x mul (SwiGLU)", lambda n, u: ("silu" in n and "mul" in n) or _sigmoid_form(n, u) == "gated"),
-    ("rotary embedding", lambda n, u: {"neg", "cat", "mul", "add"} <= set(n)),
-    ("residual add + norm", lambda n, u: _residual_then_norm(u)),
-    ("norm + residual add + activation", lambda n, u: any(
-        _is_norm(x) and y.kind == "op" and base(y.name) == "add" and (z.cls == "activation_module" or (
-            z.kind == "op" and base(z.name) in ACTIVATIONS)) for x, y, z in zip(u, u[1:], u[2:]))),
-    ("bias + activation", lambda n, u: any(a == "add" and (b in ACTIVATIONS or b == "<activation_module>")
-                                           for a, b in zip(n, n[1:]))),
+def _norm_add_act(c: Chain) -> bool:
+    """A norm, then an add, then an activation (op or module), one after the other."""
+    act = (c.scope & c.r.s_act[c.name]) | (c.op & c.r.act_op[c.name])
+    return bool((c.is_norm()[:-2] & (c.op & c.r.add[c.name])[1:-1] & act[2:]).any())
+
+
+def _bias_act(c: Chain) -> bool:
+    """An add right before an activation (op or module)."""
+    act = (c.scope & c.r.s_act[c.name]) | (c.op & c.r.act_op[c.name])
+    return bool(((c.op & c.r.add[c.name])[:-1] & act[1:]).any())
+
+
+PATTERNS: list[tuple[str, Callable[[Chain], bool]]] = [
+    ("RMSNorm", lambda c: "mean" in c.n and ("rsqrt" in c.n or {"sqrt", "div"} <= c.n)
+     and not ({"sub", "var", "var_mean"} & c.n) and bool({"pow", "mul", "square"} & c.n)),
+    ("LayerNorm", lambda c: (bool({"var", "var_mean"} & c.n) or {"mean", "sub"} <= c.n)
+     and bool({"rsqrt", "sqrt", "div"} & c.n)),
+    ("softmax", lambda c: {"exp", "sum", "div"} <= c.n),
+    ("GELU (tanh)", lambda c: "tanh" in c.n and "add" in c.n and ("pow" in c.n or c.count("mul") >= 3)),
+    ("GELU (erf)", lambda c: "erf" in c.n and "mul" in c.n),
+    ("QuickGELU (x * sigmoid(1.702 x))", lambda c: _sigmoid_form(c) == "quick_gelu"),
+    ("SiLU (x * sigmoid(x))", lambda c: _sigmoid_form(c) == "silu"),
+    ("SiLU x mul (SwiGLU)", lambda c: ("silu" in c.n and "mul" in c.n) or _sigmoid_form(c) == "gated"),
+    ("rotary embedding", lambda c: {"neg", "cat", "mul", "add"} <= c.n),
+    ("residual add + norm", _residual_then_norm),
+    ("norm + residual add + activation", _norm_add_act),
+    ("bias + activation", _bias_act),
 ]
 
 
-def name_chain(units: list[Unit]) -> str | None:
+def name_chain(c: Chain) -> str | None:
     """The fusion pattern the units' op names follow, or None."""
-    n = _names(units)
     for pattern, test in PATTERNS:
-        if test(n, units):
+        if test(c):
             return pattern
     return None
-
-
-# --- chains ------------------------------------------------------------------------------------
-
-
-def _fusible(u: Unit) -> bool:
-    if u.kind == "scope":
-        return u.cls in ("norm_module", "activation_module")
-    return op_class(u.name) in FUSIBLE
-
-
-def _work(u: Unit, cpu: bool) -> bool:
-    """A unit that does work worth fusing: not a scalar bookkeeping op, not a kernel-less op."""
-    if u.kind == "op" and u.ins and max(t.numel for t in u.ins) <= 1:
-        return False
-    return cpu or u.kernels > 0
-
-
-def _big(u: Unit) -> int | None:
-    return max((t.numel for t in u.ins), default=None) if u.kind == "op" else None
-
-
-def _flows_into(a: Unit, b: Unit) -> bool:
-    """Could b consume a's output? Same size, or one is the other reduced over its last dim."""
-    x, y = _big(a), _big(b)
-    if x is None or y is None or x == y:
-        return True
-    lo, hi = min(x, y), max(x, y)
-    last = [t.dims[-1] for t in (a.ins + b.ins) if t.dims]
-    return any(d and lo * d == hi for d in last)
-
-
-def chains(inst: ScopeInstance, cpu: bool, copies: frozenset[int] = frozenset()) -> list[list[Unit]]:
-    """Maximal runs of fusible units that could feed each other (views neither join nor break a run).
-
-    A run needs at least one op: a row of child modules (a norm after a norm) is no chain. An op in
-    ``copies`` (all its device work is memcpy/memset: an input transfer) is not fusible and breaks
-    the run: fusion cannot remove a copy between host and device.
-    """
-    out: list[list[Unit]] = []
-    run: list[Unit] = []
-
-    def close() -> None:
-        if any(u.kind == "op" for u in run):
-            out.append(list(run))
-        run.clear()
-
-    for i, u in enumerate(inst.units):
-        if u.kind == "op" and op_class(u.name) == "view":
-            continue
-        if _counter_increment(inst.units, i):
-            continue   # its sum flows nowhere in the chain: neither joins nor breaks it
-        if not _fusible(u) or u.id in copies:
-            close()
-            continue
-        if not _work(u, cpu):
-            continue
-        prev = next((v for v in reversed(run) if v.kind == "op"), None)
-        if run and ((run[-1].kind == "scope" and u.kind == "scope") or (prev is not None and not _flows_into(prev, u))):
-            close()
-        run.append(u)
-    close()
-    return out
-
-
-def _counter_increment(units: list[Unit], i: int) -> bool:
-    """An in-place ``add_`` of a scalar (or without shapes) right before a norm: BatchNorm's
-    ``num_batches_tracked += 1``, whose sum the norm does not read (data flow, not adjacency)."""
-    u = units[i]
-    if not (u.kind == "op" and base(u.name) == "add" and u.name.endswith("_")):
-        return False
-    if u.ins and any(t.numel > 1 for t in u.ins):
-        return False
-    nxt = next((v for v in units[i + 1:] if not (v.kind == "op" and op_class(v.name) == "view")), None)
-    return nxt is not None and _is_norm(nxt)
-
-
-PASS_THROUGH_WORDS = ("Dropout", "Identity")
-
-
-def _transparent(u: Unit, cpu: bool) -> bool:
-    """A child scope that does no work of its own between two steps of a pattern: one that launched
-    no kernels (an eval-mode nn.Dropout on a device), or a dropout/identity module."""
-    if u.kind != "scope":
-        return False
-    return (not cpu and u.kernels == 0) or any(w in u.name for w in PASS_THROUGH_WORDS)
-
-
-def _attention(inst: ScopeInstance, cpu: bool = False) -> list[list[Unit]]:
-    """matmul -> (scale / mask) -> softmax -> (dropout) -> matmul windows."""
-    units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
-    found = []
-    i = 0
-    while i < len(units):
-        if units[i].kind == "op" and op_class(units[i].name) == "matmul":
-            j = i + 1
-            saw_softmax = False
-            while j < len(units) and j - i <= 8 and ((units[j].kind == "op" and op_class(units[j].name) in FUSIBLE)
-                                                     or _transparent(units[j], cpu)):
-                n = base(units[j].name) if units[j].kind == "op" else ""
-                saw_softmax |= (units[j].kind == "op" and op_class(units[j].name) == "softmax") or n == "exp"
-                j += 1
-            if saw_softmax and j < len(units) and units[j].kind == "op" and op_class(units[j].name) == "matmul":
-                found.append(units[i:j + 1])
-                i = j + 1
-                continue
-        i += 1
-    return found
-
-
-def _swiglu(inst: ScopeInstance) -> list[list[Unit]]:
-    """silu(gate(x)) * up(x): the up projection runs between the activation and the product."""
-    units = [u for u in inst.units if not (u.kind == "op" and op_class(u.name) == "view")]
-    found = []
-    for i, u in enumerate(units):
-        is_silu = (u.kind == "op" and base(u.name) == "silu") or (u.kind == "scope" and "SiLU" in u.name)
-        if not is_silu:
-            continue
-        for w in units[i + 1:i + 4]:
-            if w.kind == "op" and base(w.name) == "mul":
-                found.append([u, w])
-                break
-            if (w.kind == "op" and op_class(w.name) != "matmul") or (w.kind == "scope" and w.cls != "scope"):
-                break
-    return found
 
 
 # --- bytes model -------------------------------------------------------------------------------
 
 
-def traffic(pattern: str, units: list[Unit]) -> tuple[int, int, list[tuple[str, int]]]:
+def traffic(pattern: str, c: Chain) -> tuple[int, int, list[tuple[str, int]]]:
     """(bytes now, bytes fused, intermediates written) of a chain, from recorded input shapes."""
-    ops = [u for u in units if u.kind == "op" and u.ins]
-    if not ops:
+    r = c.r
+    ops = np.flatnonzero(c.op & r.has_ins[c.shape])
+    if not ops.size:
         return 0, 0, []
-    main = max((t for u in ops for t in u.ins), key=lambda t: t.numel)
+    shapes = c.shape[ops]
+    main = r.main[int(shapes[np.argmax(r.big[shapes])])]   # the first largest tensor any op reads
+    assert main is not None
+    rw = [(main.nbytes, main.nbytes) if sc else (r.io(nm, sh) if r.has_ins[sh] else None)
+          for sc, nm, sh in zip(c.scope.tolist(), c.name.tolist(), c.shape.tolist())]
     now, inter = 0, []
-    for k, u in enumerate(units):
-        if u.kind == "scope":  # a child norm/activation module: reads and writes the main tensor once
-            r, w = main.nbytes, main.nbytes
-        elif u.ins:
-            r, w = io_bytes(u.name, u.ins)
-        else:
-            continue
-        now += r + w
-        if k < len(units) - 1 and w:
-            inter.append((u.name, w))
-    first_in = max(ops[0].ins, key=lambda t: t.numel)
-    last_in = max(ops[-1].ins, key=lambda t: t.numel)
+    last = len(rw) - 1
+    for k, x in enumerate(rw):
+        if x is not None:
+            now += x[0] + x[1]
+            if k < last and x[1]:
+                inter.append((c.label(k), x[1]))
+    first_in, last_in = r.main[int(shapes[0])], r.main[int(shapes[-1])]
+    assert first_in is not None and last_in is not None
     n_in, n_out = EXTERNAL.get(pattern, (1, 1))
     last_dim = main.dims[-1] if main.dims else 1
     params: dict[tuple[int, ...], Tensor] = {}
-    for u in ops:
-        for t in u.ins:
+    seen = distinct(shapes)[1]
+    at = np.full(seen.max() + 1, shapes.size, dtype=np.int64)
+    np.minimum.at(at, seen, np.arange(shapes.size))
+    for sh in shapes[np.sort(at)].tolist():   # each distinct shape at its first op: the first tensor per dims
+        for t in r.table.shapes[sh]:
             if 1 < t.numel <= last_dim:
                 params.setdefault(t.dims, t)
     fused = n_in * main.numel * first_in.elem + sum(t.nbytes for t in params.values()) \
         + n_out * main.numel * last_in.elem
-    if pattern.startswith("attention") and len(ops) >= 2:
-        qkv = sorted((t for u in ops for t in u.ins), key=lambda t: -t.numel)
-        fused = sum(t.nbytes for t in qkv[1:4]) + ops[-1].ins[0].nbytes // max(len(ops[-1].ins), 1)
+    if pattern.startswith("attention") and ops.size >= 2:
+        every = [t for sh in shapes.tolist() for t in r.table.shapes[sh]]
+        qkv = sorted(every, key=lambda t: -t.numel)
+        tail = r.table.shapes[int(shapes[-1])]
+        fused = sum(t.nbytes for t in qkv[1:4]) + tail[0].nbytes // max(len(tail), 1)
     return now, min(fused, now), inter
 
 
@@ -328,36 +317,63 @@ def traffic(pattern: str, units: list[Unit]) -> tuple[int, int, list[tuple[str, 
 MIN_BYTE_BOUND_GBPS = 0.01
 
 
-def _match(pattern: str, inst: ScopeInstance, units: list[Unit], cpu: bool) -> Match:
-    device_ns = sum(u.device_ns for u in units)
-    now, fused, inter = traffic(pattern, units)
+@dataclass(frozen=True)
+class Facts:
+    """What a match's pattern and bytes are, the same for every match of the same units (names, shapes)."""
+
+    pattern: str
+    bytes_now: int
+    bytes_fused: int
+    intermediates: list[tuple[str, int]]
+    ops: list[str]                  # the units' names
+    shapes: tuple[tuple[tuple[int, ...], ...], ...]   # the ops' input shapes (instances differing here group apart)
+
+
+@dataclass
+class Match:
+    """One place a fusion pattern matched: its scope's title, the unit table rows it fuses, their device
+    time and kernels (each unit at least one), and what fusing them saves."""
+
+    title: str
+    rows: np.ndarray
+    facts: Facts
+    device_ns: int
+    kernels: int
+    saving_ns: float
+    confidence: str
+
+    @property
+    def pattern(self) -> str:
+        """The pattern's name."""
+        return self.facts.pattern
+
+
+def _saving(f: Facts, device_ns: int, kernels: tuple[int, int], inner_ns: int, cpu: bool) -> tuple[float, str]:
+    """(predicted saving in ns, confidence) of a match from its device time, its kernels (all its units',
+    each at least one; its first unit's), and its inner units' device time (all but the first and last)."""
+    pattern, now, fused = f.pattern, f.bytes_now, f.bytes_fused
     if pattern == "pointwise chain" and (not now or fused >= now):
-        # nothing known to be saved: an unnamed chain's only model is its bytes
-        return Match(pattern, inst, units, device_ns, now, fused, 0.0, "low", inter)
+        return 0.0, "low"   # nothing known to be saved: an unnamed chain's only model is its bytes
     if cpu and device_ns and (not now or now / device_ns < MIN_BYTE_BOUND_GBPS):
         # on a CPU only bytes that explain the time back a saving; without shapes nothing is known
-        return Match(pattern, inst, units, device_ns, now, fused, 0.0, "low", inter)
+        return 0.0, "low"
     if pattern.startswith("attention"):
         # the matmuls stay; what goes is the scores' round trips through memory (scale, mask, softmax)
-        saving = float(sum(u.device_ns for u in units[1:-1]))
-        conf = "medium"
+        saving, conf = float(inner_ns), "medium"
     elif pattern == "multi-kernel norm":
-        k = max(units[0].kernels, 1)
-        saving = device_ns * max(0.0, 1 - 2 / (k + 1))
-        conf = "low"
+        k = max(kernels[1], 1)
+        saving, conf = device_ns * max(0.0, 1 - 2 / (k + 1)), "low"
     elif now:
         saving = device_ns * max(0.0, 1 - fused / now)
         conf = "high" if pattern not in ("pointwise chain", "bias + activation", "residual add + norm") else "medium"
     else:  # no shapes recorded: assume half of all but one kernel's time goes
-        k = sum(max(u.kernels, 1) for u in units)
-        saving = device_ns * 0.5 * (1 - 1 / k)
-        conf = "low"
+        saving, conf = device_ns * 0.5 * (1 - 1 / kernels[0]), "low"
     if pattern == "pointwise chain" or cpu:
         # on a CPU the chain's tensors often sit in cache and its ops cost dispatch and compute more than
         # memory traffic, so the byte model is an upper bound, not a prediction (Llama RMSNorm on a CPU:
         # 3.12 ms predicted, 0.34 ms measured with torch.compile); measure it before trusting it
         conf = "low"
-    return Match(pattern, inst, units, device_ns, now, fused, saving, conf, inter)
+    return saving, conf
 
 
 # Op classes a match can start from: a chain needs a fusible op, attention a matmul, SwiGLU a mul.
@@ -384,69 +400,289 @@ def copy_only_ops(trace: Trace) -> frozenset[int]:
     return frozenset(int(r[0]) for r in rows)
 
 
+# --- the sweeps --------------------------------------------------------------------------------
+
+
+def distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of an integer array, ascending, and where each element's value is among them."""
+    if not x.size:
+        return x, np.zeros(0, dtype=np.int64)
+    v = np.sort(x)
+    v = v[np.concatenate([[True], v[1:] != v[:-1]])]
+    return v, np.searchsorted(v, x)
+
+
+@dataclass(frozen=True)
+class _Units:
+    """The units of the instances searched (those holding a matchable op, whole), in table order: each
+    one's table row, instance, kind and codes, and the position one past its instance's last unit."""
+
+    rows: np.ndarray
+    inst: np.ndarray
+    scope: np.ndarray
+    op: np.ndarray
+    name: np.ndarray
+    shape: np.ndarray
+    kernels: np.ndarray
+    end: np.ndarray
+
+
+def _searched(t: UnitTable, wanted: set[str]) -> _Units:
+    """The units of every instance with an op unit named in ``wanted``."""
+    want = np.fromiter((n in wanted for n in t.names), dtype=bool, count=len(t.names))
+    hit = ~t.is_scope & want[t.unit_name]
+    held = np.zeros(t.sid.size, dtype=bool)
+    held[t.unit_inst[hit]] = True
+    rows = np.flatnonzero(held[t.unit_inst])
+    inst = t.unit_inst[rows]
+    scope = t.is_scope[rows]
+    return _Units(rows=rows, inst=inst, scope=scope, op=~scope, name=t.unit_name[rows], shape=t.unit_shape[rows],
+                  kernels=t.unit_kernels[rows], end=np.searchsorted(rows, t.bounds[inst + 1]))
+
+
+def _next_true(mask: np.ndarray) -> np.ndarray:
+    """For each position x (and one past the end), the first position >= x where ``mask`` holds, else its length."""
+    n = mask.size
+    at = np.append(np.where(mask, np.arange(n), n), n)
+    found: np.ndarray = np.minimum.accumulate(at[::-1])[::-1]
+    return found
+
+
+def _spans(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions start..end (inclusive) of each span, flat, and the span each belongs to."""
+    lengths = ends - starts + 1
+    which = np.repeat(np.arange(starts.size), lengths)
+    offset = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.arange(which.size) - offset[which] + starts[which], which
+
+
+def _attention(u: _Units, r: Reading, cpu: bool) -> tuple[np.ndarray, np.ndarray]:
+    """matmul -> (scale / mask) -> softmax -> (dropout) -> matmul windows among an instance's units
+    (views left out), taken left to right: their units' positions in ``u``'s order and the window of each.
+
+    From a matmul, up to eight fusible ops or pass-through child scopes may follow before the closing
+    matmul, one of them a softmax (or exp); a window's closing matmul opens no window of its own, so of
+    a row of windows each ending where the next would start every second one is taken."""
+    f = np.flatnonzero(~(u.op & r.view[u.name]))
+    op, nm, sc = u.op[f], u.name[f], u.scope[f]
+    end = np.searchsorted(f, u.end[f])
+    transparent = sc & (((not cpu) & (u.kernels[f] == 0)) | r.s_pass[nm])
+    ok = (op & r.fusible[nm]) | transparent
+    mm = op & r.matmul[nm]
+    soft = np.concatenate([[0], np.cumsum(op & r.softmax_like[nm])])
+    m = np.flatnonzero(mm)
+    if not m.size:
+        return m, m
+    j = np.minimum(np.minimum(_next_true(~ok)[m + 1], m + 9), end[m])
+    acc = (j < end[m]) & mm[np.minimum(j, f.size - 1)] & (soft[j] - soft[m + 1] > 0)
+    linked = np.zeros(m.size, dtype=bool)
+    linked[1:] = acc[:-1] & (j[:-1] == m[1:])
+    group_start = np.maximum.accumulate(np.where(~linked, np.arange(m.size), 0))
+    taken = acc & ((np.arange(m.size) - group_start) % 2 == 0)
+    at, which = _spans(m[taken], j[taken])
+    return f[at], which
+
+
+def _swiglu(u: _Units, r: Reading, taken: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """silu(gate(x)) * up(x): a SiLU (op or module) and the mul among the next three units (views left
+    out) with only matmuls and plain child scopes between; pairs with a unit already ``taken`` are not.
+    Returns the (silu, mul) positions in ``u``'s order."""
+    f = np.flatnonzero(~(u.op & r.view[u.name]))
+    op, nm, sc = u.op[f], u.name[f], u.scope[f]
+    end = np.searchsorted(f, u.end[f])
+    silu = np.flatnonzero((op & r.silu[nm]) | (sc & r.s_silu[nm]))
+    if not silu.size:
+        return silu, silu
+    stop = (op & ~r.matmul[nm]) | (sc & ~r.s_plain[nm])
+    k = _next_true(stop)[silu + 1]
+    kk = np.minimum(k, f.size - 1)
+    pair = (k <= silu + 3) & (k < end[silu]) & op[kk] & r.mul[nm[kk]]
+    a, b = f[silu[pair]], f[k[pair]]
+    free = ~taken[a] & ~taken[b]
+    return a[free], b[free]
+
+
+def _joining(u: _Units, r: Reading, cpu: bool, ids: np.ndarray, copies: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Which units join a chain and which break one. Views and counter increments do neither (an in-place
+    ``add_`` of a scalar, or without shapes, whose next unit other than a view is a norm: BatchNorm's
+    ``num_batches_tracked += 1``, whose sum the norm does not read); a unit that is not fusible, or a copy
+    (an op in ``copies``: all its device work is memcpy/memset), breaks; a fusible unit that does no work
+    (a scalar bookkeeping op, or on a device one that launched no kernels) does neither."""
+    op, nm, sh = u.op, u.name, u.shape
+    view = op & r.view[nm]
+    norm = (op & r.norm_op[nm]) | (u.scope & r.s_norm[nm])
+    nxt = _next_true(~view)[np.arange(1, u.op.size + 1)]
+    counter = op & r.add[nm] & r.in_place[nm] & ~r.any_big[sh] & (nxt < u.end) & norm[np.minimum(nxt, op.size - 1)]
+    fusible = (op & r.fusible[nm]) | (u.scope & (r.s_norm[nm] | r.s_act[nm]))
+    copy = np.isin(ids, np.fromiter(copies, dtype=np.int64, count=len(copies))) if copies else np.zeros(op.size, bool)
+    work = ~(op & r.has_ins[sh] & ~r.any_big[sh]) & (cpu | (u.kernels > 0))
+    quiet = view | counter
+    return ~quiet & fusible & ~copy & work, ~quiet & (~fusible | copy)
+
+
+def chains(u: _Units, r: Reading, cpu: bool, ids: np.ndarray, copies: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Maximal runs of fusible units that could feed each other (views neither join nor break a run):
+    the positions of their units in ``u``'s order and the run each is in (0, 1, ... in order).
+
+    A run needs at least one op: a row of child modules (a norm after a norm) is no chain. Two child
+    scopes in a row end a run, and so does an op that its run's last op cannot flow into (same size,
+    or one is the other reduced over its last dim), the run's last op being the one before it unless
+    two child scopes stand between them."""
+    join, brk = _joining(u, r, cpu, ids, copies)
+    j = np.flatnonzero(join)
+    if not j.size:
+        return j, j
+    breaks = np.cumsum(brk)
+    same = (u.inst[j[1:]] == u.inst[j[:-1]]) & (breaks[j[1:]] == breaks[j[:-1]])
+    new = np.ones(j.size, dtype=bool)
+    new[1:] = ~same | (u.scope[j[1:]] & u.scope[j[:-1]])
+    is_op = u.op[j]
+    last_op = np.maximum.accumulate(np.where(is_op, np.arange(j.size), -1))
+    k = np.flatnonzero(is_op[1:]) + 1
+    p = last_op[k - 1]
+    k, p = k[p >= 0], p[p >= 0]
+    live = (u.inst[j[p]] == u.inst[j[k]]) & (breaks[j[p]] == breaks[j[k]]) & (k - p - 1 <= 1)
+    k, p = k[live], p[live]
+    if k.size:   # flows asked once per distinct pair of shapes
+        n = len(r.table.shapes)
+        pairs, back = distinct(u.shape[j[p]] * n + u.shape[j[k]])
+        flows = np.asarray([r.flows_into(x // n, x % n) for x in pairs.tolist()], dtype=bool)
+        new[k] |= ~flows[back]
+    run = np.cumsum(new) - 1
+    with_op = np.bincount(run, weights=is_op, minlength=int(run[-1]) + 1) > 0
+    keep = with_op[run]
+    kept = run[keep]   # numbered again 0, 1, ... (runs come in order)
+    return j[keep], np.cumsum(np.concatenate([[0], kept[1:] != kept[:-1]])).astype(np.int64)
+
+
+ATTENTION, SWIGLU, MULTI_KERNEL_NORM = "attention (matmul-softmax-matmul)", "SiLU x mul (SwiGLU)", "multi-kernel norm"
+
+
+def _windows(u: _Units, r: Reading, cpu: bool, ids: np.ndarray, copies: frozenset[int]) -> \
+        tuple[np.ndarray, np.ndarray, list[str | None], np.ndarray]:
+    """Every match's units: (positions in ``u``'s order, the match each is in, each match's pattern (None:
+    a chain, named by its units), each match's sort key). Per instance: attention windows first, then
+    SwiGLU pairs, then the chains of what is left, each after the multi-kernel norms (on devices: a norm
+    op that launched two or more kernels) taken out of it."""
+    n = u.op.size
+    att, att_of = _attention(u, r, cpu)
+    a0 = att[np.searchsorted(att_of, np.arange(int(att_of[-1]) + 1 if att_of.size else 0))]
+    taken = np.zeros(n, dtype=bool)
+    taken[att] = True
+    s0, s1 = _swiglu(u, r, taken)
+    taken[s0] = taken[s1] = True
+    cj, crun = chains(u, r, cpu, ids, copies)
+    free = ~taken[cj]
+    cj, crun = cj[free], crun[free]
+    mk = np.zeros(cj.size, dtype=bool) if cpu else u.op[cj] & r.norm_cls[u.name[cj]] & (u.kernels[cj] >= 2)
+    first = np.full(int(crun.max()) + 1 if crun.size else 0, n, dtype=np.int64)
+    np.minimum.at(first, crun, cj)
+    rest, rest_run = cj[~mk], crun[~mk]
+    size = np.bincount(rest_run, minlength=first.size)
+    rest, rest_run = rest[size[rest_run] >= 2], rest_run[size[rest_run] >= 2]
+    runs = distinct(rest_run)[0]
+    groups = [(att, att_of, a0, 0, np.zeros(a0.size, dtype=np.int64)),
+              (np.stack([s0, s1], axis=1).ravel(), np.repeat(np.arange(s0.size), 2), s0, 1, np.zeros(s0.size, np.int64)),
+              (cj[mk], np.arange(int(mk.sum())), first[crun[mk]], 2, cj[mk]),
+              (rest, np.searchsorted(runs, rest_run), first[runs], 2, np.full(runs.size, n, dtype=np.int64))]
+    pos, which, keys, patterns, base_id = [], [], [], [], 0
+    for (p, w, at, phase, sub), pattern in zip(groups, (ATTENTION, SWIGLU, MULTI_KERNEL_NORM, None)):
+        pos.append(p)
+        which.append(w + base_id)
+        keys.append(np.stack([u.inst[np.minimum(at, n - 1)], np.full(at.size, phase), at, sub]))
+        patterns += [pattern] * at.size
+        base_id += at.size
+    key = np.concatenate(keys, axis=1)
+    return np.concatenate(pos), np.concatenate(which), patterns, key
+
+
 def find_matches(trace: Trace) -> list[Match]:
     """Every match in every scope instance, in instance (start time) order: attention windows first,
-    then SwiGLU pairs, then the chains of what is left (and multi-kernel norms on devices)."""
-    cpu = trace.cpu_only
-    copies = copy_only_ops(trace)
-    out: list[Match] = []
-    for inst in scope_instances_with(trace, candidate_ops(trace)).values():
-        taken: set[int] = set()
-        for window in _attention(inst, cpu):
-            out.append(_match("attention (matmul-softmax-matmul)", inst, window, cpu))
-            taken |= {u.id for u in window}
-        for window in _swiglu(inst):
-            if not taken & {u.id for u in window}:
-                out.append(_match("SiLU x mul (SwiGLU)", inst, window, cpu))
-                taken |= {u.id for u in window}
-        for run in chains(inst, cpu, copies):
-            run = [u for u in run if u.id not in taken]
-            if not cpu:
-                for u in [u for u in run if u.kind == "op" and op_class(u.name) == "norm" and u.kernels >= 2]:
-                    out.append(_match("multi-kernel norm", inst, [u], cpu))
-                    run = [v for v in run if v is not u]
-            if len(run) < 2:
-                continue
-            out.append(_match(name_chain(run) or "pointwise chain", inst, run, cpu))
+    then SwiGLU pairs, then the chains of what is left (and multi-kernel norms on devices). A match's
+    pattern and bytes are worked out once per distinct sequence of units (kinds, names, shapes)."""
+    return matches_in(unit_table(trace), trace.cpu_only, copy_only_ops(trace), candidate_ops(trace))
+
+
+def matches_in(t: UnitTable, cpu: bool, copies: frozenset[int], wanted: set[str]) -> list[Match]:
+    """:func:`find_matches` in a unit table: its instances with an op unit named in ``wanted``; ``copies``:
+    the ops that are copies (:func:`copy_only_ops`)."""
+    r = Reading(t)
+    u = _searched(t, wanted)
+    pos, which, patterns, key = _windows(u, r, cpu, t.unit_id[u.rows], copies)
+    if not patterns:
+        return []
+    rank = np.empty(len(patterns), dtype=np.int64)
+    rank[np.lexsort(key[::-1])] = np.arange(len(patterns))
+    order = np.lexsort((pos, rank[which]))
+    pos, which = pos[order], rank[which[order]]
+    starts = np.searchsorted(which, np.arange(len(patterns) + 1))
+    by_rank = [patterns[i] for i in np.argsort(rank).tolist()]
+    dev = t.unit_device_ns[u.rows][pos]
+    dev_sum = np.add.reduceat(dev, starts[:-1])
+    kern = np.add.reduceat(np.maximum(u.kernels[pos], 1), starts[:-1])
+    inner = dev_sum - dev[starts[:-1]] - dev[starts[1:] - 1]
+    code = (u.name[pos] * len(t.shapes) + u.shape[pos]) * 2 + u.scope[pos]
+    facts: dict[tuple[str | None, bytes], Facts] = {}
+    titles: dict[int, str] = {}
+    out = []
+    for m, (a, b) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist())):
+        sig = (by_rank[m], code[a:b].tobytes())
+        f = facts.get(sig)
+        if f is None:
+            f = facts[sig] = _facts(by_rank[m], Chain(u.scope[pos[a:b]], u.name[pos[a:b]], u.shape[pos[a:b]], r))
+        i = int(u.inst[pos[a]])
+        title = titles.get(i)
+        if title is None:
+            title = titles[i] = title_of(t.kind[i], t.name[i])
+        d, k = int(dev_sum[m]), int(kern[m])
+        saving, conf = _saving(f, d, (k, int(u.kernels[pos[a]])), int(inner[m]), cpu)
+        out.append(Match(title, u.rows[pos[a:b]], f, d, k, saving, conf))
     return out
 
 
-def shape_key(units: list[Unit]) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """The recorded input shapes of a match's ops: instances that differ here are grouped apart."""
-    return tuple(tuple(t.dims for t in u.ins) for u in units if u.kind == "op")
+def _facts(pattern: str | None, c: Chain) -> Facts:
+    """The pattern (a chain's by its units' names) and bytes of a match's units."""
+    pattern = pattern or name_chain(c) or "pointwise chain"
+    now, fused, inter = traffic(pattern, c)
+    ops = list(map(c.r.table.names.__getitem__, c.name.tolist()))
+    shapes = tuple(map(c.r.dims.__getitem__, c.shape[c.op].tolist()))
+    return Facts(pattern, now, fused, inter, ops, shapes)
 
 
 @timed("fusion candidates")
-def fusion_candidates(trace: Trace) -> list[Candidate]:
-    """Matches grouped by (pattern, scope, input shapes), largest predicted saving first.
+def fusion_candidates(trace: Trace, matches: list[Match] | None = None) -> list[Candidate]:
+    """Matches (those :func:`find_matches` finds, unless given) grouped by (pattern, scope, input shapes),
+    largest predicted saving first.
 
     A group's saving is the sum of its instances' savings, each at most the device time of the
     units it fuses, so no prediction exceeds the time it comes from; a group that would save
     nothing (the fused form moves no fewer bytes and launches no fewer kernels) is dropped.
     """
-    groups: dict[tuple[str, str, tuple[tuple[tuple[int, ...], ...], ...]], list[Match]] = {}
-    for m in find_matches(trace):
+    groups: dict[tuple[str, str, int], list[Match]] = {}
+    shape_ids: dict[tuple[tuple[tuple[int, ...], ...], ...], int] = {}
+    for m in find_matches(trace) if matches is None else matches:
         m.saving_ns = min(max(m.saving_ns, 0.0), float(m.device_ns))
-        groups.setdefault((m.pattern, scope_title(m.scope), shape_key(m.units)), []).append(m)
+        shapes = shape_ids.setdefault(m.facts.shapes, len(shape_ids))
+        groups.setdefault((m.pattern, m.title, shapes), []).append(m)
     out = []
-    for (pattern, scope, _shapes), ms in groups.items():
+    for (pattern, scope, _), ms in groups.items():
         saving_ns = sum(m.saving_ns for m in ms)
         if saving_ns <= 0:
             continue
-        first = ms[0]
+        first = ms[0].facts
         inter: dict[str, int] = {}
         for name, b in first.intermediates:
             inter[name] = inter.get(name, 0) + b
         out.append(Candidate(
             pattern=pattern, scope=scope, instances=len(ms),
-            kernels_per_instance=round(sum(sum(max(u.kernels, 1) for u in m.units) for m in ms) / len(ms), 2),
-            device_us=figures.us(sum(m.device_ns for m in ms) / 1000), bytes_now=sum(m.bytes_now for m in ms),
-            bytes_fused=sum(m.bytes_fused for m in ms),
+            kernels_per_instance=round(sum(m.kernels for m in ms) / len(ms), 2),
+            device_us=figures.us(sum(m.device_ns for m in ms) / 1000),
+            bytes_now=sum(m.facts.bytes_now for m in ms), bytes_fused=sum(m.facts.bytes_fused for m in ms),
             predicted_saving_us=figures.us(saving_ns / 1000),
             recommendation=RECOMMEND[pattern],
-            confidence=first.confidence, ops=[u.name for u in first.units],
-            intermediate_bytes=sum(b for m in ms for _, b in m.intermediates),
+            confidence=ms[0].confidence, ops=list(first.ops),
+            intermediate_bytes=sum(b for m in ms for _, b in m.facts.intermediates),
             intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
-            shape=json.dumps([list(d) for d in _shapes[0]]) if _shapes else ""))
+            shape=json.dumps([list(d) for d in first.shapes[0]]) if first.shapes else ""))
     out.sort(key=lambda c: -c.predicted_saving_us)
     return out

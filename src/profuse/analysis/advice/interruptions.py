@@ -35,7 +35,7 @@ from ..busy import (
     owners,
     union_ns,
 )
-from ..scopes import scope_instances, scope_title, title_of
+from ..scopes import title_of, unit_table
 
 if TYPE_CHECKING:
     import numpy as np
@@ -171,15 +171,47 @@ def _no_waiting() -> int:
 
 def _cpu_scopes(trace: Trace) -> dict[str, _Scope]:
     """On the CPU the ops are the work; a child scope's time is work too, never the parent's idle.
-    Each instance's figures come from its own thread's ops, so instances are summed."""
+    Each instance's figures come from its own thread's units (ops and child scopes): busy is the union of
+    their intervals, the window their first start to their last end; an instance of a module or
+    annotation counts with two or more op units, and a scope sums its instances."""
+    t = unit_table(trace)
+    n_ops = np.bincount(t.unit_inst[~t.is_scope], minlength=t.sid.size)
+    named = np.fromiter((k in ("module", "annotation") for k in t.kind), dtype=bool, count=len(t.kind))
+    rows = np.flatnonzero((named & (n_ops >= 2))[t.unit_inst])
+    if not rows.size:
+        return {}
+    inst, start = t.unit_inst[rows], t.unit_ts[rows]
+    busy, window, at = union_per_group(inst, start, start + t.unit_dur[rows])
     per: dict[str, list[tuple[int, int, int]]] = {}
-    for inst in scope_instances(trace).values():
-        ops = [u for u in inst.units if u.kind == "op"]
-        if inst.kind not in ("module", "annotation") or len(ops) < 2:
-            continue
-        s = np.array([u.ts for u in inst.units], dtype=np.int64)
-        e = np.array([u.ts + u.dur for u in inst.units], dtype=np.int64)
-        per.setdefault(scope_title(inst), []).append((len(ops), union_ns(s, e), int(e.max() - s.min())))
+    titles: dict[tuple[str, str], str] = {}
+    for i, b, w in zip(inst[at].tolist(), busy.tolist(), window.tolist()):
+        title = titles.get((t.kind[i], t.name[i]))
+        if title is None:
+            title = titles[(t.kind[i], t.name[i])] = title_of(t.kind[i], t.name[i])
+        per.setdefault(title, []).append((int(n_ops[i]), b, w))
     return {title: _Scope(instances=len(rows), kernels=sum(r[0] for r in rows), busy_ns=sum(r[1] for r in rows),
                           window_ns=sum(r[2] for r in rows), launch_us=0.0, queue_delay_us=0.0, waiting=_no_waiting)
             for title, rows in per.items()}
+
+
+def union_per_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group of intervals [start, end) (rows grouped, each group's by start): the length of their
+    union, their window (last end - first start) and the group's first row, in one sweep. Each interval
+    adds what it reaches past the furthest end before it in its group; that running maximum restarts
+    per group by ranking the ends and offsetting each group's ranks past the previous group's."""
+    n = group.size
+    at = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
+    first = np.zeros(n, dtype=np.int64)
+    first[at] = 1
+    gi = np.cumsum(first) - 1
+    ends = np.sort(end)
+    ends = ends[np.concatenate([[True], ends[1:] != ends[:-1]])]
+    m = ends.size
+    key = gi * m + np.searchsorted(ends, end)
+    reach = ends[np.maximum.accumulate(key) - gi * m]
+    before = np.concatenate([[0], reach[:-1]])
+    before[at] = start[at]   # a group's first interval has nothing before it
+    gain = np.maximum(end - np.maximum(start, before), 0)
+    busy: np.ndarray = np.add.reduceat(gain, at)
+    window: np.ndarray = np.maximum.reduceat(end, at) - np.minimum.reduceat(start, at)
+    return busy, window, at

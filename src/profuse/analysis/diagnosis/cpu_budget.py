@@ -44,35 +44,78 @@ def _leaf(kind: str, name: str) -> int:
     return CPU_LEAVES.index("cpu/other")
 
 
+# the host events a span is painted with: every kind that runs on a thread, the step itself and steps left out
+_SPAN_EVENTS = f"""FROM events WHERE ts < ? AND ts + dur > ? AND id <> ? AND kind IN ('cpu_op', 'python', 'runtime',
+    'annotation', 'sync') AND NOT ({STEP_WHERE})"""
+
+
 def span_ns(trace: Trace, thread: int, lo: int, hi: int, skip: int) -> np.ndarray:
     """ns per CPU leaf of [lo, hi) seen from ``thread`` (other threads fill its gaps), the event
     ``skip`` (the step) left out: each piece of the span goes to the last event covering it in the order
-    other threads, then the step's; shallow first (so the innermost event wins)."""
+    other threads, then the step's; shallow first (so the innermost event wins). Each distinct
+    (kind, name) is classified once; the pieces are painted by :func:`last_cover`."""
+    args = [hi, lo, skip]
+    pairs = trace.con.execute(f"SELECT DISTINCT kind, coalesce(name, '') {_SPAN_EVENTS}", args).fetchall()
     cols = trace.con.execute(f"""
-        SELECT greatest(ts, ?) AS s, least(ts + dur, ?) AS e, kind, coalesce(name, '') AS name FROM events
-        WHERE ts < ? AND ts + dur > ? AND id <> ? AND kind IN ('cpu_op', 'python', 'runtime',
-              'annotation', 'sync') AND NOT ({STEP_WHERE})
-        ORDER BY thread = ?, depth, ts, id""", [lo, hi, hi, lo, skip, thread]).fetchnumpy()
+        SELECT greatest(e.ts, ?) AS s, least(e.ts + e.dur, ?) AS e, l.leaf, e.kind = 'annotation' AS mark
+        FROM (SELECT id, ts, dur, kind, coalesce(name, '') AS name, thread, depth {_SPAN_EVENTS}) e
+        JOIN (SELECT unnest(?::VARCHAR[]) AS lk, unnest(?::VARCHAR[]) AS ln, unnest(?::INTEGER[]) AS leaf) l
+          ON l.lk = e.kind AND l.ln = e.name
+        ORDER BY e.thread = ?, e.depth, e.ts, e.id""",
+        [lo, hi, *args, [k for k, _ in pairs], [n for _, n in pairs], [_leaf(k, n) for k, n in pairs],
+         thread]).fetchnumpy()
     start, end = np.asarray(cols["s"], dtype=np.int64), np.asarray(cols["e"], dtype=np.int64)
-    kinds, names = np.asarray(cols["kind"], dtype=object), np.asarray(cols["name"], dtype=object)
+    leaves, mark = np.asarray(cols["leaf"], dtype=np.int8), np.asarray(cols["mark"], dtype=bool)
+    del cols
     # an annotation exactly as long as the span is the span's own mark, not work inside it
-    keep = (end > start) & ~((kinds == "annotation") & (start == lo) & (end == hi))
-    start, end, kinds, names = start[keep], end[keep], kinds[keep], names[keep]
+    keep = (end > start) & ~(mark & (start == lo) & (end == hi))
+    start, end, leaves = start[keep], end[keep], leaves[keep]
+    del keep, mark
+    cuts = np.sort(np.concatenate([np.asarray([lo, hi], dtype=np.int64), start, end]))
+    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]]) & (cuts >= lo) & (cuts <= hi)]
+    first, last = np.searchsorted(cuts, start).astype(np.int32), np.searchsorted(cuts, end).astype(np.int32)
+    del start, end
+    winner = last_cover(first, last, cuts.size - 1)
+    del first, last
+    label = np.full(winner.size, CPU_LEAVES.index("idle"), dtype=np.int8)
+    painted = winner >= 0
+    label[painted] = leaves[winner[painted]]
     out = np.zeros(len(CPU_LEAVES), dtype=np.int64)
-    cuts = np.unique(np.concatenate([np.asarray([lo, hi], dtype=np.int64), start, end]))
-    cuts = cuts[(cuts >= lo) & (cuts <= hi)]
-    label = np.full(cuts.size - 1, CPU_LEAVES.index("idle"), dtype=np.int64)
-    memo: dict[tuple[str, str], int] = {}   # one classification per distinct (kind, name)
-    leaves = []
-    for key in zip(kinds.tolist(), names.tolist()):
-        if key not in memo:
-            memo[key] = _leaf(*key)
-        leaves.append(memo[key])
-    first, last = np.searchsorted(cuts, start).tolist(), np.searchsorted(cuts, end).tolist()
-    for i, j, leaf in zip(first, last, leaves):   # in the query's order: the innermost last
-        label[i:j] = leaf
     np.add.at(out, label, np.diff(cuts))
     return out
+
+
+def last_cover(first: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:
+    """For each of ``n`` pieces, the last interval (the highest index) whose pieces ``first[i]:last[i]``
+    cover it, -1 for none: what painting the intervals in order leaves on each piece, in one pass.
+
+    Each interval is cut into the O(log n) aligned blocks of a segment tree over the pieces (all
+    intervals a level at a time), each block keeps the highest index cut into it, and a piece's
+    answer is the highest over the blocks that hold it (pushed down the tree a level at a time)."""
+    size = 1 << max(n - 1, 0).bit_length()
+    kind = np.int32 if max(2 * size, first.size) < 2**31 else np.int64   # half the memory where it fits
+    tree = np.full(2 * size, -1, dtype=kind)
+    idx = np.arange(first.size, dtype=kind)
+    lo, hi = first.astype(kind) + size, last.astype(kind) + size
+    live = lo < hi
+    idx, lo, hi = idx[live], lo[live], hi[live]
+    while idx.size:
+        odd = (lo & 1) == 1
+        np.maximum.at(tree, lo[odd], idx[odd])
+        lo = lo + odd
+        odd = (hi & 1) == 1
+        hi = hi - odd
+        np.maximum.at(tree, hi[odd], idx[odd])
+        lo, hi = lo >> 1, hi >> 1
+        live = lo < hi
+        idx, lo, hi = idx[live], lo[live], hi[live]
+    level = 1
+    while level < size:   # push each block's answer down to its two halves
+        above = np.repeat(tree[level:2 * level], 2)
+        np.maximum(tree[2 * level:4 * level], above, out=tree[2 * level:4 * level])
+        level *= 2
+    found: np.ndarray = tree[size:size + n]
+    return found
 
 
 def _busiest_thread(trace: Trace) -> tuple[int, int, int] | None:
