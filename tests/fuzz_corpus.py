@@ -440,6 +440,249 @@ class Builder:
                  env={"PROFUSE_MAX_TRACE_BYTES": str(64 << 20)})
 
 
+class Round4:
+    """The structure-aware families of the fourth attack round (issue 45): flows to missing or cyclic
+    events, correlation ids repeated across devices, nested/overlapping/out-of-order steps, graph launches
+    without kernels, extreme numbers, hostile unicode, lying device properties, malformed memory events,
+    mixed units, top-level shapes, gzip oddities and 10^6 tiny events."""
+
+    def __init__(self, b: Builder, rng: random.Random) -> None:
+        self.b, self.rng = b, rng
+
+    def _doc(self) -> tuple[str, dict[str, Any]]:
+        base = self.rng.choice(BASES)
+        return base, copy.deepcopy(self.b.docs[base])
+
+    def _complete(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        return [e for e in _events(doc) if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))
+                and isinstance(e.get("dur"), (int, float))]
+
+    def flows(self, count: int) -> None:
+        """Flow arrows whose ends are missing, point at no event, at themselves or loop."""
+        for _ in range(count):
+            base, doc = self._doc()
+            evs = self._complete(doc)
+            e = self.rng.choice(evs)
+            how = self.rng.choice(("start only", "end only", "end before start", "end at no event", "self loop",
+                                   "many ends"))
+            fid, ts = 77_000 + self.rng.randrange(1000), e["ts"]
+            start = {"ph": "s", "id": fid, "pid": e.get("pid"), "tid": e.get("tid"), "ts": ts, "cat": "ac2g",
+                     "name": "ac2g"}
+            end = {**start, "ph": "f", "bp": "e"}
+            if how == "start only":
+                flows = [start]
+            elif how == "end only":
+                flows = [end]
+            elif how == "end before start":
+                flows = [start, {**end, "ts": ts - 1e6}]
+            elif how == "end at no event":
+                flows = [start, {**end, "pid": 999_999, "tid": 999_999, "ts": ts + 1e9}]
+            elif how == "self loop":
+                flows = [start, end]
+            else:
+                flows = [start] + [{**end, "ts": ts + k} for k in range(50)]
+            doc["traceEvents"] += flows
+            self.b.add("flows", f"{base}: {how}", _dump(doc))
+
+    def correlation_across_devices(self, count: int) -> None:
+        """The same correlation id on kernels of two devices, and on launches of two threads."""
+        for _ in range(count):
+            base, doc = self._doc()
+            dev = [e for e in _events(doc) if isinstance(e.get("args"), dict) and "correlation" in e["args"]]
+            if len(dev) < 2:
+                continue
+            for k, e in enumerate(self.rng.sample(dev, k=min(len(dev), 12))):
+                e["args"]["correlation"] = 5
+                if "device" in e["args"]:
+                    e["args"]["device"] = k % 3
+            self.b.add("corr_devices", f"{base}: one correlation on three devices", _dump(doc))
+
+    def steps(self, count: int) -> None:
+        """ProfilerStep marks nested, overlapping, out of order, zero-length or repeated."""
+        for _ in range(count):
+            base, doc = self._doc()
+            evs = self._complete(doc)
+            t0 = min(e["ts"] for e in evs)
+            t1 = max(e["ts"] + e["dur"] for e in evs)
+            span = max(t1 - t0, 1)
+            how = self.rng.choice(("nested", "overlapping", "out of order", "zero length", "same number",
+                                   "outside the trace"))
+            pid, tid = evs[0].get("pid"), evs[0].get("tid")
+            mk = lambda n, a, d: {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": pid,
+                                  "tid": tid, "ts": a, "dur": d, "args": {}}
+            steps = {"nested": [mk(1, t0, span), mk(2, t0 + span / 4, span / 2)],
+                     "overlapping": [mk(1, t0, span * 0.6), mk(2, t0 + span * 0.4, span * 0.6)],
+                     "out of order": [mk(3, t0, span / 3), mk(1, t0 + span / 3, span / 3), mk(2, t0 + 2 * span / 3, span / 3)],
+                     "zero length": [mk(1, t0, 0), mk(2, t0 + span / 2, 0)],
+                     "same number": [mk(1, t0, span / 2), mk(1, t0 + span / 2, span / 2)],
+                     "outside the trace": [mk(1, t1 + span * 10, span), mk(2, t0 - span * 10, span / 2)]}[how]
+            doc["traceEvents"] += steps
+            self.b.add("steps", f"{base}: {how}", _dump(doc))
+
+    def graph_launches(self, count: int) -> None:
+        """cudaGraphLaunch / hipGraphLaunch calls with no kernel, or with a correlation no kernel has."""
+        for _ in range(count):
+            base, doc = self._doc()
+            evs = self._complete(doc)
+            for e in self.rng.sample(evs, k=min(len(evs), 5)):
+                doc["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": self.rng.choice(
+                    ("cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000")), "pid": e.get("pid"),
+                    "tid": e.get("tid"), "ts": e["ts"], "dur": 3, "args": {"correlation": 10**9 + self.rng.randrange(9),
+                                                                        "graph id": 1}})
+            self.b.add("graph_empty", f"{base}: graph launches without kernels", _dump(doc))
+
+    def extreme_numbers(self, count: int) -> None:
+        """Figures at the edge of what a double holds, in fields the analysis multiplies and sums."""
+        values: tuple[Any, ...] = (1e308, 5e-324, 2**63 - 1, 1e-300, 1.7976931348623157e308, 4.9e-324, 1e15, 1e18)
+        for _ in range(count):
+            base, doc = self._doc()
+            evs = self._complete(doc)
+            for e in self.rng.sample(evs, k=min(len(evs), 4)):
+                key = self.rng.choice(("dur", "ts", "flops", "bytes", "Input Dims"))
+                v = self.rng.choice(values)
+                if key in ("dur", "ts"):
+                    e[key] = v
+                elif key == "Input Dims":
+                    e.setdefault("args", {})[key] = [[2**62, 2**62], [10**30]]
+                else:
+                    e.setdefault("args", {})[key] = v
+            self.b.add("extreme", f"{base}: extreme figures", _dump(doc))
+
+    def unicode(self) -> None:
+        """Names with bidi overrides, zero-width and combining marks, lone surrogates (escaped in JSON),
+        noncharacters, NUL, very wide characters and 64 KiB names."""
+        shapes = ("\\u202eevil\\u202c", "\\u200b\\u200d\\ufeff", "e\\u0301\\u0301\\u0301", "\\ud800", "\\udfff\\ud800",
+                  "\\uffff\\ufffe", "a\\u0000b", "\\u6a21\\u578b" * 40, "\\u001b[2J\\u009b31m", "x" * 65536,
+                  "\\ud83d\\ude42" * 300)
+        for k, shape in enumerate(shapes):
+            base = BASES[k % len(BASES)]
+            text = self.b.raw[base].decode()
+            # every name of a few events, as JSON text (lone surrogates cannot be Python str in the doc)
+            text = text.replace('"name": "aten::', f'"name": "{shape}aten::', 3)
+            text = text.replace('"name":"aten::', f'"name":"{shape}aten::', 3)
+            self.b.add("unicode", f"{base}: {shape[:24]}", text.encode())
+
+    def lying_device(self, count: int) -> None:
+        """deviceProperties that disagree with the kernels: a CPU name on a GPU trace, 0 or 10^9 SMs, a
+        memory size of 1 byte, two devices with one id, an AMD name on CUDA kernels."""
+        lies: tuple[Any, ...] = (
+            [{"id": 0, "name": "Intel Xeon", "totalGlobalMem": 1, "numSms": 0}],
+            [{"id": 0, "name": "AMD Instinct MI300X", "computeMajor": 9, "numSms": 10**9}],
+            [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}, {"id": 0, "name": "NVIDIA A100-SXM4-40GB"}],
+            [{"id": 5, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": -1, "maxThreadsPerBlock": 0}],
+            [{"id": 0, "name": "", "totalGlobalMem": 2**70, "computeMajor": -3, "numSms": 1.5}],
+        )
+        for _ in range(count):
+            base, doc = self._doc()
+            doc["deviceProperties"] = self.rng.choice(lies)
+            self.b.add("lying_dev", f"{base}: lying deviceProperties", _dump(doc))
+
+    def memory_events(self, count: int) -> None:
+        """[memory] instants with negative, absurd, mistyped or missing figures, and frees before allocs."""
+        for _ in range(count):
+            base, doc = self._doc()
+            evs = self._complete(doc)
+            e = self.rng.choice(evs)
+            how = self.rng.choice(("negative", "huge", "typed", "missing", "free first", "device id"))
+            mem: list[dict[str, Any]] = []
+            for k in range(6):
+                args: dict[str, Any] = {"Addr": 4096 * (k + 1), "Bytes": 1 << 20, "Total Allocated": (k + 1) << 20,
+                                        "Total Reserved": 8 << 20, "Device Type": 1, "Device Id": 0}
+                if how == "negative":
+                    args["Bytes"], args["Total Allocated"] = -(1 << 40), -(1 << 40)
+                elif how == "huge":
+                    args["Total Allocated"] = 2**64 + k
+                elif how == "typed":
+                    args["Bytes"] = self.rng.choice(("1MB", None, [1], 1.5, True))
+                elif how == "missing":
+                    args.pop(self.rng.choice(list(args)))
+                elif how == "free first":
+                    args["Bytes"] = -(1 << 20)
+                else:
+                    args["Device Id"] = self.rng.choice((2**40, -7, 2**31, "cuda:0"))
+                mem.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": e.get("pid"),
+                            "tid": e.get("tid"), "ts": e["ts"] + k, "args": args})
+            doc["traceEvents"] += mem
+            self.b.add("memory", f"{base}: [memory] {how}", _dump(doc))
+
+    def mixed_units(self, count: int) -> None:
+        """Device events in ns beside host events in µs (or the reverse), and a trace shifted by 10^15."""
+        for _ in range(count):
+            base, doc = self._doc()
+            how = self.rng.choice(("device x1000", "host x1000", "device shifted", "baseTime huge"))
+            for e in _events(doc):
+                cat = str(e.get("cat", "")).lower()
+                device = cat in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+                ts, dur = e.get("ts"), e.get("dur")
+                if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+                    continue
+                if (how == "device x1000" and device) or (how == "host x1000" and not device):
+                    e["ts"] = ts * 1000
+                    if isinstance(dur, (int, float)) and not isinstance(dur, bool):
+                        e["dur"] = dur * 1000
+                elif how == "device shifted" and device:
+                    e["ts"] = ts + 1e15
+            if how == "baseTime huge":
+                doc["baseTimeNanoseconds"] = 2**63 - 1
+            self.b.add("mixed_units", f"{base}: {how}", _dump(doc))
+
+    def top_shapes(self) -> None:
+        """The document's top level as something other than an object with a traceEvents list."""
+        doc = self.b.docs[BASES[0]]
+        shapes: tuple[Any, ...] = (doc["traceEvents"], {"traceEvents": {"0": doc["traceEvents"][0]}},
+                                   {"traceEvents": None}, {"traceEvents": [doc["traceEvents"]]}, [doc], "trace", 7,
+                                   {"traceEvents": [], "deviceProperties": []}, {"TRACEEVENTS": doc["traceEvents"]},
+                                   {"traceEvents": doc["traceEvents"], "traceEvents ": []})
+        for k, shape in enumerate(shapes):
+            self.b.add("top_shapes", f"top level #{k}: {type(shape).__name__}", _dump(shape))
+
+    def gzip_oddities(self) -> None:
+        """Gzip with a header name and comment, an extra field, a wrong CRC, a wrong size, level 0, a
+        zero-length member in the middle, and a plain JSON file named .gz."""
+        raw = self.b.raw[BASES[1]]
+        good = gzip.compress(raw, 6)
+        wrong_crc = good[:-8] + bytes(4) + good[-4:]
+        wrong_size = good[:-4] + (123).to_bytes(4, "little")
+        named = bytearray(gzip.compress(raw, 1))
+        named[3] |= 0x08 | 0x10  # FNAME | FCOMMENT: insert both after the 10-byte header
+        named[10:10] = b"trace.json\x00a comment\x00"
+        extra = bytearray(gzip.compress(raw, 1))
+        extra[3] |= 0x04
+        extra[10:10] = (6).to_bytes(2, "little") + b"AB\x02\x00xy"
+        cases = {"wrong CRC": wrong_crc, "wrong size": wrong_size, "name and comment": bytes(named),
+                 "extra field": bytes(extra), "level 0": gzip.compress(raw, 0),
+                 "empty member between": gzip.compress(raw[:100]) + gzip.compress(b"") + gzip.compress(raw[100:]),
+                 "plain JSON named .gz": raw}
+        for label, data in cases.items():
+            self.b.add("gzip", label, data, name=f"m{len(self.b.cases):04d}-gzip.json.gz")
+
+    def tiny_events(self) -> None:
+        """10^6 one-µs CPU ops on one thread, nested two deep: the load and the report stay bounded."""
+        parts = ['{"traceEvents": [']
+        row = ('{{"ph":"X","cat":"cpu_op","name":"aten::add","pid":1,"tid":1,"ts":{t},"dur":3}},'
+               '{{"ph":"X","cat":"cpu_op","name":"aten::empty","pid":1,"tid":1,"ts":{t1},"dur":1}}')
+        parts.append(",".join(row.format(t=4 * k, t1=4 * k + 1) for k in range(500_000)))
+        parts.append("]}")
+        self.b.add("tiny_events", "10^6 tiny CPU ops", "".join(parts).encode(), gz=True, subprocess=True)
+
+
+def round4(b: Builder, rng: random.Random) -> None:
+    """Every family of the fourth round, deterministic for ``rng``."""
+    r = Round4(b, rng)
+    r.flows(12)
+    r.correlation_across_devices(6)
+    r.steps(12)
+    r.graph_launches(6)
+    r.extreme_numbers(8)
+    r.unicode()
+    r.lying_device(6)
+    r.memory_events(12)
+    r.mixed_units(8)
+    r.top_shapes()
+    r.gzip_oddities()
+    r.tiny_events()
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) < 40 else text[:37] + "..."
@@ -472,6 +715,8 @@ def build_corpus(folder: Path) -> list[Case]:
         # cycles, time units and float noise, overlapping events and graph replays, 64-bit edges
         lambda: b.duplicate_ids(rng, 10), lambda: b.cycles(rng, 10), lambda: b.time_units(rng, 12),
         lambda: b.int_edges(rng),
+        # the fourth round's families (issue 45)
+        lambda: round4(b, random.Random(SEED + 4)),
     ]
     for make in families:
         make()
