@@ -512,7 +512,8 @@ class Round4:
                                   "tid": tid, "ts": a, "dur": d, "args": {}}
             steps = {"nested": [mk(1, t0, span), mk(2, t0 + span / 4, span / 2)],
                      "overlapping": [mk(1, t0, span * 0.6), mk(2, t0 + span * 0.4, span * 0.6)],
-                     "out of order": [mk(3, t0, span / 3), mk(1, t0 + span / 3, span / 3), mk(2, t0 + 2 * span / 3, span / 3)],
+                     "out of order": [mk(3, t0, span / 3), mk(1, t0 + span / 3, span / 3),
+                                      mk(2, t0 + 2 * span / 3, span / 3)],
                      "zero length": [mk(1, t0, 0), mk(2, t0 + span / 2, 0)],
                      "same number": [mk(1, t0, span / 2), mk(1, t0 + span / 2, span / 2)],
                      "outside the trace": [mk(1, t1 + span * 10, span), mk(2, t0 - span * 10, span / 2)]}[how]

@@ -12,7 +12,8 @@ SRC = REPO / "src" / "profuse"
 # package -> the packages (and outside modules) it must never import
 FORBIDDEN = {
     "capture": {"payloads", "report", "explorer", "agents", "frontend", "cli", "fixes", "studies"},
-    "trace": {"analysis", "payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch", "emu"},
+    "trace": {"analysis", "payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch",
+              "emu"},
     "analysis": {"payloads", "report", "explorer", "agents", "frontend", "capture", "fixes", "studies", "torch", "emu"},
     "payloads": {"report", "explorer", "agents", "frontend", "cli", "capture", "torch", "emu"},
     "report": {"explorer", "agents", "cli", "capture", "torch", "emu"},

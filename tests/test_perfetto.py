@@ -417,5 +417,5 @@ def test_a_pftrace_over_the_packet_limit_is_refused_in_one_line(tmp_path, capsys
 
     p = _one_slice(tmp_path)   # 3 packets
     monkeypatch.setenv("PROFUSE_MAX_TRACE_BYTES", str(2 * PACKET_BYTES))  # room for 2
-    code, out, err = _report(capsys, str(p))
+    code, _out, err = _report(capsys, str(p))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "more than 2 packets" in err and str(p) in err

@@ -13,7 +13,7 @@ import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
 from .._progress import timed
@@ -191,7 +191,7 @@ _OP_UNITS = f"""
 @timed("scope instances")
 def _unit_table(trace: Trace) -> UnitTable:
     """Every instance's op units (one query, names and shapes as codes), its child scopes, and the roll-up."""
-    con, cpu = trace.con, trace.cpu_only
+    con = trace.con
     sc = con.execute("SELECT id, kind, name, label, parent, ts, dur FROM scopes ORDER BY ts").fetchnumpy()
     names: list[str] = [n for (n,) in con.execute(
         "SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' UNION SELECT DISTINCT name FROM scopes").fetchall()]
@@ -215,19 +215,8 @@ def _unit_table(trace: Trace) -> UnitTable:
     dur = np.concatenate([np.asarray(sc["dur"], dtype=np.int64), np.zeros(neg.size, dtype=np.int64)])
     pos = _positions(sid)
     par = pos(parent)                                     # parent's row, -1 for none (or one not in the table)
-    # op units: their own figures; on a device a real scope's own figures are its device activities
     o_inst = pos(o_sid)
-    o_dev = np.asarray(ops["dur"] if cpu else ops["dev"], dtype=np.int64)
-    o_kern = np.ones(o_sid.size, dtype=np.int64) if cpu else np.asarray(ops["kern"], dtype=np.int64)
-    own_dev, own_kern = np.zeros(sid.size, dtype=np.int64), np.zeros(sid.size, dtype=np.int64)
-    np.add.at(own_dev, o_inst, o_dev)
-    np.add.at(own_kern, o_inst, o_kern)
-    if not cpu:   # a real scope's own figures: its device activities; a pseudo-scope keeps its op units'
-        own_dev[sid >= 0] = 0
-        own_kern[sid >= 0] = 0
-        d_sid, d_ns, d_n = _device_own(trace)
-        at = pos(d_sid)
-        own_dev[at[at >= 0]], own_kern[at[at >= 0]] = d_ns[at >= 0], d_n[at >= 0]
+    o_dev, o_kern, own_dev, own_kern = _own_figures(trace, ops, sid, o_inst, pos)
     device_ns, kernels = _roll_up(par, own_dev, own_kern)
     # child-scope units: every scope whose parent is an instance, with its inclusive figures
     child = np.flatnonzero(par >= 0)
@@ -254,6 +243,25 @@ def _unit_table(trace: Trace) -> UnitTable:
         unit_shape=np.concatenate([np.asarray(ops["shape"], dtype=np.int64),
                                    np.zeros(child.size, dtype=np.int64)])[order],
         names=names, shapes=shapes)
+
+
+def _own_figures(trace: Trace, ops: dict[str, Any], sid: np.ndarray, o_inst: np.ndarray,
+                 pos: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Op units' own figures and each instance's own (before the roll-up): on a device a real scope's own
+    figures are its device activities, a pseudo-scope keeps its op units'; on a CPU trace an op's time."""
+    cpu = trace.cpu_only
+    o_dev = np.asarray(ops["dur"] if cpu else ops["dev"], dtype=np.int64)
+    o_kern = np.ones(o_inst.size, dtype=np.int64) if cpu else np.asarray(ops["kern"], dtype=np.int64)
+    own_dev, own_kern = np.zeros(sid.size, dtype=np.int64), np.zeros(sid.size, dtype=np.int64)
+    np.add.at(own_dev, o_inst, o_dev)
+    np.add.at(own_kern, o_inst, o_kern)
+    if not cpu:
+        own_dev[sid >= 0] = 0
+        own_kern[sid >= 0] = 0
+        d_sid, d_ns, d_n = _device_own(trace)
+        at = pos(d_sid)
+        own_dev[at[at >= 0]], own_kern[at[at >= 0]] = d_ns[at >= 0], d_n[at >= 0]
+    return o_dev, o_kern, own_dev, own_kern
 
 
 def _ids(col: np.ndarray) -> np.ndarray:
