@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,26 +343,25 @@ def _closing(stack: list[_Raw], name: str) -> int:
 
 
 def _check_times(path: str, slices: list[_Slice], lenient: bool, lost: Counter[str]) -> None:
-    bad = [s for s in slices if not (0 <= s.ts < _TIME_MAX and s.ts + s.dur < _TIME_MAX)]
-    if bad and not lenient:
-        raise TraceError(path, f"slice {bad[0].name!r} at {bad[0].ts} ns runs beyond 2^62 ns (use --lenient "
-                               "to skip such slices)")
-    if bad:
-        lost["ts out of range"] += len(bad)
-        keep = {id(s) for s in bad}
-        slices[:] = [s for s in slices if id(s) not in keep]
+    """Slices and instants beyond 2^62 ns: an error naming the file, or skipped and counted (--lenient)."""
+    _drop_out_of_range(path, slices, lambda s: 0 <= s.ts < _TIME_MAX and s.ts + s.dur < _TIME_MAX, "slice",
+                       lenient, lost)
 
 
 def _check_instants(path: str, instants: list[_Raw], lenient: bool, lost: Counter[str]) -> None:
-    """Instants beyond 2^62 ns, as slices: an error naming the file, or skipped and counted (--lenient)."""
-    bad = [e for e in instants if not 0 <= e.ts < _TIME_MAX]
+    _drop_out_of_range(path, instants, lambda e: 0 <= e.ts < _TIME_MAX, "instant", lenient, lost)
+
+
+def _drop_out_of_range(path: str, items: list[Any], fits: Callable[[Any], bool], what: str, lenient: bool,
+                       lost: Counter[str]) -> None:
+    bad = [x for x in items if not fits(x)]
     if bad and not lenient:
-        raise TraceError(path, f"instant {bad[0].name!r} at {bad[0].ts} ns is beyond 2^62 ns (use --lenient to "
-                               "skip such events)")
+        raise TraceError(path, f"{what} {bad[0].name!r} at {bad[0].ts} ns runs beyond 2^62 ns (use --lenient "
+                               f"to skip such events)")
     if bad:
         lost["ts out of range"] += len(bad)
-        keep = {id(e) for e in bad}
-        instants[:] = [e for e in instants if id(e) not in keep]
+        drop = {id(x) for x in bad}
+        items[:] = [x for x in items if id(x) not in drop]
 
 
 def _device_cat(s: _Slice) -> str | None:
