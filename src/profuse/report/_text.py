@@ -47,3 +47,11 @@ def fmt_us(us: float) -> str:
     if a >= 1e3:
         return f"{to_fixed(us / 1e3, 2)} ms"
     return f"{to_fixed(us, 1)} µs"
+
+
+def signed_us(us: float) -> str:
+    """A change with its sign, in fmt_us's units: "+76.2 µs", "-1.23 ms"; its figure as :func:`to_fixed`
+    writes it, so the console and the explorer's Compare view print the same change."""
+    a = abs(us)
+    div, unit, places = (1e6, "s", 2) if a >= 1e6 else (1e3, "ms", 2) if a >= 1e3 else (1.0, "µs", 1)
+    return f"{'+' if us > 0 else '-' if us < 0 else ''}{to_fixed(a / div, places)} {unit}"

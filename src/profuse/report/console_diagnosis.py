@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..analysis.diagnosis.records import Leaf
 from ..payloads.diagnosis import BudgetDiff, DiagnosisPayload, StepGroup
-from ._text import fmt_us, safe, text
+from ._text import fmt_us, safe, signed_us, text
 from .terminal import renders_printable
 
 BAR = 60
@@ -126,5 +126,5 @@ def render_budget_diff(console: Console, d: BudgetDiff) -> None:
             Column("B %", keep=1), Column("Delta", keep=4)]
     print_fitted(console, cols, [
         [text(r.key), fmt_us(r.a_us), f"{r.a_pct:.1f}%", fmt_us(r.b_us), f"{r.b_pct:.1f}%",
-         Text(("-" if r.delta_us < 0 else "+") + fmt_us(abs(r.delta_us)), style="green" if r.delta_us < 0 else "red")]
+         Text(signed_us(r.delta_us), style="green" if r.delta_us < 0 else "red" if r.delta_us > 0 else "")]
         for r in d.rows])

@@ -21,7 +21,7 @@ from ..analysis.compare.diff import DiffRow, OpGroup
 from ..analysis.compare.significance import TEST, Verdict
 from ..errors import printable
 from ..payloads.diff import DiffPayload
-from ._text import fmt_us, safe, text, to_fixed
+from ._text import fmt_us, safe, signed_us, text, to_fixed
 from .fit import Cell, Column, print_fitted, shorten_middle
 from .terminal import renders_printable
 
@@ -73,14 +73,6 @@ def row_ratio(o: DiffRow) -> str:
     if not o.b_calls:
         return "only in A"
     return factor_words(o.ratio)
-
-
-def signed_us(us: float) -> str:
-    """A change with its sign, in fmt_us's units: "+76.2 µs", "-1.23 ms"; its figure as :func:`to_fixed`
-    writes it, so the console and the explorer's Compare view print the same change."""
-    a = abs(us)
-    div, unit, places = (1e6, "s", 2) if a >= 1e6 else (1e3, "ms", 2) if a >= 1e3 else (1.0, "µs", 1)
-    return f"{'+' if us > 0 else '-' if us < 0 else ''}{to_fixed(a / div, places)} {unit}"
 
 
 def shapes_text(shape: str) -> str:
