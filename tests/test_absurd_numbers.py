@@ -87,6 +87,8 @@ def test_snapshot_whose_history_stops_before_its_frees_says_so(tmp_path, capsys)
     # AND the counts say the history and the final state disagree, and by how much
     assert doc["counts"]["history_disagrees"] == 1
     assert doc["counts"]["history_disagrees_bytes"] == 384 * MiB - (32 << 10)
+    # the reserved total (the 2 MiB segment) never went below zero: its start is not raised
+    assert doc["counts"]["history_disagrees_reserved_bytes"] == 0
     # AND the console says so in one line
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out

@@ -44,8 +44,9 @@ def run_snapshot_report(args: argparse.Namespace) -> int:
         from ..report.console_memory import fmt_bytes
 
         con.print(Text(f"The alloc/free history and the final state disagree on {counts['history_disagrees']} "
-                       "device(s): the history stops before frees it needs; each device's totals start "
-                       f"{fmt_bytes(int(counts.get('history_disagrees_bytes', 0)))} higher, so none goes "
-                       "below zero.", style="yellow"))
+                       "device(s): the history stops before frees it needs; the totals start "
+                       f"{fmt_bytes(int(counts.get('history_disagrees_bytes', 0)))} (allocated) and "
+                       f"{fmt_bytes(int(counts.get('history_disagrees_reserved_bytes', 0)))} (reserved) higher, "
+                       "so none goes below zero.", style="yellow"))
     render_memory(con, payload)
     return 0

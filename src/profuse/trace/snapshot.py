@@ -16,7 +16,8 @@ The history is a ring buffer that may have started late or stopped early: where 
 from the final state would go below zero (the history saw more allocated than the end state holds: it
 stopped before the frees), the two disagree, and the device's totals are counted from the least start
 that keeps them at zero or more; ``meta.memory_snapshot`` says so (``history_disagrees``: the devices,
-``history_disagrees_bytes``: by how much the start was raised).
+``history_disagrees_bytes`` / ``history_disagrees_reserved_bytes``: by how much the allocated and the reserved
+starts were raised).
 
 The snapshot (torch/cuda/memory.py ``_snapshot``) holds ``segments`` (cudaMalloc'd memory with its
 blocks and their frames) and ``device_traces`` (per device, the allocator's actions when
@@ -274,6 +275,7 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snap: dict[str, Any], budget
     if hist.raised:
         counts["history_disagrees"] = len(hist.raised)
         counts["history_disagrees_bytes"] = sum(hist.raised.values())
+        counts["history_disagrees_reserved_bytes"] = sum(hist.raised_reserved.values())
     return counts
 
 
@@ -318,7 +320,8 @@ class _History:
     reserved: list[int] = field(default_factory=list)
     framed: list[tuple[int, int]] = field(default_factory=list)  # (row id, key of its frame list)
     frame_sets: dict[int, list[tuple[str, str, int]]] = field(default_factory=dict)
-    raised: dict[int, int] = field(default_factory=dict)
+    raised: dict[int, int] = field(default_factory=dict)           # device -> bytes the allocated start rose
+    raised_reserved: dict[int, int] = field(default_factory=dict)  # device -> bytes the reserved start rose
 
     @property
     def n_frames(self) -> int:
@@ -384,9 +387,11 @@ def _raise_start(hist: _History, dev: int, first: int, by_alloc: int, by_res: in
     """Where the totals rebuilt backwards from the final state go below zero, the history saw more than the
     end state holds (it stopped before the frees, or the state lost blocks): count the device's totals from
     the least start that keeps them at zero or more, and note by how much it was raised."""
-    if by_alloc <= 0 and by_res <= 0:
+    by_alloc, by_res = max(by_alloc, 0), max(by_res, 0)   # a total already at zero or more stays as it is
+    if not by_alloc and not by_res:
         return
-    hist.raised[dev] = max(by_alloc, 0)
+    hist.raised[dev] = by_alloc
+    hist.raised_reserved[dev] = by_res
     for i in range(first, len(hist.rows)):
         hist.allocated[i] += by_alloc
         hist.reserved[i] += by_res
