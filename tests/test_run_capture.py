@@ -228,3 +228,16 @@ def test_an_existing_bundle_is_not_overwritten(tmp_path):
     assert json.loads((second / "meta.json").read_text())["config"]["steps"] == 3
     assert f"profuse: {out} already exists: this capture is written to {second}" in _profuse_lines(again.stderr)
     assert f"profuse: bundle {second} (complete" in again.stderr
+
+
+def test_a_kept_trace_never_replaces_a_file_of_the_same_name(tmp_path):
+    # another run's kept trace under the name this one would take stays as it was (found by review: the
+    # name was checked, then replaced, so a writer in between lost its file)
+    from profuse.capture.runner import _keep
+
+    (tmp_path / "prof.trace.json").write_text("theirs")
+    raw = tmp_path / "prof.trace-123.json"
+    raw.write_text("ours")
+    kept = _keep(raw, tmp_path / "prof")
+    assert kept == tmp_path / "prof.trace-2.json" and kept.read_text() == "ours" and not raw.exists()
+    assert (tmp_path / "prof.trace.json").read_text() == "theirs"

@@ -392,16 +392,19 @@ def _write(prof: Any, cfg: ProfileConfig, result: RunResult, compiled_steps: lis
 
 def _keep(raw: Path, out: Path) -> Path:
     """The exported trace under a plain name beside where it is (``out.trace.json``, or ``-2``...)."""
-    kept = raw.with_name(f"{out.name}.trace.json")
     n = 1
-    while kept.exists():
-        n += 1
-        kept = raw.with_name(f"{out.name}.trace-{n}.json")
-    try:
-        os.replace(raw, kept)
-    except OSError:
-        return raw
-    return kept
+    while n < 10_000:
+        kept = raw.with_name(f"{out.name}.trace.json" if n == 1 else f"{out.name}.trace-{n}.json")
+        try:
+            os.link(raw, kept)   # fails where the name is taken: no concurrent writer's trace is replaced
+        except FileExistsError:
+            n += 1
+            continue
+        except OSError:          # no hard links here (some filesystems): keep the export's own name
+            return raw
+        raw.unlink(missing_ok=True)
+        return kept
+    return raw
 
 
 def _rename_compiled(raw: Path, numbers: list[int]) -> None:
