@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.vocabulary import launch_call_sql
+from ._memo import once_per_trace
 from .steps import step_model
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ def _inside(ts: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
     return (i >= 0) & (ts < hi[np.maximum(i, 0)])
 
 
+@once_per_trace   # read by the diagnosis's notes and the cuda_graphs lever's evidence: counted once
 def submissions(trace: Trace) -> Submissions:
     """Count every submission (and the device's runtime counters) inside the step model's spans."""
     model = step_model(trace)
