@@ -30,8 +30,12 @@ def _always_cache(monkeypatch):
 
 @pytest.fixture
 def settled(monkeypatch):
-    """Files count as settled SETTLE_NS after their last change (the default wait is 2 s)."""
+    """Files count as settled SETTLE_NS after their last change (the default wait is 2 s); a stat entry's
+    sampled blocks are the file's first and last 16 bytes, so that a rewrite in the middle is one the entry
+    cannot see (by default this small trace is sampled whole: see the sample's own tests)."""
     monkeypatch.setattr(cache, "RACY_NS", SETTLE_NS)
+    monkeypatch.setattr(cache, "SAMPLE_BLOCK", 16)
+    monkeypatch.setattr(cache, "SAMPLE_BLOCKS", 2)
 
     def wait():
         time.sleep(SETTLE_NS / 1e9 * 2)
@@ -151,7 +155,7 @@ def test_the_explorer_never_answers_from_a_trace_whose_bytes_changed(tmp_path, _
 def test_the_explorer_says_so_when_the_changed_trace_no_longer_loads(tmp_path, _cache_dir, settled):
     src, entry = cached_with_stat_entry(tmp_path, _cache_dir, settled)
     raw = src.read_bytes()
-    src.write_bytes(b"x" * len(raw))  # not JSON any more, the size kept
+    src.write_bytes(raw[:16] + b"x" * (len(raw) - 32) + raw[-16:])  # not JSON any more, the size and sample kept
     rec = json.loads(entry.read_text())
     st = src.stat()
     rec["stat"] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
@@ -231,3 +235,49 @@ def test_a_stat_entry_naming_no_cache_is_dropped_and_the_bytes_decoded(tmp_path,
         assert not t.from_cache and t.source_check is None
         assert "aten::onez" in op_names(t)
     assert not entry.exists()
+
+
+# --- the sampled blocks a stat entry records (trace/cache.py, sample_digest) -----------------------------
+
+def test_the_sample_is_the_whole_file_when_it_fits_and_spread_blocks_otherwise(tmp_path):
+    # GIVEN a file that fits in the sample and one four times its size
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.write_bytes(b"abc" * 1000)
+    block, n = cache.SAMPLE_BLOCK, cache.SAMPLE_BLOCKS
+    data = os.urandom(4 * block * n + 12345)
+    big.write_bytes(data)
+    # THEN the small one's sample hashes its size and all its bytes
+    assert cache.sample_digest(small, 3000) == blake3.blake3((3000).to_bytes(8, "little") + b"abc" * 1000).hexdigest()
+    # and the big one's the blocks at evenly spread offsets, the first at 0 and the last ending at the end
+    last = len(data) - block
+    starts = [last * k // (n - 1) for k in range(n)]
+    assert starts[0] == 0 and starts[-1] + block == len(data)
+    want = blake3.blake3(len(data).to_bytes(8, "little") + b"".join(data[s:s + block] for s in starts)).hexdigest()
+    assert cache.sample_digest(big, len(data)) == want
+
+
+@pytest.mark.parametrize("where", ["start", "end"])
+def test_a_rewrite_the_stat_cannot_see_is_caught_by_the_sampled_blocks(tmp_path, _cache_dir, monkeypatch, where):
+    # GIVEN a trace over the sample's size (padded with whitespace, which JSON allows) and its stat entry
+    monkeypatch.setattr(cache, "RACY_NS", SETTLE_NS)
+    raw = raw_trace()
+    src = tmp_path / "t.json"
+    src.write_bytes(raw + b" " * (3 * cache.SAMPLE_BLOCK * cache.SAMPLE_BLOCKS))
+    profuse.load(src).close()
+    time.sleep(2 * SETTLE_NS / 1e9)
+    profuse.load(src).close()
+    entry = cache.stat_path(_cache_dir, src)
+    assert cache.fingerprint_by_stat(_cache_dir, src) is not None
+    # WHEN its bytes change in a sampled block (an op renamed in the first, a space in the last) and the
+    # entry is made to record the new stat, as a rewrite the stat cannot see leaves it
+    body = src.read_bytes()
+    src.write_bytes(body.replace(OLD, NEW) if where == "start" else body[:-1] + b"\n")
+    rec = json.loads(entry.read_text())
+    st = src.stat()
+    rec["stat"] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    entry.write_text(json.dumps(rec))
+    # THEN the entry gives no fingerprint and is removed: the next load hashes the bytes
+    assert cache.fingerprint_by_stat(_cache_dir, src) is None
+    assert not entry.exists()
+    with profuse.load(src, verify="behind") as t:
+        assert t.source_check is None and ("aten::onez" in op_names(t)) == (where == "start")

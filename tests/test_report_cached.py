@@ -293,6 +293,27 @@ def test_a_cached_report_finds_its_entry_by_stat_and_hashes_only_behind(tmp_path
     assert threads == ["profuse-source-check"] * 3
 
 
+def test_a_cached_report_of_a_big_trace_trusts_its_stat_entry_and_hashes_nothing(tmp_path, capsys, monkeypatch,
+                                                                                  _cache_dir):
+    src, cold = _settled_report(tmp_path, capsys, monkeypatch, _cache_dir)
+    # GIVEN the trace counts as big (over the size a cached report hashes behind) and any hash is counted
+    monkeypatch.setattr(cache, "FULL_CHECK_BYTES", src.stat().st_size - 1)
+    hashed = []
+    digest = cache.file_digest
+
+    def counted(path, **k):
+        hashed.append(path)
+        return digest(path, **k)
+
+    monkeypatch.setattr(cache, "file_digest", counted)
+    # WHEN its report is asked again, as JSON and as a table (rendered, then the text kept)
+    assert report(capsys, src, "--format", "json")[0] == cold
+    table, _ = report(capsys, src)
+    assert report(capsys, src)[0] == table and " · from cache\n" in table
+    # THEN each was answered from the entry its stat entry names, and no run hashed the trace
+    assert hashed == []
+
+
 def test_a_cached_report_never_prints_the_old_bytes_report(tmp_path, capsys, monkeypatch, _cache_dir):
     src, cold = _settled_report(tmp_path, capsys, monkeypatch, _cache_dir)
     entry = cache.stat_path(_cache_dir, src)

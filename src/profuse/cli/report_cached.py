@@ -140,11 +140,12 @@ class Found(NamedTuple):
 
 def stored_entry(args: argparse.Namespace) -> Found | None:
     """The report's derived entry for ``args`` (None without one: no hash is taken when the cache holds no
-    entry of a trace of this size). Found by the trace's stat entry where it has one (its bytes hashed
-    behind: call :meth:`Found.verified` before using it), else by hashing the trace (and recording a
-    stat entry for a settled file)."""
+    entry of a trace of this size). Found by the trace's stat entry where it has one (its stat and sampled
+    blocks match; a trace of at most FULL_CHECK_BYTES is also hashed behind: call :meth:`Found.verified`
+    before using it), else by hashing the trace (and recording a stat entry for a settled file)."""
     from ..errors import ProfuseError
     from ..trace.cache import (
+        FULL_CHECK_BYTES,
         SourceCheck,
         cache_folder,
         fingerprint,
@@ -167,7 +168,10 @@ def stored_entry(args: argparse.Namespace) -> Found | None:
         return None  # the load says what is wrong, as without a cache
     if data is None:
         return None  # a stat entry's fingerprint naming no entry: the load hashes the bytes, as without one
-    check = SourceCheck(src, fp, folder, lambda: None) if by_stat is not None else None
+    # found by the stat entry (its stat and sampled blocks): the whole trace hashed behind where that is
+    # cheap, else the entry trusted (trace/cache.py, FULL_CHECK_BYTES)
+    behind = by_stat is not None and int(fp["size"]) <= FULL_CHECK_BYTES
+    check = SourceCheck(src, fp, folder, lambda: None) if behind else None
     return Found(folder=folder, fp=fp, key=key, data=data, check=check)
 
 

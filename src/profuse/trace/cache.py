@@ -21,12 +21,14 @@ and one build of profuse (its version and a stamp of its code files: an edited o
 reuses an entry). See :func:`read_derived`, :func:`write_derived` and ``Trace.derived``.
 
 A *stat entry* (``<sha1 of the trace's absolute path, 16 hex>.profuse.stat``) remembers the fingerprint a
-trace's bytes hashed to, beside the file's device, inode, size, mtime and ctime when they were hashed. It
+trace's bytes hashed to, beside the file's device, inode, size, mtime and ctime when they were hashed and
+the hash of blocks sampled over the file (:func:`sample_digest`, checked each time the entry is read). It
 is written only when the file is provably the one hashed: the same stat before and after the hash, and
 last changed (mtime and ctime) at least :data:`RACY_NS` before the hash began, so any later write moves
 its ctime (git's "racily clean" rule). A load that may answer first and check behind (the explorer:
 ``load(verify="behind")``) finds the cache from it without hashing, then hashes the trace on a thread
 (:class:`SourceCheck`); different bytes remove the entry and the caller is told (see ``Trace.source_check``).
+A cached report does the same up to :data:`FULL_CHECK_BYTES` and trusts the entry above it (cli/report_cached.py).
 """
 from __future__ import annotations
 
@@ -67,6 +69,14 @@ _DERIVED_MAGIC = b"profuse-derived/2\n"  # then the entry's BLAKE3 checksum (32 
 STAT_SUFFIX = ".profuse.stat"
 _STAT = re.compile(r"^[0-9a-f]{16}\.profuse\.stat$")
 RACY_NS = 2_000_000_000  # a file changed this shortly before its hash began may change again unseen
+# A stat entry also records the hash of SAMPLE_BLOCKS blocks of SAMPLE_BLOCK bytes spread evenly over the
+# file (the first and the last among them): the whole file up to 1 MiB. It is checked whenever the entry is
+# read (a few reads, ~1 ms), so a rewrite the stat cannot see must also miss every sampled block.
+SAMPLE_BLOCK = 64 << 10
+SAMPLE_BLOCKS = 16
+# A cached report found by a stat entry hashes the whole trace behind up to this size (~50 ms here) and
+# trusts the entry (its stat and sampled blocks) above it: a 6 GB trace's hash would take seconds.
+FULL_CHECK_BYTES = 256 << 20
 
 
 # The hash of trace and cache bytes: BLAKE3, a cryptographic hash (no practical collisions, unlike SHA-1)
@@ -148,8 +158,15 @@ def record_stat(folder: Path, src: Path, before: os.stat_result, started_ns: int
     if (_stat_key(now) != _stat_key(before) or fp.get("size") != before.st_size
             or max(before.st_mtime_ns, before.st_ctime_ns) > started_ns - RACY_NS):
         return False
+    try:
+        sample = sample_digest(src, before.st_size)
+        if _stat_key(src.stat()) != _stat_key(before):
+            return False
+    except OSError:
+        return False
     path = stat_path(folder, src)
-    body = json.dumps({"path": os.path.abspath(src), "stat": _stat_key(before), "fingerprint": fp}, sort_keys=True)
+    body = json.dumps({"path": os.path.abspath(src), "stat": _stat_key(before), "fingerprint": fp,
+                       "sample": sample}, sort_keys=True)
     work = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         work.write_text(body, encoding="utf-8")
@@ -160,11 +177,28 @@ def record_stat(folder: Path, src: Path, before: os.stat_result, started_ns: int
     return True
 
 
-def fingerprint_by_stat(folder: Path, src: Path) -> dict[str, Any] | None:
-    """The fingerprint ``src``'s stat entry records for its stat now, or None (no entry, another stat).
+def sample_digest(src: Path, size: int) -> str:
+    """The :data:`DIGEST` of ``src``'s sampled blocks (:data:`SAMPLE_BLOCKS` of :data:`SAMPLE_BLOCK` bytes at
+    offsets spread evenly from its start to its end, with ``size``): all its bytes when they fit."""
+    h = hasher()
+    h.update(size.to_bytes(8, "little"))
+    with open(src, "rb") as fh:
+        if size <= SAMPLE_BLOCK * SAMPLE_BLOCKS:
+            h.update(fh.read())
+        else:
+            last = size - SAMPLE_BLOCK
+            for k in range(SAMPLE_BLOCKS):
+                fh.seek(last * k // (SAMPLE_BLOCKS - 1))
+                h.update(fh.read(SAMPLE_BLOCK))
+    return str(h.hexdigest())
 
-    Not a proof of the bytes (see the module docstring): a caller that answers from it checks behind
-    (:class:`SourceCheck`)."""
+
+def fingerprint_by_stat(folder: Path, src: Path) -> dict[str, Any] | None:
+    """The fingerprint ``src``'s stat entry records for its stat now and its sampled blocks (:func:`sample_digest`)
+    now, or None (no entry, another stat; an entry whose sampled blocks differ, or that has none, is removed).
+
+    Not a proof of the bytes (see the module docstring): the explorer checks behind (:class:`SourceCheck`);
+    a cached report does for a trace of at most :data:`FULL_CHECK_BYTES` and trusts the entry above that."""
     try:
         st = src.stat()
         entry = json.loads(stat_path(folder, src).read_bytes())
@@ -175,6 +209,13 @@ def fingerprint_by_stat(folder: Path, src: Path) -> dict[str, Any] | None:
     fp = entry.get("fingerprint")
     if (not isinstance(fp, dict) or fp.keys() != {"size", DIGEST, "schema_version"} or fp["size"] != st.st_size
             or fp["schema_version"] != SCHEMA_VERSION or not isinstance(fp[DIGEST], str)):
+        return None
+    try:
+        sample = sample_digest(src, st.st_size)
+    except OSError:
+        return None
+    if entry.get("sample") != sample:  # other bytes under the recorded stat (or an entry without a sample)
+        discard(stat_path(folder, src))
         return None
     return fp
 
