@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _decode
 from ._columns import FLOW_PHASES, THREAD_SHIFT, Coded, Columns, ShapeColumns, thread_key
+from .cache import hasher
 from .compiled import load_extension
 
 _scan = load_extension("_scan", "PROFUSE_SCAN_LIB")  # the reference decoder does all without it
@@ -109,20 +110,44 @@ def raw_scan_document(data: _decode.TraceBytes, *, threads: int | None = None) -
     size = len(data)
     if threads is None:
         threads = _threads(size)
+    release = _releasable(data)  # a mapping's pages let go behind each scan: its input stays a few MB resident
     gap = _decode._EVENT_GAP.search(data, size // 2) if threads > 1 else None
     if gap is None:
-        return _scan.scan(data, 0, size, -1, 1), None, False
+        return _scan.scan(data, 0, size, -1, 1, release), None, False
     split = gap.end() - 1
     tail: list[Any] = [None]
 
     def run_tail() -> None:
-        tail[0] = _scan.scan(data, split, size, -1, 2)
+        tail[0] = _scan.scan(data, split, size, -1, 2, release)
 
     worker = threading.Thread(target=run_tail, name="profuse-scan", daemon=True)
     worker.start()
-    head = _scan.scan(data, 0, size, split, 1)
+    head = _scan.scan(data, 0, size, split, 1, release)
     worker.join()
     return head, tail[0], True
+
+
+HASH_WINDOW = 16 << 20
+
+
+def _releasable(data: _decode.TraceBytes) -> bool:
+    """Whether ``data`` is a file's mapping (:func:`_decode.is_mapped`) whose pages the scanner can let go
+    (``_scan.release``: madvise MADV_DONTNEED, which would zero read bytes: never asked for them)."""
+    return _decode.is_mapped(data) and hasattr(_scan, "release")
+
+
+def digest_releasing(data: _decode.TraceBytes) -> tuple[str, int] | None:
+    """The :func:`cache.hasher` digest and size of a mapped trace, hashed HASH_WINDOW bytes at a time, each
+    window's pages let go once hashed (as the scan lets its own go), so the hash never holds the file
+    resident; None where ``data`` is not such a mapping (the caller hashes it whole)."""
+    if not _releasable(data):
+        return None
+    h, view, size = hasher(), memoryview(data), len(data)
+    for lo in range(0, size, HASH_WINDOW):
+        h.update(view[lo:lo + HASH_WINDOW])
+        _scan.release(data, lo, min(lo + HASH_WINDOW, size))
+    view.release()
+    return str(h.hexdigest()), size
 
 
 def scan_document(data: _decode.TraceBytes, *, threads: int | None = None,

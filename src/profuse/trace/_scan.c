@@ -275,7 +275,45 @@ typedef struct {
     int64_t mem_skipped;                  /* [memory] instants trace/memory.py leaves out (counted) */
     int mem_defer;                        /* a [memory] event only trace/memory.py may judge */
     int big;                              /* a ts of 2^33 us - 1 or more */
+    int release;                          /* the buffer is a file's read-only mapping: pages let go behind */
+    const char *released;                 /* where the bytes not yet let go begin (page aligned) */
 } Scan;
+
+/* ---- letting a mapped trace's pages go behind the scan ---------------------------------------- */
+
+/* A mapped trace (trace/_decode.py, _map) is the page cache's own pages: once the scan has passed
+ * them, nothing reads them again but the hash (which lets them go too, trace/_native.py) and the odd
+ * top-level member. madvise(MADV_DONTNEED) takes them out of this process (its RSS), not out of the
+ * page cache: a later read faults them in again, from the file, as they were. Only ever asked for a
+ * file's read-only mapping: on anonymous memory it would zero the bytes. RELEASE_STEP bytes at a
+ * time, so the calls cost nothing next to the scan; the last RELEASE_KEEP bytes before the scan's
+ * place are kept (the event being read). */
+#define RELEASE_STEP ((Py_ssize_t)16 << 20)
+#define RELEASE_KEEP ((Py_ssize_t)1 << 20)
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+static uintptr_t scan_page;
+
+/* The whole pages inside [lo, hi) let go; true where any were. */
+static int release_span(const char *lo, const char *hi) {
+    if (!scan_page) scan_page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)lo + scan_page - 1) & ~(scan_page - 1), b = (uintptr_t)hi & ~(scan_page - 1);
+    if (b <= a) return 0;
+    return madvise((void *)a, b - a, MADV_DONTNEED) == 0;
+}
+#else
+static int release_span(const char *lo, const char *hi) { (void)lo; (void)hi; return 0; }
+#endif
+
+/* The pages the scan has passed let go, RELEASE_STEP at a time (all of them with `all`). */
+static void release_behind(Scan *s, int all) {
+    const char *upto = all ? s->cur : s->cur - RELEASE_KEEP;
+    if (!s->release || upto - s->released < (all ? 1 : RELEASE_STEP)) return;
+    release_span(s->released, upto);
+    s->released = upto;
+}
 
 /* ---- lexing --------------------------------------------------------------------------------- */
 
@@ -1052,7 +1090,12 @@ static int scan_array(Scan *s, int open, Py_ssize_t stop_at) {
         if (parse_event(s)) return -1;
         ws(s);
         if (s->cur >= s->end) return -1;
-        if (*s->cur == ',') { s->cur++; ws(s); continue; }
+        if (*s->cur == ',') {
+            s->cur++;
+            ws(s);
+            if (s->release && s->cur - s->released >= RELEASE_STEP + RELEASE_KEEP) release_behind(s, 0);
+            continue;
+        }
         if (*s->cur == ']') { s->cur++; return 0; }
         return -1;
     }
@@ -1412,14 +1455,38 @@ PyDoc_STRVAR(scan_doc,
 "mode 1: buffer[:end] is a whole trace document (start must be 0): an object with traceEvents, or a\n"
 "bare array; its other top-level members come back as (key, start, end) in 'members'.\n"
 "mode 2: from the event at start to the ']' closing the array; 'end' is the offset just past it.\n"
-"stop_at >= 0 stops where the next event would begin exactly there ('met' is then True).");
+"stop_at >= 0 stops where the next event would begin exactly there ('met' is then True).\n"
+"release: buffer is a file's read-only mapping, whose pages the scan lets go behind it (madvise\n"
+"MADV_DONTNEED: out of this process, not out of the page cache); never for other memory.");
+
+PyDoc_STRVAR(release_doc,
+"release(buffer, start, end) -> bool\n\n"
+"The whole pages of buffer[start:end] let go (madvise MADV_DONTNEED; a later read faults them in again\n"
+"from the file): only for a file's read-only mapping, never for other memory. False where none were.");
+
+static PyObject *release_pages(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t start, end;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Onn:release", &obj, &start, &end)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (start < 0 || end > view.len || start > end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "span outside the buffer");
+        return NULL;
+    }
+    int done = release_span((const char *)view.buf + start, (const char *)view.buf + end);
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(done);
+}
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *obj;
     Py_ssize_t start, end, stop_at;
-    int mode = 0;
+    int mode = 0, release = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Onnn|i:scan", &obj, &start, &end, &stop_at, &mode)) return NULL;
+    if (!PyArg_ParseTuple(args, "Onnn|ip:scan", &obj, &start, &end, &stop_at, &mode, &release)) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
     if (start < 0 || end > view.len || start > end || mode < 0 || mode > 2 || (mode == 1 && start != 0)) {
@@ -1432,11 +1499,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     scan_init(s);
     s->buf = (const char *)view.buf;
     s->end = s->buf + end;
+    s->release = release;
+    s->released = s->buf + start;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     if (mode == 1) rc = scan_document(s, stop_at);
     else if (mode == 2) { s->cur = s->buf + start; rc = scan_array(s, 0, stop_at); }
     else rc = scan_events(s, start, stop_at);
+    if (!rc) release_behind(s, 1);
     Py_END_ALLOW_THREADS
     PyObject *out;
     if (rc) { out = Py_None; Py_INCREF(out); }
@@ -1646,6 +1716,7 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"document_rest", document_rest, METH_VARARGS, rest_doc},
     {"nest", nest, METH_VARARGS, nest_doc},
+    {"release", release_pages, METH_VARARGS, release_doc},
     {NULL, NULL, 0, NULL},
 };
 

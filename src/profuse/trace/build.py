@@ -278,7 +278,8 @@ def _fingerprint_of(data: _decode.TraceBytes, gzip_hash: tuple[str, int] | None,
         return lambda: known
 
     def work() -> dict[str, Any]:
-        fp = fingerprint_of_bytes(data)
+        windowed = _native.digest_releasing(data)  # a mapping: hashed a window at a time, its pages let go
+        fp = fingerprint_of_bytes(data) if windowed is None else fingerprint_of_hash(*windowed)
         if then is not None:
             then()
         return fp
