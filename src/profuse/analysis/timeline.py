@@ -117,12 +117,16 @@ def _quoted(name: str) -> str:
 # each drawn (name, kind) once, coded: its lane kind (lk: index into LANE_KINDS) and how its depth in
 # the lane is found (dk): ops stack by the ops around them (0); device annotations get the row below
 # kernels (1); runtime calls and kernels never nest (2); scopes by their depth (3)
+# an event's lane kind code by its kind (NULL: not drawn)
+_LANE_KIND = f"""CASE WHEN kind IN {_DEVICE_DRAWN} THEN 3 WHEN kind IN ('python', 'annotation') THEN 0
+               WHEN kind IN {_OPS} THEN 1 WHEN kind = 'runtime' THEN 2 END"""
+# the order lanes are numbered in (device streams last), over columns lk, a, b
+_LANE_ORDER = "ORDER BY lk = 3, a, lk, b"
 _NAMES = f"""
     CREATE TEMP TABLE tl_names AS
     SELECT * FROM (
         SELECT row_number() OVER () - 1 AS code, name, kind,
-          CASE WHEN kind IN {_DEVICE_DRAWN} THEN 3 WHEN kind IN ('python', 'annotation') THEN 0
-               WHEN kind IN {_OPS} THEN 1 WHEN kind = 'runtime' THEN 2 END AS lk,
+          {_LANE_KIND} AS lk,
           CASE WHEN kind IN {_OPS} THEN 0 WHEN kind = 'gpu_annotation' THEN 1
                WHEN kind IN {_DEVICE_DRAWN} OR kind = 'runtime' THEN 2 ELSE 3 END AS dk
         FROM (SELECT DISTINCT name, kind FROM events))
@@ -151,8 +155,7 @@ def timeline_model_later(trace: Trace) -> Callable[[], TimelineModel]:
     while that connection serves other queries."""
     db = trace.con.execute("SELECT current_database()").fetchall()[0][0]
     device_label = trace.device_label
-    threads = {t: (tid, tname) for t, tid, tname in trace.con.execute(
-        "SELECT thread, tid, thread_name FROM threads").fetchall()}
+    threads = _threads(trace)
     con = trace.con.cursor()
     return lambda: _build(con, db, device_label, threads)
 
@@ -168,9 +171,9 @@ def _build(con: duckdb.DuckDBPyConnection, db: str, device_label: str,
         con.unregister("_tl_levels")
         # the lanes and, per lane, its distinct depths: the small tables the rows are numbered in
         con.execute("CREATE TEMP TABLE tl_depths AS SELECT lk, a, b, depth, count(*) AS n FROM tl_k GROUP BY ALL")
-        con.execute("""
+        con.execute(f"""
             CREATE TEMP TABLE tl_lane_ids AS
-            SELECT row_number() OVER (ORDER BY lk = 3, a, lk, b) - 1 AS lane, lk, a, b, n
+            SELECT row_number() OVER ({_LANE_ORDER}) - 1 AS lane, lk, a, b, n
             FROM (SELECT lk, a, b, sum(n) AS n FROM tl_depths GROUP BY ALL)""")
         con.execute("""
             CREATE TEMP TABLE tl_rows AS
@@ -194,17 +197,86 @@ def _build(con: duckdb.DuckDBPyConnection, db: str, device_label: str,
 
 def _lanes(con: duckdb.DuckDBPyConnection, device_label: str,
            threads: dict[int, tuple[str, str | None]]) -> list[Lane]:
-    out = []
-    for lane, lk, a, b, n, rows in con.execute("""
+    return [_lane(row, device_label, threads) for row in con.execute("""
             SELECT l.lane, l.lk, l.a, l.b, l.n, coalesce(max(r.row), 0) + 1 FROM tl_lane_ids l
-            LEFT JOIN tl_rows r USING (lane) GROUP BY ALL ORDER BY l.lane""").fetchall():
-        if lk == 3:
-            label = f"{device_label} {a} · stream {b}"
-        else:
-            tid, tname = threads.get(a, ("?", None))
-            label = f"{tname or 'thread ' + str(tid)} · {LANE_KINDS[lk]}"
-        out.append(Lane(lane=int(lane), kind=LANE_KINDS[lk], label=label, events=int(n), rows=int(rows)))
-    return out
+            LEFT JOIN tl_rows r USING (lane) GROUP BY ALL ORDER BY l.lane""").fetchall()]
+
+
+def _lane(row: tuple[Any, ...], device_label: str, threads: dict[int, tuple[str, str | None]]) -> Lane:
+    """A lane from its number, lane kind code, key (thread, or device and stream), events and rows."""
+    lane, lk, a, b, n, rows = row
+    if lk == 3:
+        label = f"{device_label} {a} · stream {b}"
+    else:
+        tid, tname = threads.get(a, ("?", None))
+        label = f"{tname or 'thread ' + str(tid)} · {LANE_KINDS[lk]}"
+    return Lane(lane=int(lane), kind=LANE_KINDS[lk], label=label, events=int(n), rows=int(rows))
+
+
+def _threads(trace: Trace) -> dict[int, tuple[str, str | None]]:
+    """Thread id -> (tid, thread name), the lanes' labels."""
+    return {t: (tid, tname) for t, tid, tname in trace.con.execute(
+        "SELECT thread, tid, thread_name FROM threads").fetchall()}
+
+
+@dataclass(frozen=True)
+class FirstView:
+    """The timeline's first view: its lanes and the whole span at one level of detail.
+
+    ``exact``: the model's own (:func:`timeline_window` of the whole span). Else coarse
+    (:func:`coarse_view`), read from the trace's events without the model, drawn until the exact view
+    comes: the model's lanes (numbers, kinds, labels, event counts) with one row each, and each lane's
+    events merged per bucket of the level of detail into one block (its members' count, and its longest
+    member's name and kind; ties: the first), long events included."""
+
+    lanes: list[Lane]
+    window: TimelineWindow
+    exact: bool
+
+
+def coarse_view(trace: Trace, width: int = 1600) -> FirstView:
+    """The coarse first view of ``trace`` drawn ``width`` pixels wide (see :class:`FirstView`): one
+    aggregation over the events and a look-up of the blocks' names, on a cursor of its own; no table
+    is created. The span, level of detail and lanes are the model's; the blocks are per lane only."""
+    db = trace.con.execute("SELECT current_database()").fetchall()[0][0]
+    con = trace.con.cursor()
+    try:
+        con.execute(f"USE {_quoted(db)}")
+        (origin, lo, hi), = con.execute(f"""
+            SELECT coalesce(min(ts), 0), min(ts) FILTER ({_LANE_KIND} IS NOT NULL),
+                   max(ts + dur) FILTER ({_LANE_KIND} IS NOT NULL) FROM events""").fetchall()
+        span = (((lo or origin) - origin) / 1e3, ((hi or origin) - origin) / 1e3)
+        bk = bucket_ns_for(*span, width)
+        blocks = con.execute(_COARSE, [origin, bk]).fetchall()
+        top = [r[7] for r in blocks]
+        named = {i: (name, kind) for i, name, kind in con.execute(
+            "SELECT id, name, kind FROM events WHERE id IN (SELECT unnest($1::BIGINT[]))", [top]).fetchall()}
+    finally:
+        con.close()
+    threads = _threads(trace)
+    lanes = {r[0]: _lane((*r[:5], 1), trace.device_label, threads) for r in blocks}
+    names, kinds = Interner(), Interner()
+    start = math.floor(span[0] * 1e3 / bk) * bk
+    window = TimelineWindow(
+        t0=round(start / 1e3, 3), t1=span[1] if span[1] > span[0] else span[0] + 1.0, span=span,
+        bucket_us=bk / 1e3, bucket_ns=bk,
+        lane=[r[0] for r in blocks], row=[0] * len(blocks), ts=[round(r[5] / 1e3, 3) for r in blocks],
+        dur=[round(r[6] / 1e3, 3) for r in blocks], name=[names(named[i][0]) for i in top], id=[-1] * len(blocks),
+        n=[r[8] for r in blocks], kind=[kinds(named[i][1]) for i in top], names=names.values, kinds=kinds.values)
+    return FirstView(lanes=list(lanes.values()), window=window, exact=False)
+
+
+# the coarse view's blocks: per lane and bucket (of events by their start, from the trace's first
+# event), with the lane's number, kind code, key and events, as the model numbers and counts them
+_COARSE = f"""
+    WITH k AS (SELECT {_LANE_KIND} AS lk, CASE WHEN kind IN {_DEVICE_DRAWN} THEN device ELSE thread END AS a,
+                      CASE WHEN kind IN {_DEVICE_DRAWN} THEN stream ELSE 0 END AS b, ts - $1 AS ts, dur, id
+               FROM events),
+    g AS (SELECT lk, a, b, min(ts) AS t, max(ts + dur) - min(ts) AS d,
+                 arg_max(id, dur::HUGEINT * 4294967296 - id) AS top, count(*) AS n
+          FROM k WHERE lk IS NOT NULL GROUP BY lk, a, b, ts // $2),
+    l AS (SELECT row_number() OVER ({_LANE_ORDER}) - 1 AS lane, lk, a, b, sum(n) AS n FROM g GROUP BY lk, a, b)
+    SELECT l.lane, l.lk, l.a, l.b, l.n, g.t, g.d, g.top, g.n FROM g JOIN l USING (lk, a, b) ORDER BY 1, 6, 7"""
 
 
 MAX_BUCKETS = 64_000  # the most buckets one window may span (a window at a finer level than its width)

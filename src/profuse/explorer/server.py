@@ -32,10 +32,12 @@ from starlette.routing import Route
 from ..analysis._choices import GROUPS
 from ..analysis.memory import live_at
 from ..analysis.timeline import (
+    FirstView,
     Lane,
     TimelineModel,
     TimelineWindow,
     bucket_ns_for,
+    coarse_view,
     event_links,
     timeline_model,
     timeline_model_later,
@@ -65,11 +67,15 @@ class Loaded:
 
     What the first view of the timeline shows (its lanes and span, the whole span at one level of
     detail, the memory lanes) is kept as derived entries of the trace (``Trace.derived``: per trace
-    bytes and profuse build), so a trace opened again draws its first view without waiting for the model."""
+    bytes and profuse build), so a trace opened again draws its first view without waiting for the model;
+    a trace opened the first time draws a coarse first view (:func:`coarse_view`) until the model is built.
+    ``built`` says whether the model is at hand (asking for it waits for nothing)."""
 
-    def __init__(self, trace: Trace, model: Callable[[], TimelineModel]) -> None:
+    def __init__(self, trace: Trace, model: Callable[[], TimelineModel],
+                 built: Callable[[], bool] = lambda: True) -> None:
         self.trace = trace
         self._model = model
+        self.built = built
         self._kept: dict[str, Any] = {}
 
     @property
@@ -136,10 +142,10 @@ def _decoded(raw: bytes, of: type[T]) -> T | None:
 
 
 class ModelBuild:
-    """A trace's timeline model, built on a thread started here; with ``after``, once that check is done
-    and the model is wanted (:meth:`want`), or VIEWED_GRACE_S after the first view is answered
-    (:meth:`viewed`), or WANT_WITHIN_S after the check, whichever comes first: what the first view
-    does (the hash, its answers, the page's parse and drawing) has the cores to itself."""
+    """A trace's timeline model, built on a thread started here: once ``after`` (the trace's check, if
+    any) is done and the model is wanted (:meth:`want`), or VIEWED_GRACE_S after the first view is
+    answered (:meth:`viewed`), or WANT_WITHIN_S after the check, whichever comes first: what the first
+    view does (the hash, its answers, the page's parse and drawing) has the cores to itself."""
 
     def __init__(self, trace: Trace, after: SourceCheck | None) -> None:
         self._model: TimelineModel | None = None
@@ -151,11 +157,11 @@ class ModelBuild:
 
         def build() -> None:
             try:
-                if after is not None:
-                    if after.wait() is not None:  # the bytes changed: the trace is loaded again, with its own model
-                        self._failed = RuntimeError("the trace changed on disk; its model was not built")
-                        return
-                    self._wait_for_start(time.monotonic() + WANT_WITHIN_S)
+                if after is not None and after.wait() is not None:
+                    # the bytes changed: the trace is loaded again, with its own model
+                    self._failed = RuntimeError("the trace changed on disk; its model was not built")
+                    return
+                self._wait_for_start(time.monotonic() + WANT_WITHIN_S)
                 self._model = build_model()
             except BaseException as e:  # re-raised by the request that needs the model
                 self._failed = e
@@ -182,6 +188,10 @@ class ModelBuild:
         if self._viewed_at is None:
             self._viewed_at = time.monotonic()
             self._wake.set()
+
+    def built(self) -> bool:
+        """Whether the model is built (asking for it waits for nothing)."""
+        return self._model is not None
 
     def join(self) -> None:
         """Wait for the build to end."""
@@ -235,10 +245,10 @@ class Run:
             self.lock.release()
 
     def _serve(self, trace: Trace) -> None:
-        loaded = Loaded(trace, lambda: building.result())
-        # where the first view is kept, the model is not needed for it: its build waits for the trace's
-        # check, so the hash (which every answer waits for) has a core to itself
-        building = ModelBuild(trace, trace.source_check if loaded.head(build=False) is not None else None)
+        # the first view needs no model (kept, else coarse): its build waits for the trace's check, so
+        # the hash (which every answer waits for) and the first view have the cores to themselves
+        building = ModelBuild(trace, trace.source_check)
+        loaded = Loaded(trace, building.result, building.built)
         trace.closing.append(building.close)  # the model's cursor is done with before the trace closes
         self.trace, self.loaded, self._building = trace, loaded, building
 
@@ -272,6 +282,17 @@ class Run:
         self.checked()
         with self.held():
             return fn(self.loaded, *args)
+
+    def ahead(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(loaded, *args)`` as :meth:`call` answers it, but computed under this run's lock while the
+        trace's check may still run (the first view: the hash and it share the cores): returned only
+        once the bytes are found to be the tables'; where they are not, computed again on the trace as
+        it is loaded again."""
+        with self.held():
+            loaded = self.loaded
+            found = fn(loaded, *args)
+        self.checked()
+        return found if self.loaded is loaded else self.call(fn, *args)
 
     def info(self, i: int) -> RunInfo:
         """The run as the run picker lists it."""
@@ -322,6 +343,10 @@ class LazyRun(Run):
 
     def want_model(self) -> None:
         """Nothing to start: a rank's model is built with its trace, by :meth:`call`."""
+
+    def ahead(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """:meth:`call`: a rank's trace is hashed before it is opened."""
+        return self.call(fn, *args)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(loaded, *args)``, loading the trace first if it is not loaded."""
@@ -458,6 +483,17 @@ def _timeline(run: Loaded, request: Request, opts: Options) -> Any:
     return timeline_window(run.model, t0, t1, width, bucket)
 
 
+def _first_view(run: Loaded, request: Request, opts: Options) -> FirstView:
+    """The timeline's first view (the whole span ``width`` pixels wide): exact where it is kept or the
+    model is built, else coarse; it never waits for the model."""
+    width = _window_asked(request)[2]
+    head = run.head(build=run.built())
+    full = run.full_window(bucket_ns_for(*head.span_us, width), build=run.built()) if head is not None else None
+    if head is not None and full is not None:
+        return FirstView(lanes=head.lanes, window=full, exact=True)
+    return coarse_view(run.trace, width)
+
+
 def _kept_without_model(run: Loaded, request: Request, builder: Callable[..., Any]) -> bool:
     """Whether ``builder``'s answer to ``request`` is kept, so it needs no model (the first view of a
     trace opened before)."""
@@ -516,6 +552,7 @@ RUN_ROUTES: dict[str, Callable[[Loaded, Request, Options], Any]] = {
     "op_kernels": _op_kernels,
     "lanes": _lanes,
     "timeline": _timeline,
+    "first_view": _first_view,
     "event/{id:int}": _event,
     "modules": _modules,
     "compiled": _compiled,
@@ -628,8 +665,8 @@ class _Handlers:
                     _window_asked(request)  # a window out of bounds is refused before it waits for the run
                 if builder in NEEDS_MODEL and not run.call(_kept_without_model, request, builder):
                     run.ready()
-                answer = self.reply(run.call(builder, request, self.opts))
-                if builder is _timeline:
+                answer = self.reply((run.ahead if builder is _first_view else run.call)(builder, request, self.opts))
+                if builder is _timeline or builder is _first_view:
                     run.want_model()  # the first view answered: its zooms will want the model
                 return answer
             except ApiError as e:

@@ -3,7 +3,18 @@ columns with interned strings, and one event's links. The analysis records are a
 sent, so they are the payloads; this module names them for the renderers."""
 from __future__ import annotations
 
-from ..analysis.timeline import ChainOp, EventLinks, EventRef, KernelRef, Lane, LaunchRef, ModuleRef, Replay, TimelineWindow
+from ..analysis.timeline import (
+                                 ChainOp,
+                                 EventLinks,
+                                 EventRef,
+                                 FirstView,
+                                 KernelRef,
+                                 Lane,
+                                 LaunchRef,
+                                 ModuleRef,
+                                 Replay,
+                                 TimelineWindow,
+)
 
-__all__ = ["ChainOp", "EventLinks", "EventRef", "KernelRef", "Lane", "LaunchRef", "ModuleRef", "Replay",
+__all__ = ["ChainOp", "EventLinks", "EventRef", "FirstView", "KernelRef", "Lane", "LaunchRef", "ModuleRef", "Replay",
            "TimelineWindow"]

@@ -59,29 +59,66 @@
       this.boxes = [];
       this.highlight = new Set(); this.arrows = []; this.positions = new Map();
       this.selected = null; this.pending = 0; this.destroyed = false;
+      /** whether `data` is the server's coarse first view (drawn until the model's own comes) */
+      this.coarse = false;
       this.listeners = new AbortController();
       this._bind();
     }
 
-    /** Loads the lanes and the whole span, then shows `view` (or everything). */
+    /**
+     * Loads the lanes and the whole span, then shows `view` (or everything). From the explorer, the first
+     * view comes first (analysis/timeline.py FirstView): where it is coarse (the server's lane model is
+     * still being built) it is drawn at once, one row per lane, then the model's lanes and window replace
+     * it. canvas[data-first] says what the first draw with events drew ("coarse" or "exact", mark
+     * profuse:timeline-first), canvas[data-painted] that the exact view is drawn (mark
+     * profuse:timeline-painted).
+     */
     async init(view) {
-      // asked for together: the server answers the memory lanes while the timeline model is still being built
-      const [lanes, memory, full] = await Promise.all([`/api/${this.run}/lanes`, `/api/${this.run}/memory`,
-        `/api/${this.run}/timeline?width=${this.width()}`].map(url => this.source.get(url)));
+      const get = url => this.source.get(url), r = this.run, w = this.width();
+      let lanes, full;
+      if (this.source.live) {
+        // the memory lanes are asked for with it: the server answers both without the timeline model
+        const [first, memory] = await Promise.all([get(`/api/${r}/first_view?width=${w}`), get(`/api/${r}/memory`)]);
+        if (this.destroyed) return;
+        this.memory = memory;
+        if (first && first.exact) [lanes, full] = [first.lanes, first.window];
+        else {
+          this.coarse = true;
+          this._place(first ? first.lanes : [], first ? first.window : null, view);
+          this.draw();
+          [lanes, full] = await Promise.all([get(`/api/${r}/lanes`), get(`/api/${r}/timeline?width=${w}`)]);
+          if (this.destroyed) return;
+          this.coarse = false;
+          view = this.view;  // where a zoom or pan went meanwhile
+        }
+      } else {
+        [lanes, this.memory, full] = await Promise.all([`/api/${r}/lanes`, `/api/${r}/memory`,
+          `/api/${r}/timeline?width=${w}`].map(get));
+        if (this.destroyed) return;
+      }
+      this._place(lanes, full, view);
+      await this.fetch();
+      this.draw();
+    }
+
+    /**
+     * Lays out `lanes` and the memory lanes, holds `full` (the whole span) and sets the view to `view`
+     * (or everything).
+     * @param {Lane[] | null} lanes
+     * @param {TimelineColumns | null} full
+     * @param {[number, number] | null} view
+     */
+    _place(lanes, full, view) {
       const laid = M.layoutLanes(lanes || [], ROW, LANE_GAP);
       this.lanes = laid.lanes;
-      this.memory = memory;
       const counters = M.layoutCounters(this.memory, laid.height + LANE_GAP, COUNTER_H, LANE_GAP);
       this.counters = counters.lanes;
       this.height = Math.max(laid.height + (this.counters.length ? LANE_GAP + counters.height : 0), 40);
-      if (this.destroyed) return;
       this.span = full ? full.span : [0, 1];
       this.view = view && view[1] > view[0] ? view : [this.span[0], this.span[1]];
       this.data = full;
       this.resize();
       this.showDeviceLanes();
-      await this.fetch();
-      this.draw();
     }
 
     /** Scrolls the box holding the canvas (when it scrolls) so the drawn event `id` is in view. */
@@ -155,7 +192,8 @@
      * at that level are drawn without a request. A reply overtaken by a later request is dropped.
      */
     async fetch() {
-      if (!this.source.live || M.reusable(this.data, this.view, this.width())) return this.draw();
+      // a coarse first view is drawn as it is: init fetches the view once the model's lanes are in
+      if (this.coarse || !this.source.live || M.reusable(this.data, this.view, this.width())) return this.draw();
       const ticket = ++this.pending;
       const [a, b] = this.view, w = this.width(), m = (b - a) * MARGIN, bucket = M.bucketNs(this.view, w);
       const part = M.lacking(this.data, this.view, w);  // a pan past one side: only that side is fetched
@@ -185,7 +223,11 @@
       }
       this._drawArrows();
       for (const l of this.counters) this._drawCounter(l, win);
-      if (this.boxes.length && !this.canvas.dataset.painted) {  // the first paint with events: what benchmarks wait on
+      if (this.boxes.length && !this.canvas.dataset.first) {  // the first paint with events: what benchmarks wait on
+        this.canvas.dataset.first = this.coarse ? "coarse" : "exact";
+        performance.mark("profuse:timeline-first");
+      }
+      if (this.boxes.length && !this.coarse && !this.canvas.dataset.painted) {  // the exact view's
         this.canvas.dataset.painted = "1";
         performance.mark("profuse:timeline-painted");
       }

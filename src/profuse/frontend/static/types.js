@@ -325,6 +325,20 @@
  */
 
 /**
+ * The timeline's first view: its lanes and the whole span at one level of detail.
+ *
+ * ``exact``: the model's own (:func:`timeline_window` of the whole span). Else coarse
+ * (:func:`coarse_view`), read from the trace's events without the model, drawn until the exact view
+ * comes: the model's lanes (numbers, kinds, labels, event counts) with one row each, and each lane's
+ * events merged per bucket of the level of detail into one block (its members' count, and its longest
+ * member's name and kind; ties: the first), long events included.
+ * @typedef {Object} FirstView
+ * @property {Array<Lane>} lanes
+ * @property {TimelineWindow} window
+ * @property {boolean} exact
+ */
+
+/**
  * A kernel whose code a bundle saved, with the ops its name says it fuses.
  * @typedef {Object} GeneratedKernel
  * @property {string} name
