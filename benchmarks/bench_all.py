@@ -3,7 +3,8 @@
     python benchmarks/bench_all.py [--reps 3] [--skip ranks] [--only load] [--quick]
 
 Runs each benchmark in its own process (bench_load, bench_report, bench_explorer, bench_ranks, bench_advisor,
-bench_big_report: a cold report's wall time per phase on big traces), each
+bench_big_report: a cold report's wall time per phase on big traces; bench_sizes and bench_explorer
+--trace bert1g: issue 44's 1, 3 and 6 GB rows), each
 asked for the minimum of --reps runs and for its rows (``--rows FILE``, see benchmarks/_rows.py), with
 its full output kept in a log under PROFUSE_BENCH_DIR (default /tmp/profuse-bench/logs). Every figure is
 measured against its baseline in the same run (HTA, the scanner alone, ``python -c pass``). Prints one
@@ -39,7 +40,12 @@ def plan(reps: int, quick: bool) -> dict[str, list[str]]:
             "explorer": ["bench_explorer.py", "--reps", str(reps)],
             "ranks": ["bench_ranks.py", "--ranks", "8" if quick else "32", "--estimate-ranks", "100"],
             "advisor": ["bench_advisor.py", "--runs", "1" if quick else str(reps)],
-            "big_report": ["bench_big_report.py", "--reps", "1" if quick else "2", *big]}
+            "big_report": ["bench_big_report.py", "--reps", "1" if quick else "2", *big],
+            # issue 44: 1, 3 and 6 GB (cold load, cold report, RSS, cached report) and the explorer's first
+            # view of the 1 GB trace (not with --quick: the 3 and 6 GB traces take minutes to write)
+            **({} if quick else {
+                "sizes": ["bench_sizes.py", "--reps", str(min(reps, 2))],
+                "explorer_big": ["bench_explorer.py", "--trace", "bert1g", "--reps", str(reps), "--zooms", "10"]})}
 
 
 def run_one(name: str, argv: list[str], logs: Path) -> tuple[list[Row], float, int]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import secrets
 import statistics
 import sys
@@ -345,7 +346,7 @@ def main() -> int:
     """Run the benchmark; print figures and write rows."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=11 * EVENTS_PER_COPY, help="complete events at least (default 1.36M)")
-    ap.add_argument("--trace", help="measure on this trace file instead of the synthetic one")
+    ap.add_argument("--trace", help="measure on this trace file, or a scaled trace's key (bert1g)")
     ap.add_argument("--reps", type=int, default=3, help="first opens per view (min of them)")
     ap.add_argument("--views", default="timeline,overview", help="the views first opened, comma-separated")
     ap.add_argument("--zooms", type=int, default=40, help="hash changes per zoom pattern")
@@ -357,7 +358,9 @@ def main() -> int:
         return serve_child(args.serve)
     import profuse
 
-    path = Path(args.trace) if args.trace else trace_of(args.events)
+    # --trace bert1g (a scaled trace's key, built once: bench_load.scaled_trace) or a trace file
+    scaled = args.trace and not Path(args.trace).exists() and re.fullmatch(r"[a-z]+(50|1g|3g|6g|10g)", args.trace)
+    path = bench_load.scaled_trace(args.trace) if scaled else Path(args.trace) if args.trace else trace_of(args.events)
     profuse.load(path).close()  # build the cache once, untimed
     rng = random.Random(0)
     api = api_level(path, rng)

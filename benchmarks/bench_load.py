@@ -240,7 +240,7 @@ def big_trace(gb: float) -> Path:
 
 
 SCALED = {"vit": "h100_vit_falconsai.json.gz", "bert": "h100_bert_small.json.gz"}
-SCALED_MB = {"50": 50, "1g": 1000}
+SCALED_MB = {"50": 50, "1g": 1000, "3g": 3000, "6g": 6000, "10g": 10000}
 SCALED_INPUTS = ("vit50", "bert50")  # measured always
 SCALED_BIG = ("vit1g", "bert1g")  # not with --no-big
 ID_ARGS = ("correlation", "External id", "Python id", "Python parent id")
@@ -285,7 +285,7 @@ def scaled_trace(key: str) -> Path:
     past the previous copy and every id (flow id, correlation, External id, Python id and parent id)
     shifted past the largest; metadata events once; memory addresses as they are. Built once into
     the shared bench folder, atomically."""
-    m = re.fullmatch(r"([a-z]+)(50|1g)", key)
+    m = re.fullmatch(r"([a-z]+)(50|1g|3g|6g|10g)", key)
     assert m and m[1] in SCALED, key
     folder = WORK / key
     folder.mkdir(parents=True, exist_ok=True)
