@@ -103,3 +103,44 @@ def test_the_timeline_paints_its_coarse_first_view_before_the_model_then_the_exa
     assert held["rows"] == [x.rows for x in lanes] and max(held["rows"]) > 1
     assert (held["bucket"], held["lane"], held["row"], held["n"]) == (exact.bucket_ns, exact.lane, exact.row, exact.n)
     assert sum(held["n"]) == len(oracle.complete_events(path))
+
+
+def test_the_overview_draws_its_head_while_the_diagnosis_is_computed_then_the_whole(browser):
+    # GIVEN the explorer on a real trace, and the page's request for the whole Overview held back until
+    # the test lets it go (the diagnosis taking its time)
+    import threading
+
+    path = trace_path("h100_bert_small.json.gz")
+    with profuse.load(path) as t, running([t]) as url:
+        page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        go = threading.Event()
+        held: list = []
+        page.route("**/api/0/overview", lambda route: held.append(route))
+        # WHEN the page opens on the Overview
+        page.goto(url.at("/#view=overview"))
+        # THEN it draws the head (the trace's line, the device time by category, trace health) with the
+        # advice pending, before the whole Overview is answered
+        page.wait_for_selector("#advice-state[data-state=pending]", timeout=30000)
+        cards = page.eval_on_selector_all(".card[data-category]", "els => els.map(e => e.dataset.category)")
+        head = page.inner_text("#main")
+        assert held and not go.is_set()
+        assert cards and "Trace health" in head and page.query_selector("#no-advice") is None
+        assert "time by category" in head and "Hotspots" not in head
+        # AND once the whole is answered, it draws the diagnosis and the advice in its place
+        held[0].continue_()
+        page.wait_for_selector("#advice-state[data-state=done]", state="attached", timeout=60000)
+        page.wait_for_selector("body[data-ready=overview]", state="attached", timeout=30000)
+        whole = page.inner_text("#main")
+        want = build_overview(t)
+    assert not errors, errors
+    assert "Hotspots" in whole and "diagnosing the trace" not in whole
+    assert want.advice is not None and all(h.name[:30] in whole for h in want.advice.hotspots[:3])
+
+
+def build_overview(trace):
+    """The Overview the server answers, built here through the payload (the same records)."""
+    from profuse.payloads import build
+
+    return build.overview_of(trace)

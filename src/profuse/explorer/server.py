@@ -30,7 +30,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..analysis._choices import GROUPS
+from ..analysis.health import trace_health
 from ..analysis.memory import live_at
+from ..analysis.summary import summarize
 from ..analysis.timeline import (
     FirstView,
     Lane,
@@ -47,6 +49,7 @@ from ..errors import UserError
 from ..frontend import assets
 from ..payloads import build, calltree
 from ..payloads.memory import MemoryTimeline, memory_timeline_of
+from ..payloads.overview import Overview
 from ..payloads.ranks import RankRow, RanksDocument
 from ..payloads.views import RunInfo
 from ..redact import redact_text, redacted
@@ -77,11 +80,20 @@ class Loaded:
         self._model = model
         self.built = built
         self._kept: dict[str, Any] = {}
+        self._once: dict[str, Any] = {}
 
     @property
     def model(self) -> TimelineModel:
         """The timeline model (waits for it where it is still being built)."""
         return self._model()
+
+    def once(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()`` the first time ``key`` is asked for, the same value after (for as long as the trace
+        is served: what two answers share, the summary the Overview's head and whole both show)."""
+        if key not in self._once:
+            self._once[key] = compute()
+        found: T = self._once[key]
+        return found
 
     def kept(self, key: str, of: type[T], compute: Callable[[], T] | None = None) -> T | None:
         """The record kept under ``key`` (decoded as ``of``), else ``compute()`` kept there; None where
@@ -413,7 +425,18 @@ def _group_by(request: Request) -> str:
 
 
 def _overview(run: Loaded, request: Request, opts: Options) -> Any:
-    return build.overview_of(run.trace, keep_metadata=opts.keep_metadata)
+    """The Overview, kept per trace; ``?advice=later``: without its advice (the summary, the device time by
+    category and the trace's health: what the page draws while the diagnosis is computed)."""
+    later = request.query_params.get("advice") == "later"
+    key = f"{KEPT}overview{'-head' if later else ''}{'-kept-metadata' if opts.keep_metadata else ''}"
+
+    def compute() -> Overview:
+        summary = run.once("summary", lambda: summarize(run.trace))
+        health = run.once("health", lambda: trace_health(run.trace))
+        return build.overview_of(run.trace, summary=summary, health=health, with_advice=not later,
+                                 keep_metadata=opts.keep_metadata)
+
+    return run.kept(key, Overview, compute)
 
 
 def _ops(run: Loaded, request: Request, opts: Options) -> Any:

@@ -38,8 +38,33 @@ function health(h) {
       el("b", {}, f.text), ": ", f.effect, el("div", { class: "muted" }, "next capture: " + f.fix)))) : el("span", {}));
 }
 
-async function overview(main, st, go) {
+/**
+ * The Overview. Live, its head (the summary, device time by category, trace health) is drawn first, while
+ * the diagnosis is computed (#advice-state pending), then the whole (#advice-state done); a report draws
+ * the whole at once.
+ */
+async function overview(main, st, go, life) {
+  if (source.live) {
+    const head = await get(`/api/${st.run}/overview?advice=later`);
+    if (life && life.left) return;
+    if (head && !head.advice) {
+      drawOverview(main, head, st, go, true);
+      main.append(el("p", { class: "muted", id: "advice-state", dataset: { state: "pending" } },
+        "diagnosing the trace: the time budget, the levers and the advice follow…"));
+      performance.mark("profuse:overview-first");
+    }
+  }
   const o = await get(`/api/${st.run}/overview`);
+  if (life && life.left) return;
+  main.replaceChildren();
+  drawOverview(main, o, st, go);
+  if (!performance.getEntriesByName("profuse:overview-first").length) performance.mark("profuse:overview-first");
+  performance.mark("profuse:overview-advice");
+  if (source.live) main.append(el("span", { id: "advice-state", dataset: { state: "done" } }));
+}
+
+/** One Overview answer drawn into main (see overview); ``pending``: its advice is still being computed. */
+function drawOverview(main, o, st, go, pending = false) {
   if (!o) return main.append(el("p", {}, "no data"));
   const t = o.trace, n = o.totals, dev = o.device_label, advice = o.advice;
   const total = Object.values(o.categories).reduce((a, b) => a + b, 0) || 1;
@@ -54,6 +79,7 @@ async function overview(main, st, go) {
     el("h2", {}, "Advice"));
   // the diagnosis opens the overview, under the trace's name
   if (advice && advice.diagnosis) main.children[1].after(profuse.diagnosis.render(advice.diagnosis, st, go));
+  if (!advice && pending) return;
   if (!advice) return main.append(el("p", { class: "muted", id: "no-advice" }, "advice not computed (--no-advice)"));
   const cands = advice.fusion_candidates;
   main.append(
