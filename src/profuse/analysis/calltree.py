@@ -15,7 +15,8 @@ A frame's *call path* is the names of the Python frames around it, outermost fir
 Self times of all paths add up to the roots' totals. The tree is cut to a bounded size: paths under a
 share of all Python time (or beyond the node budget) are folded, per parent, into one ``other`` node
 that carries their whole time as its self time and counts them, so the shown selfs still add up.
-One vectorised pass per nesting level; nothing per event in Python.
+Two scans of the events table (the frames, and every event with a parent: only host events have one),
+then one vectorised pass per nesting level; nothing per event in Python.
 """
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
-from ..trace.schema import HOST_KINDS
 from .figures import pct, us
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
-HOST = "(" + ", ".join(f"'{k}'" for k in HOST_KINDS) + ")"
 MIN_SHARE_PCT = 0.5   # a path under this share of all Python time is folded into its parent's "other"
 MAX_NODES = 200       # the most nodes a tree keeps (the largest paths; "other" nodes not counted)
 _WHERE = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.+)")
@@ -93,61 +92,137 @@ class _Paths:
     python: np.ndarray
 
 
-def _frames(trace: Trace) -> tuple[dict[str, Any], list[str], dict[str, np.ndarray]]:
-    """The Python frames (id, depth, name code, thread), their distinct names, and every host event's
-    parent, start and end by id (-1 / 0 where none)."""
+@dataclass
+class _Frames:
+    """The Python frames (those with a name: id, host depth, thread, name code, start, end), their
+    distinct names in name order, and every event nested in a host event (id, parent, start, end)."""
+
+    id: np.ndarray
+    depth: np.ndarray
+    thread: np.ndarray
+    code: np.ndarray
+    ts: np.ndarray
+    end: np.ndarray
+    names: list[str]
+    nested: dict[str, np.ndarray]
+    events: int          # rows of the events table (ids run below it)
+
+
+_PY = "kind = 'python' AND name IS NOT NULL"
+
+
+def _frames(trace: Trace) -> _Frames:
+    """Two scans of the events table: the frames, and the events with a parent (only host events have one)."""
     con = trace.con
-    # each distinct name keyed by its first frame's id (the same in both queries), coded densely here
-    first = "SELECT name, min(id) AS first FROM events WHERE kind = 'python' GROUP BY name"
-    named = con.execute(f"SELECT first, name FROM ({first}) ORDER BY name, first").fetchall()
-    frames = con.execute(f"""
-        SELECT e.id, coalesce(e.depth, 0) AS depth, n.first, e.thread
-        FROM events e JOIN ({first}) n ON n.name = e.name WHERE e.kind = 'python'""").fetchnumpy()
-    keys = np.asarray([k for k, _ in named], dtype=np.int64)
-    order = np.argsort(keys)
-    firsts = np.asarray(frames["first"], dtype=np.int64)
-    frames["code"] = order[np.searchsorted(keys[order], firsts)] if len(keys) else firsts
-    names = [str(n) for _, n in named]
-    host = con.execute(f"SELECT id, coalesce(parent, -1) AS parent, ts, dur FROM events WHERE kind IN {HOST}").fetchnumpy()
+    named = con.execute(f"SELECT name, hash(name) FROM (SELECT DISTINCT name FROM events WHERE {_PY}) ORDER BY name"
+                        ).fetchall()
+    names = [str(n) for n, _ in named]
+    f = con.execute(f"SELECT id, coalesce(depth, 0) AS depth, thread, ts, dur, hash(name) AS h FROM events WHERE {_PY}"
+                    ).fetchnumpy()
+    code = _codes(np.asarray([h for _, h in named], dtype=np.uint64), np.asarray(f["h"], dtype=np.uint64))
+    ids = np.asarray(f["id"], dtype=np.int64)
+    if code is None:   # two names with one hash: code them by name instead
+        code = frame_codes(con, names, ids)
+    nested = con.execute("SELECT id, parent, ts, ts + dur AS stop FROM events WHERE parent IS NOT NULL").fetchnumpy()
     n = int(con.execute("SELECT count(*) FROM events").fetchall()[0][0])
-    ids = np.asarray(host["id"], dtype=np.int64)
-    by_id = {"parent": np.full(n, -1, dtype=np.int64), "ts": np.zeros(n, dtype=np.int64),
-             "end": np.zeros(n, dtype=np.int64)}
-    by_id["parent"][ids] = np.asarray(host["parent"], dtype=np.int64)
-    by_id["ts"][ids] = np.asarray(host["ts"], dtype=np.int64)
-    by_id["end"][ids] = by_id["ts"][ids] + np.asarray(host["dur"], dtype=np.int64)
-    return {k: np.asarray(v) for k, v in frames.items()}, names, by_id
+    ts = np.asarray(f["ts"], dtype=np.int64)
+    return _Frames(id=ids, depth=np.asarray(f["depth"], dtype=np.int64), thread=np.asarray(f["thread"]), code=code,
+                   ts=ts, end=ts + np.asarray(f["dur"], dtype=np.int64), names=names,
+                   nested={k: np.asarray(v, dtype=np.int64) for k, v in nested.items()}, events=n)
+
+
+def _codes(name_hashes: np.ndarray, frame_hashes: np.ndarray) -> np.ndarray | None:
+    """Each frame's name code (its name's position in name order) from the names' hashes; None where two
+    names share a hash."""
+    order = np.argsort(name_hashes)
+    known = name_hashes[order]
+    if known.size and bool((known[1:] == known[:-1]).any()):
+        return None
+    at = np.searchsorted(known, frame_hashes)
+    return order[at].astype(np.int64) if known.size else np.zeros(0, dtype=np.int64)
+
+
+def frame_codes(con: Any, names: list[str], ids: np.ndarray) -> np.ndarray:
+    """Each frame's (``ids``, in that order) name code by a join on the names themselves."""
+    rows = con.execute("""
+        SELECT e.id, nm.code FROM events e
+        JOIN (SELECT unnest(?::VARCHAR[]) AS name, unnest(range(?)) AS code) nm ON nm.name = e.name
+        WHERE e.kind = 'python'""", [names, len(names)]).fetchnumpy()
+    code = np.zeros(len(ids), dtype=np.int64)
+    at = np.argsort(ids)
+    code[at[np.searchsorted(ids[at], np.asarray(rows["id"], dtype=np.int64))]] = np.asarray(rows["code"], dtype=np.int64)
+    return code
 
 
 def _covered(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray,
              n: int) -> np.ndarray:
     """Per group (0..n-1): the length of the union of its members' intervals, each clipped to the
-    group's [lo, hi). Members that overlap an earlier one of their group (a ``record_function`` that
-    outlives the frame it started in) are rare: only their groups are merged one interval at a time."""
-    glo, ghi = lo[group], hi[group]
-    s = np.minimum(np.maximum(start, glo), ghi)
-    e = np.minimum(np.maximum(end, glo), ghi)
-    order = np.lexsort((s, group))
-    g, s, e = group[order], s[order], e[order]
-    out = np.bincount(g, weights=(e - s).astype(np.float64), minlength=n)
-    overlap = (g[1:] == g[:-1]) & (s[1:] < e[:-1])  # an overlap in a group shows between neighbours
-    for grp in np.unique(g[1:][overlap]).tolist():
-        at = np.flatnonzero(g == grp)
-        total, reach = 0, None
-        for a, b in zip(s[at].tolist(), e[at].tolist()):
-            if reach is None or a >= reach:
-                total, reach = total + (b - a), b
-            elif b > reach:
-                total, reach = total + (b - reach), b
-        out[grp] = total
+    group's [lo, hi). Where no two members of a group overlap, the sum of their lengths; members that
+    overlap an earlier one of their group (a ``record_function`` that outlives the frame it started in)
+    are rare, so only their groups are merged, by one sweep over them all (:func:`union_per_group`).
+    Times are offsets into the group's span (a union's length does not depend on where it lies), worked
+    out in place: the arrays here are as long as the trace has host events."""
+    from .advice.interruptions import union_per_group
+
+    span = (hi - lo)[group]
+    s = lo[group]
+    np.subtract(start, s, out=s)
+    e = end - start
+    e += s
+    np.clip(s, 0, span, out=s)
+    np.clip(e, 0, span, out=e)
+    del span
+    length = e - s
+    out = np.bincount(group, weights=length, minlength=n)
+    g, s, e = _overlapping(group, s, e, length, n)
+    if g.size:
+        out[np.unique(g)] = union_per_group(g, s, e)[0]
     return out
+
+
+def _overlapping(group: np.ndarray, start: np.ndarray, end: np.ndarray, length: np.ndarray,
+                 n: int) -> tuple[np.ndarray, ...]:
+    """(group, start, end) of the members of every group where two overlap, by group, then start. An
+    overlap in a group shows between neighbours in start order. Where group and times fit in 63 bits
+    together, one sort of one key: ``group * width + time``, so that a member's end key falls short of
+    every later group's keys and neighbours overlap exactly where the next start key is under the end key."""
+    if group.size == 0:
+        return group, start, end
+    width = max(int(start.max()), int(end.max())) + 1
+    if min(int(start.min()), int(end.min())) < 0 or n * width >= 2**62:
+        order = np.lexsort((start, group))
+        g, s, e = group[order], start[order], end[order]
+        bad = np.zeros(n, dtype=bool)
+        bad[g[1:][(g[1:] == g[:-1]) & (s[1:] < e[:-1])]] = True
+        at = np.flatnonzero(bad[g])
+        return g[at], s[at], e[at]
+    key = group * width
+    key += start
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    del key
+    ke = length[order]
+    ke += ks
+    bad = np.unique(ks[1:][ks[1:] < ke[:-1]] // width)
+    # each bad group's members are one run of the sorted keys
+    first = np.searchsorted(ks, bad * width)
+    count = np.searchsorted(ks, (bad + 1) * width) - first
+    at = np.arange(int(count.sum())) + np.repeat(first - (np.cumsum(count) - count), count)
+    g = np.repeat(bad, count)
+    return g, ks[at] - g * width, ke[at] - g * width
+
+
+def _small(values: np.ndarray) -> np.ndarray:
+    """Non-negative integers in the smallest type that holds them (a stable sort of 16-bit keys is a radix sort)."""
+    top = int(values.max()) if values.size else 0
+    return values.astype(np.int16 if top < 2**15 else np.int32 if top < 2**31 else np.int64)
 
 
 def _levels(py_parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """Each frame's Python depth (frames around it), by host depth: a frame's Python parent is always
     shallower in the host nesting, so one vectorised step per host depth."""
     level = np.zeros(len(py_parent), dtype=np.int64)
-    order = np.argsort(depth, kind="stable")
+    order = np.argsort(_small(depth), kind="stable")
     bounds = np.flatnonzero(np.diff(depth[order])) + 1
     for group in np.split(order, bounds):
         p = py_parent[group]
@@ -161,7 +236,7 @@ def _paths(py_parent: np.ndarray, level: np.ndarray, code: np.ndarray, n_names: 
     path = np.full(len(code), -1, dtype=np.int64)
     parents: list[np.ndarray] = []
     next_id = 0
-    order = np.argsort(level, kind="stable")
+    order = np.argsort(_small(level), kind="stable")
     bounds = np.flatnonzero(np.diff(level[order])) + 1
     for group in np.split(order, bounds) if len(order) else []:
         p = py_parent[group]
@@ -177,35 +252,33 @@ def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
     """Every call path with its figures; the frame names; frames and threads counted."""
     from ..trace.correlate import nearest_ancestor
 
-    frames, names, by_id = _frames(trace)
-    ids = frames["id"].astype(np.int64)
-    parent, lo, hi = by_id["parent"], by_id["ts"], by_id["end"]
-    is_py = np.zeros(len(parent), dtype=bool)
-    is_py[ids] = True
-    # index frames by position: the Python parent of each frame as a frame position
-    pos = np.full(len(parent), -1, dtype=np.int64)
-    pos[ids] = np.arange(len(ids))
-    anc = nearest_ancestor(parent, is_py, include_self=False)[ids]
-    py_parent = np.where(anc >= 0, pos[np.maximum(anc, 0)], -1)
-    level = _levels(py_parent, frames["depth"].astype(np.int64))
-    code = frames["code"].astype(np.int64)
-    path, path_parent = _paths(py_parent, level, code, max(len(names), 1))
-    dur = (hi[ids] - lo[ids]).astype(np.float64)
+    f = _frames(trace)
+    nested = f.nested
+    # every event's parent, and where it is a frame, its position among the frames (-1: none)
+    parent = np.full(f.events, -1, dtype=np.int64)
+    parent[nested["id"]] = nested["parent"]
+    pos = np.full(f.events, -1, dtype=np.int64)
+    pos[f.id] = np.arange(len(f.id))
+    anc = nearest_ancestor(parent, pos >= 0, include_self=False)[f.id]
+    py_parent = np.where(anc >= 0, pos[np.maximum(anc, 0)], -1)   # the Python parent of each frame, as a position
+    level = _levels(py_parent, f.depth)
+    path, path_parent = _paths(py_parent, level, f.code, max(len(f.names), 1))
+    dur = (f.end - f.ts).astype(np.float64)
     has = py_parent >= 0
     # what a frame's self time leaves out: its child frames' whole durations (pyinstrument's self, so each
     # node's total is its self plus its children's totals, even where a child ends a µs after it: rounding)
-    in_frames = np.bincount(py_parent[has], weights=dur[has], minlength=len(ids))
-    hosted = np.flatnonzero(parent >= 0)
-    hosted = hosted[is_py[parent[hosted]]]  # host events right in a frame: what its Python time leaves out
-    in_host = _covered(pos[parent[hosted]], lo[hosted], hi[hosted], lo[ids], hi[ids], len(ids))
+    in_frames = np.bincount(py_parent[has], weights=dur[has], minlength=len(f.id))
+    held = pos[nested["parent"]]
+    inside = held >= 0   # events right in a frame: what its Python time leaves out
+    in_host = _covered(held[inside], nested["ts"][inside], nested["stop"][inside], f.ts, f.end, len(f.id))
     k = len(path_parent)
     first = np.full(k, -1, dtype=np.int64)
-    first[path[::-1]] = np.arange(len(ids))[::-1]  # a frame of each path: its name and level
-    paths = _Paths(parent=path_parent, name=code[first], level=level[first],
+    first[path[::-1]] = np.arange(len(f.id))[::-1]  # a frame of each path: its name and level
+    paths = _Paths(parent=path_parent, name=f.code[first], level=level[first],
                    calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
                    self_=np.bincount(path, weights=dur - in_frames, minlength=k),
                    python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
-    return paths, names, len(ids), int(np.unique(frames["thread"]).size)
+    return paths, f.names, len(f.id), int(np.unique(f.thread).size)
 
 
 def _subtree_sums(p: _Paths) -> tuple[np.ndarray, np.ndarray]:

@@ -86,12 +86,45 @@ def _overlaps(trace: Trace) -> int:
         WHERE ts < reach""")
 
 
-def _window(trace: Trace) -> tuple[int, int]:
+_HOST_SQL = "'cpu_op', 'annotation', 'python', 'runtime', 'sync'"
+
+
+def _counts(trace: Trace) -> dict[str, int | None]:
+    """The counts of the events table the record needs beside the launch calls: device activities, linked
+    ones apart (:func:`device_counts`); in one scan Python frames, ops, and the host events' first start
+    and last end."""
+    from .optable import device_counts
+
     row = trace.con.execute(f"""
-        WITH host AS (SELECT min(ts) AS lo, max(ts + dur) AS hi FROM events
-                      WHERE kind IN ('cpu_op', 'annotation', 'python', 'runtime', 'sync'))
-        SELECT count(*) FILTER (WHERE d.ts < host.lo), count(*) FILTER (WHERE d.ts + d.dur > host.hi)
-        FROM events d, host WHERE d.kind IN ({DEVICE_TIME_SQL}) AND host.lo IS NOT NULL""").fetchone()
+        SELECT count(*) FILTER (WHERE kind = 'python'), count(*) FILTER (WHERE kind = 'cpu_op'),
+               min(ts) FILTER (WHERE kind IN ({_HOST_SQL})), max(ts + dur) FILTER (WHERE kind IN ({_HOST_SQL}))
+        FROM events""").fetchone()
+    keys = ("python", "ops", "lo", "hi")
+    out: dict[str, int | None] = {k: (None if v is None else int(v)) for k, v in zip(keys, row or (0, 0, None, None))}
+    devices = device_counts(trace)
+    out.update(devices=devices.activities, linked=devices.launched)
+    return out
+
+
+def _launches(trace: Trace) -> tuple[int, dict[str, int]]:
+    """Launch calls (the launch test once per distinct runtime call name), and those that no event names
+    as its launch per name, most first."""
+    rows = trace.con.execute(f"""
+        WITH used AS (SELECT DISTINCT launch AS id FROM events WHERE launch IS NOT NULL)
+        SELECT name, calls, idle FROM (
+            SELECT l.name, count(*) AS calls, count(*) FILTER (WHERE u.id IS NULL) AS idle
+            FROM events l LEFT JOIN used u ON u.id = l.id WHERE l.kind = 'runtime' GROUP BY l.name)
+        WHERE {launch_call_sql('name')} ORDER BY idle DESC, name""").fetchall()
+    return sum(int(n) for _, n, _ in rows), {str(name): int(idle) for name, _, idle in rows if idle}
+
+
+def _window(trace: Trace, lo: int | None, hi: int | None) -> tuple[int, int]:
+    """Device activities starting before the host's first start ``lo``, and ending after its last end ``hi``."""
+    if lo is None:
+        return 0, 0
+    row = trace.con.execute(f"""
+        SELECT count(*) FILTER (WHERE ts < ?), count(*) FILTER (WHERE ts + dur > ?)
+        FROM events WHERE kind IN ({DEVICE_TIME_SQL})""", [lo, hi]).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
@@ -126,23 +159,17 @@ def _steps(trace: Trace) -> tuple[int, str]:
 
 def trace_health(trace: Trace) -> Health:
     """The trace's health record (see the module docstring)."""
-    launches = _one(trace, f"SELECT count(*) FROM events WHERE kind = 'runtime' AND {launch_call_sql('name')}")
-    devices = _one(trace, f"SELECT count(*) FROM events WHERE kind IN ({DEVICE_TIME_SQL})")
-    linked = _one(trace, f"SELECT count(*) FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND launch IS NOT NULL")
+    c = _counts(trace)
     without = dict(trace.con.execute(f"""
         SELECT coalesce(unlinked, 'no_launch'), count(*) FROM events
         WHERE kind IN ({DEVICE_TIME_SQL}) AND launch IS NULL GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())
-    idle_names = dict(trace.con.execute(f"""
-        SELECT l.name, count(*) FROM events l WHERE l.kind = 'runtime' AND {launch_call_sql('l.name')}
-          AND NOT EXISTS (SELECT 1 FROM events d WHERE d.launch = l.id) GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())
-    before, after = _window(trace)
+    launches, idle_names = _launches(trace)
+    before, after = _window(trace, c["lo"], c["hi"])
     behind, late = _clock(trace)
     steps, how = _steps(trace)
-    python = _one(trace, "SELECT count(*) FROM events WHERE kind = 'python'")
-    ops = _one(trace, "SELECT count(*) FROM events WHERE kind = 'cpu_op'")
-    h = Health(launches, devices, linked, {str(k): int(v) for k, v in without.items()},
-               sum(idle_names.values()), {str(k): int(v) for k, v in idle_names.items()},
-               _overlaps(trace), before, after, behind, late, steps, how, python, ops)
+    h = Health(launches, int(c["devices"] or 0), int(c["linked"] or 0), {str(k): int(v) for k, v in without.items()},
+               sum(idle_names.values()), idle_names,
+               _overlaps(trace), before, after, behind, late, steps, how, int(c["python"] or 0), int(c["ops"] or 0))
     h.findings.extend(findings(h, cpu_only=trace.cpu_only))
     return h
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -68,10 +68,28 @@ def total_device_us(trace: Trace) -> float:
     loaded trace (the report, the advice and the diagnosis each ask)."""
     if trace.cpu_only:
         q = f"SELECT sum(self_cpu) FROM events WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)}"
-    else:
-        q = f"SELECT sum(dur) FROM events WHERE kind IN ({DEVICE_TIME_SQL})"
-    (v,) = trace.con.execute(q).fetchall()[0]
-    return (v or 0) / 1000.0
+        (v,) = trace.con.execute(q).fetchall()[0]
+        return (v or 0) / 1000.0
+    return device_counts(trace).ns / 1000.0
+
+
+class DeviceCounts(NamedTuple):
+    """The device activities (kernels, copies, memsets) counted: all, those linked to an op, those whose
+    launch call the trace holds, and their time summed (ns)."""
+
+    activities: int
+    with_op: int
+    launched: int
+    ns: int
+
+
+@once_per_trace
+def device_counts(trace: Trace) -> DeviceCounts:
+    """The trace's :class:`DeviceCounts`, in one scan read once per loaded trace (the summary, the op
+    table's total and trace health each ask)."""
+    row = trace.con.execute(f"SELECT count(*), count(op), count(launch), sum(dur) FROM events "
+                            f"WHERE kind IN ({DEVICE_TIME_SQL})").fetchone()
+    return DeviceCounts(*(int(v or 0) for v in (row or (0, 0, 0, 0))))
 
 
 def op_table(trace: Trace, *, group_by: str = "op", sort: str = "self_device") -> OpTable:

@@ -40,7 +40,18 @@ from .._lazy import lazy_module
 from ..trace.schema import DEVICE_TIME_SQL
 from ..trace.step_names import STEP_SQL, STEP_WHERE, StepName, merge, parse_step
 from ._memo import once_per_trace
-from .busy import StepBusy, activities, cpu_work, owners, pct_of, step_busy, union_ns
+from .busy import (
+    LAUNCH_GAP_MAX_US,
+    Activities,
+    CpuWork,
+    StepBusy,
+    activities,
+    cpu_work,
+    launch_bound,
+    owners,
+    pct_of,
+    union_ns,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -183,9 +194,41 @@ def steps_busy(trace: Trace) -> list[StepBusy]:
         return []
     if trace.cpu_only or model.owner is None:
         return _cpu_steps(trace, model)
-    a, work = activities(trace), cpu_work(trace)
-    return [step_busy(st.name, a.start[model.owner == i], a.end[model.owner == i], work)
-            for i, st in enumerate(model.steps)]
+    return device_steps(model.steps, model.owner, activities(trace), cpu_work(trace))
+
+
+def device_steps(steps: tuple[Step, ...], owner: np.ndarray, a: Activities, work: CpuWork) -> list[StepBusy]:
+    """:func:`busy.step_busy` of every step at once (one sweep over the activities by step, then start):
+    window, busy (the union of the step's activities), and the idle gaps between its merged runs, with the
+    launch work in those of at most ``LAUNCH_GAP_MAX_US`` (:func:`busy.launch_wait_in`)."""
+    from .advice.interruptions import reach_before
+
+    n = len(steps)
+    mine = np.flatnonzero(owner >= 0)
+    order = mine[np.lexsort((a.start[mine], owner[mine]))]
+    g, s, e = owner[order], a.start[order], a.end[order]
+    counts = np.bincount(g, minlength=n)
+    window = np.zeros(n, dtype=np.int64)
+    busy = np.zeros(n, dtype=np.int64)
+    idle = np.zeros(n, dtype=np.int64)
+    covered = np.zeros(n, dtype=np.int64)
+    if g.size:
+        at, before = reach_before(g, s, e)
+        np.add.at(busy, g, np.maximum(e - np.maximum(s, before), 0))
+        window[g[at]] = np.maximum.reduceat(e, at) - np.minimum.reduceat(s, at)
+        first = np.zeros(g.size, dtype=bool)
+        first[at] = True
+        gap = ~first & (s > before)             # a merged run starts here: the gap before it is idle
+        lo, hi, gg = before[gap], s[gap], g[gap]
+        np.add.at(idle, gg, hi - lo)
+        short = (hi - lo) <= LAUNCH_GAP_MAX_US * 1000
+        np.add.at(covered, gg[short], work.inside(lo[short], hi[short]))
+    out = []
+    for st, w, b, i, c, k in zip(steps, window.tolist(), busy.tolist(), idle.tolist(), covered.tolist(),
+                                 counts.tolist()):
+        pct = pct_of(b, w)
+        out.append(StepBusy(st.name, w / 1e3, b / 1e3, (w - b) / 1e3, pct, launch_bound(pct, i, c), k))
+    return out
 
 
 __all__ = ["STEP_SQL", "STEP_WHERE", "Step", "StepModel", "StepName", "active_window", "find_steps", "merge",

@@ -5,9 +5,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import printable
-from ..trace.schema import DEVICE_TIME_SQL
 from .busy import Busy, StepBusy, device_busy
-from .optable import total_device_us
+from .optable import device_counts, total_device_us
 from .steps import steps_busy
 
 if TYPE_CHECKING:
@@ -43,11 +42,10 @@ def summarize(trace: Trace) -> Summary:
     """Totals of one trace: events, span, device time, linked kernels and what was skipped, and a
     bundle's capture status."""
     m = trace.meta
-    kernels, linked = trace.con.execute(
-        f"SELECT count(*), count(op) FROM events WHERE kind IN ({DEVICE_TIME_SQL})").fetchall()[0]
+    counts = device_counts(trace)
     return Summary(path=printable(str(trace.path)), device_kind=m.device_kind, device_name=m.device_name,
                    events=m.events, span_us=m.span_us, device_us=total_device_us(trace),
-                   kernels=int(kernels), kernels_linked=int(linked), unlinked=dict(m.unlinked),
+                   kernels=counts.activities, kernels_linked=counts.with_op, unlinked=dict(m.unlinked),
                    skipped=dict(m.skipped), unmatched_flows=m.unmatched_flows,
                    from_cache=trace.from_cache, device_busy=device_busy(trace), steps=steps_busy(trace),
                    **_bundle_status(trace))

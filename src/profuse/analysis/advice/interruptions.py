@@ -108,15 +108,7 @@ def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
 
 def _device_scopes(trace: Trace) -> dict[str, _Scope]:
     """Per scope: the device activities launched inside its instances, each owned by one instance."""
-    members: dict[str, list[tuple[int, int, int]]] = {}
-    titles: dict[tuple[str, str], str] = {}
-    for kind, name, ts, dur, thread in trace.con.execute(
-            "SELECT kind, name, ts, dur, coalesce(thread, -2) FROM scopes WHERE kind IN ('module', 'annotation') "
-            "ORDER BY id").fetchall():
-        title = titles.get((kind, name))
-        if title is None:
-            title = titles[(kind, name)] = title_of(kind, name)
-        members.setdefault(title, []).append((ts, ts + dur, thread))
+    members = _members(trace)
     if not members:
         return {}
     a = activities(trace)
@@ -127,11 +119,37 @@ def _device_scopes(trace: Trace) -> dict[str, _Scope]:
     # work: left out of Launch CPU, as the time budget leaves it out of launch_overhead
     launch_ns = np.where(a.launched & first_of_launch & (a.launch_dur <= LAUNCH_GAP_MAX_US * 1000), a.launch_dur, 0)
     out = {}
-    for title, rows in members.items():
-        ts, end, thread = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    for title, (ts, end, thread) in members.items():
         scope = _device_scope(a, owners(a, ts, end, thread), launch_ns, trace)
         if scope is not None:
             out[title] = scope
+    return out
+
+
+def _members(trace: Trace) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each scope's instances (start, end, thread; -2: unknown), in id order, the scopes in the order of
+    their first instance. One title per distinct (kind, name), worked out once each."""
+    pairs = trace.con.execute("SELECT DISTINCT kind, name FROM scopes WHERE kind IN ('module', 'annotation')").fetchall()
+    if not pairs:
+        return {}
+    rows = trace.con.execute("""
+        SELECT s.ts, s.ts + s.dur AS stop, coalesce(s.thread, -2) AS thread, p.code FROM scopes s
+        JOIN (SELECT unnest(?::VARCHAR[]) AS kind, unnest(?::VARCHAR[]) AS name, unnest(range(?)) AS code) p
+          ON p.kind = s.kind AND p.name IS NOT DISTINCT FROM s.name
+        ORDER BY s.id""", [[k for k, _ in pairs], [n for _, n in pairs], len(pairs)]).fetchnumpy()
+    titles: dict[str, int] = {}
+    title_of_pair = np.asarray([titles.setdefault(title_of(k, n), len(titles)) for k, n in pairs], dtype=np.int64)
+    which = title_of_pair[np.asarray(rows["code"], dtype=np.int64)]
+    order = np.argsort(which, kind="stable")   # each title's instances, in id order
+    cuts = np.searchsorted(which[order], np.arange(len(titles) + 1))
+    firsts = np.full(len(titles), which.size, dtype=np.int64)
+    np.minimum.at(firsts, which, np.arange(which.size))
+    cols = [np.asarray(rows[k], dtype=np.int64) for k in ("ts", "stop", "thread")]
+    names = list(titles)
+    out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for t in np.argsort(firsts, kind="stable").tolist():
+        at = order[cuts[t]:cuts[t + 1]]
+        out[names[t]] = (cols[0][at], cols[1][at], cols[2][at])
     return out
 
 
@@ -197,7 +215,17 @@ def _cpu_scopes(trace: Trace) -> dict[str, _Scope]:
 def union_per_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group of intervals [start, end) (rows grouped, each group's by start): the length of their
     union, their window (last end - first start) and the group's first row, in one sweep. Each interval
-    adds what it reaches past the furthest end before it in its group; that running maximum restarts
+    adds what it reaches past the furthest end before it in its group (:func:`reach_before`)."""
+    at, before = reach_before(group, start, end)
+    gain = np.maximum(end - np.maximum(start, before), 0)
+    busy: np.ndarray = np.add.reduceat(gain, at)
+    window: np.ndarray = np.maximum.reduceat(end, at) - np.minimum.reduceat(start, at)
+    return busy, window, at
+
+
+def reach_before(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows grouped (each group's by start): each group's first row, and per row the furthest end of
+    the rows before it in its group (a group's first row: its own start). The running maximum restarts
     per group by ranking the ends and offsetting each group's ranks past the previous group's."""
     n = group.size
     at = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
@@ -211,7 +239,4 @@ def union_per_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tu
     reach = ends[np.maximum.accumulate(key) - gi * m]
     before = np.concatenate([[0], reach[:-1]])
     before[at] = start[at]   # a group's first interval has nothing before it
-    gain = np.maximum(end - np.maximum(start, before), 0)
-    busy: np.ndarray = np.add.reduceat(gain, at)
-    window: np.ndarray = np.maximum.reduceat(end, at) - np.minimum.reduceat(start, at)
-    return busy, window, at
+    return at, before
