@@ -162,3 +162,32 @@ def test_report_is_the_same_with_the_previous_rules(path: Path, monkeypatch: pyt
     before = _document(path)
     # THEN the two documents are the same, field for field
     assert now == before
+
+
+def test_holders_of_calls_keep_only_intervals_that_hold_a_call() -> None:
+    rng = np.random.default_rng(45)
+    for trial in range(300):
+        # GIVEN ops and frames on two threads (nested, overlapping, equal starts and ends, empty) and calls
+        n = int(rng.integers(0, 60))
+        ts = rng.integers(0, 100, n).astype(np.int64)
+        end = ts + rng.integers(0, 60, n)
+        thread = rng.integers(0, 2, n).astype(np.int64)
+        is_op = rng.random(n) < 0.5
+        ids = rng.permutation(10 * n + 1)[:n].astype(np.int64)
+        k = int(rng.integers(1, 30))
+        calls = [(1000 + i, "call", int(rng.integers(0, 2)), int(a), int(a + rng.integers(0, 20)))
+                 for i, a in enumerate(rng.integers(-5, 170, k))]
+        qts = np.asarray([c[3] for c in calls], dtype=np.int64)
+        qend = np.asarray([c[4] for c in calls], dtype=np.int64)
+        # WHEN the intervals holding some call are picked out, and each call's holders found
+        held_any = levers._holds_any(ts, end, qts, qend)
+        got = levers._holders_of_calls(calls, {"id": ids, "thread": thread, "ts": ts, "stop": end, "is_op": is_op})
+        # THEN an interval is kept exactly when it holds a call, and the holders are those of the definition
+        assert held_any.tolist() == [any(t <= a and e >= b for a, b in zip(qts.tolist(), qend.tolist()))
+                                     for t, e in zip(ts.tolist(), end.tolist())], trial
+        for cid, _name, th, a, b in calls:
+            mine = (thread == th) & is_op
+            ops = (ids[mine].tolist(), ts[mine].tolist(), end[mine].tolist())
+            mine = (thread == th) & ~is_op
+            frames = (ids[mine].tolist(), ts[mine].tolist(), end[mine].tolist())
+            assert got[cid] == (_first_by_hand(*ops, a, b), _last_by_hand(*frames, a, b)), trial

@@ -73,8 +73,10 @@ def merge_runs(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarr
     if start.size == 0:
         z = np.zeros(0, dtype=np.int64)
         return z, z
-    order = np.argsort(start, kind="stable")
-    s, e = start[order].astype(np.int64), end[order].astype(np.int64)
+    s, e = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+    if s.size > 1 and not bool((s[1:] >= s[:-1]).all()):   # sorted already (host intervals, cuts): kept as is
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
     # an interval starts a new run when it begins after everything before it ended
     new_run = np.ones(s.size, dtype=bool)

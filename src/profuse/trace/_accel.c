@@ -34,6 +34,9 @@
  *
  * enclosing(...): each event's enclosing scope (trace/correlate.py; twin _enclosing_numpy).
  *
+ * holders, started, covering, tally: which host interval holds each idle time, and the time per name
+ * (analysis/diagnosis/levers.py; twins _holders_numpy, np.searchsorted, _covering_numpy, _tally_numpy).
+ *
  * The buffer is read without the GIL; only the C API, the C standard library and (for read_file,
  * but for Windows) POSIX pread and threads, and (for map_file, on Linux) mmap and sigaction are used.
  */
@@ -613,14 +616,29 @@ done:
 /* holders(ts, end, depth, t, last, is_op, back, out): for each time t[i], out[i] = the interval j among the
  * `back` latest started by it (last[i], last[i] - 1, ...; intervals sorted by start) with ts[j] <= t[i] <
  * end[j] and the highest score (an op: 2^30 - depth, else depth; on a tie the later start), or -1
- * (analysis/diagnosis/levers.py _holder_names; its numpy twin is _holders_numpy). ts, end, depth (n) and t, last,
- * out (m): int64; is_op (n): bool; all C-contiguous. */
+ * (analysis/diagnosis/levers.py _holders; its numpy twin is _holders_numpy). ts, end, depth (n) and t, last,
+ * out (m): int64; is_op (n): bool; all C-contiguous.
+ *
+ * The intervals of the window that hold t are kept from one time to the next: while neither t nor last
+ * goes back, those that held the last time and still hold this one (and are still in the window), and
+ * those started since, are all that can hold it, so a time costs the holders it has (a few: the stack of
+ * frames around it), not the whole window; a time that goes back starts the set again from its window. */
+static int64_t holders_best(const int64_t *set, size_t c, const int64_t *depth, const unsigned char *is_op) {
+    int64_t best = -1, best_score = -((int64_t)1 << 40);
+    for (size_t k = c; k-- > 0;) {   /* the latest start first: a tie keeps it */
+        int64_t j = set[k], score = is_op[j] ? ((int64_t)1 << 30) - depth[j] : depth[j];
+        if (score > best_score) { best = j; best_score = score; }
+    }
+    return best;
+}
+
 static PyObject *holders(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer tsb, eb, db, tb, lb, ob, outb;
     Py_ssize_t back;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*nw*", &tsb, &eb, &db, &tb, &lb, &ob, &back, &outb)) return NULL;
     PyObject *ret = NULL;
+    int64_t *set = NULL;
     size_t n = (size_t)tsb.len / sizeof(int64_t), m = (size_t)tb.len / sizeof(int64_t);
     if ((size_t)tsb.len != n * sizeof(int64_t) || (size_t)eb.len != n * sizeof(int64_t) ||
         (size_t)db.len != n * sizeof(int64_t) || (size_t)ob.len != n || (size_t)tb.len != m * sizeof(int64_t) ||
@@ -628,21 +646,38 @@ static PyObject *holders(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "holders: the arrays differ in length or back is negative");
         goto done;
     }
+    set = malloc(((size_t)back + 1) * sizeof(int64_t));
+    if (!set) {
+        PyErr_NoMemory();
+        goto done;
+    }
     const int64_t *ts = tsb.buf, *end = eb.buf, *depth = db.buf, *t = tb.buf, *last = lb.buf;
     const unsigned char *is_op = ob.buf;
     int64_t *out = outb.buf;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
+    size_t c = 0;                                  /* the window's intervals holding the previous time, in order */
+    int64_t prev_t = 0, prev_last = -1;
     for (size_t i = 0; i < m; i++) {
-        int64_t best = -1, best_score = -((int64_t)1 << 40), li = last[i];
+        int64_t li = last[i], x = t[i], lo = li - (int64_t)back + 1, from;
         if (li < -1 || li >= (int64_t)n) { bad = 1; break; }
-        for (Py_ssize_t k = 0; k < back && li - k >= 0; k++) {
-            int64_t j = li - k;
-            if (ts[j] > t[i] || t[i] >= end[j]) continue;
-            int64_t score = is_op[j] ? ((int64_t)1 << 30) - depth[j] : depth[j];
-            if (score > best_score) { best = j; best_score = score; }
+        /* afresh where the time or the window went back, or the last window held an interval started
+         * after its time (a `last` not from a search: then the set may miss one) */
+        if (i == 0 || x < prev_t || li < prev_last || (prev_last >= 0 && ts[prev_last] > prev_t)) {
+            c = 0;
+            from = lo;
+        } else {                                   /* still holding, still in the window */
+            size_t kept = 0;
+            for (size_t k = 0; k < c; k++)
+                if (set[k] >= lo && x < end[set[k]]) set[kept++] = set[k];
+            c = kept;
+            from = prev_last + 1 > lo ? prev_last + 1 : lo;
         }
-        out[i] = best;
+        for (int64_t j = from < 0 ? 0 : from; j <= li; j++)   /* started since */
+            if (ts[j] <= x && x < end[j]) set[c++] = j;
+        out[i] = holders_best(set, c, depth, is_op);
+        prev_t = x;
+        prev_last = li;
     }
     Py_END_ALLOW_THREADS
     if (bad) {
@@ -651,6 +686,7 @@ static PyObject *holders(PyObject *self, PyObject *args) {
     }
     ret = Py_NewRef(Py_None);
 done:
+    free(set);
     PyBuffer_Release(&tsb);
     PyBuffer_Release(&eb);
     PyBuffer_Release(&db);
@@ -772,6 +808,135 @@ static PyObject *op_memory(PyObject *self, PyObject *args) {
     ret = PyLong_FromSize_t(count);
 done:
     for (int k = 0; k < 12; k++) PyBuffer_Release(&b[k]);
+    return ret;
+}
+
+/* ---- started, covering ---------------------------------------------------------------------- */
+
+/* started(ts, t, out): out[i] = how many of the sorted ts[0..n) are <= t[i] (numpy's searchsorted(ts, t,
+ * side="right")), each found from the answer for the previous time (bound_near): a few steps per time for
+ * times in order, a binary search at worst (analysis/diagnosis/levers.py _started; twin np.searchsorted).
+ * ts (n), t and out (m): int64. */
+static PyObject *started(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[3];
+    if (!PyArg_ParseTuple(args, "y*y*w*", &b[0], &b[1], &b[2])) return NULL;
+    PyObject *ret = NULL;
+    size_t n, m;
+    if (!column_lengths(b, "qQQ", &n, &m)) {
+        PyErr_SetString(PyExc_ValueError, "started: the arrays differ in length");
+        goto done;
+    }
+    const int64_t *ts = b[0].buf, *t = b[1].buf;
+    int64_t *out = b[2].buf;
+    Py_BEGIN_ALLOW_THREADS
+    size_t h = 0;
+    for (size_t i = 0; i < m; i++) {
+        h = bound_near(ts, n, t[i], h, 1);
+        out[i] = (int64_t)h;
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < 3; k++) PyBuffer_Release(&b[k]);
+    return ret;
+}
+
+/* covering(end, keep, after, t, out): for each time t[i], out[i] = among the intervals j < after[i] (sorted
+ * by start: those started by t[i]) that keep selects, the one with the latest end (the later one on a tie)
+ * if it ends after t[i], else -1 (analysis/diagnosis/levers.py _covering_after, its numpy twin). The answer
+ * for the first k intervals is carried along for times in order of after, and read from a table of all of
+ * them (n + 1 int64, made once) past the first time out of order. end (n), after, t, out (m): int64; keep
+ * (n): bool. */
+static PyObject *covering(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4])) return NULL;
+    PyObject *ret = NULL;
+    size_t n, m;
+    if (!column_lengths(b, "qbQQQ", &n, &m)) {
+        PyErr_SetString(PyExc_ValueError, "covering: the arrays differ in length");
+        goto done;
+    }
+    const int64_t *end = b[0].buf, *after = b[2].buf, *t = b[3].buf;
+    const unsigned char *keep = b[1].buf;
+    int64_t *out = b[4].buf, *table = NULL;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    size_t k = 0;                       /* intervals looked at so far */
+    int64_t best = -1, reach = INT64_MIN;
+    for (size_t i = 0; i < m; i++) {
+        int64_t a = after[i];
+        if (a < 0 || (uint64_t)a > n) { bad = 1; break; }
+        if ((size_t)a < k && !table) {  /* a time out of order: the answers for every prefix, once */
+            table = malloc((n + 1) * sizeof(int64_t));
+            if (!table) { bad = 2; break; }
+            int64_t b_ = -1, r = INT64_MIN;
+            table[0] = -1;
+            for (size_t j = 0; j < n; j++) {
+                if (keep[j] && end[j] >= r) { r = end[j]; b_ = (int64_t)j; }
+                table[j + 1] = b_;
+            }
+        }
+        int64_t found;
+        if (table) found = table[a];
+        else {
+            for (; k < (size_t)a; k++)
+                if (keep[k] && end[k] >= reach) { reach = end[k]; best = (int64_t)k; }
+            found = best;
+        }
+        out[i] = found >= 0 && end[found] > t[i] ? found : -1;
+    }
+    Py_END_ALLOW_THREADS
+    free(table);
+    if (bad) {
+        PyErr_SetString(bad == 2 ? PyExc_MemoryError : PyExc_ValueError,
+                        bad == 2 ? "covering: no memory for the table" : "covering: an after count is out of range");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+    return ret;
+}
+
+/* tally(code, ns, sel, totals, first): for each name code c (0 <= c < k), totals[c] = the sum of ns[i] over
+ * the pieces i with code[i] == c and sel[i], and first[c] = the first such i (-1: none); a code of -1 is no
+ * name (analysis/diagnosis/levers.py _ns_by_code; its numpy twin is _tally_numpy). code (m): int32; ns (m):
+ * int64; sel (m): bool; totals, first (k): int64. Sums wrap on overflow as numpy's do. */
+static PyObject *tally(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4])) return NULL;
+    PyObject *ret = NULL;
+    size_t m = (size_t)b[1].len / sizeof(int64_t), k = (size_t)b[3].len / sizeof(int64_t);
+    if ((size_t)b[0].len != m * sizeof(int32_t) || (size_t)b[1].len != m * sizeof(int64_t) || (size_t)b[2].len != m ||
+        (size_t)b[3].len != k * sizeof(int64_t) || (size_t)b[4].len != k * sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "tally: the arrays differ in length");
+        goto done;
+    }
+    const int32_t *code = b[0].buf;
+    const int64_t *ns = b[1].buf;
+    const unsigned char *sel = b[2].buf;
+    int64_t *totals = b[3].buf, *first = b[4].buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t c = 0; c < k; c++) { totals[c] = 0; first[c] = -1; }
+    for (size_t i = 0; i < m; i++) {
+        int32_t c = code[i];
+        if (c < 0 || !sel[i]) continue;
+        if ((size_t)c >= k) { bad = 1; break; }
+        totals[c] = (int64_t)((uint64_t)totals[c] + (uint64_t)ns[i]);
+        if (first[c] < 0) first[c] = (int64_t)i;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "tally: a code is out of range");
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    for (int j = 0; j < 5; j++) PyBuffer_Release(&b[j]);
     return ret;
 }
 
@@ -1480,6 +1645,12 @@ static PyMethodDef methods[] = {
      " kernels_total): the op-table time columns (trace/correlate.py)."},
     {"holders", holders, METH_VARARGS,
      "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/diagnosis/levers.py)."},
+    {"started", started, METH_VARARGS,
+     "started(ts, t, out): how many of the sorted ts each time follows or equals (analysis/diagnosis/levers.py)."},
+    {"tally", tally, METH_VARARGS,
+     "tally(code, ns, sel, totals, first): ns per name code, and each code's first piece (levers.py)."},
+    {"covering", covering, METH_VARARGS,
+     "covering(end, keep, after, t, out): the kept interval holding each time, with the latest end (levers.py)."},
     {"op_memory", op_memory, METH_VARARGS,
      "op_memory(ts, dur, in_table, table_parent, mem_ts, cpu, dev, rows, out_cpu, out_self_cpu, out_dev, out_self_dev)"
      " -> count: torch's memory per op-table event (trace/memory.py)."},

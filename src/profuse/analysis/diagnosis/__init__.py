@@ -22,10 +22,10 @@ from .budget import (
     LEAVES,
     NOT_RECORDED,
     Labels,
+    Pieces,
     device_work,
     labels,
-    leaf_ns,
-    pieces,
+    spans_pieces,
 )
 
 if TYPE_CHECKING:
@@ -78,21 +78,14 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     lab = labels(w)
     spans = list(model.spans)
     warm = warmup_index([hi - lo for lo, hi in spans])
+    every, offsets, per_span = spans_pieces(lab, np.asarray([lo for lo, _ in spans], dtype=np.int64),
+                                            np.asarray([hi for _, hi in spans], dtype=np.int64))
     out_steps: list[StepBudget] = []
-    steady = Steady({k: 0 for k in LEAVES}, 0, [])
-    for i, (lo, hi) in enumerate(spans):
-        p = pieces(lab, lo, hi)
-        ns = leaf_ns(lab, p)
-        if steps:
-            st = steps[i]
-            out_steps.append(StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens,
-                                        round((hi - lo) / 1e3, 3), leaves_of(LEAVES, ns, hi - lo), i == warm,
-                                        st.info.kv_tokens))
-        if i != warm:
-            steady.span_ns += hi - lo
-            steady.pieces.append(p)
-            for k, v in zip(LEAVES, ns):
-                steady.leaves[k] += int(v)
+    for i, (lo, hi) in enumerate(spans if steps else []):
+        st = steps[i]
+        out_steps.append(StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens, round((hi - lo) / 1e3, 3),
+                                    leaves_of(LEAVES, per_span[i], hi - lo), i == warm, st.info.kv_tokens))
+    steady = _steady(spans, warm, every, offsets, per_span)
     notes = []
     if warm is not None:
         notes.append(f"{steps[warm].name} is a warm-up outlier ({(spans[warm][1] - spans[warm][0]) / 1e3:.1f} µs, "
@@ -105,6 +98,23 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     return Diagnosis(device=True, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
                      budget=budget, steps=tuple(out_steps), levers=levers, small_items=small,
                      combined_gain_us=combined, notes=tuple(notes))
+
+
+def _steady(spans: list[tuple[int, int]], warm: int | None, every: Pieces, offsets: np.ndarray,
+            per_span: np.ndarray) -> Steady:
+    """The spans but the warm-up together: their leaves, span and pieces (one run of them)."""
+    keep = np.ones(len(spans), dtype=bool)
+    if warm is not None:
+        keep[warm] = False
+    leaves = per_span[keep].sum(axis=0) if keep.any() else np.zeros(len(LEAVES), dtype=np.int64)
+    steady = Steady({k: int(v) for k, v in zip(LEAVES, leaves)}, sum(hi - lo for (lo, hi), k in zip(spans, keep) if k),
+                    [])
+    if keep.all() and spans:
+        steady.pieces.append(every)
+    elif keep.any():   # the warm-up's pieces left out: a slice where it is the first span (warmup_index's)
+        sel: slice | np.ndarray = slice(int(offsets[1]), None) if warm == 0 else np.repeat(keep, np.diff(offsets))
+        steady.pieces.append(Pieces(every.start[sel], every.ns[sel], every.idx[sel], every.label[sel]))
+    return steady
 
 
 def _not_recorded(trace: Trace, steps: list[Step], spans: list[tuple[int, int]]) -> Diagnosis:

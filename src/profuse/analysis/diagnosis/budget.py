@@ -99,12 +99,13 @@ class DeviceWork:
     host_ts: np.ndarray        # cpu_other intervals (ops, frames, runtime calls)
     host_end: np.ndarray
     host_depth: np.ndarray
-    host_name: np.ndarray      # object
+    host_code: np.ndarray      # int32: each interval's name, as an index into host_names
+    host_names: tuple[str, ...]  # the intervals' distinct names (sorted): each string fetched once
     host_op: np.ndarray        # bool: the interval is an op (cpu_op)
     host_top: np.ndarray       # bool: an op inside no other op (what the code called)
     host_runtime: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # bool: a runtime call
     threads: frozenset[int] = field(default_factory=frozenset)
-    host_thread: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each interval's thread
+    host_thread: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # each interval's thread
     input_runs: tuple[np.ndarray, np.ndarray] = field(  # the input pipeline's __next__ annotations, merged
         default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
     stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each activity's (-1: none)
@@ -139,26 +140,49 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         ORDER BY c.ts, c.id""").fetchnumpy()
     ls, le = launch_calls(trace)  # the launch calls cpu_work reads: one query for both
     short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000
-    host = con.execute(f"""
-        SELECT ts, ts + greatest(dur, 1) AS stop, coalesce(depth, 0) AS depth, coalesce(name, '') AS name, thread,
-               kind = 'cpu_op' AS is_op, kind = 'cpu_op' AND {TOP_OP.format(e="events")} AS top,
-               kind = 'runtime' AS runtime
-        FROM events
-        WHERE kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({tl}) ORDER BY ts, id""").fetchnumpy()
-    hts, hend = _i64(host["ts"]), _i64(host["stop"])
-    keep = ~_encloses_step(hts, hend, step_ts, step_end)
+    host, host_names = _host_intervals(trace, tl, step_ts, step_end)
     inp = con.execute(f"""SELECT ts, ts + greatest(dur, 0) AS stop FROM events
         WHERE kind IN ('annotation', 'python') AND thread IN ({tl}) AND {INPUT_SQL} ORDER BY ts, id""").fetchnumpy()
     return DeviceWork(
         acts=acts, cls=cls, name=_objects(d["name"]), op_name=_objects(d["op_name"]), pageable=pageable, fp32=fp32,
         graph=np.asarray(d["graph"], dtype=bool),
         sync_ts=_i64(sync["ts"]), sync_end=_i64(sync["stop"]), sync_id=_i64(sync["id"]),
-        launch_runs=merge_runs(ls[short], le[short]), host_ts=hts[keep], host_end=hend[keep],
-        host_depth=_i64(host["depth"])[keep], host_name=_objects(host["name"])[keep],
-        host_op=np.asarray(host["is_op"], dtype=bool)[keep], host_top=np.asarray(host["top"], dtype=bool)[keep],
-        host_runtime=np.asarray(host["runtime"], dtype=bool)[keep], threads=frozenset(threads),
-        host_thread=_i64(host["thread"])[keep], stream=_i64(d["stream"]),
+        launch_runs=merge_runs(ls[short], le[short]), host_ts=host["ts"], host_end=host["stop"],
+        host_depth=host["depth"], host_code=host["code"], host_names=host_names, host_op=host["is_op"],
+        host_top=host["top"], host_runtime=host["runtime"], threads=frozenset(threads), host_thread=host["thread"],
+        stream=_i64(d["stream"]),
         input_runs=merge_runs(_i64(inp["ts"]), _i64(inp["stop"])))
+
+
+def _host_intervals(trace: Trace, threads: str, step_ts: np.ndarray,
+                    step_end: np.ndarray) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """The ops, Python frames and runtime calls of ``threads`` (an SQL list) but those enclosing a whole
+    step, sorted by (start, id), as columns: ts, stop (at least 1 ns after ts), depth, thread, is_op, top,
+    runtime, and each one's name as a code (``code``: an index into the distinct names, returned sorted).
+    The names are coded in DuckDB, so no string is made per interval (millions on a big trace)."""
+    where = f"kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({threads})"
+    distinct = f"SELECT DISTINCT coalesce(name, '') AS n FROM events WHERE {where}"
+    names = tuple(str(n) for (n,) in trace.con.execute(f"{distinct} ORDER BY n").fetchall())
+    # kind: 0 a frame, 1 an op, 2 a runtime call, 3 a top-level op (TOP_OP)
+    cols = trace.con.execute(f"""
+        WITH codes AS (SELECT n, (row_number() OVER (ORDER BY n) - 1)::INTEGER AS code FROM ({distinct}))
+        SELECT e.id, e.ts, greatest(e.dur, 1) AS dur, coalesce(e.depth, 0)::INTEGER AS depth, e.thread,
+               (CASE e.kind WHEN 'cpu_op' THEN (CASE WHEN {TOP_OP.format(e="e")} THEN 3 ELSE 1 END)
+                            WHEN 'runtime' THEN 2 ELSE 0 END)::TINYINT AS kind, codes.code
+        FROM (SELECT * FROM events WHERE {where}) e JOIN codes ON codes.n = coalesce(e.name, '')""").fetchnumpy()
+    ts = _i64(cols["ts"])
+    order = np.lexsort((_i64(cols["id"]), ts))   # ORDER BY ts, id (the events come nearly sorted: cheap here)
+    ts, stop = ts[order], _i64(cols["dur"])[order]
+    stop += ts
+    keep = ~_encloses_step(ts, stop, step_ts, step_end)
+    if not keep.all():
+        order, ts, stop = order[keep], ts[keep], stop[keep]
+    kind = np.asarray(cols["kind"])[order]
+    out = {"ts": ts, "stop": stop, "is_op": (kind & 1) == 1, "top": kind == 3, "runtime": kind == 2}
+    out["depth"] = np.asarray(cols["depth"])[order].astype(np.int64)   # the holders' walk reads int64
+    out["thread"] = np.asarray(cols["thread"])[order]   # int32, as DuckDB keeps it
+    out["code"] = np.asarray(cols["code"])[order].astype(np.int32, copy=False)
+    return out, names
 
 
 def _objects(v: object) -> np.ndarray:
@@ -187,15 +211,17 @@ def _classes(kind: np.ndarray, name: np.ndarray, op_name: np.ndarray, launch_nam
 
 def _encloses_step(ts: np.ndarray, end: np.ndarray, step_ts: np.ndarray, step_end: np.ndarray) -> np.ndarray:
     """Host intervals that contain a whole step (the script's frames around the loop): not work
-    of the step."""
+    of the step. Only intervals at least as long as the shortest step can, so only those are searched."""
+    out = np.zeros(ts.size, dtype=bool)
     if step_ts.size == 0 or ts.size == 0:
-        return np.zeros(ts.size, dtype=bool)
+        return out
     order = np.argsort(step_ts, kind="stable")
     sts, sen = step_ts[order], step_end[order]
-    i = np.searchsorted(sts, ts, side="left")
+    can = np.flatnonzero(end - ts >= int((step_end - step_ts).min()))
+    i = np.searchsorted(sts, ts[can], side="left")
     inside = i < sts.size
     ic = np.clip(i, 0, sts.size - 1)
-    out: np.ndarray = inside & (sen[ic] <= end) & (sts[ic] >= ts)
+    out[can] = inside & (sen[ic] <= end[can]) & (sts[ic] >= ts[can])
     return out
 
 
@@ -240,10 +266,11 @@ def labels(w: DeviceWork) -> Labels:
     a = w.acts
     # the first cut lies before any time a span can start, so every time has a piece
     waits = queued_runs(a)
-    cuts = np.sort(np.concatenate([[_BEFORE], a.start, a.end, *waits, w.sync_ts, w.sync_end, *w.launch_runs,
-                                   *w.input_runs, w.host_ts, w.host_end]).astype(np.int64))
+    cuts = np.concatenate([np.asarray([_BEFORE], dtype=np.int64), a.start, a.end, *waits, w.sync_ts, w.sync_end,
+                           *w.launch_runs, *w.input_runs, w.host_ts, w.host_end]).astype(np.int64, copy=False)
+    cuts.sort(kind="stable")   # sorted columns one after another: a merge of runs, cheaper than a full sort
     cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]   # unique (sorted: no hashing)
-    label = np.full(cuts.size, -1, dtype=np.int64)
+    label = np.full(cuts.size, -1, dtype=np.int8)   # an index into LEAVES (a byte: they are few)
     pageable = np.zeros(cuts.size, dtype=bool)
     fp32 = np.zeros(cuts.size, dtype=bool)
     graph = np.zeros(cuts.size, dtype=bool)
@@ -298,38 +325,83 @@ class Pieces:
 
 def pieces(lab: Labels, lo: int, hi: int) -> Pieces:
     """The span [lo, hi) as pieces of the trace's labelled time; ``ns`` sums to hi - lo exactly."""
-    c = lab.cuts  # sorted and unique: the cuts inside the span are one slice (a mask over every cut, per
-    # step, was 4.7 s of a 1 GB trace's report: 720 steps x 7 M cuts)
-    inner = c[np.searchsorted(c, lo, side="right"):np.searchsorted(c, hi, side="left")]
-    start = np.concatenate([[lo], inner]).astype(np.int64)
-    ns = np.diff(np.append(start, hi)).astype(np.int64)
-    idx = lab.at(start)
-    return Pieces(start, ns, idx, unrecorded_waits(lab.label[idx], start, ns))
+    return spans_pieces(lab, np.asarray([lo], dtype=np.int64), np.asarray([hi], dtype=np.int64))[0]
 
 
-def unrecorded_waits(label: np.ndarray, start: np.ndarray, ns: np.ndarray) -> np.ndarray:
-    """A span's labels with each run of queued pieces that the trace cannot show to be idle relabelled
-    ``unrecorded/wait``: a run ending by the span's first recorded device activity, or one at least
-    :data:`UNRECORDED_SHARE` of the span's busy time long (the module docstring)."""
-    q = label == QUEUED
-    if not q.any():
-        return label
-    busy = label < len(BUSY_PRIORITY)
-    first = int(start[busy][0]) if busy.any() else 2 ** 62
-    busy_ns = int(ns[busy].sum())
-    edge = np.flatnonzero(np.diff(np.concatenate([[0], q.astype(np.int8), [0]])))
-    begin, stop = edge[::2], edge[1::2]     # runs of consecutive queued pieces: [begin, stop)
-    total = np.concatenate([[0], np.cumsum(ns)])
-    run_ns = total[stop] - total[begin]
+def spans_pieces(lab: Labels, lo: np.ndarray, hi: np.ndarray) -> tuple[Pieces, np.ndarray, np.ndarray]:
+    """The spans [lo[k], hi[k]) as pieces (each as :func:`pieces` cuts it), one span after another; where
+    each span's pieces begin (``offsets``: k + 1 of them, the last the number of pieces); and the ns per
+    leaf of each span (one row per span, a column per leaf: index into LEAVES). A span's pieces start at lo
+    and at each cut strictly inside it: a slice of the sorted, unique cuts, so their indices into the
+    labels need no search (and every array here is made once: on a big trace each is tens of MB)."""
+    c = lab.cuts
+    i0 = np.searchsorted(c, lo, side="right")            # the first cut inside each span
+    i1 = np.maximum(np.searchsorted(c, hi, side="left"), i0)
+    counts = i1 - i0 + 1                                  # lo, then the cuts inside
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    first, last = offsets[:-1], offsets[1:] - 1
+    # each span's indices run i0 - 1 (the piece lo starts in), i0, ..., i1 - 1: ones, each span's first
+    # the jump from the one before, summed in place
+    idx = np.ones(int(offsets[-1]), dtype=np.int32 if c.size < 2 ** 31 else np.int64)
+    if idx.size:
+        idx[first] = (i0 - 1) - np.concatenate([[0], i1[:-1] - 1])
+        np.cumsum(idx, out=idx)
+        idx[first] = np.maximum(i0 - 1, 0)
+    start = c[idx]
+    start[first] = lo
+    ns = np.empty_like(start)
+    np.subtract(start[1:], start[:-1], out=ns[:-1])
+    ns[last] = hi - start[last]
+    label = lab.label[idx]
+    table = _leaf_table(label, ns, counts)
+    _unrecorded_waits(label, start, ns, offsets, table)
+    return Pieces(start, ns, idx, label), offsets, table
+
+
+def _leaf_table(label: np.ndarray, ns: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """ns per leaf of each span (``counts``: its pieces, one span after another): one row per span."""
+    rows = np.arange(counts.size, dtype=np.int32 if counts.size * len(LEAVES) < 2 ** 31 else np.int64) * len(LEAVES)
+    key = np.repeat(rows, counts)   # each piece's span's row, then its leaf
+    key += label
+    out = np.zeros(counts.size * len(LEAVES), dtype=np.int64)
+    np.add.at(out, key, ns)
+    return out.reshape(counts.size, len(LEAVES))
+
+
+def _unrecorded_waits(label: np.ndarray, start: np.ndarray, ns: np.ndarray, offsets: np.ndarray,
+                      table: np.ndarray) -> None:
+    """Relabel ``unrecorded/wait``, in place, each run of queued pieces that the trace cannot show to be
+    idle: a run ending by its span's first recorded device activity, or one at least
+    :data:`UNRECORDED_SHARE` of its span's busy time long (the module docstring); the spans are those
+    ``offsets`` delimits, and their leaf ``table`` moves the runs' ns from queued to unrecorded (the busy
+    time, which decides, does not change)."""
+    q = np.flatnonzero(label == QUEUED)
+    if not q.size:
+        return
+    # runs of consecutive queued pieces of one span: [begin, stop)
+    span = np.searchsorted(offsets, q, side="right") - 1
+    new = np.ones(q.size, dtype=bool)
+    new[1:] = (q[1:] != q[:-1] + 1) | (span[1:] != span[:-1])
+    begin, of = q[new], span[new]
+    stop = np.append(q[np.flatnonzero(new)[1:] - 1], q[-1]) + 1
+    total = np.concatenate([[0], np.cumsum(ns[q])])
+    at = np.flatnonzero(new)
+    run_ns = np.diff(np.append(total[at], total[-1]))
     ends = start[stop - 1] + ns[stop - 1]
+    first = np.full(of.size, 2 ** 62, dtype=np.int64)   # the start of each run's span's first busy piece
+    busy = np.flatnonzero(label < len(BUSY_PRIORITY))
+    if busy.size:
+        nb = np.minimum(np.searchsorted(busy, offsets[of], side="left"), busy.size - 1)
+        seen = (busy[nb] >= offsets[of]) & (busy[nb] < offsets[of + 1])
+        first[seen] = start[busy[nb[seen]]]
+    busy_ns = table[of, :len(BUSY_PRIORITY)].sum(axis=1)
     outside = (ends <= first) | (run_ns >= UNRECORDED_SHARE * busy_ns)
     if not outside.any():
-        return label
-    mark = np.zeros(label.size + 1, dtype=np.int64)
-    np.add.at(mark, begin[outside], 1)
-    np.add.at(mark, stop[outside], -1)
-    out: np.ndarray = np.where(np.cumsum(mark)[:-1] > 0, UNRECORDED, label)
-    return out
+        return
+    size = (stop - begin)[outside]
+    label[np.repeat(begin[outside] - np.cumsum(size) + size, size) + np.arange(int(size.sum()))] = UNRECORDED
+    np.add.at(table, (of[outside], QUEUED), -run_ns[outside])
+    np.add.at(table, (of[outside], UNRECORDED), run_ns[outside])
 
 
 def leaf_ns(lab: Labels, p: Pieces) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -158,6 +158,8 @@ def _pieces(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
     if not ps:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z, z
+    if len(ps) == 1:   # the diagnosis puts the steady spans' pieces in one run: no copy
+        return ps[0].start, ps[0].ns, ps[0].idx, ps[0].label
     return (np.concatenate([p.start for p in ps]), np.concatenate([p.ns for p in ps]),
             np.concatenate([p.idx for p in ps]), np.concatenate([p.label for p in ps]))
 
@@ -555,12 +557,32 @@ def _holders_of_calls(calls: list[tuple[Any, ...]], cand: dict[str, np.ndarray])
     for thread in sorted({int(r[2]) for r in calls}):
         mine = [(r[0], r[3], r[4]) for r in calls if r[2] == thread]
         cid, cts, cend = (np.asarray(a, dtype=np.int64) for a in zip(*mine))
-        on = cand["thread"] == thread
-        pid, pts, pend = (cand[k][on].astype(np.int64) for k in ("id", "ts", "stop"))
+        mine = cand["thread"] == thread
+        ts, stop = (np.asarray(cand[k], dtype=np.int64) for k in ("ts", "stop"))
+        on = np.flatnonzero(mine) if not mine.all() else None   # one thread (the common case): no copy
+        if on is not None:
+            ts, stop = ts[on], stop[on]
+        held = np.flatnonzero(_holds_any(ts, stop, cts, cend))  # only these can answer
+        on = held if on is None else on[held]
+        pid, pts, pend = (np.asarray(cand[k], dtype=np.int64)[on] for k in ("id", "ts", "stop"))
         is_op = cand["is_op"][on].astype(bool)
         op = first_holding(pid[is_op], pts[is_op], pend[is_op], cts, cend)
         frame = last_holding(pid[~is_op], pts[~is_op], pend[~is_op], cts, cend)
         out.update(zip(cid.tolist(), zip(op.tolist(), frame.tolist())))
+    return out
+
+
+def _holds_any(ts: np.ndarray, end: np.ndarray, qts: np.ndarray, qend: np.ndarray) -> np.ndarray:
+    """Which intervals [ts, end] hold some query interval [qts, qend] (``ts <= qts`` and ``end >= qend``):
+    among the queries that start at ts or later, the least qend reaches back to end or before (a search
+    per interval over the queries sorted by start). Only these can answer :func:`first_holding` or
+    :func:`last_holding`, whose answers are defined by the holders alone."""
+    if qts.size == 0:
+        return np.zeros(ts.size, dtype=bool)
+    order = np.argsort(qts, kind="stable")
+    least_end = np.minimum.accumulate(qend[order][::-1])[::-1]   # over the queries from each on
+    i = np.searchsorted(qts[order], ts, side="left")
+    out: np.ndarray = (i < qts.size) & (least_end[np.minimum(i, qts.size - 1)] <= end)
     return out
 
 
@@ -685,59 +707,87 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
         return CpuOther(0, 0, Counter(), Counter(), Counter(), 0, Counter(), Counter(), Counter())
     m = label == CPU_OTHER
     t, v_ns = start[m], ns[m]
-    held, holder = _holding(w, t)  # each time's holder, found once for the three counts below
-    names, ops = _held_names(w, held, holder, v_ns)
-    runtime, in_runtime = _runtime_holders(w, t, v_ns)
+    h = _Held.of(w, t)  # each time's holders, found once for the counts below
+    names, ops = _held_names(w, h, v_ns)
+    runtime, in_runtime = _runtime_holders(w, h, v_ns)
     # inside the model: under any op or frame of its forward (at any depth: a built-in a forward calls
     # counts), and neither inside a runtime call (initialisation there is a warm-up's, not a graph's) nor
     # inside an op longer than launch overhead's 1 ms bound (a host stall: an allocation, CPU compute)
     gap = LAUNCH_GAP_MAX_US * 1000
     long_ = w.host_end - w.host_ts
-    top = w.host_top & (long_ > gap) & (_launch_calls_in(w) * gap < long_)
+    top = w.host_top & (long_ > gap)
+    top[top] = _launch_calls_in(w, top) * gap < long_[top]
     # in an op over 1 ms whose launches are more than 1 ms apart on average: its own work (initialisation,
     # autotuning, CPU compute), not dispatch; an op that launched more often, a compiled region's wrapper
     # or an autograd node running a compiled backward, is dispatch however long
-    stalled = _covering(w.host_ts[top], w.host_end[top], t) >= 0
-    inside = (_covering(*_model_intervals(w), t) >= 0) & ~in_runtime & ~stalled
-    rest_names, rest_ops = _held_names(w, held[~inside], holder[~inside], v_ns[~inside])
-    model_ops = _ns_by_name(w.host_name[w.host_top], held[inside], v_ns[inside])
+    inside = (h.covering(top) < 0) & ~in_runtime
+    inside &= h.covering(_model_intervals(w)) >= 0
+    rest_names, rest_ops = _held_names(w, h, v_ns, ~inside)
+    model_ops = _ns_by_code(w.host_names, h.op_code, v_ns, inside)
     # the model's share of the leaf, in the leaf's own ns (the pieces may be a sample of it)
     pieces_ns = int(v_ns.sum())
     model_ns = round(v * int(v_ns[inside].sum()) / max(pieces_ns, 1))
     return CpuOther(v, pieces_ns, names, ops, runtime, model_ns, rest_names, rest_ops, model_ops)
 
 
-def _launch_calls_in(w: DeviceWork) -> np.ndarray:
-    """Per host interval: how many distinct launch calls its own thread starts inside it."""
+def _launch_calls_in(w: DeviceWork, keep: np.ndarray) -> np.ndarray:
+    """Per host interval that ``keep`` selects: how many distinct launch calls its own thread starts inside it."""
     a = w.acts
     _ids, first = np.unique(a.launch_id[a.launched], return_index=True)
     lts, lthr = a.launch_ts[a.launched][first], a.launch_thread[a.launched][first]
-    out = np.zeros(w.host_ts.size, dtype=np.int64)
-    for thread in np.unique(w.host_thread):
-        mine = w.host_thread == thread
+    hts, hend, hthread = w.host_ts[keep], w.host_end[keep], w.host_thread[keep]
+    out = np.zeros(hts.size, dtype=np.int64)
+    for thread in np.unique(hthread):
+        mine = hthread == thread
         ts = np.sort(lts[lthr == thread])
-        out[mine] = np.searchsorted(ts, w.host_end[mine], side="left") - np.searchsorted(ts, w.host_ts[mine], side="left")
+        out[mine] = np.searchsorted(ts, hend[mine], side="left") - np.searchsorted(ts, hts[mine], side="left")
     return out
 
 
-def _holding(w: DeviceWork, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each idle time t: the top-level op holding it (index among the top-level intervals, or -1),
-    and, where none does, the innermost frame or call holding it (index among all host intervals, or -1)."""
-    top = w.host_top
-    held = _covering(w.host_ts[top], w.host_end[top], t)
-    free = held < 0
-    holder = np.full(t.size, -1, dtype=np.int64)
-    holder[free] = _holders(w.host_ts, w.host_end, w.host_depth, w.host_op, t[free])
-    return held, holder
+@dataclass(frozen=True)
+class _Held:
+    """What holds each of the times ``t`` among the host intervals (sorted by start): ``after``, how many
+    intervals started by each time (searched once for every question below); ``op_code``, the name code
+    of the top-level op holding it (as :func:`_covering` finds it), else -1; ``free_code``, where no
+    top-level op holds it, the name code of the innermost frame or call holding it (:func:`_holders`),
+    else -1 (codes: int32; ``code``: the intervals' codes and a last -1, for no interval). ``scratch``:
+    one array per time that each answer below is written into and read from at once (on a big trace each
+    is tens of MB: made once, not once per question)."""
+
+    w: DeviceWork
+    t: np.ndarray
+    after: np.ndarray
+    code: np.ndarray
+    op_code: np.ndarray
+    free_code: np.ndarray
+    scratch: np.ndarray
+
+    @classmethod
+    def of(cls, w: DeviceWork, t: np.ndarray) -> _Held:
+        """The holders of each time t."""
+        after = _started(w.host_ts, t)
+        code = np.append(w.host_code, -1).astype(np.int32, copy=False)
+        scratch = _covering_after(w.host_end, w.host_top, after, t)
+        op_code = code[scratch]
+        after -= 1   # the last interval started by each time, for the walk (and back after it)
+        holder = _holders(w.host_ts, w.host_end, w.host_depth, w.host_op, t, after, out=scratch)
+        after += 1
+        free_code = code[holder]
+        free_code[op_code >= 0] = -1
+        return cls(w, t, after, code, op_code, free_code, scratch)
+
+    def covering(self, keep: np.ndarray) -> np.ndarray:
+        """:func:`_covering` of each time among the host intervals ``keep`` selects (an index among all
+        host intervals, or -1), in ``scratch``: read it before the next question."""
+        return _covering_after(self.w.host_end, keep, self.after, self.t, out=self.scratch)
 
 
-def _held_names(w: DeviceWork, held: np.ndarray, holder: np.ndarray,
-                v_ns: np.ndarray) -> tuple[Counter[str], Counter[str]]:
+def _held_names(w: DeviceWork, h: _Held, v_ns: np.ndarray,
+                sel: np.ndarray | None = None) -> tuple[Counter[str], Counter[str]]:
     """ns per name of what held each idle time (the top-level op, else the innermost frame or call), and
-    ns per top-level op, from :func:`_holding`'s answers for those times."""
-    ops = _ns_by_name(w.host_name[w.host_top], held, v_ns)
-    free = held < 0
-    names = ops + _ns_by_name(w.host_name, holder[free], v_ns[free])
+    ns per top-level op, from :class:`_Held`'s answers for those times (those ``sel`` selects)."""
+    ops = _ns_by_code(w.host_names, h.op_code, v_ns, sel)
+    names = ops + _ns_by_code(w.host_names, h.free_code, v_ns, sel)
     return names, ops
 
 
@@ -814,34 +864,30 @@ def display_name(name: str) -> str:
     return _ADDRESS.sub(">", name)
 
 
-def _runtime_holders(w: DeviceWork, t: np.ndarray, ns: np.ndarray) -> tuple[Counter[str], np.ndarray]:
-    """ns per runtime call name (neither launch nor sync: those are other causes) holding each idle time t,
-    and which times t a runtime call holds."""
-    out: Counter[str] = Counter()
-    held_by = np.zeros(t.size, dtype=bool)
+def _runtime_holders(w: DeviceWork, h: _Held, ns: np.ndarray) -> tuple[Counter[str], np.ndarray]:
+    """ns per runtime call name (neither launch nor sync: those are other causes) holding each idle time,
+    and which times a runtime call holds."""
     rt = w.host_runtime
-    if rt.size == 0 or not rt.any() or t.size == 0:
-        return out, held_by
-    names = w.host_name[rt]
+    if rt.size == 0 or not rt.any() or h.t.size == 0:
+        return Counter(), np.zeros(h.t.size, dtype=bool)
     # CUDA/HIP runtime and driver calls (not an accelerator's executor scopes, as on MTIA)
-    cuda = _per_name(names, lambda n: str(n).startswith(("cuda", "hip", "cu")))
-    held = _covering(w.host_ts[rt][cuda], w.host_end[rt][cuda], t)
-    return _ns_by_name(names[cuda], held, ns), held >= 0
+    cuda = rt & _per_name(w, lambda n: n.startswith(("cuda", "hip", "cu")))
+    held = h.covering(cuda)
+    return _ns_by_code(w.host_names, h.code[held], ns), held >= 0
 
 
-def _model_intervals(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
-    """The host intervals of the model's forward, sorted by start: its module and forward frames
-    (compiled regions too), and the top-level ops that launched device work (a graph replays those; an
-    op that only computes on the CPU, preprocessing, is not the model's dispatch)."""
+def _model_intervals(w: DeviceWork) -> np.ndarray:
+    """The host intervals of the model's forward (a mask): its module and forward frames (compiled regions
+    too), and the top-level ops that launched device work (a graph replays those; an op that only computes
+    on the CPU, preprocessing, is not the model's dispatch)."""
     # a compiled region's own frames are not counted: its guards and wrapper still run when the region
     # replays a graph (mode="reduce-overhead"); the ops it launches from still count below
-    frame = _per_name(w.host_name, lambda n: _in_model(n) and not n.startswith(("aten::", *_COMPILED_FRAMES)))
+    keep = _per_name(w, lambda n: _in_model(n) and not n.startswith(("aten::", *_COMPILED_FRAMES)))
     launched = np.sort(w.acts.launch_ts[w.acts.launched])
-    top = w.host_top
-    launches = (np.searchsorted(launched, w.host_end, side="left")
-                - np.searchsorted(launched, w.host_ts, side="left")) > 0
-    keep = frame | (top & launches)
-    return w.host_ts[keep], w.host_end[keep]
+    top = w.host_top & ~keep
+    keep[top] = (np.searchsorted(launched, w.host_end[top], side="left")
+                 - np.searchsorted(launched, w.host_ts[top], side="left")) > 0
+    return keep
 
 
 _COMPILED_FRAMES = ("Torch-Compiled Region", "TorchDynamo", "CompiledFunction")
@@ -856,28 +902,72 @@ def _in_model(name: str) -> bool:
 
 def _covering(ts: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
     """For each time t, the index of an interval (sorted by start) holding it, or -1: the one with
-    the latest end among those started by t."""
-    if ts.size == 0:
-        return np.full(t.size, -1, dtype=np.int64)
-    j = np.searchsorted(ts, t, side="right") - 1
-    best = _prefix_argmax(end)[np.clip(j, 0, None)]
-    out: np.ndarray = np.where((j >= 0) & (end[best] > t), best, -1)
+    the latest end among those started by t (the later one on a tie)."""
+    return _covering_after(end, None, _started(ts, t), t)
+
+
+def _started(ts: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """How many of the sorted ``ts`` each time follows or equals (``searchsorted(ts, t, side="right")``)."""
+    if compiled.enabled() and t.size:  # the same count in C, each search from the one before (trace/_accel.c)
+        out = np.empty(t.size, dtype=np.int64)
+        compiled.accel.started(np.ascontiguousarray(ts, dtype=np.int64), np.ascontiguousarray(t, dtype=np.int64), out)
+        return out
+    found: np.ndarray = np.searchsorted(ts, t, side="right")
+    return found
+
+
+def _covering_after(end: np.ndarray, keep: np.ndarray | None, after: np.ndarray, t: np.ndarray,
+                    out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`_covering` among the intervals ``keep`` selects (None: all), given ``after``, how many
+    intervals (all of them) started by each time (:func:`_started`); the answer indexes all the intervals
+    (written into ``out`` where given: int64, one per time)."""
+    if out is None:
+        out = np.empty(t.size, dtype=np.int64)
+    if end.size == 0:
+        out[:] = -1
+        return out
+    if keep is None:
+        keep = np.ones(end.size, dtype=bool)
+    if compiled.enabled():  # the same answer in C (trace/_accel.c, covering), with no array per interval
+        compiled.accel.covering(np.ascontiguousarray(end, dtype=np.int64), np.ascontiguousarray(keep, dtype=bool),
+                                np.ascontiguousarray(after, dtype=np.int64), np.ascontiguousarray(t, dtype=np.int64), out)
+        return out
+    out[:] = _covering_numpy(end, keep, after, t)
+    return out
+
+
+def _covering_numpy(end: np.ndarray, keep: np.ndarray, after: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """:func:`_covering_after` in numpy: the running answer is worked out once per interval, so each time
+    costs two look-ups, not a search."""
+    n = end.size
+    e = np.where(keep, end, np.iinfo(np.int64).min)
+    lead = (e == np.maximum.accumulate(e)) & keep  # the latest end so far: the answer from here on (till the next)
+    best = np.empty(n + 1, dtype=np.int64)   # [i]: the answer among the first i intervals, -1 for none
+    best[0] = -1
+    np.maximum.accumulate(np.where(lead, np.arange(n, dtype=np.int64), -1), out=best[1:])
+    at = best[after]
+    out: np.ndarray = np.where((at >= 0) & (end[at] > t), at, -1)
     return out
 
 
 def _holders(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, is_op: np.ndarray, t: np.ndarray,
-             back: int = 64) -> np.ndarray:
+             last: np.ndarray | None = None, back: int = 64, out: np.ndarray | None = None) -> np.ndarray:
     """For each time t, the index of what held it, or -1: the outermost op holding it (what the code
-    called), else the innermost Python frame or runtime call (among the ``back`` latest starts before t)."""
+    called), else the innermost Python frame or runtime call (among the ``back`` latest starts before t);
+    ``last``: the last interval started by each time, when already searched; ``out``: where to write the
+    answer (int64, one per time), when given."""
+    best = np.empty(t.size, dtype=np.int64) if out is None else out
     if ts.size == 0 or t.size == 0:
-        return np.full(t.size, -1, dtype=np.int64)
-    last = np.searchsorted(ts, t, side="right") - 1
+        best[:] = -1
+        return best
+    if last is None:
+        last = np.searchsorted(ts, t, side="right") - 1
     if compiled.enabled():  # the same walk in C (trace/_accel.c, holders)
-        best = np.empty(t.size, dtype=np.int64)
         compiled.accel.holders(*(np.ascontiguousarray(a, dtype=np.int64) for a in (ts, end, depth, t, last)),
                                np.ascontiguousarray(is_op, dtype=bool), back, best)
         return best
-    return _holders_numpy(ts, end, depth, is_op, t, last, back)
+    best[:] = _holders_numpy(ts, end, depth, is_op, t, last, back)
+    return best
 
 
 def _holders_numpy(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, is_op: np.ndarray, t: np.ndarray,
@@ -903,23 +993,53 @@ def _holders_numpy(ts: np.ndarray, end: np.ndarray, depth: np.ndarray, is_op: np
 def _ns_by_name(name: np.ndarray, idx: np.ndarray, ns: np.ndarray) -> Counter[str]:
     """ns per ``name[i]`` summed over the pieces whose index ``idx`` is not -1: a Counter filled in
     the order the pieces first name each name (as a loop over the pieces would fill it)."""
-    held = idx >= 0
-    names = name[idx[held]].tolist()
-    index = {n: i for i, n in enumerate(dict.fromkeys(names))}  # each distinct name, in first-use order
-    totals = np.zeros(len(index), dtype=np.int64)
-    np.add.at(totals, np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names)),
-              np.asarray(ns[held], dtype=np.int64))
+    listed = name.tolist()
+    index = {n: i for i, n in enumerate(dict.fromkeys(listed))}   # each distinct name once
+    code = np.fromiter(map(index.__getitem__, listed), dtype=np.int32, count=len(listed))
+    return _ns_by_code([str(n) for n in index], np.append(code, np.int32(-1))[idx], ns)
+
+
+def _ns_by_code(names: Sequence[str], code: np.ndarray, ns: np.ndarray, sel: np.ndarray | None = None) -> Counter[str]:
+    """ns per ``names[c]`` summed over the pieces (those ``sel`` selects) whose name code ``c`` is not -1
+    (integer sums: no string is touched per piece), as a Counter filled in the order the pieces first name
+    each name."""
+    code = np.ascontiguousarray(code, dtype=np.int32)
+    ns = np.ascontiguousarray(ns, dtype=np.int64)
+    sel = np.ones(code.size, dtype=bool) if sel is None else np.ascontiguousarray(sel, dtype=bool)
+    totals = np.empty(len(names), dtype=np.int64)
+    first = np.empty(len(names), dtype=np.int64)
+    if compiled.enabled():  # one pass in C (trace/_accel.c, tally)
+        compiled.accel.tally(code, ns, sel, totals, first)
+    else:
+        _tally_numpy(code, ns, sel, totals, first)
+    seen = np.flatnonzero(first >= 0)
+    seen = seen[np.argsort(first[seen])]   # in the order the pieces first name them (first uses differ)
     out: Counter[str] = Counter()
-    for n, v in zip(index, totals.tolist()):
-        out[str(n)] += v
+    for i, v in zip(seen.tolist(), totals[seen].tolist()):
+        out[names[i]] += v
     return out
 
 
-def _per_name(names: np.ndarray, flag: Callable[[str], bool]) -> np.ndarray:
-    """``flag`` of each name, worked out once per distinct name."""
-    listed = names.tolist()
-    once = {n: flag(n) for n in dict.fromkeys(listed)}
-    out: np.ndarray = np.fromiter(map(once.__getitem__, listed), dtype=bool, count=len(listed))
+def _tally_numpy(code: np.ndarray, ns: np.ndarray, sel: np.ndarray, totals: np.ndarray, first: np.ndarray) -> None:
+    """Into ``totals`` and ``first`` (one per code): the ns of the selected pieces of each code, and the
+    first of them (-1: none); a code of -1 is no name."""
+    held = np.flatnonzero((code >= 0) & sel)
+    c = code[held]
+    if c.size and int(c.max()) >= totals.size:
+        raise ValueError("tally: a code is out of range")
+    totals[:] = 0
+    np.add.at(totals, c, ns[held])
+    first[:] = held.size
+    np.minimum.at(first, c, np.arange(held.size, dtype=np.int64))
+    first[first == held.size] = -1
+    found = first >= 0
+    first[found] = held[first[found]]
+
+
+def _per_name(w: DeviceWork, flag: Callable[[str], bool]) -> np.ndarray:
+    """``flag`` of each host interval's name (a mask), worked out once per distinct name."""
+    once = np.fromiter((flag(n) for n in w.host_names), dtype=bool, count=len(w.host_names))
+    out: np.ndarray = once[w.host_code] if once.size else np.zeros(w.host_code.size, dtype=bool)
     return out
 
 
