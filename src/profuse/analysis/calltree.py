@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
+from ._codes import hash_codes
 from .figures import pct, us
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def _frames(trace: Trace) -> _Frames:
     names = [str(n) for n, _ in named]
     f = con.execute(f"SELECT id, coalesce(depth, 0) AS depth, thread, ts, dur, hash(name) AS h FROM events WHERE {_PY}"
                     ).fetchnumpy()
-    code = _codes(np.asarray([h for _, h in named], dtype=np.uint64), np.asarray(f["h"], dtype=np.uint64))
+    code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), np.asarray(f["h"], dtype=np.uint64))
     ids = np.asarray(f["id"], dtype=np.int64)
     if code is None:   # two names with one hash: code them by name instead
         code = frame_codes(con, names, ids)
@@ -129,17 +130,6 @@ def _frames(trace: Trace) -> _Frames:
     return _Frames(id=ids, depth=np.asarray(f["depth"], dtype=np.int64), thread=np.asarray(f["thread"]), code=code,
                    ts=ts, end=ts + np.asarray(f["dur"], dtype=np.int64), names=names,
                    nested={k: np.asarray(v, dtype=np.int64) for k, v in nested.items()}, events=n)
-
-
-def _codes(name_hashes: np.ndarray, frame_hashes: np.ndarray) -> np.ndarray | None:
-    """Each frame's name code (its name's position in name order) from the names' hashes; None where two
-    names share a hash."""
-    order = np.argsort(name_hashes)
-    known = name_hashes[order]
-    if known.size and bool((known[1:] == known[:-1]).any()):
-        return None
-    at = np.searchsorted(known, frame_hashes)
-    return order[at].astype(np.int64) if known.size else np.zeros(0, dtype=np.int64)
 
 
 def frame_codes(con: Any, names: list[str], ids: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ from .._lazy import lazy_module
 from .._progress import timed
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
+from ._codes import hash_codes
 from .opclass import Tensor, op_class, tensors
 
 if TYPE_CHECKING:
@@ -188,17 +189,79 @@ _OP_UNITS = f"""
                ON sh.d = s.input_dims AND sh.t IS NOT DISTINCT FROM s.input_types''')}"""
 
 
+_NAMES = "SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' UNION SELECT DISTINCT name FROM scopes"
+_CPU_OPS = f"""SELECT id, coalesce(parent_op, -1) AS parent_op, coalesce(scope, {NO_PARENT}) AS scope, thread, ts,
+    dur, coalesce(device_total, 0) AS dev, coalesce(kernels_total, 0) AS kern, hash(name) AS h
+    FROM events WHERE kind = 'cpu_op'"""
+_PAIRS = "FROM shapes WHERE input_dims IS NOT NULL"
+Pairs = list[tuple[str, str | None]]  # (input dims, input types) as the shapes table has them
+
+
+def op_units(con: Any) -> tuple[dict[str, np.ndarray], list[str], Pairs]:
+    """The op units of every instance (each ``cpu_op`` whose enclosing op, if any, is in another scope: the
+    rule of ``_UNIT_OF``) as columns: ``id``, ``sid`` (its scope, or its thread's pseudo-scope), ``name`` (a
+    code into the names returned), ``ts``, ``dur``, ``dev``, ``kern`` and ``shape`` (0, or 1 + a code into
+    the (input dims, input types) pairs returned: every pair a ``cpu_op`` has).
+
+    Three scans (the ops, their shapes, the distinct names and pairs) with names and shapes coded by their
+    DuckDB hashes and the enclosing op looked up by a sort; where two names or two pairs share a hash (or a
+    shapes row is doubled), the joins on the values themselves (:func:`_op_units_joined`)."""
+    named = con.execute(f"SELECT name, hash(name) FROM ({_NAMES})").fetchall()
+    names: list[str] = [n for n, _ in named]
+    e = {k: np.asarray(v) for k, v in con.execute(_CPU_OPS).fetchnumpy().items()}
+    code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), e["h"].astype(np.uint64))
+    shaped = _shape_codes(con, e["id"].astype(np.int64))
+    if code is None or shaped is None:
+        return _op_units_joined(con, names)
+    ids, parent, scope = (e[k].astype(np.int64) for k in ("id", "parent_op", "scope"))
+    at = _positions(ids)(parent)
+    # a unit: no enclosing op, or one whose scope differs (a NULL scope, or an enclosing op not among the
+    # cpu_ops, compares as NO_PARENT: SQL's IS DISTINCT FROM)
+    keep = (parent == -1) | (np.where(at >= 0, scope[np.maximum(at, 0)], NO_PARENT) != scope)
+    sid = np.where(scope == NO_PARENT, -1 - e["thread"].astype(np.int64), scope)
+    ops = {"id": ids, "sid": sid, "name": code, "ts": e["ts"], "dur": e["dur"], "dev": e["dev"], "kern": e["kern"],
+           "thread": e["thread"], "shape": shaped[0]}
+    return {k: v[keep] for k, v in ops.items()}, names, shaped[1]
+
+
+def _shape_codes(con: Any, ids: np.ndarray) -> tuple[np.ndarray, Pairs] | None:
+    """Per op (``ids``): 0, or 1 + its pair's code into the pairs returned (those of the ops, by hash);
+    None where two pairs share a hash or an op has two shapes rows."""
+    sh = con.execute(f"SELECT id, hash(input_dims, input_types) AS h {_PAIRS}").fetchnumpy()
+    s_id, s_h = np.asarray(sh["id"], dtype=np.int64), np.asarray(sh["h"], dtype=np.uint64)
+    order = np.argsort(s_id, kind="stable")
+    s_id, s_h = s_id[order], s_h[order]
+    if bool((s_id[1:] == s_id[:-1]).any()):
+        return None
+    row = _positions(s_id)(ids)           # each op's shapes row, -1 for none
+    used = np.unique(s_h[row[row >= 0]])
+    texts: dict[int, tuple[str, str | None]] = {}
+    for d, t, h in con.execute(f"SELECT DISTINCT input_dims, input_types, hash(input_dims, input_types) {_PAIRS}"
+                               ).fetchall():
+        if texts.setdefault(int(h), (d, t)) != (d, t):
+            return None
+    if not all(h in texts for h in used.tolist()):
+        return None
+    code = np.zeros(ids.size, dtype=np.int64)
+    code[row >= 0] = np.searchsorted(used, s_h[row[row >= 0]]) + 1
+    return code, [texts[h] for h in used.tolist()]
+
+
+def _op_units_joined(con: Any, names: list[str]) -> tuple[dict[str, np.ndarray], list[str], Pairs]:
+    """:func:`op_units` by one query joining the names and the shape pairs on their values."""
+    pairs = con.execute("""SELECT DISTINCT s.input_dims, s.input_types FROM shapes s SEMI JOIN events e
+        ON e.id = s.id AND e.kind = 'cpu_op' WHERE s.input_dims IS NOT NULL""").fetchall()
+    ops = con.execute(_OP_UNITS, [names, len(names), [d for d, _ in pairs], [t for _, t in pairs], len(pairs)]
+                      ).fetchnumpy()
+    return {k: np.asarray(v) for k, v in ops.items()}, names, [(d, t) for d, t in pairs]
+
+
 @timed("scope instances")
 def _unit_table(trace: Trace) -> UnitTable:
     """Every instance's op units (one query, names and shapes as codes), its child scopes, and the roll-up."""
     con = trace.con
     sc = con.execute("SELECT id, kind, name, label, parent, ts, dur FROM scopes ORDER BY ts").fetchnumpy()
-    names: list[str] = [n for (n,) in con.execute(
-        "SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' UNION SELECT DISTINCT name FROM scopes").fetchall()]
-    pairs = con.execute("""SELECT DISTINCT s.input_dims, s.input_types FROM shapes s SEMI JOIN events e
-        ON e.id = s.id AND e.kind = 'cpu_op' WHERE s.input_dims IS NOT NULL""").fetchall()
-    ops = con.execute(_OP_UNITS, [   # in no order: ordered below, with the child scopes
-        names, len(names), [d for d, _ in pairs], [t for _, t in pairs], len(pairs)]).fetchnumpy()
+    ops, names, pairs = op_units(con)   # in no order: ordered below, with the child scopes
     shapes = [(), *(tuple(tensors(d, t)) for d, t in pairs)]
     code = {n: i for i, n in enumerate(names)}
     o_sid, o_id = np.asarray(ops["sid"], dtype=np.int64), np.asarray(ops["id"], dtype=np.int64)
