@@ -240,9 +240,10 @@ MAP_SETTLED_NS = RACY_NS  # only a file last changed this long ago is mapped (se
 def _map(fh: BinaryIO, size: int) -> Mapped | None:
     """The file's ``size`` bytes (its size by fstat) mapped read-only (trace/_accel.c's map_file: the page
     cache's own pages, no copy into fresh memory: a 50 MB trace 40-100 ms read, 6 ms mapped; each page
-    resident only from when the scan reaches it to when the scan and the hash let it go); None below MAP_MIN, without the extension, or where it cannot
-    (not Linux, not a local filesystem, a file that changed size since fstat, or one written or changed
-    less than MAP_SETTLED_NS ago, whose next write might leave its times as they are): the caller reads."""
+    resident only from when the scan reaches it to when the scan and the hash let it go); None below
+    MAP_MIN, without the extension, or where it cannot (not Linux, not a local filesystem, a file that
+    changed size since fstat, or one written or changed less than MAP_SETTLED_NS ago, whose next write
+    might leave its times as they are): the caller reads."""
     from . import compiled
 
     if size < MAP_MIN or not compiled.enabled():

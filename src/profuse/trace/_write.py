@@ -24,10 +24,10 @@ from .correlate import device_threads, module_scopes
 from .event_columns import WRITE_RULES, EventColumns, EventStrings, insert_sql
 from .schema import KIND_CODE
 
-# Rows per insert. Each insert and each checkpoint between them has a cost that grows with the table
-# (2.4 M rows: 1.6 s CPU in 1 M-row batches and their checkpoints, 1.2 s at once), so a trace of up
-# to about 1.5 GB goes in at once and is compressed by the cache write; beyond that the batches keep
-# DuckDB's uncompressed copy to 4 M rows (about 1 GB) beside ours.
+# Rows per insert. A checkpoint between inserts compresses the rows inserted since the one before, about
+# 0.9 s CPU per million events (DuckDB 2.0.1), so a trace of up to about 1.5 GB goes in at once and is
+# compressed by the cache write; beyond that the batches (insert_batches) keep DuckDB's uncompressed copy
+# to 4 M rows (about 1 GB) beside ours.
 INSERT_BATCH = 1 << 22
 # Longer string lists go in as strings: DuckDB's lookup in a list bound as a parameter slows with the
 # list's length (120k rows of kernel-like names: 29 ms through 100 names, 190 ms through 50,000; as
@@ -45,8 +45,9 @@ _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
 
 
 def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: EventStrings) -> None:
-    """Insert the ``events`` table, in batches of INSERT_BATCH rows; string columns as codes looked up
-    by DuckDB in the (short) lists bound as parameters, or as strings (see LOOKUP_MAX).
+    """Insert the ``events`` table, in the batches of :func:`insert_batches` (at most INSERT_BATCH rows);
+    string columns as codes looked up by DuckDB in the (short) lists bound as parameters, or as strings
+    (see LOOKUP_MAX).
 
     Between batches the database is checkpointed (compressed, when it was attached with COMPRESS),
     so DuckDB's copy of a big trace never sits uncompressed beside ours; a small trace goes in at
@@ -61,12 +62,37 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
         if lookup is not None and lookup not in params:
             arrays[f.name] = np.array(getattr(strings, lookup), dtype=object)[arrays[f.name]]
     insert = insert_sql("_frame", params)
-    for lo in range(0, max(n, 1), INSERT_BATCH):
-        con.register("_frame", {k: v[lo:lo + INSERT_BATCH] for k, v in arrays.items()})
+    for lo, hi in insert_batches(n, INSERT_BATCH):
+        con.register("_frame", {k: v[lo:hi] for k, v in arrays.items()})
         con.execute(insert, params)
-        if lo + INSERT_BATCH < n:
+        if hi < n:
             con.execute("CHECKPOINT trace")
     con.unregister("_frame")
+
+
+def insert_batches(n: int, most: int) -> list[tuple[int, int]]:
+    """The row ranges ``[lo, hi)`` of the events' inserts: all at once up to ``most`` rows; beyond, the last
+    insert ``most`` rows, and the rows before it in as few inserts as fit in ``most``, of one size (to a row).
+
+    Each checkpoint between inserts compresses what was inserted since the one before (none recompresses
+    what is already compressed: DuckDB 2.0.1, a 3.1 M-event table in 1 M-row inserts, the same cost per
+    insert the second time through), and the last insert stays uncompressed until the cache write. So the
+    load compresses ``n - most`` rows: as few as DuckDB's uncompressed copy of at most ``most`` rows allows,
+    in as many inserts as before."""
+    if n <= most:
+        return [(0, n)]
+    head = n - most
+    parts = -(-head // most)
+    starts = [head * i // parts for i in range(parts + 1)]
+    return list(zip(starts, [*starts[1:], n]))
+
+
+def checkpoint_before_events(con: duckdb.DuckDBPyConnection, *, events: int) -> None:
+    """Compress the tables written so far now, where the ``events`` table will go in checkpointed batches
+    (more than INSERT_BATCH events): the first checkpoint between them would compress these too, and here
+    (the writer thread, while the events are correlated) it is off the load's longest path."""
+    if events > INSERT_BATCH:
+        con.execute("CHECKPOINT trace")
 
 
 class ArrowFrame:
@@ -226,11 +252,11 @@ def _bitmap(valid: np.ndarray | None) -> np.ndarray | None:
 
 def _write_events_arrow(con: duckdb.DuckDBPyConnection, arrays: dict[str, np.ndarray], n: int,
                         strings: EventStrings) -> bool:
-    """The ``events`` table from an Arrow stream (see :class:`ArrowFrame`), in INSERT_BATCH-row inserts
-    with a checkpoint between them as in :func:`write_events`; False (nothing written) when the
+    """The ``events`` table from an Arrow stream (see :class:`ArrowFrame`), in the inserts of
+    :func:`insert_batches` with a checkpoint between them as in :func:`write_events`; False (nothing written) when the
     columns cannot go so or this DuckDB cannot scan the stream."""
-    for lo in range(0, max(n, 1), INSERT_BATCH):
-        part = {k: v[lo:lo + INSERT_BATCH] for k, v in arrays.items()}
+    for lo, hi in insert_batches(n, INSERT_BATCH):
+        part = {k: v[lo:hi] for k, v in arrays.items()}
         columns = arrow_columns(part, strings)
         if columns is None:
             return False
@@ -238,7 +264,7 @@ def _write_events_arrow(con: duckdb.DuckDBPyConnection, arrays: dict[str, np.nda
             if lo:
                 raise RuntimeError("DuckDB scanned the events' first Arrow stream but not a later one")
             return False
-        if lo + INSERT_BATCH < n:
+        if hi < n:
             con.execute("CHECKPOINT trace")
     return True
 

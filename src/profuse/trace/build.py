@@ -24,9 +24,17 @@ from ._columns import Columns, add_chunk
 from ._parallel import decode_parallel, worker_count
 from ._prepare import Prepared, base_time_ns, prepare
 from ._privateuse1 import privateuse1_name
-from ._write import write_correlated_tables, write_events, write_flows, write_instants, write_meta, write_shapes
+from ._write import (
+    checkpoint_before_events,
+    write_correlated_tables,
+    write_events,
+    write_flows,
+    write_instants,
+    write_meta,
+    write_shapes,
+)
 from .cache import CacheSlot, CacheWriter, fingerprint_of_bytes, fingerprint_of_hash, slot_key
-from .correlate import UNLINKED, correlate, unmatched_flows
+from .correlate import UNLINKED, correlated, unmatched_flows
 from .event_columns import EventColumns, kind_mask
 from .meta import listed_device
 from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION
@@ -386,7 +394,8 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
 
     A writer thread (its own cursor; DuckDB works without the GIL) writes ``shapes`` while this one
     prepares the events (shapes need only the decoded columns), then ``flows`` and ``instants`` while it
-    correlates them, then the ``events`` table, the longest write, which starts when correlate ends,
+    correlates them (and compresses them there, where the events go in checkpointed batches: see
+    _write.checkpoint_before_events), then the ``events`` table, the longest write, which starts when correlate ends,
     while this one writes the correlated side tables and the memory tables: the two threads end about
     together (vit50, 2 cores). Without ``parallel`` all runs here in turn, as on the msgspec path, which
     may be short of memory for a thread's stack.
@@ -398,8 +407,11 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
         prepared = prepare(path, cols, base_ns)
         writer.submit(write_flows, prepared=prepared)
         writer.submit(write_instants, prepared=prepared)
+        writer.submit(checkpoint_before_events, events=len(prepared.events))
         memory = memory_of()
-        events = correlate(prepared.events)
+        events, reused = correlated(prepared.events)
+        reusable = reused if memory is not None else None  # only the memory tables ask it again
+        del reused
         writer.submit(write_events, events=events, strings=prepared.strings)
         write_correlated_tables(con, cols=cols, prepared=prepared, events=events)
         fp = fp_of()
@@ -407,7 +419,8 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
         if memory is not None:
             memory = memory.usable()
             _memory.write_memory_tables(con, memory, base_ns=base_ns, thread_keys=prepared.threads.keys,
-                                        events=events, names=prepared.events.names)
+                                        events=events, names=prepared.events.names, reusable=reusable)
+            reusable = None
             meta["memory_events"], meta["memory_skipped"] = len(memory), memory.skipped
     finally:
         writer.close()  # never leaves a write running on a connection the caller may close; raises its error

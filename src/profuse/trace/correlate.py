@@ -17,20 +17,34 @@ from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask
 from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, KIND_CODE, TABLE_KINDS
 from .vocabulary import is_graph_launch
 
-__all__ = ["LINK_HOW", "NONE", "UNLINKED", "Attribution", "Flows", "Links", "attribute", "correlate",
-           "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nesting", "unmatched_flows"]
+__all__ = ["LINK_HOW", "NONE", "UNLINKED", "Attribution", "Flows", "Links", "Reusable", "attribute", "correlate",
+           "correlated", "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nesting",
+           "nesting_in_order", "unmatched_flows"]
 
 _accel = compiled.accel  # tests turn it off here
 MODULE_PREFIX = "nn.Module: "
 OVERHANG_NS = 1000  # a call may end this much after its parent (µs rounding) and still be its child
 
 
+@dataclass(frozen=True)
+class Reusable:
+    """What :func:`correlated` worked out on the way that the memory tables ask again (trace/memory.py)."""
+
+    host_order: np.ndarray    # the nested host events' ids by thread, start, the longer first, then id
+    table_parent: np.ndarray  # each event's nearest op-table ancestor (not itself), or -1
+
+
 def correlate(events: DecodedEvents) -> EventColumns:
     """Every correlation rule (docs/correlation.md) over one trace: the ``events`` table's columns."""
+    return correlated(events)[0]
+
+
+def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
+    """:func:`correlate`, and what it worked out on the way that the memory tables use again."""
     kind, n = events.kind, len(events)
     is_device = kind_mask(kind, *DEVICE_KINDS)
     host = ~is_device & ~device_threads(kind, events.thread, len(events.pid_of_thread))[events.thread]
-    parent, depth = nesting(events.thread, events.ts, events.dur, host)
+    parent, depth, host_order = nesting_in_order(events.thread, events.ts, events.dur, host)
     op_of_host = nearest_ancestor(parent, kind_mask(kind, "cpu_op", "annotation"), include_self=True)
     graph_launch = name_flags(events.names, is_graph_launch)[events.name]
     links = link_device_events(kind=kind, graph_launch=graph_launch, thread=events.thread, ts=events.ts,
@@ -38,10 +52,11 @@ def correlate(events: DecodedEvents) -> EventColumns:
                                op_of_host=op_of_host, flows=events.flows, has_host=bool(host.any()))
     is_module = module_scopes(events)
     is_scope = is_module | (kind == KIND_CODE["annotation"])
-    attr = attribute(kind=kind, dur=events.dur, parent=parent, device_op=links.op)
+    table_parent = nearest_ancestor(parent, kind_mask(kind, *TABLE_KINDS), include_self=False)
+    attr = attribute(kind=kind, dur=events.dur, parent=parent, device_op=links.op, table_parent=table_parent)
     device, stream = _device_and_stream(events, is_device)
     thread = events.thread.astype(np.int32)
-    return EventColumns(
+    columns = EventColumns(
         id=np.arange(n, dtype=np.int64), kind=kind.astype(np.int32), cat=events.cat, name=events.name,
         ts=events.ts, dur=events.dur, pid=thread, tid=thread, thread=thread, device=device, stream=stream,
         correlation=events.correlation, external_id=events.external_id, parent=parent,
@@ -53,6 +68,7 @@ def correlate(events: DecodedEvents) -> EventColumns:
         self_cpu=attr.self_cpu, self_device=attr.self_device, device_total=attr.device_total,
         kernels=attr.kernels, kernels_total=attr.kernels_total, seq=events.seq, python_id=events.python_id,
         python_parent_id=events.python_parent_id, bytes=events.nbytes, flops=events.flops)
+    return columns, Reusable(host_order=host_order, table_parent=table_parent)
 
 
 def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:
@@ -104,7 +120,17 @@ def _device_and_stream(events: DecodedEvents, is_device: np.ndarray) -> tuple[np
 
 
 def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Parent and depth of each masked event among the masked events on its thread.
+    """Parent and depth of each masked event among the masked events on its thread (see
+    :func:`nesting_in_order`)."""
+    parent, depth, _ = nesting_in_order(thread, ts, dur, mask)
+    return parent, depth
+
+
+def nesting_in_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+                     mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parent and depth of each masked event among the masked events on its thread, and the masked events'
+    ids in the order they were nested: by thread, start, the longer first, then id (on a thread, events of
+    one start by depth, the outer first).
 
     Zero-length events count as 1 ns so that an event ending exactly where the next starts is its
     sibling, not its parent. An event ending at most OVERHANG_NS after its parent (µs rounding) stays
@@ -117,7 +143,7 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     depth = np.full(n, NONE, dtype=np.int32)
     idx = np.flatnonzero(mask)
     if idx.size == 0:
-        return parent, depth
+        return parent, depth, idx.astype(np.int64)
     th, start = thread[idx].astype(np.int64, copy=False), ts[idx].astype(np.int64, copy=False)
     end = start + np.maximum(dur[idx], 1)
     order = packed_order(th, start, -end)  # by thread, start, the longer first, then position
@@ -126,15 +152,15 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
         p_loc, d_loc = nest
         parent[ids] = np.where(p_loc >= 0, ids[np.clip(p_loc, 0, None)], NONE)
         depth[ids] = d_loc.astype(np.int32)
-        return parent, depth
+        return parent, depth, ids
     t0 = start.min()
     span = int(max(end.max() - t0, 1)) + 1
     if (int(th.max()) + 1) * span >= 2**62:  # (thread, time) keys would overflow: nest thread by thread
-        return _nesting_by_thread(th, start, end, ids, parent, depth)
+        return (*_nesting_by_thread(th, start, end, ids, parent, depth), ids)
     par_sorted, d = _counted_nesting(th, start, end, ids, t0, span, n)
     parent[ids] = par_sorted
     depth[ids] = d.astype(np.int32)
-    return parent, depth
+    return parent, depth, ids
 
 
 def _counted_nesting(th: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray, t0: int, span: int,
@@ -375,14 +401,17 @@ class Attribution:
 
 def attribute(
     *, kind: np.ndarray, dur: np.ndarray, parent: np.ndarray, device_op: np.ndarray,
+    table_parent: np.ndarray | None = None,
 ) -> Attribution:
     """Self CPU time over the op-table tree, and device time per op (self and inclusive).
 
-    The compiled extension sums in one pass and one walk up the tree per device event
+    ``table_parent``: each event's nearest op-table ancestor, where the caller has it already (else found
+    here). The compiled extension sums in one pass and one walk up the tree per device event
     (trace/_accel.c, attribute); without it, :func:`_attribute_numpy`.
     """
     in_table = kind_mask(kind, *TABLE_KINDS)
-    table_parent = nearest_ancestor(parent, in_table, include_self=False)
+    if table_parent is None:
+        table_parent = nearest_ancestor(parent, in_table, include_self=False)
     timed = kind_mask(kind, *DEVICE_TIME_KINDS) & (device_op >= 0)
     if not compiled.enabled() or _accel is None:
         return _attribute_numpy(dur, in_table, table_parent, timed, device_op)

@@ -13,6 +13,7 @@ of the caching allocator (or the CPU allocator) with the totals after it; see do
 """
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,10 +24,10 @@ import msgspec
 import numpy as np
 
 from . import compiled
-from ._columns import _PRECISE_ABOVE_US, THREAD_SHIFT, Columns, _ns, distinct, factorize, packed_order, thread_key
+from ._columns import _PRECISE_ABOVE_US, THREAD_SHIFT, Columns, _ns, factorize, packed_order, thread_key
 from ._native import MEMORY_FIGURES
 from ._write import ArrowTable, encode_dictionary
-from .correlate import nearest_ancestor
+from .correlate import Reusable, nearest_ancestor
 from .event_columns import NONE, EventColumns, kind_mask
 from .numbers import int64
 from .schema import HOST_KINDS, TABLE_KINDS
@@ -368,8 +369,9 @@ def _ns_text(raw: bytes) -> int | None:
 
 def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, base_ns: int,
                         thread_keys: list[tuple[str, str]], events: EventColumns,
-                        names: np.ndarray) -> None:
-    """Write ``memory`` and ``op_memory`` (see the module docstring)."""
+                        names: np.ndarray, reusable: Reusable | None = None) -> None:
+    """Write ``memory`` and ``op_memory`` (see the module docstring); ``reusable``: what correlate worked out
+    that these ask again (the host events' order, each event's op-table parent), where the caller has it."""
     if not len(mem):
         return
     ts = mem.ts + base_ns
@@ -380,7 +382,7 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     thread = per_code[mem.thread[order]]
     nbytes, addr = mem.bytes[order], mem.addr[order]
     dtype, device = mem.device_type[order], mem.device[order]
-    holder = _holders(events, ts, thread)
+    holder = _holders(events, ts, thread, None if reusable is None else reusable.host_order)
     has = holder >= 0
     op = np.full(len(ts), NONE, dtype=np.int64)
     module = op.copy()
@@ -391,7 +393,7 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     labels = [DEVICE_TYPES.get(d, f"type {d}") for d in types.tolist()]
     type_code = type_code.reshape(-1)
     if _write_memory_arrow(con, mem, order, ts, thread, op, module, step, alloc, free, type_code, labels):
-        _write_op_memory(con, events, ts, nbytes, dtype)
+        _write_op_memory(con, events, ts, nbytes, dtype, None if reusable is None else reusable.table_parent)
         return
     con.register("_mem", {
         "id": np.arange(len(ts), dtype=np.int64), "type_code": type_code.reshape(-1), "device": device, "ts": ts,
@@ -405,7 +407,7 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
                    FROM (SELECT *, list_extract($labels::VARCHAR[], type_code + 1) AS device_type FROM _mem)""",
                 {"labels": labels})
     con.unregister("_mem")
-    _write_op_memory(con, events, ts, nbytes, dtype)
+    _write_op_memory(con, events, ts, nbytes, dtype, None if reusable is None else reusable.table_parent)
 
 
 def _write_memory_arrow(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, order: np.ndarray, ts: np.ndarray,
@@ -424,30 +426,62 @@ def _write_memory_arrow(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, order
     return table.insert(con, "memory", "*, bytes < 0 AND alloc IS NULL")
 
 
-def _holders(events: EventColumns, ts: np.ndarray, thread: np.ndarray) -> np.ndarray:
+def _holders(events: EventColumns, ts: np.ndarray, thread: np.ndarray,
+             host_order: np.ndarray | None = None) -> np.ndarray:
     """The innermost host event on the memory event's thread with ev.ts <= t < ev.ts + dur (a
-    zero-length event counts as 1 ns long), or -1."""
+    zero-length event counts as 1 ns long), or -1.
+
+    ``host_order``: the nested host events by thread, start, the longer first (correlate's
+    :func:`~profuse.trace.correlate.nesting_in_order`), where the caller has it: a thread's host events are
+    then a run of it, already in the order searched (on a thread, events of one start by depth); the threads
+    it does not hold (a device thread's host-kind events are not nested) are found in one pass and sorted.
+    """
     out = np.full(len(ts), NONE, dtype=np.int64)
-    host = kind_mask(events.kind, *HOST_KINDS)
-    end = events.ts + np.maximum(events.dur, 1)
-    for th in distinct(thread[thread >= 0]).tolist():
-        cand = np.flatnonzero(host & (events.thread == th))
+    by_thread = np.argsort(thread, kind="stable")  # the memory events of each thread, in time order
+    grouped = thread[by_thread]
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if len(ts) else np.zeros(0, dtype=np.int64)
+    runs = {int(grouped[a]): by_thread[a:b] for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(ts)])}
+    runs.pop(NONE, None)
+    found = _host_runs(events, list(runs), host_order)
+    for th, sel in runs.items():
+        cand = found[th]
         if not cand.size:
             continue
-        cand = cand[packed_order(events.ts[cand], events.depth[cand])]
-        sel = np.flatnonzero(thread == th)
         t = ts[sel]
         pos = np.searchsorted(events.ts[cand], t, side="right") - 1
         cur = np.where(pos >= 0, cand[np.maximum(pos, 0)], NONE)
-        while True:  # walk out to the first enclosing event that still runs at t
-            live = cur >= 0
-            bad = live.copy()
-            bad[live] = end[cur[live]] <= t[live]
-            if not bad.any():
-                break
-            cur[bad] = events.parent[cur[bad]]
+        active = np.flatnonzero(cur >= 0)
+        while active.size:  # walk out to the first enclosing event that still runs at t
+            c = cur[active]
+            ended = events.ts[c] + np.maximum(events.dur[c], 1) <= t[active]
+            active, up = active[ended], events.parent[c[ended]]
+            cur[active] = up
+            active = active[up >= 0]
         out[sel] = cur
     return out
+
+
+def _host_runs(events: EventColumns, threads: list[int], host_order: np.ndarray | None) -> dict[int, np.ndarray]:
+    """Each thread's host-kind events by start, then depth, then id: a run of ``host_order`` where it holds
+    the thread's events, else (all threads at once) from one pass over the events and one sort."""
+    found: dict[int, np.ndarray] = {}
+    if host_order is not None:
+        thread_of = events.thread
+        for th in threads:
+            lo = bisect.bisect_left(host_order, th, key=lambda i: thread_of[i])
+            hi = bisect.bisect_right(host_order, th, lo=lo, key=lambda i: thread_of[i])
+            if hi > lo:  # a thread with nested host events: all its host-kind events
+                found[th] = host_order[lo:hi]
+    rest = [th for th in threads if th not in found]
+    if rest:
+        wanted = np.zeros(max(int(events.thread.max(initial=0)), *rest) + 1, dtype=bool)
+        wanted[rest] = True
+        cand = np.flatnonzero(kind_mask(events.kind, *HOST_KINDS) & wanted[events.thread])
+        cand = cand[packed_order(events.thread[cand], events.ts[cand], events.depth[cand])]
+        of = events.thread[cand]
+        for th in rest:
+            found[th] = cand[np.searchsorted(of, th, side="left"):np.searchsorted(of, th, side="right")]
+    return found
 
 
 def _steps(events: EventColumns, names: np.ndarray, ts: np.ndarray) -> np.ndarray:
@@ -504,14 +538,15 @@ def _address_order(addr: np.ndarray, device: np.ndarray, dtype: np.ndarray) -> n
 
 
 def _write_op_memory(con: duckdb.DuckDBPyConnection, events: EventColumns, ts: np.ndarray, nbytes: np.ndarray,
-                     dtype: np.ndarray) -> None:
-    """torch's per-event memory (see the module docstring), for the op-table events with any."""
+                     dtype: np.ndarray, table_parent: np.ndarray | None = None) -> None:
+    """torch's per-event memory (see the module docstring), for the op-table events with any;
+    ``table_parent``: each event's nearest op-table ancestor, where the caller has it (else found here)."""
     in_table = kind_mask(events.kind, *TABLE_KINDS)
     if not in_table.any():
         return
     cpu = np.where(np.isin(dtype, list(CPU_TYPES)), nbytes, 0).astype(np.int64)
     dev = np.where(np.isin(dtype, list(DEVICE_MEM_TYPES)), nbytes, 0).astype(np.int64)
-    parent = nearest_ancestor(events.parent, in_table, include_self=False)
+    parent = nearest_ancestor(events.parent, in_table, include_self=False) if table_parent is None else table_parent
     if _accel is not None and compiled.enabled():
         figures = _op_memory_compiled(events, in_table, parent, ts, cpu, dev)
     else:
