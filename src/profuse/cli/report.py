@@ -122,7 +122,9 @@ def _report(args: argparse.Namespace) -> int:
     with phase("load", quiet=True):  # the load shows its own bar
         _import_while_loading(args.format)
         loaded = finish_load()
-    with loaded as trace:
+    from ..trace.build import bulk_settings
+
+    with loaded as trace, bulk_settings():  # the analysis as the load: no cycle collector, no 2 MB pages
         from ..payloads.report import analyse
 
         with phase("analyse"):
