@@ -382,3 +382,33 @@ def test_the_progress_line_is_drawn_on_a_terminal_only_and_erased():
     assert pipe.getvalue() == ""
     assert "profuse: report t.json: analyse: fusion candidates (2 s)" in drawn
     assert drawn.endswith("\r\x1b[2K") and "render" not in drawn
+
+
+def test_a_cached_json_report_prints_what_the_output_boundary_passed_on_before(capsys, monkeypatch, _cache_dir):
+    # GIVEN a real trace whose JSON report is computed, then printed from its entry through the output
+    # boundary once (which keeps what the boundary passed on), with the boundary's redaction counted
+    from profuse import redact
+    from profuse.cli import report_cached
+
+    monkeypatch.setattr(report_cached, "PRINTED_MIN", 0)  # this trace's document counts as big
+    src = trace_path("h100_bert_small.json.gz")
+    computed, _ = report(capsys, src, "--format", "json")
+    first, _ = report(capsys, src, "--format", "json")
+    scanned: list[int] = []
+    whole_text = redact.redact_text
+
+    def counted(text):
+        scanned.append(len(text))
+        return whole_text(text)
+
+    monkeypatch.setattr(redact, "redact_text", counted)
+    # WHEN it is asked for again
+    again, _ = report(capsys, src, "--format", "json")
+    # THEN every run printed the same bytes, and the last wrote the kept text without scanning the
+    # document again (only short lines: the notes, if any)
+    assert computed == first == again and len(again) > 10_000
+    assert all(n < 1000 for n in scanned), scanned
+    assert len(entries(_cache_dir)) == 2  # the document, and the text the boundary passed on
+    # AND with --keep-metadata (no boundary) the document is the entry's own, as before
+    kept, _ = report(capsys, src, "--format", "json", "--keep-metadata")
+    assert report(capsys, src, "--format", "json", "--keep-metadata")[0] == kept

@@ -114,13 +114,47 @@ def cached_report(args: argparse.Namespace) -> int | None:
     if entry is None:
         return None  # written by this very build, checked by its checksum: only a bug gets here
     if args.format == "json":
-        from ._common import emit
-
-        if not found.verified():
-            return None  # other bytes than the entry's: their stat entry is gone, and the report computed
-        _print_notes(entry.notes)
-        return emit(entry.document.decode(), args.output)
+        return _print_json(args, found, entry)
     return _print_table(args, found, entry)
+
+
+PRINTED_MIN = 1 << 20  # a JSON document this big or bigger is kept as the output boundary passed it on
+
+
+def _print_json(args: argparse.Namespace, found: Found, entry: Entry) -> int | None:
+    """The JSON document. On standard output through the output boundary's redaction, a document of at least
+    PRINTED_MIN bytes (a big trace's: 23 MB at 10 GB, which takes the boundary over half a second): the text
+    that boundary passed on before for this entry, written as it was, else the document through the
+    boundary, what it passes on kept for the next time (another derived entry, as the table's text)."""
+    from ..redact import RedactingStream, output_redacted
+    from ..trace.cache import read_derived, write_derived_behind
+    from ._common import emit
+
+    out = sys.stdout
+    net = None if (args.output or not output_redacted() or not isinstance(out, RedactingStream)
+                   or len(entry.document) < PRINTED_MIN) else out
+    key = json.dumps({"printed": found.key})
+    text = read_derived(found.folder, found.fp, key) if net is not None else None
+    if not found.verified():
+        return None  # other bytes than the entry's: their stat entry is gone, and the report computed
+    _print_notes(entry.notes)
+    if net is None:
+        return emit(entry.document.decode(), args.output)
+    net.flush()
+    if text is not None:
+        net.inner.write(text.decode())
+        net.inner.flush()
+        return 0
+    inner, tee = net.inner, _Tee(net.inner)
+    net.inner = tee
+    try:
+        code = emit(entry.document.decode(), None)
+        net.flush()
+    finally:
+        net.inner = inner
+    with contextlib.suppress(UnicodeEncodeError):
+        write_derived_behind(found.folder, found.fp, key, "".join(tee.parts).encode())
+    return code
 
 
 class Found(NamedTuple):
