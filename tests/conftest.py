@@ -72,3 +72,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
     return rep
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium driven by Playwright's client, one per test module (a module may define its own)."""
+    chromium = "/usr/bin/chromium"
+    if not os.path.exists(chromium):
+        pytest.skip("Debian chromium not installed (make test installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        yield b
+        b.close()

@@ -3,7 +3,6 @@ model, drawn before the model is built; then the model's exact view replaces it 
 from __future__ import annotations
 
 import json
-import os
 
 import oracle
 import pytest
@@ -14,7 +13,6 @@ import profuse
 from profuse.analysis.timeline import coarse_view, timeline_model, timeline_window
 from profuse.explorer import server
 
-CHROMIUM = "/usr/bin/chromium"
 TRACES = ["h100_bert_small.json.gz", "v100_ns_timestamps.json.gz", "mtia_inference.json.gz",
           "cpu_only_gloo_rank34.json.gz"]
 WIDTH = 1180
@@ -53,16 +51,6 @@ def test_the_coarse_view_has_the_models_lanes_span_and_level_and_every_event_onc
     assert all(w.kinds[w.kind[i]] in lane_kinds[kinds[w.lane[i]]] for i in range(len(w.id)))
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium not installed (make test installs it)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
-        yield b
-        b.close()
 
 
 def test_the_timeline_paints_its_coarse_first_view_before_the_model_then_the_exact_one(browser, monkeypatch):

@@ -5,7 +5,6 @@ there without a request; what it draws is what a fetch of that view itself would
 """
 from __future__ import annotations
 
-import os
 import random
 
 import oracle
@@ -16,7 +15,6 @@ from explorer_util import running
 import profuse
 from profuse.analysis.timeline import bucket_ns_for, timeline_model, timeline_window
 
-CHROMIUM = "/usr/bin/chromium"
 TRACES = ["h100_bert_small.json.gz", "v100_ns_timestamps.json.gz", "mtia_inference.json.gz"]
 WIDTH = 1180
 
@@ -105,16 +103,6 @@ SET_HASH = """async hash => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium not installed (make test installs it)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
-        yield b
-        b.close()
 
 
 def test_zoom_and_pan_in_the_page_draw_what_a_fetch_of_the_view_draws(browser):

@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 from conftest import ALL_TRACES
 
-from profuse.trace import _native, build
+# every test runs on both nesting paths (the extension's stack pass and numpy's): the rules' own fixture
+from test_correlate_rules import nesting_path  # noqa: F401
+
+from profuse.trace import build
 from profuse.trace._columns import distinct, packed_order
 from profuse.trace._prepare import base_time_ns, prepare
 from profuse.trace._write import INSERT_BATCH, insert_batches
@@ -21,15 +24,6 @@ from profuse.trace.correlate import correlate, correlated, nearest_ancestor_nump
 from profuse.trace.event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask
 from profuse.trace.memory import _holders
 from profuse.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND_CODE, TABLE_KINDS
-
-
-@pytest.fixture(autouse=True, params=["compiled", "numpy"])
-def nesting_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The nesting order is reused from both nesting paths: the extension's stack pass and numpy's."""
-    if request.param == "compiled" and not _native.available():
-        pytest.skip("compiled extension not built")
-    monkeypatch.setenv("PROFUSE_SCANNER", "1" if request.param == "compiled" else "0")
-    return str(request.param)
 
 
 def old_holders(events: EventColumns, ts: np.ndarray, thread: np.ndarray) -> np.ndarray:
