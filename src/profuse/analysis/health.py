@@ -25,14 +25,20 @@ Each finding says what it changes in the diagnosis and how to capture better.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..trace.schema import DEVICE_TIME_SQL
+from .._lazy import lazy_module
 from ..trace.vocabulary import launch_call_sql
 
 if TYPE_CHECKING:  # the records decode from a stored report without the trace or the step model
+    import numpy as np
+
     from ..trace import Trace
+    from .device_events import DeviceEvents
+else:  # numpy loads on first use: the records here are read without it
+    np = lazy_module("numpy", globals(), "np")
 
 UNLINKED_WARN_SHARE = 0.01  # device activities without their launch: over this share, a finding
 PYTHON_PER_OP_WARN = 2.0    # Python frames per op over this: stacks dominate the capture's own cost
@@ -71,36 +77,36 @@ class Health:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _one(trace: Trace, sql: str) -> int:
-    row = trace.con.execute(sql).fetchone()
-    return int(row[0] or 0) if row else 0
+def _overlaps(d: DeviceEvents) -> int:
+    """Device activities starting before an earlier one on their device and stream ended (by start, then id)."""
+    from .advice.interruptions import reach_before
+
+    m = d.has_stream
+    dev, stream, ts, end, ids = np.where(d.has_device, d.device, -1)[m], d.stream[m], d.ts[m], (d.ts + d.dur)[m], d.id[m]
+    if not ts.size:
+        return 0
+    order = np.lexsort((ids, ts, stream, dev))
+    dev, stream, ts, end = dev[order], stream[order], ts[order], end[order]
+    new = np.concatenate([[True], (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1])])
+    _, before = reach_before(np.cumsum(new), ts, end)
+    return int(np.count_nonzero(ts < before))
 
 
-def _overlaps(trace: Trace) -> int:
-    """Device activities starting before an earlier one on their device and stream ended."""
-    return _one(trace, f"""
-        SELECT count(*) FROM (
-          SELECT ts, max(ts + dur) OVER (PARTITION BY coalesce(device, -1), stream ORDER BY ts, id
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-          FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND stream IS NOT NULL)
-        WHERE ts < reach""")
-
-
-_HOST_SQL = "'cpu_op', 'annotation', 'python', 'runtime', 'sync'"
+_HOST_KINDS = ("cpu_op", "annotation", "python", "runtime", "sync")
 
 
 def _counts(trace: Trace) -> dict[str, int | None]:
     """The counts of the events table the record needs beside the launch calls: device activities, linked
-    ones apart (:func:`device_counts`); in one scan Python frames, ops, and the host events' first start
-    and last end."""
+    ones apart (:func:`device_counts`); in one scan (per kind) Python frames, ops, and the host events' first
+    start and last end."""
     from .optable import device_counts
 
-    row = trace.con.execute(f"""
-        SELECT count(*) FILTER (WHERE kind = 'python'), count(*) FILTER (WHERE kind = 'cpu_op'),
-               min(ts) FILTER (WHERE kind IN ({_HOST_SQL})), max(ts + dur) FILTER (WHERE kind IN ({_HOST_SQL}))
-        FROM events""").fetchone()
-    keys = ("python", "ops", "lo", "hi")
-    out: dict[str, int | None] = {k: (None if v is None else int(v)) for k, v in zip(keys, row or (0, 0, None, None))}
+    per_kind = {k: (int(n), lo, hi) for k, n, lo, hi in trace.con.execute(
+        "SELECT kind, count(*), min(ts), max(ts + dur) FROM events GROUP BY kind").fetchall()}
+    host = [v for k, v in per_kind.items() if k in _HOST_KINDS and v[1] is not None]   # ts, dur: never NULL
+    out: dict[str, int | None] = {
+        "python": per_kind.get("python", (0, None, None))[0], "ops": per_kind.get("cpu_op", (0, None, None))[0],
+        "lo": min(int(v[1]) for v in host) if host else None, "hi": max(int(v[2]) for v in host) if host else None}
     devices = device_counts(trace)
     out.update(devices=devices.activities, linked=devices.launched)
     return out
@@ -120,12 +126,18 @@ def _launches(trace: Trace) -> tuple[int, dict[str, int]]:
 
 def _window(trace: Trace, lo: int | None, hi: int | None) -> tuple[int, int]:
     """Device activities starting before the host's first start ``lo``, and ending after its last end ``hi``."""
-    if lo is None:
+    from .device_events import device_events
+
+    if lo is None or hi is None:
         return 0, 0
-    row = trace.con.execute(f"""
-        SELECT count(*) FILTER (WHERE ts < ?), count(*) FILTER (WHERE ts + dur > ?)
-        FROM events WHERE kind IN ({DEVICE_TIME_SQL})""", [lo, hi]).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+    d = device_events(trace)
+    return int(np.count_nonzero(d.ts < lo)), int(np.count_nonzero(d.ts + d.dur > hi))
+
+
+def _without(d: DeviceEvents) -> dict[str, int]:
+    """Device activities with no launch call, per reason (``no_launch`` where none is recorded), most first."""
+    reasons = Counter("no_launch" if r is None else str(r) for r in d.unlinked[~d.has_launch].tolist())
+    return dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _queued_min_us() -> float:
@@ -135,13 +147,13 @@ def _queued_min_us() -> float:
     return QUEUED_MIN_US
 
 
-def _clock(trace: Trace) -> tuple[float | None, float | None]:
-    row = trace.con.execute(f"""
-        SELECT min(d.ts - l.ts), min(d.ts - (l.ts + l.dur)) FROM events d JOIN events l ON l.id = d.launch
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND d.link <> 'graph'""").fetchone()
-    if not row or row[0] is None:
+def _clock(d: DeviceEvents) -> tuple[float | None, float | None]:
+    """(How far at least the device clock runs behind, the least wait where every launched activity waited long):
+    over the activities whose launch call the trace holds, linked other than by a graph replay."""
+    m = d.launched & d.not_graph
+    if not m.any():
         return None, None
-    least_start, least_wait = int(row[0]), int(row[1])
+    least_start, least_wait = int((d.ts - d.launch_ts)[m].min()), int((d.ts - (d.launch_ts + d.launch_dur))[m].min())
     behind = -least_start / 1e3 if least_start < 0 else None
     late = least_wait / 1e3 if least_wait > _queued_min_us() * 1000 else None
     return behind, late
@@ -159,17 +171,17 @@ def _steps(trace: Trace) -> tuple[int, str]:
 
 def trace_health(trace: Trace) -> Health:
     """The trace's health record (see the module docstring)."""
+    from .device_events import device_events
+
     c = _counts(trace)
-    without = dict(trace.con.execute(f"""
-        SELECT coalesce(unlinked, 'no_launch'), count(*) FROM events
-        WHERE kind IN ({DEVICE_TIME_SQL}) AND launch IS NULL GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())
+    d = device_events(trace)
     launches, idle_names = _launches(trace)
     before, after = _window(trace, c["lo"], c["hi"])
-    behind, late = _clock(trace)
+    behind, late = _clock(d)
     steps, how = _steps(trace)
-    h = Health(launches, int(c["devices"] or 0), int(c["linked"] or 0), {str(k): int(v) for k, v in without.items()},
+    h = Health(launches, int(c["devices"] or 0), int(c["linked"] or 0), _without(d),
                sum(idle_names.values()), idle_names,
-               _overlaps(trace), before, after, behind, late, steps, how, int(c["python"] or 0), int(c["ops"] or 0))
+               _overlaps(d), before, after, behind, late, steps, how, int(c["python"] or 0), int(c["ops"] or 0))
     h.findings.extend(findings(h, cpu_only=trace.cpu_only))
     return h
 

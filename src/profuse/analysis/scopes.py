@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_module
 from .._progress import timed
 from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL
 from ._codes import hash_codes
+from .device_events import device_events, fetch_columns
 from .opclass import Tensor, op_class, tensors
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class UnitTable:
 
 _TABLES: weakref.WeakKeyDictionary[Trace, UnitTable] = weakref.WeakKeyDictionary()
 _INSTANCES: weakref.WeakKeyDictionary[Trace, dict[int, ScopeInstance]] = weakref.WeakKeyDictionary()
+_LINKS: weakref.WeakKeyDictionary[Trace, tuple[np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
 
 
 def unit_table(trace: Trace) -> UnitTable:
@@ -145,6 +146,16 @@ def unit_table(trace: Trace) -> UnitTable:
     found = _TABLES.get(trace)
     if found is None:
         found = _TABLES[trace] = _unit_table(trace)
+    return found
+
+
+def op_parents(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``cpu_op``'s id and its enclosing op's (``parent_op``, -1 for none), as :func:`unit_table` read
+    them (read again where it did not)."""
+    found = _LINKS.get(trace)
+    if found is None:
+        cols = fetch_columns(trace.con, "SELECT id, coalesce(parent_op, -1) AS p FROM events WHERE kind = 'cpu_op'")
+        found = _LINKS[trace] = (np.asarray(cols["id"], dtype=np.int64), np.asarray(cols["p"], dtype=np.int64))
     return found
 
 
@@ -206,13 +217,19 @@ def op_units(con: Any) -> tuple[dict[str, np.ndarray], list[str], Pairs]:
     Three scans (the ops, their shapes, the distinct names and pairs) with names and shapes coded by their
     DuckDB hashes and the enclosing op looked up by a sort; where two names or two pairs share a hash (or a
     shapes row is doubled), the joins on the values themselves (:func:`_op_units_joined`)."""
+    return _op_units(con)[0]
+
+
+def _op_units(con: Any) -> tuple[tuple[dict[str, np.ndarray], list[str], Pairs], tuple[np.ndarray, np.ndarray] | None]:
+    """:func:`op_units`, and every ``cpu_op``'s id and enclosing op (-1: none) where they were read (None where
+    the joins were used)."""
     named = con.execute(f"SELECT name, hash(name) FROM ({_NAMES})").fetchall()
     names: list[str] = [n for n, _ in named]
-    e = {k: np.asarray(v) for k, v in con.execute(_CPU_OPS).fetchnumpy().items()}
+    e = {k: np.asarray(v) for k, v in fetch_columns(con, _CPU_OPS).items()}
     code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), e["h"].astype(np.uint64))
     shaped = _shape_codes(con, e["id"].astype(np.int64))
     if code is None or shaped is None:
-        return _op_units_joined(con, names)
+        return _op_units_joined(con, names), None
     ids, parent, scope = (e[k].astype(np.int64) for k in ("id", "parent_op", "scope"))
     at = _positions(ids)(parent)
     # a unit: no enclosing op, or one whose scope differs (a NULL scope, or an enclosing op not among the
@@ -221,13 +238,13 @@ def op_units(con: Any) -> tuple[dict[str, np.ndarray], list[str], Pairs]:
     sid = np.where(scope == NO_PARENT, -1 - e["thread"].astype(np.int64), scope)
     ops = {"id": ids, "sid": sid, "name": code, "ts": e["ts"], "dur": e["dur"], "dev": e["dev"], "kern": e["kern"],
            "thread": e["thread"], "shape": shaped[0]}
-    return {k: v[keep] for k, v in ops.items()}, names, shaped[1]
+    return ({k: v[keep] for k, v in ops.items()}, names, shaped[1]), (ids, parent)
 
 
 def _shape_codes(con: Any, ids: np.ndarray) -> tuple[np.ndarray, Pairs] | None:
     """Per op (``ids``): 0, or 1 + its pair's code into the pairs returned (those of the ops, by hash);
     None where two pairs share a hash or an op has two shapes rows."""
-    sh = con.execute(f"SELECT id, hash(input_dims, input_types) AS h {_PAIRS}").fetchnumpy()
+    sh = fetch_columns(con, f"SELECT id, hash(input_dims, input_types) AS h {_PAIRS}")
     s_id, s_h = np.asarray(sh["id"], dtype=np.int64), np.asarray(sh["h"], dtype=np.uint64)
     order = np.argsort(s_id, kind="stable")
     s_id, s_h = s_id[order], s_h[order]
@@ -260,8 +277,10 @@ def _op_units_joined(con: Any, names: list[str]) -> tuple[dict[str, np.ndarray],
 def _unit_table(trace: Trace) -> UnitTable:
     """Every instance's op units (one query, names and shapes as codes), its child scopes, and the roll-up."""
     con = trace.con
-    sc = con.execute("SELECT id, kind, name, label, parent, ts, dur FROM scopes ORDER BY ts").fetchnumpy()
-    ops, names, pairs = op_units(con)   # in no order: ordered below, with the child scopes
+    sc = _scope_rows(con)
+    (ops, names, pairs), links = _op_units(con)   # in no order: ordered below, with the child scopes
+    if links is not None:
+        _LINKS[trace] = links
     shapes = [(), *(tuple(tensors(d, t)) for d, t in pairs)]
     code = {n: i for i, n in enumerate(names)}
     o_sid, o_id = np.asarray(ops["sid"], dtype=np.int64), np.asarray(ops["id"], dtype=np.int64)
@@ -308,6 +327,24 @@ def _unit_table(trace: Trace) -> UnitTable:
         names=names, shapes=shapes)
 
 
+_TEXTS = ("kind", "name", "label")
+
+
+def _scope_rows(con: Any) -> dict[str, Any]:
+    """The scopes table by start: ``id``, ``parent``, ``ts``, ``dur``, and ``kind``, ``name``, ``label`` as
+    object arrays, read as hash codes into their distinct values (as text where two values share a hash)."""
+    rows = fetch_columns(con, f"SELECT id, {', '.join(f'hash({c}) AS {c}' for c in _TEXTS)}, parent, ts, dur "
+                         "FROM scopes ORDER BY ts")
+    out = dict(rows)
+    for c in _TEXTS:
+        values = con.execute(f"SELECT DISTINCT {c}, hash({c}) FROM scopes").fetchall()
+        code = hash_codes(np.asarray([h for _, h in values], dtype=np.uint64), np.asarray(rows[c], dtype=np.uint64))
+        if code is None:
+            return dict(con.execute("SELECT id, kind, name, label, parent, ts, dur FROM scopes ORDER BY ts").fetchnumpy())
+        out[c] = np.asarray([v for v, _ in values] + [None], dtype=object)[:-1][code]
+    return out
+
+
 def _own_figures(trace: Trace, ops: dict[str, Any], sid: np.ndarray, o_inst: np.ndarray,
                  pos: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Op units' own figures and each instance's own (before the roll-up): on a device a real scope's own
@@ -351,11 +388,12 @@ def _positions(sid: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
 
 def _device_own(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(scope, ns, count) of the device activities each scope holds itself (its ``scope``), graph replays included."""
-    cols = trace.con.execute(f"""
-        SELECT scope, coalesce(sum(dur), 0) AS ns, count(*) AS n FROM events
-        WHERE kind IN ({DEVICE_TIME_SQL}) AND scope IS NOT NULL GROUP BY scope""").fetchnumpy()
-    return (np.asarray(cols["scope"], dtype=np.int64), np.asarray(cols["ns"], dtype=np.int64),
-            np.asarray(cols["n"], dtype=np.int64))
+    d = device_events(trace)
+    scope, dur = d.scope[d.has_scope], d.dur[d.has_scope]
+    order = np.argsort(scope, kind="stable")
+    scope, dur = scope[order], dur[order]
+    at = np.flatnonzero(np.concatenate([[True], scope[1:] != scope[:-1]])) if scope.size else scope
+    return scope[at], np.add.reduceat(dur, at) if at.size else dur, np.diff(np.append(at, scope.size))
 
 
 def _roll_up(par: np.ndarray, own_dev: np.ndarray, own_kern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ so fused time = time now x bytes fused / bytes now. Bytes come from the recorded
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace
-from ...trace.schema import DEVICE_TIME_SQL
 from .. import figures
+from ..device_events import device_events
 from ..opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
-from ..scopes import UnitTable, scope_class, title_of, unit_table
+from ..scopes import UnitTable, op_parents, scope_class, title_of, unit_table
 from .records import Candidate
 
 if TYPE_CHECKING:
@@ -384,20 +384,66 @@ def candidate_ops(trace: Trace) -> set[str]:
     """The trace's op names that can be part of a match: a scope instance none of whose own ops is
     one of these (only views, "other" ops, child modules) holds no chain, attention or SwiGLU."""
     names = trace.con.execute("SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' AND name IS NOT NULL").fetchall()
-    return {n for (n,) in names if op_class(n) in _MATCHABLE}
+    return matchable(n for (n,) in names)
+
+
+def matchable(names: Iterable[str | None]) -> set[str]:
+    """The names among ``names`` of ops that can be part of a match (:func:`candidate_ops`' rule)."""
+    return {n for n in names if n is not None and op_class(n) in _MATCHABLE}
 
 
 def copy_only_ops(trace: Trace) -> frozenset[int]:
     """Ops that launched device work (themselves or below) all of which is memcpy/memset: copies,
-    never fusion candidates. A device event belongs to its op and every op enclosing that one."""
+    never fusion candidates. A device event belongs to its op and every op enclosing that one (its
+    ``parent_op``, that one's, and so on: each distinct (op, copy) pair climbs once)."""
     if trace.cpu_only:
         return frozenset()
-    rows = trace.con.execute(f"""
-        WITH RECURSIVE up(op, copy) AS (
-            SELECT DISTINCT op, kind <> 'kernel' FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND op IS NOT NULL
-            UNION SELECT e.parent_op, up.copy FROM up JOIN events e ON e.id = up.op WHERE e.parent_op IS NOT NULL)
-        SELECT op FROM up GROUP BY op HAVING bool_and(copy)""").fetchall()
-    return frozenset(int(r[0]) for r in rows)
+    d = device_events(trace)
+    pairs = np.unique(d.op[d.has_op] * 2 + d.copy[d.has_op])   # op * 2 + copy
+    seen = pairs   # sorted
+    parents = _Parents(trace)
+    while pairs.size:
+        up, found = parents.of(pairs >> 1)
+        pairs = np.unique(up[found] * 2 + (pairs[found] & 1))
+        at = np.minimum(np.searchsorted(seen, pairs), seen.size - 1)
+        pairs = pairs[seen[at] != pairs]
+        seen = np.sort(np.concatenate([seen, pairs]))
+    ops, at = np.unique(seen >> 1, return_inverse=True)
+    kernel = np.zeros(ops.size, dtype=bool)
+    kernel[at[(seen & 1) == 0]] = True      # some device work below it is a kernel
+    return frozenset(ops[~kernel].tolist())
+
+
+class _Parents:
+    """Each event's enclosing op (``parent_op``): the ``cpu_op`` ones as :func:`op_parents` has them, any other
+    event's read from the events table when first asked."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        ids, parent = op_parents(trace)
+        order = np.argsort(ids, kind="stable")
+        self.ids, self.parent = ids[order], parent[order]
+
+    def of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each id's enclosing op, and whether it has one (an event not in the trace has none)."""
+        if not self._found(ids).all():
+            missing = np.unique(ids[~self._found(ids)])
+            rows = self.trace.con.execute("""SELECT id, coalesce(parent_op, -1) FROM events
+                WHERE id IN (SELECT unnest(?::BIGINT[])) AND kind <> 'cpu_op'""", [missing.tolist()]).fetchall()
+            more = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+            gone = missing[~np.isin(missing, more[:, 0])]     # not in the trace: no enclosing op
+            ids_all = np.concatenate([self.ids, more[:, 0], gone])
+            order = np.argsort(ids_all, kind="stable")
+            self.ids = ids_all[order]
+            self.parent = np.concatenate([self.parent, more[:, 1], np.full(gone.size, -1, dtype=np.int64)])[order]
+        up = self.parent[np.searchsorted(self.ids, ids)]
+        return up, up != -1
+
+    def _found(self, ids: np.ndarray) -> np.ndarray:
+        if not self.ids.size:
+            return np.zeros(ids.size, dtype=bool)
+        found: np.ndarray = self.ids[np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)] == ids
+        return found
 
 
 # --- the sweeps --------------------------------------------------------------------------------
@@ -600,7 +646,10 @@ def find_matches(trace: Trace) -> list[Match]:
     """Every match in every scope instance, in instance (start time) order: attention windows first,
     then SwiGLU pairs, then the chains of what is left (and multi-kernel norms on devices). A match's
     pattern and bytes are worked out once per distinct sequence of units (kinds, names, shapes)."""
-    return matches_in(unit_table(trace), trace.cpu_only, copy_only_ops(trace), candidate_ops(trace))
+    t = unit_table(trace)
+    # the op names worth searching, from the table's names (a scope's name that is no op's name is only
+    # ever asked of op units, so it changes nothing)
+    return matches_in(t, trace.cpu_only, copy_only_ops(trace), matchable(t.names))
 
 
 def matches_in(t: UnitTable, cpu: bool, copies: frozenset[int], wanted: set[str]) -> list[Match]:

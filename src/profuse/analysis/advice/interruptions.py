@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace
-from ...trace.schema import DEVICE_TIME_SQL
 from ..busy import (
     LAUNCH_BOUND_BUSY_PCT,
     LAUNCH_GAP_MAX_US,
@@ -78,9 +77,8 @@ class _Scope:
 def skewed_launches(trace: Trace) -> int:
     """Device activities that start before the runtime call that launched them: the device's clock is
     off from the host's (a queue delay cannot be negative)."""
-    (n,) = trace.con.execute(f"""SELECT count(*) FROM events d JOIN events l ON l.id = d.launch
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND d.ts < l.ts""").fetchone() or (0,)
-    return int(n)
+    a = activities(trace)
+    return int(np.count_nonzero(a.launched & (a.start < a.launch_ts)))
 
 
 @timed("interruptions")
