@@ -15,8 +15,8 @@ A frame's *call path* is the names of the Python frames around it, outermost fir
 Self times of all paths add up to the roots' totals. The tree is cut to a bounded size: paths under a
 share of all Python time (or beyond the node budget) are folded, per parent, into one ``other`` node
 that carries their whole time as its self time and counts them, so the shown selfs still add up.
-Two scans of the events table (the frames, and every event with a parent: only host events have one),
-then one vectorised pass per nesting level; nothing per event in Python.
+One scan of the events table (the frames and every host event, read through Arrow), then one
+vectorised pass per host depth; nothing per event in Python.
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ class _Paths:
 @dataclass
 class _Frames:
     """The Python frames (those with a name: id, host depth, thread, name code, start, end), their
-    distinct names in name order, and every event nested in a host event (id, parent, start, end)."""
+    distinct names in name order, and every host event (id, parent or -1, start, end)."""
 
     id: np.ndarray
     depth: np.ndarray
@@ -110,26 +110,51 @@ class _Frames:
 
 
 _PY = "kind = 'python' AND name IS NOT NULL"
+# one scan: every event with a parent (only host events have one) and every frame, roots included
+_HOST = f"""
+    SELECT id, coalesce(parent, -1) AS parent, ts, dur, coalesce(depth, 0) AS depth, coalesce(thread, -1) AS thread,
+           coalesce({_PY}, false) AS frame, hash(name) AS h
+    FROM events WHERE depth IS NOT NULL OR parent IS NOT NULL OR kind = 'python'"""
+
+
+ARROW_ROWS = 1_000_000   # a read of at least this many rows goes through Arrow (pyarrow's import: ~0.2 s)
+
+
+def numpy_columns(con: Any, query: str, rows: int = 0) -> dict[str, np.ndarray]:
+    """A query's columns (none NULL) as numpy arrays. Where ``rows`` (what the caller expects) reaches
+    :data:`ARROW_ROWS`, read through Arrow: each column's batches viewed in place and copied once into
+    numpy's memory, where ``fetchnumpy`` converts value by value (2-3x slower on millions of rows) and
+    Arrow's own concatenation takes fresh pages from its allocator. Smaller reads skip pyarrow's import."""
+    if rows < ARROW_ROWS:
+        return {k: np.asarray(v) for k, v in con.execute(query).fetchnumpy().items()}
+    rel = con.sql(query)
+    table = (getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table)()
+    out = {}
+    for name in table.column_names:
+        column = table.column(name)
+        parts = [chunk.to_numpy(zero_copy_only=False) for chunk in column.chunks]
+        out[name] = np.concatenate(parts) if len(parts) > 1 else parts[0].copy() if parts else column.to_numpy()
+    return out
 
 
 def _frames(trace: Trace) -> _Frames:
-    """Two scans of the events table: the frames, and the events with a parent (only host events have one)."""
+    """The frames' distinct names, then one scan of the events table: the frames and the events with a parent."""
     con = trace.con
     named = con.execute(f"SELECT name, hash(name) FROM (SELECT DISTINCT name FROM events WHERE {_PY}) ORDER BY name"
                         ).fetchall()
     names = [str(n) for n, _ in named]
-    f = con.execute(f"SELECT id, coalesce(depth, 0) AS depth, thread, ts, dur, hash(name) AS h FROM events WHERE {_PY}"
-                    ).fetchnumpy()
-    code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), np.asarray(f["h"], dtype=np.uint64))
-    ids = np.asarray(f["id"], dtype=np.int64)
+    n = int(con.execute("SELECT count(*) FROM events").fetchall()[0][0])
+    c = numpy_columns(con, _HOST, n)
+    at = np.flatnonzero(c["frame"])
+    ids = c["id"][at]
+    code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), c["h"][at])
     if code is None:   # two names with one hash: code them by name instead
         code = frame_codes(con, names, ids)
-    nested = con.execute("SELECT id, parent, ts, ts + dur AS stop FROM events WHERE parent IS NOT NULL").fetchnumpy()
-    n = int(con.execute("SELECT count(*) FROM events").fetchall()[0][0])
-    ts = np.asarray(f["ts"], dtype=np.int64)
-    return _Frames(id=ids, depth=np.asarray(f["depth"], dtype=np.int64), thread=np.asarray(f["thread"]), code=code,
-                   ts=ts, end=ts + np.asarray(f["dur"], dtype=np.int64), names=names,
-                   nested={k: np.asarray(v, dtype=np.int64) for k, v in nested.items()}, events=n)
+    ts, end = c["ts"], c["ts"] + c["dur"]
+    # every row read, roots (parent -1) included: the measure indexes its tables at -1, a slot of no event
+    nested = {"id": c["id"], "parent": c["parent"], "ts": ts, "stop": end}
+    return _Frames(id=ids, depth=c["depth"][at], thread=c["thread"][at], code=code, ts=ts[at], end=end[at],
+                   names=names, nested=nested, events=n)
 
 
 def frame_codes(con: Any, names: list[str], ids: np.ndarray) -> np.ndarray:
@@ -208,34 +233,83 @@ def _small(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int16 if top < 2**15 else np.int32 if top < 2**31 else np.int64)
 
 
-def _levels(py_parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Each frame's Python depth (frames around it), by host depth: a frame's Python parent is always
-    shallower in the host nesting, so one vectorised step per host depth."""
-    level = np.zeros(len(py_parent), dtype=np.int64)
+_DIRECT_MAX = 1 << 24   # the most keys a direct table of seen keys covers (else a sort finds the distinct ones)
+
+
+def _distinct(keys: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct keys ascending, each key's position among them) of non-negative keys under ``top``: a
+    table of the seen keys where the range is small, else a sort."""
+    if top > max(_DIRECT_MAX, 4 * keys.size):
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    seen = np.zeros(top, dtype=bool)
+    seen[keys] = True
+    uniq = np.flatnonzero(seen)
+    rank = np.empty(top, dtype=np.int64)
+    rank[uniq] = np.arange(uniq.size)
+    return uniq, rank[keys]
+
+
+def _paths(py_parent: np.ndarray, depth: np.ndarray, code: np.ndarray,
+           n_names: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each frame's call path id, each path's parent path (-1: root) and level (frames around it).
+
+    A path is known by its key, (parent path + 1) * n_names + name. By host depth: a frame's Python
+    parent is always shallower in the host nesting, so one vectorised step per host depth (over the
+    frames sorted by it, each step a slice) finds each frame's key from its parent's path. A path first
+    met at one host depth may recur at another, so the keys met are kept. Ids are then renumbered level
+    by level, by key: the order of the paths does not depend on the host nesting."""
+    nf = len(code)
     order = np.argsort(_small(depth), kind="stable")
-    bounds = np.flatnonzero(np.diff(depth[order])) + 1
-    for group in np.split(order, bounds):
-        p = py_parent[group]
-        has = p >= 0
-        level[group[has]] = level[p[has]] + 1
-    return level
+    at = np.empty(nf + 1, dtype=np.int64)       # each frame's place in that order; no parent: the slot after
+    at[order] = np.arange(nf)
+    at[nf] = nf
+    up = at[py_parent[order]]
+    name = code[order]
+    base = np.zeros(nf + 1, dtype=np.int64)     # per frame in order: (its path + 1) * n_names; the slot after: 0
+    known = np.zeros(0, dtype=np.int64)         # the keys met, ascending, and the path id of each
+    met = np.zeros(0, dtype=np.int64)
+    cuts = [0, *(np.flatnonzero(np.diff(depth[order])) + 1).tolist(), nf] if nf else [0]
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        keys, inverse = _distinct(base[up[lo:hi]] + name[lo:hi], (len(known) + 1) * n_names)
+        seen = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
+        new = keys[known[seen] != keys] if len(known) else keys
+        merged = np.argsort(np.concatenate([known, new]), kind="stable")
+        known = np.concatenate([known, new])[merged]
+        met = np.concatenate([met, np.arange(len(met), len(met) + len(new))])[merged]
+        base[lo:hi] = ((met[np.searchsorted(known, keys)] + 1) * n_names)[inverse]
+    path = np.empty(nf, dtype=np.int64)
+    path[order] = base[:nf] // n_names - 1
+    key = np.empty(len(known), dtype=np.int64)  # each path's key, by path id
+    key[met] = known
+    number, parent, level = _renumbered(key, n_names)
+    return number[path], parent, level
 
 
-def _paths(py_parent: np.ndarray, level: np.ndarray, code: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each frame's call path id, and each path's parent path (-1: root), one level at a time."""
-    path = np.full(len(code), -1, dtype=np.int64)
-    parents: list[np.ndarray] = []
-    next_id = 0
-    order = np.argsort(_small(level), kind="stable")
-    bounds = np.flatnonzero(np.diff(level[order])) + 1
-    for group in np.split(order, bounds) if len(order) else []:
-        p = py_parent[group]
-        up = np.where(p >= 0, path[np.maximum(p, 0)], -1)
-        keys, inverse = np.unique((up + 1) * n_names + code[group], return_inverse=True)
-        path[group] = next_id + inverse.reshape(-1)
-        parents.append(keys // n_names - 1)
-        next_id += len(keys)
-    return path, np.concatenate(parents) if parents else np.zeros(0, dtype=np.int64)
+def _renumbered(key: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Paths (by their keys, a parent's id below its children's) numbered by level, then parent path's
+    number, then name: each one's number, and by number the parent path (-1: root) and level."""
+    k = len(key)
+    up = key // n_names - 1
+    level = np.zeros(k, dtype=np.int64)
+    has = np.flatnonzero(up >= 0)
+    while has.size:   # one step per level: a path's level is its parent's plus one
+        step = level[up[has]] + 1
+        if np.array_equal(step, level[has]):
+            break
+        level[has] = step
+    number = np.full(k, -1, dtype=np.int64)
+    done = 0
+    for lv in range(int(level.max()) + 1 if k else 0):
+        at = np.flatnonzero(level == lv)
+        parent = np.where(up[at] >= 0, number[np.maximum(up[at], 0)], -1)
+        at = at[np.argsort((parent + 1) * n_names + key[at] % n_names, kind="stable")]
+        number[at] = np.arange(done, done + len(at))
+        done += len(at)
+    parent, lv_of = np.full(k, -1, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    parent[number] = np.where(up >= 0, number[np.maximum(up, 0)], -1)
+    lv_of[number] = level
+    return number, parent, lv_of
 
 
 def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
@@ -244,31 +318,32 @@ def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
 
     f = _frames(trace)
     nested = f.nested
-    # every event's parent, and where it is a frame, its position among the frames (-1: none)
-    parent = np.full(f.events, -1, dtype=np.int64)
+    # every event's parent, and where it is a frame, its position among the frames (-1: none); one slot
+    # more, -1 in both, where index -1 (no parent) lands
+    parent = np.full(f.events + 1, -1, dtype=np.int64)
     parent[nested["id"]] = nested["parent"]
-    pos = np.full(f.events, -1, dtype=np.int64)
+    pos = np.full(f.events + 1, -1, dtype=np.int64)
     pos[f.id] = np.arange(len(f.id))
-    anc = nearest_ancestor(parent, pos >= 0, include_self=False)[f.id]
-    py_parent = np.where(anc >= 0, pos[np.maximum(anc, 0)], -1)   # the Python parent of each frame, as a position
-    level = _levels(py_parent, f.depth)
-    path, path_parent = _paths(py_parent, level, f.code, max(len(f.names), 1))
+    held = nearest_ancestor(parent[:-1], pos[:-1] >= 0, include_self=True)   # the nearest frame at or above each event
+    anc = np.append(held, -1)[parent[f.id]]
+    py_parent = pos[anc]   # the Python parent of each frame, as a position (-1: none)
+    path, path_parent, path_level = _paths(py_parent, f.depth, f.code, max(len(f.names), 1))
     dur = (f.end - f.ts).astype(np.float64)
     has = py_parent >= 0
     # what a frame's self time leaves out: its child frames' whole durations (pyinstrument's self, so each
     # node's total is its self plus its children's totals, even where a child ends a µs after it: rounding)
     in_frames = np.bincount(py_parent[has], weights=dur[has], minlength=len(f.id))
     held = pos[nested["parent"]]
-    inside = held >= 0   # events right in a frame: what its Python time leaves out
+    inside = held >= 0   # events right in a frame: what its Python time leaves out (roots: pos[-1] = -1)
     in_host = _covered(held[inside], nested["ts"][inside], nested["stop"][inside], f.ts, f.end, len(f.id))
     k = len(path_parent)
     first = np.full(k, -1, dtype=np.int64)
-    first[path[::-1]] = np.arange(len(f.id))[::-1]  # a frame of each path: its name and level
-    paths = _Paths(parent=path_parent, name=f.code[first], level=level[first],
+    first[path[::-1]] = np.arange(len(f.id))[::-1]  # a frame of each path: its name
+    paths = _Paths(parent=path_parent, name=f.code[first], level=path_level,
                    calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
                    self_=np.bincount(path, weights=dur - in_frames, minlength=k),
                    python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
-    return paths, f.names, len(f.id), int(np.unique(f.thread).size)
+    return paths, f.names, len(f.id), int(np.count_nonzero(np.bincount(f.thread + 1))) if len(f.id) else 0
 
 
 def _subtree_sums(p: _Paths) -> tuple[np.ndarray, np.ndarray]:

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
+from .._lazy import lazy_module
 from ..errors import UserError
-from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
+from ..trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from . import figures
 from ._choices import GROUPS, SORT_KEYS
 from ._memo import once_per_trace
@@ -15,7 +16,11 @@ from .memory import has_memory
 from .steps import STEP_WHERE
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB
+else:  # numpy loads on first use
+    np = lazy_module("numpy", globals(), "np")
 
 
 class OpRow(msgspec.Struct, frozen=True):
@@ -133,8 +138,14 @@ def _device_cols(trace: Trace) -> tuple[str, str]:
 
 
 def _rows(trace: Trace, query: str, with_shape: bool = False, with_memory: bool = False) -> list[OpRow]:
+    return _records(trace.con.execute(query).fetchall(), with_shape, with_memory)
+
+
+def _records(found: list[tuple[Any, ...]], with_shape: bool = False, with_memory: bool = False) -> list[OpRow]:
+    """Op rows from (name, calls, self CPU, CPU total, self device, device total, kernels[, shape][, the four
+    memory columns]) in ns and bytes."""
     out = []
-    for r in trace.con.execute(query).fetchall():
+    for r in found:
         name, calls, self_cpu, cpu_total, self_dev, dev_total, kernels = r[:7]
         mem = [int(v or 0) for v in r[-4:]] if with_memory else [None] * 4
         out.append(OpRow(name=name or "", calls=int(calls), self_cpu_us=figures.us((self_cpu or 0) / 1000),
@@ -152,6 +163,8 @@ _MEM_JOIN = " LEFT JOIN op_memory m USING (id)"
 
 
 def _by_op(trace: Trace) -> list[OpRow]:
+    if not trace.cpu_only:
+        return list(_ops_and_kernels(trace)[0])
     sd, dt = _device_cols(trace)
     mem = has_memory(trace)
     return _rows(trace, f"""
@@ -159,6 +172,31 @@ def _by_op(trace: Trace) -> list[OpRow]:
         FROM events{_MEM_JOIN if mem else ""} WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)}
         GROUP BY name""",
                  with_memory=mem)
+
+
+@once_per_trace
+def _ops_and_kernels(trace: Trace) -> tuple[list[OpRow], list[OpRow]]:
+    """A trace with a device: its rows by op and by kernel, from one scan grouped by name and kind (the
+    report shows the one and ranks the other's hotspots); a name's kinds then summed on each side. The
+    op_memory rows are op-table events' (trace/memory.py), so the kernels' rows join none."""
+    mem = has_memory(trace)
+    found = trace.con.execute(f"""
+        SELECT name, kind, count(*), sum(self_cpu), sum(dur), sum(self_device), sum(device_total),
+               sum(kernels){_MEM_SUMS if mem else ""}
+        FROM events{_MEM_JOIN if mem else ""}
+        WHERE (kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL) OR kind IN ({DEVICE_TIME_SQL})
+        GROUP BY name, kind""").fetchall()
+    ops: dict[Any, list[Any]] = {}
+    kernels: dict[Any, list[Any]] = {}
+    for name, kind, *sums in found:
+        side = kernels if kind in DEVICE_TIME_KINDS else ops
+        had = side.get(name)
+        # SQL's sum: NULL where every value is
+        side[name] = sums if had is None else [None if a is None and b is None else (a or 0) + (b or 0)
+                                                for a, b in zip(had, sums)]
+    # a kernel row: its launches, no CPU time, its time as self and total device time
+    return (_records([(name, *v) for name, v in ops.items()], with_memory=mem),
+            _records([(name, v[0], 0, 0, v[2], v[2], v[0]) for name, v in kernels.items()]))
 
 
 def _by_shape(trace: Trace) -> list[OpRow]:
@@ -177,32 +215,72 @@ def _by_module(trace: Trace) -> list[OpRow]:
     """Per nn.Module class: instances, CPU time of the scope, device time under it (self and total).
 
     Totals count each class's outermost instances only: a module nested in one of its own class
-    (recursion, wrappers) is inside that one's time already, so a class never exceeds the trace."""
-    dev = "self_cpu" if trace.cpu_only else "dur"
-    kinds = TABLE_KINDS_SQL if trace.cpu_only else DEVICE_TIME_SQL
-    return _rows(trace, f"""
-        WITH RECURSIVE up(scope, anc) AS (
-            SELECT id, id FROM scopes WHERE kind = 'module'
-            UNION ALL
-            SELECT up.scope, s.parent FROM up JOIN scopes s ON s.id = up.anc WHERE s.parent IS NOT NULL
-        ),
-        timed AS (SELECT module, {dev} AS t FROM events WHERE kind IN ({kinds}) AND module IS NOT NULL),
-        self_t AS (SELECT module AS scope, sum(t) AS t, count(*) AS k FROM timed GROUP BY 1),
-        total_t AS (SELECT u.anc AS scope, sum(st.t) AS t FROM up u JOIN self_t st ON st.scope = u.scope
-                    JOIN scopes a ON a.id = u.anc AND a.kind = 'module' GROUP BY 1),
-        -- an instance inside another of its own class is already in that one's totals
-        inner_same AS (SELECT DISTINCT u.scope FROM up u JOIN scopes a ON a.id = u.anc JOIN scopes s ON s.id = u.scope
-                       WHERE u.anc <> u.scope AND a.kind = 'module' AND a.name = s.name)
-        SELECT s.name, count(*), 0, sum(CASE WHEN i.scope IS NULL THEN s.dur ELSE 0 END), sum(coalesce(st.t, 0)),
-               sum(CASE WHEN i.scope IS NULL THEN coalesce(tt.t, 0) ELSE 0 END), sum(coalesce(st.k, 0))
-        FROM scopes s LEFT JOIN self_t st ON st.scope = s.id LEFT JOIN total_t tt ON tt.scope = s.id
-        LEFT JOIN inner_same i ON i.scope = s.id
-        WHERE s.kind = 'module' GROUP BY s.name""")
+    (recursion, wrappers) is inside that one's time already, so a class never exceeds the trace.
+    Two reads (the scopes, the timed events' module and time), then numpy: each module instance's time
+    added to every scope above it, one step up the scope chains at a time."""
+    from .calltree import numpy_columns
+
+    con = trace.con
+    s, code, names = _scopes(con)
+    dev, kinds = ("self_cpu", TABLE_KINDS_SQL) if trace.cpu_only else ("dur", DEVICE_TIME_SQL)
+    t = numpy_columns(con, f"SELECT module, coalesce({dev}, 0) AS t FROM events "
+                           f"WHERE kind IN ({kinds}) AND module IS NOT NULL")
+    n = len(code)
+    at = _positions(s["id"], t["module"])
+    own = np.bincount(at[at >= 0], weights=t["t"][at >= 0], minlength=n)
+    timed = np.bincount(at[at >= 0], minlength=n)
+    # a NULL name equals none, its own class's included
+    named = np.where(code == names.index(None), -1, code) if None in names else code
+    total, inner = _up_the_scopes(_positions(s["id"], s["parent"]), s["module"], named, own)
+    m = np.flatnonzero(s["module"])
+    g = code[m]
+    calls = np.bincount(g, minlength=len(names))
+    sums = [np.bincount(g, weights=w, minlength=len(names))
+            for w in (np.where(inner, 0, s["dur"])[m], own[m], np.where(inner, 0, total)[m], timed[m])]
+    return _records([(names[i], int(calls[i]), 0, *(round(float(v[i])) for v in sums))
+                     for i in np.flatnonzero(calls).tolist()])
+
+
+def _scopes(con: Any) -> tuple[dict[str, np.ndarray], np.ndarray, list[str | None]]:
+    """The scopes (id, parent or -1, whether a module, dur, name code), and their names by code (NULL last)."""
+    from .calltree import numpy_columns
+
+    names = [r[0] for r in con.execute("SELECT DISTINCT name FROM scopes ORDER BY name NULLS LAST").fetchall()]
+    s = numpy_columns(con, "SELECT id, coalesce(parent, -1) AS parent, coalesce(kind = 'module', false) AS module, "
+                           "coalesce(dur, 0) AS dur, dense_rank() OVER (ORDER BY name NULLS LAST) - 1 AS code FROM scopes")
+    return s, s["code"].astype(np.int64), names
+
+
+def _positions(ids: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Each of ``query``'s position in ``ids`` (-1: not there)."""
+    order = np.argsort(ids, kind="stable")
+    known = ids[order]
+    at = np.minimum(np.searchsorted(known, query), max(len(known) - 1, 0))
+    found = (known[at] == query) if len(known) else np.zeros(len(query), dtype=bool)
+    return np.where(found, order[at] if len(known) else -1, -1)
+
+
+def _up_the_scopes(parent: np.ndarray, module: np.ndarray, code: np.ndarray,
+                   own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per scope: the time of every module instance at or under it (``own`` summed up the chains), and
+    whether it is a module inside another module of its own class."""
+    n = len(parent)
+    me = np.flatnonzero(module)
+    total = np.bincount(me, weights=own[me], minlength=n)
+    inner = np.zeros(n, dtype=bool)
+    cur = parent[me]
+    for _ in range(n):   # a chain is at most every scope long
+        keep = cur >= 0
+        if not keep.any():
+            break
+        me, cur = me[keep], cur[keep]
+        total += np.bincount(cur, weights=own[me], minlength=n)
+        inner[me[module[cur] & (code[cur] == code[me]) & (code[me] >= 0)]] = True
+        cur = parent[cur]
+    return total, inner
 
 
 def _by_kernel(trace: Trace) -> list[OpRow]:
     if trace.cpu_only:
         return _by_op(trace)
-    return _rows(trace, f"""
-        SELECT name, count(*), 0, 0, sum(dur), sum(dur), count(*)
-        FROM events WHERE kind IN ({DEVICE_TIME_SQL}) GROUP BY name""")
+    return list(_ops_and_kernels(trace)[1])
