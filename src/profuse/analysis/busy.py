@@ -25,7 +25,7 @@ launch-bound.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
@@ -197,6 +197,8 @@ class Activities:
     launch_ts: np.ndarray
     launch_dur: np.ndarray
     launch_thread: np.ndarray
+    id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # each activity's event id
+    op: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # the op that launched it (-1: none)
 
 
 @once_per_trace
@@ -205,7 +207,7 @@ def activities(trace: Trace) -> Activities:
     tables never change after loading; callers only read the arrays)."""
     rows = trace.con.execute(f"""
         SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1),
-               coalesce(l.dur, 0), coalesce(l.thread, -1)
+               coalesce(l.dur, 0), coalesce(l.thread, -1), d.id, coalesce(d.op, -1)
         FROM events d LEFT JOIN events l ON l.id = d.launch
         WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
     start, end, launched, *launch = rows.values()

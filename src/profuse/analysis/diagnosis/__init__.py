@@ -81,10 +81,11 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     every, offsets, per_span = spans_pieces(lab, np.asarray([lo for lo, _ in spans], dtype=np.int64),
                                             np.asarray([hi for _, hi in spans], dtype=np.int64))
     out_steps: list[StepBudget] = []
+    rows = per_span.tolist()   # plain integers: one conversion, not one per leaf
     for i, (lo, hi) in enumerate(spans if steps else []):
         st = steps[i]
         out_steps.append(StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens, round((hi - lo) / 1e3, 3),
-                                    leaves_of(LEAVES, per_span[i], hi - lo), i == warm, st.info.kv_tokens))
+                                    leaves_of(LEAVES, rows[i], hi - lo), i == warm, st.info.kv_tokens))
     steady = _steady(spans, warm, every, offsets, per_span)
     notes = []
     if warm is not None:

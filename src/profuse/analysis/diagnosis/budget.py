@@ -33,14 +33,15 @@ the leaves partition the span to the nanosecond:
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._lazy import lazy_module
 from ...trace import Trace
-from ...trace.schema import DEVICE_TIME_SQL
+from ...trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL
 from ...trace.vocabulary import sync_call_sql
-from ..busy import LAUNCH_GAP_MAX_US, Activities, launch_calls, merge_runs
+from ..busy import LAUNCH_GAP_MAX_US, Activities, activities, launch_calls, merge_runs
 from ..kernel_class import fp32_matrix, kernel_class
 
 if TYPE_CHECKING:
@@ -72,6 +73,10 @@ UNRECORDED = LEAVES.index(UNRECORDED_LEAF)
 # a wait at least this share of its step's recorded device time is not shown to be idle by the trace
 UNRECORDED_SHARE = 0.5
 _BEFORE = -(2 ** 62)
+# host interval bits: its duration is under 1 ns or unknown (its ``stop`` is then ts + 1, not ts + dur), and
+# its name is NULL (its code is then the empty name's)
+RAW_DUR, NO_NAME = 4, 8
+_WORK: weakref.WeakKeyDictionary[Trace, weakref.ReferenceType[DeviceWork]] = weakref.WeakKeyDictionary()
 
 def sync_calls_sql() -> str:
     """SQL true for a call ``c`` that blocks the host: the device vocabulary's synchronising and blocking
@@ -109,6 +114,11 @@ class DeviceWork:
     input_runs: tuple[np.ndarray, np.ndarray] = field(  # the input pipeline's __next__ annotations, merged
         default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
     stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each activity's (-1: none)
+    host_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each interval's event id
+    host_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))  # RAW_DUR, NO_NAME
+    # the intervals left out as enclosing a whole step, as columns (id, ts, stop, thread, code, bits, kind: 0 a
+    # frame, 1 an op, 2 a runtime call, 3 a top-level op): every interval of ``threads`` is one of the two sets
+    around: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _i64(v: object) -> np.ndarray:
@@ -117,22 +127,11 @@ def _i64(v: object) -> np.ndarray:
 
 def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_end: np.ndarray) -> DeviceWork:
     """Read the activities, their classes and the host intervals once (as columns: a class is
-    worked out once per distinct kind, kernel name, launching op, launch call and input types)."""
+    worked out once per distinct kind, kernel name, launching op, launch call and input types; the names of
+    the launching ops and calls are those of the host intervals, by code, so no string is read per row)."""
     con = trace.con
-    d = con.execute(f"""
-        SELECT d.ts AS start, d.ts + d.dur AS stop, l.id IS NOT NULL AS launched, coalesce(l.id, -1) AS lid,
-               coalesce(l.ts, -1) AS lts, coalesce(l.dur, 0) AS ldur, coalesce(l.thread, -1) AS lthread,
-               d.kind AS kind, coalesce(d.name, '') AS name, coalesce(o.name, '') AS op_name,
-               coalesce(l.name, '') AS launch_name, coalesce(s.input_types, '') AS input_types,
-               coalesce(d.link = 'graph', false) AS graph, coalesce(d.stream, -1) AS stream
-        FROM events d LEFT JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = d.op
-        LEFT JOIN shapes s ON s.id = d.op
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
-    acts = Activities(start=_i64(d["start"]), end=_i64(d["stop"]), launched=np.asarray(d["launched"], dtype=bool),
-                      launch_id=_i64(d["lid"]), launch_ts=_i64(d["lts"]), launch_dur=_i64(d["ldur"]),
-                      launch_thread=_i64(d["lthread"]))
-    cls, fp32, pageable = _classes(d["kind"], d["name"], d["op_name"], d["launch_name"], d["input_types"])
-    threads = {int(t) for t in acts.launch_thread[acts.launched]} | step_threads
+    acts = activities(trace)   # read once per trace (the step model's)
+    threads = set(np.unique(acts.launch_thread[acts.launched]).tolist()) | step_threads
     tl = ", ".join(str(t) for t in sorted(threads)) or "-1"
     sync = con.execute(f"""
         SELECT c.ts AS ts, c.ts + c.dur AS stop, c.id AS id FROM events c
@@ -140,73 +139,225 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         ORDER BY c.ts, c.id""").fetchnumpy()
     ls, le = launch_calls(trace)  # the launch calls cpu_work reads: one query for both
     short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000
-    host, host_names = _host_intervals(trace, tl, step_ts, step_end)
+    host, host_names, around = _host_intervals(trace, tl, step_ts, step_end)
+    d = _device_columns(trace, acts, host, host_names, around)
+    cls, fp32, pageable = _classes(trace, acts, d)
     inp = con.execute(f"""SELECT ts, ts + greatest(dur, 0) AS stop FROM events
         WHERE kind IN ('annotation', 'python') AND thread IN ({tl}) AND {INPUT_SQL} ORDER BY ts, id""").fetchnumpy()
-    return DeviceWork(
-        acts=acts, cls=cls, name=_objects(d["name"]), op_name=_objects(d["op_name"]), pageable=pageable, fp32=fp32,
-        graph=np.asarray(d["graph"], dtype=bool),
+    strings = np.asarray(d["strings"], dtype=object)
+    work = DeviceWork(
+        acts=acts, cls=cls, name=strings[d["name"]], op_name=strings[d["op"]], pageable=pageable, fp32=fp32,
+        graph=d["graph"],
         sync_ts=_i64(sync["ts"]), sync_end=_i64(sync["stop"]), sync_id=_i64(sync["id"]),
         launch_runs=merge_runs(ls[short], le[short]), host_ts=host["ts"], host_end=host["stop"],
         host_depth=host["depth"], host_code=host["code"], host_names=host_names, host_op=host["is_op"],
         host_top=host["top"], host_runtime=host["runtime"], threads=frozenset(threads), host_thread=host["thread"],
-        stream=_i64(d["stream"]),
-        input_runs=merge_runs(_i64(inp["ts"]), _i64(inp["stop"])))
+        stream=d["stream"], input_runs=merge_runs(_i64(inp["ts"]), _i64(inp["stop"])), host_id=host["id"],
+        host_bits=host["bits"], around=around)
+    _WORK[trace] = weakref.ref(work)
+    return work
 
 
-def _host_intervals(trace: Trace, threads: str, step_ts: np.ndarray,
-                    step_end: np.ndarray) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-    """The ops, Python frames and runtime calls of ``threads`` (an SQL list) but those enclosing a whole
-    step, sorted by (start, id), as columns: ts, stop (at least 1 ns after ts), depth, thread, is_op, top,
-    runtime, and each one's name as a code (``code``: an index into the distinct names, returned sorted).
-    The names are coded in DuckDB, so no string is made per interval (millions on a big trace)."""
-    where = f"kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({threads})"
-    distinct = f"SELECT DISTINCT coalesce(name, '') AS n FROM events WHERE {where}"
-    names = tuple(str(n) for (n,) in trace.con.execute(f"{distinct} ORDER BY n").fetchall())
-    # kind: 0 a frame, 1 an op, 2 a runtime call, 3 a top-level op (TOP_OP)
-    cols = trace.con.execute(f"""
-        WITH codes AS (SELECT n, (row_number() OVER (ORDER BY n) - 1)::INTEGER AS code FROM ({distinct}))
-        SELECT e.id, e.ts, greatest(e.dur, 1) AS dur, coalesce(e.depth, 0)::INTEGER AS depth, e.thread,
-               (CASE e.kind WHEN 'cpu_op' THEN (CASE WHEN {TOP_OP.format(e="e")} THEN 3 ELSE 1 END)
-                            WHEN 'runtime' THEN 2 ELSE 0 END)::TINYINT AS kind, codes.code
-        FROM (SELECT * FROM events WHERE {where}) e JOIN codes ON codes.n = coalesce(e.name, '')""").fetchnumpy()
-    ts = _i64(cols["ts"])
-    order = np.lexsort((_i64(cols["id"]), ts))   # ORDER BY ts, id (the events come nearly sorted: cheap here)
-    ts, stop = ts[order], _i64(cols["dur"])[order]
-    stop += ts
-    keep = ~_encloses_step(ts, stop, step_ts, step_end)
-    if not keep.all():
-        order, ts, stop = order[keep], ts[keep], stop[keep]
-    kind = np.asarray(cols["kind"])[order]
-    out = {"ts": ts, "stop": stop, "is_op": (kind & 1) == 1, "top": kind == 3, "runtime": kind == 2}
-    out["depth"] = np.asarray(cols["depth"])[order].astype(np.int64)   # the holders' walk reads int64
-    out["thread"] = np.asarray(cols["thread"])[order]   # int32, as DuckDB keeps it
-    out["code"] = np.asarray(cols["code"])[order].astype(np.int32, copy=False)
-    return out, names
+def shared_work(trace: Trace) -> DeviceWork | None:
+    """The device work the diagnosis of ``trace`` read last, while it is still held (its host intervals answer
+    the levers' questions about what holds a call without reading them again), else None."""
+    ref = _WORK.get(trace)
+    return ref() if ref is not None else None
 
 
-def _objects(v: object) -> np.ndarray:
-    """A column fetched from DuckDB as a numpy array of Python objects (strings)."""
-    out: np.ndarray = np.asarray(v, dtype=object)
+def _device_columns(trace: Trace, acts: Activities, host: dict[str, np.ndarray], host_names: tuple[str, ...],
+                    around: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Per activity (``acts`` order): its kind, graph flag and stream, and its kernel name, launching op's
+    name and launch call's name as codes into ``strings`` (every name met, listed once). The activities are
+    read grouped by (kind, name, graph, stream), so each name is read once; the ops' and calls' names are
+    those of the host intervals with their ids (an id not among them is read by itself: few)."""
+    n = acts.start.size
+    groups = trace.con.execute(f"""
+        SELECT kind, coalesce(name, '') AS name, coalesce(link = 'graph', false) AS graph,
+               coalesce(stream, -1) AS stream, list(id) AS ids
+        FROM events WHERE kind IN ({DEVICE_TIME_SQL}) GROUP BY ALL""").fetchall()
+    strings: dict[str, int] = {nm: i for i, nm in enumerate(host_names)}
+    out: dict[str, Any] = {"kind": np.zeros(n, dtype=np.int8), "name": np.zeros(n, dtype=np.int64),
+                           "graph": np.zeros(n, dtype=bool), "stream": np.full(n, -1, dtype=np.int64)}
+    by_id = np.argsort(acts.id, kind="stable")
+    for kind, name, graph, stream, ids in groups:
+        rows = by_id[np.searchsorted(acts.id, np.asarray(ids, dtype=np.int64), sorter=by_id)]
+        out["kind"][rows] = DEVICE_TIME_KINDS.index(kind)
+        out["name"][rows] = strings.setdefault(name, len(strings))
+        out["graph"][rows] = bool(graph)
+        out["stream"][rows] = stream
+    ids = np.concatenate([host["id"], around["id"]]) if around else host["id"]
+    codes = np.concatenate([host["code"], around["code"]]) if around else host["code"]
+    at = np.full(int(ids.max()) + 1 if ids.size else 0, -1, dtype=np.int64)   # an event id -> its host row
+    at[ids] = np.arange(ids.size)
+    out["op"] = _names_by_id(trace, at, codes, acts.op, strings)
+    out["launch"] = _names_by_id(trace, at, codes, np.where(acts.launched, acts.launch_id, -1), strings)
+    out["strings"] = list(strings)
     return out
 
 
-def _classes(kind: np.ndarray, name: np.ndarray, op_name: np.ndarray, launch_name: np.ndarray,
-             input_types: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each activity's class (index into BUSY_PRIORITY), whether it is an FP32 gemm/conv and whether
-    it is a copy to or from pageable memory: worked out once per distinct combination of the five."""
+def _names_by_id(trace: Trace, at: np.ndarray, codes: np.ndarray, want: np.ndarray,
+                 strings: dict[str, int]) -> np.ndarray:
+    """The code in ``strings`` of the name of each event id in ``want`` ('' for -1 or a NULL name), from the
+    host intervals' name ``codes`` (indices into the first names of ``strings``) and ``at`` (an event id ->
+    its host interval, -1 for none); an id not among them is read from the events (its name added to
+    ``strings``)."""
+    out = np.full(want.size, strings.setdefault("", len(strings)), dtype=np.int64)
+    row = np.full(want.size, -1, dtype=np.int64)
+    inside = (want >= 0) & (want < at.size)
+    row[inside] = at[want[inside]]
+    found = row >= 0
+    out[found] = codes[row[found]]
+    missing = np.flatnonzero(~found & (want >= 0))
+    if missing.size:
+        named = dict(trace.con.execute("SELECT id, coalesce(name, '') FROM events WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                                       [np.unique(want[missing]).tolist()]).fetchall())
+        out[missing] = [strings.setdefault(named.get(int(i), ""), len(strings)) for i in want[missing].tolist()]
+    return out
+
+
+def _host_intervals(trace: Trace, threads: str, step_ts: np.ndarray,
+                    step_end: np.ndarray) -> tuple[dict[str, np.ndarray], tuple[str, ...], dict[str, np.ndarray]]:
+    """The ops, Python frames and runtime calls of ``threads`` (an SQL list) but those enclosing a whole
+    step, sorted by (start, id), as columns: id, ts, stop (at least 1 ns after ts), depth, thread, is_op, top,
+    runtime, bits (:data:`RAW_DUR`, :data:`NO_NAME`), and each one's name as a code (``code``: an index into
+    the distinct names, returned sorted); and ``around``, the intervals enclosing a step (the same columns
+    and ``kind``: 0 a frame, 1 an op, 2 a runtime call, 3 a top-level op, sorted by (start, id)). The names
+    are coded in DuckDB, so no string is made per interval (millions on a big trace)."""
+    where = f"kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({threads})"
+    distinct = f"SELECT DISTINCT coalesce(name, '') AS n FROM events WHERE {where}"
+    names = tuple(str(n) for (n,) in trace.con.execute(f"{distinct} ORDER BY n").fetchall())
+    # kind: 0 a frame, 1 an op, 2 a runtime call, 3 an op in no other (a top-level op, TOP_OP, once its name
+    # is known not to be a step's: _top_ops); and the bits
+    cols = trace.con.execute(f"""
+        WITH codes AS (SELECT n, (row_number() OVER (ORDER BY n) - 1)::INTEGER AS code FROM ({distinct}))
+        SELECT e.id, e.ts, greatest(e.dur, 1) AS dur, coalesce(e.depth, 0)::INTEGER AS depth, e.thread,
+               ((CASE e.kind WHEN 'cpu_op' THEN (CASE WHEN e.parent_op IS NULL AND e.name IS NOT NULL THEN 3 ELSE 1 END)
+                             WHEN 'runtime' THEN 2 ELSE 0 END)
+                + (CASE WHEN e.dur IS NULL OR e.dur < 1 THEN {RAW_DUR} ELSE 0 END)
+                + (CASE WHEN e.name IS NULL THEN {NO_NAME} ELSE 0 END))::UTINYINT AS kind, codes.code
+        FROM (SELECT * FROM events WHERE {where}) e JOIN codes ON codes.n = coalesce(e.name, '')""").fetchnumpy()
+    _top_ops(trace, threads, cols, names)
+    ts, ids = _i64(cols["ts"]), _i64(cols["id"])
+    order = _by_start(ts, ids)   # ORDER BY ts, id (the events come nearly sorted: cheap here)
+    ts, stop = ts[order], _i64(cols["dur"])[order]
+    stop += ts
+    enclosing = _encloses_step(ts, stop, step_ts, step_end)
+    around = order[enclosing]
+    if around.size:
+        keep = ~enclosing
+        order, ts, stop = order[keep], ts[keep], stop[keep]
+    bits = np.asarray(cols["kind"])
+    kind = bits[order] & 3
+    out = {"id": ids[order], "ts": ts, "stop": stop, "is_op": (kind & 1) == 1, "top": kind == 3, "runtime": kind == 2}
+    out["depth"] = np.asarray(cols["depth"])[order].astype(np.int64)   # the holders' walk reads int64
+    out["thread"] = np.asarray(cols["thread"])[order]   # int32, as DuckDB keeps it
+    out["code"] = np.asarray(cols["code"])[order].astype(np.int32, copy=False)
+    out["bits"] = bits[order] & (RAW_DUR | NO_NAME)
+    return out, names, _around(cols, around)
+
+
+def _top_ops(trace: Trace, threads: str, cols: dict[str, np.ndarray], names: tuple[str, ...]) -> None:
+    """:data:`TOP_OP` on the fetched host intervals ``cols`` (of ``threads``, an SQL list), in place: a named
+    op whose parent is no op stays kind 3 unless its name is a step's (``ProfilerStep#``, ``LIKE``'s
+    prefix); an op whose parent is a step's op (older traces record steps as ops: an op holds its children on
+    its own thread, so those step ops are among these intervals) becomes kind 3, read for those steps alone."""
+    step = np.fromiter((n.startswith("ProfilerStep#") for n in names), dtype=bool, count=len(names))
+    if not step.any():
+        return
+    bits = np.asarray(cols["kind"])
+    code = np.asarray(cols["code"])
+    op, named = (bits & 1) == 1, (bits & NO_NAME) == 0
+    steps = np.flatnonzero(op & named & step[code])
+    if not steps.size:
+        return
+    bits[steps] &= ~np.uint8(2)   # a step's op is never a top-level op
+    below = {int(i) for (i,) in trace.con.execute(f"""
+        SELECT id FROM events WHERE kind = 'cpu_op' AND thread IN ({threads}) AND parent_op IN
+            (SELECT unnest(?::BIGINT[]))""", [_i64(cols["id"])[steps].tolist()]).fetchall()}
+    if below:
+        rows = np.flatnonzero(np.isin(_i64(cols["id"]), np.fromiter(below, dtype=np.int64, count=len(below))))
+        rows = rows[named[rows] & ~step[code[rows]]]
+        bits[rows] |= np.uint8(2)
+
+
+def _around(cols: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The fetched host intervals ``rows`` (those enclosing a step) as columns: id, ts, stop, thread, code,
+    bits, kind."""
+    bits = np.asarray(cols["kind"])[rows]
+    ts = _i64(cols["ts"])[rows]
+    return {"id": _i64(cols["id"])[rows], "ts": ts, "stop": ts + _i64(cols["dur"])[rows],
+            "thread": np.asarray(cols["thread"])[rows], "code": np.asarray(cols["code"])[rows].astype(np.int32),
+            "bits": bits & (RAW_DUR | NO_NAME), "kind": bits & 3}
+
+
+def _by_start(ts: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The order (ts, id) of the rows: one stable sort of ts and id packed in one integer where they fit (the
+    rows come nearly sorted, which a stable sort runs through), else a sort on both."""
+    if not ts.size:
+        return np.zeros(0, dtype=np.int64)
+    lo, span, top = int(ts.min()), int(ts.max()) - int(ts.min()), int(ids.max())
+    shift = max(int(top).bit_length(), 1)
+    if int(ids.min()) >= 0 and span.bit_length() + shift <= 62:
+        key = ts - lo
+        key <<= shift
+        key |= ids
+        out: np.ndarray = np.argsort(key, kind="stable")
+        return out
+    return np.lexsort((ids, ts))
+
+
+def _classes(trace: Trace, acts: Activities, d: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each activity's class (index into BUSY_PRIORITY), whether it is an FP32 gemm/conv and whether it is a
+    copy to or from pageable memory (``d``: :func:`_device_columns`): worked out once per distinct kind, kernel
+    name, launching op and launch call, and, for gemm and conv kernels, per distinct input types of their ops
+    (read for those ops alone)."""
     prio = {c: i for i, c in enumerate(BUSY_PRIORITY)}
-    keys = list(zip(kind.tolist(), name.tolist(), op_name.tolist(), launch_name.tolist(), input_types.tolist()))
-    codes = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    code = np.fromiter(map(codes.__getitem__, keys), dtype=np.int64, count=len(keys))
-    per_cls, per_fp32, per_pageable = [], [], []
-    for k, n, op, launch, types in codes:
-        c = kernel_class(k, n, op or None, launch or None)
-        per_cls.append(prio[c])
-        per_fp32.append(c in ("gemm", "conv") and fp32_matrix(n, types or None))
-        per_pageable.append(k == "memcpy" and "pageable" in n.lower())
-    return (np.asarray(per_cls, dtype=np.int64)[code], np.asarray(per_fp32, dtype=bool)[code],
-            np.asarray(per_pageable, dtype=bool)[code])
+    strings = d["strings"]
+    combos, code = _distinct_rows([d["kind"].astype(np.int64), d["name"], d["op"], d["launch"]], len(strings))
+    per_cls, per_pageable = [], []
+    for k, n, op, launch in combos:
+        kind, name = DEVICE_TIME_KINDS[k], strings[n]
+        per_cls.append(prio[kernel_class(kind, name, strings[op] or None, strings[launch] or None)])
+        per_pageable.append(kind == "memcpy" and "pageable" in name.lower())
+    cls = np.asarray(per_cls, dtype=np.int64)[code]
+    matrix = np.flatnonzero((cls == prio["gemm"]) | (cls == prio["conv"]))
+    fp32 = np.zeros(cls.size, dtype=bool)
+    if matrix.size:   # per distinct (kernel name, input types of its op)
+        ops = acts.op[matrix]
+        types = trace.con.execute("""SELECT coalesce(input_types, '') AS t, list(id) AS ids FROM shapes
+            WHERE id IN (SELECT unnest(?::BIGINT[])) GROUP BY 1""", [np.unique(ops[ops >= 0]).tolist()]).fetchall()
+        listed = ["", *(t for t, _ids in types)]   # code 0: no shapes row
+        with_types = np.asarray([i for _t, ids in types for i in ids], dtype=np.int64)
+        type_code = np.repeat(np.arange(1, len(listed)), [len(ids) for _t, ids in types])
+        tcode = np.zeros(ops.size, dtype=np.int64)
+        if with_types.size:
+            order = np.argsort(with_types)
+            at = order[np.minimum(np.searchsorted(with_types, ops, sorter=order), with_types.size - 1)]
+            hit = with_types[at] == ops
+            tcode[hit] = type_code[at[hit]]
+        pairs, back = _distinct_rows([d["name"][matrix], tcode], max(len(strings), len(listed)))
+        per = [fp32_matrix(strings[n], listed[t] or None) for n, t in pairs]
+        fp32[matrix] = np.asarray(per, dtype=bool)[back]
+    return cls, fp32, np.asarray(per_pageable, dtype=bool)[code]
+
+
+def _distinct_rows(cols: list[np.ndarray], radix: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The distinct rows of the columns ``cols`` (non-negative integers under ``radix``, one value per row
+    each) and each row's index among them: the columns packed into one integer where they fit."""
+    n = cols[0].size if cols else 0
+    if not n:
+        return [], np.zeros(0, dtype=np.int64)
+    if radix ** len(cols) < 2 ** 62:
+        key = np.zeros(n, dtype=np.int64)
+        for c in cols:
+            key *= radix
+            key += c
+        _once, first, back = np.unique(key, return_index=True, return_inverse=True)
+        rows = np.stack(cols, axis=1)[first]
+    else:
+        rows, back = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    return [tuple(r) for r in rows.tolist()], np.asarray(back, dtype=np.int64).reshape(-1)
 
 
 def _encloses_step(ts: np.ndarray, end: np.ndarray, step_ts: np.ndarray, step_end: np.ndarray) -> np.ndarray:

@@ -25,7 +25,9 @@ from .budget import (
     HOST_SYNC,
     LAUNCH_OVERHEAD,
     LEAVES,
+    NO_NAME,
     QUEUED,
+    RAW_DUR,
     TOP_OP,
     UNRECORDED,
     UNRECORDED_LEAF,
@@ -33,6 +35,7 @@ from .budget import (
     Labels,
     late,
     launch_wait,
+    shared_work,
 )
 from .records import Lever, Steady, grade_of
 
@@ -523,7 +526,8 @@ def _wait_call_before(ctx: Context, a: Activities, i: int) -> tuple[str, int] | 
 def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, str]]:
     """Call id -> (call name, outermost op, module class, innermost Python frame), as the comment above
     defines them; found by one sweep per thread over the candidate intervals sorted by start
-    (:func:`_holders_of_calls`), in time near-linear in calls + intervals."""
+    (:func:`_holders_of_calls`), in time near-linear in calls + intervals. The candidates are the host
+    intervals the diagnosis read already (:func:`budget.shared_work`) where they cover the calls' threads."""
     if not ids:
         return {}
     con = trace.con
@@ -531,21 +535,103 @@ def _sync_sites(trace: Trace, ids: list[int]) -> dict[int, tuple[str, str, str, 
         SELECT c.id, c.name, c.thread, c.ts, c.ts + c.dur, (SELECT s.name FROM scopes s WHERE s.id = c.module)
         FROM events c WHERE c.id IN (SELECT unnest(?::BIGINT[])) ORDER BY c.id""", [sorted(ids)]).fetchall()
     timed = [r for r in calls if r[2] is not None and r[3] is not None and r[4] is not None]
-    # what may hold a call: on its thread, started by the last call's start, ended by the first call's end
+    shared = _host_candidates(trace, {int(r[2]) for r in timed}, True, np.asarray([r[3] for r in timed], dtype=np.int64),
+                              np.asarray([r[4] for r in timed], dtype=np.int64))
+    if shared is not None:
+        cand, names_of = shared
+    else:
+        cand, names_of = _candidates_by_sql(con, timed), None
+    held = _holders_of_calls(timed, cand)
+    wanted = sorted({i for pair in held.values() for i in pair if i >= 0})
+    if names_of is not None:
+        names = names_of(wanted)
+    else:
+        names = dict(con.execute("SELECT id, name FROM events WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                                 [wanted]).fetchall()) if wanted else {}
+    out = {}
+    for cid, name, _thread, _ts, _end, module in calls:
+        op, frame = held.get(int(cid), (-1, -1))
+        out[int(cid)] = (name or "", names.get(op) or "", module or "", names.get(frame) or "")
+    return out
+
+
+def _candidates_by_sql(con: Any, timed: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
+    """What may hold the calls ``timed`` (id, name, thread, ts, end, ...), read from the events: on a call's
+    thread, started by the last call's start, ended by the first call's end, a top-level op or a Python frame
+    (not a module's): id, thread, ts, stop, is_op."""
     cand = con.execute(f"""
         SELECT id, thread, ts, ts + dur AS stop, kind = 'cpu_op' AS is_op FROM events
         WHERE thread IN (SELECT unnest(?::INTEGER[])) AND ts <= ? AND ts + dur >= ?
           AND ((kind = 'cpu_op' AND {TOP_OP.format(e="events")}) OR (kind = 'python' AND name NOT LIKE 'nn.Module:%'))""",
         [sorted({int(r[2]) for r in timed}), max((r[3] for r in timed), default=0),
          min((r[4] for r in timed), default=0)]).fetchnumpy()
-    held = _holders_of_calls(timed, {k: np.asarray(v) for k, v in cand.items()})
-    wanted = sorted({i for pair in held.values() for i in pair if i >= 0})
-    names = dict(con.execute("SELECT id, name FROM events WHERE id IN (SELECT unnest(?::BIGINT[]))",
-                             [wanted]).fetchall()) if wanted else {}
-    out = {}
-    for cid, name, _thread, _ts, _end, module in calls:
-        op, frame = held.get(int(cid), (-1, -1))
-        out[int(cid)] = (name or "", names.get(op) or "", module or "", names.get(frame) or "")
+    return {k: np.asarray(v) for k, v in cand.items()}
+
+
+def _host_candidates(trace: Trace, threads: set[int], frames: bool, qts: np.ndarray, qend: np.ndarray) -> tuple[
+        dict[str, np.ndarray], Callable[[list[int]], dict[int, str]]] | None:
+    """The top-level ops (and, with ``frames``, the Python frames but modules' ``nn.Module:`` ones) of
+    ``threads`` that hold some call [qts, qend] (:func:`_holds_any`; only those can answer) among the host
+    intervals the diagnosis read (:func:`budget.shared_work`), as the events would give them (id, thread, ts,
+    stop: ts + dur, is_op), with a function from ids to their names; None where no such read holds every one
+    of the threads. An interval of no duration or an unknown one has its own end read again (its ``stop``
+    there is ts + 1, which holds no less): those are few."""
+    w = shared_work(trace)
+    if w is None or not threads <= w.threads:
+        return None
+    ok_name = _frame_names(w)
+    parts = []
+    for c in _host_sets(w):
+        want = c["top"] | (c["frame"] & ok_name[c["code"]] & ((c["bits"] & NO_NAME) == 0)) if frames else c["top"]
+        if threads != w.threads:
+            want = want & np.isin(c["thread"], np.asarray(sorted(threads), dtype=c["thread"].dtype))
+        at = np.flatnonzero(want & _holds_any(c["ts"], c["stop"], qts, qend))
+        parts.append({"id": c["id"][at], "thread": c["thread"][at], "ts": c["ts"][at], "stop": c["stop"][at],
+                      "is_op": c["top"][at], "code": c["code"][at], "raw": (c["bits"][at] & RAW_DUR) != 0})
+    cand = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if len(parts) > 1 else parts[0]
+    cand = _raw_ends(trace, cand)
+    names = w.host_names
+
+    def names_of(ids: list[int]) -> dict[int, str]:
+        at = np.flatnonzero(np.isin(cand["id"], np.asarray(ids, dtype=np.int64)))
+        return {int(i): names[int(c)] for i, c in zip(cand["id"][at].tolist(), cand["code"][at].tolist())}
+    return cand, names_of
+
+
+def _host_sets(w: DeviceWork) -> list[dict[str, np.ndarray]]:
+    """The diagnosis's host intervals as two sets of columns: those it keeps and those enclosing a step (id,
+    ts, stop, thread, code, bits; top: a top-level op; frame: a Python frame)."""
+    kept = {"id": w.host_id, "ts": w.host_ts, "stop": w.host_end, "thread": w.host_thread, "code": w.host_code,
+            "bits": w.host_bits, "top": w.host_top, "frame": ~(w.host_op | w.host_runtime)}
+    a = w.around
+    if not a or not a["id"].size:
+        return [kept]
+    return [kept, {**{k: a[k] for k in ("id", "ts", "stop", "thread", "code", "bits")}, "top": a["kind"] == 3,
+                   "frame": a["kind"] == 0}]
+
+
+def _frame_names(w: DeviceWork) -> np.ndarray:
+    """Per host name code: whether a Python frame of that name may hold a call (a module's ``nn.Module:``
+    frame may not)."""
+    return np.fromiter((not n.startswith("nn.Module:") for n in w.host_names), dtype=bool, count=len(w.host_names))
+
+
+def _raw_ends(trace: Trace, cand: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The candidates with the end of those of no (or an unknown) duration read as the events hold it (ts +
+    dur), those whose end is unknown dropped (they hold nothing)."""
+    raw = np.flatnonzero(cand["raw"])
+    if not raw.size:
+        return cand
+    got = dict(trace.con.execute("SELECT id, ts + dur FROM events WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                                 [cand["id"][raw].tolist()]).fetchall())
+    stop = cand["stop"].copy()
+    known = np.ones(stop.size, dtype=bool)
+    for i, r in zip(raw.tolist(), cand["id"][raw].tolist()):
+        end = got.get(r)
+        known[i] = end is not None
+        stop[i] = end if end is not None else 0
+    out = {k: v[known] for k, v in cand.items()}
+    out["stop"] = stop[known]
     return out
 
 
@@ -581,7 +667,13 @@ def _holds_any(ts: np.ndarray, end: np.ndarray, qts: np.ndarray, qend: np.ndarra
         return np.zeros(ts.size, dtype=bool)
     order = np.argsort(qts, kind="stable")
     least_end = np.minimum.accumulate(qend[order][::-1])[::-1]   # over the queries from each on
-    i = np.searchsorted(qts[order], ts, side="left")
+    if ts.size > 64 * qts.size and bool((ts[1:] >= ts[:-1]).all()):
+        # sorted intervals (the diagnosis's host intervals), far more than queries: the queries before each
+        # interval counted by one pass (a query at qts precedes every interval after the last ts <= qts)
+        before = np.bincount(np.searchsorted(ts, qts[order], side="right"), minlength=ts.size + 1)
+        i = np.cumsum(before[:-1])
+    else:
+        i = np.searchsorted(qts[order], ts, side="left")
     out: np.ndarray = (i < qts.size) & (least_end[np.minimum(i, qts.size - 1)] <= end)
     return out
 
@@ -652,16 +744,22 @@ def _scan_back(v: np.ndarray, hi: np.ndarray, lo: np.ndarray, x: np.ndarray, wid
 
 def holding_top_ops(trace: Trace, calls_sql: str) -> dict[int, int]:
     """Call id -> the id of the outermost op holding it on its thread (``TOP_OP``; the first by (ts, id)),
-    for the calls ``calls_sql`` selects (a query of ids): :func:`first_holding` per thread, one sweep."""
+    for the calls ``calls_sql`` selects (a query of ids): :func:`first_holding` per thread, one sweep, over the
+    host intervals the diagnosis read (:func:`budget.shared_work`) where they cover the calls' threads."""
     c = trace.con.execute(f"""SELECT id, thread, ts, ts + dur AS e FROM events
                               WHERE id IN ({calls_sql}) AND thread IS NOT NULL""").fetchnumpy()
     out: dict[int, int] = {}
     if not len(c["id"]):
         return out
     cthread = np.asarray(c["thread"], dtype=np.int64)
-    threads = ", ".join(str(int(t)) for t in np.unique(cthread))
-    o = trace.con.execute(f"""SELECT id, thread, ts, ts + dur AS e FROM events WHERE kind = 'cpu_op'
-                              AND {TOP_OP.format(e="events")} AND thread IN ({threads})""").fetchnumpy()
+    shared = _host_candidates(trace, {int(t) for t in np.unique(cthread)}, False, np.asarray(c["ts"], dtype=np.int64),
+                              np.asarray(c["e"], dtype=np.int64))
+    if shared is not None:
+        o = {"id": shared[0]["id"], "thread": shared[0]["thread"], "ts": shared[0]["ts"], "e": shared[0]["stop"]}
+    else:
+        threads = ", ".join(str(int(t)) for t in np.unique(cthread))
+        o = trace.con.execute(f"""SELECT id, thread, ts, ts + dur AS e FROM events WHERE kind = 'cpu_op'
+                                  AND {TOP_OP.format(e="events")} AND thread IN ({threads})""").fetchnumpy()
     othread = np.asarray(o["thread"], dtype=np.int64)
     for t in np.unique(cthread):
         cm, om = cthread == t, othread == t
@@ -1106,12 +1204,45 @@ def cpu_fallbacks(trace: Trace) -> list[Fallback]:
             (d2h if way == "memcpy_d2h" else h2d if way == "memcpy_h2d" else {}).setdefault(int(top), (name, ts, end))
     if not d2h or not h2d:
         return []
-    threads = ", ".join(str(int(t)) for t in sorted({c[3] for c in copies}))
-    ops = trace.con.execute(f"""
-        SELECT id, name, ts, dur, thread, coalesce(kernels_total, 0) FROM events
-        WHERE kind = 'cpu_op' AND thread IN ({threads}) AND {TOP_OP.format(e="events")}
-        ORDER BY thread, ts, id""").fetchall()
+    ops = _ops_after_copies(trace, {int(c[3]) for c in copies}, d2h)
+    if ops is None:
+        threads = ", ".join(str(int(t)) for t in sorted({c[3] for c in copies}))
+        ops = trace.con.execute(f"""
+            SELECT id, name, ts, dur, thread, coalesce(kernels_total, 0) FROM events
+            WHERE kind = 'cpu_op' AND thread IN ({threads}) AND {TOP_OP.format(e="events")}
+            ORDER BY thread, ts, id""").fetchall()
     return sorted(_fallbacks_between(ops, d2h, h2d) + _fallbacks_within(ops, d2h, h2d, held), key=lambda f: f.ts)
+
+
+def _ops_after_copies(trace: Trace, threads: set[int], d2h: dict[int, tuple[str, int, int]]) -> list[Any] | None:
+    """The top-level ops of ``threads`` that :func:`_fallbacks_between` and :func:`_fallbacks_within` can use,
+    as the events give them (id, name, ts, dur, thread, kernels_total), in (thread, ts, id) order: each op
+    that copied to the host and the two top-level ops after it on its thread, a None row between runs (no
+    triple spans one), from the host intervals the diagnosis read (:func:`budget.shared_work`); None where
+    they do not cover the threads."""
+    w = shared_work(trace)
+    if w is None or not threads <= w.threads:
+        return None
+    sets = [(c["id"][c["top"]], c["thread"][c["top"]], c["ts"][c["top"]]) for c in _host_sets(w)]
+    ids, thread, ts = (np.concatenate([x[k] for x in sets]) for k in range(3))
+    if threads != w.threads:
+        mine = np.isin(thread, np.asarray(sorted(threads), dtype=thread.dtype))
+        ids, thread, ts = ids[mine], thread[mine], ts[mine]
+    order = np.lexsort((ids, ts, thread))
+    at = np.flatnonzero(np.isin(ids[order], np.fromiter(d2h, dtype=np.int64, count=len(d2h))))
+    take = np.unique(np.concatenate([at, at + 1, at + 2]))
+    take = take[take < order.size]
+    rows = {int(r[0]): r for r in trace.con.execute("""
+        SELECT id, name, ts, dur, thread, coalesce(kernels_total, 0) FROM events
+        WHERE id IN (SELECT unnest(?::BIGINT[]))""", [ids[order[take]].tolist()]).fetchall()}
+    out: list[Any] = []
+    prev = -2
+    for k, i in zip(take.tolist(), ids[order[take]].tolist()):
+        if out and k != prev + 1:   # a gap: the triples do not run across it
+            out.append(None)
+        out.append(rows[i])
+        prev = k
+    return out
 
 
 def _falls_back(op: tuple[Any, ...]) -> bool:
@@ -1122,11 +1253,14 @@ def _falls_back(op: tuple[Any, ...]) -> bool:
     return bool(op[3] > 0 and op[1] not in COPY_OPS and op[1] not in NO_WORK and not _FACTORY.match(op[1]))
 
 
-def _fallbacks_between(ops: list[tuple[Any, ...]], d2h: dict[int, tuple[str, int, int]],
+def _fallbacks_between(ops: list[Any], d2h: dict[int, tuple[str, int, int]],
                        h2d: dict[int, tuple[str, int, int]]) -> list[Fallback]:
-    """The op between the op that copied to the host and the op that copied back (it launched nothing)."""
+    """The op between the op that copied to the host and the op that copied back (it launched nothing); ``ops``:
+    top-level op rows in (thread, ts, id) order, a None row where a run of them breaks."""
     out = []
     for p, x, n in zip(ops, ops[1:], ops[2:]):
+        if p is None or x is None or n is None:
+            continue
         if p[4] == x[4] == n[4] and p[0] in d2h and n[0] in h2d and x[5] == 0 and _falls_back(x):
             first, last = d2h[p[0]], h2d[n[0]]
             out.append(Fallback(x[1], p[1], n[1], (first[0], last[0]), int(x[2]), int(x[3]),
@@ -1134,13 +1268,15 @@ def _fallbacks_between(ops: list[tuple[Any, ...]], d2h: dict[int, tuple[str, int
     return out
 
 
-def _fallbacks_within(ops: list[tuple[Any, ...]], d2h: dict[int, tuple[str, int, int]],
+def _fallbacks_within(ops: list[Any], d2h: dict[int, tuple[str, int, int]],
                       h2d: dict[int, tuple[str, int, int]], held: dict[int, int]) -> list[Fallback]:
     """The op that copied its input to the host and its result back itself, and launched nothing else: a
     backend's boxed CPU fallback, recorded inside the op (``aten::silu`` holding ``aten::_to_cpu`` and
     ``aten::to``)."""
     out = []
     for x in ops:
+        if x is None:
+            continue
         first, last = d2h.get(x[0]), h2d.get(x[0])
         if first and last and first[1] < last[1] and x[5] == held[x[0]] and _falls_back(x):
             out.append(Fallback(x[1], x[1], x[1], (first[0], last[0]), int(x[2]), int(x[3]),

@@ -100,10 +100,11 @@ def warmup_index(spans: list[int]) -> int | None:
     return 0 if spans[0] > WARMUP_FACTOR * statistics.median(spans[1:]) else None
 
 
-def leaves_of(keys: tuple[str, ...], ns: np.ndarray, span_ns: int) -> tuple[Leaf, ...]:
+def leaves_of(keys: tuple[str, ...], ns: np.ndarray | list[int], span_ns: int) -> tuple[Leaf, ...]:
     """The non-zero leaves, in key order, µs rounded to the ns."""
+    values = ns.tolist() if hasattr(ns, "tolist") else ns
     return tuple(Leaf(k, round(int(v) / 1e3, 3), round(100.0 * int(v) / span_ns, 2) if span_ns else 0.0)
-                 for k, v in zip(keys, ns) if v)
+                 for k, v in zip(keys, values) if v)
 
 
 @dataclass
