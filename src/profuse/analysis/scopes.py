@@ -139,6 +139,7 @@ class UnitTable:
 _TABLES: weakref.WeakKeyDictionary[Trace, UnitTable] = weakref.WeakKeyDictionary()
 _INSTANCES: weakref.WeakKeyDictionary[Trace, dict[int, ScopeInstance]] = weakref.WeakKeyDictionary()
 _LINKS: weakref.WeakKeyDictionary[Trace, tuple[np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
+_UP: weakref.WeakKeyDictionary[Trace, np.ndarray] = weakref.WeakKeyDictionary()
 
 
 def unit_table(trace: Trace) -> UnitTable:
@@ -156,6 +157,15 @@ def op_parents(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     if found is None:
         cols = fetch_columns(trace.con, "SELECT id, coalesce(parent_op, -1) AS p FROM events WHERE kind = 'cpu_op'")
         found = _LINKS[trace] = (np.asarray(cols["id"], dtype=np.int64), np.asarray(cols["p"], dtype=np.int64))
+    return found
+
+
+def op_parent_rows(trace: Trace) -> np.ndarray:
+    """Per ``cpu_op`` of :func:`op_parents`: the row there of its enclosing op (-1: none, or not a ``cpu_op``)."""
+    found = _UP.get(trace)
+    if found is None:
+        ids, parent = op_parents(trace)
+        found = _UP[trace] = _positions(ids)(parent)
     return found
 
 
@@ -220,9 +230,10 @@ def op_units(con: Any) -> tuple[dict[str, np.ndarray], list[str], Pairs]:
     return _op_units(con)[0]
 
 
-def _op_units(con: Any) -> tuple[tuple[dict[str, np.ndarray], list[str], Pairs], tuple[np.ndarray, np.ndarray] | None]:
-    """:func:`op_units`, and every ``cpu_op``'s id and enclosing op (-1: none) where they were read (None where
-    the joins were used)."""
+def _op_units(con: Any) -> tuple[tuple[dict[str, np.ndarray], list[str], Pairs],
+                                 tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """:func:`op_units`, and every ``cpu_op``'s id, enclosing op (-1: none) and that one's row among them (-1: none)
+    where they were read (None where the joins were used)."""
     named = con.execute(f"SELECT name, hash(name) FROM ({_NAMES})").fetchall()
     names: list[str] = [n for n, _ in named]
     e = {k: np.asarray(v) for k, v in fetch_columns(con, _CPU_OPS).items()}
@@ -238,7 +249,7 @@ def _op_units(con: Any) -> tuple[tuple[dict[str, np.ndarray], list[str], Pairs],
     sid = np.where(scope == NO_PARENT, -1 - e["thread"].astype(np.int64), scope)
     ops = {"id": ids, "sid": sid, "name": code, "ts": e["ts"], "dur": e["dur"], "dev": e["dev"], "kern": e["kern"],
            "thread": e["thread"], "shape": shaped[0]}
-    return ({k: v[keep] for k, v in ops.items()}, names, shaped[1]), (ids, parent)
+    return ({k: v[keep] for k, v in ops.items()}, names, shaped[1]), (ids, parent, at)
 
 
 def _shape_codes(con: Any, ids: np.ndarray) -> tuple[np.ndarray, Pairs] | None:
@@ -246,22 +257,29 @@ def _shape_codes(con: Any, ids: np.ndarray) -> tuple[np.ndarray, Pairs] | None:
     None where two pairs share a hash or an op has two shapes rows."""
     sh = fetch_columns(con, f"SELECT id, hash(input_dims, input_types) AS h {_PAIRS}")
     s_id, s_h = np.asarray(sh["id"], dtype=np.int64), np.asarray(sh["h"], dtype=np.uint64)
-    order = np.argsort(s_id, kind="stable")
-    s_id, s_h = s_id[order], s_h[order]
-    if bool((s_id[1:] == s_id[:-1]).any()):
-        return None
-    row = _positions(s_id)(ids)           # each op's shapes row, -1 for none
-    used = np.unique(s_h[row[row >= 0]])
+    if not bool((s_id[1:] > s_id[:-1]).all()):    # not read in id order (or an id twice)
+        order = np.argsort(s_id, kind="stable")
+        s_id, s_h = s_id[order], s_h[order]
+        if bool((s_id[1:] == s_id[:-1]).any()):
+            return None
     texts: dict[int, tuple[str, str | None]] = {}
     for d, t, h in con.execute(f"SELECT DISTINCT input_dims, input_types, hash(input_dims, input_types) {_PAIRS}"
                                ).fetchall():
         if texts.setdefault(int(h), (d, t)) != (d, t):
             return None
-    if not all(h in texts for h in used.tolist()):
+    known = np.asarray(sorted(texts), dtype=np.uint64)
+    pair = hash_codes(known, s_h)          # each shapes row's pair, by hash
+    if pair is None:
         return None
-    code = np.zeros(ids.size, dtype=np.int64)
-    code[row >= 0] = np.searchsorted(used, s_h[row[row >= 0]]) + 1
-    return code, [texts[h] for h in used.tolist()]
+    if s_id.size == ids.size and np.array_equal(s_id, ids):   # every op has its row, in the same order
+        of_op = pair
+    else:
+        row = _positions(s_id)(ids)        # each op's shapes row, -1 for none
+        of_op = np.where(row >= 0, pair[np.maximum(row, 0)] if pair.size else -1, -1)
+    used = np.flatnonzero(np.bincount(of_op[of_op >= 0], minlength=known.size))   # the pairs the ops have
+    renumber = np.zeros(known.size + 1, dtype=np.int64)   # the last: an op without shapes (-1)
+    renumber[used] = np.arange(1, used.size + 1)
+    return renumber[of_op], [texts[h] for h in known[used].tolist()]
 
 
 def _op_units_joined(con: Any, names: list[str]) -> tuple[dict[str, np.ndarray], list[str], Pairs]:
@@ -280,7 +298,7 @@ def _unit_table(trace: Trace) -> UnitTable:
     sc = _scope_rows(con)
     (ops, names, pairs), links = _op_units(con)   # in no order: ordered below, with the child scopes
     if links is not None:
-        _LINKS[trace] = links
+        _LINKS[trace], _UP[trace] = links[:2], links[2]
     shapes = [(), *(tuple(tensors(d, t)) for d, t in pairs)]
     code = {n: i for i, n in enumerate(names)}
     o_sid, o_id = np.asarray(ops["sid"], dtype=np.int64), np.asarray(ops["id"], dtype=np.int64)
@@ -373,14 +391,14 @@ def _ids(col: np.ndarray) -> np.ndarray:
 
 def _positions(sid: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """A lookup from ids to their row in ``sid`` (-1 for an id not there)."""
-    order = np.argsort(sid, kind="stable")
-    keys = sid[order]
+    order = None if bool((sid[1:] > sid[:-1]).all()) else np.argsort(sid, kind="stable")   # None: ascending
+    keys = sid if order is None else sid[order]
 
     def pos(ids: np.ndarray) -> np.ndarray:
         if keys.size == 0:
             return np.full(ids.shape, -1, dtype=np.int64)
         at = np.minimum(np.searchsorted(keys, ids), keys.size - 1)
-        found: np.ndarray = np.where(keys[at] == ids, order[at], -1).astype(np.int64)
+        found: np.ndarray = np.where(keys[at] == ids, at if order is None else order[at], -1).astype(np.int64, copy=False)
         return found
 
     return pos

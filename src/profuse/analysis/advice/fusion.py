@@ -9,7 +9,8 @@ by (pattern, scope) and carry a memory-traffic model of what fusion saves.
 
 The search runs over the unit table's columns (analysis/scopes.py): what a rule asks of an op's name
 or shapes is answered once per distinct name and shape, the runs, windows and pairs are found by
-sweeps over all instances at once, and a run's pattern and bytes once per distinct run.
+sweeps over all instances at once, and a run's pattern and bytes once per distinct run; the matches'
+savings and their grouping into candidates are array operations over the matches as columns.
 
 The saving model: a chain of memory-bound kernels takes time in proportion to the bytes it moves,
 so fused time = time now x bytes fused / bytes now. Bytes come from the recorded input shapes.
@@ -20,7 +21,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._lazy import lazy_module
 from ..._progress import timed
@@ -28,7 +29,7 @@ from ...trace import Trace
 from .. import figures
 from ..device_events import device_events
 from ..opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
-from ..scopes import UnitTable, op_parents, scope_class, title_of, unit_table
+from ..scopes import UnitTable, op_parent_rows, op_parents, scope_class, title_of, unit_table
 from .records import Candidate
 
 if TYPE_CHECKING:
@@ -348,31 +349,43 @@ class Match:
         return self.facts.pattern
 
 
-def _saving(f: Facts, device_ns: int, kernels: tuple[int, int], inner_ns: int, cpu: bool) -> tuple[float, str]:
-    """(predicted saving in ns, confidence) of a match from its device time, its kernels (all its units',
-    each at least one; its first unit's), and its inner units' device time (all but the first and last)."""
-    pattern, now, fused = f.pattern, f.bytes_now, f.bytes_fused
-    if pattern == "pointwise chain" and (not now or fused >= now):
-        return 0.0, "low"   # nothing known to be saved: an unnamed chain's only model is its bytes
-    if cpu and device_ns and (not now or now / device_ns < MIN_BYTE_BOUND_GBPS):
-        # on a CPU only bytes that explain the time back a saving; without shapes nothing is known
-        return 0.0, "low"
-    if pattern.startswith("attention"):
-        # the matmuls stay; what goes is the scores' round trips through memory (scale, mask, softmax)
-        saving, conf = float(inner_ns), "medium"
-    elif pattern == "multi-kernel norm":
-        k = max(kernels[1], 1)
-        saving, conf = device_ns * max(0.0, 1 - 2 / (k + 1)), "low"
-    elif now:
-        saving = device_ns * max(0.0, 1 - fused / now)
-        conf = "high" if pattern not in ("pointwise chain", "bias + activation", "residual add + norm") else "medium"
-    else:  # no shapes recorded: assume half of all but one kernel's time goes
-        saving, conf = device_ns * 0.5 * (1 - 1 / kernels[0]), "low"
-    if pattern == "pointwise chain" or cpu:
-        # on a CPU the chain's tensors often sit in cache and its ops cost dispatch and compute more than
-        # memory traffic, so the byte model is an upper bound, not a prediction (Llama RMSNorm on a CPU:
-        # 3.12 ms predicted, 0.34 ms measured with torch.compile); measure it before trusting it
-        conf = "low"
+CONFIDENCE = ("low", "medium", "high")
+_MEDIUM = ("pointwise chain", "bias + activation", "residual add + norm")   # named by bytes alone: medium at most
+
+
+def _savings(facts: list[Facts], fact: np.ndarray, device_ns: np.ndarray, kernels: tuple[np.ndarray, np.ndarray],
+             inner_ns: np.ndarray, cpu: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted saving in ns, confidence as a code into :data:`CONFIDENCE`) of each match from its
+    :class:`Facts` (``facts[fact]``), its device time, its kernels (all its units', each at least one; its first
+    unit's), and its inner units' device time (all but the first and last)."""
+    pattern = [f.pattern for f in facts]
+    now = np.asarray([f.bytes_now for f in facts], dtype=np.int64)[fact]
+    fused = np.asarray([f.bytes_fused for f in facts], dtype=np.int64)[fact]
+
+    def which(test: Callable[[str], bool]) -> np.ndarray:
+        found: np.ndarray = np.asarray([test(p) for p in pattern], dtype=bool)[fact]
+        return found
+
+    chain, attention = which(lambda p: p == "pointwise chain"), which(lambda p: p.startswith("attention"))
+    norm, medium = which(lambda p: p == "multi-kernel norm"), which(lambda p: p in _MEDIUM)
+    d, n, f = device_ns.astype(np.float64), now.astype(np.float64), fused.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # nothing known to be saved: an unnamed chain's only model is its bytes; on a CPU only bytes that
+        # explain the time back a saving (without shapes nothing is known)
+        nothing = (chain & ((now == 0) | (fused >= now))) | \
+            (cpu & (device_ns != 0) & ((now == 0) | (n / d < MIN_BYTE_BOUND_GBPS)))
+        by_bytes = d * np.maximum(0.0, 1 - f / n)
+        k = np.maximum(kernels[1], 1)
+        saving = np.where(attention, inner_ns.astype(np.float64),  # the matmuls stay; the scores' round trips go
+                          np.where(norm, d * np.maximum(0.0, 1 - 2 / (k + 1)),
+                                   np.where(now != 0, by_bytes,
+                                            d * 0.5 * (1 - 1 / kernels[0]))))   # no shapes: half of all but one kernel
+    conf = np.where(attention, 1, np.where(norm | (now == 0), 0, np.where(medium, 1, 2)))
+    # on a CPU the chain's tensors often sit in cache and its ops cost dispatch and compute more than
+    # memory traffic, so the byte model is an upper bound, not a prediction (Llama RMSNorm on a CPU:
+    # 3.12 ms predicted, 0.34 ms measured with torch.compile); measure it before trusting it
+    conf[chain | cpu | nothing] = 0
+    saving[nothing] = 0.0
     return saving, conf
 
 
@@ -395,55 +408,67 @@ def matchable(names: Iterable[str | None]) -> set[str]:
 def copy_only_ops(trace: Trace) -> frozenset[int]:
     """Ops that launched device work (themselves or below) all of which is memcpy/memset: copies,
     never fusion candidates. A device event belongs to its op and every op enclosing that one (its
-    ``parent_op``, that one's, and so on: each distinct (op, copy) pair climbs once)."""
+    ``parent_op``, that one's, and so on): two marks, "a kernel below" and "a copy below", each climbs
+    from the ops holding such work until it meets an op already marked."""
     if trace.cpu_only:
         return frozenset()
     d = device_events(trace)
-    pairs = np.unique(d.op[d.has_op] * 2 + d.copy[d.has_op])   # op * 2 + copy
-    seen = pairs   # sorted
-    parents = _Parents(trace)
-    while pairs.size:
-        up, found = parents.of(pairs >> 1)
-        pairs = np.unique(up[found] * 2 + (pairs[found] & 1))
-        at = np.minimum(np.searchsorted(seen, pairs), seen.size - 1)
-        pairs = pairs[seen[at] != pairs]
-        seen = np.sort(np.concatenate([seen, pairs]))
-    ops, at = np.unique(seen >> 1, return_inverse=True)
-    kernel = np.zeros(ops.size, dtype=bool)
-    kernel[at[(seen & 1) == 0]] = True      # some device work below it is a kernel
-    return frozenset(ops[~kernel].tolist())
+    op, copy = d.op[d.has_op], d.copy[d.has_op]
+    ids, up = _op_tree(trace, np.unique(op))
+    at = np.searchsorted(ids, op)            # every op is among ids
+    kernel, copied = np.zeros(ids.size, dtype=bool), np.zeros(ids.size, dtype=bool)
+    _climb(kernel, up, at[~copy])
+    _climb(copied, up, at[copy])
+    return frozenset(ids[copied & ~kernel].tolist())
 
 
-class _Parents:
-    """Each event's enclosing op (``parent_op``): the ``cpu_op`` ones as :func:`op_parents` has them, any other
-    event's read from the events table when first asked."""
+def _op_tree(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``cpu_op`` and every other event among ``ops`` or enclosing one of these, ascending by id, and the
+    row of each one's enclosing op (``parent_op``; -1: none): the ``cpu_op`` ones as :func:`op_parents` has them,
+    any other event's read from the events table (one not in the trace has none)."""
+    ids, parent = op_parents(trace)
+    up = op_parent_rows(trace)
+    ascending = bool((ids[1:] > ids[:-1]).all())
+    known = ids if ascending else np.sort(ids)
+    missing = np.unique(np.concatenate([ops[_rows_of(known, ops) < 0], parent[(up < 0) & (parent != -1)]]))
+    if ascending and not missing.size:
+        return ids, up
+    all_ids, all_parent = [ids], [parent]
+    while missing.size:
+        rows = trace.con.execute("""SELECT id, coalesce(parent_op, -1) FROM events
+            WHERE id IN (SELECT unnest(?::BIGINT[])) AND kind <> 'cpu_op'""", [missing.tolist()]).fetchall()
+        more = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+        gone = missing[~np.isin(missing, more[:, 0])]
+        all_ids += [more[:, 0], gone]
+        all_parent += [more[:, 1], np.full(gone.size, -1, dtype=np.int64)]
+        nxt = np.unique(more[:, 1][more[:, 1] != -1])
+        missing = nxt[~np.isin(nxt, np.concatenate(all_ids))]
+    flat = np.concatenate(all_ids)
+    order = np.argsort(flat, kind="stable")
+    return flat[order], _rows_of(flat[order], np.concatenate(all_parent)[order])
 
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
-        ids, parent = op_parents(trace)
-        order = np.argsort(ids, kind="stable")
-        self.ids, self.parent = ids[order], parent[order]
 
-    def of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each id's enclosing op, and whether it has one (an event not in the trace has none)."""
-        if not self._found(ids).all():
-            missing = np.unique(ids[~self._found(ids)])
-            rows = self.trace.con.execute("""SELECT id, coalesce(parent_op, -1) FROM events
-                WHERE id IN (SELECT unnest(?::BIGINT[])) AND kind <> 'cpu_op'""", [missing.tolist()]).fetchall()
-            more = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
-            gone = missing[~np.isin(missing, more[:, 0])]     # not in the trace: no enclosing op
-            ids_all = np.concatenate([self.ids, more[:, 0], gone])
-            order = np.argsort(ids_all, kind="stable")
-            self.ids = ids_all[order]
-            self.parent = np.concatenate([self.parent, more[:, 1], np.full(gone.size, -1, dtype=np.int64)])[order]
-        up = self.parent[np.searchsorted(self.ids, ids)]
-        return up, up != -1
+def _rows_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Each of ``wanted``'s row in the ascending ``ids`` (-1: not there)."""
+    if not ids.size:
+        return np.full(wanted.size, -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
+    found: np.ndarray = np.where(ids[at] == wanted, at, -1)
+    return found
 
-    def _found(self, ids: np.ndarray) -> np.ndarray:
-        if not self.ids.size:
-            return np.zeros(ids.size, dtype=bool)
-        found: np.ndarray = self.ids[np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)] == ids
-        return found
+
+def _climb(mark: np.ndarray, up: np.ndarray, rows: np.ndarray) -> None:
+    """Mark ``rows`` and every row enclosing one (``up``: each row's enclosing row, -1 for none)."""
+    slot = np.empty(mark.size, dtype=np.int64)
+    front = rows
+    while front.size:
+        step = np.arange(front.size)
+        slot[front] = step
+        front = front[slot[front] == step]     # each row once (its last place)
+        mark[front] = True
+        nxt = up[front]
+        nxt = nxt[nxt >= 0]
+        front = nxt[~mark[nxt]]
 
 
 # --- the sweeps --------------------------------------------------------------------------------
@@ -646,47 +671,124 @@ def find_matches(trace: Trace) -> list[Match]:
     """Every match in every scope instance, in instance (start time) order: attention windows first,
     then SwiGLU pairs, then the chains of what is left (and multi-kernel norms on devices). A match's
     pattern and bytes are worked out once per distinct sequence of units (kinds, names, shapes)."""
+    return _found(trace).matches()
+
+
+def _found(trace: Trace) -> _Matches:
+    """:func:`find_matches` as columns."""
     t = unit_table(trace)
     # the op names worth searching, from the table's names (a scope's name that is no op's name is only
     # ever asked of op units, so it changes nothing)
-    return matches_in(t, trace.cpu_only, copy_only_ops(trace), matchable(t.names))
+    return _search(t, trace.cpu_only, copy_only_ops(trace), matchable(t.names))
 
 
 def matches_in(t: UnitTable, cpu: bool, copies: frozenset[int], wanted: set[str]) -> list[Match]:
     """:func:`find_matches` in a unit table: its instances with an op unit named in ``wanted``; ``copies``:
     the ops that are copies (:func:`copy_only_ops`)."""
+    return _search(t, cpu, copies, wanted).matches()
+
+
+@dataclass(frozen=True)
+class _Matches:
+    """Matches as columns, in order: each one's scope title (a code into ``titles``), :class:`Facts` (a code
+    into ``facts``), device time, kernels, saving and confidence (a code into :data:`CONFIDENCE`), and the unit
+    table rows it fuses (match m's at ``rows[starts[m]:starts[m + 1]]``)."""
+
+    titles: list[str]
+    title: np.ndarray
+    facts: list[Facts]
+    fact: np.ndarray
+    device_ns: np.ndarray
+    kernels: np.ndarray
+    saving_ns: np.ndarray
+    confidence: np.ndarray
+    rows: np.ndarray
+    starts: np.ndarray
+
+    def matches(self) -> list[Match]:
+        """The matches as :class:`Match` objects."""
+        cols = zip(self.title.tolist(), self.starts[:-1].tolist(), self.starts[1:].tolist(), self.fact.tolist(),
+                   self.device_ns.tolist(), self.kernels.tolist(), self.saving_ns.tolist(), self.confidence.tolist())
+        return [Match(self.titles[ti], self.rows[a:b], self.facts[fi], d, k, s, CONFIDENCE[c])
+                for ti, a, b, fi, d, k, s, c in cols]
+
+    @staticmethod
+    def of(ms: list[Match]) -> _Matches:
+        """:class:`Match` objects as columns."""
+        titles = list(dict.fromkeys(m.title for m in ms))
+        at = {s: i for i, s in enumerate(titles)}
+        facts: dict[int, tuple[int, Facts]] = {}
+        for m in ms:
+            facts.setdefault(id(m.facts), (len(facts), m.facts))
+
+        def col(values: Iterable[Any], dtype: Any = np.int64) -> np.ndarray:
+            return np.asarray(list(values), dtype=dtype)
+
+        return _Matches(titles, col(at[m.title] for m in ms), [f for _, f in facts.values()],
+                        col(facts[id(m.facts)][0] for m in ms), col(m.device_ns for m in ms), col(m.kernels for m in ms),
+                        col((m.saving_ns for m in ms), np.float64), col(CONFIDENCE.index(m.confidence) for m in ms),
+                        np.concatenate([m.rows for m in ms]) if ms else np.zeros(0, dtype=np.int64),
+                        col([0, *np.cumsum([m.rows.size for m in ms]).tolist()]))
+
+
+def _search(t: UnitTable, cpu: bool, copies: frozenset[int], wanted: set[str]) -> _Matches:
+    """:func:`matches_in` as columns."""
     r = Reading(t)
     u = _searched(t, wanted)
     pos, which, patterns, key = _windows(u, r, cpu, t.unit_id[u.rows], copies)
     if not patterns:
-        return []
+        none = np.zeros(0, dtype=np.int64)
+        return _Matches([], none, [], none, none, none, np.zeros(0), none, none, np.zeros(1, dtype=np.int64))
     rank = np.empty(len(patterns), dtype=np.int64)
     rank[np.lexsort(key[::-1])] = np.arange(len(patterns))
     order = np.lexsort((pos, rank[which]))
     pos, which = pos[order], rank[which[order]]
     starts = np.searchsorted(which, np.arange(len(patterns) + 1))
+    first, last = starts[:-1], starts[1:] - 1
     by_rank = [patterns[i] for i in np.argsort(rank).tolist()]
     dev = t.unit_device_ns[u.rows][pos]
-    dev_sum = np.add.reduceat(dev, starts[:-1])
-    kern = np.add.reduceat(np.maximum(u.kernels[pos], 1), starts[:-1])
-    inner = dev_sum - dev[starts[:-1]] - dev[starts[1:] - 1]
-    code = (u.name[pos] * len(t.shapes) + u.shape[pos]) * 2 + u.scope[pos]
-    facts: dict[tuple[str | None, bytes], Facts] = {}
-    titles: dict[int, str] = {}
-    out = []
-    for m, (a, b) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist())):
-        sig = (by_rank[m], code[a:b].tobytes())
-        f = facts.get(sig)
-        if f is None:
-            f = facts[sig] = _facts(by_rank[m], Chain(u.scope[pos[a:b]], u.name[pos[a:b]], u.shape[pos[a:b]], r))
-        i = int(u.inst[pos[a]])
-        title = titles.get(i)
-        if title is None:
-            title = titles[i] = title_of(t.kind[i], t.name[i])
-        d, k = int(dev_sum[m]), int(kern[m])
-        saving, conf = _saving(f, d, (k, int(u.kernels[pos[a]])), int(inner[m]), cpu)
-        out.append(Match(title, u.rows[pos[a:b]], f, d, k, saving, conf))
-    return out
+    dev_sum = np.add.reduceat(dev, first)
+    kern = np.add.reduceat(np.maximum(u.kernels[pos], 1), first)
+    facts, fact = _distinct_facts(u, r, pos, starts, by_rank)
+    titles, title = _titles(t, u.inst[pos[first]])
+    saving, conf = _savings(facts, fact, dev_sum, (kern, u.kernels[pos[first]]), dev_sum - dev[first] - dev[last], cpu)
+    return _Matches(titles, title, facts, fact, dev_sum, kern, saving, conf, u.rows[pos], starts)
+
+
+_PHASES = {ATTENTION: 0, SWIGLU: 1, MULTI_KERNEL_NORM: 2, None: 3}
+
+
+def _distinct_facts(u: _Units, r: Reading, pos: np.ndarray, starts: np.ndarray,
+                    patterns: list[str | None]) -> tuple[list[Facts], np.ndarray]:
+    """The :class:`Facts` of each distinct (pattern, units' kinds, names and shapes) among the matches (match m's
+    units at ``pos[starts[m]:starts[m + 1]]``, its pattern ``patterns[m]``, None for a chain), and each match's."""
+    code = (u.name[pos] * len(r.table.shapes) + u.shape[pos]) * 2 + u.scope[pos]
+    size = np.diff(starts)
+    phase = np.asarray([_PHASES[p] for p in patterns], dtype=np.int64)
+    facts: list[Facts] = []
+    fact = np.zeros(size.size, dtype=np.int64)
+    for n in distinct(size)[0].tolist():   # the matches of n units side by side: one row each
+        ms = np.flatnonzero(size == n)
+        rows = np.column_stack([phase[ms], code[starts[ms][:, None] + np.arange(n)]])
+        _, first, back = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        fact[ms] = len(facts) + back.ravel()
+        for m in ms[first].tolist():
+            at = pos[starts[m]:starts[m + 1]]
+            facts.append(_facts(patterns[m], Chain(u.scope[at], u.name[at], u.shape[at], r)))
+    return facts, fact
+
+
+def _titles(t: UnitTable, inst: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The distinct titles of these instances (:func:`title_of`), and each one's (a code into them)."""
+    held, back = np.unique(inst, return_inverse=True)
+    pairs = [(t.kind[i], t.name[i]) for i in held.tolist()]
+    distinct_pairs = list(dict.fromkeys(pairs))
+    at_pair = {p: i for i, p in enumerate(distinct_pairs)}
+    named = [title_of(k, n) for k, n in distinct_pairs]
+    titles = list(dict.fromkeys(named))
+    at_title = {s: i for i, s in enumerate(titles)}
+    title = np.asarray([at_title[s] for s in named], dtype=np.int64)
+    return titles, title[np.asarray([at_pair[p] for p in pairs], dtype=np.int64)][back.ravel()]
 
 
 def _facts(pattern: str | None, c: Chain) -> Facts:
@@ -707,31 +809,36 @@ def fusion_candidates(trace: Trace, matches: list[Match] | None = None) -> list[
     units it fuses, so no prediction exceeds the time it comes from; a group that would save
     nothing (the fused form moves no fewer bytes and launches no fewer kernels) is dropped.
     """
-    groups: dict[tuple[str, str, int], list[Match]] = {}
-    shape_ids: dict[tuple[tuple[tuple[int, ...], ...], ...], int] = {}
-    for m in find_matches(trace) if matches is None else matches:
-        m.saving_ns = min(max(m.saving_ns, 0.0), float(m.device_ns))
-        shapes = shape_ids.setdefault(m.facts.shapes, len(shape_ids))
-        groups.setdefault((m.pattern, m.title, shapes), []).append(m)
+    x = _found(trace) if matches is None else _Matches.of(matches)
+    if not x.fact.size:
+        return []
+    saving = np.minimum(np.maximum(x.saving_ns, 0.0), x.device_ns.astype(np.float64))
+    kinds: dict[tuple[str, tuple[tuple[tuple[int, ...], ...], ...]], int] = {}
+    kind = np.asarray([kinds.setdefault((f.pattern, f.shapes), len(kinds)) for f in x.facts], dtype=np.int64)
+    _, first, group = np.unique(kind[x.fact] * len(x.titles) + x.title, return_index=True, return_inverse=True)
+    group = group.ravel()
+    n = first.size
+    saved = np.bincount(group, weights=saving, minlength=n)   # added in match order, as a running sum
+    per_fact = np.asarray([(f.bytes_now, f.bytes_fused, sum(b for _, b in f.intermediates)) for f in x.facts],
+                          dtype=np.int64).reshape(-1, 3)[x.fact]
+    sums = np.zeros((n, 6), dtype=np.int64)    # instances, kernels, device ns, bytes now, bytes fused, intermediates
+    np.add.at(sums, group, np.column_stack([np.ones(group.size, dtype=np.int64), x.kernels, x.device_ns, per_fact]))
     out = []
-    for (pattern, scope, _), ms in groups.items():
-        saving_ns = sum(m.saving_ns for m in ms)
-        if saving_ns <= 0:
+    for g in np.argsort(first, kind="stable").tolist():   # groups in order of their first match
+        if saved[g] <= 0:
             continue
-        first = ms[0].facts
+        m = int(first[g])
+        f = x.facts[int(x.fact[m])]
+        count, kernels, device_ns, now, fused, inter_bytes = (int(v) for v in sums[g])
         inter: dict[str, int] = {}
-        for name, b in first.intermediates:
+        for name, b in f.intermediates:
             inter[name] = inter.get(name, 0) + b
         out.append(Candidate(
-            pattern=pattern, scope=scope, instances=len(ms),
-            kernels_per_instance=round(sum(m.kernels for m in ms) / len(ms), 2),
-            device_us=figures.us(sum(m.device_ns for m in ms) / 1000),
-            bytes_now=sum(m.facts.bytes_now for m in ms), bytes_fused=sum(m.facts.bytes_fused for m in ms),
-            predicted_saving_us=figures.us(saving_ns / 1000),
-            recommendation=RECOMMEND[pattern],
-            confidence=ms[0].confidence, ops=list(first.ops),
-            intermediate_bytes=sum(b for m in ms for _, b in m.facts.intermediates),
-            intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
-            shape=json.dumps([list(d) for d in first.shapes[0]]) if first.shapes else ""))
+            pattern=f.pattern, scope=x.titles[int(x.title[m])], instances=count,
+            kernels_per_instance=round(kernels / count, 2), device_us=figures.us(device_ns / 1000),
+            bytes_now=now, bytes_fused=fused, predicted_saving_us=figures.us(float(saved[g]) / 1000),
+            recommendation=RECOMMEND[f.pattern], confidence=CONFIDENCE[int(x.confidence[m])], ops=list(f.ops),
+            intermediate_bytes=inter_bytes, intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
+            shape=json.dumps([list(d) for d in f.shapes[0]]) if f.shapes else ""))
     out.sort(key=lambda c: -c.predicted_saving_us)
     return out
