@@ -14,10 +14,10 @@ from conftest import ALL_TRACES, trace_id
 
 import profuse
 from profuse.analysis import figures, scopes
+from profuse.analysis._read import fetch_columns
 from profuse.analysis.advice import fusion
 from profuse.analysis.advice.fusion import MIN_BYTE_BOUND_GBPS, RECOMMEND, Facts, Match
 from profuse.analysis.advice.records import Candidate
-from profuse.analysis.device_events import fetch_columns
 
 # --- the previous rules, kept here as the oracles -------------------------------------------------------
 

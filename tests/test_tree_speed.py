@@ -235,12 +235,10 @@ def hand_trace(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 def _same_measure(trace: Any, monkeypatch: pytest.MonkeyPatch) -> calltree._Paths:
     old = old_measure(trace)
-    for arrow_rows in (calltree.ARROW_ROWS, 0):   # the read as small traces get it, then through Arrow
-        monkeypatch.setattr(calltree, "ARROW_ROWS", arrow_rows)
-        new = calltree._measure(trace)
-        assert new[1:] == old[1:]
-        for name in ("parent", "name", "level", "calls", "total", "self_", "python"):
-            np.testing.assert_array_equal(getattr(new[0], name), getattr(old[0], name), err_msg=name)
+    new = calltree._measure(trace)
+    assert new[1:] == old[1:]
+    for name in ("parent", "name", "level", "calls", "total", "self_", "python"):
+        np.testing.assert_array_equal(getattr(new[0], name), getattr(old[0], name), err_msg=name)
     tree = calltree.call_tree(trace)
     monkeypatch.setattr(calltree, "_measure", old_measure)
     assert tree == calltree.call_tree(trace)

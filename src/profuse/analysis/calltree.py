@@ -15,7 +15,7 @@ A frame's *call path* is the names of the Python frames around it, outermost fir
 Self times of all paths add up to the roots' totals. The tree is cut to a bounded size: paths under a
 share of all Python time (or beyond the node budget) are folded, per parent, into one ``other`` node
 that carries their whole time as its self time and counts them, so the shown selfs still add up.
-One scan of the events table (the frames and every host event, read through Arrow), then one
+One scan of the events table (the frames and every host event), then one
 vectorised pass per host depth; nothing per event in Python.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
 from ._codes import hash_codes
+from ._read import dense_columns
 from .figures import pct, us
 
 if TYPE_CHECKING:
@@ -117,26 +118,6 @@ _HOST = f"""
     FROM events WHERE depth IS NOT NULL OR parent IS NOT NULL OR kind = 'python'"""
 
 
-ARROW_ROWS = 1_000_000   # a read of at least this many rows goes through Arrow (pyarrow's import: ~0.2 s)
-
-
-def numpy_columns(con: Any, query: str, rows: int = 0) -> dict[str, np.ndarray]:
-    """A query's columns (none NULL) as numpy arrays. Where ``rows`` (what the caller expects) reaches
-    :data:`ARROW_ROWS`, read through Arrow: each column's batches viewed in place and copied once into
-    numpy's memory, where ``fetchnumpy`` converts value by value (2-3x slower on millions of rows) and
-    Arrow's own concatenation takes fresh pages from its allocator. Smaller reads skip pyarrow's import."""
-    if rows < ARROW_ROWS:
-        return {k: np.asarray(v) for k, v in con.execute(query).fetchnumpy().items()}
-    rel = con.sql(query)
-    table = (getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table)()
-    out = {}
-    for name in table.column_names:
-        column = table.column(name)
-        parts = [chunk.to_numpy(zero_copy_only=False) for chunk in column.chunks]
-        out[name] = np.concatenate(parts) if len(parts) > 1 else parts[0].copy() if parts else column.to_numpy()
-    return out
-
-
 def _frames(trace: Trace) -> _Frames:
     """The frames' distinct names, then one scan of the events table: the frames and the events with a parent."""
     con = trace.con
@@ -144,7 +125,7 @@ def _frames(trace: Trace) -> _Frames:
                         ).fetchall()
     names = [str(n) for n, _ in named]
     n = int(con.execute("SELECT count(*) FROM events").fetchall()[0][0])
-    c = numpy_columns(con, _HOST, n)
+    c = dense_columns(con, _HOST)
     at = np.flatnonzero(c["frame"])
     ids = c["id"][at]
     code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), c["h"][at])

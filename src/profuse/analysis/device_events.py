@@ -4,12 +4,13 @@ time (analysis/scopes.py), the copies (advice/fusion.py ``copy_only_ops``) and t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from ._memo import once_per_trace
+from ._read import fetch_columns
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,19 +50,6 @@ class DeviceEvents:
 _NULLABLE = ("scope", "op", "launch", "device", "stream")
 _QUERY = f"""SELECT id, ts, dur, kind <> 'kernel' AS copy, {", ".join(_NULLABLE)},
     coalesce(link <> 'graph', false) AS not_graph, unlinked FROM events WHERE kind IN ({DEVICE_TIME_SQL})"""
-
-
-def fetch_columns(con: Any, query: str, params: list[Any] | None = None) -> dict[str, Any]:
-    """A query's rows as numpy columns, read through a relation (no copy of the rows in between); where the
-    connection still holds an unfinished ``execute`` result (a ``fetchone`` elsewhere), through ``execute``,
-    which finishes that one first."""
-    import duckdb  # loaded already (``con`` is a DuckDB connection): not at import, which a cached report skips
-
-    try:
-        found: dict[str, Any] = con.sql(query, params=params).fetchnumpy()
-    except duckdb.ResourceInUseException:
-        found = con.execute(query, params).fetchnumpy()
-    return found
 
 
 @once_per_trace

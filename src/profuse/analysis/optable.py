@@ -12,6 +12,7 @@ from ..trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from . import figures
 from ._choices import GROUPS, SORT_KEYS
 from ._memo import once_per_trace
+from ._read import dense_columns
 from .memory import has_memory
 from .steps import STEP_WHERE
 
@@ -218,12 +219,10 @@ def _by_module(trace: Trace) -> list[OpRow]:
     (recursion, wrappers) is inside that one's time already, so a class never exceeds the trace.
     Two reads (the scopes, the timed events' module and time), then numpy: each module instance's time
     added to every scope above it, one step up the scope chains at a time."""
-    from .calltree import numpy_columns
-
     con = trace.con
     s, code, names = _scopes(con)
     dev, kinds = ("self_cpu", TABLE_KINDS_SQL) if trace.cpu_only else ("dur", DEVICE_TIME_SQL)
-    t = numpy_columns(con, f"SELECT module, coalesce({dev}, 0) AS t FROM events "
+    t = dense_columns(con, f"SELECT module, coalesce({dev}, 0) AS t FROM events "
                            f"WHERE kind IN ({kinds}) AND module IS NOT NULL")
     n = len(code)
     at = _positions(s["id"], t["module"])
@@ -243,10 +242,8 @@ def _by_module(trace: Trace) -> list[OpRow]:
 
 def _scopes(con: Any) -> tuple[dict[str, np.ndarray], np.ndarray, list[str | None]]:
     """The scopes (id, parent or -1, whether a module, dur, name code), and their names by code (NULL last)."""
-    from .calltree import numpy_columns
-
     names = [r[0] for r in con.execute("SELECT DISTINCT name FROM scopes ORDER BY name NULLS LAST").fetchall()]
-    s = numpy_columns(con, "SELECT id, coalesce(parent, -1) AS parent, coalesce(kind = 'module', false) AS module, "
+    s = dense_columns(con, "SELECT id, coalesce(parent, -1) AS parent, coalesce(kind = 'module', false) AS module, "
                            "coalesce(dur, 0) AS dur, dense_rank() OVER (ORDER BY name NULLS LAST) - 1 AS code FROM scopes")
     return s, s["code"].astype(np.int64), names
 

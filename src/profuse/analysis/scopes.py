@@ -19,7 +19,8 @@ from .._lazy import lazy_module
 from .._progress import timed
 from ..trace import Trace
 from ._codes import hash_codes
-from .device_events import device_events, fetch_columns
+from ._read import fetch_columns
+from .device_events import device_events
 from .opclass import Tensor, op_class, tensors
 
 if TYPE_CHECKING:
