@@ -114,3 +114,13 @@ def test_the_load_reuses_and_its_tables_do_not_change(monkeypatch: pytest.Monkey
     fresh, before = _correlate_faults(monkeypatch, path)
     assert fresh > PAGES // 2
     assert tables == before
+
+
+def test_the_reports_analysis_reuses_big_blocks_and_puts_the_allocator_back() -> None:
+    """cli/report.py runs the analysis under bulk_settings: big temporaries from the heap there, and glibc's
+    behaviour back once it ends (a big block faulted in anew again)."""
+    with build.bulk_settings():
+        assert build._HEAP._users == 1
+        assert _faults_of_second_block() < PAGES // 10
+    assert build._HEAP._users == 0
+    assert _faults_of_second_block() > PAGES // 2

@@ -204,9 +204,15 @@ def _load_settings() -> Iterator[None]:
                     switch(_huge_was_on)
 
 
-# what a report's analysis runs under too (cli/report.py): the same pause of the cycle collector and of
-# numpy's 2 MB pages (bert1g's analysis: 8.2-8.4 s wall with them, 5.7-6.2 s without)
-bulk_settings = _load_settings
+@contextlib.contextmanager
+def bulk_settings() -> Iterator[None]:
+    """What a report's analysis runs under (cli/report.py): the load's settings (:func:`_load_settings`: no cycle
+    collector, no 2 MB pages) and big blocks reused from glibc's heap (:class:`_GlibcHeap`), whose free pages go
+    back to the system at the end. The analysis reads columns of every event several times over; without
+    the reuse each big temporary is faulted in anew."""
+    with _load_settings(), _HEAP.reusing():
+        yield
+    _HEAP.trim()
 
 
 def _memory_events(path: str, data: _decode.TraceBytes, cols: Columns, *,
