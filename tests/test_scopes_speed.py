@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import fusion_oracle as oracle
 import numpy as np
 import pytest
 from conftest import ALL_TRACES, trace_id
@@ -21,17 +22,6 @@ from profuse.trace import Trace
 from profuse.trace.schema import DEVICE_TIME_SQL
 
 # --- the previous rules, kept here as the oracles -------------------------------------------------------
-
-
-def copy_only_before(trace: Trace) -> frozenset[int]:
-    if trace.cpu_only:
-        return frozenset()
-    rows = trace.con.execute(f"""
-        WITH RECURSIVE up(op, copy) AS (
-            SELECT DISTINCT op, kind <> 'kernel' FROM events WHERE kind IN ({DEVICE_TIME_SQL}) AND op IS NOT NULL
-            UNION SELECT e.parent_op, up.copy FROM up JOIN events e ON e.id = up.op WHERE e.parent_op IS NOT NULL)
-        SELECT op FROM up GROUP BY op HAVING bool_and(copy)""").fetchall()
-    return frozenset(int(r[0]) for r in rows)
 
 
 def device_own_before(trace: Trace) -> dict[int, tuple[int, int]]:
@@ -111,7 +101,7 @@ def _matches(ms: list[fusion.Match]) -> list[tuple[Any, ...]]:
 
 def _check(trace: Trace) -> None:
     """Every rewritten rule on ``trace`` against the previous one."""
-    assert fusion.copy_only_ops(trace) == copy_only_before(trace)
+    assert fusion.copy_only_ops(trace) == oracle.copy_only_ops(trace)
     own = scopes._device_own(trace)
     assert {int(s): (int(ns), int(n)) for s, ns, n in zip(*(x.tolist() for x in own))} == device_own_before(trace)
     assert interruptions.skewed_launches(trace) == skewed_before(trace)
@@ -119,7 +109,7 @@ def _check(trace: Trace) -> None:
     assert scope_rows_now(trace) == scope_rows_before(trace)
     t = scopes.unit_table(trace)
     # the searched names from the unit table's names: the matches of the previous names (the events' op names)
-    want = fusion.matches_in(t, trace.cpu_only, copy_only_before(trace), fusion.candidate_ops(trace))
+    want = fusion.matches_in(t, trace.cpu_only, oracle.copy_only_ops(trace), fusion.candidate_ops(trace))
     assert _matches(fusion.find_matches(trace)) == _matches(want)
     ids, parent = scopes.op_parents(trace)
     rows = trace.con.execute("SELECT id, coalesce(parent_op, -1) FROM events WHERE kind = 'cpu_op'").fetchall()
@@ -210,7 +200,7 @@ def test_the_random_traces_hold_what_the_rules_read(tmp_path: Path) -> None:
         p.write_text(json.dumps({"traceEvents": _Gen(random.Random(seed)).trace()}))
         with profuse.load(p, cache=False) as t:
             parts = health_parts_before(t)
-            counts = {"copies": len(copy_only_before(t)), "skewed": skewed_before(t), "overlaps": parts["overlaps"],
+            counts = {"copies": len(oracle.copy_only_ops(t)), "skewed": skewed_before(t), "overlaps": parts["overlaps"],
                       "without": sum(n for _, n in parts["without"]), "outside": sum(parts["window"]),
                       "own": len(device_own_before(t)),
                       "graph": t.con.execute("SELECT count(*) FROM events WHERE link = 'graph'").fetchone()[0],
