@@ -232,6 +232,7 @@ class _Walk:
     def __init__(self) -> None:
         self.seen: dict[str, str] = {}
         self.secret_key: dict[str, bool] = {}
+        self.field_names: dict[type, tuple[str, ...]] = {}
 
     def text(self, s: str) -> str:
         out = self.seen.get(s)
@@ -302,8 +303,17 @@ class _Walk:
         return found
 
     def dataclass(self, v: Any) -> Any:
-        changed = {f.name: new for f in dataclasses.fields(v)
-                   if (new := self.value(old := getattr(v, f.name))) is not old}
+        names = self.field_names.get(type(v))
+        if names is None:
+            names = self.field_names[type(v)] = tuple(f.name for f in dataclasses.fields(v))
+        changed = {}
+        for name in names:
+            old = getattr(v, name)
+            if type(old) in _NUMBERS:  # most fields of a record: a number is never redacted
+                continue
+            new = self.value(old)
+            if new is not old:
+                changed[name] = new
         if not changed:
             return v
         out = copy.copy(v)
