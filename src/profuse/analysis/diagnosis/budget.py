@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..._lazy import lazy_module
-from ...trace import Trace
+from ...trace import Trace, compiled
 from ...trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL
 from ...trace.vocabulary import sync_call_sql
+from .._codes import hash_codes
+from .._read import fetch_columns
 from ..busy import LAUNCH_GAP_MAX_US, Activities, activities, launch_calls, merge_runs
 from ..kernel_class import fp32_matrix, kernel_class
 
@@ -76,6 +78,16 @@ _BEFORE = -(2 ** 62)
 # host interval bits: its duration is under 1 ns or unknown (its ``stop`` is then ts + 1, not ts + dur), and
 # its name is NULL (its code is then the empty name's)
 RAW_DUR, NO_NAME = 4, 8
+# the host intervals' rows (_host_intervals): kind 0 a frame, 1 an op, 2 a runtime call, 3 an op in no other (a
+# top-level op, TOP_OP, once its name is known not to be a step's: _top_ops), plus the bits; ``code``: the column
+# that codes the name (its hash, or its code joined in), ``join``: the join that code needs
+_HOST_SQL = f"""
+    SELECT e.id, e.ts, greatest(e.dur, 1) AS dur, coalesce(e.depth, 0)::INTEGER AS depth, e.thread,
+           ((CASE e.kind WHEN 'cpu_op' THEN (CASE WHEN e.parent_op IS NULL AND e.name IS NOT NULL THEN 3 ELSE 1 END)
+                         WHEN 'runtime' THEN 2 ELSE 0 END)
+            + (CASE WHEN e.dur IS NULL OR e.dur < 1 THEN {RAW_DUR} ELSE 0 END)
+            + (CASE WHEN e.name IS NULL THEN {NO_NAME} ELSE 0 END))::UTINYINT AS kind, {{code}}
+    FROM (SELECT * FROM events WHERE {{where}}) e{{join}}"""
 _WORK: weakref.WeakKeyDictionary[Trace, weakref.ReferenceType[DeviceWork]] = weakref.WeakKeyDictionary()
 
 def sync_calls_sql() -> str:
@@ -223,20 +235,20 @@ def _host_intervals(trace: Trace, threads: str, step_ts: np.ndarray,
     runtime, bits (:data:`RAW_DUR`, :data:`NO_NAME`), and each one's name as a code (``code``: an index into
     the distinct names, returned sorted); and ``around``, the intervals enclosing a step (the same columns
     and ``kind``: 0 a frame, 1 an op, 2 a runtime call, 3 a top-level op, sorted by (start, id)). The names
-    are coded in DuckDB, so no string is made per interval (millions on a big trace)."""
+    are coded from DuckDB's hash of each (joined to their codes in DuckDB where two names share a hash), so no
+    string is made per interval (millions on a big trace) and no string is joined per row."""
     where = f"kind IN ('cpu_op', 'python', 'runtime') AND thread IN ({threads})"
-    distinct = f"SELECT DISTINCT coalesce(name, '') AS n FROM events WHERE {where}"
-    names = tuple(str(n) for (n,) in trace.con.execute(f"{distinct} ORDER BY n").fetchall())
-    # kind: 0 a frame, 1 an op, 2 a runtime call, 3 an op in no other (a top-level op, TOP_OP, once its name
-    # is known not to be a step's: _top_ops); and the bits
-    cols = trace.con.execute(f"""
-        WITH codes AS (SELECT n, (row_number() OVER (ORDER BY n) - 1)::INTEGER AS code FROM ({distinct}))
-        SELECT e.id, e.ts, greatest(e.dur, 1) AS dur, coalesce(e.depth, 0)::INTEGER AS depth, e.thread,
-               ((CASE e.kind WHEN 'cpu_op' THEN (CASE WHEN e.parent_op IS NULL AND e.name IS NOT NULL THEN 3 ELSE 1 END)
-                             WHEN 'runtime' THEN 2 ELSE 0 END)
-                + (CASE WHEN e.dur IS NULL OR e.dur < 1 THEN {RAW_DUR} ELSE 0 END)
-                + (CASE WHEN e.name IS NULL THEN {NO_NAME} ELSE 0 END))::UTINYINT AS kind, codes.code
-        FROM (SELECT * FROM events WHERE {where}) e JOIN codes ON codes.n = coalesce(e.name, '')""").fetchnumpy()
+    listed = trace.con.execute(f"""SELECT n, hash(n) FROM (SELECT DISTINCT coalesce(name, '') AS n FROM events
+                                   WHERE {where}) ORDER BY n""").fetchall()
+    names = tuple(str(n) for n, _h in listed)
+    cols = fetch_columns(trace.con, _HOST_SQL.format(where=where, code="hash(coalesce(e.name, '')) AS h", join=""))
+    code = hash_codes(np.asarray([h for _n, h in listed], dtype=np.uint64), np.asarray(cols.pop("h")))
+    if code is None:   # two names share a hash: the names joined to their codes in DuckDB instead
+        cols = fetch_columns(trace.con, _HOST_SQL.format(where=where, code="codes.code", join=f"""
+            JOIN (SELECT n, (row_number() OVER (ORDER BY n) - 1)::INTEGER AS code FROM (SELECT DISTINCT
+                  coalesce(name, '') AS n FROM events WHERE {where})) codes ON codes.n = coalesce(e.name, '')"""))
+        code = np.asarray(cols["code"])
+    cols["code"] = code.astype(np.int32)
     _top_ops(trace, threads, cols, names)
     ts, ids = _i64(cols["ts"]), _i64(cols["id"])
     order = _by_start(ts, ids)   # ORDER BY ts, id (the events come nearly sorted: cheap here)
@@ -384,8 +396,8 @@ def covered(runs: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
     rs, re_ = runs
     if rs.size == 0 or t.size == 0:
         return np.zeros(t.shape, dtype=bool)
-    lo = np.searchsorted(t, rs, side="left")   # the first time in each run
-    hi = np.searchsorted(t, re_, side="left")  # the first time past it
+    lo = search_sorted(t, rs, "left")   # the first time in each run (the runs in order: each search from the last)
+    hi = search_sorted(t, re_, "left")  # the first time past it
     # the runs are disjoint and in order, so the slices are too: [0, lo0) out, [lo0, hi0) in, [hi0, lo1) out, ...
     edges = np.maximum.accumulate(np.stack([lo, hi], axis=1).reshape(-1))
     lengths = np.diff(edges, prepend=0, append=t.size)
@@ -393,6 +405,23 @@ def covered(runs: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
     inside[1::2] = True
     out: np.ndarray = np.repeat(inside, lengths)
     return out
+
+
+def search_sorted(a: np.ndarray, v: np.ndarray, side: Literal["left", "right"]) -> np.ndarray:
+    """``np.searchsorted(a, v, side)`` (int64) for integer times ``a`` sorted and ``v`` in (nearly) ascending
+    order: in C each search starts from the answer before it (trace/_accel.c, started: a few steps per value
+    where numpy makes a full binary search of a big array each), else numpy's."""
+    if compiled.enabled() and v.size and a.dtype.kind == "i" and v.dtype.kind == "i":
+        q = np.ascontiguousarray(v, dtype=np.int64)
+        if side == "left":   # the first a >= x is the first a > x - 1 for integers
+            if int(q.min()) == np.iinfo(np.int64).min:
+                return np.searchsorted(a, v, side=side).astype(np.int64, copy=False)
+            q = q - 1
+        out = np.empty(q.size, dtype=np.int64)
+        compiled.accel.started(np.ascontiguousarray(a, dtype=np.int64), q, out)
+        return out.reshape(np.shape(v))
+    found: np.ndarray = np.searchsorted(a, v, side=side).astype(np.int64, copy=False)
+    return found
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from .budget import (
     Labels,
     late,
     launch_wait,
+    search_sorted,
     shared_work,
 )
 from .records import Lever, Steady, grade_of
@@ -1005,13 +1006,9 @@ def _covering(ts: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def _started(ts: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """How many of the sorted ``ts`` each time follows or equals (``searchsorted(ts, t, side="right")``)."""
-    if compiled.enabled() and t.size:  # the same count in C, each search from the one before (trace/_accel.c)
-        out = np.empty(t.size, dtype=np.int64)
-        compiled.accel.started(np.ascontiguousarray(ts, dtype=np.int64), np.ascontiguousarray(t, dtype=np.int64), out)
-        return out
-    found: np.ndarray = np.searchsorted(ts, t, side="right")
-    return found
+    """How many of the sorted ``ts`` each time follows or equals (``searchsorted(ts, t, side="right")``, each
+    search from the one before: :func:`budget.search_sorted`)."""
+    return search_sorted(ts, t, "right")
 
 
 def _covering_after(end: np.ndarray, keep: np.ndarray | None, after: np.ndarray, t: np.ndarray,
