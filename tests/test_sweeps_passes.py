@@ -239,7 +239,8 @@ def test_frames_and_covered_are_the_previous_rules(trace: profuse.Trace) -> None
     hosted = np.flatnonzero(parent >= 0)
     hosted = hosted[pos[parent[hosted]] >= 0]
     want = covered_before(pos[parent[hosted]], by_id["ts"][hosted], by_id["end"][hosted], f.ts, f.end, len(f.id))
-    nested = f.nested
+    nested = {k: np.concatenate([a, f.others[k]]) for k, a in (("id", f.id), ("parent", f.parent), ("ts", f.ts),
+                                                                  ("stop", f.end))}
     held = pos[nested["parent"]]
     inside = held >= 0
     assert sorted(nested["id"][inside].tolist()) == hosted.tolist()

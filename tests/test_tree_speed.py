@@ -6,6 +6,7 @@ zero-length frames, names that share nothing)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,23 @@ from profuse.trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
 _PY = "kind = 'python' AND name IS NOT NULL"
 
 
-def _old_frames(trace: Any) -> calltree._Frames:
+@dataclass
+class _OldFrames:
+    """The frames as the previous measure read them: id, host depth, thread, name code, start, end, names,
+    and every event with a parent (id, parent, start, stop)."""
+
+    id: np.ndarray
+    depth: np.ndarray
+    thread: np.ndarray
+    code: np.ndarray
+    ts: np.ndarray
+    end: np.ndarray
+    names: list[str]
+    nested: dict[str, np.ndarray]
+    events: int
+
+
+def _old_frames(trace: Any) -> _OldFrames:
     con = trace.con
     named = con.execute(f"SELECT name, hash(name) FROM (SELECT DISTINCT name FROM events WHERE {_PY}) ORDER BY name"
                         ).fetchall()
@@ -39,9 +56,9 @@ def _old_frames(trace: Any) -> calltree._Frames:
     nested = con.execute("SELECT id, parent, ts, ts + dur AS stop FROM events WHERE parent IS NOT NULL").fetchnumpy()
     n = int(con.execute("SELECT count(*) FROM events").fetchall()[0][0])
     ts = np.asarray(f["ts"], dtype=np.int64)
-    return calltree._Frames(id=ids, depth=np.asarray(f["depth"], dtype=np.int64), thread=np.asarray(f["thread"]),
-                            code=code, ts=ts, end=ts + np.asarray(f["dur"], dtype=np.int64), names=names,
-                            nested={k: np.asarray(v, dtype=np.int64) for k, v in nested.items()}, events=n)
+    return _OldFrames(id=ids, depth=np.asarray(f["depth"], dtype=np.int64), thread=np.asarray(f["thread"]),
+                      code=code, ts=ts, end=ts + np.asarray(f["dur"], dtype=np.int64), names=names,
+                      nested={k: np.asarray(v, dtype=np.int64) for k, v in nested.items()}, events=n)
 
 
 def _old_levels(py_parent: np.ndarray, depth: np.ndarray) -> np.ndarray:

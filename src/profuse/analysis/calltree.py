@@ -15,8 +15,8 @@ A frame's *call path* is the names of the Python frames around it, outermost fir
 Self times of all paths add up to the roots' totals. The tree is cut to a bounded size: paths under a
 share of all Python time (or beyond the node budget) are folded, per parent, into one ``other`` node
 that carries their whole time as its self time and counts them, so the shown selfs still add up.
-One scan of the events table (the frames and every host event), then one
-vectorised pass per host depth; nothing per event in Python.
+Two scans of the events table (the frames, then the other host events with a parent),
+then one vectorised pass per host depth; nothing per event in Python.
 """
 from __future__ import annotations
 
@@ -96,46 +96,51 @@ class _Paths:
 
 @dataclass
 class _Frames:
-    """The Python frames (those with a name: id, host depth, thread, name code, start, end), their
-    distinct names in name order, and every host event (id, parent or -1, start, end)."""
+    """The Python frames (those with a name: id, parent or -1, host depth, thread, name code, start, end),
+    their distinct names in name order, and the other host events with a parent (id, parent, start, end)."""
 
     id: np.ndarray
+    parent: np.ndarray
     depth: np.ndarray
     thread: np.ndarray
     code: np.ndarray
     ts: np.ndarray
     end: np.ndarray
     names: list[str]
-    nested: dict[str, np.ndarray]
+    others: dict[str, np.ndarray]
     events: int          # rows of the events table (ids run below it)
 
 
 _PY = "kind = 'python' AND name IS NOT NULL"
-# one scan: every event with a parent (only host events have one) and every frame, roots included
-_HOST = f"""
-    SELECT id, coalesce(parent, -1) AS parent, ts, dur, coalesce(depth, 0) AS depth, coalesce(thread, -1) AS thread,
-           coalesce({_PY}, false) AS frame, hash(name) AS h
-    FROM events WHERE depth IS NOT NULL OR parent IS NOT NULL OR kind = 'python'"""
+# two scans: the frames with what only they need (depth, thread, the name's hash), then every other event
+# with a parent (only host events have one), which only holds frames or sits between them. A host event
+# with neither is a root that is no frame: nothing's time and no frame's ancestor needs its row.
+_FRAME_ROWS = f"""
+    SELECT id, coalesce(parent, -1) AS parent, ts, ts + dur AS stop, coalesce(depth, 0) AS depth,
+           coalesce(thread, -1) AS thread, hash(name) AS h
+    FROM events WHERE {_PY}"""
+# the other events with a parent: of every kind but python (a test of the kind alone: a test of the name
+# would read every name), then the python events without a name, which traces hardly ever hold
+_OTHER_ROWS = [f"SELECT id, parent, ts, ts + dur AS stop FROM events WHERE parent IS NOT NULL AND {where}"
+               for where in ("kind IS DISTINCT FROM 'python'", "kind = 'python' AND name IS NULL")]
 
 
 def _frames(trace: Trace) -> _Frames:
-    """The frames' distinct names, then one scan of the events table: the frames and the events with a parent."""
+    """The frames' distinct names, then the frames and the other events with a parent, each in one scan."""
     con = trace.con
     named = con.execute(f"SELECT name, hash(name) FROM (SELECT DISTINCT name FROM events WHERE {_PY}) ORDER BY name"
                         ).fetchall()
     names = [str(n) for n, _ in named]
     n = int(con.execute("SELECT count(*) FROM events").fetchall()[0][0])
-    c = dense_columns(con, _HOST)
-    at = np.flatnonzero(c["frame"])
-    ids = c["id"][at]
-    code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), c["h"][at])
+    f = dense_columns(con, _FRAME_ROWS)
+    code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), f["h"])
     if code is None:   # two names with one hash: code them by name instead
-        code = frame_codes(con, names, ids)
-    ts, end = c["ts"], c["ts"] + c["dur"]
-    # every row read, roots (parent -1) included: the measure indexes its tables at -1, a slot of no event
-    nested = {"id": c["id"], "parent": c["parent"], "ts": ts, "stop": end}
-    return _Frames(id=ids, depth=c["depth"][at], thread=c["thread"][at], code=code, ts=ts[at], end=end[at],
-                   names=names, nested=nested, events=n)
+        code = frame_codes(con, names, f["id"])
+    others, unnamed = (dense_columns(con, q) for q in _OTHER_ROWS)
+    if len(unnamed["id"]):
+        others = {k: np.concatenate([v, unnamed[k]]) for k, v in others.items()}
+    return _Frames(id=f["id"], parent=f["parent"], depth=f["depth"], thread=f["thread"], code=code, ts=f["ts"],
+                   end=f["stop"], names=names, others=others, events=n)
 
 
 def frame_codes(con: Any, names: list[str], ids: np.ndarray) -> np.ndarray:
@@ -248,9 +253,11 @@ def _paths(py_parent: np.ndarray, depth: np.ndarray, code: np.ndarray,
     up = at[py_parent[order]]
     name = code[order]
     base = np.zeros(nf + 1, dtype=np.int64)     # per frame in order: (its path + 1) * n_names; the slot after: 0
+    in_order = np.empty(nf, dtype=np.int64)     # per frame in order: its path
     known = np.zeros(0, dtype=np.int64)         # the keys met, ascending, and the path id of each
     met = np.zeros(0, dtype=np.int64)
-    cuts = [0, *(np.flatnonzero(np.diff(depth[order])) + 1).tolist(), nf] if nf else [0]
+    counts = np.bincount(depth) if nf else np.zeros(0, dtype=np.int64)   # the frames of each depth: a slice each
+    cuts = [0, *np.cumsum(counts[counts > 0]).tolist()]
     for lo, hi in zip(cuts[:-1], cuts[1:]):
         keys, inverse = _distinct(base[up[lo:hi]] + name[lo:hi], (len(known) + 1) * n_names)
         seen = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
@@ -258,9 +265,11 @@ def _paths(py_parent: np.ndarray, depth: np.ndarray, code: np.ndarray,
         merged = np.argsort(np.concatenate([known, new]), kind="stable")
         known = np.concatenate([known, new])[merged]
         met = np.concatenate([met, np.arange(len(met), len(met) + len(new))])[merged]
-        base[lo:hi] = ((met[np.searchsorted(known, keys)] + 1) * n_names)[inverse]
+        ids = met[np.searchsorted(known, keys)]
+        in_order[lo:hi] = ids[inverse]
+        base[lo:hi] = ((ids + 1) * n_names)[inverse]
     path = np.empty(nf, dtype=np.int64)
-    path[order] = base[:nf] // n_names - 1
+    path[order] = in_order
     key = np.empty(len(known), dtype=np.int64)  # each path's key, by path id
     key[met] = known
     number, parent, level = _renumbered(key, n_names)
@@ -295,28 +304,19 @@ def _renumbered(key: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray, 
 
 def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
     """Every call path with its figures; the frame names; frames and threads counted."""
-    from ..trace.correlate import nearest_ancestor
-
     f = _frames(trace)
-    nested = f.nested
-    # every event's parent, and where it is a frame, its position among the frames (-1: none); one slot
-    # more, -1 in both, where index -1 (no parent) lands
-    parent = np.full(f.events + 1, -1, dtype=np.int64)
-    parent[nested["id"]] = nested["parent"]
-    pos = np.full(f.events + 1, -1, dtype=np.int64)
-    pos[f.id] = np.arange(len(f.id))
-    held = nearest_ancestor(parent[:-1], pos[:-1] >= 0, include_self=True)   # the nearest frame at or above each event
-    anc = np.append(held, -1)[parent[f.id]]
-    py_parent = pos[anc]   # the Python parent of each frame, as a position (-1: none)
+    py_parent, held = _python_parents(f)
     path, path_parent, path_level = _paths(py_parent, f.depth, f.code, max(len(f.names), 1))
     dur = (f.end - f.ts).astype(np.float64)
     has = py_parent >= 0
     # what a frame's self time leaves out: its child frames' whole durations (pyinstrument's self, so each
     # node's total is its self plus its children's totals, even where a child ends a µs after it: rounding)
     in_frames = np.bincount(py_parent[has], weights=dur[has], minlength=len(f.id))
-    held = pos[nested["parent"]]
-    inside = held >= 0   # events right in a frame: what its Python time leaves out (roots: pos[-1] = -1)
-    in_host = _covered(held[inside], nested["ts"][inside], nested["stop"][inside], f.ts, f.end, len(f.id))
+    # events right in a frame (frames, then the others): what its Python time leaves out
+    o = f.others
+    in_f, in_o = np.flatnonzero(held[0] >= 0), np.flatnonzero(held[1] >= 0)
+    in_host = _covered(np.concatenate([held[0][in_f], held[1][in_o]]), np.concatenate([f.ts[in_f], o["ts"][in_o]]),
+                       np.concatenate([f.end[in_f], o["stop"][in_o]]), f.ts, f.end, len(f.id))
     k = len(path_parent)
     first = np.full(k, -1, dtype=np.int64)
     first[path[::-1]] = np.arange(len(f.id))[::-1]  # a frame of each path: its name
@@ -325,6 +325,25 @@ def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
                    self_=np.bincount(path, weights=dur - in_frames, minlength=k),
                    python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
     return paths, f.names, len(f.id), int(np.count_nonzero(np.bincount(f.thread + 1))) if len(f.id) else 0
+
+
+def _python_parents(f: _Frames) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Each frame's Python parent (the nearest frame above it in the host nesting) as a position among the
+    frames (-1: none), and the position of the frame each frame and each other event sits right in (-1:
+    its parent is no frame)."""
+    from ..trace.correlate import nearest_ancestor
+
+    o = f.others
+    # every event's parent, and where it is a frame, its position among the frames (-1: none); one slot
+    # more, -1 in both, where index -1 (no parent) lands. Events not read are roots and no frames.
+    parent = np.full(f.events + 1, -1, dtype=np.int64)
+    parent[f.id] = f.parent
+    parent[o["id"]] = o["parent"]
+    pos = np.full(f.events + 1, -1, dtype=np.int64)
+    pos[f.id] = np.arange(len(f.id))
+    near = nearest_ancestor(parent[:-1], pos[:-1] >= 0, include_self=True)   # the nearest frame at or above each
+    py_parent = pos[np.append(near, -1)[f.parent]]
+    return py_parent, (pos[f.parent], pos[o["parent"]])
 
 
 def _subtree_sums(p: _Paths) -> tuple[np.ndarray, np.ndarray]:

@@ -11,6 +11,7 @@ from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from . import figures
 from ._choices import GROUPS, SORT_KEYS
+from ._codes import hash_codes
 from ._memo import once_per_trace
 from ._read import dense_columns
 from .memory import has_memory
@@ -167,25 +168,40 @@ def _by_op(trace: Trace) -> list[OpRow]:
     if not trace.cpu_only:
         return list(_ops_and_kernels(trace)[0])
     sd, dt = _device_cols(trace)
-    mem = has_memory(trace)
-    return _rows(trace, f"""
-        SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels){_MEM_SUMS if mem else ""}
-        FROM events{_MEM_JOIN if mem else ""} WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)}
-        GROUP BY name""",
-                 with_memory=mem)
+    where = f"kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)}"
+    found = trace.con.execute(f"""
+        SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels)
+        FROM events WHERE {where} GROUP BY name""").fetchall()
+    if not has_memory(trace):
+        return _records(found)
+    memory = _memory_by_name(trace, where)
+    return _records([(*r, *memory.get(r[0], _NO_MEMORY)) for r in found], with_memory=True)
+
+
+_NO_MEMORY = (None,) * 4
+
+
+def _memory_by_name(trace: Trace, where: str) -> dict[Any, tuple[Any, ...]]:
+    """The op_memory columns summed per name over the events that ``where`` (SQL on ``events``) admits: what a
+    ``LEFT JOIN op_memory`` into the grouped scan would add (op_memory holds one row per op-table event), by a
+    join of the few memory rows alone, so that the scan of every event joins nothing. ``where`` filters the
+    sums, not the scan: a filter there would be pushed into the scan of every event. A name none of whose
+    rows passes sums to NULL, as one with no memory row does."""
+    cols = ("cpu_mem", "self_cpu_mem", "device_mem", "self_device_mem")
+    sums = ", ".join(f"sum({c}) FILTER (WHERE {where})" for c in cols)
+    found = trace.con.execute(f"SELECT name, {sums} FROM op_memory JOIN events USING (id) GROUP BY name").fetchall()
+    return {name: tuple(figures) for name, *figures in found}
 
 
 @once_per_trace
 def _ops_and_kernels(trace: Trace) -> tuple[list[OpRow], list[OpRow]]:
     """A trace with a device: its rows by op and by kernel, from one scan grouped by name and kind (the
     report shows the one and ranks the other's hotspots); a name's kinds then summed on each side. The
-    op_memory rows are op-table events' (trace/memory.py), so the kernels' rows join none."""
-    mem = has_memory(trace)
+    op_memory rows are op-table events' (trace/memory.py), so only the ops' rows have memory figures, summed
+    per name by :func:`_memory_by_name`."""
     found = trace.con.execute(f"""
-        SELECT name, kind, count(*), sum(self_cpu), sum(dur), sum(self_device), sum(device_total),
-               sum(kernels){_MEM_SUMS if mem else ""}
-        FROM events{_MEM_JOIN if mem else ""}
-        WHERE (kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL) OR kind IN ({DEVICE_TIME_SQL})
+        SELECT name, kind, count(*), sum(self_cpu), sum(dur), sum(self_device), sum(device_total), sum(kernels)
+        FROM events WHERE (kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL) OR kind IN ({DEVICE_TIME_SQL})
         GROUP BY name, kind""").fetchall()
     ops: dict[Any, list[Any]] = {}
     kernels: dict[Any, list[Any]] = {}
@@ -195,8 +211,10 @@ def _ops_and_kernels(trace: Trace) -> tuple[list[OpRow], list[OpRow]]:
         # SQL's sum: NULL where every value is
         side[name] = sums if had is None else [None if a is None and b is None else (a or 0) + (b or 0)
                                                 for a, b in zip(had, sums)]
+    mem = has_memory(trace)
+    memory = _memory_by_name(trace, f"kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL") if mem else {}
     # a kernel row: its launches, no CPU time, its time as self and total device time
-    return (_records([(name, *v) for name, v in ops.items()], with_memory=mem),
+    return (_records([(name, *v, *memory.get(name, _NO_MEMORY)) for name, v in ops.items()], with_memory=mem),
             _records([(name, v[0], 0, 0, v[2], v[2], v[0]) for name, v in kernels.items()]))
 
 
@@ -240,12 +258,22 @@ def _by_module(trace: Trace) -> list[OpRow]:
                      for i in np.flatnonzero(calls).tolist()])
 
 
+_SCOPE_ROWS = ("SELECT id, coalesce(parent, -1) AS parent, coalesce(kind = 'module', false) AS module, "
+               "coalesce(dur, 0) AS dur")
+
+
 def _scopes(con: Any) -> tuple[dict[str, np.ndarray], np.ndarray, list[str | None]]:
-    """The scopes (id, parent or -1, whether a module, dur, name code), and their names by code (NULL last)."""
-    names = [r[0] for r in con.execute("SELECT DISTINCT name FROM scopes ORDER BY name NULLS LAST").fetchall()]
-    s = dense_columns(con, "SELECT id, coalesce(parent, -1) AS parent, coalesce(kind = 'module', false) AS module, "
-                           "coalesce(dur, 0) AS dur, dense_rank() OVER (ORDER BY name NULLS LAST) - 1 AS code FROM scopes")
-    return s, s["code"].astype(np.int64), names
+    """The scopes (id, parent or -1, whether a module, dur), each one's name code, and their names by code
+    (NULL last). Codes from the names' hashes (:func:`hash_codes`); where two names share one, by ranking the
+    names themselves."""
+    named = con.execute("SELECT name, hash(name) FROM (SELECT DISTINCT name FROM scopes) ORDER BY name NULLS LAST"
+                        ).fetchall()
+    s = dense_columns(con, f"{_SCOPE_ROWS}, hash(name) AS h FROM scopes")
+    code = hash_codes(np.asarray([h for _, h in named], dtype=np.uint64), s["h"])
+    if code is None:
+        s = dense_columns(con, f"{_SCOPE_ROWS}, dense_rank() OVER (ORDER BY name NULLS LAST) - 1 AS code FROM scopes")
+        code = s["code"].astype(np.int64)
+    return s, code, [n for n, _ in named]
 
 
 def _positions(ids: np.ndarray, query: np.ndarray) -> np.ndarray:
