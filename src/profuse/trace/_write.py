@@ -259,6 +259,8 @@ def _write_events_arrow(con: duckdb.DuckDBPyConnection, arrays: dict[str, np.nda
         part = {k: v[lo:hi] for k, v in arrays.items()}
         columns = arrow_columns(part, strings)
         if columns is None:
+            if lo:  # rows are in already: the numpy path would insert them again
+                raise RuntimeError("the events' first Arrow batch was built but not a later one")
             return False
         if not insert_arrow(con, "events", columns, len(part["id"])):
             if lo:
