@@ -109,7 +109,7 @@ def _check(trace: Trace) -> None:
     assert scope_rows_now(trace) == scope_rows_before(trace)
     t = scopes.unit_table(trace)
     # the searched names from the unit table's names: the matches of the previous names (the events' op names)
-    want = fusion.matches_in(t, trace.cpu_only, oracle.copy_only_ops(trace), fusion.candidate_ops(trace))
+    want = fusion.matches_in(t, trace.cpu_only, oracle.copy_only_ops(trace), oracle.candidate_ops(trace))
     assert _matches(fusion.find_matches(trace)) == _matches(want)
     ids, parent = scopes.op_parents(trace)
     rows = trace.con.execute("SELECT id, coalesce(parent_op, -1) FROM events WHERE kind = 'cpu_op'").fetchall()

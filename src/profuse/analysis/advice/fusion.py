@@ -393,15 +393,9 @@ def _savings(facts: list[Facts], fact: np.ndarray, device_ns: np.ndarray, kernel
 _MATCHABLE = FUSIBLE | {"matmul"}
 
 
-def candidate_ops(trace: Trace) -> set[str]:
-    """The trace's op names that can be part of a match: a scope instance none of whose own ops is
-    one of these (only views, "other" ops, child modules) holds no chain, attention or SwiGLU."""
-    names = trace.con.execute("SELECT DISTINCT name FROM events WHERE kind = 'cpu_op' AND name IS NOT NULL").fetchall()
-    return matchable(n for (n,) in names)
-
-
 def matchable(names: Iterable[str | None]) -> set[str]:
-    """The names among ``names`` of ops that can be part of a match (:func:`candidate_ops`' rule)."""
+    """The names among ``names`` of ops that can be part of a match: a scope instance none of whose own ops is
+    one of these (only views, "other" ops, child modules) holds no chain, attention or SwiGLU."""
     return {n for n in names if n is not None and op_class(n) in _MATCHABLE}
 
 
