@@ -180,7 +180,10 @@ def test_stale_temporaries_of_dead_processes_are_removed(tmp_path, _cache_dir):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
     key = "ab" * 32 + "-123"  # a BLAKE3 hex digest: 64 characters
-    stale = [_cache_dir / f".{key}{cache.SUFFIX}.{dead}.tmp", _cache_dir / f".{key}{cache.SUFFIX}.{dead}.tmp.wal"]
+    stale = [_cache_dir / f".{key}{cache.SUFFIX}.{dead}.tmp", _cache_dir / f".{key}{cache.SUFFIX}.{dead}.tmp.wal",
+             # tables a big trace's load was building (before its hash was known)
+             _cache_dir / f".build-{'0f' * 8}{cache.SUFFIX}.{dead}.tmp",
+             _cache_dir / f".build-{'0f' * 8}{cache.SUFFIX}.{dead}.tmp.wal"]
     live = _cache_dir / f".{key}{cache.SUFFIX}.{os.getppid()}.tmp"
     huge_pid = _cache_dir / f".{key}{cache.SUFFIX}.{'9' * 30}.tmp"  # not our shape: left alone, no crash
     mine = _cache_dir / "notes.profuse.duckdb"  # a user's own file in a chosen folder: never touched
@@ -343,3 +346,87 @@ def test_a_write_through_the_connection_after_load_never_reaches_the_cache(tmp_p
     with profuse.load(src) as t:
         assert t.from_cache
         assert t.sql_rows("SELECT count(*) FROM events WHERE name = 'POISON'")[1] == [(0,)]
+
+
+def _all_tables(t) -> dict[str, list]:
+    names = [r[0] for r in t.con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = "
+                                         "current_database() ORDER BY 1").fetchall()]
+    return {n: t.con.execute(f"SELECT * FROM {n} ORDER BY ALL").fetchall() for n in names}
+
+
+def test_a_big_trace_is_built_into_its_cache_file(tmp_path, _cache_dir, monkeypatch):
+    # GIVEN a shared trace loaded in memory, and then down the path of a trace of millions of events
+    from profuse.trace import build
+
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path("h100_bert_small.json.gz"), src)
+    with profuse.load(src, cache=False) as t:
+        want = _all_tables(t)
+        in_file_order = t.con.execute("SELECT id FROM events").fetchnumpy()["id"].tolist()
+    monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
+    with profuse.load(src) as t:
+        # THEN its tables are those of the load in memory, read from its cache file, in place and named
+        # when the load returns: nothing is written behind, no temporary is left
+        assert not t.from_cache and t.writer is None and t.wait_for_cache() is None
+        assert len(caches(_cache_dir)) == 1 and not list(_cache_dir.glob(".*"))
+        assert _all_tables(t) == want and sorted(want) == sorted(
+            ["events", "flows", "instants", "memory", "memory_blocks", "memory_frames", "memory_segments",
+             "meta", "op_memory", "scopes", "shapes", "threads"])
+        assert t.con.execute("SELECT id FROM events").fetchnumpy()["id"].tolist() == in_file_order
+        # AND no write through its connection reaches the cache
+        with pytest.raises(duckdb.Error):
+            t.con.execute("UPDATE events SET name = 'POISON'")
+    # WHEN it loads again THEN from that cache, with the same tables
+    with profuse.load(src) as t:
+        assert t.from_cache and _all_tables(t) == want
+
+
+def test_a_big_trace_whose_cache_file_fails_is_built_in_memory(tmp_path, _cache_dir, monkeypatch):
+    # GIVEN a trace down the big-trace path whose cache file cannot be written once its tables go in
+    # (a full disk, say), and one whose build fails for another reason
+    from profuse.trace import _write, build
+
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path("h100_bert_small.json.gz"), src)
+    monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
+    real, calls = _write.write_events, []
+
+    def write_events(con, **kw):
+        calls.append(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchall())
+        if calls[-1][0][0] is not None:
+            raise duckdb.IOException("Could not write file: No space left on device")
+        real(con, **kw)
+
+    monkeypatch.setattr(build, "write_events", write_events)
+    with profuse.load(src) as t:
+        # THEN the load succeeds in memory, says so, and leaves no file behind
+        assert t.meta["events"] > 0 and not t.from_cache
+        assert any("cache file not written (" in n and "No space left" in n for n in t.notes), t.notes
+        assert len(calls) == 2 and calls[1][0][0] is None
+    assert not caches(_cache_dir) and not list(_cache_dir.glob(".*"))
+
+    def broken(con, meta):
+        raise RuntimeError("not a cache problem")
+
+    monkeypatch.setattr(build, "write_events", real)
+    monkeypatch.setattr(build, "write_meta", broken)
+    with pytest.raises(RuntimeError, match="not a cache problem"):
+        profuse.load(src)
+    assert not caches(_cache_dir) and not list(_cache_dir.glob(".*"))
+
+
+def test_a_big_trace_with_no_room_for_its_cache_file_is_built_in_memory(tmp_path, _cache_dir, monkeypatch):
+    # GIVEN a trace down the big-trace path and a cache folder with less room than its tables need
+    import collections
+
+    from profuse.trace import build
+
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path("h100_bert_small.json.gz"), src)
+    monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(build.shutil, "disk_usage", lambda folder: usage(1 << 30, 1 << 30, 1000))
+    with profuse.load(src) as t:
+        # THEN the tables are built in memory and the cache written behind, as for a small trace
+        assert t.writer is not None
+        assert t.wait_for_cache() is None and len(caches(_cache_dir)) == 1

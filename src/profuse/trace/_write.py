@@ -51,7 +51,8 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
 
     Between batches the database is checkpointed (compressed, when it was attached with COMPRESS),
     so DuckDB's copy of a big trace never sits uncompressed beside ours; a small trace goes in at
-    once and is compressed by the cache write.
+    once and is compressed by the cache write. Where ``trace`` is the cache file itself
+    (build._file_tables), DuckDB compresses the rows into it as they go in.
     """
     arrays, n = events.arrays(), len(events)
     if compiled.enabled() and _write_events_arrow(con, arrays, n, strings):

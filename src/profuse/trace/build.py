@@ -7,6 +7,7 @@ import functools
 import gc
 import importlib
 import os
+import shutil
 import sys
 import threading
 import time
@@ -35,7 +36,18 @@ from ._write import (
     write_meta,
     write_shapes,
 )
-from .cache import CacheSlot, CacheWriter, fingerprint_of_bytes, fingerprint_of_hash, slot_key
+from .cache import (
+    CacheSlot,
+    CacheWriter,
+    building_path,
+    discard,
+    evict,
+    fingerprint_of_bytes,
+    fingerprint_of_hash,
+    max_cache_bytes,
+    slot_key,
+    sql_string,
+)
 from .correlate import UNLINKED, correlated, unmatched_flows
 from .event_columns import EventColumns, kind_mask
 from .meta import listed_device
@@ -51,7 +63,8 @@ Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool = False,
           progress: Progress | None = None) -> Trace:
     """Decode ``src`` into in-memory tables and start writing them to a cache in ``cache_folder``
-    behind (see :func:`profuse.trace.load`, which tries the cache first).
+    behind, or, from COMPRESS_MIN_EVENTS events, into that cache file itself (:func:`_file_tables`; see
+    :func:`profuse.trace.load`, which tries the cache first).
 
     The cache is keyed by the fingerprint of the bytes decoded (hashed on another thread while they
     are decoded), never by an earlier or later read of the file, which may have changed meanwhile.
@@ -65,6 +78,10 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
                 del notes[added:]  # the notes of the build thrown away: the next makes its own
                 return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress,
                               map_ok=False)
+            except _CacheFileFailed as failed:  # the disk filled, say: built again, in memory, uncached
+                del notes[added:]
+                notes.append(f"cache file not written ({failed}); tables built in memory")
+                return _build(src, cache_folder=None, notes=notes, lenient=lenient, progress=progress)
         except (MemoryError, duckdb.OutOfMemoryException):
             raise TraceError(str(src), "does not fit in the memory left: a load needs about 3 times the "
                                        "trace's JSON size (see docs/input.md)") from None
@@ -72,6 +89,10 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
 
 class _SourceChanged(Exception):
     """The mapped trace file changed (cut short, written, replaced in place) while it was decoded."""
+
+
+class _CacheFileFailed(Exception):
+    """Tables being built into their cache file (:func:`_file_tables`) could not be written there."""
 
 
 _PAUSED_LOCK = threading.Lock()
@@ -252,16 +273,28 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         source.raise_if_changed(err)
         raise
     con = connection() if connection is not None else _empty_tables()
+    work: Path | None = None
     try:
         if cols.n >= COMPRESS_MIN_EVENTS:
-            _compressed_tables(con)
+            work = _file_tables(con, cache_folder, cols.n * 64) if cache_folder is not None else None
+            if work is None:
+                _compressed_tables(con)
         fp = _write_tables(con, str(src), cols, top, fingerprint_of, skipped, memory_of=memory, parallel=threads)
+        if work is not None:
+            con.execute("USE memory; DETACH trace")  # checkpointed and closed: the cache file is whole
     except BaseException as err:
         con.close()
+        if work is not None:
+            discard(work)
         source.raise_if_changed(err)
+        if work is not None and isinstance(err, (duckdb.IOException, OSError)):
+            raise _CacheFileFailed(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                                   ) from err
         raise
     del cols
     slot = CacheSlot(cache_folder, slot_key(fp)) if cache_folder is not None else None
+    if work is not None and slot is not None:
+        return _built_in_file(src, con, slot, work, notes)
     if time.perf_counter() - started < _min_cache_seconds():
         slot = None  # built faster than a cache opens: not worth a file
     writer = CacheWriter(con, slot) if slot is not None else None
@@ -345,6 +378,49 @@ def _compressed_tables(con: duckdb.DuckDBPyConnection) -> None:
     than the memory is worth)."""
     con.execute("USE memory; DETACH trace; ATTACH ':memory:' AS trace (COMPRESS); USE trace")
     con.execute(DDL)
+
+
+def _file_tables(con: duckdb.DuckDBPyConnection, folder: Path, room: int) -> Path | None:
+    """``trace`` attached again as a new file in the cache folder (at COMPRESS_MIN_EVENTS events and
+    more, where a cache is written): DuckDB compresses the tables into the cache file as they go in, where
+    in memory it would compress them at checkpoints, and nothing is copied after the load. None (nothing
+    changed) where the folder has less than ``room`` bytes free or the file cannot be made."""
+    try:
+        if shutil.disk_usage(folder).free < room:
+            return None
+    except OSError:
+        return None
+    work = building_path(folder)
+    try:
+        con.execute(f"USE memory; DETACH trace; ATTACH {sql_string(work)} AS trace; USE trace")
+        con.execute(DDL)
+    except duckdb.Error:
+        con.execute("USE memory; DETACH DATABASE IF EXISTS trace; ATTACH ':memory:' AS trace; USE trace")
+        discard(work)
+        return None  # the caller's _compressed_tables makes the tables
+    return work
+
+
+def _built_in_file(src: Path, con: duckdb.DuckDBPyConnection, slot: CacheSlot, work: Path, notes: list[str]
+                   ) -> Trace:
+    """The trace whose tables were built in ``work`` (:func:`_file_tables`, detached): the file moved into
+    its cache slot and attached again, read-only, as ``trace``, so that the analysis reads it as it would a
+    cache and no later write reaches it. Where the move fails, the file is read where it is and removed
+    when the trace closes."""
+    where: Path | None = None
+    with contextlib.suppress(OSError):
+        where = slot.commit(work)
+        evict(slot.folder, keep=where, max_bytes=max_cache_bytes())
+    try:
+        con.execute(f"ATTACH {sql_string(where or work)} AS trace (READ_ONLY); USE trace")
+    except BaseException:
+        con.close()
+        discard(where or work)
+        raise
+    trace = Trace(src, con, from_cache=False, notes=notes)
+    if where is None:
+        trace.closing.append(functools.partial(discard, work))
+    return trace
 
 
 def _min_cache_seconds() -> float:

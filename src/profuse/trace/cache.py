@@ -59,6 +59,7 @@ DEFAULT_MAX_MB = 4096
 _CACHE = re.compile(r"^(?P<key>[0-9a-f]{64}-\d{1,20})\.(?P<sum>[0-9a-f]{16})\.profuse\.duckdb$")
 # a temporary of this profuse (64-hex BLAKE3 key) or of one before it (40-hex SHA-1): both are cleaned
 _TEMP = re.compile(r"^\.(?:[0-9a-f]{40}(?:[0-9a-f]{24})?-\d{1,20}(?:\.profuse\.duckdb|\.[0-9a-f]{16}\.profuse\.derived)"
+                   r"|build-[0-9a-f]{16}\.profuse\.duckdb"
                    r"|[0-9a-f]{16}\.profuse\.stat)\.(?P<pid>\d{1,10})\.tmp(\.wal)?$")
 DERIVED_SUFFIX = ".profuse.derived"
 _DERIVED = re.compile(r"^[0-9a-f]{64}-\d{1,20}\.[0-9a-f]{16}\.profuse\.derived$")
@@ -319,6 +320,13 @@ def clean_stale_temporaries(folder: Path) -> list[Path]:
             except OSError:
                 pass
     return removed
+
+
+def building_path(folder: Path) -> Path:
+    """A fresh temporary file in ``folder`` for tables built before their trace's hash is known (the
+    load builds big traces' tables into it; :meth:`CacheSlot.commit` then names it), with this
+    process's pid in its name (:func:`clean_stale_temporaries`)."""
+    return folder / f".build-{os.urandom(8).hex()}{SUFFIX}.{os.getpid()}.tmp"
 
 
 @dataclass

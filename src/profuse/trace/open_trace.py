@@ -85,6 +85,10 @@ def load(
     The tables are built in memory and returned at once; the cache file is written behind, on a
     background thread, and :meth:`Trace.close` (or interpreter exit) waits for it. A cache that
     cannot be written costs only the next load's time: the tables in memory are complete either way.
+    A trace of COMPRESS_MIN_EVENTS (1 M) events and more is built into its cache file instead (DuckDB
+    compresses what goes in, as it would compress it in memory), and read from it: nothing is written
+    behind; where that file cannot be written (a full disk), the trace is built again in memory, uncached,
+    with a note.
     Caches go to ``cache_dir`` (default: the user cache folder, see :mod:`profuse.trace.cache`); no
     cache is read or written when that folder is not writable or with ``lenient`` (a strict load of
     the same bytes must still refuse what it skipped), and none is written for a trace that built in
