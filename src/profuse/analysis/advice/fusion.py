@@ -477,6 +477,23 @@ def distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return v, np.searchsorted(v, x)
 
 
+def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of a 2-D integer array in ascending (lexicographic) order, as the index of each one's
+    first row, and each row's index among them: ``np.unique(rows, axis=0, return_index=True,
+    return_inverse=True)[1:]``, by one stable sort on the columns (no row made a structured value)."""
+    n = rows.shape[0]
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.lexsort(rows.T[::-1])   # stable: equal rows stay in their order, the first one leading
+    s = rows[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.any(s[1:] != s[:-1], axis=1, out=new[1:])
+    back = np.empty(n, dtype=np.int64)
+    back[order] = np.cumsum(new) - 1
+    return order[new].astype(np.int64, copy=False), back
+
+
 @dataclass(frozen=True)
 class _Units:
     """The units of the instances searched (those holding a matchable op, whole), in table order: each
@@ -764,7 +781,7 @@ def _distinct_facts(u: _Units, r: Reading, pos: np.ndarray, starts: np.ndarray,
     for n in distinct(size)[0].tolist():   # the matches of n units side by side: one row each
         ms = np.flatnonzero(size == n)
         rows = np.column_stack([phase[ms], code[starts[ms][:, None] + np.arange(n)]])
-        _, first, back = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        first, back = distinct_rows(rows)
         fact[ms] = len(facts) + back.ravel()
         for m in ms[first].tolist():
             at = pos[starts[m]:starts[m + 1]]

@@ -1,0 +1,73 @@
+"""The fusion search's distinct matches found by one stable sort on the columns (issue 44: on a 10^6-op CPU trace
+``np.unique(axis=0)``, which makes each row a structured value, was most of the analysis), checked against the
+rule it replaced (kept below as the oracle) on hand-built rows and on every shared trace's matches."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import ALL_TRACES, trace_id
+
+import profuse
+from profuse.analysis.advice import fusion
+
+# --- the previous rule, kept here as the oracle ---------------------------------------------------------------
+
+
+def distinct_rows_before(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    _, first, back = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    return first, back.ravel()
+
+
+CASES = {
+    "one row": np.asarray([[3, 1, 2]], dtype=np.int64),
+    "all equal": np.tile(np.asarray([[1, 5]], dtype=np.int64), (7, 1)),
+    "one column": np.asarray([[4], [1], [4], [0], [1]], dtype=np.int64),
+    "negative and huge": np.asarray([[-1, 2**62], [-(2**63), 0], [-1, 2**62], [5, -3], [-(2**63), 0]], dtype=np.int64),
+    "ties on the first column": np.asarray([[1, 9, 0], [1, 2, 7], [0, 9, 9], [1, 2, 7], [1, 2, 6]], dtype=np.int64),
+    "later columns decide": np.asarray([[0, 0, 0, 2], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 1]], dtype=np.int64),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_distinct_rows_match_np_unique_on_hand_built_rows(name: str) -> None:
+    rows = CASES[name]
+    first, back = fusion.distinct_rows(rows)
+    want_first, want_back = distinct_rows_before(rows)
+    assert first.tolist() == want_first.tolist()
+    assert back.tolist() == want_back.tolist()
+    assert (rows[first][back] == rows).all()   # each row's distinct row is itself
+
+
+def test_distinct_rows_empty() -> None:
+    first, back = fusion.distinct_rows(np.zeros((0, 3), dtype=np.int64))
+    assert first.size == 0 and back.size == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_distinct_rows_match_np_unique_on_random_rows(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(1, 3000)), int(rng.integers(1, 7))
+    rows = rng.integers(-3, 4, size=(n, k)).astype(np.int64)   # few values: many repeated rows
+    first, back = fusion.distinct_rows(rows)
+    want_first, want_back = distinct_rows_before(rows)
+    assert first.tolist() == want_first.tolist()
+    assert back.tolist() == want_back.tolist()
+
+
+def plain(m: fusion.Match) -> dict[str, Any]:
+    return {f.name: (v.tolist() if isinstance(v := getattr(m, f.name), np.ndarray) else v) for f in dataclasses.fields(m)}
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
+def test_matches_and_candidates_same_as_with_np_unique(path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    with profuse.load(path) as t:   # type: ignore[arg-type]
+        got_ms = fusion.find_matches(t)
+        got = fusion.fusion_candidates(t)
+        monkeypatch.setattr(fusion, "distinct_rows", distinct_rows_before)   # the search again, by the old rule
+        want_ms = fusion.find_matches(t)
+        want = fusion.fusion_candidates(t)
+    assert [plain(m) for m in got_ms] == [plain(m) for m in want_ms]
+    assert got == want
