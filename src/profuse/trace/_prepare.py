@@ -23,7 +23,7 @@ class Threads:
     """Every (pid, tid) of the trace, numbered in (pid, tid) order: numbers before names."""
 
     keys: list[tuple[str, str]]   # thread number -> (pid, tid) as text
-    events: np.ndarray            # thread number of each complete event
+    events: np.ndarray            # thread number (int32) of each complete event
     flows: np.ndarray             # ... of each flow event
     instants: np.ndarray          # ... of each instant event
 
@@ -131,9 +131,9 @@ def number_threads(cols: Columns) -> Threads:
     pid_list, tid_list = _lookup_list(cols.pids), _lookup_list(cols.tids)
     found = [thread_key(pid_list[k // THREAD_SHIFT], tid_list[k % THREAD_SHIFT]) for k in uniq.tolist()]
     order = sorted(range(len(found)), key=lambda i: tuple(_natural(v) for v in found[i]))
-    rank = np.empty(len(order), dtype=np.int64)
+    rank = np.empty(len(order), dtype=np.int32)  # thread numbers: int32, as the tables hold them
     rank[order] = np.arange(len(order))
-    events, flows, instants = (rank[inverse] if len(order) else inverse for inverse in inverses)
+    events, flows, instants = (rank[inverse] if len(order) else inverse.astype(np.int32) for inverse in inverses)
     return Threads(keys=[found[i] for i in order], events=events, flows=flows, instants=instants)
 
 

@@ -133,9 +133,9 @@ class _GlibcHeap:
 
     Only around the main thread's numpy passes (prepare, correlate), while the writer thread's DuckDB
     inserts are small: DuckDB allocates with the same malloc, and the events' inserts under these
-    settings kept ~0.4 GB more of that load resident at its peak (4.1 -> 4.6 GB). The holes the passes
-    leave serve the memory tables next; :meth:`trim`, once the main thread's part is done, hands their
-    pages back while the events go in.
+    settings kept ~0.4 GB more of that load resident at its peak (4.1 -> 4.6 GB). :meth:`trim` hands the
+    pages of the holes the passes leave back when correlate ends (kept, they were the load's peak while the
+    events went in beside the memory tables), and again once the main thread's part is done.
     """
 
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -566,6 +566,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
             writer.submit(checkpoint_before_events, events=len(prepared.events))
             memory = memory_of()
             events, reused = correlated(prepared.events)
+        _HEAP.trim()  # the passes' freed temporaries back before the events go in (the load's peak was here)
         reusable = reused if memory is not None else None  # only the memory tables ask it again
         del reused
         writer.submit(write_events, events=events, strings=prepared.strings)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -55,20 +56,36 @@ def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
     table_parent = nearest_ancestor(parent, kind_mask(kind, *TABLE_KINDS), include_self=False)
     attr = attribute(kind=kind, dur=events.dur, parent=parent, device_op=links.op, table_parent=table_parent)
     device, stream = _device_and_stream(events, is_device)
-    thread = events.thread.astype(np.int32)
+    row = _row_type(n)  # ids of events and counts of them: int32 where the trace's events fit it
+    thread = events.thread.astype(np.int32, copy=False)
     columns = EventColumns(
-        id=np.arange(n, dtype=np.int64), kind=kind.astype(np.int32), cat=events.cat, name=events.name,
-        ts=events.ts, dur=events.dur, pid=thread, tid=thread, thread=thread, device=device, stream=stream,
-        correlation=events.correlation, external_id=events.external_id, parent=parent,
-        depth=depth.astype(np.int64), op=np.where(host, op_of_host, links.op),
-        module=_enclosing_or_launchers(parent, is_module, host, links),
-        scope=_enclosing_or_launchers(parent, is_scope, host, links),
-        parent_op=nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=False),
-        launch=links.launch, link=links.how.astype(np.int32), unlinked=links.unlinked.astype(np.int32),
+        id=np.arange(n, dtype=row), kind=kind.astype(np.int32), cat=events.cat, name=events.name,
+        ts=events.ts, dur=events.dur, pid=thread, tid=thread,
+        thread=thread, device=_narrowed(device), stream=stream, correlation=events.correlation,
+        external_id=events.external_id, parent=parent.astype(row), depth=depth.astype(row, copy=False),
+        op=np.where(host, op_of_host, links.op).astype(row),
+        module=_enclosing_or_launchers(parent, is_module, host, links).astype(row),
+        scope=_enclosing_or_launchers(parent, is_scope, host, links).astype(row),
+        parent_op=nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=False).astype(row),
+        launch=links.launch.astype(row), link=links.how.astype(np.int32), unlinked=links.unlinked.astype(np.int32),
         self_cpu=attr.self_cpu, self_device=attr.self_device, device_total=attr.device_total,
-        kernels=attr.kernels, kernels_total=attr.kernels_total, seq=events.seq, python_id=events.python_id,
-        python_parent_id=events.python_parent_id, bytes=events.nbytes, flops=events.flops)
+        kernels=attr.kernels.astype(row), kernels_total=attr.kernels_total.astype(row), seq=events.seq,
+        python_id=events.python_id, python_parent_id=events.python_parent_id, bytes=events.nbytes,
+        flops=events.flops)
     return columns, Reusable(host_order=host_order, table_parent=table_parent)
+
+
+def _row_type(n: int) -> type[np.signedinteger[Any]]:
+    """The integer type of the ``events`` columns that hold an event's id (or -1) or a count of events:
+    int32 where ``n`` events fit it, which halves them (the table's columns are BIGINT and INTEGER alike)."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """``values`` as int32 where every one fits it (the ``device`` column is INTEGER), else as they are."""
+    if not values.size or (int(values.min()) >= -(2**31) and int(values.max()) < 2**31):
+        return values.astype(np.int32)
+    return values
 
 
 def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:

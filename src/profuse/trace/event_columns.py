@@ -27,7 +27,7 @@ class Flows:
     id_text: np.ndarray  # each distinct flow id: int64 when all are plain decimal numbers, else text (object)
     ph: np.ndarray       # int8: 0 start, 1 finish, 2 step (index into _build.FLOW_PHASES)
     ts: np.ndarray       # int64 ns
-    thread: np.ndarray   # int64 thread number
+    thread: np.ndarray   # int32 thread number
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class DecodedEvents:
     cat: np.ndarray               # int32 code into the trace's distinct categories
     ts: np.ndarray                # int64 ns, baseTimeNanoseconds added
     dur: np.ndarray               # int64 ns
-    thread: np.ndarray            # int64 thread number
+    thread: np.ndarray            # int32 thread number
     pid_of_thread: np.ndarray     # int64 per thread number: its pid as a number, -1 when it is not one
     tid_of_thread: np.ndarray     # int64 per thread number: its tid as a number, -1 when it is not one
     device: np.ndarray            # int64 args.device

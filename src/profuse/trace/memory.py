@@ -371,58 +371,76 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
                         thread_keys: list[tuple[str, str]], events: EventColumns,
                         names: np.ndarray, reusable: Reusable | None = None) -> None:
     """Write ``memory`` and ``op_memory`` (see the module docstring); ``reusable``: what correlate worked out
-    that these ask again (the host events' order, each event's op-table parent), where the caller has it."""
+    that these ask again (the host events' order, each event's op-table parent), where the caller has it.
+
+    Each column is gathered into time order once, and the row numbers it holds (threads, events, memory
+    rows) are int32 where the trace's events and the memory events both fit it: a big trace's memory events
+    are millions, and their columns are built while the ``events`` table goes in."""
     if not len(mem):
         return
     ts = mem.ts + base_ns
     order = np.lexsort((np.arange(len(ts)), ts))  # time order, file order among equal times
     ts = ts[order]
+    ids = _row_type(len(events), len(ts))
     number = {k: i for i, k in enumerate(thread_keys)}
-    per_code = np.array([number.get(k, NONE) for k in mem.threads] or [NONE], dtype=np.int64)
+    per_code = np.array([number.get(k, NONE) for k in mem.threads] or [NONE], dtype=ids)
     thread = per_code[mem.thread[order]]
     nbytes, addr = mem.bytes[order], mem.addr[order]
     dtype, device = mem.device_type[order], mem.device[order]
-    holder = _holders(events, ts, thread, None if reusable is None else reusable.host_order)
-    has = holder >= 0
-    op = np.full(len(ts), NONE, dtype=np.int64)
-    module = op.copy()
-    op[has], module[has] = events.op[holder[has]], events.module[holder[has]]
-    step = _steps(events, names, ts)
-    alloc, free = match_frees(nbytes, addr, dtype, device)
+    op, module = _held_op_and_module(events, ts, thread, None if reusable is None else reusable.host_order, ids)
+    step = _steps(events, names, ts).astype(ids, copy=False)
+    alloc, free = (a.astype(ids, copy=False) for a in match_frees(nbytes, addr, dtype, device))
     types, type_code = np.unique(dtype, return_inverse=True)  # a handful: looked up by DuckDB in a list
     labels = [DEVICE_TYPES.get(d, f"type {d}") for d in types.tolist()]
-    type_code = type_code.reshape(-1)
-    if _write_memory_arrow(con, mem, order, ts, thread, op, module, step, alloc, free, type_code, labels):
-        _write_op_memory(con, events, ts, nbytes, dtype, None if reusable is None else reusable.table_parent)
-        return
-    con.register("_mem", {
-        "id": np.arange(len(ts), dtype=np.int64), "type_code": type_code.reshape(-1), "device": device, "ts": ts,
-        "bytes": nbytes, "addr": addr, "total_allocated": mem.total_allocated[order],
-        "total_reserved": mem.total_reserved[order], "thread": thread, "op": op, "module": module, "step": step,
-        "alloc": alloc, "free": free})
-    con.execute("""INSERT INTO memory SELECT id, device_type, CASE WHEN device_type = 'CPU' THEN NULL ELSE device END,
-                   ts, bytes, addr, total_allocated, total_reserved, NULLIF(thread, -1), NULLIF(op, -1),
-                   NULLIF(module, -1), NULLIF(step, -1), NULLIF(alloc, -1), NULLIF(free, -1),
-                   bytes < 0 AND alloc = -1
-                   FROM (SELECT *, list_extract($labels::VARCHAR[], type_code + 1) AS device_type FROM _mem)""",
-                {"labels": labels})
-    con.unregister("_mem")
-    _write_op_memory(con, events, ts, nbytes, dtype, None if reusable is None else reusable.table_parent)
+    type_code = type_code.reshape(-1).astype(np.int32)
+    table_parent = None if reusable is None else reusable.table_parent
+    columns = {"id": np.arange(len(ts), dtype=ids), "type_code": type_code, "device": device, "ts": ts,
+               "bytes": nbytes, "addr": addr, "total_allocated": mem.total_allocated[order],
+               "total_reserved": mem.total_reserved[order], "thread": thread, "op": op, "module": module,
+               "step": step, "alloc": alloc, "free": free}
+    del order, thread, addr, device, op, module, step, alloc, free, type_code
+    if not _write_memory_arrow(con, columns, labels):
+        con.register("_mem", columns)
+        con.execute("""INSERT INTO memory SELECT id, device_type, CASE WHEN device_type = 'CPU' THEN NULL ELSE device END,
+                       ts, bytes, addr, total_allocated, total_reserved, NULLIF(thread, -1), NULLIF(op, -1),
+                       NULLIF(module, -1), NULLIF(step, -1), NULLIF(alloc, -1), NULLIF(free, -1),
+                       bytes < 0 AND alloc = -1
+                       FROM (SELECT *, list_extract($labels::VARCHAR[], type_code + 1) AS device_type FROM _mem)""",
+                    {"labels": labels})
+        con.unregister("_mem")
+    columns.clear()  # only ts, the bytes and their types are asked again
+    _write_op_memory(con, events, ts, nbytes, dtype, table_parent)
 
 
-def _write_memory_arrow(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, order: np.ndarray, ts: np.ndarray,
-                        thread: np.ndarray, op: np.ndarray, module: np.ndarray, step: np.ndarray, alloc: np.ndarray,
-                        free: np.ndarray, type_code: np.ndarray, labels: list[str]) -> bool:
-    """The ``memory`` rows as an Arrow stream (see trace/_write.py's ArrowTable); False where they cannot go so."""
-    table = ArrowTable(len(ts)).number("id", np.arange(len(ts), dtype=np.int64))
+def _row_type(*counts: int) -> type[np.signedinteger[Any]]:
+    """int32 for row numbers (and -1) where every count fits it, else int64."""
+    return np.int32 if max(counts, default=0) < 2**31 else np.int64
+
+
+def _held_op_and_module(events: EventColumns, ts: np.ndarray, thread: np.ndarray, host_order: np.ndarray | None,
+                        ids: type[np.signedinteger[Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """The op and the module of each memory event's holder (:func:`_holders`), -1 where it has none."""
+    holder = _holders(events, ts, thread, host_order)
+    has = np.flatnonzero(holder >= 0)
+    held = holder[has]
+    del holder
+    op, module = np.full(len(ts), NONE, dtype=ids), np.full(len(ts), NONE, dtype=ids)
+    op[has], module[has] = events.op[held], events.module[held]
+    return op, module
+
+
+def _write_memory_arrow(con: duckdb.DuckDBPyConnection, columns: dict[str, np.ndarray], labels: list[str]) -> bool:
+    """The ``memory`` rows (``columns`` as :func:`write_memory_tables` gathers them) as an Arrow stream (see
+    trace/_write.py's ArrowTable); False where they cannot go so."""
+    type_code = columns["type_code"]
+    table = ArrowTable(len(type_code)).number("id", columns["id"])
     table.text("device_type", type_code, encode_dictionary(labels))
     cpu = np.array([label == "CPU" for label in labels], dtype=bool)
-    table.number("device", mem.device[order], valid=~cpu[type_code]).number("ts", ts)
+    table.number("device", columns["device"], valid=~cpu[type_code]).number("ts", columns["ts"])
     for name in ("bytes", "addr", "total_allocated", "total_reserved"):
-        table.number(name, getattr(mem, name)[order])
-    for name, values in (("thread", thread), ("op", op), ("module", module), ("step", step), ("alloc", alloc),
-                         ("free", free)):
-        table.number(name, values, null=NONE)
+        table.number(name, columns[name])
+    for name in ("thread", "op", "module", "step", "alloc", "free"):
+        table.number(name, columns[name], null=NONE)
     return table.insert(con, "memory", "*, bytes < 0 AND alloc IS NULL")
 
 
@@ -569,13 +587,19 @@ OpMemory = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # 
 def _op_memory_compiled(events: EventColumns, in_table: np.ndarray, parent: np.ndarray, ts: np.ndarray,
                         cpu: np.ndarray, dev: np.ndarray) -> OpMemory:
     """:func:`_op_memory_numpy` in one pass in C (trace/_accel.c op_memory): each event's window found
-    from the previous one's, no array of the trace's length but the answers."""
-    ev_ts, ev_dur, parent, ts, cpu, dev = (np.ascontiguousarray(a, dtype=np.int64)
-                                           for a in (events.ts, events.dur, parent, ts, cpu, dev))
-    out = [np.empty(len(in_table), dtype=np.int64) for _ in range(5)]
-    count = _accel.op_memory(ev_ts, ev_dur, np.ascontiguousarray(in_table, dtype=bool), parent, ts, cpu, dev, *out)
-    rows, tc, sc, td, sd = (a[:count] for a in out)
-    return rows, tc, sc, td, sd
+    from the previous one's. It is handed the op-table events alone (their parents renumbered among them:
+    an event's table parent is one of them), so its answers are as long as the op table, not the trace."""
+    rows = np.flatnonzero(in_table)
+    local = np.full(len(in_table) + 1, NONE, dtype=np.int64)  # event -> its position among ``rows``; -1 -> -1
+    local[rows] = np.arange(len(rows))
+    ev_ts, ev_dur = (np.ascontiguousarray(a[rows], dtype=np.int64) for a in (events.ts, events.dur))
+    parent = local[parent[rows]]
+    del local
+    ts, cpu, dev = (np.ascontiguousarray(a, dtype=np.int64) for a in (ts, cpu, dev))
+    out = [np.empty(len(rows), dtype=np.int64) for _ in range(5)]
+    count = _accel.op_memory(ev_ts, ev_dur, np.ones(len(rows), dtype=bool), parent, ts, cpu, dev, *out)
+    kept, tc, sc, td, sd = (a[:count] for a in out)
+    return rows[kept], tc, sc, td, sd
 
 
 def _op_memory_numpy(events: EventColumns, in_table: np.ndarray, parent: np.ndarray, ts: np.ndarray,
