@@ -15,7 +15,7 @@ import pytest
 from conftest import ALL_TRACES, trace_path
 
 import profuse
-from profuse.trace import build, correlate, memory
+from profuse.trace import _prepare, build, correlate, memory
 from profuse.trace._prepare import base_time_ns, prepare
 from profuse.trace.correlate import correlated
 
@@ -54,7 +54,8 @@ def _rows(con, table: str) -> list[tuple]:
 def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
     """The build as a trace of 2^31 events or more goes: every id and count column int64."""
     monkeypatch.setattr(correlate, "_row_type", lambda n: np.int64)
-    monkeypatch.setattr(correlate, "_narrowed", lambda values: values)
+    monkeypatch.setattr(correlate, "narrowed", lambda values: values)
+    monkeypatch.setattr(_prepare, "narrowed", lambda values: values)
     monkeypatch.setattr(memory, "_row_type", lambda *counts: np.int64)
 
 

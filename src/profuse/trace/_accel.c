@@ -443,45 +443,60 @@ static PyObject *memory_events(PyObject *self, PyObject *arg) {
 
 /* ---- ancestors ------------------------------------------------------------------------------ */
 
-/* ancestors(parent, accept, out): out[i] = the nearest of i and its ancestors (by parent, -1 ends) for
- * which accept holds, else -1 (correlate.nearest_ancestor with include_self). Each chain is walked
+/* The index columns of ancestors, enclosing and attribute (event ids, -1 for none, and counts of events) are
+ * int64, or int32 where the caller passes width 4 (a trace of fewer than 2^31 events: correlate builds its
+ * columns so, half the bytes). Each pass is written once, for an index type T, and made for both. */
+#define INDEX_WIDTH_OK(w) ((w) == 4 || (w) == 8)
+
+#define DEFINE_ANCESTORS(NAME, T)                                                                          \
+    static int NAME(const T *parent, const unsigned char *accept, T *out, size_t n) {                    \
+        const T UNKNOWN = -2;                                                                             \
+        for (size_t i = 0; i < n; i++) out[i] = UNKNOWN;                                                  \
+        for (size_t i = 0; i < n; i++) {                                                                  \
+            if (out[i] != UNKNOWN) continue;                                                              \
+            int64_t j = (int64_t)i, answer = -1;                                                          \
+            size_t steps = 0;                                                                             \
+            for (;;) { /* the answer: an accepted event, one answered already, or the root's end */      \
+                if (j < 0) { answer = -1; break; }                                                        \
+                if (out[j] != UNKNOWN) { answer = out[j]; break; }                                        \
+                if (accept[j]) { answer = j; break; }                                                     \
+                int64_t p = parent[j];                                                                    \
+                if (p < -1 || p >= (int64_t)n || ++steps > n) return 1;                                   \
+                j = p;                                                                                    \
+            }                                                                                             \
+            for (int64_t k = (int64_t)i; k >= 0 && out[k] == UNKNOWN; k = parent[k]) {                    \
+                out[k] = (T)answer; /* every event on the path up to the answer's has that answer */     \
+                if (k == answer) break;                                                                   \
+            }                                                                                             \
+        }                                                                                                 \
+        return 0;                                                                                         \
+    }
+DEFINE_ANCESTORS(ancestors64, int64_t)
+DEFINE_ANCESTORS(ancestors32, int32_t)
+
+/* ancestors(parent, accept, out[, width]): out[i] = the nearest of i and its ancestors (by parent, -1 ends)
+ * for which accept holds, else -1 (correlate.nearest_ancestor with include_self). Each chain is walked
  * once: a walk stops at the first event already answered and writes its answer back along the path.
- * parent: int64, accept: bool (one byte each), out: int64, all of one length, C-contiguous. */
+ * parent and out: index columns (int64, or int32 with width 4); accept: bool (one byte each); all of one
+ * length, C-contiguous. */
 static PyObject *ancestors(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer pb, ab, ob;
-    if (!PyArg_ParseTuple(args, "y*y*w*", &pb, &ab, &ob)) return NULL;
+    int width = 8;
+    if (!PyArg_ParseTuple(args, "y*y*w*|i", &pb, &ab, &ob, &width)) return NULL;
     PyObject *ret = NULL;
-    size_t n = (size_t)pb.len / sizeof(int64_t);
-    if ((size_t)pb.len != n * sizeof(int64_t) || (size_t)ab.len != n || (size_t)ob.len != n * sizeof(int64_t)) {
+    if (!INDEX_WIDTH_OK(width)) {
+        PyErr_SetString(PyExc_ValueError, "ancestors: width must be 4 or 8");
+        goto done;
+    }
+    size_t n = (size_t)pb.len / (size_t)width;
+    if ((size_t)pb.len != n * (size_t)width || (size_t)ab.len != n || (size_t)ob.len != n * (size_t)width) {
         PyErr_SetString(PyExc_ValueError, "ancestors: parent, accept and out differ in length");
         goto done;
     }
-    const int64_t *parent = pb.buf;
-    const unsigned char *accept = ab.buf;
-    int64_t *out = ob.buf;
-    const int64_t UNKNOWN = -2;
-    int bad = 0;
+    int bad;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t i = 0; i < n; i++) out[i] = UNKNOWN;
-    for (size_t i = 0; i < n && !bad; i++) {
-        if (out[i] != UNKNOWN) continue;
-        int64_t j = (int64_t)i, answer = -1;
-        size_t steps = 0;
-        for (;;) {  /* find the answer: an accepted event, one answered already, or the root's end */
-            if (j < 0) { answer = -1; break; }
-            if (out[j] != UNKNOWN) { answer = out[j]; break; }
-            if (accept[j]) { answer = j; break; }
-            int64_t p = parent[j];
-            if (p < -1 || p >= (int64_t)n || ++steps > n) { bad = 1; break; }
-            j = p;
-        }
-        if (bad) break;
-        for (int64_t k = (int64_t)i; k >= 0 && out[k] == UNKNOWN; k = parent[k]) {
-            out[k] = answer;  /* every event on the path up to the answer's has that answer */
-            if (k == answer) break;
-        }
-    }
+    bad = width == 8 ? ancestors64(pb.buf, ab.buf, ob.buf, n) : ancestors32(pb.buf, ab.buf, ob.buf, n);
     Py_END_ALLOW_THREADS
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "ancestors: a parent is out of range or the parents form a cycle");
@@ -495,15 +510,16 @@ done:
     return ret;
 }
 
-/* Whether buffers b[0..] have the lengths `layout` gives them, one letter each: 'q' int64 and 'b' bool
- * (one byte) of n items, 'Q' int64 of m items; n and m are read from the first 'q' and 'Q'. */
-static int column_lengths(const Py_buffer *b, const char *layout, size_t *n, size_t *m) {
+/* Whether buffers b[0..] have the lengths `layout` gives them, one letter each: 'q' int64, 'x' an index
+ * column (`width` bytes an item: 4 or 8) and 'b' bool (one byte) of n items, 'Q' int64 of m items; n and m
+ * are read from the first 'q' or 'x' and the first 'Q'. */
+static int column_lengths(const Py_buffer *b, const char *layout, size_t *n, size_t *m, int width) {
     int have_n = 0, have_m = 0;
     *n = *m = 0;
     for (int k = 0; layout[k]; k++) {
         size_t len = (size_t)b[k].len, *count = layout[k] == 'Q' ? m : n;
         int *have = layout[k] == 'Q' ? &have_m : &have_n;
-        size_t item = layout[k] == 'b' ? 1 : sizeof(int64_t);
+        size_t item = layout[k] == 'b' ? 1 : layout[k] == 'x' ? (size_t)width : sizeof(int64_t);
         if (!*have && layout[k] != 'b') { *count = len / item; *have = 1; }
         if (len != *count * item || (layout[k] == 'b' && !have_n)) return 0;
     }
@@ -512,30 +528,39 @@ static int column_lengths(const Py_buffer *b, const char *layout, size_t *n, siz
 
 /* ---- enclosing ------------------------------------------------------------------------------ */
 
-/* enclosing(held, parent, host, launch, op, out): trace/correlate.py's _enclosing_or_launchers from held (the
- * nearest accepted event among each event and its ancestors, as ancestors() gives it): a host event's is
- * its parent's, a device event's that of its launch call, else of its op, else -1. held, parent, launch,
- * op, out: int64 (n); host: bool (n). */
+#define DEFINE_ENCLOSING(NAME, T)                                                                          \
+    static int NAME(const T *held, const T *parent, const unsigned char *host, const T *launch, const T *op, \
+                    T *out, size_t n) {                                                                   \
+        for (size_t i = 0; i < n; i++) {                                                                  \
+            int64_t src = host[i] ? parent[i] : (launch[i] >= 0 ? launch[i] : op[i]);                     \
+            if (src >= (int64_t)n) return 1;                                                              \
+            out[i] = src >= 0 ? held[src] : -1;                                                           \
+        }                                                                                                 \
+        return 0;                                                                                         \
+    }
+DEFINE_ENCLOSING(enclosing64, int64_t)
+DEFINE_ENCLOSING(enclosing32, int32_t)
+
+/* enclosing(held, parent, host, launch, op, out[, width]): trace/correlate.py's _enclosing_or_launchers from
+ * held (the nearest accepted event among each event and its ancestors, as ancestors() gives it): a host
+ * event's is its parent's, a device event's that of its launch call, else of its op, else -1. held, parent,
+ * launch, op, out: index columns (int64, or int32 with width 4) of n; host: bool (n). */
 static PyObject *enclosing(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer b[6];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
+    int width = 8;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*|i", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &width)) return NULL;
     PyObject *ret = NULL;
     size_t n, m;
-    if (!column_lengths(b, "qqbqqq", &n, &m)) {
-        PyErr_SetString(PyExc_ValueError, "enclosing: the columns differ in length");
+    if (!INDEX_WIDTH_OK(width) || !column_lengths(b, "xxbxxx", &n, &m, width)) {
+        PyErr_SetString(PyExc_ValueError, INDEX_WIDTH_OK(width) ? "enclosing: the columns differ in length"
+                                                                : "enclosing: width must be 4 or 8");
         goto done;
     }
-    const int64_t *held = b[0].buf, *parent = b[1].buf, *launch = b[3].buf, *op = b[4].buf;
-    const unsigned char *host = b[2].buf;
-    int64_t *out = b[5].buf;
-    int bad = 0;
+    int bad;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t i = 0; i < n; i++) {
-        int64_t src = host[i] ? parent[i] : (launch[i] >= 0 ? launch[i] : op[i]);
-        if (src >= (int64_t)n) { bad = 1; break; }
-        out[i] = src >= 0 ? held[src] : -1;
-    }
+    bad = width == 8 ? enclosing64(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, n)
+                     : enclosing32(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, n);
     Py_END_ALLOW_THREADS
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "enclosing: a parent, launch or op is out of range");
@@ -549,56 +574,72 @@ done:
 
 /* ---- attribute ------------------------------------------------------------------------------ */
 
+/* The pass of attribute() below over index columns of type T (table parents, device ops and the two event
+ * counts); 0, 1 (a parent or an op out of range) or 2 (a cycle). */
+#define DEFINE_ATTRIBUTE(NAME, T)                                                                          \
+    static int NAME(const int64_t *dur, const unsigned char *in_table, const T *up, const unsigned char *timed, \
+                    const T *op, int64_t *self_cpu, int64_t *self_dev, int64_t *total, T *kern, T *kern_total, \
+                    size_t n) {                                                                           \
+        memset(self_cpu, 0, n * sizeof(int64_t)); /* children's time first, then self time in place */   \
+        memset(self_dev, 0, n * sizeof(int64_t));                                                         \
+        memset(total, 0, n * sizeof(int64_t));                                                            \
+        memset(kern, 0, n * sizeof(T));                                                                   \
+        memset(kern_total, 0, n * sizeof(T));                                                             \
+        for (size_t i = 0; i < n; i++) {                                                                  \
+            int64_t p = up[i];                                                                            \
+            if (p < -1 || p >= (int64_t)n) return 1;                                                      \
+            if (in_table[i] && p >= 0) self_cpu[p] += dur[i];                                             \
+        }                                                                                                 \
+        for (size_t i = 0; i < n; i++) {                                                                  \
+            if (!timed[i]) continue;                                                                      \
+            int64_t o = op[i];                                                                            \
+            if (o < 0) continue;                                                                          \
+            if (o >= (int64_t)n) return 1;                                                                \
+            self_dev[o] += dur[i];                                                                        \
+            kern[o] += 1;                                                                                 \
+            size_t steps = 0;                                                                             \
+            for (int64_t c = o; c >= 0; c = up[c]) { /* the op and every op-table event above it */      \
+                total[c] += dur[i];                                                                       \
+                kern_total[c] += 1;                                                                       \
+                if (++steps > n) return 2;                                                                \
+            }                                                                                             \
+        }                                                                                                 \
+        for (size_t i = 0; i < n; i++) {                                                                  \
+            int64_t left = dur[i] - self_cpu[i]; /* improper nesting may give children more: never < 0 */ \
+            self_cpu[i] = in_table[i] ? (left > 0 ? left : 0) : 0;                                        \
+        }                                                                                                 \
+        return 0;                                                                                         \
+    }
+DEFINE_ATTRIBUTE(attribute64, int64_t)
+DEFINE_ATTRIBUTE(attribute32, int32_t)
+
 /* attribute(dur, in_table, table_parent, timed, device_op, self_cpu, self_device, device_total, kernels,
- * kernels_total): the time columns of trace/correlate.py's attribute (its numpy twin _attribute_numpy), in
- * one pass over the events and one walk up the op-table tree per timed device event, where the twin makes
- * an n-long bincount per level of the tree. dur, table_parent, device_op and the five outs: int64 (n);
+ * kernels_total[, width]): the time columns of trace/correlate.py's attribute (its numpy twin
+ * _attribute_numpy), in one pass over the events and one walk up the op-table tree per timed device event,
+ * where the twin makes an n-long bincount per level of the tree. dur, self_cpu, self_device, device_total:
+ * int64 (n); table_parent, device_op, kernels, kernels_total: index columns (int64, or int32 with width 4);
  * in_table, timed: bool (n). Sums are exact in int64 (the twin's float64 sums are exact below 2^53 ns). */
 static PyObject *attribute(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer b[10];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
-                          &b[8], &b[9])) return NULL;
+    int width = 8;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*w*w*|i", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9], &width)) return NULL;
     PyObject *ret = NULL;
     size_t n, m;
-    if (!column_lengths(b, "qbqbqqqqqq", &n, &m)) {
-        PyErr_SetString(PyExc_ValueError, "attribute: the columns differ in length");
+    if (!INDEX_WIDTH_OK(width) || !column_lengths(b, "qbxbxqqqxx", &n, &m, width)) {
+        PyErr_SetString(PyExc_ValueError, INDEX_WIDTH_OK(width) ? "attribute: the columns differ in length"
+                                                                : "attribute: width must be 4 or 8");
         goto done;
     }
-    const int64_t *dur = b[0].buf, *up = b[2].buf, *op = b[4].buf;
-    const unsigned char *in_table = b[1].buf, *timed = b[3].buf;
-    int64_t *self_cpu = b[5].buf, *self_dev = b[6].buf, *total = b[7].buf, *kern = b[8].buf, *kern_total = b[9].buf;
-    int bad = 0;
+    int bad;
     Py_BEGIN_ALLOW_THREADS
-    memset(self_cpu, 0, n * sizeof(int64_t));  /* children's time first, then self time in place */
-    memset(self_dev, 0, n * sizeof(int64_t));
-    memset(kern, 0, n * sizeof(int64_t));
-    memset(total, 0, n * sizeof(int64_t));
-    memset(kern_total, 0, n * sizeof(int64_t));
-    for (size_t i = 0; i < n && !bad; i++) {
-        int64_t p = up[i];
-        if (p < -1 || p >= (int64_t)n) bad = 1;
-        else if (in_table[i] && p >= 0) self_cpu[p] += dur[i];
-    }
-    for (size_t i = 0; i < n && !bad; i++) {
-        if (!timed[i]) continue;
-        int64_t o = op[i];
-        if (o < 0) continue;
-        if (o >= (int64_t)n) { bad = 1; break; }
-        self_dev[o] += dur[i];
-        kern[o] += 1;
-        size_t steps = 0;
-        for (int64_t c = o; c >= 0; c = up[c]) {  /* the op and every op-table event above it */
-            total[c] += dur[i];
-            kern_total[c] += 1;
-            if (++steps > n) { bad = 2; break; }
-        }
-    }
-    if (!bad)
-        for (size_t i = 0; i < n; i++) {
-            int64_t left = dur[i] - self_cpu[i];  /* improper nesting may give children more: never below 0 */
-            self_cpu[i] = in_table[i] ? (left > 0 ? left : 0) : 0;
-        }
+    if (width == 8)
+        bad = attribute64(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf,
+                          b[9].buf, n);
+    else
+        bad = attribute32(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf,
+                          b[9].buf, n);
     Py_END_ALLOW_THREADS
     if (bad) {
         PyErr_SetString(PyExc_ValueError, bad == 2 ? "attribute: the op-table parents form a cycle"
@@ -750,7 +791,7 @@ static PyObject *op_memory(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *ret = NULL;
     size_t n, m;
-    if (!column_lengths(b, "qqbqQQQqqqqq", &n, &m)) {
+    if (!column_lengths(b, "qqbqQQQqqqqq", &n, &m, 8)) {
         PyErr_SetString(PyExc_ValueError, "op_memory: the arrays differ in length");
         goto done;
     }
@@ -823,7 +864,7 @@ static PyObject *started(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*w*", &b[0], &b[1], &b[2])) return NULL;
     PyObject *ret = NULL;
     size_t n, m;
-    if (!column_lengths(b, "qQQ", &n, &m)) {
+    if (!column_lengths(b, "qQQ", &n, &m, 8)) {
         PyErr_SetString(PyExc_ValueError, "started: the arrays differ in length");
         goto done;
     }
@@ -854,7 +895,7 @@ static PyObject *covering(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4])) return NULL;
     PyObject *ret = NULL;
     size_t n, m;
-    if (!column_lengths(b, "qbQQQ", &n, &m)) {
+    if (!column_lengths(b, "qbQQQ", &n, &m, 8)) {
         PyErr_SetString(PyExc_ValueError, "covering: the arrays differ in length");
         goto done;
     }
@@ -1637,12 +1678,12 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"ancestors", ancestors, METH_VARARGS,
-     "ancestors(parent, accept, out): the nearest accepted event among each event and its ancestors."},
+     "ancestors(parent, accept, out[, width]): the nearest accepted event among each event and its ancestors."},
     {"enclosing", enclosing, METH_VARARGS,
-     "enclosing(held, parent, host, launch, op, out): each event's enclosing scope (trace/correlate.py)."},
+     "enclosing(held, parent, host, launch, op, out[, width]): each event's enclosing scope (trace/correlate.py)."},
     {"attribute", attribute, METH_VARARGS,
      "attribute(dur, in_table, table_parent, timed, device_op, self_cpu, self_device, device_total, kernels,"
-     " kernels_total): the op-table time columns (trace/correlate.py)."},
+     " kernels_total[, width]): the op-table time columns (trace/correlate.py)."},
     {"holders", holders, METH_VARARGS,
      "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/diagnosis/levers.py)."},
     {"started", started, METH_VARARGS,

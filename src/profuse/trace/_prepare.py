@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import TraceError
 from ._columns import THREAD_SHIFT, Columns, factorize, flow_cat_values, flow_id_texts, kinds_of, thread_key
 from .correlate import LINK_HOW, UNLINKED
-from .event_columns import DecodedEvents, EventStrings, Flows
+from .event_columns import DecodedEvents, EventStrings, Flows, narrowed
 from .schema import KINDS
 
 _TIME_LIMIT = 2**62  # every time, and the sum of all durations, stays below this many ns: no sum overflows
@@ -64,9 +64,10 @@ def prepare(path: str, cols: Columns, base_ns: int) -> Prepared:
         kind=kind, name=name_id, names=names, cat=cat_id, ts=_shifted(ts, base_ns), dur=dur, thread=threads.events,
         pid_of_thread=np.array([_int_or(p) for p in pids], dtype=np.int64),
         tid_of_thread=np.array([_int_or(t) for t in tids], dtype=np.int64),
-        device=_device_index(cols), stream=cols.take("stream"), correlation=cols.take("correlation"),
-        external_id=cols.take("external_id"), seq=cols.take("seq"), python_id=cols.take("python_id"),
-        python_parent_id=cols.take("python_parent_id"), nbytes=cols.take("nbytes"),
+        device=narrowed(_device_index(cols)), stream=narrowed(cols.take("stream")),
+        correlation=narrowed(cols.take("correlation")), external_id=narrowed(cols.take("external_id")),
+        seq=narrowed(cols.take("seq")), python_id=narrowed(cols.take("python_id")),
+        python_parent_id=narrowed(cols.take("python_parent_id")), nbytes=narrowed(cols.take("nbytes")),
         flops=cols.take("flops") if n else np.empty(0), flows=flows)
     instants = {}
     if len(threads.instants):

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _native, compiled
 from ._columns import distinct, packed_order
-from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask
+from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask, narrowed
 from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, KIND_CODE, TABLE_KINDS
 from .vocabulary import is_graph_launch
 
@@ -43,33 +43,34 @@ def correlate(events: DecodedEvents) -> EventColumns:
 def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
     """:func:`correlate`, and what it worked out on the way that the memory tables use again."""
     kind, n = events.kind, len(events)
+    row = _row_type(n)  # ids of events and counts of them: int32 where the trace's events fit it, from the start
     is_device = kind_mask(kind, *DEVICE_KINDS)
     host = ~is_device & ~device_threads(kind, events.thread, len(events.pid_of_thread))[events.thread]
-    parent, depth, host_order = nesting_in_order(events.thread, events.ts, events.dur, host)
-    op_of_host = nearest_ancestor(parent, kind_mask(kind, "cpu_op", "annotation"), include_self=True)
+    parent, depth, host_order = nesting_in_order(events.thread, events.ts, events.dur, host, index=row)
+    op_of_host = nearest_ancestor(parent, kind_mask(kind, "cpu_op", "annotation"), include_self=True, index=row)
     graph_launch = name_flags(events.names, is_graph_launch)[events.name]
     links = link_device_events(kind=kind, graph_launch=graph_launch, thread=events.thread, ts=events.ts,
                                correlation=events.correlation, external_id=events.external_id,
-                               op_of_host=op_of_host, flows=events.flows, has_host=bool(host.any()))
+                               op_of_host=op_of_host, flows=events.flows, has_host=bool(host.any()), index=row)
     is_module = module_scopes(events)
     is_scope = is_module | (kind == KIND_CODE["annotation"])
-    table_parent = nearest_ancestor(parent, kind_mask(kind, *TABLE_KINDS), include_self=False)
-    attr = attribute(kind=kind, dur=events.dur, parent=parent, device_op=links.op, table_parent=table_parent)
+    table_parent = nearest_ancestor(parent, kind_mask(kind, *TABLE_KINDS), include_self=False, index=row)
+    attr = attribute(kind=kind, dur=events.dur, parent=parent, device_op=links.op, table_parent=table_parent,
+                     index=row)
     device, stream = _device_and_stream(events, is_device)
-    row = _row_type(n)  # ids of events and counts of them: int32 where the trace's events fit it
     thread = events.thread.astype(np.int32, copy=False)
     columns = EventColumns(
         id=np.arange(n, dtype=row), kind=kind.astype(np.int32), cat=events.cat, name=events.name,
         ts=events.ts, dur=events.dur, pid=thread, tid=thread,
-        thread=thread, device=_narrowed(device), stream=stream, correlation=events.correlation,
-        external_id=events.external_id, parent=parent.astype(row), depth=depth.astype(row, copy=False),
-        op=np.where(host, op_of_host, links.op).astype(row),
-        module=_enclosing_or_launchers(parent, is_module, host, links).astype(row),
-        scope=_enclosing_or_launchers(parent, is_scope, host, links).astype(row),
-        parent_op=nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=False).astype(row),
-        launch=links.launch.astype(row), link=links.how.astype(np.int32), unlinked=links.unlinked.astype(np.int32),
+        thread=thread, device=device, stream=stream, correlation=events.correlation,
+        external_id=events.external_id, parent=parent, depth=depth.astype(row, copy=False),
+        op=np.where(host, op_of_host, links.op).astype(row, copy=False),
+        module=_enclosing_or_launchers(parent, is_module, host, links),
+        scope=_enclosing_or_launchers(parent, is_scope, host, links),
+        parent_op=nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=False, index=row),
+        launch=links.launch, link=links.how.astype(np.int32), unlinked=links.unlinked.astype(np.int32),
         self_cpu=attr.self_cpu, self_device=attr.self_device, device_total=attr.device_total,
-        kernels=attr.kernels.astype(row), kernels_total=attr.kernels_total.astype(row), seq=events.seq,
+        kernels=attr.kernels, kernels_total=attr.kernels_total, seq=events.seq,
         python_id=events.python_id, python_parent_id=events.python_parent_id, bytes=events.nbytes,
         flops=events.flops)
     return columns, Reusable(host_order=host_order, table_parent=table_parent)
@@ -79,13 +80,6 @@ def _row_type(n: int) -> type[np.signedinteger[Any]]:
     """The integer type of the ``events`` columns that hold an event's id (or -1) or a count of events:
     int32 where ``n`` events fit it, which halves them (the table's columns are BIGINT and INTEGER alike)."""
     return np.int32 if n < 2**31 else np.int64
-
-
-def _narrowed(values: np.ndarray) -> np.ndarray:
-    """``values`` as int32 where every one fits it (the ``device`` column is INTEGER), else as they are."""
-    if not values.size or (int(values.min()) >= -(2**31) and int(values.max()) < 2**31):
-        return values.astype(np.int32)
-    return values
 
 
 def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:
@@ -110,15 +104,21 @@ def module_scopes(events: DecodedEvents) -> np.ndarray:
 def _enclosing_or_launchers(parent: np.ndarray, accept: np.ndarray, host: np.ndarray, links: Links) -> np.ndarray:
     """Host events: the innermost enclosing ``accept`` event; device events: the innermost one holding
     their launch call (so a graph replay inherits the scope of its graph launch, even one that sits in a
-    module inside the launching op), else, linked by external id only, the one holding their op."""
-    holding = nearest_ancestor(parent, accept, include_self=True)
+    module inside the launching op), else, linked by external id only, the one holding their op. Ids of
+    ``parent``'s integer type where it is int32 (:func:`nearest_ancestor`'s ``index``), else int64."""
+    index = _index_of(parent)
+    holding = nearest_ancestor(parent, accept, include_self=True, index=index)
     if not compiled.enabled() or _accel is None:
-        return _enclosing_numpy(holding, parent, host, links)
-    out = np.empty(len(parent), dtype=np.int64)
-    _accel.enclosing(holding, np.ascontiguousarray(parent, dtype=np.int64), np.ascontiguousarray(host, dtype=bool),
-                     np.ascontiguousarray(links.launch, dtype=np.int64), np.ascontiguousarray(links.op, dtype=np.int64),
-                     out)
+        return _enclosing_numpy(holding, parent, host, links).astype(index, copy=False)
+    out = np.empty(len(parent), dtype=index)
+    parent, launch, op = (np.ascontiguousarray(a, dtype=index) for a in (parent, links.launch, links.op))
+    _accel.enclosing(holding, parent, np.ascontiguousarray(host, dtype=bool), launch, op, out, np.dtype(index).itemsize)
     return out
+
+
+def _index_of(ids: np.ndarray) -> type[np.signedinteger[Any]]:
+    """int32 for ids given as int32, else int64: the integer type of the ids worked out from them."""
+    return np.int32 if ids.dtype == np.int32 else np.int64
 
 
 def _enclosing_numpy(holding: np.ndarray, parent: np.ndarray, host: np.ndarray, links: Links) -> np.ndarray:
@@ -131,13 +131,17 @@ def _enclosing_numpy(holding: np.ndarray, parent: np.ndarray, host: np.ndarray, 
 
 def _device_and_stream(events: DecodedEvents, is_device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Device index and stream of device events (from args, else the pid and tid when they are numbers),
-    -1 for the others: worked out for the device events alone (a few % of a trace's events)."""
-    device, stream = (np.full(len(is_device), NONE, dtype=np.int64) for _ in range(2))
+    -1 for the others: worked out for the device events alone (a few % of a trace's events); each as int32
+    where every one fits it (:func:`~profuse.trace.event_columns.narrowed`), made so at once."""
     dev = np.flatnonzero(is_device)
     thread, given_device, given_stream = events.thread[dev], events.device[dev], events.stream[dev]
-    device[dev] = np.where(given_device < 0, events.pid_of_thread[thread], given_device)
-    stream[dev] = np.where(given_stream < 0, events.tid_of_thread[thread], given_stream)
-    return device, stream
+    out = []
+    for given, of_thread in ((given_device, events.pid_of_thread), (given_stream, events.tid_of_thread)):
+        values = narrowed(np.where(given < 0, of_thread[thread], given))
+        column = np.full(len(is_device), NONE, dtype=values.dtype)
+        column[dev] = values
+        out.append(column)
+    return out[0], out[1]
 
 
 def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,11 +151,12 @@ def nesting(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarra
     return parent, depth
 
 
-def nesting_in_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray,
-                     mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def nesting_in_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray, *,
+                     index: type[np.signedinteger[Any]] = np.int64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Parent and depth of each masked event among the masked events on its thread, and the masked events'
     ids in the order they were nested: by thread, start, the longer first, then id (on a thread, events of
-    one start by depth, the outer first).
+    one start by depth, the outer first). Parents and ids are of the integer type ``index`` (int32 where
+    the caller knows the events' ids fit it); depths int32.
 
     Zero-length events count as 1 ns so that an event ending exactly where the next starts is its
     sibling, not its parent. An event ending at most OVERHANG_NS after its parent (µs rounding) stays
@@ -160,15 +165,16 @@ def nesting_in_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray,
     nested threads, and a Python stack for the others.
     """
     n = len(ts)
-    parent = np.full(n, NONE, dtype=np.int64)
+    parent = np.full(n, NONE, dtype=index)
     depth = np.full(n, NONE, dtype=np.int32)
     idx = np.flatnonzero(mask)
     if idx.size == 0:
-        return parent, depth, idx.astype(np.int64)
+        return parent, depth, idx.astype(index)
     th, start = thread[idx].astype(np.int64, copy=False), ts[idx].astype(np.int64, copy=False)
     end = start + np.maximum(dur[idx], 1)
     order = packed_order(th, start, -end)  # by thread, start, the longer first, then position
-    th, start, end, ids = th[order], start[order], end[order], idx[order]
+    th, start, end, ids = th[order], start[order], end[order], idx[order].astype(index, copy=False)
+    del idx, order
     if (nest := _native.nest_sorted(th, start, end, OVERHANG_NS)) is not None:
         p_loc, d_loc = nest
         parent[ids] = np.where(p_loc >= 0, ids[np.clip(p_loc, 0, None)], NONE)
@@ -261,20 +267,22 @@ def _stack_nesting(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.n
     return parent, depth
 
 
-def nearest_ancestor(parent: np.ndarray, accept: np.ndarray, include_self: bool) -> np.ndarray:
-    """For each event, the closest ancestor (or itself) for which ``accept`` holds, else -1.
+def nearest_ancestor(parent: np.ndarray, accept: np.ndarray, include_self: bool, *,
+                     index: type[np.signedinteger[Any]] = np.int64) -> np.ndarray:
+    """For each event, the closest ancestor (or itself) for which ``accept`` holds, else -1, as ``index``
+    (int32 where the caller knows the events' ids fit it: half the bytes).
 
     The compiled extension walks each chain once (trace/_accel.c, ancestors); without it, a
     vectorised walk of every event one level per step (:func:`nearest_ancestor_numpy`).
     """
     if not compiled.enabled() or _accel is None:
-        return nearest_ancestor_numpy(parent, accept, include_self)
-    parent = np.ascontiguousarray(parent, dtype=np.int64)
-    held = np.empty(len(parent), dtype=np.int64)  # the nearest accepted event of each and its ancestors
-    _accel.ancestors(parent, np.ascontiguousarray(accept, dtype=bool), held)
+        return nearest_ancestor_numpy(parent, accept, include_self).astype(index, copy=False)
+    parent = np.ascontiguousarray(parent, dtype=index)
+    held = np.empty(len(parent), dtype=index)  # the nearest accepted event of each and its ancestors
+    _accel.ancestors(parent, np.ascontiguousarray(accept, dtype=bool), held, np.dtype(index).itemsize)
     if include_self:
         return held
-    return np.where(parent >= 0, held[np.maximum(parent, 0)], NONE)
+    return np.where(parent >= 0, held[np.maximum(parent, 0)], NONE).astype(index, copy=False)
 
 
 def nearest_ancestor_numpy(parent: np.ndarray, accept: np.ndarray, include_self: bool) -> np.ndarray:
@@ -327,11 +335,12 @@ class Links:
 def link_device_events(
     *, kind: np.ndarray, graph_launch: np.ndarray, thread: np.ndarray, ts: np.ndarray,
     correlation: np.ndarray, external_id: np.ndarray, op_of_host: np.ndarray,
-    flows: Flows, has_host: bool,
+    flows: Flows, has_host: bool, index: type[np.signedinteger[Any]] = np.int64,
 ) -> Links:
-    """Device event -> launch -> op (docs/correlation.md steps 2 and 3), and why a device event has none."""
+    """Device event -> launch -> op (docs/correlation.md steps 2 and 3), and why a device event has none;
+    the launches and ops as ``index`` (int32 where the caller knows the events' ids fit it)."""
     n = len(kind)
-    launch = np.full(n, NONE, dtype=np.int64)
+    launch = np.full(n, NONE, dtype=index)
     how = np.zeros(n, dtype=np.int8)
     dev = np.flatnonzero(kind_mask(kind, *DEVICE_KINDS))
     runtime = np.flatnonzero(kind == KIND_CODE["runtime"])
@@ -348,7 +357,7 @@ def link_device_events(
         launch_flow = _flow_links(flows, thread, ts, runtime, todo)
         launch[todo] = launch_flow
         how[todo[launch_flow >= 0]] = LINK_CODE["flow"]
-    op = np.where(launch >= 0, op_of_host[np.clip(launch, 0, None)], NONE)
+    op = np.where(launch >= 0, op_of_host[np.clip(launch, 0, None)], NONE).astype(index, copy=False)
     op[launch < 0] = NONE
     # 3. external id straight to an op
     todo = dev[(launch[dev] < 0) & (external_id[dev] >= 0)]
@@ -422,9 +431,10 @@ class Attribution:
 
 def attribute(
     *, kind: np.ndarray, dur: np.ndarray, parent: np.ndarray, device_op: np.ndarray,
-    table_parent: np.ndarray | None = None,
+    table_parent: np.ndarray | None = None, index: type[np.signedinteger[Any]] = np.int64,
 ) -> Attribution:
-    """Self CPU time over the op-table tree, and device time per op (self and inclusive).
+    """Self CPU time over the op-table tree, and device time per op (self and inclusive); times int64,
+    the counts of device events as ``index`` (int32 where the caller knows the events fit it).
 
     ``table_parent``: each event's nearest op-table ancestor, where the caller has it already (else found
     here). The compiled extension sums in one pass and one walk up the tree per device event
@@ -432,14 +442,18 @@ def attribute(
     """
     in_table = kind_mask(kind, *TABLE_KINDS)
     if table_parent is None:
-        table_parent = nearest_ancestor(parent, in_table, include_self=False)
+        table_parent = nearest_ancestor(parent, in_table, include_self=False, index=index)
     timed = kind_mask(kind, *DEVICE_TIME_KINDS) & (device_op >= 0)
     if not compiled.enabled() or _accel is None:
-        return _attribute_numpy(dur, in_table, table_parent, timed, device_op)
-    out = [np.empty(len(kind), dtype=np.int64) for _ in range(5)]
-    _accel.attribute(np.ascontiguousarray(dur, dtype=np.int64), in_table, np.ascontiguousarray(table_parent),
-                     timed, np.ascontiguousarray(device_op, dtype=np.int64), *out)
-    return Attribution(*out)
+        attr = _attribute_numpy(dur, in_table, table_parent, timed, device_op)
+        return Attribution(attr.self_cpu, attr.self_device, attr.device_total, attr.kernels.astype(index, copy=False),
+                           attr.kernels_total.astype(index, copy=False))
+    n = len(kind)
+    times = [np.empty(n, dtype=np.int64) for _ in range(3)]
+    counts = [np.empty(n, dtype=index) for _ in range(2)]
+    _accel.attribute(np.ascontiguousarray(dur, dtype=np.int64), in_table, np.ascontiguousarray(table_parent, dtype=index),
+                     timed, np.ascontiguousarray(device_op, dtype=index), *times, *counts, np.dtype(index).itemsize)
+    return Attribution(*times, *counts)
 
 
 def _attribute_numpy(dur: np.ndarray, in_table: np.ndarray, table_parent: np.ndarray, timed_mask: np.ndarray,

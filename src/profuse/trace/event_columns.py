@@ -19,6 +19,15 @@ from .schema import KIND_CODE, KINDS
 NONE = -1  # "no such event / value" in integer columns
 
 
+def narrowed(values: np.ndarray) -> np.ndarray:
+    """Integer ``values`` as int32 where every one fits it, else as they are: a column of ids or numbers
+    the trace gave (a correlation id, a stream, a device index) usually fits, and the table's BIGINT or
+    INTEGER column takes either (half the bytes while the tables are built)."""
+    if not values.size or (int(values.min()) >= -(2**31) and int(values.max()) < 2**31):
+        return values.astype(np.int32, copy=False)
+    return values
+
+
 @dataclass(frozen=True)
 class Flows:
     """Flow events (``s``/``f``/``t``), in file order."""
@@ -43,14 +52,15 @@ class DecodedEvents:
     thread: np.ndarray            # int32 thread number
     pid_of_thread: np.ndarray     # int64 per thread number: its pid as a number, -1 when it is not one
     tid_of_thread: np.ndarray     # int64 per thread number: its tid as a number, -1 when it is not one
-    device: np.ndarray            # int64 args.device
-    stream: np.ndarray            # int64 args.stream (or stream id)
-    correlation: np.ndarray       # int64 args.correlation
-    external_id: np.ndarray       # int64 args["External id"]
-    seq: np.ndarray               # int64 args["Sequence number"]
-    python_id: np.ndarray         # int64 args["Python id"]
-    python_parent_id: np.ndarray  # int64 args["Python parent id"]
-    nbytes: np.ndarray            # int64 args.bytes (memcpy / memset)
+    # the integer args below: int64, or int32 where every value of the column fits it (:func:`narrowed`)
+    device: np.ndarray            # args.device
+    stream: np.ndarray            # args.stream (or stream id)
+    correlation: np.ndarray       # args.correlation
+    external_id: np.ndarray       # args["External id"]
+    seq: np.ndarray               # args["Sequence number"]
+    python_id: np.ndarray         # args["Python id"]
+    python_parent_id: np.ndarray  # args["Python parent id"]
+    nbytes: np.ndarray            # args.bytes (memcpy / memset)
     flops: np.ndarray             # float64 args.flops, NaN when absent
     flows: Flows
 
