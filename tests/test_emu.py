@@ -237,10 +237,17 @@ def test_tiny_model_runs_on_emu_and_counts_the_forced_fallback(tiny_run: dict[st
 def test_the_diagnosis_names_the_op_that_fell_back(tiny_run: dict[str, Any], tmp_path: Path) -> None:
     rep = json.loads(_run(["-m", "profuse", "report", tiny_run["bundle"], "--format", "json"], tmp_path))
     assert rep["trace"]["device_kind"] == "emu"
-    levers = rep["diagnosis"]["levers"]
-    small = rep["diagnosis"]["small_items"]["kinds"]
-    named = [lv["target"] for lv in levers if lv["kind"] == "cpu_fallback"]
-    assert named == ["aten::silu"], ([(lv["kind"], lv["target"]) for lv in levers], small)
+    # Where the lever ranks depends on the run's own timings: on a busy machine the fallback's bound can
+    # fall under 1% of the span, into the small items, whose JSON keeps only their kinds. So the op is
+    # looked for among every lever the diagnosis made, the small items' too.
+    from profuse.analysis.diagnosis import diagnose
+
+    with profuse.load(tiny_run["bundle"], cache=False) as t:
+        d = diagnose(t)
+    named = [lv.target for lv in (*d.levers, *d.small_items) if lv.kind == "cpu_fallback"]
+    assert named == ["aten::silu"], [(lv.kind, lv.target) for lv in (*d.levers, *d.small_items)]
+    shown = [lv["target"] for lv in rep["diagnosis"]["levers"] if lv["kind"] == "cpu_fallback"]
+    assert shown in (["aten::silu"], []) and (shown or "cpu_fallback" in rep["diagnosis"]["small_items"]["kinds"])
 
 
 def test_profuse_run_on_emu(tmp_path: Path) -> None:
