@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import trace_path
+from test_accel import _random_forest
 
 import profuse
 from profuse.trace import build, compiled, correlate
@@ -78,16 +79,6 @@ def test_an_arg_past_int32_keeps_its_column_int64_and_whole(tmp_path):
                     ("Memcpy HtoD", None, 7, big_bytes, None, None, None, None)]
 
 
-def _forest(rng: np.random.Generator, n: int) -> np.ndarray:
-    """A random forest: each event's parent an earlier one in a random order, or none."""
-    order = rng.permutation(n)
-    parent = np.full(n, -1, dtype=np.int64)
-    for k in range(1, n):
-        if rng.random() < 0.85:
-            parent[order[k]] = order[rng.integers(max(0, k - 8), k)]
-    return parent
-
-
 @pytest.fixture
 def accel():
     if compiled.accel is None or not compiled.enabled():
@@ -100,7 +91,7 @@ def test_compiled_passes_answer_alike_in_int32_and_int64(accel):
     for _ in range(120):
         # GIVEN random forests, scopes, host flags, device events' launches and ops, durations
         n = int(rng.integers(0, 150))
-        parent = _forest(rng, n)
+        parent = _random_forest(rng, n)
         accept, host, in_table = (rng.random(n) < p for p in (0.3, 0.6, 0.6))
         launch, op = (np.where(rng.random(n) < 0.5, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
                       for _ in range(2))

@@ -53,10 +53,10 @@ def _rows(con, table: str) -> list[tuple]:
 
 def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
     """The build as a trace of 2^31 events or more goes: every id and count column int64."""
-    monkeypatch.setattr(correlate, "_row_type", lambda n: np.int64)
+    monkeypatch.setattr(correlate, "row_type", lambda *counts: np.int64)
     monkeypatch.setattr(correlate, "narrowed", lambda values: values)
     monkeypatch.setattr(_prepare, "narrowed", lambda values: values)
-    monkeypatch.setattr(memory, "_row_type", lambda *counts: np.int64)
+    monkeypatch.setattr(memory, "row_type", lambda *counts: np.int64)
 
 
 @pytest.mark.parametrize("in_file", [False, True], ids=["memory", "file"])

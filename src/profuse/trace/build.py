@@ -41,10 +41,8 @@ from .cache import (
     CacheWriter,
     building_path,
     discard,
-    evict,
     fingerprint_of_bytes,
     fingerprint_of_hash,
-    max_cache_bytes,
     slot_key,
     sql_string,
 )
@@ -409,8 +407,7 @@ def _built_in_file(src: Path, con: duckdb.DuckDBPyConnection, slot: CacheSlot, w
     when the trace closes."""
     where: Path | None = None
     with contextlib.suppress(OSError):
-        where = slot.commit(work)
-        evict(slot.folder, keep=where, max_bytes=max_cache_bytes())
+        where = slot.install(work)
     try:
         con.execute(f"ATTACH {sql_string(where or work)} AS trace (READ_ONLY); USE trace")
     except BaseException:

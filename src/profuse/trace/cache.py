@@ -366,6 +366,13 @@ class CacheSlot:
         for suffix in ("", ".wal"):
             work.with_name(work.name + suffix).unlink(missing_ok=True)
 
+    def install(self, work: Path) -> Path:
+        """:meth:`commit` ``work``, then :func:`evict` past the folder's cap, keeping it: how a finished cache
+        file enters the folder (written behind by :class:`CacheWriter`, or built in place by the load)."""
+        final = self.commit(work)
+        evict(self.folder, keep=final, max_bytes=max_cache_bytes())
+        return final
+
     def commit(self, work: Path) -> Path:
         """Name the finished file by its own hash and move it into place in one rename."""
         final = self.folder / f"{self.key}.{file_digest(work)[:16]}{SUFFIX}"
@@ -480,8 +487,7 @@ class CacheWriter:
                 self._cursor.execute("RESET threads")
             self._cursor.execute("COMMIT")
             self._cursor.execute("DETACH profuse_cache")
-            final = self.slot.commit(work)
-            evict(self.slot.folder, keep=final, max_bytes=max_cache_bytes())
+            self.slot.install(work)
         except (duckdb.Error, OSError, ValueError) as err:
             self.error = str(err).splitlines()[0] if str(err) else type(err).__name__
             self.slot.abort(work)

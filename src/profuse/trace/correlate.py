@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _native, compiled
 from ._columns import distinct, packed_order
-from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask, narrowed
+from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask, narrowed, row_type
 from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, KIND_CODE, TABLE_KINDS
 from .vocabulary import is_graph_launch
 
@@ -43,7 +43,7 @@ def correlate(events: DecodedEvents) -> EventColumns:
 def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
     """:func:`correlate`, and what it worked out on the way that the memory tables use again."""
     kind, n = events.kind, len(events)
-    row = _row_type(n)  # ids of events and counts of them: int32 where the trace's events fit it, from the start
+    row = row_type(n)  # ids of events and counts of them: int32 where the trace's events fit it, from the start
     is_device = kind_mask(kind, *DEVICE_KINDS)
     host = ~is_device & ~device_threads(kind, events.thread, len(events.pid_of_thread))[events.thread]
     parent, depth, host_order = nesting_in_order(events.thread, events.ts, events.dur, host, index=row)
@@ -74,12 +74,6 @@ def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
         python_id=events.python_id, python_parent_id=events.python_parent_id, bytes=events.nbytes,
         flops=events.flops)
     return columns, Reusable(host_order=host_order, table_parent=table_parent)
-
-
-def _row_type(n: int) -> type[np.signedinteger[Any]]:
-    """The integer type of the ``events`` columns that hold an event's id (or -1) or a count of events:
-    int32 where ``n`` events fit it, which halves them (the table's columns are BIGINT and INTEGER alike)."""
-    return np.int32 if n < 2**31 else np.int64
 
 
 def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:

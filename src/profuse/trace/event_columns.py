@@ -19,6 +19,13 @@ from .schema import KIND_CODE, KINDS
 NONE = -1  # "no such event / value" in integer columns
 
 
+def row_type(*counts: int) -> type[np.signedinteger[Any]]:
+    """The integer type of row numbers and ids of rows (and -1) where tables of ``counts`` rows are built:
+    int32 where every count fits it (half the bytes; the tables' columns are BIGINT or INTEGER alike), else
+    int64."""
+    return np.int32 if max(counts, default=0) < 2**31 else np.int64
+
+
 def narrowed(values: np.ndarray) -> np.ndarray:
     """Integer ``values`` as int32 where every one fits it, else as they are: a column of ids or numbers
     the trace gave (a correlation id, a stream, a device index) usually fits, and the table's BIGINT or

@@ -28,7 +28,7 @@ from ._columns import _PRECISE_ABOVE_US, THREAD_SHIFT, Columns, _ns, factorize, 
 from ._native import MEMORY_FIGURES
 from ._write import ArrowTable, encode_dictionary
 from .correlate import Reusable, nearest_ancestor
-from .event_columns import NONE, EventColumns, kind_mask
+from .event_columns import NONE, EventColumns, kind_mask, row_type
 from .numbers import int64
 from .schema import HOST_KINDS, TABLE_KINDS
 from .step_names import is_step_name
@@ -381,7 +381,7 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
     ts = mem.ts + base_ns
     order = np.lexsort((np.arange(len(ts)), ts))  # time order, file order among equal times
     ts = ts[order]
-    ids = _row_type(len(events), len(ts))
+    ids = row_type(len(events), len(ts))
     number = {k: i for i, k in enumerate(thread_keys)}
     per_code = np.array([number.get(k, NONE) for k in mem.threads] or [NONE], dtype=ids)
     thread = per_code[mem.thread[order]]
@@ -410,11 +410,6 @@ def write_memory_tables(con: duckdb.DuckDBPyConnection, mem: MemoryEvents, *, ba
         con.unregister("_mem")
     columns.clear()  # only ts, the bytes and their types are asked again
     _write_op_memory(con, events, ts, nbytes, dtype, table_parent)
-
-
-def _row_type(*counts: int) -> type[np.signedinteger[Any]]:
-    """int32 for row numbers (and -1) where every count fits it, else int64."""
-    return np.int32 if max(counts, default=0) < 2**31 else np.int64
 
 
 def _held_op_and_module(events: EventColumns, ts: np.ndarray, thread: np.ndarray, host_order: np.ndarray | None,
