@@ -162,20 +162,23 @@ def _covered(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarr
     overlap an earlier one of their group (a ``record_function`` that outlives the frame it started in)
     are rare, so only their groups are merged, by one sweep over them all (:func:`union_per_group`).
     Times are offsets into the group's span (a union's length does not depend on where it lies), worked
-    out in place: the arrays here are as long as the trace has host events."""
+    out in ``start`` and ``end`` themselves (the caller's: overwritten), each temporary freed before the
+    next is made: the arrays here are as long as the trace has host events."""
     from .advice.interruptions import union_per_group
 
+    at = lo[group]
+    start -= at
+    end -= at
+    del at
+    np.maximum(start, 0, out=start)
+    np.maximum(end, 0, out=end)
     span = (hi - lo)[group]
-    s = lo[group]
-    np.subtract(start, s, out=s)
-    e = end - start
-    e += s
-    np.clip(s, 0, span, out=s)
-    np.clip(e, 0, span, out=e)
+    np.minimum(start, span, out=start)
+    np.minimum(end, span, out=end)
     del span
-    length = e - s
+    length = end - start
     out = np.bincount(group, weights=length, minlength=n)
-    g, s, e = _overlapping(group, s, e, length, n)
+    g, s, e = _overlapping(group, start, end, length, n)
     if g.size:
         out[np.unique(g)] = union_per_group(g, s, e)[0]
     return out
@@ -203,6 +206,7 @@ def _overlapping(group: np.ndarray, start: np.ndarray, end: np.ndarray, length: 
     ks = key[order]
     del key
     ke = length[order]
+    del order
     ke += ks
     bad = np.unique(ks[1:][ks[1:] < ke[:-1]] // width)
     # each bad group's members are one run of the sorted keys
@@ -307,16 +311,14 @@ def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
     f = _frames(trace)
     py_parent, held = _python_parents(f)
     path, path_parent, path_level = _paths(py_parent, f.depth, f.code, max(len(f.names), 1))
+    # events right in a frame (frames, then the others): what its Python time leaves out; worked out first,
+    # each input let go as soon as it is read (the arrays here are as long as the trace has host events)
+    in_host = _in_host(f, held)
     dur = (f.end - f.ts).astype(np.float64)
     has = py_parent >= 0
     # what a frame's self time leaves out: its child frames' whole durations (pyinstrument's self, so each
     # node's total is its self plus its children's totals, even where a child ends a µs after it: rounding)
     in_frames = np.bincount(py_parent[has], weights=dur[has], minlength=len(f.id))
-    # events right in a frame (frames, then the others): what its Python time leaves out
-    o = f.others
-    in_f, in_o = np.flatnonzero(held[0] >= 0), np.flatnonzero(held[1] >= 0)
-    in_host = _covered(np.concatenate([held[0][in_f], held[1][in_o]]), np.concatenate([f.ts[in_f], o["ts"][in_o]]),
-                       np.concatenate([f.end[in_f], o["stop"][in_o]]), f.ts, f.end, len(f.id))
     k = len(path_parent)
     first = np.full(k, -1, dtype=np.int64)
     first[path[::-1]] = np.arange(len(f.id))[::-1]  # a frame of each path: its name
@@ -327,7 +329,25 @@ def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
     return paths, f.names, len(f.id), int(np.count_nonzero(np.bincount(f.thread + 1))) if len(f.id) else 0
 
 
-def _python_parents(f: _Frames) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+def _in_host(f: _Frames, held: list[np.ndarray]) -> np.ndarray:
+    """Per frame: the length of the union of the events right in it (frames, then the other events:
+    :func:`_covered`), each clipped to the frame. ``held`` (the frame each frame and each other event sits
+    right in) is emptied and the other events let go (``f.others`` emptied) once read: the caller's last
+    use of both."""
+    o = f.others
+    in_frame, in_other = held
+    held.clear()
+    in_f, in_o = np.flatnonzero(in_frame >= 0), np.flatnonzero(in_other >= 0)
+    group = np.concatenate([in_frame[in_f], in_other[in_o]])
+    del in_frame, in_other
+    start = np.concatenate([f.ts[in_f], o["ts"][in_o]])
+    end = np.concatenate([f.end[in_f], o["stop"][in_o]])
+    o.clear()
+    del in_f, in_o
+    return _covered(group, start, end, f.ts, f.end, len(f.id))
+
+
+def _python_parents(f: _Frames) -> tuple[np.ndarray, list[np.ndarray]]:
     """Each frame's Python parent (the nearest frame above it in the host nesting) as a position among the
     frames (-1: none), and the position of the frame each frame and each other event sits right in (-1:
     its parent is no frame)."""
@@ -343,7 +363,7 @@ def _python_parents(f: _Frames) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarra
     pos[f.id] = np.arange(len(f.id))
     near = nearest_ancestor(parent[:-1], pos[:-1] >= 0, include_self=True)   # the nearest frame at or above each
     py_parent = pos[np.append(near, -1)[f.parent]]
-    return py_parent, (pos[f.parent], pos[o["parent"]])
+    return py_parent, [pos[f.parent], pos[o["parent"]]]
 
 
 def _subtree_sums(p: _Paths) -> tuple[np.ndarray, np.ndarray]:
