@@ -402,11 +402,16 @@ def test_cpu_other_is_the_previous_rule_on_hand_built_intervals(in_order: bool, 
         ns = rng.integers(0, 50, t.size).astype(np.int64)
         label = np.where(rng.random(t.size) < 0.8, CPU_OTHER, QUEUED).astype(np.int8)
         v = int(ns[label == CPU_OTHER].sum()) + int(rng.integers(0, 2))
-        # WHEN the idle CPU time's holders are found by the sweeps and by the previous rule
+        # WHEN the idle CPU time's holders are found by the sweeps (the pieces at once, or a few at a time:
+        # CPU_OTHER_CHUNK, as on a big trace) and by the previous rule
         got = levers._cpu_other(_context(w, v), t, ns, label)
         want = old_cpu_other(v, old_work(w), t, ns, label)
+        with monkeypatch.context() as m:
+            m.setattr(levers, "CPU_OTHER_CHUNK", int(rng.integers(1, 40)))
+            chunked = levers._cpu_other(_context(w, v), t, ns, label)
         # THEN every count, and the order each count names its holders in, is the same
         _same_cpu_other(got, want)
+        _same_cpu_other(chunked, want)
         assert got.total_ns == v, trial
         seen.update(f for f in ("names", "runtime", "rest_names", "model_ops") if getattr(got, f))
         seen.update(["model_ns"] if 0 < got.model_ns < got.total_ns else [])
@@ -584,7 +589,12 @@ def test_sweeps_are_the_previous_rules_on_every_trace(path: Path, twins: bool, m
             assert got.tolist() == (np.concatenate([p[k] for p in old_parts]).tolist() if old_parts else []), k
         # and the idle CPU time's holders are the previous rule's
         v = ctx.leaf("idle/cpu_other")
-        _same_cpu_other(levers._cpu_other(ctx, start, ns, label), old_cpu_other(v, old_work(w), start, ns, label))
+        want_cpu = old_cpu_other(v, old_work(w), start, ns, label)
+        _same_cpu_other(levers._cpu_other(ctx, start, ns, label), want_cpu)
+        # (also a chunk of pieces at a time, as on a big trace: CPU_OTHER_CHUNK)
+        for chunk in (997, 65_536):
+            monkeypatch.setattr(levers, "CPU_OTHER_CHUNK", chunk)
+            _same_cpu_other(levers._cpu_other(ctx, start, ns, label), want_cpu)
 
 
 def _steady_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -798,35 +798,50 @@ class CpuOther:
     model_ops: Counter[str]  # ns per top-level op of the model's share
 
 
+# idle CPU pieces whose holders are found at once: each answer is an array per piece (about 60 bytes a
+# piece in all), so a big trace's millions of pieces go a chunk at a time, summed (1 GB trace, 4.5 M pieces:
+# the diagnosis's peak of traced memory 680 -> 480 MB)
+CPU_OTHER_CHUNK = 1 << 20
+
+
 def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> CpuOther:
     w = ctx.work
     assert w is not None
     v = ctx.leaf("idle/cpu_other")
     if not v:
         return CpuOther(0, 0, Counter(), Counter(), Counter(), 0, Counter(), Counter(), Counter())
-    m = label == CPU_OTHER
-    t, v_ns = start[m], ns[m]
-    h = _Held.of(w, t)  # each time's holders, found once for the counts below
-    names, ops = _held_names(w, h, v_ns)
-    runtime, in_runtime = _runtime_holders(w, h, v_ns)
     # inside the model: under any op or frame of its forward (at any depth: a built-in a forward calls
     # counts), and neither inside a runtime call (initialisation there is a warm-up's, not a graph's) nor
     # inside an op longer than launch overhead's 1 ms bound (a host stall: an allocation, CPU compute)
     gap = LAUNCH_GAP_MAX_US * 1000
     long_ = w.host_end - w.host_ts
     top = w.host_top & (long_ > gap)
-    top[top] = _launch_calls_in(w, top) * gap < long_[top]
     # in an op over 1 ms whose launches are more than 1 ms apart on average: its own work (initialisation,
     # autotuning, CPU compute), not dispatch; an op that launched more often, a compiled region's wrapper
     # or an autograd node running a compiled backward, is dispatch however long
-    inside = (h.covering(top) < 0) & ~in_runtime
-    inside &= h.covering(_model_intervals(w)) >= 0
-    rest_names, rest_ops = _held_names(w, h, v_ns, ~inside)
-    model_ops = _ns_by_code(w.host_names, h.op_code, v_ns, inside)
+    top[top] = _launch_calls_in(w, top) * gap < long_[top]
+    model, cuda = _model_intervals(w), _cuda_calls(w)
+    # sums over the chunks, each Counter filled in the order the pieces first name each key (as one pass would)
+    ops, free, runtime, rest_ops, rest_free, model_ops = (Counter[str]() for _ in range(6))
+    pieces_ns = model_in_ns = 0
+    for lo in range(0, label.size, CPU_OTHER_CHUNK):
+        m = label[lo:lo + CPU_OTHER_CHUNK] == CPU_OTHER
+        if not m.any():
+            continue
+        t, v_ns = start[lo:lo + CPU_OTHER_CHUNK][m], ns[lo:lo + CPU_OTHER_CHUNK][m]
+        h = _Held.of(w, t)  # each time's holders, found once for the counts below
+        _held_ns(w, h, v_ns, ops, free)
+        in_runtime = _runtime_holders(w, h, v_ns, cuda, runtime)
+        inside = (h.covering(top) < 0) & ~in_runtime
+        inside &= h.covering(model) >= 0
+        _held_ns(w, h, v_ns, rest_ops, rest_free, ~inside)
+        model_ops.update(_ns_by_code(w.host_names, h.op_code, v_ns, inside))
+        pieces_ns += int(v_ns.sum())
+        model_in_ns += int(v_ns[inside].sum())
+        del h, t, v_ns, inside, in_runtime   # before the next chunk's are made
     # the model's share of the leaf, in the leaf's own ns (the pieces may be a sample of it)
-    pieces_ns = int(v_ns.sum())
-    model_ns = round(v * int(v_ns[inside].sum()) / max(pieces_ns, 1))
-    return CpuOther(v, pieces_ns, names, ops, runtime, model_ns, rest_names, rest_ops, model_ops)
+    model_ns = round(v * model_in_ns / max(pieces_ns, 1))
+    return CpuOther(v, pieces_ns, ops + free, ops, runtime, model_ns, rest_ops + rest_free, rest_ops, model_ops)
 
 
 def _launch_calls_in(w: DeviceWork, keep: np.ndarray) -> np.ndarray:
@@ -881,13 +896,13 @@ class _Held:
         return _covering_after(self.w.host_end, keep, self.after, self.t, out=self.scratch)
 
 
-def _held_names(w: DeviceWork, h: _Held, v_ns: np.ndarray,
-                sel: np.ndarray | None = None) -> tuple[Counter[str], Counter[str]]:
-    """ns per name of what held each idle time (the top-level op, else the innermost frame or call), and
-    ns per top-level op, from :class:`_Held`'s answers for those times (those ``sel`` selects)."""
-    ops = _ns_by_code(w.host_names, h.op_code, v_ns, sel)
-    names = ops + _ns_by_code(w.host_names, h.free_code, v_ns, sel)
-    return names, ops
+def _held_ns(w: DeviceWork, h: _Held, v_ns: np.ndarray, ops: Counter[str], free: Counter[str],
+             sel: np.ndarray | None = None) -> None:
+    """Add to ``ops`` the ns per top-level op holding each idle time, and to ``free`` the ns per innermost
+    frame or call holding a time no top-level op holds, from :class:`_Held`'s answers for those times
+    (those ``sel`` selects); what held each time by name is ``ops + free``."""
+    ops.update(_ns_by_code(w.host_names, h.op_code, v_ns, sel))
+    free.update(_ns_by_code(w.host_names, h.free_code, v_ns, sel))
 
 
 def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
@@ -963,16 +978,26 @@ def display_name(name: str) -> str:
     return _ADDRESS.sub(">", name)
 
 
-def _runtime_holders(w: DeviceWork, h: _Held, ns: np.ndarray) -> tuple[Counter[str], np.ndarray]:
-    """ns per runtime call name (neither launch nor sync: those are other causes) holding each idle time,
-    and which times a runtime call holds."""
+def _cuda_calls(w: DeviceWork) -> np.ndarray | None:
+    """The host intervals that are CUDA/HIP runtime or driver calls (not an accelerator's executor scopes,
+    as on MTIA): a mask, or None where there are none."""
     rt = w.host_runtime
-    if rt.size == 0 or not rt.any() or h.t.size == 0:
-        return Counter(), np.zeros(h.t.size, dtype=bool)
-    # CUDA/HIP runtime and driver calls (not an accelerator's executor scopes, as on MTIA)
-    cuda = rt & _per_name(w, lambda n: n.startswith(("cuda", "hip", "cu")))
+    if rt.size == 0 or not rt.any():
+        return None
+    out: np.ndarray = rt & _per_name(w, lambda n: n.startswith(("cuda", "hip", "cu")))
+    return out
+
+
+def _runtime_holders(w: DeviceWork, h: _Held, ns: np.ndarray, cuda: np.ndarray | None,
+                     into: Counter[str]) -> np.ndarray:
+    """Add to ``into`` the ns per runtime call name (neither launch nor sync: those are other causes;
+    ``cuda``: :func:`_cuda_calls`) holding each idle time, and return which times a runtime call holds."""
+    if cuda is None or h.t.size == 0:
+        return np.zeros(h.t.size, dtype=bool)
     held = h.covering(cuda)
-    return _ns_by_code(w.host_names, h.code[held], ns), held >= 0
+    into.update(_ns_by_code(w.host_names, h.code[held], ns))
+    out: np.ndarray = held >= 0
+    return out
 
 
 def _model_intervals(w: DeviceWork) -> np.ndarray:
