@@ -156,16 +156,18 @@ def frame_codes(con: Any, names: list[str], ids: np.ndarray) -> np.ndarray:
 
 
 def _covered(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-             n: int) -> np.ndarray:
+             n: int, *, overwrite: bool = False) -> np.ndarray:
     """Per group (0..n-1): the length of the union of its members' intervals, each clipped to the
     group's [lo, hi). Where no two members of a group overlap, the sum of their lengths; members that
     overlap an earlier one of their group (a ``record_function`` that outlives the frame it started in)
     are rare, so only their groups are merged, by one sweep over them all (:func:`union_per_group`).
     Times are offsets into the group's span (a union's length does not depend on where it lies), worked
-    out in ``start`` and ``end`` themselves (the caller's: overwritten), each temporary freed before the
-    next is made: the arrays here are as long as the trace has host events."""
+    out in copies of ``start`` and ``end``, or with ``overwrite`` in the caller's arrays themselves, each
+    temporary freed before the next is made: the arrays here are as long as the trace has host events."""
     from .advice.interruptions import union_per_group
 
+    if not overwrite:
+        start, end = start.copy(), end.copy()
     at = lo[group]
     start -= at
     end -= at
@@ -344,7 +346,7 @@ def _in_host(f: _Frames, held: list[np.ndarray]) -> np.ndarray:
     end = np.concatenate([f.end[in_f], o["stop"][in_o]])
     o.clear()
     del in_f, in_o
-    return _covered(group, start, end, f.ts, f.end, len(f.id))
+    return _covered(group, start, end, f.ts, f.end, len(f.id), overwrite=True)
 
 
 def _python_parents(f: _Frames) -> tuple[np.ndarray, list[np.ndarray]]:

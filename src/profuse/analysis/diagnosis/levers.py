@@ -799,8 +799,7 @@ class CpuOther:
 
 
 # idle CPU pieces whose holders are found at once: each answer is an array per piece (about 60 bytes a
-# piece in all), so a big trace's millions of pieces go a chunk at a time, summed (1 GB trace, 4.5 M pieces:
-# the diagnosis's peak of traced memory 680 -> 480 MB)
+# piece in all), so a big trace's millions of pieces (4.5 M on a 1 GB trace) go a chunk at a time, summed
 CPU_OTHER_CHUNK = 1 << 20
 
 
