@@ -163,6 +163,22 @@ def test_join_appends_and_renumbers_in_place():
     assert _values(tail["ts"], np.int64) == tail_ts
 
 
+def test_join_on_two_threads_appends_every_column_in_place():
+    # GIVEN the two halves of a split scan, and remaps that renumber the tail's codes
+    from profuse.trace._native import _scan
+
+    head, tail = _raw_halves()
+    keys = {"ts": np.int64, "dur": np.int64, "name": np.int32, "cat": np.int32, "pid": np.int32, "tid": np.int32}
+    remaps = {k: np.arange(len(tail[k + "s"]), dtype=np.int32)[::-1].copy() for k in ("name", "cat", "pid", "tid")}
+    expected = {k: _values(head[k], t) + ([int(remaps[k][c]) for c in _values(tail[k], t)] if k in remaps
+                                          else _values(tail[k], t)) for k, t in keys.items()}
+    # WHEN they are joined with a second thread copying the second half of every column (split_from 0)
+    assert _scan.join([(head[k], tail[k], remaps.get(k)) for k in keys], 0) is None
+    # THEN each of the head's columns holds its values, then the tail's (codes renumbered), each once
+    assert {k: _values(head[k], t) for k, t in keys.items()} == expected
+    assert len(head["ts"]) == 8 * (head["n"] + tail["n"])
+
+
 def test_join_checks_every_pair_before_joining_any():
     # GIVEN halves of a split scan, and pairs of which one cannot be joined
     from profuse.trace._native import _scan

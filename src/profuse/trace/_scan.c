@@ -1621,14 +1621,66 @@ static PyObject *nest(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(join_doc,
-"join(pairs)\n\n"
+"join(pairs[, split_from])\n\n"
 "For each (a, b, remap) of the list pairs, Column a grows to hold its own values and then b's (b is left as\n"
 "it is): the two halves of a split scan made one column without a third array, a's pages kept where they\n"
 "are (a mapping grows by mremap). With remap (an int32 buffer; else None) a and b hold int32 codes and each\n"
 "of b's codes c is appended as remap[c]. Every pair is checked before any is joined: ValueError where an a\n"
-"is exported (a view of it alive) or appears twice, or a code falls outside its remap.");
+"is exported (a view of it alive) or appears twice, or a code falls outside its remap. From split_from bytes\n"
+"of b's in all (64 MiB), a second thread copies the second half of every column: the copies write fresh\n"
+"pages, whose faults are most of their cost.");
 
-typedef struct { Column *a, *b; Py_buffer r; int remap; } Pair;
+typedef struct { Column *a, *b; Py_buffer r; int remap; size_t old; } Pair;
+
+#define JOIN_SPLIT_MIN ((size_t)64 << 20)
+
+/* the items [lo, hi) of the pair's b appended at their place in its a (grown already) */
+static void join_copy(Pair *p, size_t lo, size_t hi) {
+    char *dst = (char *)p->a->data + p->old;
+    if (p->remap) {
+        const int32_t *codes = (const int32_t *)p->b->data, *table = (const int32_t *)p->r.buf;
+        int32_t *out = (int32_t *)dst;
+        for (size_t i = lo; i < hi; i++) out[i] = table[codes[i]];
+    } else {
+        memcpy(dst + lo, (const char *)p->b->data + lo, hi - lo);
+    }
+}
+
+typedef struct { Pair *pairs; Py_ssize_t n; int half; } JoinPart;
+
+/* every pair's first (half 0) or second (half 1) half of its items */
+static void *join_part(void *arg) {
+    JoinPart *w = (JoinPart *)arg;
+    for (Py_ssize_t k = 0; k < w->n; k++) {
+        Pair *p = &w->pairs[k];
+        size_t items = (size_t)p->b->len / (p->remap ? 4 : 1), mid = items / 2;
+        join_copy(p, w->half ? mid : 0, w->half ? items : mid);
+    }
+    return NULL;
+}
+
+#if defined(__linux__) || defined(__APPLE__)
+#include <pthread.h>
+#define JOIN_THREADS 1
+#endif
+
+/* the copies of every pair, on two threads where there is much to copy and a thread starts */
+static void join_copies(Pair *pairs, Py_ssize_t n, size_t total, size_t split_from) {
+    JoinPart first = {pairs, n, 0}, second = {pairs, n, 1};
+#ifdef JOIN_THREADS
+    pthread_t other;
+    if (total >= split_from && pthread_create(&other, NULL, join_part, &second) == 0) {
+        join_part(&first);
+        pthread_join(other, NULL);
+        return;
+    }
+#else
+    (void)total;
+    (void)split_from;
+#endif
+    join_part(&first);
+    join_part(&second);
+}
 
 static int join_check(PyObject *item, Pair *p) {
     PyObject *ao, *bo, *ro;
@@ -1661,8 +1713,10 @@ static int join_check(PyObject *item, Pair *p) {
 
 static PyObject *join(PyObject *self, PyObject *args) {
     PyObject *list;
+    Py_ssize_t split_from = (Py_ssize_t)JOIN_SPLIT_MIN;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!:join", &PyList_Type, &list)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!|n:join", &PyList_Type, &list, &split_from)) return NULL;
+    if (split_from < 0) split_from = 0;
     Py_ssize_t n = PyList_GET_SIZE(list), got = 0;
     Pair *pairs = (Pair *)calloc((size_t)(n ? n : 1), sizeof(Pair));
     if (!pairs) return PyErr_NoMemory();
@@ -1679,9 +1733,12 @@ static PyObject *join(PyObject *self, PyObject *args) {
                 goto done;
             }
     }
+    /* every a grown first (a failure leaves each a's values as they were), then the copies */
+    size_t total = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         Pair *p = &pairs[k];
         size_t old = (size_t)p->a->len, add = (size_t)p->b->len;
+        p->old = old;
         if (!add) continue;
         Vec v = {p->a->data, old, old, 1, p->a->mapped};  /* a's bytes as a Vec, grown as the scan grows its own */
         if (vec_grow(&v, old + add)) {
@@ -1690,18 +1747,13 @@ static PyObject *join(PyObject *self, PyObject *args) {
         }
         p->a->data = v.data;
         p->a->mapped = v.mapped;
-        char *dst = (char *)p->a->data + old;
-        Py_BEGIN_ALLOW_THREADS
-        if (p->remap) {
-            const int32_t *codes = (const int32_t *)p->b->data, *table = (const int32_t *)p->r.buf;
-            int32_t *out = (int32_t *)dst;
-            for (size_t i = 0; i < add / 4; i++) out[i] = table[codes[i]];
-        } else {
-            memcpy(dst, p->b->data, add);
-        }
-        Py_END_ALLOW_THREADS
-        p->a->len = (Py_ssize_t)(old + add);
+        total += add;
     }
+    Py_BEGIN_ALLOW_THREADS
+    join_copies(pairs, n, total, (size_t)split_from);
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < n; k++)
+        pairs[k].a->len = (Py_ssize_t)(pairs[k].old + (size_t)pairs[k].b->len);
     Py_INCREF(Py_None);
     result = Py_None;
 done:
