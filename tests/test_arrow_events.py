@@ -84,10 +84,10 @@ def _tables(path: str, monkeypatch: pytest.MonkeyPatch, *, arrow: bool) -> tuple
 
 
 @pytest.mark.parametrize("name, streamed", [
-    ("v100_rank1_of2_216k_events", {"events", "flows", "instants", "memory", "op_memory", "shapes"}),
-    ("mi300_normalization_layers", {"events", "flows", "instants", "memory", "op_memory", "shapes"}),
-    ("mtia_inference", {"events", "flows", "instants", "shapes"}),
-    ("mi300_sglang_decode_cudagraph", {"events", "flows", "shapes"}),
+    ("v100_rank1_of2_216k_events", {"events", "flows", "instants", "memory", "op_memory", "scopes", "shapes"}),
+    ("mi300_normalization_layers", {"events", "flows", "instants", "memory", "op_memory", "scopes", "shapes"}),
+    ("mtia_inference", {"events", "flows", "instants", "scopes", "shapes"}),
+    ("mi300_sglang_decode_cudagraph", {"events", "flows", "scopes", "shapes"}),
 ])
 def test_side_tables_as_streams_hold_the_rows_the_numpy_frames_hold(name: str, streamed: set[str],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -18,7 +19,7 @@ import duckdb
 import numpy as np
 
 from . import compiled
-from ._columns import FLOW_PHASES, Columns, distinct
+from ._columns import FLOW_PHASES, Columns
 from ._prepare import Prepared
 from .correlate import device_threads, module_scopes
 from .event_columns import WRITE_RULES, EventColumns, EventStrings, insert_sql
@@ -333,15 +334,23 @@ def _write_scopes(con: duckdb.DuckDBPyConnection, prepared: Prepared, events: Ev
     scope_ids = np.flatnonzero(is_module | (events.kind == KIND_CODE["annotation"]))
     if not scope_ids.size:
         return
-    names, name = prepared.events.names, events.name[scope_ids]
-    module = is_module[scope_ids]
-    # a module scope's class, once per distinct name (thousands of scopes share a few dozen names)
-    used = distinct(name[module])
-    classes = np.array(names, dtype=object)
-    classes[used] = [module_class(s) for s in names[used].tolist()]
+    name, module = events.name[scope_ids], is_module[scope_ids]
+    # the names the scopes use, once each (thousands of scopes share a few dozen), and each one's module
+    # class after them: a module scope's name is its label's class
+    local, labels = used_values(name, prepared.events.names)
+    named = labels + [module_class(s) if isinstance(s, str) else s for s in labels]
+    table = (ArrowTable(len(scope_ids)).number("id", scope_ids.astype(np.int64))
+             .text("kind", module.astype(np.int64) ^ 1, encode_dictionary(["module", "annotation"]))
+             .text("name", np.where(module, local + len(labels), local), encode_dictionary(named))
+             .text("label", local, encode_dictionary(labels))
+             .number("parent", events.scope[scope_ids], null=-1).number("ts", events.ts[scope_ids])
+             .number("dur", events.dur[scope_ids]).number("thread", events.thread[scope_ids].astype(np.int32)))
+    if table.insert(con, "scopes"):
+        return
+    classes = np.array(named, dtype=object)
     con.register("_scopes", {
-        "id": scope_ids.astype(np.int64), "module": module, "name": np.where(module, classes[name], names[name]),
-        "label": names[name], "parent": events.scope[scope_ids], "ts": events.ts[scope_ids],
+        "id": scope_ids.astype(np.int64), "module": module, "name": classes[np.where(module, local + len(labels), local)],
+        "label": classes[local], "parent": events.scope[scope_ids], "ts": events.ts[scope_ids],
         "dur": events.dur[scope_ids], "thread": events.thread[scope_ids].astype(np.int32)})
     con.execute("INSERT INTO scopes SELECT id, CASE WHEN module THEN 'module' ELSE 'annotation' END, name, label, "
                 "NULLIF(parent, -1), ts, dur, thread FROM _scopes")
@@ -378,7 +387,7 @@ def _write_instants(con: duckdb.DuckDBPyConnection, prepared: Prepared) -> None:
     con.unregister("_inst")
 
 
-def used_values(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+def used_values(codes: np.ndarray, values: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """Codes into ``values`` -> codes into the values they use, and those values (in code order): a
     table over the codes, not np.unique's sort (560 k instants at 1 GB: ~45 ms a column)."""
     if codes.size and int(codes.min()) < 0:  # not codes into values: as np.unique numbers them
