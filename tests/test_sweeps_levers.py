@@ -444,6 +444,11 @@ def test_compiled_sweeps_are_their_twins_and_the_walk_by_hand(in_order: bool) ->
             best = max(cand)[1] if cand else -1
             hand.append(best if best >= 0 and end[best] > x else -1)
         assert got.tolist() == twin.tolist() == hand, trial
+        # and asked a chunk of the times at a time, the walk going on from the chunk before, the same
+        cover, cuts = levers._Cover(keep), np.sort(rng.integers(0, t.size + 1, int(rng.integers(0, 4))))
+        chunks = [cover.covering(end, after[lo:hi], t[lo:hi]) for lo, hi in zip([0, *cuts.tolist()],
+                                                                                  [*cuts.tolist(), t.size])]
+        assert np.concatenate([np.empty(0, dtype=np.int64), *chunks]).tolist() == hand, trial
         # and the holders' walk, carrying its set from one time to the next, is the walk over the window
         for back in (0, 1, 3, 64):
             walk = old_holders_walk(ts, end, depth, is_op, t, after - 1, back)
@@ -511,6 +516,15 @@ def test_covering_and_started_refuse_bad_input() -> None:
         compiled.accel.covering(one, np.ones(2, dtype=bool), one, one, np.empty(1, dtype=np.int64))
     with pytest.raises(ValueError, match="length"):
         compiled.accel.started(one, np.zeros(2, dtype=np.int64), np.empty(1, dtype=np.int64))
+    # a walk that is no state of a walk over these intervals: past them, an answer not among its first k,
+    # or not 3 int64
+    for walk in ([2, -1, 0], [1, 1, 0], [0, 0, 0], [-1, -1, 0]):
+        with pytest.raises(ValueError, match="walk"):
+            compiled.accel.covering(one, np.ones(1, dtype=bool), one, one, np.empty(1, dtype=np.int64),
+                                    np.array(walk, dtype=np.int64))
+    with pytest.raises(ValueError, match="walk"):
+        compiled.accel.covering(one, np.ones(1, dtype=bool), one, one, np.empty(1, dtype=np.int64),
+                                np.zeros(2, dtype=np.int64))
 
 
 def test_spans_pieces_are_each_span_cut_alone() -> None:

@@ -883,20 +883,28 @@ done:
     return ret;
 }
 
-/* covering(end, keep, after, t, out): for each time t[i], out[i] = among the intervals j < after[i] (sorted
- * by start: those started by t[i]) that keep selects, the one with the latest end (the later one on a tie)
- * if it ends after t[i], else -1 (analysis/diagnosis/levers.py _covering_after, its numpy twin). The answer
- * for the first k intervals is carried along for times in order of after, and read from a table of all of
- * them (n + 1 int64, made once) past the first time out of order. end (n), after, t, out (m): int64; keep
- * (n): bool. */
+/* covering(end, keep, after, t, out[, walk]): for each time t[i], out[i] = among the intervals j < after[i]
+ * (sorted by start: those started by t[i]) that keep selects, the one with the latest end (the later one on a
+ * tie) if it ends after t[i], else -1 (analysis/diagnosis/levers.py _covering_after, its numpy twin). The
+ * answer for the first k intervals is carried along for times in order of after, and read from a table of
+ * all of them (n + 1 int64, made once) past the first time out of order. end (n), after, t, out (m): int64;
+ * keep (n): bool. walk (3 int64, writable): k, the answer for the first k intervals and its end, read at the
+ * start and written back at the end, so that calls for times in order (chunks of them) walk the intervals
+ * once in all, not once each; (0, -1, INT64_MIN) to begin. */
 static PyObject *covering(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer b[5];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4])) return NULL;
+    Py_buffer b[5], w = {0};
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*|w*", &b[0], &b[1], &b[2], &b[3], &b[4], &w)) return NULL;
     PyObject *ret = NULL;
     size_t n, m;
+    int64_t *walk = w.buf;
     if (!column_lengths(b, "qbQQQ", &n, &m, 8)) {
         PyErr_SetString(PyExc_ValueError, "covering: the arrays differ in length");
+        goto done;
+    }
+    if (walk && (w.len != 3 * (Py_ssize_t)sizeof(int64_t) || walk[0] < 0 || (uint64_t)walk[0] > n ||
+                 walk[1] < -1 || walk[1] >= walk[0])) {
+        PyErr_SetString(PyExc_ValueError, "covering: walk is not 3 int64 (k, its answer, its end) for these intervals");
         goto done;
     }
     const int64_t *end = b[0].buf, *after = b[2].buf, *t = b[3].buf;
@@ -904,8 +912,8 @@ static PyObject *covering(PyObject *self, PyObject *args) {
     int64_t *out = b[4].buf, *table = NULL;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    size_t k = 0;                       /* intervals looked at so far */
-    int64_t best = -1, reach = INT64_MIN;
+    size_t k = walk ? (size_t)walk[0] : 0;  /* intervals looked at so far */
+    int64_t best = walk ? walk[1] : -1, reach = walk ? walk[2] : INT64_MIN;
     for (size_t i = 0; i < m; i++) {
         int64_t a = after[i];
         if (a < 0 || (uint64_t)a > n) { bad = 1; break; }
@@ -928,6 +936,11 @@ static PyObject *covering(PyObject *self, PyObject *args) {
         }
         out[i] = found >= 0 && end[found] > t[i] ? found : -1;
     }
+    if (walk) {  /* still the answer for the first k intervals (a table, where made, did not move it) */
+        walk[0] = (int64_t)k;
+        walk[1] = best;
+        walk[2] = reach;
+    }
     Py_END_ALLOW_THREADS
     free(table);
     if (bad) {
@@ -938,6 +951,7 @@ static PyObject *covering(PyObject *self, PyObject *args) {
     ret = Py_NewRef(Py_None);
 done:
     for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+    if (w.obj) PyBuffer_Release(&w);
     return ret;
 }
 
