@@ -35,7 +35,8 @@ class OptionalBuildExt(build_ext):
 CFLAGS = os.environ.get("PROFUSE_SCAN_CFLAGS")
 extra = CFLAGS.split() if CFLAGS else (["/O2"] if os.name == "nt" else ["-O3", "-Wall", "-Wextra"])
 
-LDFLAGS = os.environ.get("PROFUSE_SCAN_LDFLAGS", "").split()
+# -pthread: the scanner's join copies on a second thread (older glibcs keep pthread_create in libpthread)
+LDFLAGS = os.environ.get("PROFUSE_SCAN_LDFLAGS", "").split() + ([] if os.name == "nt" else ["-pthread"])
 
 setup(
     ext_modules=[Extension("profuse.trace._scan", ["src/profuse/trace/_scan.c"], extra_compile_args=extra,
