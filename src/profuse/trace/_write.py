@@ -339,9 +339,10 @@ def _write_scopes(con: duckdb.DuckDBPyConnection, prepared: Prepared, events: Ev
     # class after them: a module scope's name is its label's class
     local, labels = used_values(name, prepared.events.names)
     named = labels + [module_class(s) if isinstance(s, str) else s for s in labels]
+    name_code = np.where(module, local + len(labels), local)
     table = (ArrowTable(len(scope_ids)).number("id", scope_ids.astype(np.int64))
              .text("kind", module.astype(np.int64) ^ 1, encode_dictionary(["module", "annotation"]))
-             .text("name", np.where(module, local + len(labels), local), encode_dictionary(named))
+             .text("name", name_code, encode_dictionary(named))
              .text("label", local, encode_dictionary(labels))
              .number("parent", events.scope[scope_ids], null=-1).number("ts", events.ts[scope_ids])
              .number("dur", events.dur[scope_ids]).number("thread", events.thread[scope_ids].astype(np.int32)))
@@ -349,7 +350,7 @@ def _write_scopes(con: duckdb.DuckDBPyConnection, prepared: Prepared, events: Ev
         return
     classes = np.array(named, dtype=object)
     con.register("_scopes", {
-        "id": scope_ids.astype(np.int64), "module": module, "name": classes[np.where(module, local + len(labels), local)],
+        "id": scope_ids.astype(np.int64), "module": module, "name": classes[name_code],
         "label": classes[local], "parent": events.scope[scope_ids], "ts": events.ts[scope_ids],
         "dur": events.dur[scope_ids], "thread": events.thread[scope_ids].astype(np.int32)})
     con.execute("INSERT INTO scopes SELECT id, CASE WHEN module THEN 'module' ELSE 'annotation' END, name, label, "
