@@ -822,6 +822,7 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
     top, model, host_top = _Cover(stall), _Cover(_model_intervals(w)), _Cover(w.host_top)
     cuda = _cuda_calls(w)
     runtime_calls = None if cuda is None else _Cover(cuda)
+    code = _Held.codes(w)
     # sums over the chunks, each Counter filled in the order the pieces first name each key (as one pass would)
     ops, free, runtime, rest_ops, rest_free, model_ops = (Counter[str]() for _ in range(6))
     pieces_ns = model_in_ns = 0
@@ -830,7 +831,7 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
         if not m.any():
             continue
         t, v_ns = start[lo:lo + CPU_OTHER_CHUNK][m], ns[lo:lo + CPU_OTHER_CHUNK][m]
-        h = _Held.of(w, t, host_top)  # each time's holders, found once for the counts below
+        h = _Held.of(w, t, host_top, code)  # each time's holders, found once for the counts below
         _held_ns(w, h, v_ns, ops, free)
         in_runtime = _runtime_holders(w, h, v_ns, runtime_calls, runtime)
         inside = (h.covering(top) < 0) & ~in_runtime
@@ -877,11 +878,17 @@ class _Held:
     free_code: np.ndarray
     scratch: np.ndarray
 
+    @staticmethod
+    def codes(w: DeviceWork) -> np.ndarray:
+        """The host intervals' name codes and a last -1 (no interval): :meth:`of`'s ``code``, made once for
+        every chunk of times."""
+        return np.append(w.host_code, -1).astype(np.int32, copy=False)
+
     @classmethod
-    def of(cls, w: DeviceWork, t: np.ndarray, host_top: _Cover) -> _Held:
-        """The holders of each time t (``host_top``: the top-level host intervals, ``w.host_top``)."""
+    def of(cls, w: DeviceWork, t: np.ndarray, host_top: _Cover, code: np.ndarray) -> _Held:
+        """The holders of each time t (``host_top``: the top-level host intervals, ``w.host_top``; ``code``:
+        :meth:`codes` of ``w``)."""
         after = _started(w.host_ts, t)
-        code = np.append(w.host_code, -1).astype(np.int32, copy=False)
         scratch = host_top.covering(w.host_end, after, t)
         op_code = code[scratch]
         after -= 1   # the last interval started by each time, for the walk (and back after it)
