@@ -237,7 +237,7 @@ def render_compiled(console: Console, view: ReportView) -> None:
         for r in comp.regions:
             events = f"{r.device_events:,} device event(s)" + (f" ({r.replayed:,} replayed)" if r.replayed else "")
             console.print(text(f"  {r.name}: {r.calls} call(s), {fmt_us(r.device_us)} {device}, "
-                               + (f"{events}, " if r.device_events else "") + f"{len(r.kernels)} kernel(s)"))
+                               + (f"{events}, " if r.device_events else "") + f"{len(r.kernels)} distinct kernel(s)"))
             for k in r.kernels[:ADVICE_ROWS]:
                 what = f"fuses {', '.join(k.fused_ops)}" if k.fused_ops else "extern (not generated)"
                 console.print(text(f"    {k.name}  {fmt_us(k.device_us)}  {what}"))
