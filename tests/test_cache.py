@@ -381,6 +381,71 @@ def test_a_big_trace_is_built_into_its_cache_file(tmp_path, _cache_dir, monkeypa
         assert t.from_cache and _all_tables(t) == want
 
 
+def test_a_big_trace_without_a_cache_is_built_in_a_temporary_file(tmp_path, monkeypatch):
+    # GIVEN a shared trace loaded in memory, and then down the path of a trace of millions of events
+    # without a cache (--no-cache), with its own temporary folder
+    import tempfile
+
+    from profuse.trace import build
+
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path("h100_bert_small.json.gz"), src)
+    with profuse.load(src, cache=False) as t:
+        want = _all_tables(t)
+        assert t.con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchone()[0] is None
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
+    with profuse.load(src, cache=False) as t:
+        # THEN its tables are those of the load in memory, read from a file in the temporary folder that is
+        # already gone (unlinked once attached, its folder removed): nothing is left if the process dies
+        path = t.con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchone()[0]
+        assert path is not None and path.startswith(str(scratch))
+        assert not list(scratch.iterdir())
+        assert _all_tables(t) == want and not t.from_cache and t.writer is None
+        # AND nothing writes to it, and no cache was written anywhere
+        with pytest.raises(duckdb.Error):
+            t.con.execute("UPDATE events SET name = 'POISON'")
+    assert not list(scratch.iterdir())
+
+
+def test_a_big_trace_whose_temporary_file_fails_is_built_in_memory(tmp_path, monkeypatch):
+    # GIVEN a trace down the big-trace path without a cache, whose temporary file cannot be written once
+    # its tables go in (a full disk, say)
+    import tempfile
+
+    from profuse.trace import _write, build
+
+    src = tmp_path / "t.json.gz"
+    shutil.copy(trace_path("h100_bert_small.json.gz"), src)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
+    real, calls = _write.write_events, []
+
+    def write_events(con, **kw):
+        calls.append(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchall())
+        if calls[-1][0][0] is not None:
+            raise duckdb.IOException("Could not write file: No space left on device")
+        real(con, **kw)
+
+    monkeypatch.setattr(build, "write_events", write_events)
+    with profuse.load(src, cache=False) as t:
+        # THEN the load succeeds in memory, says so, and leaves nothing in the temporary folder
+        assert t.meta["events"] > 0 and not t.from_cache
+        assert any("temporary tables file not written (" in n for n in t.notes), t.notes
+        assert len(calls) == 2 and calls[1][0][0] is None
+    assert not list(scratch.iterdir())
+    # AND with no temporary folder at all, the tables go in memory at once
+    monkeypatch.setattr(build, "write_events", real)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with profuse.load(src, cache=False) as t:
+        assert t.con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchone()[0] is None
+        assert _all_tables(t)["events"]
+
+
 def test_a_big_trace_whose_cache_file_fails_is_built_in_memory(tmp_path, _cache_dir, monkeypatch):
     # GIVEN a trace down the big-trace path whose cache file cannot be written once its tables go in
     # (a full disk, say), and one whose build fails for another reason

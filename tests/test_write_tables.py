@@ -56,9 +56,12 @@ def test_thread_keys_are_numbered_as_np_unique_numbers_them():
     assert len(empty[0]) == 0 and [len(i) for i in empty[1]] == [0, 0, 0]
 
 
-def test_big_trace_path_writes_the_same_tables(monkeypatch):
+def test_big_trace_path_writes_the_same_tables(monkeypatch, tmp_path):
     # GIVEN a shared trace, loaded as a small one and then down the path of a trace of millions of events
-    # (tables attached compressed, events inserted in checkpointed batches)
+    # without a cache and with no temporary folder to build in (tables attached compressed in memory,
+    # events inserted in checkpointed batches)
+    import tempfile
+
     from conftest import ALL_TRACES
 
     from profuse.trace import _write, build
@@ -73,6 +76,7 @@ def test_big_trace_path_writes_the_same_tables(monkeypatch):
     small = tables()
     monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
     monkeypatch.setattr(_write, "INSERT_BATCH", 1000)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
     assert tables() == small
 
 

@@ -9,6 +9,7 @@ import importlib
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -78,8 +79,10 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
                               map_ok=False)
             except _CacheFileFailed as failed:  # the disk filled, say: built again, in memory, uncached
                 del notes[added:]
-                notes.append(f"cache file not written ({failed}); tables built in memory")
-                return _build(src, cache_folder=None, notes=notes, lenient=lenient, progress=progress)
+                what = "cache file" if cache_folder is not None else "temporary tables file"
+                notes.append(f"{what} not written ({failed}); tables built in memory")
+                return _build(src, cache_folder=None, notes=notes, lenient=lenient, progress=progress,
+                              scratch=False)
         except (MemoryError, duckdb.OutOfMemoryException):
             raise TraceError(str(src), "does not fit in the memory left: a load needs about 3 times the "
                                        "trace's JSON size (see docs/input.md)") from None
@@ -247,7 +250,7 @@ def _memory_events(path: str, data: _decode.TraceBytes, cols: Columns, *,
 
 
 def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool,
-           progress: Progress | None, map_ok: bool = True) -> Trace:
+           progress: Progress | None, map_ok: bool = True, scratch: bool = True) -> Trace:
     started = time.perf_counter()
     # With the scanner, DuckDB starts up with empty tables on another thread while the trace is decoded,
     # and the trace is hashed on another while it is prepared and correlated (on one core; the scan takes
@@ -274,7 +277,8 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
     work: Path | None = None
     try:
         if cols.n >= COMPRESS_MIN_EVENTS:
-            work = _file_tables(con, cache_folder, cols.n * 64) if cache_folder is not None else None
+            work = _file_tables(con, cache_folder, cols.n * 64) if cache_folder is not None else (
+                _scratch_tables(con, cols.n * 64) if scratch else None)
             if work is None:
                 _compressed_tables(con)
         fp = _write_tables(con, str(src), cols, top, fingerprint_of, skipped, memory_of=memory, parallel=threads)
@@ -284,6 +288,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         con.close()
         if work is not None:
             discard(work)
+            _drop_scratch_folder(work, scratch=cache_folder is None)
         source.raise_if_changed(err)
         if work is not None and isinstance(err, (duckdb.IOException, OSError)):
             raise _CacheFileFailed(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -293,7 +298,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
         _hand_back_freed(con)
     del cols
     slot = CacheSlot(cache_folder, slot_key(fp)) if cache_folder is not None else None
-    if work is not None and slot is not None:
+    if work is not None:
         return _built_in_file(src, con, slot, work, notes)
     if time.perf_counter() - started < _min_cache_seconds():
         slot = None  # built faster than a cache opens: not worth a file
@@ -401,6 +406,23 @@ def _file_tables(con: duckdb.DuckDBPyConnection, folder: Path, room: int) -> Pat
     return work
 
 
+def _scratch_tables(con: duckdb.DuckDBPyConnection, room: int) -> Path | None:
+    """``trace`` attached again as a new file in a fresh temporary folder (tempfile's: ``$TMPDIR``), for a
+    load of COMPRESS_MIN_EVENTS events and more without a cache folder (``--no-cache``, ``--lenient``): the
+    rows are compressed into it as they go in, as into a cache file, where in memory DuckDB would hold
+    up to 4 M of them uncompressed beside the numpy columns (a 1 GB trace's load then peaked at 1.9x its
+    size). The file is removed once the tables are attached again to be read (:func:`_built_in_file`);
+    None (nothing changed, the folder removed) where the temporary folder has no room or takes no file."""
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="profuse-tables-"))
+    except OSError:
+        return None
+    work = _file_tables(con, folder, room)
+    if work is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    return work
+
+
 def _hand_back_freed(con: duckdb.DuckDBPyConnection) -> None:
     """What the load's inserts freed handed back to the system now, not held through the analysis.
 
@@ -418,25 +440,40 @@ def _hand_back_freed(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"SET threads = {threads}")
 
 
-def _built_in_file(src: Path, con: duckdb.DuckDBPyConnection, slot: CacheSlot, work: Path, notes: list[str]
-                   ) -> Trace:
+def _built_in_file(src: Path, con: duckdb.DuckDBPyConnection, slot: CacheSlot | None, work: Path,
+                   notes: list[str]) -> Trace:
     """The trace whose tables were built in ``work`` (:func:`_file_tables`, detached): the file moved into
     its cache slot and attached again, read-only, as ``trace``, so that the analysis reads it as it would a
-    cache and no later write reaches it. Where the move fails, the file is read where it is and removed
-    when the trace closes."""
+    cache and no later write reaches it. Where there is no slot (:func:`_scratch_tables`) or the move fails,
+    the file is read where it is, unlinked at once (DuckDB keeps reading the file it opened, and nothing is
+    left behind even if the process is killed), or where that fails removed when the trace closes."""
     where: Path | None = None
-    with contextlib.suppress(OSError):
-        where = slot.install(work)
+    if slot is not None:
+        with contextlib.suppress(OSError):
+            where = slot.install(work)
     try:
         con.execute(f"ATTACH {sql_string(where or work)} AS trace (READ_ONLY); USE trace")
     except BaseException:
         con.close()
         discard(where or work)
+        _drop_scratch_folder(work, scratch=slot is None)
         raise
     trace = Trace(src, con, from_cache=False, notes=notes)
     if where is None:
-        trace.closing.append(functools.partial(discard, work))
+        try:
+            os.unlink(work)
+        except OSError:
+            trace.closing.append(functools.partial(discard, work))
+        _drop_scratch_folder(work, scratch=slot is None)
     return trace
+
+
+def _drop_scratch_folder(work: Path, *, scratch: bool) -> None:
+    """The temporary folder of :func:`_scratch_tables` (``scratch``) removed once its file is gone (only
+    while empty)."""
+    if scratch:
+        with contextlib.suppress(OSError):
+            work.parent.rmdir()
 
 
 def _min_cache_seconds() -> float:
