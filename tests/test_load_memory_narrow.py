@@ -107,3 +107,34 @@ def test_op_memory_over_the_op_table_alone_matches_numpy():
     assert len(got[0]) > 100
     for g, w in zip(got, want):
         assert g.tolist() == w.tolist()
+
+
+def test_time_sums_are_int32_where_they_fit_and_whole_where_not(tmp_path):
+    # GIVEN a trace whose sums pass int32's 2.1 s (an op of 3 s around an op whose kernel runs 2.5 s), and a
+    # shared trace whose sums all fit
+    import json
+
+    us = {"outer": 3_000_000, "aten::mm": 50, "cudaLaunchKernel": 5, "gemm": 2_500_000}
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": us["outer"]},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": us["aten::mm"]},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20,
+         "dur": us["cudaLaunchKernel"], "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100, "dur": us["gemm"],
+         "args": {"correlation": 7, "device": 0, "stream": 7}},
+    ]}
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(doc))
+    sums = ("self_cpu", "self_device", "device_total")
+    # THEN the long trace keeps them int64, the shared one has them int32
+    _, long_events = _events_of(path)
+    assert {c: long_events.arrays()[c].dtype for c in sums} == dict.fromkeys(sums, np.dtype(np.int64))
+    _, small = _events_of(trace_path("h100_bert_small.json.gz"))
+    assert {c: small.arrays()[c].dtype for c in sums} == dict.fromkeys(sums, np.dtype(np.int32))
+    # AND the long trace's table holds every sum whole: the outer op's self time is its span less its child's
+    with profuse.load(path, cache=False) as t:
+        got = dict(t.con.execute("SELECT name, (self_cpu, self_device, device_total) FROM events "
+                                 "WHERE kind = 'cpu_op'").fetchall())
+    kernel_ns = us["gemm"] * 1000
+    assert got["outer"] == ((us["outer"] - us["aten::mm"]) * 1000, 0, kernel_ns)
+    assert got["aten::mm"] == ((us["aten::mm"] - us["cudaLaunchKernel"]) * 1000, kernel_ns, kernel_ns)
