@@ -55,8 +55,8 @@ def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
     is_module = module_scopes(events)
     is_scope = is_module | (kind == KIND_CODE["annotation"])
     table_parent = nearest_ancestor(parent, kind_mask(kind, *TABLE_KINDS), include_self=False, index=row)
-    attr = attribute(kind=kind, dur=events.dur, parent=parent, device_op=links.op, table_parent=table_parent,
-                     index=row)
+    sums = _narrow_sums(attribute(kind=kind, dur=events.dur, parent=parent, device_op=links.op,
+                                  table_parent=table_parent, index=row))
     device, stream = _device_and_stream(events, is_device)
     thread = events.thread.astype(np.int32, copy=False)
     columns = EventColumns(
@@ -69,15 +69,24 @@ def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
         scope=_enclosing_or_launchers(parent, is_scope, host, links),
         parent_op=nearest_ancestor(parent, kind == KIND_CODE["cpu_op"], include_self=False, index=row),
         launch=links.launch, link=links.how.astype(np.int32), unlinked=links.unlinked.astype(np.int32),
-        # the time sums int32 where every one fits (under 2.1 s: an op's sums nearly always), as the ids are:
-        # nothing here reads them again, and their int64 arrays go with ``attr`` (3 x 8 B per event at the
-        # load's peak, while the events go in beside the memory tables)
-        self_cpu=narrowed(attr.self_cpu), self_device=narrowed(attr.self_device),
-        device_total=narrowed(attr.device_total),
-        kernels=attr.kernels, kernels_total=attr.kernels_total, seq=events.seq,
+        self_cpu=sums.self_cpu, self_device=sums.self_device, device_total=sums.device_total,
+        kernels=sums.kernels, kernels_total=sums.kernels_total, seq=events.seq,
         python_id=events.python_id, python_parent_id=events.python_parent_id, bytes=events.nbytes,
         flops=events.flops)
     return columns, Reusable(host_order=host_order, table_parent=table_parent)
+
+
+def _narrow_sums(attr: Attribution) -> Attribution:
+    """``attr`` with its time sums int32 where every one of a column fits (under 2.1 s: an op's sums nearly
+    always), as the ids are: nothing in the load reads them again, and 3 x 8 B per event held through the
+    events' insert was the load's peak on a big trace (with the memory tables beside it). Each int64 column
+    is let go before the next is narrowed, and before correlate makes its last columns."""
+    times = [attr.self_cpu, attr.self_device, attr.device_total]
+    kernels, kernels_total = attr.kernels, attr.kernels_total
+    del attr
+    for i in range(len(times)):
+        times[i] = narrowed(times[i])
+    return Attribution(times[0], times[1], times[2], kernels, kernels_total)
 
 
 def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:
