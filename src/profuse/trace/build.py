@@ -84,8 +84,9 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
                 return _build(src, cache_folder=None, notes=notes, lenient=lenient, progress=progress,
                               scratch=False)
         except (MemoryError, duckdb.OutOfMemoryException):
-            raise TraceError(str(src), "does not fit in the memory left: a load needs about 3 times the "
-                                       "trace's JSON size (see docs/input.md)") from None
+            raise TraceError(str(src), "does not fit in the memory left: a load needs about the trace's "
+                                       "JSON size, more for a small one or with --lenient (see docs/input.md)"
+                             ) from None
 
 
 class _SourceChanged(Exception):
