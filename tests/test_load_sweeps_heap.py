@@ -147,3 +147,31 @@ def test_the_reports_analysis_reuses_big_blocks_and_puts_the_allocator_back() ->
         assert _faults_of_second_block() < PAGES // 10
     assert build._HEAP._users == 0
     assert _faults_of_second_block() > PAGES // 2
+
+
+_ARENAS = r"""
+import ctypes, sys
+from profuse.trace.early import start_load
+with start_load(sys.argv[1], cache=False)() as t:
+    rows = t.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+print(rows)
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+@pytest.mark.skipif(FRESH, reason="its own fresh interpreter")
+def test_a_load_started_on_a_thread_allocates_from_the_main_arena(tmp_path: Path) -> None:
+    # GIVEN a trace loaded as a cold report loads it: on a thread started before any other (trace/early.py),
+    # in a fresh interpreter
+    import gzip
+
+    path = tmp_path / "t.json"
+    path.write_bytes(gzip.decompress((TRACES / "h100_bert_small.json.gz").read_bytes()))
+    proc = subprocess.run([sys.executable, "-c", _ARENAS, str(path)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # THEN it loaded, and its threads (the load's, DuckDB's, the scan's) allocated from glibc's main arena
+    # alone, where the load's heap reuse holds (without one_arena: 12 arenas here)
+    assert int(proc.stdout.split()[0]) > 0
+    arenas = [line for line in proc.stderr.splitlines() if line.startswith("Arena ")]
+    assert arenas == ["Arena 0:"], proc.stderr[-2000:]

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import gc
 import importlib
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -22,7 +20,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import _decode, _native, readahead
+from . import _decode, _glibc, _native, readahead
 from . import memory as _memory
 from ._columns import Columns, add_chunk
 from ._parallel import decode_parallel, worker_count
@@ -120,7 +118,7 @@ _HUGEPAGE_SWITCH = _numpy_hugepage_switch()
 
 
 class _GlibcHeap:
-    """glibc's malloc thresholds for big arrays (mallopt and malloc_trim through ctypes; nothing elsewhere).
+    """glibc's malloc thresholds for big arrays (mallopt and malloc_trim, reached through trace/_glibc.py).
 
     glibc gives every block over its mmap threshold (at most 32 MiB) fresh pages from the kernel and
     hands them back when it is freed, so each such numpy temporary, however short-lived, is faulted in
@@ -145,14 +143,9 @@ class _GlibcHeap:
     DYNAMIC_MAX = 32 << 20   # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
 
     def __init__(self) -> None:
-        self._libc: Any = None
+        self._libc: Any = _glibc.libc()
         self._users = 0
         self._lock = threading.Lock()
-        if sys.platform.startswith("linux"):
-            with contextlib.suppress(OSError, AttributeError):
-                libc = ctypes.CDLL(None)
-                if libc.gnu_get_libc_version and libc.mallopt and libc.malloc_trim:  # glibc, not musl
-                    self._libc = libc
 
     @contextlib.contextmanager
     def reusing(self) -> Iterator[None]:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._glibc import one_arena
 from .readahead import _ahead, _read_ahead, prefetched, prescanned
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ def start_load(path: str, **options: Any) -> Callable[[], Trace]:
         finally:
             _ahead.__dict__.clear()
 
+    one_arena()  # the load's heap reuse holds on its thread as on the main one (trace/_glibc.py)
     # a daemon: a caller that stops (an error, Ctrl-C) before asking for the trace does not wait for it
     worker = threading.Thread(target=run, name="profuse-load", daemon=True)
     worker.start()
