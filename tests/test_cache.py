@@ -410,6 +410,23 @@ def test_a_big_trace_without_a_cache_is_built_in_a_temporary_file(tmp_path, monk
     assert not list(scratch.iterdir())
 
 
+def _file_writes_fail(monkeypatch) -> list:
+    """The events' insert fails as on a full disk where ``trace`` is a file (a cache or temporary one) and goes
+    in where it is in memory; returns the list of each call's database path, filled as they come."""
+    from profuse.trace import _write, build
+
+    real, calls = _write.write_events, []
+
+    def write_events(con, **kw):
+        calls.append(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchall())
+        if calls[-1][0][0] is not None:
+            raise duckdb.IOException("Could not write file: No space left on device")
+        real(con, **kw)
+
+    monkeypatch.setattr(build, "write_events", write_events)
+    return calls
+
+
 def test_a_big_trace_whose_temporary_file_fails_is_built_in_memory(tmp_path, monkeypatch):
     # GIVEN a trace down the big-trace path without a cache, whose temporary file cannot be written once
     # its tables go in (a full disk, say)
@@ -423,15 +440,7 @@ def test_a_big_trace_whose_temporary_file_fails_is_built_in_memory(tmp_path, mon
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
-    real, calls = _write.write_events, []
-
-    def write_events(con, **kw):
-        calls.append(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchall())
-        if calls[-1][0][0] is not None:
-            raise duckdb.IOException("Could not write file: No space left on device")
-        real(con, **kw)
-
-    monkeypatch.setattr(build, "write_events", write_events)
+    real, calls = _write.write_events, _file_writes_fail(monkeypatch)
     with profuse.load(src, cache=False) as t:
         # THEN the load succeeds in memory, says so, and leaves nothing in the temporary folder
         assert t.meta["events"] > 0 and not t.from_cache
@@ -454,15 +463,7 @@ def test_a_big_trace_whose_cache_file_fails_is_built_in_memory(tmp_path, _cache_
     src = tmp_path / "t.json.gz"
     shutil.copy(trace_path("h100_bert_small.json.gz"), src)
     monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
-    real, calls = _write.write_events, []
-
-    def write_events(con, **kw):
-        calls.append(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchall())
-        if calls[-1][0][0] is not None:
-            raise duckdb.IOException("Could not write file: No space left on device")
-        real(con, **kw)
-
-    monkeypatch.setattr(build, "write_events", write_events)
+    real, calls = _write.write_events, _file_writes_fail(monkeypatch)
     with profuse.load(src) as t:
         # THEN the load succeeds in memory, says so, and leaves no file behind
         assert t.meta["events"] > 0 and not t.from_cache
