@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import cast
@@ -196,6 +197,14 @@ def _digest(tr: profuse.Trace) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _digest_of(data: bytes, name: str, folder: Path) -> dict[str, tuple[int, str]]:
+    """:func:`_digest` of a file of ``data`` named ``name`` in ``folder`` (made here), loaded uncached."""
+    folder.mkdir()
+    (folder / name).write_bytes(data)
+    with profuse.load(folder / name, cache=False) as tr:
+        return _digest(tr)
+
+
 def _plain(src: Path, folder: Path) -> Path:
     out = folder / src.name.removesuffix(".gz")
     out.write_bytes(gzip.decompress(src.read_bytes()))
@@ -318,11 +327,7 @@ def test_an_early_load_maps_the_file_and_reads_it_again_when_it_changed(tmp_path
         assert _digest(tr) == expected
     assert log == ["mapped"]  # nothing changed: mapped once, never read
     new_bytes = gzip.decompress(trace_path("h100_vit_falconsai.json.gz").read_bytes())
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / src.name).write_bytes(new_bytes)
-    with profuse.load(other / src.name, cache=False) as tr:
-        expected = _digest(tr)
+    expected = _digest_of(new_bytes, src.name, tmp_path / "other")
     log = _rewrite_during_the_scan(monkeypatch, src, new_bytes)
     os.utime(src, (1_000_000, 1_000_000))
     with early.start_load(str(src), cache=False)() as tr:
@@ -461,3 +466,34 @@ def test_a_note_of_the_build_thrown_away_is_not_kept(tmp_path: Path, monkeypatch
     with profuse.load(path, cache=False) as tr:
         assert [n for n in tr.notes if "more than once" in n] == want
     assert log == ["mapped", "changed", "read"]
+
+
+def test_a_file_rewritten_while_mapped_whose_tables_file_then_fails_loads_in_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both retries in one load: the mapped file changes during the scan (read again), and the second build's
+    tables file (a trace of 1 M events and more, lowered here) cannot be written (a full disk): the load
+    ends in memory with the new bytes' tables and says why, never with the build's internal error."""
+    import duckdb
+
+    from profuse.trace import _write
+
+    src = _plain(trace_path("h100_bert_small.json.gz"), tmp_path)
+    new_bytes = gzip.decompress(trace_path("h100_vit_falconsai.json.gz").read_bytes())
+    expected = _digest_of(new_bytes, src.name, tmp_path / "want")
+    os.utime(src, (1_000_000, 1_000_000))
+    log = _rewrite_during_the_scan(monkeypatch, src, new_bytes)
+    monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real = _write.write_events
+
+    def write_events(con: duckdb.DuckDBPyConnection, **kw: object) -> None:
+        where = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = 'trace'").fetchall()
+        if where[0][0] is not None and "changed" in log:
+            raise duckdb.IOException("Could not write file: No space left on device")
+        real(con, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "write_events", write_events)
+    with profuse.load(src, cache=False) as tr:
+        assert _digest(tr) == expected
+        assert any("temporary tables file not written (" in n for n in tr.notes), tr.notes
+    assert log[:2] == ["mapped", "changed"] and "read" in log

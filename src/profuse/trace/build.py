@@ -68,23 +68,36 @@ def build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bo
     """
     with _load_settings():
         try:
-            added = len(notes)
-            try:
-                return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress)
-            except _SourceChanged:  # the file changed while it was mapped: read it, as it is now
-                del notes[added:]  # the notes of the build thrown away: the next makes its own
-                return _build(src, cache_folder=cache_folder, notes=notes, lenient=lenient, progress=progress,
-                              map_ok=False)
-            except _CacheFileFailed as failed:  # the disk filled, say: built again, in memory, uncached
-                del notes[added:]
-                what = "cache file" if cache_folder is not None else "temporary tables file"
-                notes.append(f"{what} not written ({failed}); tables built in memory")
-                return _build(src, cache_folder=None, notes=notes, lenient=lenient, progress=progress,
-                              scratch=False)
+            return _build_again_where_needed(src, cache_folder=cache_folder, notes=notes, lenient=lenient,
+                                             progress=progress)
         except (MemoryError, duckdb.OutOfMemoryException):
             raise TraceError(str(src), "does not fit in the memory left: a load needs about the trace's "
                                        "JSON size, more for a small one or with --lenient (see docs/input.md)"
                              ) from None
+
+
+def _build_again_where_needed(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: bool,
+                              progress: Progress | None) -> Trace:
+    """:func:`_build`, built again where it could not finish, each way at most once and in either order: read
+    (not mapped) where the mapped file changed meanwhile, in memory (uncached) where its tables' file could not
+    be written (the disk filled, say). A build's notes are thrown away with it, but the failed file's."""
+    added, carried = len(notes), []
+    options: dict[str, Any] = {"cache_folder": cache_folder, "map_ok": True, "scratch": True}
+    while True:
+        try:
+            return _build(src, notes=notes, lenient=lenient, progress=progress, **options)
+        except _SourceChanged:  # the file changed while it was mapped: read it, as it is now
+            if not options["map_ok"]:
+                raise
+            options["map_ok"] = False
+        except _CacheFileFailed as failed:
+            if not options["scratch"]:
+                raise
+            what = "cache file" if cache_folder is not None else "temporary tables file"
+            carried.append(f"{what} not written ({failed}); tables built in memory")
+            options.update(cache_folder=None, scratch=False)
+        del notes[added:]
+        notes.extend(carried)
 
 
 class _SourceChanged(Exception):
