@@ -7,27 +7,25 @@ reuse works (see its docstring). Elsewhere than glibc (musl, macOS, Windows) bot
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 from typing import Any
 
 M_ARENA_MAX = -8
-_LIBC: list[Any] = []  # [the library, or None], once looked up
 
 
+@functools.cache
 def libc() -> Any:
     """glibc (a ctypes handle with mallopt and malloc_trim), or None where the C library is another."""
-    if not _LIBC:
-        found = None
-        if sys.platform.startswith("linux"):
-            import ctypes
+    if sys.platform.startswith("linux"):
+        import ctypes
 
-            with contextlib.suppress(OSError, AttributeError):
-                lib = ctypes.CDLL(None)
-                if lib.gnu_get_libc_version and lib.mallopt and lib.malloc_trim:  # glibc, not musl
-                    found = lib
-        _LIBC.append(found)
-    return _LIBC[0]
+        with contextlib.suppress(OSError, AttributeError):
+            lib = ctypes.CDLL(None)
+            if lib.gnu_get_libc_version and lib.mallopt and lib.malloc_trim:  # glibc, not musl
+                return lib
+    return None
 
 
 def one_arena() -> bool:
