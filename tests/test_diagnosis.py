@@ -12,6 +12,7 @@ import pytest
 from conftest import FIXTURES, H200_TRACES, SHARED, trace_path
 
 import profuse
+from profuse.analysis.advice.findings import trace_findings
 from profuse.analysis.diagnosis import Diagnosis, diagnose
 from profuse.analysis.health import trace_health
 from profuse.analysis.steps import parse_step
@@ -316,6 +317,45 @@ def test_a_wait_the_trace_cannot_show_is_unrecorded_not_idle(tmp_path, shape, ge
     # the console and the JSON name the leaf apart from idle
     from profuse.report.console_diagnosis import budget_line
     assert "unrecorded" in budget_line("step", d.budget, True).plain
+
+
+@pytest.mark.parametrize(("gemm_us", "start_us"), [(1000, 5019), (3000, 9000)])
+def test_interruptions_leave_the_unrecorded_wait_out_of_idle(tmp_path, gemm_us, start_us):
+    # GIVEN the two waits above: before the step's first recorded activity (outside the step scope's window,
+    # which starts at that activity), and one between the GEMM and the add (inside the window)
+    first = 10 if start_us > 5019 else start_us + 100
+    ev = [_step(0, start_us + 200 + gemm_us), _x("cpu_op", "aten::add", 10, 20), _launch(15, 1),
+          _kernel("vectorized_elementwise_kernel", start_us, 100, 1),
+          _x("cpu_op", "aten::mm", 40, 10), _launch(42, 2, dur=3), _kernel("sm90_gemm_bf16", first, gemm_us, 2)]
+    path = _write(tmp_path, ev)
+    with profuse.load(path) as t:
+        (row,) = [i for i in trace_findings(t).interruptions if i.scope == "ProfilerStep#*"]
+    spans = [(start_us, start_us + 100), (first, first + gemm_us)]
+    window = max(e for _s, e in spans) - min(s for s, _e in spans)
+    busy = sum(e - s for s, e in spans)   # the two do not overlap
+    _queued, wait = oracle.queued_split_us(path, oracle.steady_spans(path))
+    inside = wait if first < start_us else 0.0   # the second wait lies between the window's two activities
+    # THEN the window's unrecorded wait is not idle: busy + idle + unrecorded is the window, busy % is of the
+    # window without the wait (the step scope's device window), and what is left idle is the rest
+    assert row.unrecorded_us == pytest.approx(inside, abs=0.01)
+    assert row.busy_us == pytest.approx(busy, abs=0.01)
+    assert row.busy_us + row.idle_us + row.unrecorded_us == pytest.approx(window, abs=0.01)
+    assert row.busy_pct == pytest.approx(round(100 * busy / (window - inside), 1))
+
+
+def test_sglang_model_scope_is_busy_in_its_device_window_not_idle_through_the_wait():
+    # GIVEN the sglang decode step, whose 463 ms stream wait the budget calls unrecorded (the test above)
+    path = SHARED / "traces" / "mi300_sglang_decode_cudagraph.json.gz"
+    with profuse.load(path) as t:
+        f = trace_findings(t)
+    _queued, wait = oracle.queued_split_us(path, oracle.steady_spans(path))
+    (model,) = [i for i in f.interruptions if i.scope.startswith("execute_")]
+    # THEN the model's scope holds the whole wait as unrecorded, not as idle time, and the budget agrees
+    assert model.unrecorded_us == pytest.approx(wait, abs=TOL_US)
+    assert model.unrecorded_us == pytest.approx(leaves(f.diagnosis.budget)["unrecorded/wait"], abs=TOL_US)
+    assert model.idle_us < 0.01 * model.unrecorded_us and model.busy_pct > 90
+    # and the rows together hold the whole wait as unrecorded (none of it left in their idle time)
+    assert sum(i.unrecorded_us for i in f.interruptions) >= 0.99 * wait
 
 
 @pytest.mark.parametrize(("wait_us", "queued"), [(99.0, False), (101.0, True)])

@@ -208,13 +208,16 @@ def render_interruptions(console: Console, view: ReportView) -> None:
     if isinstance(interruptions, UnsetType) or not interruptions:
         return
     console.print(_section("Interruptions (device idle between a scope's kernels)"))
+    # the time budget's unrecorded waits, where a scope's window holds any: never called idle
+    waits = any(i.unrecorded_us for i in interruptions[:ADVICE_ROWS])
     cols = [Column("Scope", name=True), Column("Calls", keep=3), Column("Kernels/call", keep=1),
-            Column("Busy", keep=2), Column("Idle", keep=4), Column("Busy %", keep=3), Column("Launch CPU", keep=0),
-            Column("Queue delay", keep=0), Column("", left=True, keep=5)]
+            Column("Busy", keep=2), Column("Idle", keep=4), *([Column("Unrecorded", keep=4)] if waits else []),
+            Column("Busy %", keep=3), Column("Launch CPU", keep=0), Column("Queue delay", keep=0),
+            Column("", left=True, keep=5)]
     print_fitted(console, cols, [
         [text(i.scope), str(i.instances), f"{i.kernels_per_instance:g}", fmt_us(i.busy_us), fmt_us(i.idle_us),
-         f"{i.busy_pct:.0f}%", fmt_us(i.launch_us), fmt_us(i.queue_delay_us),
-         Text("launch-bound", style="yellow") if i.launch_bound else ""]
+         *([fmt_us(i.unrecorded_us)] if waits else []), f"{i.busy_pct:.0f}%", fmt_us(i.launch_us),
+         fmt_us(i.queue_delay_us), Text("launch-bound", style="yellow") if i.launch_bound else ""]
         for i in interruptions[:ADVICE_ROWS]])
     bound = [i for i in interruptions if i.launch_bound]
     if bound:

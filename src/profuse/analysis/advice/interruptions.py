@@ -5,8 +5,11 @@ A scope instance's device activities are those whose launch call starts inside i
 once, or nested in itself); each activity then belongs to one instance only (analysis/busy.py
 ``owners``: the launching thread's innermost instance, else another thread's). A scope's busy is
 the union of its activities' intervals over every stream and its window the union of its
-instances' windows (first activity start to last end), so busy <= window, busy + idle = window,
-and neither exceeds the trace's device-wide figures.
+instances' windows (first activity start to last end), so busy <= window, busy + idle + unrecorded =
+window, and neither exceeds the trace's device-wide figures. ``unrecorded`` is the part of the window the
+diagnosis's time budget labels ``unrecorded/wait`` (launched work waiting before any device activity the
+trace recorded in its step, or as long as the step's recorded device work: the device may have run work
+the trace does not hold): it is not called idle here either, and busy % is of the window without it.
 
 The gaps are the "breaks between hardware executions" that fusion removes: a scope that launches
 many short kernels with idle time between them is launch-bound. On a CPU-only trace the ops are
@@ -14,7 +17,7 @@ the device work and the gaps between them are the Python and dispatch time aroun
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -26,11 +29,13 @@ from ..busy import (
     LAUNCH_BOUND_BUSY_PCT,
     LAUNCH_GAP_MAX_US,
     Activities,
+    CpuWork,
     activities,
     cpu_work,
     gaps_inside_ns,
     launch_bound,
     launch_wait_in,
+    merge_runs,
     owners,
     union_ns,
 )
@@ -52,13 +57,14 @@ class Interruption:
     instances: int
     kernels_per_instance: float
     busy_us: float          # union of the scope's device activity (each activity counted once)
-    idle_us: float          # window minus busy (window: union of the instances' windows)
+    idle_us: float          # window minus busy and unrecorded (window: union of the instances' windows)
     busy_pct: float
     launch_us: float        # CPU time in launch calls (runtime API), summed
     queue_delay_us: float   # mean of kernel start - launch start, over activities not clock-skewed
     avg_kernel_us: float
     launch_bound: bool
     skewed_launches: int = 0  # activities that start before their launch call: clock skew, not a delay
+    unrecorded_us: float = 0.0  # the window's unrecorded/wait time (the time budget's): not shown to be idle
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class _Scope:
     queue_delay_us: float   # mean over instances of their mean queue delay (skewed activities left out)
     waiting: Callable[[], int]  # launch work (ns) in the idle gaps, computed only when needed
     skewed: int = 0         # activities starting before their launch call (the device clock is off)
+    unrecorded_ns: int = 0  # the window's unrecorded/wait time
 
 
 def skewed_launches(trace: Trace) -> int:
@@ -82,15 +89,17 @@ def skewed_launches(trace: Trace) -> int:
 
 
 @timed("interruptions")
-def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
-    """Scopes with two or more kernels, most device idle time first (the ``top`` of them)."""
-    scopes = _cpu_scopes(trace) if trace.cpu_only else _device_scopes(trace)
+def interruptions(trace: Trace, *, top: int = 15, unrecorded: Sequence[tuple[int, int]] = ()) -> list[Interruption]:
+    """Scopes with two or more kernels, most device idle time first (the ``top`` of them); ``unrecorded``:
+    the diagnosis's unrecorded/wait time (:attr:`Diagnosis.unrecorded`), left out of each scope's idle time."""
+    scopes = _cpu_scopes(trace) if trace.cpu_only else _device_scopes(trace, unrecorded)
     out = []
     for title, g in scopes.items():
         if g.kernels < 2:
             continue
-        idle_ns = g.window_ns - g.busy_ns
-        pct = 100.0 * g.busy_ns / g.window_ns if g.window_ns else 100.0
+        window_ns = g.window_ns - g.unrecorded_ns   # the scope's device window
+        idle_ns = window_ns - g.busy_ns
+        pct = 100.0 * g.busy_ns / window_ns if window_ns else 100.0
         # launch-bound: mostly idle, and the idle time is the device waiting for the CPU's launches
         # (the launch work in the gaps is measured only where the rest of the rule can hold)
         bound = (not trace.cpu_only and g.kernels / g.instances >= LAUNCH_BOUND_MIN_KERNELS
@@ -99,12 +108,13 @@ def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
             scope=title, instances=g.instances, kernels_per_instance=round(g.kernels / g.instances, 2),
             busy_us=g.busy_ns / 1e3, idle_us=idle_ns / 1e3, busy_pct=round(pct, 1),
             launch_us=round(g.launch_us, 3), queue_delay_us=round(g.queue_delay_us, 3),
-            avg_kernel_us=round(g.busy_ns / 1e3 / g.kernels, 3), launch_bound=bool(bound), skewed_launches=g.skewed))
+            avg_kernel_us=round(g.busy_ns / 1e3 / g.kernels, 3), launch_bound=bool(bound), skewed_launches=g.skewed,
+            unrecorded_us=g.unrecorded_ns / 1e3))
     out.sort(key=lambda r: -r.idle_us)
     return out[:top]
 
 
-def _device_scopes(trace: Trace) -> dict[str, _Scope]:
+def _device_scopes(trace: Trace, unrecorded: Sequence[tuple[int, int]] = ()) -> dict[str, _Scope]:
     """Per scope: the device activities launched inside its instances, each owned by one instance."""
     members = _members(trace)
     if not members:
@@ -116,9 +126,11 @@ def _device_scopes(trace: Trace) -> dict[str, _Scope]:
     # a call over launch overhead's 1 ms bound is a block (a pageable copy, a synchronising copy), not launch
     # work: left out of Launch CPU, as the time budget leaves it out of launch_overhead
     launch_ns = np.where(a.launched & first_of_launch & (a.launch_dur <= LAUNCH_GAP_MAX_US * 1000), a.launch_dur, 0)
+    runs = np.asarray(unrecorded, dtype=np.int64).reshape(-1, 2)
+    waits = CpuWork.of(runs[:, 0], runs[:, 1])   # the unrecorded time before any moment, in two searches
     out = {}
     for title, (ts, end, thread) in members.items():
-        scope = _device_scope(a, owners(a, ts, end, thread), launch_ns, trace)
+        scope = _device_scope(a, owners(a, ts, end, thread), launch_ns, trace, waits)
         if scope is not None:
             out[title] = scope
     return out
@@ -151,8 +163,10 @@ def _members(trace: Trace) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray
     return out
 
 
-def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, trace: Trace) -> _Scope | None:
-    """One scope's figures from the owner of each activity (-1: not the scope's)."""
+def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, trace: Trace,
+                  waits: CpuWork) -> _Scope | None:
+    """One scope's figures from the owner of each activity (-1: not the scope's); ``waits``: the unrecorded
+    time, as runs (never busy: the budget labels it where no activity runs)."""
     idx = np.flatnonzero(owner >= 0)
     if idx.size == 0:
         return None
@@ -169,10 +183,11 @@ def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, trace
     sums = np.add.reduceat(np.where(fine, d, 0).astype(np.float64), first)
     has = n_fine > 0
     delay_us = float((sums[has] / n_fine[has]).mean()) / 1e3 if has.any() else 0.0
+    rs, re_ = merge_runs(ws, we)
     return _Scope(instances=int(first.size), kernels=int(idx.size), busy_ns=union_ns(s, e),
-                  window_ns=union_ns(ws, we), launch_us=float(launch_ns[idx].sum()) / 1e3,
+                  window_ns=int((re_ - rs).sum()), launch_us=float(launch_ns[idx].sum()) / 1e3,
                   queue_delay_us=delay_us, waiting=partial(_waiting, s, e, ws, we, trace),
-                  skewed=int(np.count_nonzero(~fine)))
+                  skewed=int(np.count_nonzero(~fine)), unrecorded_ns=int(waits.inside(rs, re_).sum()))
 
 
 def _waiting(start: np.ndarray, end: np.ndarray, win_start: np.ndarray, win_end: np.ndarray, trace: Trace) -> int:

@@ -390,6 +390,7 @@
  * @property {number} avg_kernel_us
  * @property {boolean} launch_bound
  * @property {number} skewed_launches
+ * @property {number} unrecorded_us
  */
 
 /**

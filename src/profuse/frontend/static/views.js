@@ -98,7 +98,10 @@ function drawOverview(main, o, st, go, pending = false) {
     main.append(el("h2", {}, "Interruptions"), table([
       { key: "scope", label: "Scope", name: true }, { key: "instances", label: "Calls" },
       { key: "kernels_per_instance", label: "Kernels/call" }, { key: "busy_us", label: "Busy", fmt: fmtUs },
-      { key: "idle_us", label: "Idle", fmt: fmtUs }, { key: "busy_pct", label: "Busy %", fmt: v => v + "%" },
+      { key: "idle_us", label: "Idle", fmt: fmtUs },
+      // the time budget's unrecorded waits, where a scope's window holds any: never called idle
+      ...(advice.interruptions.some(i => i.unrecorded_us) ? [{ key: "unrecorded_us", label: "Unrecorded", fmt: fmtUs }] : []),
+      { key: "busy_pct", label: "Busy %", fmt: v => v + "%" },
       { key: "launch_bound", label: "", fmt: v => v ? "launch-bound" : "" }], advice.interruptions));
   }
 }
