@@ -503,11 +503,13 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[t
     return out
 
 
-def queued_split_us(path: Path | str, spans: list[tuple[str, float, float, float]]) -> tuple[float, float]:
+def queued_split_us(path: Path | str, spans: list[tuple[str, float, float, float]],
+                    runs: list[tuple[float, float]] | None = None) -> tuple[float, float]:
     """(idle/queued, unrecorded/wait) µs inside ``spans``: where launched work waits to start (from its
     launch call's end, found by correlation id, to its start, where that is over QUEUED_MIN_US) and no
     device activity runs; a run of such time that ends by the span's first device activity, or is at
-    least UNRECORDED_SHARE of the span's busy time long, is the trace's unrecorded wait, the rest queued."""
+    least UNRECORDED_SHARE of the span's busy time long, is the trace's unrecorded wait, the rest queued.
+    ``runs``, where given, receives each unrecorded run (start, end) in µs."""
     events = list(exact_events(str(path)))
     device = [e for e in events if is_device_time(e)]
     by_corr = _launch_starts(events)
@@ -527,6 +529,8 @@ def queued_split_us(path: Path | str, spans: list[tuple[str, float, float, float
         for s, e in _minus(_merged(inside(waits)), busy):
             if e <= first or e - s >= UNRECORDED_SHARE * busy_us:
                 unrecorded += e - s
+                if runs is not None:
+                    runs.append((s, e))
             else:
                 queued += e - s
     return queued, unrecorded

@@ -98,7 +98,7 @@ def _check_claims(doc) -> None:
         assert _pct_ok(busy["busy_pct"])
     for s in doc["steps"]:
         assert 0 <= s["busy_us"] <= s["window_us"] + EPS
-        assert s["busy_us"] + s["idle_us"] == pytest.approx(s["window_us"], abs=EPS)
+        assert s["busy_us"] + s["idle_us"] + s["unrecorded_us"] == pytest.approx(s["window_us"], abs=EPS)
         assert _pct_ok(s["busy_pct"])
         assert not (s["launch_bound"] and (s["busy_pct"] or 0) >= 50)
     for i in doc["interruptions"]:

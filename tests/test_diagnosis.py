@@ -12,7 +12,9 @@ import pytest
 from conftest import FIXTURES, H200_TRACES, SHARED, trace_path
 
 import profuse
+from profuse.analysis import summarize
 from profuse.analysis.advice.findings import trace_findings
+from profuse.analysis.breakdown import device_breakdown
 from profuse.analysis.diagnosis import Diagnosis, diagnose
 from profuse.analysis.health import trace_health
 from profuse.analysis.steps import parse_step
@@ -330,6 +332,8 @@ def test_interruptions_leave_the_unrecorded_wait_out_of_idle(tmp_path, gemm_us, 
     path = _write(tmp_path, ev)
     with profuse.load(path) as t:
         (row,) = [i for i in trace_findings(t).interruptions if i.scope == "ProfilerStep#*"]
+        summary = summarize(t)
+        breakdown = device_breakdown(t, summary.device_busy)
     spans = [(start_us, start_us + 100), (first, first + gemm_us)]
     window = max(e for _s, e in spans) - min(s for s, _e in spans)
     busy = sum(e - s for s, e in spans)   # the two do not overlap
@@ -341,6 +345,15 @@ def test_interruptions_leave_the_unrecorded_wait_out_of_idle(tmp_path, gemm_us, 
     assert row.busy_us == pytest.approx(busy, abs=0.01)
     assert row.busy_us + row.idle_us + row.unrecorded_us == pytest.approx(window, abs=0.01)
     assert row.busy_pct == pytest.approx(round(100 * busy / (window - inside), 1))
+    # and the step table, the device's busy time and the Overview's categories say the same of the same time
+    (step,) = summary.steps
+    for got in (step, summary.device_busy):
+        assert got.window_us == pytest.approx(window, abs=0.01) and got.busy_us == pytest.approx(busy, abs=0.01)
+        assert got.unrecorded_us == pytest.approx(inside, abs=0.01)
+        assert got.busy_pct == pytest.approx(round(100 * busy / (window - inside), 2))
+    assert step.idle_us == pytest.approx(window - busy - inside, abs=0.01)
+    assert breakdown.idle_us == pytest.approx(window - busy - inside, abs=0.01)
+    assert breakdown.unrecorded_us == pytest.approx(inside, abs=0.01)
 
 
 def test_sglang_model_scope_is_busy_in_its_device_window_not_idle_through_the_wait():
@@ -356,6 +369,13 @@ def test_sglang_model_scope_is_busy_in_its_device_window_not_idle_through_the_wa
     assert model.idle_us < 0.01 * model.unrecorded_us and model.busy_pct > 90
     # and the rows together hold the whole wait as unrecorded (none of it left in their idle time)
     assert sum(i.unrecorded_us for i in f.interruptions) >= 0.99 * wait
+    # the step table and the device's busy time hold the same wait apart from idle
+    with profuse.load(path) as t:
+        summary = summarize(t)
+    (step,) = summary.steps
+    for got in (step, summary.device_busy):
+        assert got.unrecorded_us == pytest.approx(wait, abs=TOL_US) and got.busy_pct > 90
+    assert step.idle_us == pytest.approx(model.idle_us, abs=TOL_US)
 
 
 @pytest.mark.parametrize(("wait_us", "queued"), [(99.0, False), (101.0, True)])

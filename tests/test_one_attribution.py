@@ -64,8 +64,8 @@ def test_the_overview_categories_and_the_budget_class_a_kernel_alike(tmp_path: P
     import json
 
     from profuse.analysis.breakdown import device_breakdown
-    from profuse.analysis.busy import device_busy
     from profuse.analysis.diagnosis import diagnose
+    from profuse.analysis.steps import device_busy
 
     def x(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: object) -> dict[str, object]:
         return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}

@@ -16,7 +16,7 @@ import pytest
 from conftest import ALL_TRACES, trace_id
 
 import profuse
-from profuse.analysis.busy import LAUNCH_GAP_MAX_US, Activities
+from profuse.analysis.busy import LAUNCH_GAP_MAX_US, UNRECORDED_SHARE, Activities, queued_runs
 from profuse.analysis.diagnosis import budget, levers
 from profuse.analysis.diagnosis.budget import (
     BUSY_PRIORITY,
@@ -29,11 +29,9 @@ from profuse.analysis.diagnosis.budget import (
     QUEUED,
     TOP_OP,
     UNRECORDED,
-    UNRECORDED_SHARE,
     DeviceWork,
     Labels,
     covered,
-    queued_runs,
 )
 from profuse.analysis.diagnosis.records import Steady
 from profuse.trace import compiled
@@ -124,14 +122,30 @@ def old_unrecorded_waits(label: np.ndarray, start: np.ndarray, ns: np.ndarray) -
     return out
 
 
-def old_pieces(lab: Labels, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(start, ns, idx, label) of one span, as budget.pieces cut it, and its leaves summed by np.add.at."""
+def old_pieces(lab: Labels, lo: int, hi: int, runs: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(start, ns, idx, label) of one span, as budget.pieces cut it, and its leaves summed by np.add.at; its
+    queued pieces relabelled unrecorded by the previous rule on the span alone, or, given ``runs``, those
+    starting inside one of them."""
     c = lab.cuts
     inner = c[np.searchsorted(c, lo, side="right"):np.searchsorted(c, hi, side="left")]
     start = np.concatenate([[lo], inner]).astype(np.int64)
     ns = np.diff(np.append(start, hi)).astype(np.int64)
     idx = np.clip(np.searchsorted(c, start, side="right") - 1, 0, None)
-    return start, ns, idx, old_unrecorded_waits(lab.label[idx].astype(np.int64), start, ns)
+    label = lab.label[idx].astype(np.int64)
+    if runs is None:
+        return start, ns, idx, old_unrecorded_waits(label, start, ns)
+    inside = np.asarray([any(s <= t < e for s, e in zip(*runs)) for t in start.tolist()], dtype=bool)
+    return start, ns, idx, np.where((label == QUEUED) & inside, UNRECORDED, label)
+
+
+def queued_stretches(cuts: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The maximal stretches of consecutive queued pieces of labelled cuts, as [start, end) (the last one
+    open-ended where it runs to the last cut)."""
+    q = np.concatenate([[0], (label == QUEUED).astype(np.int8), [0]])
+    edge = np.flatnonzero(np.diff(q))
+    ends = np.append(cuts, 10 ** 9)[edge[1::2]]
+    return cuts[edge[::2]], ends
 
 
 def old_leaf_ns(label: np.ndarray, ns: np.ndarray) -> np.ndarray:
@@ -537,7 +551,11 @@ def test_spans_pieces_are_each_span_cut_alone() -> None:
         cuts = np.concatenate([[budget._BEFORE], np.unique(rng.integers(0, 400, n))]).astype(np.int64)
         label = rng.choice([0, 3, QUEUED, QUEUED, QUEUED, CPU_OTHER, NO_WORK], cuts.size).astype(np.int8)
         z = np.zeros(cuts.size, dtype=bool)
-        lab = Labels(cuts, label, z, z, z)
+        # the unrecorded waits (steps.unrecorded_waits gives the budget its own): some of the queued stretches
+        qs, qe = queued_stretches(cuts, label)
+        pick = rng.random(qs.size) < 0.6
+        runs = (qs[pick], qe[pick])
+        lab = Labels(cuts, label, z, z, z, runs)
         k = int(rng.integers(0, 8))
         lo = rng.integers(-20, 420, k).astype(np.int64)
         hi = lo + rng.integers(-3, 200, k)
@@ -545,11 +563,11 @@ def test_spans_pieces_are_each_span_cut_alone() -> None:
             hi[0] = lo[0]
         # WHEN they are cut together
         p, offsets, table = budget.spans_pieces(lab, lo, hi)
-        # THEN span by span, the pieces, their labels (unrecorded waits too) and leaves are each span's alone
+        # THEN span by span, the pieces, their labels (the given unrecorded waits too) and leaves are each span's alone
         assert offsets[0] == 0 and offsets[-1] == p.start.size and offsets.size == k + 1
         for i in range(k):
             s, e = int(offsets[i]), int(offsets[i + 1])
-            start, ns, idx, lab_i = old_pieces(lab, int(lo[i]), int(hi[i]))
+            start, ns, idx, lab_i = old_pieces(lab, int(lo[i]), int(hi[i]), runs)
             assert p.start[s:e].tolist() == start.tolist(), trial
             assert p.ns[s:e].tolist() == ns.tolist(), trial
             assert p.idx[s:e].tolist() == idx.tolist(), trial

@@ -1,5 +1,6 @@
 """Device time by category: compute, memory copy, communication, and idle (the device-wide window
-minus the union of activity on every stream). Categories are unions of the diagnosis's kernel classes
+minus the union of activity on every stream and minus the trace's unrecorded waits, which are not shown
+to be idle: ``unrecorded_us``, steps.unrecorded_waits). Categories are unions of the diagnosis's kernel classes
 (:func:`.kernel_class.kernel_class`, the one classifier): ``communication`` is communication,
 memory copy is ``memcpy_*`` and ``memset``, compute every other class. On a CPU-only trace the CPU's top-level op time is
 compute and there is no idle claim: the gaps are the host's own time, not a device's."""
@@ -23,6 +24,7 @@ class Breakdown:
     memory_copy_us: float
     communication_us: float
     idle_us: float | None
+    unrecorded_us: float = 0.0   # the window's unrecorded waits (Busy.unrecorded_us): not in idle_us
 
 
 def device_breakdown(trace: Trace, busy: Busy | None) -> Breakdown:
@@ -42,6 +44,7 @@ def device_breakdown(trace: Trace, busy: Busy | None) -> Breakdown:
         cls = kernel_class(kind, name, op, launch)
         category = "comm" if cls == "communication" else "copy" if cls.startswith("mem") else "compute"
         sums[category] += (dur or 0) / 1e3
-    idle = busy.window_us - busy.busy_us if busy is not None else 0.0
+    waits = busy.unrecorded_us if busy is not None else 0.0
+    idle = busy.window_us - busy.busy_us - waits if busy is not None else 0.0
     return Breakdown(compute_us=sums["compute"], memory_copy_us=sums["copy"], communication_us=sums["comm"],
-                     idle_us=idle)
+                     idle_us=idle, unrecorded_us=waits)

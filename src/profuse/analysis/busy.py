@@ -12,6 +12,9 @@ The definitions (docs/advisor.md states them for users):
 - Where intervals of the same step or scope overlap (steps on several threads, one scope running on
   several threads at once, a scope nested in itself), each activity belongs to exactly one of them
   (:func:`owners`), so no activity is counted twice.
+- Time the trace cannot show to be idle (:func:`unrecorded_in`: the time budget's ``unrecorded/wait``)
+  is neither busy nor idle: each window gives it as ``unrecorded_us``, and busy % is of the window
+  without it.
 - ``launch_bound`` is claimed only where the device is idle for most of the window *and* most of
   that idle time is covered by launch work: the dispatch of an op that launched device work
   asynchronously (from the op's start to the end of its launch call), on any thread, in gaps of at
@@ -25,6 +28,7 @@ launch-bound.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,6 +48,11 @@ LAUNCH_BOUND_WAIT_PCT = 50.0   # ... and the host must dispatch or launch for ov
 # A gap longer than this is a host stall (initialisation, autotuning, data loading, a blocking wait),
 # never launch overhead, which costs microseconds per kernel.
 LAUNCH_GAP_MAX_US = 1000.0
+# A launch is picked up within tens of µs (the launch latency: launch_overhead's, a graph removes it);
+# launched work that waits longer while the device idles is waiting on something else.
+QUEUED_MIN_US = 100.0
+# a wait at least this share of its step's recorded device time is not shown to be idle by the trace
+UNRECORDED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,8 @@ class Busy:
 
     window_us: float
     busy_us: float
-    busy_pct: float | None   # None when the window is empty: nothing to claim
+    busy_pct: float | None   # None when the window is empty: nothing to claim (of the window less unrecorded_us)
+    unrecorded_us: float = 0.0   # the window's unrecorded/wait time (:func:`unrecorded_in`): not shown to be idle
 
 
 @dataclass(frozen=True)
@@ -63,9 +73,10 @@ class StepBusy:
     window_us: float
     busy_us: float
     idle_us: float
-    busy_pct: float | None
+    busy_pct: float | None   # of the window less unrecorded_us (the step's device window)
     launch_bound: bool
     activities: int
+    unrecorded_us: float = 0.0   # the window's unrecorded/wait time (:func:`unrecorded_in`): not idle_us
 
 
 def merge_runs(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,6 +140,64 @@ def gaps_ns(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return re_[:-1], rs[1:]
 
 
+def launch_wait(a: Activities) -> np.ndarray:
+    """ns from each activity's launch call end to its start (meaningful where ``a.launched``)."""
+    out: np.ndarray = a.start - (a.launch_ts + a.launch_dur)
+    return out
+
+
+def late(a: Activities) -> np.ndarray:
+    """The launched activities that waited over :data:`QUEUED_MIN_US` to start."""
+    out: np.ndarray = a.launched & (launch_wait(a) > QUEUED_MIN_US * 1000)
+    return out
+
+
+def queued_runs(a: Activities) -> tuple[np.ndarray, np.ndarray]:
+    """The times launched work waited to start, as disjoint runs: from each :func:`late` activity's launch
+    call end to its start."""
+    m = late(a)
+    return merge_runs((a.launch_ts + a.launch_dur)[m], a.start[m])
+
+
+def intersect_runs(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray,
+                   b_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The non-empty intersections of two sets of disjoint runs (each in start order), in start order, and
+    the index of each one's run of ``b``."""
+    i0 = np.searchsorted(b_end, a_start, side="right")   # per run of a: the first run of b ending after it starts
+    i1 = np.searchsorted(b_start, a_end, side="left")    # and the first starting at or after its end
+    counts = np.maximum(i1 - i0, 0)
+    ia = np.repeat(np.arange(a_start.size), counts)
+    ib = np.repeat(i0 - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+    s, e = np.maximum(a_start[ia], b_start[ib]), np.minimum(a_end[ia], b_end[ib])
+    keep = e > s
+    return s[keep], e[keep], ib[keep]
+
+
+def unrecorded_in(a: Activities, spans: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The time the trace cannot show to be idle (the time budget's ``unrecorded/wait``, docs/advisor.md),
+    as disjoint runs [start, end) in time order: in each span (disjoint, in time order), each run of time in
+    which launched work waits to start (:func:`queued_runs`) and no device activity runs, that ends by the
+    span's first device activity or is at least :data:`UNRECORDED_SHARE` of the span's busy time long. The
+    device may have run work the trace does not hold, or the host and device clocks disagree."""
+    z = np.zeros(0, dtype=np.int64)
+    ws, we = queued_runs(a)
+    if not ws.size or not spans:
+        return z, z
+    bs, be = merge_runs(a.start, a.end)
+    gaps_s = np.concatenate([[np.iinfo(np.int64).min], be])   # the time no activity runs
+    gaps_e = np.concatenate([bs, [np.iinfo(np.int64).max]])
+    qs, qe, _ = intersect_runs(ws, we, gaps_s, gaps_e)
+    lo = np.asarray([s for s, _ in spans], dtype=np.int64)
+    hi = np.asarray([e for _, e in spans], dtype=np.int64)
+    rs, re_, span = intersect_runs(qs, qe, lo, hi)
+    # per span: its busy time and the start of its first activity (never, where none runs in it)
+    busy_ns = CpuWork.of(bs, be).inside(lo, hi)
+    j = np.minimum(np.searchsorted(be, lo, side="right"), max(bs.size - 1, 0))
+    first = np.where((j < bs.size) & (bs[j] < hi) & (be[j] > lo), np.maximum(bs[j], lo), np.iinfo(np.int64).max)
+    out = (re_ <= first[span]) | ((re_ - rs) >= UNRECORDED_SHARE * busy_ns[span])
+    return rs[out], re_[out]
+
+
 def gaps_inside_ns(start: np.ndarray, end: np.ndarray, win_start: np.ndarray,
                    win_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The idle gaps between activities that lie inside the union of the windows [win_start,
@@ -153,13 +222,16 @@ def launch_wait_ns(start: np.ndarray, end: np.ndarray, work: CpuWork) -> tuple[i
     return launch_wait_in(*gaps_ns(start, end), work)
 
 
-def busy_of(start: np.ndarray, end: np.ndarray) -> Busy:
-    """Window and union of a set of activity intervals (ns in, µs out)."""
+def busy_of(start: np.ndarray, end: np.ndarray, unrecorded: tuple[np.ndarray, np.ndarray] | None = None) -> Busy:
+    """Window and union of a set of activity intervals (ns in, µs out); ``unrecorded``: the unrecorded waits
+    (:func:`unrecorded_in`), whose time inside the window is not idle, and is left out of busy %'s whole."""
     if start.size == 0:
         return Busy(0.0, 0.0, None)
-    window = int(end.max() - start.min())
+    lo, hi = int(start.min()), int(end.max())
     busy = union_ns(start, end)
-    return Busy(window / 1e3, busy / 1e3, pct_of(busy, window))
+    waits = 0 if unrecorded is None else int(CpuWork.of(*unrecorded).inside(
+        np.asarray([lo], dtype=np.int64), np.asarray([hi], dtype=np.int64))[0])
+    return Busy((hi - lo) / 1e3, busy / 1e3, pct_of(busy, hi - lo - waits), waits / 1e3)
 
 
 def pct_of(part: int, whole: int) -> float | None:
@@ -298,10 +370,3 @@ def cpu_work(trace: Trace) -> CpuWork:
     call's end, i.e. the dispatch the device had to wait for. Any thread. Read once per loaded trace."""
     return CpuWork.of(*launch_calls(trace))
 
-
-def device_busy(trace: Trace) -> Busy | None:
-    """Device-wide busy time over the trace; None on a CPU-only trace (no device to be idle)."""
-    if trace.cpu_only:
-        return None
-    a = activities(trace)
-    return busy_of(a.start, a.end)

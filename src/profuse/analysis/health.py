@@ -142,7 +142,7 @@ def _without(d: DeviceEvents) -> dict[str, int]:
 
 def _queued_min_us() -> float:
     """The budget's: a launch is picked up within tens of µs (imported when asked: the records stay light)."""
-    from .diagnosis.budget import QUEUED_MIN_US
+    from .busy import QUEUED_MIN_US
 
     return QUEUED_MIN_US
 

@@ -43,14 +43,17 @@ from ._memo import once_per_trace
 from .busy import (
     LAUNCH_GAP_MAX_US,
     Activities,
+    Busy,
     CpuWork,
     StepBusy,
     activities,
+    busy_of,
     cpu_work,
     launch_bound,
     owners,
     pct_of,
     union_ns,
+    unrecorded_in,
 )
 
 if TYPE_CHECKING:
@@ -165,6 +168,27 @@ def active_window(con: Any) -> tuple[int, int]:
     return int(lo or 0), int(hi or 0)
 
 
+@once_per_trace
+def unrecorded_waits(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The trace's unrecorded waits (:func:`busy.unrecorded_in` over the step model's spans), as disjoint
+    runs [start, end); none on a CPU-only trace. The one rule the time budget's ``unrecorded/wait`` leaf,
+    the step table, device busy and the interruptions read."""
+    model = step_model(trace)
+    if trace.cpu_only:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    return unrecorded_in(activities(trace), model.spans)
+
+
+def device_busy(trace: Trace) -> Busy | None:
+    """Device-wide busy time over the trace (its unrecorded waits apart: :func:`unrecorded_waits`); None on a
+    CPU-only trace (no device to be idle)."""
+    if trace.cpu_only:
+        return None
+    a = activities(trace)
+    return busy_of(a.start, a.end, unrecorded_waits(trace))
+
+
 def step_ids(trace: Trace) -> list[int]:
     """events.id of every step annotation (for queries that leave the steps' own rows out)."""
     return [s.id for s in step_model(trace).steps]
@@ -194,13 +218,16 @@ def steps_busy(trace: Trace) -> list[StepBusy]:
         return []
     if trace.cpu_only or model.owner is None:
         return _cpu_steps(trace, model)
-    return device_steps(model.steps, model.owner, activities(trace), cpu_work(trace))
+    return device_steps(model.steps, model.owner, activities(trace), cpu_work(trace), unrecorded_waits(trace))
 
 
-def device_steps(steps: tuple[Step, ...], owner: np.ndarray, a: Activities, work: CpuWork) -> list[StepBusy]:
+def device_steps(steps: tuple[Step, ...], owner: np.ndarray, a: Activities, work: CpuWork,
+                 unrecorded: tuple[np.ndarray, np.ndarray] | None = None) -> list[StepBusy]:
     """:func:`busy.step_busy` of every step at once (one sweep over the activities by step, then start):
     window, busy (the union of the step's activities), and the idle gaps between its merged runs, with the
-    launch work in those of at most ``LAUNCH_GAP_MAX_US`` (:func:`busy.launch_wait_in`)."""
+    launch work in those of at most ``LAUNCH_GAP_MAX_US`` (:func:`busy.launch_wait_in`); ``unrecorded``: the
+    unrecorded waits (:func:`unrecorded_waits`), whose time in a window is neither idle nor in busy %'s whole
+    (no activity runs in it, so it lies in the step's gaps)."""
     from .advice.interruptions import reach_before
 
     n = len(steps)
@@ -212,10 +239,14 @@ def device_steps(steps: tuple[Step, ...], owner: np.ndarray, a: Activities, work
     busy = np.zeros(n, dtype=np.int64)
     idle = np.zeros(n, dtype=np.int64)
     covered = np.zeros(n, dtype=np.int64)
+    waits = np.zeros(n, dtype=np.int64)
     if g.size:
         at, before = reach_before(g, s, e)
         np.add.at(busy, g, np.maximum(e - np.maximum(s, before), 0))
-        window[g[at]] = np.maximum.reduceat(e, at) - np.minimum.reduceat(s, at)
+        lo_w, hi_w = np.minimum.reduceat(s, at), np.maximum.reduceat(e, at)
+        window[g[at]] = hi_w - lo_w
+        if unrecorded is not None and unrecorded[0].size:
+            waits[g[at]] = CpuWork.of(*unrecorded).inside(lo_w, hi_w)
         first = np.zeros(g.size, dtype=bool)
         first[at] = True
         gap = ~first & (s > before)             # a merged run starts here: the gap before it is idle
@@ -224,12 +255,28 @@ def device_steps(steps: tuple[Step, ...], owner: np.ndarray, a: Activities, work
         short = (hi - lo) <= LAUNCH_GAP_MAX_US * 1000
         np.add.at(covered, gg[short], work.inside(lo[short], hi[short]))
     out = []
-    for st, w, b, i, c, k in zip(steps, window.tolist(), busy.tolist(), idle.tolist(), covered.tolist(),
-                                 counts.tolist()):
-        pct = pct_of(b, w)
-        out.append(StepBusy(st.name, w / 1e3, b / 1e3, (w - b) / 1e3, pct, launch_bound(pct, i, c), k))
+    for st, w, b, i, c, k, u in zip(steps, window.tolist(), busy.tolist(), idle.tolist(), covered.tolist(),
+                                    counts.tolist(), waits.tolist()):
+        pct = pct_of(b, w - u)
+        out.append(StepBusy(st.name, w / 1e3, b / 1e3, (w - b - u) / 1e3, pct, launch_bound(pct, i - u, c), k,
+                            u / 1e3))
     return out
 
 
-__all__ = ["STEP_SQL", "STEP_WHERE", "Step", "StepModel", "StepName", "active_window", "find_steps", "merge",
-           "parse_step", "step_ids", "step_model", "steps_busy", "union_spans"]
+__all__ = [
+    "STEP_SQL",
+    "STEP_WHERE",
+    "Step",
+    "StepModel",
+    "StepName",
+    "active_window",
+    "device_busy",
+    "find_steps",
+    "merge",
+    "parse_step",
+    "step_ids",
+    "step_model",
+    "steps_busy",
+    "union_spans",
+    "unrecorded_waits",
+]

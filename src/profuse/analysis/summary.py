@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import printable
-from .busy import Busy, StepBusy, device_busy
+from .busy import Busy, StepBusy
 from .optable import device_counts, total_device_us
-from .steps import steps_busy
+from .steps import device_busy, steps_busy
 
 if TYPE_CHECKING:
     from ..trace import Trace  # annotations only: importing analysis for --help costs no DuckDB

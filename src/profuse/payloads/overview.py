@@ -85,11 +85,14 @@ def capture(summary: Summary, *, keep_metadata: bool = False) -> Capture | None:
 
 
 def categories(breakdown: Breakdown) -> dict[str, float]:
-    """The breakdown as labelled categories, in display order; no idle where there is no device."""
+    """The breakdown as labelled categories, in display order; no idle where there is no device, and the
+    unrecorded waits as :func:`budget_categories` names them ("not in the trace"), where there are some."""
     out = {"compute": breakdown.compute_us, "memory copy": breakdown.memory_copy_us,
            "communication": breakdown.communication_us}
     if breakdown.idle_us is not None:
         out["idle"] = breakdown.idle_us
+    if breakdown.unrecorded_us:
+        out["not in the trace"] = breakdown.unrecorded_us
     return {k: round(v, 3) for k, v in out.items()}
 
 

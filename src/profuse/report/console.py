@@ -57,8 +57,10 @@ def _steps_note(steps: list[StepBusy], cpu_only: bool) -> Text | None:
         return Text(f"{len(judged)} profiler step(s): {fmt_us(cpu[0])} to {fmt_us(cpu[-1])} of CPU time each, "
                     f"{pcts[0]:.0f}% to {pcts[-1]:.0f}% of it in ops", style="dim")
     bound = sum(st.launch_bound for st in judged)
+    waits = sum(st.unrecorded_us for st in judged)
     return Text(f"{len(judged)} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}% of each "
-                f"step's window" + (f"; {bound} launch-bound" if bound else ""), style="dim")
+                f"step's window" + (f" less its unrecorded wait ({fmt_us(waits)} in all)" if waits else "")
+                + (f"; {bound} launch-bound" if bound else ""), style="dim")
 
 
 def notes(doc: ReportDocument) -> list[Text]:
@@ -84,8 +86,10 @@ def notes(doc: ReportDocument) -> list[Text]:
                         "that launched them.", style="dim"))
     busy = doc.device_busy
     if busy is not None and busy.busy_pct is not None:
+        waits = (f"; {fmt_us(busy.unrecorded_us)} of it an unrecorded wait, not shown idle, left out of the %"
+                 if busy.unrecorded_us else "")
         out.append(Text(f"Device busy {fmt_us(busy.busy_us)} of a {fmt_us(busy.window_us)} window "
-                        f"({busy.busy_pct:.1f}%, union over every stream).", style="dim"))
+                        f"({busy.busy_pct:.1f}%, union over every stream{waits}).", style="dim"))
     steps = _steps_note(doc.steps, doc.device_busy is None)
     if steps is not None:
         out.append(steps)

@@ -36,9 +36,8 @@ def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None)
     peaks = device_peaks(trace, measured_peaks or bundle_peaks)
     # every op's roofline for the diagnosis (its GEMM bound reads all of them), the top ones for the section
     candidates, rows = fusion_candidates(trace), roofline(trace, peaks, top=ALL_ROWS)
-    # the diagnosis first: the interruptions leave out of a scope's idle time what its budget calls unrecorded
-    diagnosis = diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows))
-    return Findings(hotspots=hotspots(trace), interruptions=interruptions(trace, unrecorded=diagnosis.unrecorded),
+    return Findings(hotspots=hotspots(trace), interruptions=interruptions(trace),
                     fusion_candidates=candidates, peaks=peaks, roofline=rows[:ROOFLINE_TOP],
                     compiled=compiled_regions(trace), roofline_note=missing_peak(trace, peaks),
-                    skewed_launches=skewed_launches(trace), diagnosis=diagnosis)
+                    skewed_launches=skewed_launches(trace),
+                    diagnosis=diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows)))

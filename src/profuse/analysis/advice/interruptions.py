@@ -17,7 +17,7 @@ the device work and the gaps between them are the Python and dispatch time aroun
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -40,6 +40,7 @@ from ..busy import (
     union_ns,
 )
 from ..scopes import title_of, unit_table
+from ..steps import unrecorded_waits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -89,10 +90,10 @@ def skewed_launches(trace: Trace) -> int:
 
 
 @timed("interruptions")
-def interruptions(trace: Trace, *, top: int = 15, unrecorded: Sequence[tuple[int, int]] = ()) -> list[Interruption]:
-    """Scopes with two or more kernels, most device idle time first (the ``top`` of them); ``unrecorded``:
-    the diagnosis's unrecorded/wait time (:attr:`Diagnosis.unrecorded`), left out of each scope's idle time."""
-    scopes = _cpu_scopes(trace) if trace.cpu_only else _device_scopes(trace, unrecorded)
+def interruptions(trace: Trace, *, top: int = 15) -> list[Interruption]:
+    """Scopes with two or more kernels, most device idle time first (the ``top`` of them); the trace's
+    unrecorded waits (:func:`steps.unrecorded_waits`) are left out of each scope's idle time."""
+    scopes = _cpu_scopes(trace) if trace.cpu_only else _device_scopes(trace)
     out = []
     for title, g in scopes.items():
         if g.kernels < 2:
@@ -114,7 +115,7 @@ def interruptions(trace: Trace, *, top: int = 15, unrecorded: Sequence[tuple[int
     return out[:top]
 
 
-def _device_scopes(trace: Trace, unrecorded: Sequence[tuple[int, int]] = ()) -> dict[str, _Scope]:
+def _device_scopes(trace: Trace) -> dict[str, _Scope]:
     """Per scope: the device activities launched inside its instances, each owned by one instance."""
     members = _members(trace)
     if not members:
@@ -126,8 +127,7 @@ def _device_scopes(trace: Trace, unrecorded: Sequence[tuple[int, int]] = ()) -> 
     # a call over launch overhead's 1 ms bound is a block (a pageable copy, a synchronising copy), not launch
     # work: left out of Launch CPU, as the time budget leaves it out of launch_overhead
     launch_ns = np.where(a.launched & first_of_launch & (a.launch_dur <= LAUNCH_GAP_MAX_US * 1000), a.launch_dur, 0)
-    runs = np.asarray(unrecorded, dtype=np.int64).reshape(-1, 2)
-    waits = CpuWork.of(runs[:, 0], runs[:, 1])   # the unrecorded time before any moment, in two searches
+    waits = CpuWork.of(*unrecorded_waits(trace))   # the unrecorded time before any moment, in two searches
     out = {}
     for title, (ts, end, thread) in members.items():
         scope = _device_scope(a, owners(a, ts, end, thread), launch_ns, trace, waits)

@@ -14,10 +14,10 @@ import bisect
 from ...errors import UserError
 from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
-from ..busy import activities, device_busy, union_ns
+from ..busy import activities, union_ns
 from ..opclass import op_class
 from ..optable import op_table, total_device_us
-from ..steps import step_model
+from ..steps import device_busy, step_model
 
 CLASSES = ("pointwise", "reduction", "norm", "softmax", "copy", "matmul", "attention", "view", "compiled", "other")
 BUILTIN = ("step", "device_busy")

@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING
 
 from ..._lazy import lazy_module
 from ...trace import Trace
-from ..busy import merge_runs
 from ..steps import Step, step_model
 from .budget import (
     BUSY_PRIORITY,
     LEAVES,
     NOT_RECORDED,
-    UNRECORDED,
     Labels,
     Pieces,
     device_work,
@@ -100,17 +98,7 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     budget = leaves_of(LEAVES, np.asarray([steady.leaves[k] for k in LEAVES]), steady.span_ns)
     return Diagnosis(device=True, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
                      budget=budget, steps=tuple(out_steps), levers=levers, small_items=small,
-                     combined_gain_us=combined, notes=tuple(notes), unrecorded=_unrecorded_runs(every))
-
-
-def _unrecorded_runs(every: Pieces) -> tuple[tuple[int, int], ...]:
-    """The pieces labelled unrecorded/wait (every span's, the warm-up's too) as disjoint [start, end) runs."""
-    m = every.label == UNRECORDED
-    if not m.any():
-        return ()
-    start = every.start[m]
-    rs, re_ = merge_runs(start, start + every.ns[m])
-    return tuple(zip(rs.tolist(), re_.tolist()))
+                     combined_gain_us=combined, notes=tuple(notes))
 
 
 def _steady(spans: list[tuple[int, int]], warm: int | None, every: Pieces, offsets: np.ndarray,

@@ -43,8 +43,16 @@ from ...trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL
 from ...trace.vocabulary import sync_call_sql
 from .._codes import hash_codes
 from .._read import fetch_columns
-from ..busy import LAUNCH_GAP_MAX_US, Activities, activities, launch_calls, merge_runs
+from ..busy import (  # the queued-wait rule's parts are busy.py's (the step table and views read them too)
+    LAUNCH_GAP_MAX_US,
+    Activities,
+    activities,
+    launch_calls,
+    merge_runs,
+    queued_runs,
+)
 from ..kernel_class import fp32_matrix, kernel_class
+from ..steps import unrecorded_waits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,9 +63,6 @@ else:  # numpy loads on first use: the records here are read without it
 BUSY_PRIORITY = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "other", "communication",
                  "memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memset")
 IDLE_CAUSES = ("queued", "host_sync", "launch_overhead", "input", "cpu_other", "no_work")
-# A launch is picked up within tens of µs (the launch latency: launch_overhead's, a graph removes it);
-# launched work that waits longer while the device idles is waiting on something else.
-QUEUED_MIN_US = 100.0
 UNRECORDED_LEAF = "unrecorded/wait"
 LEAVES = tuple(f"busy/{c}" for c in BUSY_PRIORITY) + tuple(f"idle/{c}" for c in IDLE_CAUSES) + (UNRECORDED_LEAF,)
 NOT_RECORDED = "idle/not_recorded"
@@ -72,8 +77,6 @@ TOP_OP = ("NOT ({e}.name LIKE 'ProfilerStep#%') AND ({e}.parent_op IS NULL OR {e
 # (``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``)
 INPUT_SQL = "(name ILIKE '%DataLoader%' AND name LIKE '%\\_\\_next\\_\\_%' ESCAPE '\\')"
 UNRECORDED = LEAVES.index(UNRECORDED_LEAF)
-# a wait at least this share of its step's recorded device time is not shown to be idle by the trace
-UNRECORDED_SHARE = 0.5
 _BEFORE = -(2 ** 62)
 # host interval bits: its duration is under 1 ns or unknown (its ``stop`` is then ts + 1, not ts + dur), and
 # its name is NULL (its code is then the empty name's)
@@ -128,6 +131,9 @@ class DeviceWork:
     stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each activity's (-1: none)
     host_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each interval's event id
     host_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))  # RAW_DUR, NO_NAME
+    # the step model's unrecorded waits (steps.unrecorded_waits: the one rule), as runs [start, end)
+    unrecorded: tuple[np.ndarray, np.ndarray] = field(
+        default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
     # the intervals left out as enclosing a whole step, as columns (id, ts, stop, thread, code, bits, kind: 0 a
     # frame, 1 an op, 2 a runtime call, 3 a top-level op): every interval of ``threads`` is one of the two sets
     around: dict[str, np.ndarray] = field(default_factory=dict)
@@ -165,7 +171,7 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         host_depth=host["depth"], host_code=host["code"], host_names=host_names, host_op=host["is_op"],
         host_top=host["top"], host_runtime=host["runtime"], threads=frozenset(threads), host_thread=host["thread"],
         stream=d["stream"], input_runs=merge_runs(_i64(inp["ts"]), _i64(inp["stop"])), host_id=host["id"],
-        host_bits=host["bits"], around=around)
+        host_bits=host["bits"], around=around, unrecorded=unrecorded_waits(trace))
     _WORK[trace] = weakref.ref(work)
     return work
 
@@ -434,6 +440,8 @@ class Labels:
     pageable: np.ndarray    # the piece's busy copy is a pageable host-to-device copy
     fp32: np.ndarray        # the piece's gemm/conv time is an FP32 kernel's
     graph: np.ndarray       # the piece's busy class runs a graph-replayed kernel
+    unrecorded: tuple[np.ndarray, np.ndarray] = field(  # DeviceWork.unrecorded: queued time relabelled so
+        default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
 
     def at(self, t: np.ndarray) -> np.ndarray:
         """The piece each time t falls in (index into cuts)."""
@@ -470,26 +478,7 @@ def labels(w: DeviceWork) -> Labels:
         here = (label < 0) & covered(runs, cuts)
         label[here] = cause
     label[label < 0] = NO_WORK
-    return Labels(cuts, label, pageable, fp32, graph)
-
-
-def launch_wait(a: Activities) -> np.ndarray:
-    """ns from each activity's launch call end to its start (meaningful where ``a.launched``)."""
-    out: np.ndarray = a.start - (a.launch_ts + a.launch_dur)
-    return out
-
-
-def late(a: Activities) -> np.ndarray:
-    """The launched activities that waited over :data:`QUEUED_MIN_US` to start."""
-    out: np.ndarray = a.launched & (launch_wait(a) > QUEUED_MIN_US * 1000)
-    return out
-
-
-def queued_runs(a: Activities) -> tuple[np.ndarray, np.ndarray]:
-    """The times launched work waited to start, as disjoint runs: from each :func:`late` activity's launch
-    call end to its start."""
-    m = late(a)
-    return merge_runs((a.launch_ts + a.launch_dur)[m], a.start[m])
+    return Labels(cuts, label, pageable, fp32, graph, w.unrecorded)
 
 
 @dataclass(frozen=True)
@@ -534,7 +523,7 @@ def spans_pieces(lab: Labels, lo: np.ndarray, hi: np.ndarray) -> tuple[Pieces, n
     ns[last] = hi - start[last]
     label = lab.label[idx]
     table = _leaf_table(label, ns, counts)
-    _unrecorded_waits(label, start, ns, offsets, table)
+    _unrecorded_waits(label, start, ns, offsets, table, lab.unrecorded)
     return Pieces(start, ns, idx, label), offsets, table
 
 
@@ -549,39 +538,24 @@ def _leaf_table(label: np.ndarray, ns: np.ndarray, counts: np.ndarray) -> np.nda
 
 
 def _unrecorded_waits(label: np.ndarray, start: np.ndarray, ns: np.ndarray, offsets: np.ndarray,
-                      table: np.ndarray) -> None:
-    """Relabel ``unrecorded/wait``, in place, each run of queued pieces that the trace cannot show to be
-    idle: a run ending by its span's first recorded device activity, or one at least
-    :data:`UNRECORDED_SHARE` of its span's busy time long (the module docstring); the spans are those
-    ``offsets`` delimits, and their leaf ``table`` moves the runs' ns from queued to unrecorded (the busy
-    time, which decides, does not change)."""
+                      table: np.ndarray, runs: tuple[np.ndarray, np.ndarray]) -> None:
+    """Relabel ``unrecorded/wait``, in place, the queued pieces inside the unrecorded waits ``runs``
+    (:func:`steps.unrecorded_waits`: the one rule, which the step table, device busy and the interruptions
+    read too); the spans are those ``offsets`` delimits, and their leaf ``table`` moves the pieces' ns from
+    queued to unrecorded. A run is a whole stretch of queued time of one span, so each queued piece lies
+    all inside one or outside all."""
+    rs, re_ = runs
     q = np.flatnonzero(label == QUEUED)
+    if not q.size or not rs.size:
+        return
+    k = np.searchsorted(rs, start[q], side="right") - 1
+    q = q[(k >= 0) & (start[q] < re_[np.maximum(k, 0)])]
     if not q.size:
         return
-    # runs of consecutive queued pieces of one span: [begin, stop)
+    label[q] = UNRECORDED
     span = np.searchsorted(offsets, q, side="right") - 1
-    new = np.ones(q.size, dtype=bool)
-    new[1:] = (q[1:] != q[:-1] + 1) | (span[1:] != span[:-1])
-    begin, of = q[new], span[new]
-    stop = np.append(q[np.flatnonzero(new)[1:] - 1], q[-1]) + 1
-    total = np.concatenate([[0], np.cumsum(ns[q])])
-    at = np.flatnonzero(new)
-    run_ns = np.diff(np.append(total[at], total[-1]))
-    ends = start[stop - 1] + ns[stop - 1]
-    first = np.full(of.size, 2 ** 62, dtype=np.int64)   # the start of each run's span's first busy piece
-    busy = np.flatnonzero(label < len(BUSY_PRIORITY))
-    if busy.size:
-        nb = np.minimum(np.searchsorted(busy, offsets[of], side="left"), busy.size - 1)
-        seen = (busy[nb] >= offsets[of]) & (busy[nb] < offsets[of + 1])
-        first[seen] = start[busy[nb[seen]]]
-    busy_ns = table[of, :len(BUSY_PRIORITY)].sum(axis=1)
-    outside = (ends <= first) | (run_ns >= UNRECORDED_SHARE * busy_ns)
-    if not outside.any():
-        return
-    size = (stop - begin)[outside]
-    label[np.repeat(begin[outside] - np.cumsum(size) + size, size) + np.arange(int(size.sum()))] = UNRECORDED
-    np.add.at(table, (of[outside], QUEUED), -run_ns[outside])
-    np.add.at(table, (of[outside], UNRECORDED), run_ns[outside])
+    np.add.at(table[:, QUEUED], span, -ns[q])   # columns of the table: views, added to in place
+    np.add.at(table[:, UNRECORDED], span, ns[q])
 
 
 def leaf_ns(lab: Labels, p: Pieces) -> np.ndarray:

@@ -17,7 +17,7 @@ from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace, compiled
 from ...trace.vocabulary import is_graph_launch, launch_call_sql
-from ..busy import LAUNCH_GAP_MAX_US, Activities, named_launch_calls
+from ..busy import LAUNCH_GAP_MAX_US, Activities, late, launch_wait, named_launch_calls
 from ..opclass import op_class
 from .budget import (
     BUSY_PRIORITY,
@@ -33,8 +33,6 @@ from .budget import (
     UNRECORDED_LEAF,
     DeviceWork,
     Labels,
-    late,
-    launch_wait,
     search_sorted,
     shared_work,
 )

@@ -77,9 +77,6 @@ class Diagnosis:
     small_items: tuple[Lever, ...]
     combined_gain_us: float
     notes: tuple[str, ...]
-    # the time labelled unrecorded/wait in every step's span, as disjoint [start, end) runs in trace ns: what
-    # the interruptions table leaves out of a scope's idle time (not sent: the budget's leaf is its figure)
-    unrecorded: tuple[tuple[int, int], ...] = ()
 
 
 # What in the trace shows each lever (docs/advisor.md, "Evidence grades"): "measured", the trace holds the

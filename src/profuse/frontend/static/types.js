@@ -49,6 +49,7 @@
  * @property {number} window_us
  * @property {number} busy_us
  * @property {(number|null)} busy_pct
+ * @property {number} unrecorded_us
  */
 
 /**
@@ -939,6 +940,7 @@
  * @property {(number|null)} busy_pct
  * @property {boolean} launch_bound
  * @property {number} activities
+ * @property {number} unrecorded_us
  */
 
 /**
