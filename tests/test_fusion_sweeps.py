@@ -14,7 +14,7 @@ from conftest import ALL_TRACES, trace_id
 import profuse
 from profuse.analysis import scopes
 from profuse.analysis.advice import fusion, interruptions
-from profuse.analysis.busy import union_ns
+from profuse.analysis.busy import union_ns, union_per_group
 from profuse.analysis.diagnosis import cpu_budget
 from profuse.analysis.opclass import Tensor, op_class
 from profuse.analysis.scopes import NO_PARENT, ScopeInstance, Unit, UnitTable
@@ -229,7 +229,7 @@ def test_union_per_group_is_each_groups_union() -> None:
         start = np.asarray([a for rows in groups for a, _ in rows], dtype=np.int64)
         end = np.asarray([b for rows in groups for _, b in rows], dtype=np.int64)
         # WHEN the union and window of each are found in one sweep
-        busy, window, at = interruptions.union_per_group(group, start, end)
+        busy, window, at = union_per_group(group, start, end)
         # THEN they are each group's own union and first-to-last span
         assert busy.tolist() == [union_ns(np.asarray([a for a, _ in g]), np.asarray([b for _, b in g])) for g in groups]
         assert window.tolist() == [max(b for _, b in g) - min(a for a, _ in g) for g in groups], trial

@@ -370,3 +370,32 @@ def cpu_work(trace: Trace) -> CpuWork:
     call's end, i.e. the dispatch the device had to wait for. Any thread. Read once per loaded trace."""
     return CpuWork.of(*launch_calls(trace))
 
+
+def union_per_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group of intervals [start, end) (rows grouped, each group's by start): the length of their
+    union, their window (last end - first start) and the group's first row, in one sweep. Each interval
+    adds what it reaches past the furthest end before it in its group (:func:`reach_before`)."""
+    at, before = reach_before(group, start, end)
+    gain = np.maximum(end - np.maximum(start, before), 0)
+    busy: np.ndarray = np.add.reduceat(gain, at)
+    window: np.ndarray = np.maximum.reduceat(end, at) - np.minimum.reduceat(start, at)
+    return busy, window, at
+
+
+def reach_before(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows grouped (each group's by start): each group's first row, and per row the furthest end of
+    the rows before it in its group (a group's first row: its own start). The running maximum restarts
+    per group by ranking the ends and offsetting each group's ranks past the previous group's."""
+    n = group.size
+    at = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
+    first = np.zeros(n, dtype=np.int64)
+    first[at] = 1
+    gi = np.cumsum(first) - 1
+    ends = np.sort(end)
+    ends = ends[np.concatenate([[True], ends[1:] != ends[:-1]])]
+    m = ends.size
+    key = gi * m + np.searchsorted(ends, end)
+    reach = ends[np.maximum.accumulate(key) - gi * m]
+    before = np.concatenate([[0], reach[:-1]])
+    before[at] = start[at]   # a group's first interval has nothing before it
+    return at, before

@@ -164,7 +164,7 @@ def _covered(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarr
     Times are offsets into the group's span (a union's length does not depend on where it lies), worked
     out in copies of ``start`` and ``end``, or with ``overwrite`` in the caller's arrays themselves, each
     temporary freed before the next is made: the arrays here are as long as the trace has host events."""
-    from .advice.interruptions import union_per_group
+    from .busy import union_per_group
 
     if not overwrite:
         start, end = start.copy(), end.copy()

@@ -79,7 +79,7 @@ class Health:
 
 def _overlaps(d: DeviceEvents) -> int:
     """Device activities starting before an earlier one on their device and stream ended (by start, then id)."""
-    from .advice.interruptions import reach_before
+    from .busy import reach_before
 
     m = d.has_stream
     dev, stream, ts, end, ids = np.where(d.has_device, d.device, -1)[m], d.stream[m], d.ts[m], (d.ts + d.dur)[m], d.id[m]

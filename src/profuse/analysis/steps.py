@@ -52,6 +52,7 @@ from .busy import (
     launch_bound,
     owners,
     pct_of,
+    reach_before,
     union_ns,
     unrecorded_in,
 )
@@ -228,8 +229,6 @@ def device_steps(steps: tuple[Step, ...], owner: np.ndarray, a: Activities, work
     launch work in those of at most ``LAUNCH_GAP_MAX_US`` (:func:`busy.launch_wait_in`); ``unrecorded``: the
     unrecorded waits (:func:`unrecorded_waits`), whose time in a window is neither idle nor in busy %'s whole
     (no activity runs in it, so it lies in the step's gaps)."""
-    from .advice.interruptions import reach_before
-
     n = len(steps)
     mine = np.flatnonzero(owner >= 0)
     order = mine[np.lexsort((a.start[mine], owner[mine]))]

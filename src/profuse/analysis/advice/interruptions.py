@@ -38,6 +38,7 @@ from ..busy import (
     merge_runs,
     owners,
     union_ns,
+    union_per_group,
 )
 from ..scopes import title_of, unit_table
 from ..steps import unrecorded_waits
@@ -223,33 +224,3 @@ def _cpu_scopes(trace: Trace) -> dict[str, _Scope]:
     return {title: _Scope(instances=len(rows), kernels=sum(r[0] for r in rows), busy_ns=sum(r[1] for r in rows),
                           window_ns=sum(r[2] for r in rows), launch_us=0.0, queue_delay_us=0.0, waiting=_no_waiting)
             for title, rows in per.items()}
-
-
-def union_per_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per group of intervals [start, end) (rows grouped, each group's by start): the length of their
-    union, their window (last end - first start) and the group's first row, in one sweep. Each interval
-    adds what it reaches past the furthest end before it in its group (:func:`reach_before`)."""
-    at, before = reach_before(group, start, end)
-    gain = np.maximum(end - np.maximum(start, before), 0)
-    busy: np.ndarray = np.add.reduceat(gain, at)
-    window: np.ndarray = np.maximum.reduceat(end, at) - np.minimum.reduceat(start, at)
-    return busy, window, at
-
-
-def reach_before(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For rows grouped (each group's by start): each group's first row, and per row the furthest end of
-    the rows before it in its group (a group's first row: its own start). The running maximum restarts
-    per group by ranking the ends and offsetting each group's ranks past the previous group's."""
-    n = group.size
-    at = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
-    first = np.zeros(n, dtype=np.int64)
-    first[at] = 1
-    gi = np.cumsum(first) - 1
-    ends = np.sort(end)
-    ends = ends[np.concatenate([[True], ends[1:] != ends[:-1]])]
-    m = ends.size
-    key = gi * m + np.searchsorted(ends, end)
-    reach = ends[np.maximum.accumulate(key) - gi * m]
-    before = np.concatenate([[0], reach[:-1]])
-    before[at] = start[at]   # a group's first interval has nothing before it
-    return at, before
