@@ -174,11 +174,10 @@ def unrecorded_waits(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """The trace's unrecorded waits (:func:`busy.unrecorded_in` over the step model's spans), as disjoint
     runs [start, end); none on a CPU-only trace. The one rule the time budget's ``unrecorded/wait`` leaf,
     the step table, device busy and the interruptions read."""
-    model = step_model(trace)
     if trace.cpu_only:
         z = np.zeros(0, dtype=np.int64)
         return z, z
-    return unrecorded_in(activities(trace), model.spans)
+    return unrecorded_in(activities(trace), step_model(trace).spans)
 
 
 def device_busy(trace: Trace) -> Busy | None:
