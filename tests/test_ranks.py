@@ -121,6 +121,32 @@ def test_real_sampled_ranks_match_plain_json(tmp_path: Path) -> None:
         assert doc.ranks[r].device_us == pytest.approx(dev, rel=1e-6)
 
 
+def test_rank_idle_is_the_reports_and_leaves_unrecorded_waits_out(tmp_path: Path) -> None:
+    """A rank's busy, idle and unrecorded time are its report's device busy: sglang's 463 ms wait before any
+    recorded work (oracle.queued_split_us, from the raw JSON) is unrecorded, not idle, in the ranks table too."""
+    import oracle
+
+    folder = tmp_path / "set"
+    folder.mkdir()
+    names = ["mi300_sglang_decode_cudagraph.json.gz", "mi300_bert_small.json.gz"]
+    for r, name in enumerate(names):
+        shutil.copy(trace_path(name), folder / f"rank{r}.json.gz")
+    doc = run_ranks(str(folder), engine="local", workers=1, work_dir=tmp_path / "work").doc
+    for row, name in zip(doc.ranks, names):
+        path = trace_path(name)
+        device = [(e["ts"], e["ts"] + e["dur"]) for e in oracle.exact_events(str(path)) if oracle.is_device_time(e)]
+        lo, hi = min(s for s, _ in device), max(e for _, e in device)
+        runs: list[tuple[float, float]] = []
+        oracle.queued_split_us(path, oracle.step_spans(path), runs)
+        waits = sum(max(0.0, min(float(e), float(hi)) - max(float(s), float(lo))) for s, e in runs)
+        busy = float(oracle.union_us(device))
+        # (the oracle's float µs at epoch-scale ns timestamps are good to a quarter µs: 1 µs a run, as test_busy)
+        assert row.busy_us == pytest.approx(busy, abs=0.01)
+        assert row.unrecorded_us == pytest.approx(waits, abs=1.0 * max(len(runs), 1))
+        assert row.idle_us == pytest.approx(float(hi - lo) - busy - waits, abs=1.0 * max(len(runs), 1))
+        assert (waits > 400_000) == (name == names[0])
+
+
 def test_rank_names_from_file_names_then_order(tmp_path: Path) -> None:
     src = trace_path(NCCL)
     a = tmp_path / "a"

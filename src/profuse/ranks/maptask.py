@@ -32,7 +32,7 @@ from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL
 from ..trace.step_names import STEP_WHERE
 
-TABLES_VERSION = 3  # bump when a per-rank table changes: older rank folders are rebuilt
+TABLES_VERSION = 4  # bump when a per-rank table changes: older rank folders are rebuilt
 DONE = "done.json"
 # host annotations that are collectives when there is no device (gloo, MPI, UCC)
 COMM_HOST = re.compile(r"^(gloo|nccl|mpi|ucc|xccl|rccl):")
@@ -43,7 +43,7 @@ SCHEMAS: dict[str, list[tuple[str, str]]] = {
     "totals": [("path", "VARCHAR"), ("device_kind", "VARCHAR"), ("device_name", "VARCHAR"),
                ("events", "BIGINT"), ("span_us", "DOUBLE"), ("device_us", "DOUBLE"), ("busy_us", "DOUBLE"),
                ("compute_us", "DOUBLE"), ("comm_us", "DOUBLE"), ("memory_us", "DOUBLE"),
-               ("overlap_us", "DOUBLE"), ("idle_us", "DOUBLE"), ("steps", "BIGINT"),
+               ("overlap_us", "DOUBLE"), ("idle_us", "DOUBLE"), ("unrecorded_us", "DOUBLE"), ("steps", "BIGINT"),
                ("step_median_us", "DOUBLE"), ("world_size", "BIGINT"), ("backend", "VARCHAR"),
                ("collectives", "BIGINT"), ("skipped_events", "BIGINT")],
     "steps": [("step", "BIGINT"), ("ts_ns", "BIGINT"), ("dur_us", "DOUBLE")],
@@ -241,16 +241,25 @@ def _work_spans(con: Any, cpu_only: bool, coll: dict[str, np.ndarray]) -> tuple[
     return (s[~comm & ~mem], e[~comm & ~mem]), (s[comm], e[comm]), (s[mem], e[mem])
 
 
-def _busy(comp: Spans, comm: Spans, mem: Spans) -> dict[str, float]:
-    """Busy time (the union of all three), each part's union, compute/communication overlap and idle gaps."""
+def _busy(trace: Any, comp: Spans, comm: Spans, mem: Spans) -> dict[str, float]:
+    """Each part's union, compute/communication overlap, and busy, idle and unrecorded time: on a device trace
+    the report's device busy (:func:`profuse.analysis.steps.device_busy`: its unrecorded waits are not idle),
+    on a CPU-only one the union of the three over their window."""
+    from ..analysis.steps import device_busy
+
+    compute_us, comm_us = union_us(*comp), union_us(*comm)
+    both_us = union_us(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
+    parts = {"compute_us": compute_us, "comm_us": comm_us, "memory_us": union_us(*mem),
+             "overlap_us": compute_us + comm_us - both_us}
+    device = device_busy(trace)
+    if device is not None:
+        return {"busy_us": device.busy_us, **parts, "unrecorded_us": device.unrecorded_us,
+                "idle_us": device.window_us - device.busy_us - device.unrecorded_us}
     all_s = np.concatenate([comp[0], comm[0], mem[0]]).astype(np.int64)
     all_e = np.concatenate([comp[1], comm[1], mem[1]]).astype(np.int64)
     busy_us = union_us(all_s, all_e)
-    compute_us, comm_us = union_us(*comp), union_us(*comm)
-    both_us = union_us(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
     window_us = float(all_e.max() - all_s.min()) / 1000 if all_s.size else 0.0
-    return {"busy_us": busy_us, "compute_us": compute_us, "comm_us": comm_us, "memory_us": union_us(*mem),
-            "overlap_us": compute_us + comm_us - both_us, "idle_us": window_us - busy_us}
+    return {"busy_us": busy_us, **parts, "unrecorded_us": 0.0, "idle_us": window_us - busy_us}
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -311,7 +320,7 @@ def _write_rank(trace: Any, folder: Path, *, fusion: bool) -> RankSummary:
     step_tab = _steps_table(con)
     coll_tab = _collectives_table(con, trace.cpu_only)
     durs = step_tab["dur_us"].tolist()
-    totals = _totals_table(trace, _busy(*_work_spans(con, trace.cpu_only, coll_tab)), durs, len(coll_tab["name"]))
+    totals = _totals_table(trace, _busy(trace, *_work_spans(con, trace.cpu_only, coll_tab)), durs, len(coll_tab["name"]))
     out = duckdb.connect()
     try:
         for name, cols in (("totals", totals), ("steps", step_tab), ("ops", _ops_table(trace)),

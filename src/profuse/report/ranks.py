@@ -52,13 +52,17 @@ def _print_head(con: Console, doc: RanksDocument, top: int | None) -> None:
 
 def _print_rank_table(con: Console, doc: RanksDocument, top: int | None) -> None:
     ranks = doc.ranks
+    # the report's unrecorded waits, where a rank's device window holds any: never called idle
+    waits = any(r.unrecorded_us for r in ranks)
     cols = [Column("Rank", keep=None), Column("Trace", name=True), Column("Device", keep=6), Column("Compute", keep=5),
             Column("Comm", keep=5), Column("Overlap", keep=2), Column("Memory", keep=1), Column("Idle", keep=4),
-            Column("Step median", keep=6), Column("Clock offset", keep=0)]
+            *([Column("Unrecorded", keep=4)] if waits else []), Column("Step median", keep=6),
+            Column("Clock offset", keep=0)]
     shown = ranks if not top else ranks[:top]
     print_fitted(con, cols, [
         [str(r.rank), text(_name(r.path)), _us(r.device_us), _us(r.compute_us), _us(r.comm_us),
          "-" if r.overlap_pct is None else f"{r.overlap_pct:.0f}%", _us(r.memory_us), _us(r.idle_us),
+         *([_us(r.unrecorded_us)] if waits else []),
          _us(r.step_median_us), "unknown" if r.clock_offset_us is None else fmt_us(r.clock_offset_us)]
         for r in shown], title="Ranks")
     skipped = [r for r in ranks if r.skipped_events]

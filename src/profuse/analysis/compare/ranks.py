@@ -45,7 +45,8 @@ class RankRow(msgspec.Struct):
     compute_us: float | None
     comm_us: float | None
     memory_us: float | None
-    idle_us: float | None
+    idle_us: float | None         # the device window less busy and unrecorded_us
+    unrecorded_us: float | None   # the report's unrecorded waits (device_busy): neither busy nor idle
     overlap_us: float | None
     overlap_pct: float | None
     steps: int
@@ -296,7 +297,8 @@ def rank_table(con: duckdb.DuckDBPyConnection, clock: Clock) -> list[RankRow]:
             rank=r["rank"], path=r["path"], device_kind=r["device_kind"], device_name=r["device_name"],
             events=r["events"], span_us=_r(r["span_us"]), device_us=_r(r["device_us"]),
             busy_us=_r(r["busy_us"]), compute_us=_r(r["compute_us"]), comm_us=_r(comm),
-            memory_us=_r(r["memory_us"]), idle_us=_r(r["idle_us"]), overlap_us=_r(r["overlap_us"]),
+            memory_us=_r(r["memory_us"]), idle_us=_r(r["idle_us"]),
+            unrecorded_us=_r(r["unrecorded_us"]), overlap_us=_r(r["overlap_us"]),
             overlap_pct=_r(100.0 * r["overlap_us"] / comm, 1) if comm else None,
             steps=r["steps"], step_median_us=_r(r["step_median_us"]), collectives=r["collectives"],
             world_size=r["world_size"], backend=r["backend"], clock_offset_us=off.get(r["rank"]),

@@ -767,6 +767,7 @@
  * @property {(number|null)} comm_us
  * @property {(number|null)} memory_us
  * @property {(number|null)} idle_us
+ * @property {(number|null)} unrecorded_us
  * @property {(number|null)} overlap_us
  * @property {(number|null)} overlap_pct
  * @property {number} steps

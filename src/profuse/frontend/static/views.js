@@ -559,7 +559,10 @@ async function ranks(main, st, go) {
     { key: "rank", label: "Rank" }, { key: "path", label: "Trace", name: true },
     { key: "device_us", label: "Device", fmt: fmtUs }, { key: "compute_us", label: "Compute", fmt: fmtUs },
     { key: "comm_us", label: "Comm", fmt: fmtUs }, { key: "overlap_pct", label: "Overlap", fmt: pct },
-    { key: "idle_us", label: "Idle", fmt: fmtUs }, { key: "step_median_us", label: "Step median", fmt: fmtUs },
+    { key: "idle_us", label: "Idle", fmt: fmtUs },
+    // the report's unrecorded waits, where a rank's device window holds any: never called idle
+    ...(d.ranks.some(r => r.unrecorded_us) ? [{ key: "unrecorded_us", label: "Unrecorded", fmt: fmtUs }] : []),
+    { key: "step_median_us", label: "Step median", fmt: fmtUs },
     { key: "clock_offset_us", label: "Clock offset", fmt: v => v === null ? "unknown" : fmtUs(v) }], d.ranks, { onRow: open }));
   main.append(holder);
   const late = d.stragglers.filter(s => s.late_collectives > 0);
