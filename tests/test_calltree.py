@@ -86,15 +86,12 @@ def oracle_tree(path: Path) -> dict[tuple[str, ...], tuple[int, int, int, int]]:
         if p is not None:
             kids[p].append(by_order[o])
 
-    def py_parent(o: int) -> int | None:
-        p = parent[o]
-        while p is not None and not by_order[p]["py"]:
-            p = parent[p]
-        return p
-
     frames = [h for h in host if h["py"]]
+    # a frame's Python parent: the innermost frame that holds it, by the same stack walk over the frames
+    # alone (a record_function begun in a frame that outlives it holds later frames but is no frame)
+    frame_threads: dict[int, list] = defaultdict(list)
+    up = _parents([dict(f, thread_open=frame_threads[id(f["thread_open"])]) for f in frames])
     py_kids: dict[int, list[dict]] = defaultdict(list)
-    up = {f["order"]: py_parent(f["order"]) for f in frames}
     for f in frames:
         if up[f["order"]] is not None:
             py_kids[up[f["order"]]].append(f)
@@ -223,6 +220,52 @@ def test_a_profile_recorded_with_stack_gives_the_functions_that_ran(tmp_path):
     assert any("linear" in n for n in names[:3]) and any(split_name(n)[0] == "helper" for n in names)
     assert names.index(next(n for n in names if split_name(n)[0] == "helper")) < \
         names.index(next(n for n in names if split_name(n)[0] == "step" and "test_calltree" in n))
+
+
+def test_a_record_function_that_outlives_its_frame_breaks_no_path(tmp_path):
+    torch = pytest.importorskip("torch")
+
+    def leaf(x):
+        return (x * 2).sum()
+
+    def opener(x):  # begins a record_function that outlives it, then calls leaf inside it
+        rf = torch.profiler.record_function("outlives_opener")
+        rf.__enter__()
+        leaf(x)
+        return rf
+
+    def caller(x):
+        rf = opener(x)
+        (x + 1).sum()
+        rf.__exit__(None, None, None)
+
+    x = torch.randn(64, 64)
+    out = tmp_path / "outlives.json"
+    # GIVEN three calls of caller(), whose opener() begins a record_function that ends in caller()
+    # (as torch.profiler's step() begins ProfilerStep#N inside the frame that calls it)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True) as prof:
+        for _ in range(3):
+            caller(x)
+    prof.export_chrome_trace(str(out))
+    # WHEN profuse builds the call tree
+    with profuse.load(out) as trace:
+        tree = call_tree(trace, min_share_pct=0, max_nodes=10**9)
+    got = profuse_paths(tree)
+    # THEN every path matches the stack walk of the file, and no self time is negative
+    expected = oracle_tree(out)
+    assert set(got) == set(expected)
+    assert all(got[p][0] == e[0] and all(_close(g, x) for g, x in zip(got[p][1:], e[1:])) for p, e in expected.items())
+    assert all(n.self_us >= -0.0015 for n in tree.nodes), [(n.name, n.self_us) for n in tree.nodes if n.self_us < 0]
+    # AND leaf() sits in opener() in caller(), as Kineto's own Python parent ids say
+    fn = {p: split_name(p[-1])[0] for p in got}
+    leaves = [p for p in got if fn[p] == "leaf" and "test_calltree.py" in p[-1]]
+    assert leaves and sum(got[p][0] for p in leaves) == 3
+    assert all(split_name(p[-2])[0] == "opener" and split_name(p[-3])[0] == "caller" for p in leaves), leaves
+    events = [e for e in exact_events(str(out)) if category(e) == "python_function"]
+    by_id = {(e.get("args") or {}).get("Python id"): e for e in events}
+    recorded = [by_id.get(e["args"].get("Python parent id"), {}).get("name", "") for e in events
+                if split_name(e["name"])[0] == "leaf" and "test_calltree.py" in e["name"]]
+    assert len(recorded) == 3 and all(split_name(n)[0] == "opener" for n in recorded), recorded
 
 
 def test_the_console_section_fits_80_columns_and_names_the_top_function():

@@ -12,14 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import ALL_TRACES, trace_id
-from test_tree_speed import HAND, _write, _x
+from test_tree_speed import HAND, _write, _x, frame_parents
 
 import profuse
 from profuse.analysis import calltree, optable
 from profuse.analysis._codes import hash_codes
 from profuse.analysis._read import dense_columns
 from profuse.analysis.memory import has_memory
-from profuse.trace.correlate import nearest_ancestor
 from profuse.trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL, TABLE_KINDS_SQL
 
 # ---- the previous call tree measure: one scan of every host event, paths by division -------------------
@@ -62,7 +61,7 @@ def prev_paths(py_parent: np.ndarray, depth: np.ndarray, code: np.ndarray,
 
 
 def prev_measure(trace: Any) -> tuple[calltree._Paths, list[str], int, int]:
-    """The previous ``calltree._frames`` and ``_measure``, as they were."""
+    """The previous ``calltree._frames`` and ``_measure``, as they were (Python parents: test_tree_speed.frame_parents)."""
     con = trace.con
     named = con.execute(f"SELECT name, hash(name) FROM (SELECT DISTINCT name FROM events WHERE {_PY}) ORDER BY name"
                         ).fetchall()
@@ -75,14 +74,11 @@ def prev_measure(trace: Any) -> tuple[calltree._Paths, list[str], int, int]:
     if code is None:
         code = calltree.frame_codes(con, names, ids)
     ts, end = c["ts"], c["ts"] + c["dur"]
-    f_ts, f_end, f_depth, f_thread = ts[at], end[at], c["depth"][at], c["thread"][at]
-    parent = np.full(n + 1, -1, dtype=np.int64)
-    parent[c["id"]] = c["parent"]
+    f_ts, f_end, f_thread = ts[at], end[at], c["thread"][at]
     pos = np.full(n + 1, -1, dtype=np.int64)
     pos[ids] = np.arange(len(ids))
-    held = nearest_ancestor(parent[:-1], pos[:-1] >= 0, include_self=True)
-    py_parent = pos[np.append(held, -1)[parent[ids]]]
-    path, path_parent, path_level = prev_paths(py_parent, f_depth, code, max(len(names), 1))
+    py_parent, frame_depth = frame_parents(f_thread, f_ts, f_end)
+    path, path_parent, path_level = prev_paths(py_parent, frame_depth, code, max(len(names), 1))
     dur = (f_end - f_ts).astype(np.float64)
     has = py_parent >= 0
     in_frames = np.bincount(py_parent[has], weights=dur[has], minlength=len(ids))

@@ -2,9 +2,12 @@
 path, as pyinstrument shows a profile, with each path's calls, total time and self time.
 
 A frame's *call path* is the names of the Python frames around it, outermost first, then its own name
-(``file(line): function`` as Kineto writes it). The frames around an event are its ancestors in the
-``events`` table's nesting (``parent``: the innermost enclosing host event on its thread), so an op or a
-``record_function`` between two frames does not break the path. Per path:
+(``file(line): function`` as Kineto writes it). A frame's Python parent is the innermost frame that holds
+it on its thread: the load's nesting rule (``trace.correlate.nesting``) over the frames alone, so an op or
+a ``record_function`` between two frames does not break the path, even one that starts inside a frame and
+outlives it (the profiler's ``ProfilerStep#N``, begun in ``step()``): the events table's ``parent`` of a
+frame begun inside that ``record_function`` is the ``record_function``, whose own parent skips the frame it
+began in. Per path:
 
 - ``total``: the frames' durations (frames of one path never nest: a nested call has a longer path);
 - ``self``: total less the child frames' totals (pyinstrument's self time: the time this function was
@@ -96,12 +99,11 @@ class _Paths:
 
 @dataclass
 class _Frames:
-    """The Python frames (those with a name: id, parent or -1, host depth, thread, name code, start, end),
-    their distinct names in name order, and the other host events with a parent (id, parent, start, end)."""
+    """The Python frames (those with a name: id, parent or -1, thread, name code, start, end), their
+    distinct names in name order, and the other host events with a parent (id, parent, start, end)."""
 
     id: np.ndarray
     parent: np.ndarray
-    depth: np.ndarray
     thread: np.ndarray
     code: np.ndarray
     ts: np.ndarray
@@ -112,12 +114,12 @@ class _Frames:
 
 
 _PY = "kind = 'python' AND name IS NOT NULL"
-# two scans: the frames with what only they need (depth, thread, the name's hash), then every other event
+# two scans: the frames with what only they need (thread, the name's hash), then every other event
 # with a parent (only host events have one), which only holds frames or sits between them. A host event
 # with neither is a root that is no frame: nothing's time and no frame's ancestor needs its row.
 _FRAME_ROWS = f"""
-    SELECT id, coalesce(parent, -1) AS parent, ts, ts + dur AS stop, coalesce(depth, 0) AS depth,
-           coalesce(thread, -1) AS thread, hash(name) AS h
+    SELECT id, coalesce(parent, -1) AS parent, ts, ts + dur AS stop, coalesce(thread, -1) AS thread,
+           hash(name) AS h
     FROM events WHERE {_PY}"""
 # the other events with a parent: of every kind but python (a test of the kind alone: a test of the name
 # would read every name), then the python events without a name, which traces hardly ever hold
@@ -139,7 +141,7 @@ def _frames(trace: Trace) -> _Frames:
     others, unnamed = (dense_columns(con, q) for q in _OTHER_ROWS)
     if len(unnamed["id"]):
         others = {k: np.concatenate([v, unnamed[k]]) for k, v in others.items()}
-    return _Frames(id=f["id"], parent=f["parent"], depth=f["depth"], thread=f["thread"], code=code, ts=f["ts"],
+    return _Frames(id=f["id"], parent=f["parent"], thread=f["thread"], code=code, ts=f["ts"],
                    end=f["stop"], names=names, others=others, events=n)
 
 
@@ -246,11 +248,10 @@ def _paths(py_parent: np.ndarray, depth: np.ndarray, code: np.ndarray,
            n_names: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each frame's call path id, each path's parent path (-1: root) and level (frames around it).
 
-    A path is known by its key, (parent path + 1) * n_names + name. By host depth: a frame's Python
-    parent is always shallower in the host nesting, so one vectorised step per host depth (over the
-    frames sorted by it, each step a slice) finds each frame's key from its parent's path. A path first
-    met at one host depth may recur at another, so the keys met are kept. Ids are then renumbered level
-    by level, by key: the order of the paths does not depend on the host nesting."""
+    A path is known by its key, (parent path + 1) * n_names + name. By ``depth`` (among the frames): a
+    frame's Python parent is one level up, so one vectorised step per depth (over the frames sorted by it,
+    each step a slice) finds each frame's key from its parent's path; the keys met are kept. Ids are then
+    renumbered level by level, by key: the order of the paths does not depend on the order of the frames."""
     nf = len(code)
     order = np.argsort(_small(depth), kind="stable")
     at = np.empty(nf + 1, dtype=np.int64)       # each frame's place in that order; no parent: the slot after
@@ -311,8 +312,8 @@ def _renumbered(key: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray, 
 def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
     """Every call path with its figures; the frame names; frames and threads counted."""
     f = _frames(trace)
-    py_parent, held = _python_parents(f)
-    path, path_parent, path_level = _paths(py_parent, f.depth, f.code, max(len(f.names), 1))
+    py_parent, py_depth, held = _python_parents(f)
+    path, path_parent, path_level = _paths(py_parent, py_depth, f.code, max(len(f.names), 1))
     # events right in a frame (frames, then the others): what its Python time leaves out; worked out first,
     # each input let go as soon as it is read (the arrays here are as long as the trace has host events)
     in_host = _in_host(f, held)
@@ -349,23 +350,17 @@ def _in_host(f: _Frames, held: list[np.ndarray]) -> np.ndarray:
     return _covered(group, start, end, f.ts, f.end, len(f.id), overwrite=True)
 
 
-def _python_parents(f: _Frames) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Each frame's Python parent (the nearest frame above it in the host nesting) as a position among the
-    frames (-1: none), and the position of the frame each frame and each other event sits right in (-1:
-    its parent is no frame)."""
-    from ..trace.correlate import nearest_ancestor
+def _python_parents(f: _Frames) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Each frame's Python parent (the innermost frame that holds it on its thread: the load's nesting over
+    the frames alone) as a position among the frames (-1: none) and its depth among them, and the position
+    of the frame each frame and each other event sits right in (-1: its parent is no frame)."""
+    from ..trace.correlate import nesting
 
-    o = f.others
-    # every event's parent, and where it is a frame, its position among the frames (-1: none); one slot
-    # more, -1 in both, where index -1 (no parent) lands. Events not read are roots and no frames.
-    parent = np.full(f.events + 1, -1, dtype=np.int64)
-    parent[f.id] = f.parent
-    parent[o["id"]] = o["parent"]
+    py_parent, py_depth = nesting(f.thread, f.ts, f.end - f.ts, np.ones(len(f.id), dtype=bool))
+    # one slot more, -1, where index -1 (no parent) lands. Events not read are roots and no frames.
     pos = np.full(f.events + 1, -1, dtype=np.int64)
     pos[f.id] = np.arange(len(f.id))
-    near = nearest_ancestor(parent[:-1], pos[:-1] >= 0, include_self=True)   # the nearest frame at or above each
-    py_parent = pos[np.append(near, -1)[f.parent]]
-    return py_parent, [pos[f.parent], pos[o["parent"]]]
+    return py_parent, py_depth, [pos[f.parent], pos[f.others["parent"]]]
 
 
 def _subtree_sums(p: _Paths) -> tuple[np.ndarray, np.ndarray]:
