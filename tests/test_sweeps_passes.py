@@ -228,7 +228,6 @@ def test_frames_and_covered_are_the_previous_rules(trace: profuse.Trace) -> None
     assert f.names == old_names
     assert f.id.tolist() == old["id"].astype(np.int64).tolist()
     assert f.code.tolist() == old["code"].astype(np.int64).tolist()
-    assert f.depth.tolist() == old["depth"].astype(np.int64).tolist()
     assert f.thread.tolist() == old["thread"].tolist()
     assert f.ts.tolist() == by_id["ts"][f.id].tolist() and f.end.tolist() == by_id["end"][f.id].tolist()
     assert calltree.frame_codes(trace.con, f.names, f.id).tolist() == f.code.tolist()
