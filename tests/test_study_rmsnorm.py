@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from profuse.capture import is_bundle
 from profuse.cli import main
-from profuse.studies.rmsnorm import rms_norm_op_by_op, traffic_bytes
+from profuse.studies.rmsnorm import alike_rounds, representative, rms_norm_op_by_op, traffic_bytes
 
 VARIANT_KEYS = {"name", "ops_per_call", "kernels_per_call", "device_us_per_call", "speedup_vs_op_by_op",
                 "bytes_per_call", "roofline_pct", "max_abs_err", "bundle"}
@@ -23,7 +23,7 @@ def study(tmp_path_factory):
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = main(["study", "rmsnorm", "--device", "cpu", "--shape", "2,8,64", "--iters", "4",
+        code = main(["study", "rmsnorm", "--device", "cpu", "--shape", "2,8,64", "--iters", "9",
                      "--out", str(out), "--format", "json"])
     assert code == 0
     return json.loads(buf.getvalue()), out
@@ -41,6 +41,30 @@ def test_study_json_contract(study):
         assert v["device_us_per_call"] > 0 and v["kernels_per_call"] >= 1
         assert is_bundle(__import__("pathlib").Path(v["bundle"]))
     assert json.loads((out / "study.json").read_text())["variants"][0]["name"] == "op_by_op"
+
+
+def test_each_bundle_is_one_kept_round_of_three(study):
+    doc, out = study
+    # 9 calls in 3 interleaved rounds: each variant's bundle holds the 3 calls of one round, the other
+    # rounds' bundles are gone
+    assert not (out / ".rounds").exists()
+    for v in doc["variants"]:
+        meta = json.loads((__import__("pathlib").Path(v["bundle"]) / "meta.json").read_text())
+        assert meta["status"] == "complete" and meta["steps_recorded"] == 3, v["name"]
+
+
+def test_the_kept_round_is_the_one_nearest_the_median_call():
+    # rounds' per-call times (µs): the study's figure is the median of all nine
+    rounds = [(10.0, 11.0, 12.0), (40.0, 41.0, 42.0), (11.0, 12.0, 13.0)]
+    median = sorted(t for r in rounds for t in r)[4]
+    assert median == 12.0
+    assert representative(rounds, median) == 2   # medians 11, 41, 12: the third is nearest (12 = 12)
+    assert representative([(5.0,), (7.0,)], 6.0) == 1   # a tie: the later round, as the last round was kept
+    assert representative([(), ()], 0.0) == 1   # no calls at all: the last round
+    assert representative([(3.0,), ()], 3.0) == 0   # a round without a call is never the nearest
+    # kept bundles hold as many calls: the rounds of the commonest size (20 calls: 7, 7, 6; 10: 4, 3, 3)
+    assert alike_rounds(20, 3) == [0, 1] and alike_rounds(10, 3) == [1, 2] and alike_rounds(9, 3) == [0, 1, 2]
+    assert alike_rounds(7, 2) == [1] and alike_rounds(5, 1) == [0]
 
 
 def test_op_by_op_runs_six_ops_and_compile_one_kernel(study):

@@ -7,7 +7,9 @@ Each variant is warmed up (compilation stays out), profiled, and read back throu
 so the figures are what the profiler saw, not a stopwatch around a loop. The calls are profiled in
 three interleaved rounds (op by op, rms_norm, compile, op by op, ...) so that a busy spell on a shared
 machine slows every variant rather than one; per-call figures are medians over all rounds' calls,
-and each variant's bundle holds its last round.
+and each variant's bundle holds its round whose median call is nearest that figure (among the rounds of
+the commonest size, so every bundle holds as many calls; the last of those alike), so that
+``profuse report`` or ``profuse diff`` of the bundles reads what the study says.
 """
 from __future__ import annotations
 
@@ -240,32 +242,52 @@ def _warm_up(fns: dict[str, Callable[[], Any]], ref: Any, progress: Any) -> dict
 def _profiled_rounds(fns: dict[str, Callable[[], Any]], iters: int, out: Path, device: str,
                      progress: Any) -> tuple[dict[str, StepStats], dict[str, Path]]:
     """Each variant profiled in interleaved rounds (a busy spell on a shared machine then slows every
-    variant, not one), its steps merged; the last round's bundles are kept under ``out``."""
-    per_step: dict[str, list[float]] = {n: [] for n in fns}
-    stats: dict[str, StepStats] = {}
-    bundles: dict[str, Path] = {}
+    variant, not one), its steps merged; of each variant's rounds of the commonest size (:func:`alike_rounds`)
+    the one nearest its median call (:func:`representative`) is kept under ``out``, the others removed."""
+    rounds_of: dict[str, list[tuple[StepStats, Path]]] = {n: [] for n in fns}
     rounds = max(1, min(ROUNDS, iters // 3))
     for rnd in range(rounds):
         n_calls = iters // rounds + (1 if rnd < iters % rounds else 0)
         for name in fns:
             if progress:
                 progress(f"profiling {name} (round {rnd + 1} of {rounds})")
-            target = out / name if rnd == rounds - 1 else out / ".rounds" / f"{name}-{rnd}"
-            bundle = _profile_calls(fns[name], n_calls, target, device)
+            bundle = _profile_calls(fns[name], n_calls, out / ".rounds" / f"{name}-{rnd}", device)
             with load(bundle) as trace:
-                st = step_stats(trace)
-            per_step[name] += list(st.per_step_us)
-            stats[name], bundles[name] = st, bundle
-    shutil.rmtree(out / ".rounds", ignore_errors=True)
+                rounds_of[name].append((step_stats(trace), bundle))
     merged: dict[str, StepStats] = {}
+    bundles: dict[str, Path] = {}
+    alike = alike_rounds(iters, rounds)
     for name in fns:
-        st = stats[name]
-        steps = sorted(per_step[name])
+        steps = sorted(s for st, _ in rounds_of[name] for s in st.per_step_us)
+        median = statistics.median(steps) if steps else 0.0
+        st, kept = rounds_of[name][alike[representative([rounds_of[name][i][0].per_step_us for i in alike], median)]]
+        bundles[name] = out / name
+        shutil.rmtree(bundles[name], ignore_errors=True)
+        kept.replace(bundles[name])
         merged[name] = StepStats(
             steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
-            device_us_per_call=statistics.median(steps), spread_pct=spread_pct(steps),
+            device_us_per_call=median, spread_pct=spread_pct(steps),
             op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
+    shutil.rmtree(out / ".rounds", ignore_errors=True)
     return merged, bundles
+
+
+def alike_rounds(iters: int, rounds: int) -> list[int]:
+    """The rounds of the commonest size among ``rounds`` rounds of ``iters`` calls (the first ``iters % rounds``
+    make one call more); on a tie, those of the last round's size."""
+    more = iters % rounds
+    return list(range(more)) if more > rounds - more else list(range(more, rounds))
+
+
+def representative(rounds: list[tuple[float, ...]], median: float) -> int:
+    """The index of the round whose median call is nearest ``median`` (the last of those alike; the last
+    round where none has a call)."""
+    best, at = float("inf"), len(rounds) - 1
+    for i, steps in enumerate(rounds):
+        if steps and (gap := abs(statistics.median(steps) - median)) <= best:
+            best, at = gap, i
+    return at
+
 
 ROUNDS = 3
 PROFILE_WARMUP = 3
