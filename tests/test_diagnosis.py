@@ -79,6 +79,9 @@ def test_budget_partitions_every_step_and_levers_stay_in_bounds(name):
         assert 0 <= lv.gain_us <= sum(have.get(k, 0.0) for k in lv.draws) + 1e-3, lv
     assert 0 <= d.combined_gain_us <= d.span_us + 1e-3
     assert d.combined_gain_us <= sum(lv.gain_us for lv in (*d.levers, *d.small_items)) + 1e-3
+    # the part of it that levers graded outside the trace take: within their gains and the combined gain
+    outside_gain = sum(lv.gain_us for lv in (*d.levers, *d.small_items) if lv.grade == "outside the trace")
+    assert 0 <= d.combined_outside_us <= min(outside_gain, d.combined_gain_us) + 1e-3
     # no fusion lever over an op that only ever copies
     copies = oracle.copy_only_op_names(path)
     for lv in (*d.levers, *d.small_items):
@@ -130,6 +133,9 @@ def test_sglang_decode_idles_waiting_on_its_stream_not_in_the_copy():
     # its gain is the wait of 463 ms, all of the leaf; what is left as idle/queued is the replay's short gaps
     have = leaves(d.budget)
     assert 0.97 * copy["dur"] < wait_lever.gain_us == have["unrecorded/wait"]
+    # AND pulling every lever says that part apart: the wait lever takes all of it (no other lever draws
+    # unrecorded/wait), so the combined gain outside the trace is that wait
+    assert d.combined_outside_us == pytest.approx(wait_lever.gain_us, abs=1e-3)
     assert have.get("idle/queued", 0.0) < 1000
     assert not [lv for lv in d.levers if lv.kind in ("host_sync", "stream_wait")]
     assert wait_lever.kernels == (first["name"],)

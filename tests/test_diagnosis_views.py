@@ -59,6 +59,20 @@ def test_console_prints_the_json_numbers(doc, capsys):
     for lv in doc["levers"][:5]:
         assert f"{lv['kind']} " in out and f"save up to {fmt_us(lv['gain_us'])}" in out
     assert f"pulling all: {fmt_us(doc['combined_gain_us'])}" in out
+    assert ("of it outside the trace" in out) == (doc["combined_outside_us"] > 0)
+
+
+def test_the_levers_heading_says_the_part_outside_the_trace(capsys):
+    # GIVEN the sglang decode, whose 463 ms wait before any recorded work is a lever graded outside the trace
+    assert main(["report", str(trace_path("mi300_sglang_decode_cudagraph.json.gz")), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)["diagnosis"]
+    wait = next(lv for lv in d["levers"] if lv["kind"] == "unrecorded_wait")
+    assert d["combined_outside_us"] == pytest.approx(wait["gain_us"], abs=1e-3) and wait["gain_us"] > 400_000
+    # THEN the console's heading says it apart from the combined gain
+    assert main(["report", str(trace_path("mi300_sglang_decode_cudagraph.json.gz"))]) == 0
+    out = capsys.readouterr().out
+    assert (f"pulling all: {fmt_us(d['combined_gain_us'])} of {fmt_us(d['span_us'])}, no time counted twice; "
+            f"{fmt_us(d['combined_outside_us'])} of it outside the trace)") in out
 
 
 @pytest.mark.parametrize("name", ["cpu_only_gloo_rank34.json.gz", "a100_cupti_counters.json.gz",

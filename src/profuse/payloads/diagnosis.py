@@ -48,6 +48,7 @@ class DiagnosisPayload(Struct):
     small_items: SmallItems
     combined_gain_us: float
     notes: list[str]
+    combined_outside_us: float = 0.0   # of combined_gain_us, what the levers graded outside the trace take
 
 
 def _groups(steps: tuple[StepBudget, ...]) -> list[StepGroup]:
@@ -83,7 +84,7 @@ def diagnosis_payload(d: Diagnosis) -> DiagnosisPayload:
         levers=list(d.levers),
         small_items=SmallItems(count=len(d.small_items), gain_us=round(sum(lv.gain_us for lv in d.small_items), 3),
                                kinds=sorted({lv.kind for lv in d.small_items})),
-        combined_gain_us=d.combined_gain_us, notes=list(d.notes))
+        combined_gain_us=d.combined_gain_us, notes=list(d.notes), combined_outside_us=d.combined_outside_us)
 
 
 class BudgetRow(Struct):

@@ -74,6 +74,11 @@ def _group_label(g: StepGroup) -> str:
     return f"{g.kind} x{g.count} ({fmt_us(g.span_us)}{', ' + serving + ' per step' if serving else ''})"
 
 
+def _outside(us: float) -> str:
+    """The levers' heading's words for the part of the combined gain that levers graded outside the trace take."""
+    return f"; {fmt_us(us)} of it outside the trace" if us > 0 else ""
+
+
 @renders_printable
 def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
     """Print the budget (one line per kind of step, and its bar) and the top levers with gain and how."""
@@ -95,7 +100,7 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
         console.print(Text("No lever above 1% of the span.", style="dim"))
         return
     console.print(Text(f"Levers (pulling all: {fmt_us(d.combined_gain_us)} of {fmt_us(d.span_us)}, "
-                       "no time counted twice)", style="bold underline"))
+                       f"no time counted twice{_outside(d.combined_outside_us)})", style="bold underline"))
     for i, lv in enumerate(d.levers[:SHOWN_LEVERS], 1):
         pct = 100 * lv.gain_us / d.span_us if d.span_us else 0.0
         line = Text(f"  {i}. ")

@@ -94,11 +94,11 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     notes.extend(submission_notes(trace))   # submissions per step: launch-bound evidence beyond CUDA
     ctx = Context(trace=trace, work=w, labels=lab, steady=steady, candidates=candidates, peaks=peaks,
                   roofline_rows=roofline_rows, target=_step_kinds(out_steps), cpu=False)
-    levers, small, combined = rank_levers(ctx)
+    levers, small, combined, outside = rank_levers(ctx)
     budget = leaves_of(LEAVES, np.asarray([steady.leaves[k] for k in LEAVES]), steady.span_ns)
     return Diagnosis(device=True, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
                      budget=budget, steps=tuple(out_steps), levers=levers, small_items=small,
-                     combined_gain_us=combined, notes=tuple(notes))
+                     combined_gain_us=combined, notes=tuple(notes), combined_outside_us=outside)
 
 
 def _steady(spans: list[tuple[int, int]], warm: int | None, every: Pieces, offsets: np.ndarray,

@@ -153,12 +153,13 @@ def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
                 steady.leaves[k] += int(v)
     ctx = Context(trace=trace, work=None, labels=None, steady=steady, candidates=candidates, peaks=None,
                   roofline_rows=[], target="steps" if steps else "whole trace", cpu=True)
-    levers, small, combined = rank_levers(ctx)
+    levers, small, combined, outside = rank_levers(ctx)
     budget = leaves_of(CPU_LEAVES, np.asarray([steady.leaves[k] for k in CPU_LEAVES]), steady.span_ns)
     return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
                      budget=budget, steps=tuple(out), levers=levers, small_items=small, combined_gain_us=combined,
                      notes=("CPU-only trace: the budget is the CPU time of the step's thread (other threads' "
-                            "where it runs nothing); no device claim", *_listed_device(trace)))
+                            "where it runs nothing); no device claim", *_listed_device(trace)),
+                     combined_outside_us=outside)
 
 
 def _listed_device(trace: Trace) -> tuple[str, ...]:

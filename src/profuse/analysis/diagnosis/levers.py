@@ -2,7 +2,8 @@
 
 Every lever names the budget leaves it ``draws`` from and its ``gain_us`` never exceeds their sum.
 ``combined_gain_us`` pulls every lever in rank order, each taking at most what its leaves still
-hold, so no leaf's time is counted twice and the total never exceeds the span. Levers under
+hold, so no leaf's time is counted twice and the total never exceeds the span; ``combined_outside_us``
+is the part of it that levers graded outside the trace take. Levers under
 ``max(1% of the span, 10 µs)`` are folded into "small items". docs/advisor.md states each rule.
 """
 from __future__ import annotations
@@ -1482,24 +1483,25 @@ def no_device_data(trace: Trace) -> Lever | None:
                  HOW["no_device_data"], ())
 
 
-def rank_levers(ctx: Context) -> tuple[tuple[Lever, ...], tuple[Lever, ...], float]:
-    """(ranked levers, small items, combined gain in µs)."""
+def rank_levers(ctx: Context) -> tuple[tuple[Lever, ...], tuple[Lever, ...], float, float]:
+    """(ranked levers, small items, combined gain in µs, the part of it outside the trace)."""
     levers = device_levers(ctx) if not ctx.cpu else fusion_levers(ctx, CPU_FUSION_DRAWS, CPU_FUSION_DRAWS)
     return rank(levers, ctx.steady.leaves, ctx.window_ns)
 
 
 def rank(levers: list[Lever], leaves: dict[str, int], span_ns: int) -> tuple[tuple[Lever, ...], tuple[Lever, ...],
-                                                                              float]:
+                                                                              float, float]:
     """Sort by gain, those whose cause is outside the trace after every other, fold the small ones (under
     1% of ``span_ns``: the device window, on a device trace), and pull them all in rank order, each
-    taking at most what its leaves still hold (no time counted twice)."""
+    taking at most what its leaves still hold (no time counted twice): the combined gain, and the part of
+    it that the levers graded outside the trace take (µs)."""
     levers = sorted(levers, key=lambda lv: (lv.kind != "no_device_data", lv.grade == "outside the trace",
                                             -lv.gain_us, lv.kind, lv.target))
     small_us = max(SMALL_PCT / 100 * span_ns / 1e3, SMALL_US)
     ranked = tuple(lv for lv in levers if lv.kind == "no_device_data" or lv.gain_us >= small_us)
     small = tuple(lv for lv in levers if lv not in ranked)
     left = dict(leaves)
-    combined = 0
+    combined = outside = 0
     for lv in levers:
         want = round(lv.gain_us * 1e3)
         for i, k in enumerate(lv.draws):
@@ -1508,7 +1510,8 @@ def rank(levers: list[Lever], leaves: dict[str, int], span_ns: int) -> tuple[tup
             left[k] = left.get(k, 0) - take
             want -= take
             combined += take
-    return ranked, small, round(combined / 1e3, 3)
+            outside += take if lv.grade == "outside the trace" else 0
+    return ranked, small, round(combined / 1e3, 3), round(outside / 1e3, 3)
 
 
 __all__ = ["Context", "rank", "rank_levers"]

@@ -77,6 +77,7 @@ class Diagnosis:
     small_items: tuple[Lever, ...]
     combined_gain_us: float
     notes: tuple[str, ...]
+    combined_outside_us: float = 0.0   # of combined_gain_us, what levers graded outside the trace take
 
 
 # What in the trace shows each lever (docs/advisor.md, "Evidence grades"): "measured", the trace holds the

@@ -75,7 +75,9 @@ function render(d, st, go) {
       d.steps.map(s => stack(s.budget, `${s.warmup ? "warm-up " : ""}${s.name} (${fmtUs(s.span_us)})`))));
   }
   for (const n of d.notes) box.append(el("p", { class: "warn" }, n));
-  box.append(el("h2", {}, `Levers (pulling all: ${fmtUs(d.combined_gain_us)} of ${fmtUs(d.span_us)})`));
+  // the part of it that levers graded outside the trace take, said apart (as the console says it)
+  const outside = d.combined_outside_us > 0 ? `; ${fmtUs(d.combined_outside_us)} of it outside the trace` : "";
+  box.append(el("h2", {}, `Levers (pulling all: ${fmtUs(d.combined_gain_us)} of ${fmtUs(d.span_us)}${outside})`));
   box.append(d.levers.length ? el("div", { class: "cards", id: "levers" }, d.levers.map(lv => card(lv, d.span_us, st, go)))
     : el("p", { class: "muted" }, "no lever above 1% of the span"));
   if (d.small_items.count) {

@@ -227,6 +227,7 @@
  * @property {SmallItems} small_items
  * @property {number} combined_gain_us
  * @property {Array<string>} notes
+ * @property {number} combined_outside_us
  */
 
 /**
