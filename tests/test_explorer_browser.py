@@ -192,6 +192,17 @@ def test_compare_two_runs(page):
     b.close()
 
 
+def test_compare_says_when_its_totals_cover_unequal_steps(page):
+    # one ProfilerStep against two: the title's device times are totals over unequal work, and says so
+    a, b = profuse.load(trace_path("h100_bert_small.json.gz")), profuse.load(trace_path("compare_base.json.gz"))
+    with running([a, b]) as url:
+        open_view(page, url, "compare")
+        page.wait_for_selector("#diff-ops tbody tr")
+        assert "(totals over 1 and 2 steps: the verdicts below compare per step)" in page.inner_text("#compare-title")
+    a.close()
+    b.close()
+
+
 def test_compare_across_devices_names_them_and_shows_ratios(page):
     a, b = profuse.load(trace_path("h100_bert_small.json.gz")), profuse.load(trace_path("mi300_bert_small.json.gz"))
     with running([a, b]) as url:

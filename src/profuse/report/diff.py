@@ -43,6 +43,14 @@ def speed_words(a_us: float, b_us: float) -> str:
     return f"{s:.2f}x ({1 / s:.2f}x slower)" if s < 1 else f"{s:.2f}x ({s:.2f}x faster)"
 
 
+def steps_apart(a_steps: int, b_steps: int) -> str:
+    """The device-time headline's words where the two runs recorded different numbers of steps: its totals
+    then cover unequal work (the step verdicts compare per step)."""
+    if not a_steps or not b_steps or a_steps == b_steps:
+        return ""
+    return f" (totals over {a_steps} and {b_steps} steps: the verdicts below compare per step)"
+
+
 def ratio_words(ratio: float | None) -> str:
     """B's time over A's, for one row: "1.92x slower", "0.52x (1.92x faster)"; "-" when A took no time."""
     if ratio is None:
@@ -143,7 +151,7 @@ def _head(con: Console, p: DiffPayload) -> None:
                        f"{safe(p.devices.b or p.sides['b'].kind)}: ops and modules matched, kernels not "
                        "(kernel classes: the budget)"))
     con.print(Text(f"device time {fmt_us(p.a_device_us)} -> {fmt_us(p.b_device_us)}: "
-                   f"{speed_words(p.a_device_us, p.b_device_us)}"))
+                   f"{speed_words(p.a_device_us, p.b_device_us)}{steps_apart(p.sides['a'].steps, p.sides['b'].steps)}"))
     for v in p.verdicts:
         con.print(Text(verdict_line(v), style="red" if v.fails else ""))
     by = {k: sum(1 for g in p.op_groups if g.matched_by == k) for k in ("name", "class")}
