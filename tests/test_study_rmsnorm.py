@@ -53,6 +53,34 @@ def test_each_bundle_is_one_kept_round_of_three(study):
         assert meta["status"] == "complete" and meta["steps_recorded"] == 3, v["name"]
 
 
+def test_the_kept_bundle_is_the_round_representative_picks(tmp_path, monkeypatch):
+    import profuse.studies.rmsnorm as study_module
+
+    # GIVEN a study whose choice of round is forced to the first of the alike rounds
+    monkeypatch.setattr(study_module, "representative", lambda rounds, median: 0)
+    out = tmp_path / "study"
+    assert main(["study", "rmsnorm", "--device", "cpu", "--shape", "2,8,64", "--iters", "9", "--out", str(out),
+                 "--format", "json"]) == 0
+    # THEN each variant's bundle is its round 0 (its meta.json names the folder it was recorded in)
+    for name in ("op_by_op", "torch.rms_norm", "torch.compile"):
+        meta = json.loads((out / name / "meta.json").read_text())
+        assert meta["config"]["out"].endswith(f".rounds/{name}-0"), meta["config"]["out"]
+
+
+def test_a_folder_that_is_no_bundle_is_refused_before_profiling(tmp_path, capsys):
+    # GIVEN the study's output folder, where the op_by_op bundle would go, holding a user's own folder
+    out = tmp_path / "study"
+    mine = out / "op_by_op"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    # THEN the study stops with one line and exit 2, the folder untouched and nothing else left behind
+    assert main(["study", "rmsnorm", "--device", "cpu", "--shape", "2,8,64", "--iters", "3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "exists and is not a profuse bundle" in err and len(err.strip().splitlines()) == 1, err
+    assert (mine / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == ["op_by_op"]
+
+
 def test_the_kept_round_is_the_one_nearest_the_median_call():
     # rounds' per-call times (µs): the study's figure is the median of all nine
     rounds = [(10.0, 11.0, 12.0), (40.0, 41.0, 42.0), (11.0, 12.0, 13.0)]

@@ -114,8 +114,7 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: CaptureConfig, s
     engine cannot load (over profuse's size limit) is still a bundle: it is written without the
     cached tables, and a line saying how to read it is added to ``notes`` (raised when none is given)."""
     out = Path(out)
-    if out.exists() and not is_bundle(out) and any(out.iterdir()):
-        raise UserError(f"{out}: exists and is not a profuse bundle; choose another --out")
+    check_out(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(out)
@@ -142,6 +141,20 @@ def write_bundle(out: Path, trace_json: Path | None, *, config: CaptureConfig, s
         shutil.rmtree(work, ignore_errors=True)
         raise
     return out
+
+
+def check_out(out: Path) -> None:
+    """Refuse (UserError) a bundle folder ``out`` that holds something that is no bundle: a bundle goes where
+    there is nothing, an empty folder or an older bundle."""
+    if out.is_file() or (out.exists() and not is_bundle(out) and any(out.iterdir())):
+        raise UserError(f"{out}: exists and is not a profuse bundle; choose another --out")
+
+
+def move_bundle(bundle: Path, out: Path) -> None:
+    """Move a finished bundle folder to ``out`` (:func:`check_out` first), on the same file system; an old
+    bundle there stays until the new one is in place."""
+    check_out(out)
+    _replace(bundle, out)
 
 
 def _build_cache(trace: Path, out: Path, json_bytes: int, notes: list[str] | None) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..analysis.step_stats import StepStats, spread_pct, step_stats
 from ..capture import ProfileConfig, peaks, profile_calls
+from ..capture.bundle import check_out, move_bundle
 from ..trace import load
 
 VARIANTS = ("op_by_op", "torch.rms_norm", "torch.compile")
@@ -243,33 +244,46 @@ def _profiled_rounds(fns: dict[str, Callable[[], Any]], iters: int, out: Path, d
                      progress: Any) -> tuple[dict[str, StepStats], dict[str, Path]]:
     """Each variant profiled in interleaved rounds (a busy spell on a shared machine then slows every
     variant, not one), its steps merged; of each variant's rounds of the commonest size (:func:`alike_rounds`)
-    the one nearest its median call (:func:`representative`) is kept under ``out``, the others removed."""
-    rounds_of: dict[str, list[tuple[StepStats, Path]]] = {n: [] for n in fns}
+    the one nearest its median call (:func:`representative`) is kept under ``out``, the others removed
+    (all of them where the study stops early). A folder there that is no bundle is refused first."""
+    for name in fns:
+        check_out(out / name)
     rounds = max(1, min(ROUNDS, iters // 3))
+    try:
+        rounds_of = _rounds(fns, iters, rounds, out / ".rounds", device, progress)
+        merged: dict[str, StepStats] = {}
+        bundles: dict[str, Path] = {}
+        alike = alike_rounds(iters, rounds)
+        for name in fns:
+            steps = sorted(s for st, _ in rounds_of[name] for s in st.per_step_us)
+            median = statistics.median(steps) if steps else 0.0
+            st, kept = rounds_of[name][alike[representative([rounds_of[name][i][0].per_step_us for i in alike],
+                                                            median)]]
+            bundles[name] = out / name
+            move_bundle(kept, bundles[name])
+            merged[name] = StepStats(
+                steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
+                device_us_per_call=median, spread_pct=spread_pct(steps),
+                op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
+    finally:
+        shutil.rmtree(out / ".rounds", ignore_errors=True)
+    return merged, bundles
+
+
+def _rounds(fns: dict[str, Callable[[], Any]], iters: int, rounds: int, folder: Path, device: str,
+            progress: Any) -> dict[str, list[tuple[StepStats, Path]]]:
+    """Each variant's rounds, interleaved (the first ``iters % rounds`` make one call more): per variant, each
+    round's step figures and its bundle (under ``folder``)."""
+    rounds_of: dict[str, list[tuple[StepStats, Path]]] = {n: [] for n in fns}
     for rnd in range(rounds):
         n_calls = iters // rounds + (1 if rnd < iters % rounds else 0)
         for name in fns:
             if progress:
                 progress(f"profiling {name} (round {rnd + 1} of {rounds})")
-            bundle = _profile_calls(fns[name], n_calls, out / ".rounds" / f"{name}-{rnd}", device)
+            bundle = _profile_calls(fns[name], n_calls, folder / f"{name}-{rnd}", device)
             with load(bundle) as trace:
                 rounds_of[name].append((step_stats(trace), bundle))
-    merged: dict[str, StepStats] = {}
-    bundles: dict[str, Path] = {}
-    alike = alike_rounds(iters, rounds)
-    for name in fns:
-        steps = sorted(s for st, _ in rounds_of[name] for s in st.per_step_us)
-        median = statistics.median(steps) if steps else 0.0
-        st, kept = rounds_of[name][alike[representative([rounds_of[name][i][0].per_step_us for i in alike], median)]]
-        bundles[name] = out / name
-        shutil.rmtree(bundles[name], ignore_errors=True)
-        kept.replace(bundles[name])
-        merged[name] = StepStats(
-            steps=len(steps), ops_per_call=st.ops_per_call, kernels_per_call=st.kernels_per_call,
-            device_us_per_call=median, spread_pct=spread_pct(steps),
-            op_names=st.op_names, leaf_names=st.leaf_names, per_step_us=tuple(steps))
-    shutil.rmtree(out / ".rounds", ignore_errors=True)
-    return merged, bundles
+    return rounds_of
 
 
 def alike_rounds(iters: int, rounds: int) -> list[int]:
