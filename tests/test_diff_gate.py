@@ -179,11 +179,16 @@ def test_cpu_device_busy_is_the_ops_own_time_not_the_wait(runs, capsys):
 def test_the_headline_says_when_its_totals_cover_unequal_steps(runs, capsys):
     # GIVEN a 16-step run and a 1-step one of the same code
     assert main(["diff", str(runs["base"]), str(runs["base1"]), "--format", "json"]) == 0
-    sides = json.loads(capsys.readouterr().out)["sides"]
-    assert (sides["a"]["steps"], sides["b"]["steps"]) == (STEPS, 1)
-    # THEN the device-time headline, a total over each run, says so; an equal pair says nothing of it
-    assert main(["diff", str(runs["base"]), str(runs["base1"])]) == 0
-    out = capsys.readouterr().out
-    assert f"(totals over {STEPS} and 1 steps: the verdicts below compare per step)" in out
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["sides"]["a"]["steps"], doc["sides"]["b"]["steps"]) == (STEPS, 1)
+    note = f"totals over {STEPS} and 1 steps: the verdicts compare per step"
+    assert doc["totals_note"] == note
+    # THEN the device-time headline, a total over each run, says so in the console and the Markdown comment
+    for fmt in ("table", "markdown"):
+        assert main(["diff", str(runs["base"]), str(runs["base1"]), "--format", fmt]) == 0
+        assert f"({note})" in capsys.readouterr().out, fmt
+    # AND an equal pair says nothing of it
+    assert main(["diff", str(runs["base"]), str(runs["same"]), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals_note"] == ""
     assert main(["diff", str(runs["base"]), str(runs["same"])]) == 0
     assert "totals over" not in capsys.readouterr().out

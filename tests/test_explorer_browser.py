@@ -207,7 +207,7 @@ def test_compare_two_runs(page):
 def test_compare_says_when_its_totals_cover_unequal_steps(page):
     # one ProfilerStep against two: the title's device times are totals over unequal work, and says so
     with comparing(page, "h100_bert_small.json.gz", "compare_base.json.gz"):
-        assert "(totals over 1 and 2 steps: the verdicts below compare per step)" in page.inner_text("#compare-title")
+        assert "(totals over 1 and 2 steps: the verdicts compare per step)" in page.inner_text("#compare-title")
 
 
 def test_compare_across_devices_names_them_and_shows_ratios(page):

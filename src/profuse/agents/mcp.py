@@ -235,7 +235,7 @@ def diff_answer(d: DiffPayload, limit: int) -> dict[str, Any]:
     kernels and modules that changed most (by |delta|)."""
     out: dict[str, Any] = {"a": d.a, "b": d.b, "devices": d.devices, "same_device": d.same_device,
                            "a_device_us": d.a_device_us, "b_device_us": d.b_device_us, "speedup": d.speedup,
-                           "test": d.test, "verdicts": d.verdicts}
+                           "totals_note": d.totals_note, "test": d.test, "verdicts": d.verdicts}
     for name in ("op_groups", "ops", "kernels", "modules"):
         _cap(out, name, _by_change(getattr(d, name)), limit)
     _cap(out, "kernels_added", d.kernels_added, limit)

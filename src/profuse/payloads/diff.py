@@ -68,6 +68,7 @@ class DiffPayload(Struct, kw_only=True):
     verdicts: list[Verdict]
     memory: MemoryDiff | UnsetType = UNSET  # when either run recorded memory (analysis.compare.memory_diff)
     budget: BudgetDiff | None = None   # the two diagnoses' budgets, leaf by leaf
+    totals_note: str = ""   # where the runs recorded unequal numbers of steps (Diff.totals_note): every headline says it
 
 
 def _only(d: Diff, side: str) -> OneSide:
@@ -89,4 +90,4 @@ def diff_payload(d: Diff) -> DiffPayload:
                        only_in={"a": _only(d, "a"), "b": _only(d, "b")}, op_groups=d.groups, ops=d.ops,
                        modules=d.modules,
                        kernels_removed=d.kernels_removed, kernels_added=d.kernels_added, kernels=d.kernels,
-                       roofline=d.roofline, test=TEST, verdicts=d.verdicts)
+                       roofline=d.roofline, test=TEST, verdicts=d.verdicts, totals_note=d.totals_note)

@@ -43,12 +43,9 @@ def speed_words(a_us: float, b_us: float) -> str:
     return f"{s:.2f}x ({1 / s:.2f}x slower)" if s < 1 else f"{s:.2f}x ({s:.2f}x faster)"
 
 
-def steps_apart(a_steps: int, b_steps: int) -> str:
-    """The device-time headline's words where the two runs recorded different numbers of steps: its totals
-    then cover unequal work (the step verdicts compare per step)."""
-    if not a_steps or not b_steps or a_steps == b_steps:
-        return ""
-    return f" (totals over {a_steps} and {b_steps} steps: the verdicts below compare per step)"
+def _aside(note: str) -> str:
+    """A note in brackets after a headline (the payload's ``totals_note``), or nothing."""
+    return f" ({note})" if note else ""
 
 
 def ratio_words(ratio: float | None) -> str:
@@ -151,7 +148,7 @@ def _head(con: Console, p: DiffPayload) -> None:
                        f"{safe(p.devices.b or p.sides['b'].kind)}: ops and modules matched, kernels not "
                        "(kernel classes: the budget)"))
     con.print(Text(f"device time {fmt_us(p.a_device_us)} -> {fmt_us(p.b_device_us)}: "
-                   f"{speed_words(p.a_device_us, p.b_device_us)}{steps_apart(p.sides['a'].steps, p.sides['b'].steps)}"))
+                   f"{speed_words(p.a_device_us, p.b_device_us)}{_aside(p.totals_note)}"))
     for v in p.verdicts:
         con.print(Text(verdict_line(v), style="red" if v.fails else ""))
     by = {k: sum(1 for g in p.op_groups if g.matched_by == k) for k in ("name", "class")}
@@ -257,8 +254,8 @@ def markdown(p: DiffPayload, top: int = 10) -> str:
                 "kernels not compared.", ""]
     out += _verdict_table(p.verdicts)
     out += ["", f"Device time {fmt_us(p.a_device_us)} → {fmt_us(p.b_device_us)}: "
-                f"{speed_words(p.a_device_us, p.b_device_us)}; matched ops hold {p.matched_device_pct.a:.1f}% "
-                f"(A) and {p.matched_device_pct.b:.1f}% (B) of it.", ""]
+                f"{speed_words(p.a_device_us, p.b_device_us)}{_aside(p.totals_note)}; matched ops hold "
+                f"{p.matched_device_pct.a:.1f}% (A) and {p.matched_device_pct.b:.1f}% (B) of it.", ""]
     changed = p.op_groups[:top]   # largest change first
     if changed:
         out += ["| op (shapes) | modules | A → B | delta | B/A |", "| --- | --- | --- | ---: | --- |"]

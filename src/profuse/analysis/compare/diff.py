@@ -143,6 +143,13 @@ class Diff:
         return self.a.device_us / self.b.device_us if self.b.device_us else 0.0
 
     @property
+    def totals_note(self) -> str:
+        """Where the runs recorded different numbers of steps, that the device totals (``speedup``) cover
+        unequal work and the step verdicts compare per step; else ""."""
+        a, b = self.a.steps, self.b.steps
+        return f"totals over {a} and {b} steps: the verdicts compare per step" if a and b and a != b else ""
+
+    @property
     def kernels_removed(self) -> list[DiffRow]:
         """Kernels run A launched and run B did not."""
         return [k for k in self.kernels if k.b_calls == 0]

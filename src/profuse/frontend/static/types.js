@@ -255,6 +255,7 @@
  * @property {Array<Verdict>} verdicts
  * @property {MemoryDiff} [memory]
  * @property {(BudgetDiff|null)} budget
+ * @property {string} totals_note
  */
 
 /**
@@ -768,7 +769,6 @@
  * @property {(number|null)} comm_us
  * @property {(number|null)} memory_us
  * @property {(number|null)} idle_us
- * @property {(number|null)} unrecorded_us
  * @property {(number|null)} overlap_us
  * @property {(number|null)} overlap_pct
  * @property {number} steps
@@ -778,6 +778,7 @@
  * @property {(string|null)} backend
  * @property {(number|null)} clock_offset_us
  * @property {number} skipped_events
+ * @property {(number|null)} unrecorded_us
  */
 
 /**

@@ -474,9 +474,8 @@ async function compare(main, st, go, life) {
   const speed = s => !s ? "n/a" : s.toFixed(2) === "1.00" ? "1.00x (same)"
     : s < 1 ? `${s.toFixed(2)}x (${(1 / s).toFixed(2)}x slower)` : `${s.toFixed(2)}x (${s.toFixed(2)}x faster)`;
   const dev = k => `${d.sides[k].kind} (${d.devices[k] || "device name not recorded"})`;
-  // totals over unequal numbers of steps say so (as the console does): the verdicts compare per step
-  const [sa, sb] = [d.sides.a.steps, d.sides.b.steps];
-  const apart = sa && sb && sa !== sb ? ` (totals over ${sa} and ${sb} steps: the verdicts below compare per step)` : "";
+  // totals over unequal numbers of steps say so (the record's note, as every headline): the verdicts compare per step
+  const apart = d.totals_note ? ` (${d.totals_note})` : "";
   main.append(el("h2", { id: "compare-title" }, `${fmtUs(d.a_device_us)} → ${fmtUs(d.b_device_us)}: ${speed(d.speedup)}${apart}`),
     el("p", { class: "muted" }, `A: ${d.a} · ${dev("a")}`), el("p", { class: "muted" }, `B: ${d.b} · ${dev("b")}`),
     el("p", { id: "compare-devices" }, d.same_device ? "same device" : "different devices: kernels not matched"));
