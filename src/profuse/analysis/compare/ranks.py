@@ -46,7 +46,6 @@ class RankRow(msgspec.Struct):
     comm_us: float | None
     memory_us: float | None
     idle_us: float | None         # the device window less busy and unrecorded_us
-    unrecorded_us: float | None   # the report's unrecorded waits (device_busy): neither busy nor idle
     overlap_us: float | None
     overlap_pct: float | None
     steps: int
@@ -56,6 +55,7 @@ class RankRow(msgspec.Struct):
     backend: str | None
     clock_offset_us: float | None
     skipped_events: int
+    unrecorded_us: float | None = None   # the report's unrecorded waits (device_busy), not idle; None: an older document
 
 
 class Straggler(msgspec.Struct):
