@@ -44,7 +44,6 @@ def device_breakdown(trace: Trace, busy: Busy | None) -> Breakdown:
         cls = kernel_class(kind, name, op, launch)
         category = "comm" if cls == "communication" else "copy" if cls.startswith("mem") else "compute"
         sums[category] += (dur or 0) / 1e3
-    waits = busy.unrecorded_us if busy is not None else 0.0
-    idle = busy.window_us - busy.busy_us - waits if busy is not None else 0.0
     return Breakdown(compute_us=sums["compute"], memory_copy_us=sums["copy"], communication_us=sums["comm"],
-                     idle_us=idle, unrecorded_us=waits)
+                     idle_us=busy.idle_us if busy is not None else 0.0,
+                     unrecorded_us=busy.unrecorded_us if busy is not None else 0.0)

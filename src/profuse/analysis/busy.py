@@ -64,6 +64,11 @@ class Busy:
     busy_pct: float | None   # None when the window is empty: nothing to claim (of the window less unrecorded_us)
     unrecorded_us: float = 0.0   # the window's unrecorded/wait time (:func:`unrecorded_in`): not shown to be idle
 
+    @property
+    def idle_us(self) -> float:
+        """The window's idle time: neither busy nor an unrecorded wait."""
+        return self.window_us - self.busy_us - self.unrecorded_us
+
 
 @dataclass(frozen=True)
 class StepBusy:

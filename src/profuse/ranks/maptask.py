@@ -245,21 +245,16 @@ def _busy(trace: Any, comp: Spans, comm: Spans, mem: Spans) -> dict[str, float]:
     """Each part's union, compute/communication overlap, and busy, idle and unrecorded time: on a device trace
     the report's device busy (:func:`profuse.analysis.steps.device_busy`: its unrecorded waits are not idle),
     on a CPU-only one the union of the three over their window."""
+    from ..analysis.busy import busy_of
     from ..analysis.steps import device_busy
 
     compute_us, comm_us = union_us(*comp), union_us(*comm)
     both_us = union_us(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
     parts = {"compute_us": compute_us, "comm_us": comm_us, "memory_us": union_us(*mem),
              "overlap_us": compute_us + comm_us - both_us}
-    device = device_busy(trace)
-    if device is not None:
-        return {"busy_us": device.busy_us, **parts, "unrecorded_us": device.unrecorded_us,
-                "idle_us": device.window_us - device.busy_us - device.unrecorded_us}
-    all_s = np.concatenate([comp[0], comm[0], mem[0]]).astype(np.int64)
-    all_e = np.concatenate([comp[1], comm[1], mem[1]]).astype(np.int64)
-    busy_us = union_us(all_s, all_e)
-    window_us = float(all_e.max() - all_s.min()) / 1000 if all_s.size else 0.0
-    return {"busy_us": busy_us, **parts, "unrecorded_us": 0.0, "idle_us": window_us - busy_us}
+    busy = device_busy(trace) or busy_of(np.concatenate([comp[0], comm[0], mem[0]]).astype(np.int64),
+                                         np.concatenate([comp[1], comm[1], mem[1]]).astype(np.int64))
+    return {"busy_us": busy.busy_us, **parts, "unrecorded_us": busy.unrecorded_us, "idle_us": busy.idle_us}
 
 
 def _int_or_none(v: Any) -> int | None:
