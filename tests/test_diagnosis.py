@@ -102,6 +102,14 @@ def test_sglang_cuda_graph_decode_is_a_decode_step_of_32_led_by_the_replayed_gem
     assert max(busy, key=lambda k: busy[k]) == "busy/gemm"
     # the GEMMs are bf16 (Tensile BBS): no lower-precision lever
     assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "precision"]
+    # a decode of 32 tokens (the raw step name) streams its weights: 32 FLOP per byte against MI300X's datasheet
+    # 1,307 TFLOP/s over 5,300 GB/s (247 FLOP per byte), so the GEMMs' lever is memory_bound, not GEMM tuning
+    names = {e["name"] for e in oracle.complete_events(path) if e["name"].startswith("step[")}
+    assert names == {"step[DECODE bs=32]"} and 32 < 1307.0e3 / 5300.0
+    assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "gemm"]
+    first = d.levers[0]
+    assert (first.kind, first.confidence, first.grade) == ("memory_bound", "low", "inferred")
+    assert "at most 32 tokens" in first.evidence and "ridge point of 247 FLOP per byte" in first.evidence
 
 
 def test_sglang_decode_idles_waiting_on_its_stream_not_in_the_copy():
@@ -139,10 +147,11 @@ def test_sglang_decode_idles_waiting_on_its_stream_not_in_the_copy():
     assert have.get("idle/queued", 0.0) < 1000
     assert not [lv for lv in d.levers if lv.kind in ("host_sync", "stream_wait")]
     assert wait_lever.kernels == (first["name"],)
-    # the device window (the span less the wait) is what the GEMM gate reads: GEMMs are most of it
+    # the device window (the span less the wait) is what the GEMM gate reads: GEMMs are most of it (a decode
+    # of 32 tokens: the memory-bound kind of the GEMM lever)
     busy = sum(v for k, v in have.items() if k.startswith("busy/"))
     window = d.span_us - have["unrecorded/wait"]
-    assert busy >= 0.5 * window and d.levers[0].kind == "gemm"
+    assert busy >= 0.5 * window and d.levers[0].kind == "memory_bound"
     with profuse.load(path) as t:  # kernels started microseconds after their launch too: no clock finding
         assert not [f for f in trace_health(t).findings if f.key in ("all_late", "clock_offset")]
 

@@ -100,6 +100,50 @@ def test_memory_bound_gemms_are_named_not_tuned(tmp_path: Path) -> None:
     assert lever.grade == "inferred"
 
 
+def _replayed_gemm_step(tmp_path: Path, step: str) -> Path:
+    """One step named ``step``: a graph replay of four 200 µs GEMM kernels (no op with shapes launched them, so
+    no FLOP model), back to back from 10 µs in a 1,000 µs step."""
+    ev = [_x("user_annotation", step, 0, 1000), _x("cpu_op", "model::replay", 1, 8),
+          _x("cuda_runtime", "cudaGraphLaunch", 2, 5, correlation=1)]
+    ev += [_kernel("nvjet_hsh_256x128", 10 + 200 * i, 200, 1) for i in range(4)]
+    return _write(tmp_path, ev)
+
+
+@pytest.mark.parametrize(("step", "tokens"), [("step[DECODE bs=16]", 16), ("step[DECODE bs=8 toks=24]", 24)])
+def test_unmodelled_decode_gemms_under_the_ridge_are_memory_bound(tmp_path: Path, step: str, tokens: int) -> None:
+    # GIVEN a decode step whose GEMMs no FLOP model covers (a graph replay), serving fewer tokens than the H100's
+    # ridge point (989 TFLOP/s over 3,350 GB/s: 295 FLOP per byte; a 16-bit weight read once serves each token)
+    ridge = H100_BF16_TFLOPS * 1e3 / H100_GBPS
+    assert tokens < ridge
+    with profuse.load(_replayed_gemm_step(tmp_path, step), cache=False) as tr:
+        d = diagnose(tr)
+    levers = (*d.levers, *d.small_items)
+    # THEN the lever names the GEMMs memory-bound (fewer bytes per token), never GEMM tuning; low confidence, the
+    # fallback share of the GEMM time, graded inferred
+    assert not [lv for lv in levers if lv.kind == "gemm"]
+    lever = next(lv for lv in levers if lv.kind == "memory_bound")
+    assert oracle.gemm_kernel_split_us(tmp_path / "t.json") == (800.0, 0.0, 0.0)
+    assert lever.gain_us == pytest.approx(800.0 * FALLBACK_REACHABLE, abs=0.01)
+    assert (lever.confidence, lever.grade) == ("low", "inferred")
+    assert f"at most {tokens} tokens" in lever.evidence and f"ridge point of {ridge:.0f} FLOP per byte" in lever.evidence
+    assert f"{100 * FALLBACK_REACHABLE:.0f}% of this time is reachable" in lever.evidence
+    assert all(w in lever.how for w in ("batch more", "quantise"))
+
+
+@pytest.mark.parametrize("step", ["step[DECODE bs=512]", "step[EXTEND bs=4]", "ProfilerStep#1"])
+def test_unmodelled_gemms_stay_a_tuning_lever_off_a_small_decode(tmp_path: Path, step: str) -> None:
+    # GIVEN the same replayed GEMMs in a decode of more tokens than the ridge point (512 > 295), a prefill, and a
+    # step that names no phase
+    with profuse.load(_replayed_gemm_step(tmp_path, step), cache=False) as tr:
+        d = diagnose(tr)
+    levers = (*d.levers, *d.small_items)
+    # THEN nothing proves them memory-bound: the GEMM lever at the stated fallback, low confidence
+    assert not [lv for lv in levers if lv.kind == "memory_bound"]
+    lever = next(lv for lv in levers if lv.kind == "gemm")
+    assert lever.gain_us == pytest.approx(800.0 * FALLBACK_REACHABLE, abs=0.01) and lever.confidence == "low"
+    assert "no FLOP model" in lever.evidence and "30% of this time is reachable" in lever.evidence
+
+
 def test_precision_reads_what_kernel_names_prove(tmp_path: Path) -> None:
     # GIVEN an A100 step with three 100 µs GEMMs named by what they compute: a TF32 tensor-op s1688 kernel,
     # a bf16 cuDNN "sgemm", and a plain FP32 sgemm (no input types recorded)

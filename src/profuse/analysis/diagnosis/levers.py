@@ -20,6 +20,7 @@ from ...trace import Trace, compiled
 from ...trace.vocabulary import is_graph_launch, launch_call_sql
 from ..busy import LAUNCH_GAP_MAX_US, Activities, late, launch_wait, named_launch_calls
 from ..opclass import op_class
+from ..steps import step_model
 from .budget import (
     BUSY_PRIORITY,
     CPU_OTHER,
@@ -47,7 +48,7 @@ else:  # numpy loads on first use: the records here are read without it
 SMALL_PCT = 1.0
 SMALL_US = 10.0
 GRAPHED_SHARE = 0.9  # graphs replay at least this share of the busy time: the step is captured already
-GEMM_UNKNOWN_SHARE = 0.3   # no roofline: assume a tuned GEMM reaches 70% of what this one takes
+GEMM_UNKNOWN_SHARE = 0.3   # no roofline: assume 30% of a GEMM's time reachable (a tuned one takes 70%)
 MEMORY_BOUND_PCT = 60.0    # a memory-bound GEMM at this % of its bandwidth roofline streams near the device's peak
 FP32_UNKNOWN_SPEEDUP = 2.0  # no peak table: every matrix unit here runs half precision at least 2x FP32
 
@@ -1392,6 +1393,38 @@ def _precision(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray)
                    ("busy/gemm", "busy/conv"), kernels=kernels)]
 
 
+def _decode_tokens(ctx: Context) -> int | None:
+    """The most tokens a step serves where every step of the trace is a decode step that says how many (its
+    name's tokens, else its batch: one token per sequence); None otherwise (prefill, mixed, no count)."""
+    steps = step_model(ctx.trace).steps
+    counts = [s.info.tokens if s.info.tokens is not None else s.info.batch for s in steps if s.info.phase == "decode"]
+    if not steps or len(counts) != len(steps) or any(c is None or c <= 0 for c in counts):
+        return None
+    return max(c for c in counts if c is not None)
+
+
+def _unmodelled_gemm(ctx: Context, gemm: int, kernels: tuple[str, ...]) -> Lever:
+    """The GEMM lever where no op with a FLOP model launched the GEMMs (graph replays, compiled regions): the
+    stated fallback share of their time, confidence low. Where every step is a decode step whose tokens are
+    under the device's ridge point (16-bit peak over bandwidth, FLOP per byte), the GEMMs stream their
+    weights (a 16-bit weight read once serves at most that many tokens: about that many FLOP per byte): named
+    ``memory_bound``, whose advice is fewer bytes per token, not GEMM tuning."""
+    why = ("no peaks for this device" if ctx.peaks is None else
+           "no op with recorded shapes launched them (graph replays, compiled regions): no FLOP model")
+    ev = f"GEMMs take {_us(gemm)} of a device-bound window; {why}"
+    reach = f"the gain assumes {100 * GEMM_UNKNOWN_SHARE:.0f}% of this time is reachable"
+    tokens = _decode_tokens(ctx) if ctx.peaks is not None and ctx.peaks.gbps > 0 else None
+    ridge = ctx.peaks.tflops_half * 1e3 / ctx.peaks.gbps if tokens is not None else 0.0
+    if tokens is not None and tokens < ridge:
+        ev += (f"; every step decodes at most {tokens} tokens, so a 16-bit weight read once serves at most {tokens} "
+               f"of them (about {tokens} FLOP per byte), under the device's ridge point of {ridge:.0f} FLOP per byte "
+               f"({ctx.peaks.source}): the GEMMs are memory-bound, which no GEMM tuning beats; {reach}")
+        return _lever(ctx, "memory_bound", "memory-bound GEMMs", gemm * GEMM_UNKNOWN_SHARE, "low", ev,
+                      HOW["memory_bound"], ("busy/gemm",), kernels=kernels)
+    return _lever(ctx, "gemm", "GEMM kernels", gemm * GEMM_UNKNOWN_SHARE, "low", f"{ev}: {reach}", HOW["gemm"],
+                  ("busy/gemm",), kernels=kernels)
+
+
 def _gemm(ctx: Context) -> list[Lever]:
     """GEMM tuning over every GEMM of the device-bound steps (eager, compiled, replayed): ops with a FLOP
     model at their roofline's efficiency, kernels of the same names as theirs (a replay of those ops) at
@@ -1406,12 +1439,7 @@ def _gemm(ctx: Context) -> list[Lever]:
     kernels = tuple(_kernels(ctx, "gemm"))
     split = _gemm_coverage(ctx, {r.name for r in known})
     if not known or not split.known_ns:
-        why = ("no peaks for this device" if ctx.peaks is None else
-               "no op with recorded shapes launched them (graph replays, compiled regions): no FLOP model")
-        return [_lever(ctx, "gemm", "GEMM kernels", gemm * GEMM_UNKNOWN_SHARE, "low",
-                       f"GEMMs take {_us(gemm)} of a device-bound window; {why}: the gain assumes "
-                       f"{100 * (1 - GEMM_UNKNOWN_SHARE):.0f}% of this time is reachable", HOW["gemm"], ("busy/gemm",),
-                       kernels=kernels)]
+        return [_unmodelled_gemm(ctx, gemm, kernels)]
     time = sum(r.time_us for r in known)
     eff = min(sum(r.roofline_us or 0.0 for r in known) / time, 1.0) if time else 1.0
     # the leaf's share each way: GEMMs of modelled ops (and kernels of their names) at eff, the rest fallback
@@ -1424,7 +1452,7 @@ def _gemm(ctx: Context) -> list[Lever]:
         ev += f"; {_us(split.same_name_ns)} more (replayed or compiled) are the same kernels, taken at that efficiency"
     rest = split.total_ns - split.known_ns - split.same_name_ns
     if rest > 0:
-        ev += f"; the other {_us(rest)} have no model: {100 * (1 - GEMM_UNKNOWN_SHARE):.0f}% of their time assumed reachable"
+        ev += f"; the other {_us(rest)} have no model: {100 * GEMM_UNKNOWN_SHARE:.0f}% of their time assumed reachable"
     streaming = [r for r in known if r.bound == "memory" and (r.pct_of_roofline or 0.0) >= MEMORY_BOUND_PCT]
     memory = sum(r.time_us for r in streaming)
     if memory >= time / 2:
