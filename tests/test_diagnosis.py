@@ -82,6 +82,17 @@ def test_budget_partitions_every_step_and_levers_stay_in_bounds(name):
     # the part of it that levers graded outside the trace take: within their gains and the combined gain
     outside_gain = sum(lv.gain_us for lv in (*d.levers, *d.small_items) if lv.grade == "outside the trace")
     assert 0 <= d.combined_outside_us <= min(outside_gain, d.combined_gain_us) + 1e-3
+    # the device window is the span less the unrecorded wait; a lever's share is of it (of the span where it draws
+    # that wait), so the 1% fold and the shown shares agree: a ranked lever is at least 1%, a small item under 1%
+    # of the window or under 10 µs
+    window = d.span_us - have.get("unrecorded/wait", 0.0)
+    assert d.window_us == pytest.approx(window, abs=TOL_US * len(steady))
+    for lv in (*d.levers, *d.small_items):
+        base = d.span_us if "unrecorded/wait" in lv.draws else d.window_us
+        assert lv.share_pct == pytest.approx(100 * lv.gain_us / base if base else 0.0, abs=0.01)
+    assert all(lv.share_pct >= 1.0 - 0.01 for lv in d.levers if lv.kind != "no_device_data"
+               and "unrecorded/wait" not in lv.draws)
+    assert all(lv.share_pct < 1.0 + 0.01 or lv.gain_us < 10 for lv in d.small_items)
     # no fusion lever over an op that only ever copies
     copies = oracle.copy_only_op_names(path)
     for lv in (*d.levers, *d.small_items):

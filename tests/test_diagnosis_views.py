@@ -73,6 +73,18 @@ def test_the_levers_heading_says_the_part_outside_the_trace(capsys):
     out = capsys.readouterr().out
     assert (f"pulling all: {fmt_us(d['combined_gain_us'])} of {fmt_us(d['span_us'])}, no time counted twice; "
             f"{fmt_us(d['combined_outside_us'])} of it outside the trace)") in out
+    # AND each lever's share is of the device window (the span less the wait: 10.6 ms, not 474 ms), as the 1% fold
+    # is, but the wait's own, which lies outside that window and is a share of the span
+    leaves = {lf["key"]: lf["us"] for lf in d["budget"]}
+    window = d["span_us"] - leaves["unrecorded/wait"]
+    assert d["window_us"] == pytest.approx(window, abs=2e-3) and d["window_us"] < d["span_us"] / 40
+    for lv in d["levers"]:
+        base = d["span_us"] if "unrecorded/wait" in lv["draws"] else window
+        assert lv["share_pct"] == pytest.approx(100 * lv["gain_us"] / base, abs=0.01)
+        assert lv["share_pct"] >= 1.0   # ranked, not folded: never shown under the fold's 1%
+        assert f"save up to {fmt_us(lv['gain_us'])} ({lv['share_pct']:.0f}%)" in out
+    assert d["levers"][0]["share_pct"] > 10 and wait["share_pct"] > 90
+    assert f"under 1% of the device window ({fmt_us(d['window_us'])})" in out
 
 
 @pytest.mark.parametrize("name", ["cpu_only_gloo_rank34.json.gz", "a100_cupti_counters.json.gz",
@@ -82,7 +94,14 @@ def test_html_report_shows_the_json_numbers_cpu_only_and_unrecorded_too(page, tm
     assert main(["report", str(trace_path(name)), "--format", "html", "-o", str(out)]) == 0
     page.goto(out.as_uri() + "#view=overview")
     wait_ready(page, "overview")
-    assert _shown(page) == _expected(json_diagnosis(name))
+    doc = json_diagnosis(name)
+    assert _shown(page) == _expected(doc)
+    # each card's share is the JSON's (of the device window; the unrecorded wait's of the span)
+    bigs = page.eval_on_selector_all("#levers .lever .big", "ns => ns.map(n => n.textContent)")
+    assert [b.rsplit(" ", 1)[1] for b in bigs] == [f"({lv['share_pct']:.0f}%)" for lv in doc["levers"]]
+    small = page.query_selector("#small-items")
+    if doc["window_us"] < doc["span_us"] and small is not None:
+        assert "under 1% of the device window" in small.inner_text()
 
 
 def test_html_report_shows_the_json_numbers(page, doc, tmp_path):

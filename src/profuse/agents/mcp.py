@@ -215,7 +215,7 @@ def report_answer(doc: ReportDocument, levers: int) -> dict[str, Any]:
     diag = doc.diagnosis
     if isinstance(diag, DiagnosisPayload):
         d: dict[str, Any] = {"scope": diag.scope, "device": diag.device, "span_us": diag.span_us,
-                             "budget": diag.budget}
+                             "window_us": diag.window_us, "budget": diag.budget}
         _cap(d, "levers", diag.levers, levers)
         d.update(small_items=diag.small_items, combined_gain_us=diag.combined_gain_us,
                  combined_outside_us=diag.combined_outside_us, notes=diag.notes)

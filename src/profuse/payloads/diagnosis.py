@@ -27,7 +27,7 @@ class StepGroup(Struct):
 
 
 class SmallItems(Struct):
-    """Levers under 1% of the span (or 10 µs), folded into one line."""
+    """Levers under 1% of the device window (``window_us``) or 10 µs, folded into one line."""
 
     count: int
     gain_us: float
@@ -41,6 +41,7 @@ class DiagnosisPayload(Struct):
     device: bool
     scope: str
     span_us: float
+    window_us: float   # the span less its unrecorded wait: each lever's % and the small items' 1% are of it
     budget: list[Leaf]
     groups: list[StepGroup]
     steps: list[StepBudget]
@@ -79,8 +80,8 @@ def _mean(steps: tuple[StepBudget, ...], kind: str, field: str) -> float | None:
 def diagnosis_payload(d: Diagnosis) -> DiagnosisPayload:
     """The record every renderer sends."""
     return DiagnosisPayload(
-        device=d.device, scope=d.scope, span_us=d.span_us, budget=list(d.budget), groups=_groups(d.steps),
-        steps=list(d.steps),
+        device=d.device, scope=d.scope, span_us=d.span_us, window_us=d.window_us, budget=list(d.budget),
+        groups=_groups(d.steps), steps=list(d.steps),
         levers=list(d.levers),
         small_items=SmallItems(count=len(d.small_items), gain_us=round(sum(lv.gain_us for lv in d.small_items), 3),
                                kinds=sorted({lv.kind for lv in d.small_items})),

@@ -74,6 +74,11 @@ def _group_label(g: StepGroup) -> str:
     return f"{g.kind} x{g.count} ({fmt_us(g.span_us)}{', ' + serving + ' per step' if serving else ''})"
 
 
+def _base(d: DiagnosisPayload) -> str:
+    """What the levers' shares are of: the device window where an unrecorded wait sits in the span, else the span."""
+    return f"the device window ({fmt_us(d.window_us)})" if d.window_us < d.span_us else "the span"
+
+
 def _outside(us: float) -> str:
     """The levers' heading's words for the part of the combined gain that levers graded outside the trace take."""
     return f"; {fmt_us(us)} of it outside the trace" if us > 0 else ""
@@ -97,17 +102,16 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
     for note in d.notes:
         console.print(text(f"  {note}", style="yellow"))
     if not d.levers:
-        console.print(Text("No lever above 1% of the span.", style="dim"))
+        console.print(Text(f"No lever above 1% of {_base(d)}.", style="dim"))
         return
     console.print(Text(f"Levers (pulling all: {fmt_us(d.combined_gain_us)} of {fmt_us(d.span_us)}, "
                        f"no time counted twice{_outside(d.combined_outside_us)})", style="bold underline"))
     for i, lv in enumerate(d.levers[:SHOWN_LEVERS], 1):
-        pct = 100 * lv.gain_us / d.span_us if d.span_us else 0.0
         line = Text(f"  {i}. ")
         line.append(safe(lv.kind), style="bold cyan")
         line.append(" ")
         line.append(text(lv.target))
-        line.append(f"  save up to {fmt_us(lv.gain_us)} ({pct:.0f}%) [{lv.confidence}, {lv.grade}]", style="bold")
+        line.append(f"  save up to {fmt_us(lv.gain_us)} ({lv.share_pct:.0f}%) [{lv.confidence}, {lv.grade}]", style="bold")
         console.print(line)
         console.print(text(f"     {lv.evidence}", style="dim"))
         console.print(text(f"     how: {lv.how}"))
@@ -115,7 +119,7 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
     if rest > 0:
         console.print(Text(f"  {rest} more lever(s): --format json lists them all", style="dim"))
     if d.small_items.count:
-        console.print(text(f"  small items: {d.small_items.count} lever(s) under 1% of the span, "
+        console.print(text(f"  small items: {d.small_items.count} lever(s) under 1% of {_base(d)}, "
                            f"{fmt_us(d.small_items.gain_us)} together ({', '.join(d.small_items.kinds)})",
                            style="dim"))
 

@@ -97,6 +97,7 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     levers, small, combined, outside = rank_levers(ctx)
     budget = leaves_of(LEAVES, np.asarray([steady.leaves[k] for k in LEAVES]), steady.span_ns)
     return Diagnosis(device=True, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
+                     window_us=round(ctx.window_ns / 1e3, 3),
                      budget=budget, steps=tuple(out_steps), levers=levers, small_items=small,
                      combined_gain_us=combined, notes=tuple(notes), combined_outside_us=outside)
 
@@ -129,6 +130,7 @@ def _not_recorded(trace: Trace, steps: list[Step], spans: list[tuple[int, int]])
                 for s, (lo, hi) in zip(steps, spans))
     lever = no_device_data(trace)
     return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(total / 1e3, 3),
+                     window_us=round(total / 1e3, 3),
                      budget=leaves_of(one, np.asarray([total]), total), steps=out,
                      levers=(lever,) if lever else (), small_items=(), combined_gain_us=0.0,
                      notes=("the trace has device launches but no device activity: nothing is claimed about "

@@ -156,6 +156,7 @@ def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
     levers, small, combined, outside = rank_levers(ctx)
     budget = leaves_of(CPU_LEAVES, np.asarray([steady.leaves[k] for k in CPU_LEAVES]), steady.span_ns)
     return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
+                     window_us=round(ctx.window_ns / 1e3, 3),
                      budget=budget, steps=tuple(out), levers=levers, small_items=small, combined_gain_us=combined,
                      notes=("CPU-only trace: the budget is the CPU time of the step's thread (other threads' "
                             "where it runs nothing); no device claim", *_listed_device(trace)),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..._lazy import lazy_module
@@ -1517,15 +1517,22 @@ def rank_levers(ctx: Context) -> tuple[tuple[Lever, ...], tuple[Lever, ...], flo
     return rank(levers, ctx.steady.leaves, ctx.window_ns)
 
 
-def rank(levers: list[Lever], leaves: dict[str, int], span_ns: int) -> tuple[tuple[Lever, ...], tuple[Lever, ...],
+def _shared(lv: Lever, window_ns: int, span_ns: int) -> Lever:
+    """``lv`` with its share: of the device window, or of the whole span where it draws the unrecorded wait."""
+    base = span_ns if UNRECORDED_LEAF in lv.draws else window_ns
+    return replace(lv, share_pct=round(100 * lv.gain_us * 1e3 / base, 2) if base else 0.0)
+
+
+def rank(levers: list[Lever], leaves: dict[str, int], window_ns: int) -> tuple[tuple[Lever, ...], tuple[Lever, ...],
                                                                               float, float]:
     """Sort by gain, those whose cause is outside the trace after every other, fold the small ones (under
-    1% of ``span_ns``: the device window, on a device trace), and pull them all in rank order, each
+    1% of ``window_ns``: the device window, the span less its unrecorded wait), and pull them all in rank order, each
     taking at most what its leaves still hold (no time counted twice): the combined gain, and the part of
     it that the levers graded outside the trace take (µs)."""
-    levers = sorted(levers, key=lambda lv: (lv.kind != "no_device_data", lv.grade == "outside the trace",
-                                            -lv.gain_us, lv.kind, lv.target))
-    small_us = max(SMALL_PCT / 100 * span_ns / 1e3, SMALL_US)
+    levers = sorted((_shared(lv, window_ns, window_ns + leaves.get(UNRECORDED_LEAF, 0)) for lv in levers),
+                    key=lambda lv: (lv.kind != "no_device_data", lv.grade == "outside the trace", -lv.gain_us, lv.kind,
+                                    lv.target))
+    small_us = max(SMALL_PCT / 100 * window_ns / 1e3, SMALL_US)
     ranked = tuple(lv for lv in levers if lv.kind == "no_device_data" or lv.gain_us >= small_us)
     small = tuple(lv for lv in levers if lv not in ranked)
     left = dict(leaves)

@@ -62,6 +62,9 @@ class Lever:
     kernels: tuple[str, ...] = ()
     caps: tuple[float, ...] = ()   # µs at most from each leaf in draws (same order); () or a missing one: no cap
     grade: str = "measured"        # what shows it: measured | inferred | outside the trace (GRADES)
+    # gain_us as a % of the device window (the span less its unrecorded wait), or of the span for a lever drawing
+    # that wait, which lies outside the window: set by levers.rank, read by every renderer
+    share_pct: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class Diagnosis:
     device: bool                 # False: a CPU-only trace, or no device activity recorded
     scope: str                   # steps | trace
     span_us: float
+    window_us: float             # the span less its unrecorded wait: what each lever's % and the 1% fold read
     budget: tuple[Leaf, ...]
     steps: tuple[StepBudget, ...]
     levers: tuple[Lever, ...]

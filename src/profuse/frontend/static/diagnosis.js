@@ -42,7 +42,7 @@ function legend(budget) {
 }
 
 /** A lever's card: gain, how, evidence, and links to the rows it is about. */
-function card(lv, span, st, go) {
+function card(lv, st, go) {
   const links = lv.ops.map(op => el("a", {
     href: "#", class: "lever-op", dataset: { op },
     on: { click: e => { e.preventDefault(); go({ view: "ops", run: st.run, op }); } },
@@ -53,7 +53,7 @@ function card(lv, span, st, go) {
   }, k.length > 60 ? k.slice(0, 59) + "…" : k));
   return el("div", { class: "card lever", dataset: { kind: lv.kind, gain: String(lv.gain_us) } },
     el("div", {}, el("b", {}, lv.kind), " ", lv.target),
-    el("div", { class: "big" }, `save up to ${fmtUs(lv.gain_us)}` + (span ? ` (${(100 * lv.gain_us / span).toFixed(0)}%)` : "")),
+    el("div", { class: "big" }, `save up to ${fmtUs(lv.gain_us)} (${lv.share_pct.toFixed(0)}%)`),
     el("div", { class: "muted" }, `confidence: ${lv.confidence} · evidence: ${lv.grade} · ${lv.evidence}`),
     el("div", { class: "rec" }, lv.how),
     links.length ? el("div", {}, "ops: ", links) : null,
@@ -77,12 +77,14 @@ function render(d, st, go) {
   for (const n of d.notes) box.append(el("p", { class: "warn" }, n));
   // the part of it that levers graded outside the trace take, said apart (as the console says it)
   const outside = d.combined_outside_us > 0 ? `; ${fmtUs(d.combined_outside_us)} of it outside the trace` : "";
-  box.append(el("h2", {}, `Levers (pulling all: ${fmtUs(d.combined_gain_us)} of ${fmtUs(d.span_us)}${outside})`));
-  box.append(d.levers.length ? el("div", { class: "cards", id: "levers" }, d.levers.map(lv => card(lv, d.span_us, st, go)))
-    : el("p", { class: "muted" }, "no lever above 1% of the span"));
+  box.append(el("h2", {}, `Levers (pulling all: ${fmtUs(d.combined_gain_us)} of ${fmtUs(d.span_us)}, no time counted twice${outside})`));
+  // the 1% fold is of the device window, the span less its unrecorded wait (as the console says it)
+  const base = d.window_us < d.span_us ? `the device window (${fmtUs(d.window_us)})` : "the span";
+  box.append(d.levers.length ? el("div", { class: "cards", id: "levers" }, d.levers.map(lv => card(lv, st, go)))
+    : el("p", { class: "muted" }, `no lever above 1% of ${base}`));
   if (d.small_items.count) {
     box.append(el("p", { class: "muted", id: "small-items" },
-      `small items: ${d.small_items.count} lever(s) under 1% of the span, ${fmtUs(d.small_items.gain_us)} together (${d.small_items.kinds.join(", ")})`));
+      `small items: ${d.small_items.count} lever(s) under 1% of ${base}, ${fmtUs(d.small_items.gain_us)} together (${d.small_items.kinds.join(", ")})`));
   }
   return box;
 }

@@ -220,6 +220,7 @@
  * @property {boolean} device
  * @property {string} scope
  * @property {number} span_us
+ * @property {number} window_us
  * @property {Array<Leaf>} budget
  * @property {Array<StepGroup>} groups
  * @property {Array<StepBudget>} steps
@@ -465,6 +466,7 @@
  * @property {Array<string>} kernels
  * @property {Array<number>} caps
  * @property {string} grade
+ * @property {number} share_pct
  */
 
 /**
@@ -906,7 +908,7 @@
  */
 
 /**
- * Levers under 1% of the span (or 10 µs), folded into one line.
+ * Levers under 1% of the device window (``window_us``) or 10 µs, folded into one line.
  * @typedef {Object} SmallItems
  * @property {number} count
  * @property {number} gain_us
