@@ -127,6 +127,42 @@ def test_explorer_overview_shows_the_json_numbers(page):
         wait_ready(page, "overview")
         assert _shown(page) == _expected(json_diagnosis(name))
         assert page.inner_text("#diagnosis h2").startswith("Where the time went")
+        # the header counts events as the console does: 1,234 (grouped), not 1234, and says what "linked" means
+        events, main_text = t.meta.events, page.inner_text("main")
+        assert events >= 1000 and f" · {events:,} events · " in main_text
+        totals = json.loads(_json_report(name))["totals"]
+        assert (f"{totals['kernels_linked']:,} of {totals['kernels']:,} device events linked to the op that "
+                "launched them") in main_text
+
+
+def _json_report(name: str) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(trace_path(name)), "--format", "json", "--no-cache"]) == 0
+    return out.getvalue()
+
+
+def test_a_trace_without_steps_calls_its_span_the_active_window(page, tmp_path, capsys):
+    # GIVEN a trace with no step marks: its budget is the active window (19.9 ms of the 62.5 ms trace), not the
+    # whole trace, as its health line says
+    name = "a100_event_sync_multistream.json.gz"
+    doc = json.loads(_json_report(name))
+    d = doc["diagnosis"]
+    assert d["scope"] == "trace" and d["span_us"] < doc["trace"]["span_us"] / 2
+    assert main(["report", str(trace_path(name)), "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    # THEN the console, the levers and the HTML report name it so, and never "whole trace"
+    assert f"Where the time went (active window, {fmt_us(d['span_us'])})" in out and "whole trace" not in out
+    assert [lv["target"] for lv in d["levers"] if lv["kind"] == "cuda_graphs"] == ["active window"]
+    html = tmp_path / "r.html"
+    assert main(["report", str(trace_path(name)), "--format", "html", "-o", str(html)]) == 0
+    page.goto(html.as_uri() + "#view=overview")
+    wait_ready(page, "overview")
+    assert page.inner_text("#diagnosis h2").startswith(f"Where the time went (active window, {fmt_us(d['span_us'])})")
+    assert "whole trace" not in page.inner_text("#diagnosis")
 
 
 HOSTILE = '<img src=x onerror="window.__pwned=1">'

@@ -87,14 +87,14 @@ def _outside(us: float) -> str:
 @renders_printable
 def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
     """Print the budget (one line per kind of step, and its bar) and the top levers with gain and how."""
-    what = "steady steps" if d.scope == "steps" else "whole trace"
+    what = "steady steps" if d.scope == "steps" else "active window"
     console.print(Text(f"Where the time went ({what}, {fmt_us(d.span_us)})", style="bold underline"))
     if d.groups:
         for g in d.groups:
             console.print(budget_line(_group_label(g), g.budget, d.device))
             console.print(bar(g.budget))
     else:
-        console.print(budget_line("whole trace", d.budget, d.device))
+        console.print(budget_line("active window", d.budget, d.device))
         console.print(bar(d.budget))
     for s in d.steps:
         if s.warmup:

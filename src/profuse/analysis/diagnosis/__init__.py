@@ -60,7 +60,7 @@ def _step_kinds(steps: list[StepBudget]) -> str:
     for s in steps:
         if not s.warmup:
             kinds[s.kind] += 1
-    return ", ".join(f"{k} x{n}" for k, n in kinds.items()) or "whole trace"
+    return ", ".join(f"{k} x{n}" for k, n in kinds.items()) or "active window"
 
 
 def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,

@@ -152,7 +152,7 @@ def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
             for k, v in zip(CPU_LEAVES, ns):
                 steady.leaves[k] += int(v)
     ctx = Context(trace=trace, work=None, labels=None, steady=steady, candidates=candidates, peaks=None,
-                  roofline_rows=[], target="steps" if steps else "whole trace", cpu=True)
+                  roofline_rows=[], target="steps" if steps else "active window", cpu=True)
     levers, small, combined, outside = rank_levers(ctx)
     budget = leaves_of(CPU_LEAVES, np.asarray([steady.leaves[k] for k in CPU_LEAVES]), steady.span_ns)
     return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),

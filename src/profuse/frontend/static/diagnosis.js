@@ -64,11 +64,11 @@ function card(lv, st, go) {
  * small items, combined gain. */
 function render(d, st, go) {
   const box = el("section", { id: "diagnosis" });
-  box.append(el("h2", {}, `Where the time went (${d.scope === "steps" ? "steady steps" : "whole trace"}, ${fmtUs(d.span_us)})`));
+  box.append(el("h2", {}, `Where the time went (${d.scope === "steps" ? "steady steps" : "active window"}, ${fmtUs(d.span_us)})`));
   const serving = g => [["batch", g.batch], ["tokens", g.tokens], ["KV tokens", g.kv_tokens]]
     .filter(([, v]) => v !== null && v !== undefined).map(([w, v]) => `${w} ${v}`).join(", ");
   const rows = d.groups.length ? d.groups.map(g => stack(g.budget, `${g.kind} ×${g.count} (${fmtUs(g.span_us)}${serving(g) ? ", " + serving(g) + " per step" : ""})`))
-    : [stack(d.budget, "whole trace")];
+    : [stack(d.budget, "active window")];
   box.append(...rows, legend(d.budget));
   if (d.steps.length > 1) {
     box.append(el("details", {}, el("summary", {}, `each step (${d.steps.length})`),
