@@ -25,32 +25,64 @@ LINE_EVERY_S = 0.25  # and is rewritten this often
 
 class Phases:
     """Wall seconds per phase (inclusive of the phases inside it), in the order each first began;
-    a phase inside another is named ``outer/inner``."""
+    a phase inside another is named ``outer/inner``. A phase run on another thread (:func:`carried`) nests
+    in the phase that handed it over, and overlaps its siblings in time."""
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.started = time.perf_counter()
         self.seconds: dict[str, float] = {}
-        self.stack: list[str] = []
+        self.stack: list[str] = []   # the tracking thread's phases; the progress line names the innermost
+        self._owner = threading.get_ident()
+        self._stacks: dict[int, list[str]] = {}  # other threads' (see carried)
+        self._lock = threading.Lock()
         self.quiet = 0  # phases that show their own progress or output (a load's bar): no line meanwhile
         self.line: _Line | None = None
 
     @contextmanager
     def phase(self, name: str, *, quiet: bool = False) -> Iterator[None]:
         """Time the enclosed code as phase ``name`` (inside the phase running now, if any)."""
-        full = f"{self.stack[-1]}/{name}" if self.stack else name
-        self.seconds.setdefault(full, 0.0)
-        self.stack.append(full)
+        stack = self._here()
+        full = f"{stack[-1]}/{name}" if stack else name
+        with self._lock:
+            self.seconds.setdefault(full, 0.0)
+        stack.append(full)
         if quiet:
             self._hush(+1)
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[full] += time.perf_counter() - t0
+            with self._lock:
+                self.seconds[full] += time.perf_counter() - t0
             if quiet:
                 self._hush(-1)
-            self.stack.pop()
+            stack.pop()
+
+    def _here(self) -> list[str]:
+        """The phases open on this thread."""
+        ident = threading.get_ident()
+        if ident == self._owner:
+            return self.stack
+        with self._lock:
+            return self._stacks.setdefault(ident, [])
+
+    def innermost_here(self) -> str:
+        """The innermost phase open on this thread ("" for none)."""
+        stack = self._here()
+        return stack[-1] if stack else ""
+
+    @contextmanager
+    def under(self, outer: str) -> Iterator[None]:
+        """This thread's phases, inside the block, nest in ``outer`` (a phase of another thread, not timed here)."""
+        stack = self._here()
+        if outer:
+            stack.append(outer)
+        try:
+            yield
+        finally:
+            if outer:
+                stack.pop()
 
     def _hush(self, step: int) -> None:
         """Count a quiet phase in or out; the line is erased before the phase's own output begins."""
@@ -114,6 +146,20 @@ def phase(name: str, *, quiet: bool = False) -> Iterator[None]:
         return
     with rec.phase(name, quiet=quiet):
         yield
+
+
+def carried(fn: Callable[[], R]) -> Callable[[], R]:
+    """``fn``, to be run on another thread: the phases it marks there nest in the phase running here now
+    (``fn`` itself where no command is tracked)."""
+    rec = _active
+    if rec is None:
+        return fn
+    outer = rec.innermost_here()
+
+    def run() -> R:
+        with rec.under(outer):
+            return fn()
+    return run
 
 
 def timed(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:

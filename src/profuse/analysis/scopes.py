@@ -19,6 +19,7 @@ from .._lazy import lazy_module
 from .._progress import timed
 from ..trace import Trace
 from ._codes import hash_codes
+from ._memo import once_per_trace
 from ._read import fetch_columns
 from .device_events import device_events
 from .opclass import Tensor, op_class, tensors
@@ -137,18 +138,14 @@ class UnitTable:
     shapes: list[tuple[Tensor, ...]]
 
 
-_TABLES: weakref.WeakKeyDictionary[Trace, UnitTable] = weakref.WeakKeyDictionary()
-_INSTANCES: weakref.WeakKeyDictionary[Trace, dict[int, ScopeInstance]] = weakref.WeakKeyDictionary()
 _LINKS: weakref.WeakKeyDictionary[Trace, tuple[np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
 _UP: weakref.WeakKeyDictionary[Trace, np.ndarray] = weakref.WeakKeyDictionary()
 
 
+@once_per_trace
 def unit_table(trace: Trace) -> UnitTable:
     """The :class:`UnitTable` of a trace, computed once per loaded trace (callers only read it)."""
-    found = _TABLES.get(trace)
-    if found is None:
-        found = _TABLES[trace] = _unit_table(trace)
-    return found
+    return _unit_table(trace)
 
 
 def op_parents(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -170,13 +167,11 @@ def op_parent_rows(trace: Trace) -> np.ndarray:
     return found
 
 
+@once_per_trace
 def scope_instances(trace: Trace) -> dict[int, ScopeInstance]:
     """Every scope instance with its units in time order and inclusive device time and kernels, as
     objects (the :func:`unit_table`'s rows). Computed once per loaded trace (callers only read)."""
-    found = _INSTANCES.get(trace)
-    if found is None:
-        found = _INSTANCES[trace] = _objects(unit_table(trace))
-    return found
+    return _objects(unit_table(trace))
 
 
 def _objects(t: UnitTable) -> dict[int, ScopeInstance]:

@@ -101,13 +101,18 @@ def analyse(trace: Trace, *, group_by: str = "op", sort: str = "self_device", ad
     """Run the report's analyses on a loaded trace, once, for whichever renderer shows them."""
     from ..analysis import op_table, summarize
     from ..analysis.advice.findings import trace_findings
+    from ..analysis.beside import beside
     from ..analysis.health import trace_health
     from ..analysis.memory import memory_section
     from .calltree import call_tree_of
 
-    return Analysed(summarize(trace), op_table(trace, group_by=group_by, sort=sort),
-                    trace_findings(trace) if advice else None, memory_section(trace), trace_health(trace),
-                    call_tree_of(trace))
+    # the diagnosis here; the rest on another thread meanwhile (analysis/beside.py)
+    with beside(trace) as submit:
+        rest = submit(lambda: (summarize(trace), op_table(trace, group_by=group_by, sort=sort), memory_section(trace),
+                               trace_health(trace), call_tree_of(trace)))
+        findings = trace_findings(trace, submit=submit) if advice else None
+        summary, table, memory, health, calltree = rest()
+    return Analysed(summary, table, findings, memory, health, calltree)
 
 
 def report_view(analysed: Analysed, *, top: int | None = None, keep_metadata: bool = False) -> ReportView:

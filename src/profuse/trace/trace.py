@@ -5,7 +5,8 @@ import contextlib
 import html
 import json
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,7 +51,8 @@ class Trace:
     def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, *, from_cache: bool,
                  writer: CacheWriter | None = None, notes: list[str] | None = None) -> None:
         self.path = path
-        self.con = con
+        self._con = con
+        self._thread_cons: dict[int, duckdb.DuckDBPyConnection] = {}  # queried_with: a thread's own cursor
         self.from_cache = from_cache
         self.writer = writer  # the cache being written behind, if any
         self.notes = notes or []  # what the load did that a user should hear of (a cache discarded)
@@ -61,6 +63,31 @@ class Trace:
         # opened by its stat entry (load(verify="behind")): its bytes being hashed behind; None: hashed first
         self.source_check: SourceCheck | None = None
         self.closing: list[Callable[[], None]] = []  # called first by close(): users of its cursors finishing
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection over the trace's tables; on a thread inside :meth:`queried_with`, that
+        thread's cursor of it (a connection runs one query at a time)."""
+        return self._thread_cons.get(threading.get_ident(), self._con)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new cursor of the connection, on the trace's tables, for another thread (see :meth:`queried_with`);
+        the caller closes it."""
+        (db,), = self._con.execute("SELECT current_database()").fetchall()
+        cur = self._con.cursor()
+        cur.execute("USE " + '"' + str(db).replace('"', '""') + '"')
+        return cur
+
+    @contextlib.contextmanager
+    def queried_with(self, cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """Inside the block, :attr:`con` on this thread is ``cur`` (a :meth:`cursor`): analyses on two
+        threads query the trace at once, each on its own."""
+        ident = threading.get_ident()
+        self._thread_cons[ident] = cur
+        try:
+            yield
+        finally:
+            del self._thread_cons[ident]
 
     @cached_property
     def meta(self) -> TraceMeta:
@@ -178,7 +205,7 @@ class Trace:
         self.wait_for_cache()
         while self.closing:
             self.closing.pop()()
-        self.con.close()
+        self._con.close()
 
     def __enter__(self) -> Trace:
         return self

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...trace import Trace
+from ..beside import Submit, now
 from ..compiled import compiled_regions
 from ..diagnosis import Diagnosis, diagnose
 from .fusion import fusion_candidates
@@ -29,15 +30,17 @@ class Findings(AdviceSections):
     diagnosis: Diagnosis | None = None
 
 
-def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None) -> Findings:
+def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None, submit: Submit = now) -> Findings:
     """Every finding on ``trace``; the roofline is bounded by ``measured_peaks``, else by the peaks its
-    bundle recorded, else by datasheet peaks for a known device (see :func:`device_peaks`)."""
+    bundle recorded, else by datasheet peaks for a known device (see :func:`device_peaks`). The sections the
+    diagnosis does not read are handed to ``submit`` (another thread: :func:`profuse.analysis.beside.beside`)."""
     bundle_peaks = trace.bundle.peaks if trace.bundle is not None else None
     peaks = device_peaks(trace, measured_peaks or bundle_peaks)
+    side = submit(lambda: (hotspots(trace), interruptions(trace), compiled_regions(trace), skewed_launches(trace)))
     # every op's roofline for the diagnosis (its GEMM bound reads all of them), the top ones for the section
     candidates, rows = fusion_candidates(trace), roofline(trace, peaks, top=ALL_ROWS)
-    return Findings(hotspots=hotspots(trace), interruptions=interruptions(trace),
-                    fusion_candidates=candidates, peaks=peaks, roofline=rows[:ROOFLINE_TOP],
-                    compiled=compiled_regions(trace), roofline_note=missing_peak(trace, peaks),
-                    skewed_launches=skewed_launches(trace),
-                    diagnosis=diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows)))
+    diagnosis = diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows))
+    hot, interrupted, compiled, skewed = side()
+    return Findings(hotspots=hot, interruptions=interrupted, fusion_candidates=candidates, peaks=peaks,
+                    roofline=rows[:ROOFLINE_TOP], compiled=compiled, roofline_note=missing_peak(trace, peaks),
+                    skewed_launches=skewed, diagnosis=diagnosis)

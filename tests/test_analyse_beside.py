@@ -1,0 +1,102 @@
+"""A report analyses on two threads (analysis/beside.py): the results are those of the same analyses run one
+after another, a result remembered per trace is built once whichever thread asks first, each thread queries
+the trace on a connection of its own, and ``--timings`` nests the phases run beside in the caller's."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from conftest import SHARED, trace_path
+
+import profuse
+from profuse import _progress
+from profuse.analysis import op_table, summarize
+from profuse.analysis._memo import once_per_trace
+from profuse.analysis.advice.findings import trace_findings
+from profuse.analysis.beside import beside, now
+from profuse.analysis.health import trace_health
+from profuse.analysis.memory import memory_section
+from profuse.payloads.calltree import call_tree_of
+from profuse.payloads.report import Analysed, analyse, report_view
+
+TRACES = sorted(p.name for p in (SHARED / "traces").glob("*.json.gz"))
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_two_threads_give_the_document_of_one(name: str) -> None:
+    # GIVEN each shared trace loaded twice (nothing remembered from one load to the other)
+    with profuse.load(trace_path(name), cache=False) as one, profuse.load(trace_path(name), cache=False) as two:
+        # WHEN one is analysed in turn on this thread, the other by analyse (its sections beside, on another)
+        seq = Analysed(summarize(one), op_table(one), trace_findings(one, submit=now), memory_section(one),
+                       trace_health(one), call_tree_of(one))
+        par = analyse(two)
+        # THEN the documents every renderer reads are the same
+        assert report_view(par, keep_metadata=True).document == report_view(seq, keep_metadata=True).document
+
+
+def test_a_remembered_result_is_built_once_across_threads() -> None:
+    # GIVEN a remembered build that holds until released, asked for by three threads at once
+    calls: list[int] = []
+    release = threading.Event()
+
+    @once_per_trace
+    def build(trace: object, k: int) -> list[int]:
+        calls.append(k)
+        release.wait(5)
+        return [k]
+
+    class Key:  # a weakly referable stand-in for a trace
+        pass
+
+    key, got = Key(), []
+    threads = [threading.Thread(target=lambda: got.append(build(key, 1))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    release.set()
+    for t in threads:
+        t.join(5)
+    # THEN it ran once; every caller got that one result (the same object); other arguments build apart
+    assert calls == [1] and len(got) == 3 and all(g is got[0] for g in got)
+    assert build(key, 2) == [2] and calls == [1, 2]
+
+
+def test_each_thread_queries_on_its_own_connection() -> None:
+    with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr:
+        main_con = tr.con
+        inside = threading.Event()
+        done = threading.Event()
+        seen: dict[str, object] = {}
+
+        def other() -> None:
+            # a long query on the thread's own cursor ...
+            seen["con"] = tr.con
+            inside.set()
+            seen["n"] = tr.con.execute("SELECT count(*) FROM events a, range(2000) r").fetchall()[0][0]
+            done.set()
+
+        with beside(tr) as submit:
+            got = submit(other)
+            inside.wait(5)
+            # ... while this thread queries the trace's own connection: neither refuses the other
+            (n,), = main_con.execute("SELECT count(*) FROM events").fetchall()
+            got()
+        assert done.is_set() and seen["con"] is not main_con and tr.con is main_con
+        assert seen["n"] == 2000 * n
+
+
+def test_timings_nest_the_phases_run_beside() -> None:
+    with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr, \
+            _progress.tracking("test") as rec, _progress.phase("analyse"), beside(tr) as submit:
+        def marked() -> str:
+            with _progress.phase("beside"):
+                return threading.current_thread().name
+
+        name = submit(marked)
+        with _progress.phase("here"):
+            pass
+        assert name().startswith("profuse-analyse")
+    # THEN the phase run on the other thread is named under the caller's, as the one run here
+    assert "analyse/beside" in rec.seconds and "analyse/here" in rec.seconds
+    assert "beside" not in rec.seconds and rec.stack == []
