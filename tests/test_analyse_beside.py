@@ -100,3 +100,39 @@ def test_timings_nest_the_phases_run_beside() -> None:
     # THEN the phase run on the other thread is named under the caller's, as the one run here
     assert "analyse/beside" in rec.seconds and "analyse/here" in rec.seconds
     assert "beside" not in rec.seconds and rec.stack == []
+
+
+def test_an_error_here_drops_the_calls_not_begun_and_interrupts_the_running_query() -> None:
+    import duckdb
+
+    with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr:
+        started, ran = threading.Event(), []
+
+        def long_query() -> int:
+            started.set()   # minutes of work unless interrupted
+            return int(tr.con.execute("SELECT count(*) FROM range(1000000) a, range(1000000) b "
+                                      "WHERE (a.range * 7 + b.range) % 1000003 = 0").fetchall()[0][0])
+
+        # GIVEN a long query running on the other thread and a call queued behind it
+        with pytest.raises(KeyError), beside(tr) as submit:
+            first = submit(long_query)
+            submit(lambda: ran.append(1))
+            assert started.wait(10)
+            time.sleep(0.2)
+            raise KeyError("an error here")   # WHEN the caller fails
+        # THEN the running query was interrupted (no result), the queued call never ran, and the trace's own
+        # connection still answers
+        with pytest.raises(duckdb.InterruptException):
+            first()
+        assert ran == []
+        assert tr.con.execute("SELECT count(*) FROM events").fetchall()[0][0] > 0
+
+
+def test_a_bad_table_choice_is_refused_before_the_analyses() -> None:
+    from profuse.errors import UserError
+
+    with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr:
+        with pytest.raises(UserError, match="--group-by must be one of"):
+            analyse(tr, group_by="bogus")
+        with pytest.raises(UserError, match="--sort must be one of"):
+            analyse(tr, sort="bogus")

@@ -23,7 +23,8 @@ def once_per_trace(build: Callable[..., R]) -> Callable[..., R]:
     """``build(trace, *args)`` computed on the first call for a trace and those (hashable, positional)
     arguments, and returned again after; callers only read the result."""
     memo: weakref.WeakKeyDictionary[Trace, dict[tuple[Hashable, ...], R]] = weakref.WeakKeyDictionary()
-    building: weakref.WeakKeyDictionary[Trace, dict[tuple[Hashable, ...], threading.Lock]] = weakref.WeakKeyDictionary()
+    # re-entrant: a build that asked for its own result would recurse (RecursionError), not hang
+    building: weakref.WeakKeyDictionary[Trace, dict[tuple[Hashable, ...], threading.RLock]] = weakref.WeakKeyDictionary()
     guard = threading.Lock()
 
     @functools.wraps(build)
@@ -32,7 +33,7 @@ def once_per_trace(build: Callable[..., R]) -> Callable[..., R]:
         if args in known:
             return known[args]
         with guard:   # one lock per (trace, arguments): the first caller builds, the others wait for it
-            lock = building.setdefault(trace, {}).setdefault(args, threading.Lock())
+            lock = building.setdefault(trace, {}).setdefault(args, threading.RLock())
         with lock:
             if args not in known:
                 known[args] = build(trace, *args)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._progress import carried
 
@@ -36,31 +36,53 @@ def now(fn: Callable[[], R]) -> Callable[[], R]:
 def beside(trace: Trace) -> Iterator[Submit]:
     """A :class:`Submit` whose calls run in the order handed, on one other thread querying ``trace`` on a
     cursor of its own (:meth:`Trace.queried_with`); their phases nest in the caller's (``--timings``). The
-    block's end waits for them (when the block raises, the other thread's query is interrupted and the calls
-    not started are dropped). Where no thread can start, each call runs at once."""
-    from concurrent.futures import ThreadPoolExecutor
+    block's end waits for them; when the block raises (an error, a Ctrl-C), the calls not begun are dropped
+    and the running one's queries interrupted until it ends. Where no thread can start, each call runs at once."""
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     cur = trace.cursor()
     pool = ThreadPoolExecutor(1, thread_name_prefix="profuse-analyse")
+    handed: list[Future[Any]] = []
+    alone = False   # no thread could start: every call from then on runs here
 
     def submit(fn: Callable[[], R]) -> Callable[[], R]:
+        nonlocal alone
         run = carried(fn)
 
         def task() -> R:
             with trace.queried_with(cur):
                 return run()
-        try:
-            return pool.submit(task).result
-        except RuntimeError:  # can't start new thread (short of memory): here, in turn
-            return now(fn)
+        if not alone:
+            try:
+                future = pool.submit(task)
+            except RuntimeError:  # can't start new thread (short of memory): nothing left queued to run later
+                alone = True
+                pool.shutdown(wait=False, cancel_futures=True)
+            else:
+                handed.append(future)
+                return future.result
+        return now(fn)
 
-    done = False
     try:
         yield submit
-        done = True
+    except BaseException:
+        _stop(pool, handed, cur)
+        raise
     finally:
-        if not done:  # an error or a Ctrl-C here: the other thread's query stops, what has not begun never runs
+        try:
+            pool.shutdown(wait=True)
+        finally:
             with suppress(Exception):
-                cur.interrupt()
-        pool.shutdown(wait=True, cancel_futures=not done)
-        cur.close()
+                cur.close()
+
+
+def _stop(pool: Any, handed: list[Any], cur: Any) -> None:
+    """Drop the calls not begun and interrupt the running one's queries (an interrupt reaches only a query
+    that is running, so it is repeated) until it ends."""
+    from concurrent.futures import wait
+
+    pool.shutdown(wait=False, cancel_futures=True)
+    while not all(f.done() for f in handed):
+        with suppress(Exception):
+            cur.interrupt()
+        wait(handed, timeout=0.05)

@@ -102,15 +102,20 @@ def device_counts(trace: Trace) -> DeviceCounts:
 def op_table(trace: Trace, *, group_by: str = "op", sort: str = "self_device") -> OpTable:
     """The op table grouped and sorted as asked; built once per loaded trace and (group, sort), since
     the report and the advisor's hotspots ask for the same one (callers only read it)."""
+    check_choices(group_by, sort)
     return _op_table(trace, group_by, sort)
 
 
-@once_per_trace
-def _op_table(trace: Trace, group_by: str, sort: str) -> OpTable:
+def check_choices(group_by: str, sort: str) -> None:
+    """A user error unless ``group_by`` and ``sort`` are among the op table's groupings and sort keys."""
     if group_by not in GROUPS:
         raise UserError(f"--group-by must be one of {', '.join(GROUPS)} (got {group_by!r})")
     if sort not in SORT_KEYS:
         raise UserError(f"--sort must be one of {', '.join(SORT_KEYS)} (got {sort!r})")
+
+
+@once_per_trace
+def _op_table(trace: Trace, group_by: str, sort: str) -> OpTable:
     rows = {"op": _by_op, "shape": _by_shape, "module": _by_module, "kernel": _by_kernel}[group_by](trace)
     rows.sort(key=_sort_key(sort))
     return OpTable(group_by=group_by, device_label=trace.device_label, cpu_only=trace.cpu_only,

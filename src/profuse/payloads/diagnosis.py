@@ -35,7 +35,7 @@ class SmallItems(Struct):
 
 
 class DiagnosisPayload(Struct):
-    """Where the steady steps' (or the whole trace's) time went and what buys it back
+    """Where the steady steps' (or, without steps, the active window's) time went and what buys it back
     (docs/advisor.md); ``device`` false: no device claim (CPU-only, or device activity not recorded)."""
 
     device: bool
@@ -100,7 +100,7 @@ class BudgetRow(Struct):
 
 
 class BudgetDiff(Struct):
-    """Two runs' budgets (the steady steps', or the whole trace's) side by side, largest change first."""
+    """Two runs' budgets (the steady steps', or the active window's) side by side, largest change first."""
 
     a_span_us: float
     b_span_us: float

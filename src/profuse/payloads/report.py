@@ -104,15 +104,18 @@ def analyse(trace: Trace, *, group_by: str = "op", sort: str = "self_device", ad
     from ..analysis.beside import beside
     from ..analysis.health import trace_health
     from ..analysis.memory import memory_section
+    from ..analysis.optable import check_choices
     from .calltree import call_tree_of
 
-    # the diagnosis here; the rest on another thread meanwhile (analysis/beside.py)
+    check_choices(group_by, sort)   # a bad choice refused before any work, not after the diagnosis
+    # the diagnosis here; the rest on another thread meanwhile (analysis/beside.py), each call on its own, so
+    # an error or a Ctrl-C here drops those not begun
     with beside(trace) as submit:
-        rest = submit(lambda: (summarize(trace), op_table(trace, group_by=group_by, sort=sort), memory_section(trace),
-                               trace_health(trace), call_tree_of(trace)))
+        summary, table = submit(lambda: summarize(trace)), submit(lambda: op_table(trace, group_by=group_by, sort=sort))
+        memory, health, calltree = (submit(lambda: memory_section(trace)), submit(lambda: trace_health(trace)),
+                                    submit(lambda: call_tree_of(trace)))
         findings = trace_findings(trace, submit=submit) if advice else None
-        summary, table, memory, health, calltree = rest()
-    return Analysed(summary, table, findings, memory, health, calltree)
+        return Analysed(summary(), table(), findings, memory(), health(), calltree())
 
 
 def report_view(analysed: Analysed, *, top: int | None = None, keep_metadata: bool = False) -> ReportView:

@@ -36,11 +36,11 @@ def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None,
     diagnosis does not read are handed to ``submit`` (another thread: :func:`profuse.analysis.beside.beside`)."""
     bundle_peaks = trace.bundle.peaks if trace.bundle is not None else None
     peaks = device_peaks(trace, measured_peaks or bundle_peaks)
-    side = submit(lambda: (hotspots(trace), interruptions(trace), compiled_regions(trace), skewed_launches(trace)))
+    hot, interrupted = submit(lambda: hotspots(trace)), submit(lambda: interruptions(trace))
+    compiled, skewed = submit(lambda: compiled_regions(trace)), submit(lambda: skewed_launches(trace))
     # every op's roofline for the diagnosis (its GEMM bound reads all of them), the top ones for the section
     candidates, rows = fusion_candidates(trace), roofline(trace, peaks, top=ALL_ROWS)
     diagnosis = diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows))
-    hot, interrupted, compiled, skewed = side()
-    return Findings(hotspots=hot, interruptions=interrupted, fusion_candidates=candidates, peaks=peaks,
-                    roofline=rows[:ROOFLINE_TOP], compiled=compiled, roofline_note=missing_peak(trace, peaks),
-                    skewed_launches=skewed, diagnosis=diagnosis)
+    return Findings(hotspots=hot(), interruptions=interrupted(), fusion_candidates=candidates, peaks=peaks,
+                    roofline=rows[:ROOFLINE_TOP], compiled=compiled(), roofline_note=missing_peak(trace, peaks),
+                    skewed_launches=skewed(), diagnosis=diagnosis)

@@ -4,7 +4,8 @@ Every lever names the budget leaves it ``draws`` from and its ``gain_us`` never 
 ``combined_gain_us`` pulls every lever in rank order, each taking at most what its leaves still
 hold, so no leaf's time is counted twice and the total never exceeds the span; ``combined_outside_us``
 is the part of it that levers graded outside the trace take. Levers under
-``max(1% of the span, 10 µs)`` are folded into "small items". docs/advisor.md states each rule.
+``max(1% of the device window, 10 µs)`` are folded into "small items" (the window: the span less its
+unrecorded wait; each lever's ``share_pct`` is of it too). docs/advisor.md states each rule.
 """
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ class Lever:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """The budget of the steady steps (or the whole trace), each step's, and the ranked levers."""
+    """The budget of the steady steps (or, without steps, the active window), each step's, and the ranked levers."""
 
     device: bool                 # False: a CPU-only trace, or no device activity recorded
     scope: str                   # steps | trace

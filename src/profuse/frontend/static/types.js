@@ -23,7 +23,7 @@
  */
 
 /**
- * Two runs' budgets (the steady steps', or the whole trace's) side by side, largest change first.
+ * Two runs' budgets (the steady steps', or the active window's) side by side, largest change first.
  * @typedef {Object} BudgetDiff
  * @property {number} a_span_us
  * @property {number} b_span_us
@@ -214,7 +214,7 @@
  */
 
 /**
- * Where the steady steps' (or the whole trace's) time went and what buys it back
+ * Where the steady steps' (or, without steps, the active window's) time went and what buys it back
  * (docs/advisor.md); ``device`` false: no device claim (CPU-only, or device activity not recorded).
  * @typedef {Object} DiagnosisPayload
  * @property {boolean} device
