@@ -1,9 +1,9 @@
 """Analyses run beside the caller's, on one other thread: those the caller does not wait on while it works
-(a report's summary, op table, call tree and health while its diagnosis runs). numpy, DuckDB and profuse's
-compiled passes release the GIL, so on two cores a big trace's report analyses in about three quarters of
-the time (benchmarks/bench_sizes.py). Results are the same either way: every analysis is a function of the
-trace's tables, and a result remembered per trace is computed once whichever thread asks first
-(:mod:`._memo`)."""
+(a report's summary, op table, health and interruptions while its diagnosis runs). numpy, DuckDB and profuse's
+compiled passes release the GIL, so the two overlap on two cores. What runs side by side also holds its
+memory at once: the report keeps its two largest analyses (diagnosis, call tree) apart. Results are the same
+either way: every analysis is a function of the trace's tables, and a result remembered per trace is
+computed once whichever thread asks first (:mod:`._memo`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
