@@ -110,10 +110,6 @@ def _op_levels(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
     return {"id": np.flatnonzero(inside), "level": level[inside]}
 
 
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 # each drawn (name, kind) once, coded: its lane kind (lk: index into LANE_KINDS) and how its depth in
 # the lane is found (dk): ops stack by the ops around them (0); device annotations get the row below
 # kernels (1); runtime calls and kernels never nest (2); scopes by their depth (3)
@@ -153,17 +149,15 @@ def timeline_model_later(trace: Trace) -> Callable[[], TimelineModel]:
     """:func:`timeline_model` in two steps: this call reads what it needs of ``trace``'s own connection;
     the function it returns builds the model on a cursor of its own, so it may run in another thread
     while that connection serves other queries."""
-    db = trace.con.execute("SELECT current_database()").fetchall()[0][0]
     device_label = trace.device_label
     threads = _threads(trace)
-    con = trace.con.cursor()
-    return lambda: _build(con, db, device_label, threads)
+    con = trace.cursor()
+    return lambda: _build(con, device_label, threads)
 
 
-def _build(con: duckdb.DuckDBPyConnection, db: str, device_label: str,
+def _build(con: duckdb.DuckDBPyConnection, device_label: str,
            threads: dict[int, tuple[str, str | None]]) -> TimelineModel:
     try:
-        con.execute(f"USE {_quoted(db)}")
         con.register("_tl_levels", _op_levels(con))
         con.execute(_NAMES)
         origin = int(con.execute("SELECT coalesce(min(ts), 0) FROM events").fetchall()[0][0])
@@ -238,10 +232,8 @@ def coarse_view(trace: Trace, width: int = 1600) -> FirstView:
     """The coarse first view of ``trace`` drawn ``width`` pixels wide (see :class:`FirstView`): one
     aggregation over the events and a look-up of the blocks' names, on a cursor of its own; no table
     is created. The span, level of detail and lanes are the model's; the blocks are per lane only."""
-    db = trace.con.execute("SELECT current_database()").fetchall()[0][0]
-    con = trace.con.cursor()
+    con = trace.cursor()
     try:
-        con.execute(f"USE {_quoted(db)}")
         (origin, lo, hi), = con.execute(f"""
             SELECT coalesce(min(ts), 0), min(ts) FILTER ({_LANE_KIND} IS NOT NULL),
                    max(ts + dur) FILTER ({_LANE_KIND} IS NOT NULL) FROM events""").fetchall()
