@@ -111,13 +111,15 @@ def analyse(trace: Trace, *, group_by: str = "op", sort: str = "self_device", ad
     # the diagnosis here; the rest on another thread meanwhile (analysis/beside.py), each call on its own, so
     # an error or a Ctrl-C here drops those not begun
     with beside(trace) as submit:
+        # the call tree first over there, beside the fusion search here: done about when the diagnosis begins, so
+        # the two that need the most memory (at 1 GB about 0.4 and 0.5 GB of temporaries) barely overlap; side
+        # by side they held more than the raw trace (peak RSS 1.18x raw). Freed blocks serve either thread (one
+        # glibc arena: trace/_glibc.py)
+        calltree = submit(lambda: call_tree_of(trace))
         summary, table = submit(lambda: summarize(trace)), submit(lambda: op_table(trace, group_by=group_by, sort=sort))
         memory, health = submit(lambda: memory_section(trace)), submit(lambda: trace_health(trace))
         findings = trace_findings(trace, submit=submit) if advice else None
-        # here, after the diagnosis: the two need the most memory (at 1 GB about 0.4 and 0.5 GB of temporaries),
-        # so side by side they held more than the raw trace (peak RSS 1.18x raw), one after the other 0.9x
-        calltree = call_tree_of(trace)
-        return Analysed(summary(), table(), findings, memory(), health(), calltree)
+        return Analysed(summary(), table(), findings, memory(), health(), calltree())
 
 
 def report_view(analysed: Analysed, *, top: int | None = None, keep_metadata: bool = False) -> ReportView:

@@ -35,6 +35,9 @@ def start_load(path: str, **options: Any) -> Callable[[], Trace]:
     raises what the load raised. Call it once."""
     from .open_trace import load
 
+    # before any thread starts, early or not: the load's heap reuse holds on every thread, and a report's analyses
+    # on two threads reuse each other's freed blocks (trace/_glibc.py)
+    one_arena()
     if not _may_start_early(path, options):
         return lambda: load(path, **options)
     box: dict[str, Any] = {}
@@ -48,7 +51,6 @@ def start_load(path: str, **options: Any) -> Callable[[], Trace]:
         finally:
             _ahead.__dict__.clear()
 
-    one_arena()  # the load's heap reuse holds on its thread as on the main one (trace/_glibc.py)
     # a daemon: a caller that stops (an error, Ctrl-C) before asking for the trace does not wait for it
     worker = threading.Thread(target=run, name="profuse-load", daemon=True)
     worker.start()
