@@ -40,7 +40,7 @@ def trace_findings(trace: Trace, *, measured_peaks: MeasuredPeaks | None = None,
     compiled, skewed = submit(lambda: compiled_regions(trace)), submit(lambda: skewed_launches(trace))
     # every op's roofline for the diagnosis (its GEMM bound reads all of them), the top ones for the section
     candidates, rows = fusion_candidates(trace), roofline(trace, peaks, top=ALL_ROWS)
-    diagnosis = diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows))
+    diagnosis = diagnose(trace, candidates=list(candidates), peaks=peaks, roofline_rows=list(rows), submit=submit)
     return Findings(hotspots=hot(), interruptions=interrupted(), fusion_candidates=candidates, peaks=peaks,
                     roofline=rows[:ROOFLINE_TOP], compiled=compiled(), roofline_note=missing_peak(trace, peaks),
                     skewed_launches=skewed(), diagnosis=diagnosis)

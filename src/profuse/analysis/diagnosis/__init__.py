@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..._lazy import lazy_module
 from ...trace import Trace
+from ..beside import Submit, now
 from ..steps import Step, step_model
 from .budget import (
     BUSY_PRIORITY,
@@ -37,9 +38,10 @@ from .records import WARMUP_FACTOR, Diagnosis, Leaf, Lever, Steady, StepBudget, 
 
 
 def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: object = None,
-             roofline_rows: list[object] | None = None) -> Diagnosis:
+             roofline_rows: list[object] | None = None, submit: Submit = now) -> Diagnosis:
     """The diagnosis of a loaded trace; ``candidates``, ``peaks`` and ``roofline_rows`` are the
-    advisor's fusion candidates, peaks and roofline when already computed (else computed here)."""
+    advisor's fusion candidates, peaks and roofline when already computed (else computed here); ``submit``
+    runs some of its levers meanwhile (another thread: :func:`profuse.analysis.beside.beside`)."""
     from ..advice.fusion import fusion_candidates
     from ..advice.roofline import ALL_ROWS, device_peaks, roofline
 
@@ -52,7 +54,7 @@ def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: obj
     if trace.cpu_only:
         from .cpu_budget import cpu_diagnosis
         return cpu_diagnosis(trace, candidates)
-    return _device_diagnosis(trace, candidates, peaks, roofline_rows)
+    return _device_diagnosis(trace, candidates, peaks, roofline_rows, submit)
 
 
 def _step_kinds(steps: list[StepBudget]) -> str:
@@ -64,7 +66,7 @@ def _step_kinds(steps: list[StepBudget]) -> str:
 
 
 def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
-                      roofline_rows: list[object]) -> Diagnosis:
+                      roofline_rows: list[object], submit: Submit) -> Diagnosis:
     from ..submissions import submission_notes
     from .levers import Context, rank_levers
 
@@ -93,7 +95,7 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
                      f"over {WARMUP_FACTOR:g}x the median of the other steps): reported apart, levers from the others")
     notes.extend(submission_notes(trace))   # submissions per step: launch-bound evidence beyond CUDA
     ctx = Context(trace=trace, work=w, labels=lab, steady=steady, candidates=candidates, peaks=peaks,
-                  roofline_rows=roofline_rows, target=_step_kinds(out_steps), cpu=False)
+                  roofline_rows=roofline_rows, target=_step_kinds(out_steps), cpu=False, submit=submit)
     levers, small, combined, outside = rank_levers(ctx)
     budget = leaves_of(LEAVES, np.asarray([steady.leaves[k] for k in LEAVES]), steady.span_ns)
     return Diagnosis(device=True, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),

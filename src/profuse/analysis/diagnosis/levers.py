@@ -19,6 +19,7 @@ from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace, compiled
 from ...trace.vocabulary import is_graph_launch, launch_call_sql
+from ..beside import Submit, now
 from ..busy import LAUNCH_GAP_MAX_US, Activities, late, launch_wait, named_launch_calls
 from ..opclass import op_class
 from ..steps import step_model
@@ -137,6 +138,7 @@ class Context:
     roofline_rows: list[Any]
     target: str
     cpu: bool
+    submit: Submit = now   # where levers that read nothing of each other's may run meanwhile (analysis/beside.py)
 
     def leaf(self, *keys: str) -> int:
         """ns in these leaves of the steady budget."""
@@ -182,17 +184,18 @@ def device_levers(ctx: Context) -> list[Lever]:
     """Every device lever that applies to the steady spans."""
     assert ctx.work is not None and ctx.labels is not None
     start, ns, idx, label = _pieces(ctx)
-    out: list[Lever] = []
+    # the waits' and the fallbacks' levers read nothing the others make: handed to ctx.submit (a report's other
+    # thread) while the CPU time and the graph levers are worked out here; listed in the same order either way
+    waits = ctx.submit(lambda: [*_stream_wait(ctx, start, ns, label), *_unrecorded_wait(ctx, start, ns, label),
+                                *_host_sync(ctx, start, ns, label), *_drained_syncs(ctx, start, ns, label)])
+    fallbacks = ctx.submit(lambda: _cpu_fallback(ctx, start, ns, label))
     cpu = _cpu_other(ctx, start, ns, label)
-    out += _graphs(ctx, start, ns, idx, label, cpu)
-    out += _stream_wait(ctx, start, ns, label)
-    out += _unrecorded_wait(ctx, start, ns, label)
-    out += _host_sync(ctx, start, ns, label)
-    out += _drained_syncs(ctx, start, ns, label)
+    out = _graphs(ctx, start, ns, idx, label, cpu)
+    out += waits()
     out += _cpu_work(ctx, cpu)
     out += _input_pipeline(ctx)
     out += _pinned(ctx, ns, idx, label)
-    out += _cpu_fallback(ctx, start, ns, label)
+    out += fallbacks()
     out += _precision(ctx, ns, idx, label)
     out += _gemm(ctx)
     comm = ctx.leaf("busy/communication")
