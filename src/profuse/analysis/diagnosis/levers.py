@@ -675,11 +675,17 @@ def _holds_any(ts: np.ndarray, end: np.ndarray, qts: np.ndarray, qend: np.ndarra
     if ts.size > 64 * qts.size and bool((ts[1:] >= ts[:-1]).all()):
         # sorted intervals (the diagnosis's host intervals), far more than queries: the queries before each
         # interval counted by one pass (a query at qts precedes every interval after the last ts <= qts)
-        before = np.bincount(np.searchsorted(ts, qts[order], side="right"), minlength=ts.size + 1)
-        i = np.cumsum(before[:-1])
+        i = np.bincount(np.searchsorted(ts, qts[order], side="right"), minlength=ts.size + 1)[:-1]
+        np.cumsum(i, out=i)
     else:
         i = np.searchsorted(qts[order], ts, side="left")
-    out: np.ndarray = (i < qts.size) & (least_end[np.minimum(i, qts.size - 1)] <= end)
+    # one array as long as the intervals, worked in place: the first query at or after each, then that
+    # query's least end (as many intervals as the trace has host events: a report's other thread runs this
+    # beside the diagnosis's own passes)
+    out: np.ndarray = i < qts.size
+    np.minimum(i, qts.size - 1, out=i)
+    np.take(least_end.astype(i.dtype, copy=False), i, out=i, mode="clip")
+    out &= i <= end
     return out
 
 
