@@ -184,13 +184,15 @@ def device_levers(ctx: Context) -> list[Lever]:
     """Every device lever that applies to the steady spans."""
     assert ctx.work is not None and ctx.labels is not None
     start, ns, idx, label = _pieces(ctx)
-    # the waits' and the fallbacks' levers read nothing the others make: handed to ctx.submit (a report's other
-    # thread) while the CPU time and the graph levers are worked out here; listed in the same order either way
+    # the launch calls holding the launch gaps, the waits' and the fallbacks' levers read nothing the others
+    # make: handed to ctx.submit (a report's other thread) while the CPU time is split here; the levers are
+    # listed in the same order either way
+    launches = ctx.submit(lambda: _launch_holders(ctx, start, ns, label))
     waits = ctx.submit(lambda: [*_stream_wait(ctx, start, ns, label), *_unrecorded_wait(ctx, start, ns, label),
                                 *_host_sync(ctx, start, ns, label), *_drained_syncs(ctx, start, ns, label)])
     fallbacks = ctx.submit(lambda: _cpu_fallback(ctx, start, ns, label))
     cpu = _cpu_other(ctx, start, ns, label)
-    out = _graphs(ctx, start, ns, idx, label, cpu)
+    out = _graphs(ctx, ns, idx, label, cpu, launches())
     out += waits()
     out += _cpu_work(ctx, cpu)
     out += _input_pipeline(ctx)
@@ -219,11 +221,12 @@ def _kernels(ctx: Context, cls: str, mask: np.ndarray | None = None) -> list[str
     return _top(c)
 
 
-def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, label: np.ndarray,
-            cpu: CpuOther) -> list[Lever]:
+def _graphs(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray, cpu: CpuOther,
+            launches: tuple[Counter[str], Counter[str], int]) -> list[Lever]:
     """Launch-bound spans: a graph replays the kernels without the host launching each one, and without
     dispatching the model's ops in between, so it draws the launch gaps and the idle CPU time spent
     inside the model's own ops (``cpu.model_ns``; the rest of that CPU time stays a ``cpu_work`` lever).
+    ``launches``: :func:`_launch_holders` of the steady pieces.
 
     The idle time inside graph launches themselves is the replay's own cost, which no capture removes:
     it is the ``graph_launch`` lever's. Where graphs already replay most of the busy time
@@ -236,7 +239,7 @@ def _graphs(ctx: Context, start: np.ndarray, ns: np.ndarray, idx: np.ndarray, la
     busy = ctx.leaf(*(k for k in LEAVES if k.startswith("busy/")))
     assert ctx.labels is not None
     replayed = int(ns[(label < len(BUSY_PRIORITY)) & ctx.labels.graph[idx]].sum()) if idx.size else 0
-    by_call, calls, pieces_ns = _launch_holders(ctx, start, ns, label)
+    by_call, calls, pieces_ns = launches
     replay_pieces = sum(v for k, v in by_call.items() if is_graph_launch(k))
     replay = round(launch * replay_pieces / max(pieces_ns, 1))  # the leaf's ns (the pieces may be a sample)
     out = [_graph_launch(replay, by_call, calls, ctx)] if replay else []
