@@ -3,6 +3,7 @@ explorer's overview (real Chromium), and a lever card's op link opens that op's 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import test_explorer_browser as explorer_browser
@@ -12,7 +13,7 @@ from test_explorer_browser import wait_ready
 
 import profuse
 from profuse.cli import main
-from profuse.report.console_diagnosis import fmt_us
+from profuse.units import fmt_us
 
 browser, page, pytestmark = explorer_browser.browser, explorer_browser.page, explorer_browser.pytestmark
 TRACE = "v100_rank1_of2_216k_events.json.gz"   # five steps, several levers, device-bound and idle leaves
@@ -60,6 +61,16 @@ def test_console_prints_the_json_numbers(doc, capsys):
         assert f"{lv['kind']} " in out and f"save up to {fmt_us(lv['gain_us'])}" in out
     assert f"pulling all: {fmt_us(doc['combined_gain_us'])}" in out
     assert ("of it outside the trace" in out) == (doc["combined_outside_us"] > 0)
+
+
+@pytest.mark.parametrize("name", ["a100_alexnet.json.gz", "mi300_normalization_layers.json.gz"])
+def test_lever_evidence_writes_durations_as_the_renderers_do(name):
+    # GIVEN a trace whose launching thread worked over a second outside launches
+    d = json_diagnosis(name)
+    texts = [lv["evidence"] for lv in d["levers"]]
+    # THEN the evidence writes each duration as fmt_us does ("43.29 s", not "43287.75 ms")
+    assert not [t for t in texts if re.search(r"\b\d{4,}(\.\d+)? (ms|µs)\b", t)]
+    assert any(re.search(r"\b\d+\.\d\d s\b", t) for t in texts)
 
 
 def test_the_levers_heading_says_the_part_outside_the_trace(capsys):

@@ -7,13 +7,13 @@ a rich ``Text``, which rich prints as is.
 """
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from rich.text import Text
 
 from ..errors import printable
 from ..redact import output_redacted, redact_text
+from ..units import to_fixed
 
 
 def safe(value: Any) -> str:
@@ -29,24 +29,6 @@ def safe(value: Any) -> str:
 def text(value: Any, style: str | None = None) -> Text:
     """A rich ``Text`` of :func:`safe` ``(value)``: no markup parsed, no escape sequence printed."""
     return Text(safe(value), style=style or "")
-
-
-def to_fixed(x: float, places: int) -> str:
-    """``x`` with ``places`` decimals as JavaScript's ``Number.toFixed`` writes it (the exact binary value
-    rounded to the nearest, halves away from zero), so the console and the browser print one figure."""
-    q = Decimal(abs(x)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
-    return f"-{q}" if x < 0 and q else str(q)
-
-
-def fmt_us(us: float) -> str:
-    """A duration in µs in the largest unit that keeps it readable (s, ms, µs), written as the front end's
-    ``fmtUs`` writes it (:func:`to_fixed`)."""
-    a = abs(us)
-    if a >= 1e6:
-        return f"{to_fixed(us / 1e6, 2)} s"
-    if a >= 1e3:
-        return f"{to_fixed(us / 1e3, 2)} ms"
-    return f"{to_fixed(us, 1)} µs"
 
 
 def signed_us(us: float) -> str:

@@ -22,7 +22,8 @@ from ..analysis.health import Health
 from ..payloads.ops import OpsRow as OpRow
 from ..payloads.report import ReportDocument, ReportView
 from ..trace.schema import UNLINKED_REASONS
-from ._text import fmt_us, safe, text
+from ..units import fmt_us
+from ._text import safe, text
 from .console_calltree import render_calltree
 from .console_diagnosis import render_diagnosis
 from .console_memory import fmt_bytes, render_memory

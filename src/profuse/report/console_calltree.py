@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..analysis.calltree import CallNode, CallTree
-from ._text import fmt_us, safe
+from ..units import fmt_us
+from ._text import safe
 from .fit import Column, print_fitted
 from .terminal import renders_printable
 

@@ -12,7 +12,8 @@ from rich.text import Text
 
 from ..analysis.diagnosis.records import Leaf
 from ..payloads.diagnosis import BudgetDiff, DiagnosisPayload, StepGroup
-from ._text import fmt_us, safe, signed_us, text
+from ..units import fmt_us
+from ._text import safe, signed_us, text
 from .terminal import renders_printable
 
 BAR = 60

@@ -21,7 +21,8 @@ from ..analysis.compare.diff import DiffRow, OpGroup
 from ..analysis.compare.significance import TEST, Verdict
 from ..errors import printable
 from ..payloads.diff import DiffPayload
-from ._text import fmt_us, safe, signed_us, text, to_fixed
+from ..units import fmt_us, to_fixed
+from ._text import safe, signed_us, text
 from .fit import Cell, Column, print_fitted, shorten_middle
 from .terminal import renders_printable
 

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..payloads.ranks import MergedCandidate, RanksDiff, RanksDocument, StepTimes
-from ._text import fmt_us, safe, text
+from ..units import fmt_us
+from ._text import safe, text
 from .fit import Column, print_fitted
 from .terminal import renders_printable
 

@@ -6,7 +6,8 @@ from rich.text import Text
 
 from ..studies.llama import LlamaStudy
 from ..studies.rmsnorm import StudyResult
-from ._text import fmt_us, text
+from ..units import fmt_us
+from ._text import text
 from .fit import Column, print_fitted
 from .terminal import renders_printable
 

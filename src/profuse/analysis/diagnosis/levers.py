@@ -19,6 +19,7 @@ from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace, compiled
 from ...trace.vocabulary import is_graph_launch, launch_call_sql
+from ...units import fmt_us
 from ..beside import Submit, now
 from ..busy import LAUNCH_GAP_MAX_US, Activities, late, launch_wait, named_launch_calls
 from ..opclass import op_class
@@ -172,8 +173,7 @@ def _pieces(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
 
 
 def _us(ns: float) -> str:
-    us = ns / 1e3
-    return f"{us / 1e3:.2f} ms" if us >= 1e3 else f"{us:.1f} µs"
+    return fmt_us(ns / 1e3)
 
 
 def _top(counter: Counter[str], n: int = 3) -> list[str]:
