@@ -224,13 +224,12 @@ def _kernels(ctx: Context, cls: str, mask: np.ndarray | None = None) -> list[str
 def _graphs(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray, cpu: CpuOther,
             launches: tuple[Counter[str], Counter[str], int]) -> list[Lever]:
     """Launch-bound spans: a graph replays the kernels without the host launching each one, and without
-    dispatching the model's ops in between, so it draws the launch gaps and the idle CPU time spent
-    inside the model's own ops (``cpu.model_ns``; the rest of that CPU time stays a ``cpu_work`` lever).
-    ``launches``: :func:`_launch_holders` of the steady pieces.
-
-    The idle time inside graph launches themselves is the replay's own cost, which no capture removes:
-    it is the ``graph_launch`` lever's. Where graphs already replay most of the busy time
-    (:data:`GRAPHED_SHARE`), what is left is the host work outside the graphs, and the lever says so."""
+    dispatching the model's ops in between, so it draws the launch gaps (their holders: ``launches``, from
+    :func:`_launch_holders`) and the idle CPU time spent inside the model's own ops (``cpu.model_ns``; the
+    rest of that CPU time stays a ``cpu_work`` lever). The idle time inside graph launches themselves is the
+    replay's own cost, which no capture removes: it is the ``graph_launch`` lever's. Where graphs already
+    replay most of the busy time (:data:`GRAPHED_SHARE`), what is left is the host work outside the graphs,
+    and the lever says so."""
     causes = {k: ctx.leaf(k) for k in ("idle/queued", "idle/host_sync", "idle/launch_overhead", "idle/input",
                                        "idle/cpu_other", "idle/no_work")}
     launch = causes["idle/launch_overhead"]
