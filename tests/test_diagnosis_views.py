@@ -146,6 +146,19 @@ def test_explorer_overview_shows_the_json_numbers(page):
                 "launched them") in main_text
 
 
+def test_the_overview_legend_lists_the_leaves_its_bars_draw(page):
+    # GIVEN a compiled trace whose budget has an idle/queued leaf of 0.01 µs (0.00% of the window)
+    name = "mi300_torch_compile_triton.json.gz"
+    budget = json_diagnosis(name)["budget"]
+    assert any(lf["pct"] == 0 and lf["us"] > 0 for lf in budget)
+    with profuse.load(trace_path(name)) as t, running([t]) as url:
+        page.goto(url.at("/#view=overview"))
+        wait_ready(page, "overview")
+        shown = page.eval_on_selector_all("#diagnosis .legend .leg", "ns => ns.map(n => n.dataset.key)")
+    # THEN the legend names the leaves with a share, as the bar draws them and the console's letters do
+    assert shown == [lf["key"] for lf in budget if lf["pct"] > 0]
+
+
 def _json_report(name: str) -> str:
     import contextlib
     import io

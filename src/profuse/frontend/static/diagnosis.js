@@ -36,8 +36,9 @@ function stack(budget, label) {
       }))));
 }
 
+/** The leaves the bars draw (a share over 0%: an ``idle/queued`` of 0.01 µs is no segment, nor a legend entry). */
 function legend(budget) {
-  return el("div", { class: "legend muted" }, budget.map(l => el("span", { class: "leg", dataset: { key: l.key } },
+  return el("div", { class: "legend muted" }, budget.filter(l => l.pct > 0).map(l => el("span", { class: "leg", dataset: { key: l.key } },
     el("span", { class: "swatch", style: `background:${colour(l.key)}` }), `${l.key} ${fmtUs(l.us)} (${l.pct}%)`)));
 }
 
