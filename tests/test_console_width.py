@@ -86,6 +86,26 @@ def test_wide_terminal_shows_every_column_and_whole_names(monkeypatch, capsys):
     assert "aten::_scaled_dot_product_flash_attention" in text and ELLIPSIS not in "".join(_table_lines(text))
 
 
+def test_compiled_kernel_names_shorten_to_one_line(monkeypatch, capsys):
+    # GIVEN a compiled ROCm trace whose Tensile GEMM kernels have names of about 500 characters
+    from profuse.report.console import ADVICE_ROWS
+    from profuse.units import fmt_us
+
+    path = str(TRACES / "mi300_torch_compile_triton.json.gz")
+    code, out = _run(capsys, "report", path, "--format", "json")
+    assert code == 0
+    kernels = [k for r in json.loads(out)["compiled"]["regions"] for k in r["kernels"][:ADVICE_ROWS]]
+    assert max(len(k["name"]) for k in kernels) > 300
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out = _run(capsys, "report", path)
+    lines = out.splitlines()
+    # THEN each kernel's line starts with its name shortened in the middle (whole in JSON) and ends its
+    # figure on that line: no name wraps over several
+    for k in kernels:
+        short = shorten_middle(k["name"], 50)
+        assert any(ln.startswith(f"    {short}  {fmt_us(k['device_us'])}") for ln in lines), short
+
+
 def test_fitted_table_drops_lowest_keep_first_and_never_the_kept():
     from rich.console import Console
 

@@ -27,11 +27,12 @@ from ._text import safe, text
 from .console_calltree import render_calltree
 from .console_diagnosis import render_diagnosis
 from .console_memory import fmt_bytes, render_memory
-from .fit import Column, fitted_table, left_out_note, print_fitted
+from .fit import Column, fitted_table, left_out_note, print_fitted, shorten_middle
 from .terminal import make_console as make_console  # where it was; the console alone needs no records
 from .terminal import renders_printable
 
 ADVICE_ROWS = 8  # rows of each advisor table
+KERNEL_NAME_MIN = 32  # cells a compiled region's kernel name keeps, however narrow the terminal
 
 
 def render_header(console: Console, view: ReportView) -> None:
@@ -248,7 +249,9 @@ def render_compiled(console: Console, view: ReportView) -> None:
                                + (f"{events}, " if r.device_events else "") + f"{len(r.kernels)} distinct kernel(s)"))
             for k in r.kernels[:ADVICE_ROWS]:
                 what = f"fuses {', '.join(k.fused_ops)}" if k.fused_ops else "extern (not generated)"
-                console.print(text(f"    {k.name}  {fmt_us(k.device_us)}  {what}"))
+                # a kernel's name on its own line's first half (Tensile's run to 500 characters): whole in JSON
+                name = shorten_middle(safe(k.name), max(KERNEL_NAME_MIN, console.width // 2))
+                console.print(text(f"    {name}  {fmt_us(k.device_us)}  {what}"))
             if r.eager_ops_inside:
                 console.print(text(f"    extern (not fused): {', '.join(r.eager_ops_inside)}", style="dim"))
         if comp.generated_kernels:
