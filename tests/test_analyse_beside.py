@@ -136,3 +136,26 @@ def test_a_bad_table_choice_is_refused_before_the_analyses() -> None:
             analyse(tr, group_by="bogus")
         with pytest.raises(UserError, match="--sort must be one of"):
             analyse(tr, sort="bogus")
+
+
+def test_where_no_thread_can_start_every_call_runs_here(monkeypatch) -> None:
+    # GIVEN a trace's report made with the other thread, then a process where no thread can start
+    # (ThreadPoolExecutor.submit raises what Python raises then; the load's writer falls back the same way)
+    from concurrent.futures import ThreadPoolExecutor
+
+    name = "h100_bert_small.json.gz"
+    with profuse.load(trace_path(name), cache=False) as one:
+        want = report_view(analyse(one), keep_metadata=True).document
+
+    def refuse(self: object, fn: object, /, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", refuse)
+    here = threading.current_thread().name
+    with profuse.load(trace_path(name), cache=False) as two:
+        with beside(two) as submit:
+            ran_on = [submit(lambda: threading.current_thread().name) for _ in range(3)]
+        got = report_view(analyse(two), keep_metadata=True).document
+    # THEN every call ran here, at once, and the report is the same
+    assert [r() for r in ran_on] == [here] * 3
+    assert got == want
