@@ -73,6 +73,16 @@ def test_lever_evidence_writes_durations_as_the_renderers_do(name):
     assert any(re.search(r"\b\d+\.\d\d s\b", t) for t in texts)
 
 
+@pytest.mark.parametrize("name", ["mi250_rocm_toy_train.json.gz", "compare_base.json.gz"])
+def test_notes_and_health_write_durations_as_the_renderers_do(name):
+    # GIVEN a trace with a 9.29 ms warm-up step, or one whose launches all waited over 50 ms
+    doc = json.loads(_json_report(name))
+    texts = [*doc["diagnosis"]["notes"], *(f["text"] for f in doc["health"]["findings"])]
+    # THEN the notes and health findings write each duration as fmt_us does ("9.29 ms", not "9288.3 µs")
+    assert not [t for t in texts if re.search(r"\b\d{4,}(\.\d+)? (ms|µs)\b", t)]
+    assert any(re.search(r"\b\d+\.\d\d ms\b", t) for t in texts)
+
+
 def test_the_levers_heading_says_the_part_outside_the_trace(capsys):
     # GIVEN the sglang decode, whose 463 ms wait before any recorded work is a lever graded outside the trace
     assert main(["report", str(trace_path("mi300_sglang_decode_cudagraph.json.gz")), "--format", "json"]) == 0

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
 from ..trace.vocabulary import launch_call_sql
+from ..units import fmt_us
 
 if TYPE_CHECKING:  # the records decode from a stored report without the trace or the step model
     import numpy as np
@@ -240,14 +241,14 @@ def _device_findings(h: Health) -> list[Finding]:
                            "the last step's span",
                            "warm up before the profiled steps and synchronise before the profiler stops"))
     if h.device_behind_us is not None:
-        out.append(Finding("clock_offset", f"a device activity starts {h.device_behind_us:.1f} µs before its "
+        out.append(Finding("clock_offset", f"a device activity starts {fmt_us(h.device_behind_us)} before its "
                            "launch call: the device clock runs behind the host's by at least that",
                            "queue delays and waits are measured against a shifted clock: queued and unrecorded "
                            "waits may be offset, skewed launches are left out of queue delays",
                            "record host and device on one clock (a recent Kineto/CUPTI), or record again"))
     if h.all_late_us is not None:
         out.append(Finding("all_late", f"every launched activity started over {_queued_min_us():g} µs after its launch "
-                           f"call (the least {h.all_late_us:.1f} µs)",
+                           f"call (the least {fmt_us(h.all_late_us)})",
                            "a device clock ahead of the host's would look the same: idle/queued and unrecorded/wait "
                            "may be launch latency, so their levers stay low confidence",
                            "record again with a recent Kineto/CUPTI; compare with torch.cuda.Event timings"))

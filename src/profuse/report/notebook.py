@@ -17,6 +17,7 @@ import msgspec
 from ..payloads.build import ReportPayloads
 from ..payloads.report import ReportView
 from ..redact import redact_text
+from ..units import fmt_us
 from .html import render_html
 
 FRAME_HEIGHT_PX = 640
@@ -52,7 +53,7 @@ class NotebookReport:
     def __repr__(self) -> str:
         doc = self.view.document
         return self._shown(f"<profuse report of {doc.trace.path}: {len(doc.ops)} {doc.group_by} rows, "
-                           f"device time {doc.totals.device_us:.1f} µs>")
+                           f"device time {fmt_us(doc.totals.device_us)}>")
 
     def _repr_html_(self) -> str:
         """The HTML report in a sandboxed frame: its scripts run there, apart from the notebook's page."""

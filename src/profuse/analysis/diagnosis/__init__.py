@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..._lazy import lazy_module
 from ...trace import Trace
+from ...units import fmt_us
 from ..beside import Submit, now
 from ..steps import Step, step_model
 from .budget import (
@@ -91,7 +92,7 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     steady = _steady(spans, warm, every, offsets, per_span)
     notes = []
     if warm is not None:
-        notes.append(f"{steps[warm].name} is a warm-up outlier ({(spans[warm][1] - spans[warm][0]) / 1e3:.1f} µs, "
+        notes.append(f"{steps[warm].name} is a warm-up outlier ({fmt_us((spans[warm][1] - spans[warm][0]) / 1e3)}, "
                      f"over {WARMUP_FACTOR:g}x the median of the other steps): reported apart, levers from the others")
     notes.extend(submission_notes(trace))   # submissions per step: launch-bound evidence beyond CUDA
     ctx = Context(trace=trace, work=w, labels=lab, steady=steady, candidates=candidates, peaks=peaks,
