@@ -1,9 +1,10 @@
 """Analyses run beside the caller's, on one other thread: those the caller does not wait on while it works
-(a report's summary, op table, health and interruptions while its diagnosis runs). numpy, DuckDB and profuse's
-compiled passes release the GIL, so the two overlap on two cores. What runs side by side also holds its
-memory at once: the report runs its call tree there beside the fusion search, so its two largest analyses
-(diagnosis, call tree) barely overlap. Results are the same either way: every analysis is a function of the
-trace's tables, and a result remembered per trace is computed once whichever thread asks first (:mod:`._memo`)."""
+(a report's call tree, summary, op table, health and interruptions, and some of its levers, while its
+diagnosis runs). numpy, DuckDB and profuse's compiled passes release the GIL, so the two overlap on two
+cores. What runs side by side also holds its memory at once: the report runs its call tree there beside
+the fusion search, so its two largest analyses (diagnosis, call tree) barely overlap. Results are the same
+either way: every analysis is a function of the trace's tables, and a result remembered per trace is
+computed once whichever thread asks first (:mod:`._memo`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
