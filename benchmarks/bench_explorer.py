@@ -156,6 +156,9 @@ def serve_child(path: str) -> int:
 
     import profuse
     from profuse.explorer.server import create_app  # noqa: F401  (imported before the clock starts)
+    from profuse.trace._glibc import one_arena
+
+    one_arena()  # as `profuse explore` does before its first thread
 
     # here, not in the benchmark's process: the entries' names hold a stamp of profuse's code as this
     # process reads it

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import msgspec
 import pytest
 from conftest import SHARED, trace_path
 
@@ -17,6 +18,7 @@ from profuse.analysis.advice.findings import trace_findings
 from profuse.analysis.beside import beside, now
 from profuse.analysis.health import trace_health
 from profuse.analysis.memory import memory_section
+from profuse.payloads.build import overview_of
 from profuse.payloads.calltree import call_tree_of
 from profuse.payloads.report import Analysed, analyse, report_view
 
@@ -33,6 +35,18 @@ def test_two_threads_give_the_document_of_one(name: str) -> None:
         par = analyse(two)
         # THEN the documents every renderer reads are the same
         assert report_view(par, keep_metadata=True).document == report_view(seq, keep_metadata=True).document
+
+
+@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "mi300_bert_small.json.gz", "a100_event_sync.json.gz"])
+def test_the_overview_computes_its_advice_beside_as_in_turn(name: str) -> None:
+    # GIVEN a shared trace loaded twice (nothing remembered from one load to the other)
+    with profuse.load(trace_path(name), cache=False) as one, profuse.load(trace_path(name), cache=False) as two:
+        # WHEN the explorer's Overview computes its advice (its sections beside the diagnosis), and another is
+        # built from advice computed in turn on this thread
+        beside_ov = overview_of(one, keep_metadata=True)
+        seq_ov = overview_of(two, advice=trace_findings(two, submit=now), keep_metadata=True)
+        # THEN the two are the same, advice included
+        assert beside_ov.advice is not None and msgspec.to_builtins(beside_ov) == msgspec.to_builtins(seq_ov)
 
 
 def test_a_remembered_result_is_built_once_across_threads() -> None:

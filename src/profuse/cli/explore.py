@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
     """Serve one trace, or two to compare, on 127.0.0.1 until interrupted."""
     if len(args.paths) > 2:
         raise UserError("profuse explore takes one trace, or two to compare")
+    from ..trace._glibc import one_arena
+
+    one_arena()  # before the first thread (the hash, the server's): its analyses reuse each other's freed blocks
     try:
         from ..explorer.server import serve
     except ImportError as e:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from msgspec import Struct
 
 from ..analysis.advice.findings import Findings, trace_findings
+from ..analysis.beside import beside
 from ..analysis.breakdown import device_breakdown
 from ..analysis.compare.diff import diff
 from ..analysis.compiled import compiled_regions
@@ -59,7 +60,8 @@ def overview_of(trace: Trace, *, summary: Summary | None = None, advice: Finding
     ``with_advice``)."""
     summary = summary or summarize(trace)
     if with_advice and advice is None:
-        advice = trace_findings(trace)
+        with beside(trace) as submit:  # the sections the diagnosis does not read on another thread, as the report
+            advice = trace_findings(trace, submit=submit)
     return overview_payload(summary, device_breakdown(trace, summary.device_busy),
                             advice_payload(advice) if with_advice and advice is not None else None,
                             device_label=trace.device_label, metadata=trace.meta.get("trace_meta", {}),
