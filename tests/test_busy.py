@@ -12,6 +12,7 @@ from profuse.analysis.advice.interruptions import interruptions
 from profuse.analysis.busy import CpuWork, union_ns
 from profuse.analysis.steps import device_busy, steps_busy
 from profuse.cli import main
+from profuse.units import fmt_us
 
 
 def _x(cat, name, ts, dur, pid=1, tid=1, **args):
@@ -209,6 +210,11 @@ def test_device_busy_matches_an_independent_union(name, capsys):
     assert got["unrecorded_us"] == pytest.approx(waits, abs=1.0 * max(len(runs), 1))
     assert got["busy_pct"] == pytest.approx(100 * busy / (window - waits), abs=0.01)
     assert (waits > 1000) == (name == "mi300_sglang_decode_cudagraph.json.gz")
+    # AND the console names what its share is of (the oracle's window: first device activity to the last), not a
+    # bare "window" a reader takes for the budget's step or active window
+    assert main(["report", str(path), "--no-advice"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("Device busy"))
+    assert f" of the {fmt_us(window)} from the first device activity to the last (" in line
 
 
 def _overlapping_instances(first: str, second: str) -> list[dict]:

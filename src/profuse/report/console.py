@@ -60,8 +60,11 @@ def _steps_note(steps: list[StepBusy], cpu_only: bool) -> Text | None:
                     f"{pcts[0]:.0f}% to {pcts[-1]:.0f}% of it in ops", style="dim")
     bound = sum(st.launch_bound for st in judged)
     waits = sum(st.unrecorded_us for st in judged)
-    return Text(f"{len(judged)} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}% of each "
-                f"step's window" + (f" less its unrecorded wait ({fmt_us(waits)} in all)" if waits else "")
+    # the device-busy lines name what their shares are of: not the budget's span (a step's host span, or the
+    # active window), whose shares differ where the device starts late or ends early
+    return Text(f"{len(judged)} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}% of each step "
+                "from its first device activity to its last"
+                + (f" less its unrecorded wait ({fmt_us(waits)} in all)" if waits else "")
                 + (f"; {bound} launch-bound" if bound else ""), style="dim")
 
 
@@ -90,8 +93,8 @@ def notes(doc: ReportDocument) -> list[Text]:
     if busy is not None and busy.busy_pct is not None:
         waits = (f"; {fmt_us(busy.unrecorded_us)} of it an unrecorded wait, not shown idle, left out of the %"
                  if busy.unrecorded_us else "")
-        out.append(Text(f"Device busy {fmt_us(busy.busy_us)} of a {fmt_us(busy.window_us)} window "
-                        f"({busy.busy_pct:.1f}%, union over every stream{waits}).", style="dim"))
+        out.append(Text(f"Device busy {fmt_us(busy.busy_us)} of the {fmt_us(busy.window_us)} from the first device "
+                        f"activity to the last ({busy.busy_pct:.1f}%, union over every stream{waits}).", style="dim"))
     steps = _steps_note(doc.steps, doc.device_busy is None)
     if steps is not None:
         out.append(steps)
