@@ -171,3 +171,25 @@ def test_a_shortened_cell_keeps_its_styles():
     styles = {str(s.style) for s in out.spans}
     assert {"bold", "dim"} <= styles
     assert out.plain[:7] == "forward" and any(s.start == 0 and s.end == 7 and str(s.style) == "bold" for s in out.spans)
+
+
+def test_hotspot_names_keep_head_and_tail(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the ROCm trace whose two hottest GEMMs are Tensile kernels of 371-375 characters
+    from conftest import trace_path
+
+    code, out = _run(capsys, "report", str(trace_path("mi250_rocm_toy_train.json.gz")), "--format", "json")
+    assert code == 0
+    names = [h["name"] for h in json.loads(out)["hotspots"] if h["kind"] == "kernel"][:5]
+    long = [n for n in names if len(n) > 60 and " " not in n]  # the Tensile names (no space the line may wrap at)
+    assert len(long) >= 2
+    # WHEN the console prints its Hotspots
+    code, text = _run(capsys, "report", str(trace_path("mi250_rocm_toy_train.json.gz")))
+    assert code == 0
+    kernels = text[text.index("\nHotspots"):].split("kernels: ", 1)[1]
+    # THEN each long name shows its head and its tail around the ellipsis (as every name the console shortens),
+    # never its first 60 characters cut without a mark
+    for name in long:
+        shown = shorten_middle(name, 60)
+        assert ELLIPSIS in shown and shown.endswith(name[-10:])
+        assert shown in kernels.replace("\n", "")
+        assert name[:60] + " " not in kernels

@@ -33,6 +33,7 @@ from .terminal import renders_printable
 
 ADVICE_ROWS = 8  # rows of each advisor table
 KERNEL_NAME_MIN = 32  # cells a compiled region's kernel name keeps, however narrow the terminal
+HOTSPOT_NAME_MAX = 60  # cells of a hotspot's name: longer ones keep their head and tail (kernels differ at either)
 
 
 def render_header(console: Console, view: ReportView) -> None:
@@ -300,7 +301,7 @@ def render_hotspots(console: Console, hotspots: list[Hotspot]) -> None:
     for kind in ("op", "module", "kernel"):
         hs = [h for h in hotspots if h.kind == kind][:5]
         if hs:
-            line = "; ".join(f"{h.name[:60]} {h.share_pct:.0f}%" for h in hs)
+            line = "; ".join(f"{shorten_middle(h.name, HOTSPOT_NAME_MAX)} {h.share_pct:.0f}%" for h in hs)
             console.print(text(f"  {kind}s: {line}"))
 
 
