@@ -104,16 +104,24 @@ def test_timings_nest_the_phases_run_beside() -> None:
     with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr, \
             _progress.tracking("test") as rec, _progress.phase("analyse"), beside(tr) as submit:
         def marked() -> str:
-            with _progress.phase("beside"):
+            with _progress.phase("beside"), _progress.phase("inner"):
+                time.sleep(0.2)
                 return threading.current_thread().name
 
         name = submit(marked)
         with _progress.phase("here"):
-            pass
+            time.sleep(0.05)
         assert name().startswith("profuse-analyse")
     # THEN the phase run on the other thread is named under the caller's, as the one run here
     assert "analyse/beside" in rec.seconds and "analyse/here" in rec.seconds
     assert "beside" not in rec.seconds and rec.stack == []
+    # AND it is marked as run beside (a phase inside it, on its own thread, is not), and the caller's other is
+    # the caller's time outside its own phases: the 0.2 s beside overlaps it, so it is not taken off
+    assert rec.beside == {"analyse/beside"}
+    table = dict(rec.table())
+    assert table["analyse/other"] == pytest.approx(rec.seconds["analyse"] - rec.seconds["analyse/here"])
+    text = rec.format()
+    assert "  beside [beside] " in text and "inner [beside]" not in text and "here [beside]" not in text
 
 
 def test_an_error_here_drops_the_calls_not_begun_and_interrupts_the_running_query() -> None:

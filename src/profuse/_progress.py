@@ -21,12 +21,14 @@ R = TypeVar("R")
 
 LINE_AFTER_S = 2.0   # the progress line appears once a command has run this long
 LINE_EVERY_S = 0.25  # and is rewritten this often
+BESIDE_MARK = "[beside]"  # --timings' mark of a phase run on another thread than its parent
 
 
 class Phases:
     """Wall seconds per phase (inclusive of the phases inside it), in the order each first began;
     a phase inside another is named ``outer/inner``. A phase run on another thread (:func:`carried`) nests
-    in the phase that handed it over, and overlaps its siblings in time."""
+    in the phase that handed it over, and overlaps its siblings in time: it is in :attr:`beside`, marked so in
+    :meth:`format`, and its parent's ``other`` is what the parent's own thread spent outside its own phases."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -35,6 +37,8 @@ class Phases:
         self.stack: list[str] = []   # the tracking thread's phases; the progress line names the innermost
         self._owner = threading.get_ident()
         self._stacks: dict[int, list[str]] = {}  # other threads' (see carried)
+        self.beside: set[str] = set()  # phases timed on another thread than their parent's: they overlap it
+        self._carried: dict[int, int] = {}  # a thread's depth of the phase it runs under (see under)
         self._lock = threading.Lock()
         self.quiet = 0  # phases that show their own progress or output (a load's bar): no line meanwhile
         self.line: _Line | None = None
@@ -46,6 +50,8 @@ class Phases:
         full = f"{stack[-1]}/{name}" if stack else name
         with self._lock:
             self.seconds.setdefault(full, 0.0)
+            if stack and len(stack) == self._carried.get(threading.get_ident()):  # right under a carried phase
+                self.beside.add(full)
         stack.append(full)
         if quiet:
             self._hush(+1)
@@ -76,13 +82,20 @@ class Phases:
     def under(self, outer: str) -> Iterator[None]:
         """This thread's phases, inside the block, nest in ``outer`` (a phase of another thread, not timed here)."""
         stack = self._here()
+        ident = threading.get_ident()
+        was = self._carried.get(ident)
         if outer:
             stack.append(outer)
+            self._carried[ident] = len(stack)
         try:
             yield
         finally:
             if outer:
                 stack.pop()
+                if was is None:
+                    self._carried.pop(ident, None)
+                else:
+                    self._carried[ident] = was
 
     def _hush(self, step: int) -> None:
         """Count a quiet phase in or out; the line is erased before the phase's own output begins."""
@@ -117,7 +130,8 @@ class Phases:
             for n in kids:
                 out.append((n, self.seconds[n]))
                 walk(n)
-            if parent and kids and (other := self.seconds[parent] - sum(self.seconds[n] for n in kids)) >= 0.001:
+            here = [n for n in kids if n not in self.beside]  # those beside overlap the parent's own time
+            if parent and here and (other := self.seconds[parent] - sum(self.seconds[n] for n in here)) >= 0.001:
                 out.append((f"{parent}/other", other))
 
         walk("")
@@ -126,10 +140,12 @@ class Phases:
 
     def format(self) -> str:
         """The timings as lines of text: each phase indented under its parent, in seconds."""
-        lines = [f"profuse: timings of {self.label} (wall seconds)"]
+        beside = f"; {BESIDE_MARK}: run on another thread, beside the rest" if self.beside else ""
+        lines = [f"profuse: timings of {self.label} (wall seconds{beside})"]
         for name, s in self.table():
             depth = name.count("/")
-            lines.append(f"  {'  ' * depth}{name.rpartition('/')[2]:<{34 - 2 * depth}} {s:8.3f}")
+            shown = name.rpartition("/")[2] + (f" {BESIDE_MARK}" if name in self.beside else "")
+            lines.append(f"  {'  ' * depth}{shown:<{34 - 2 * depth}} {s:8.3f}")
         return "\n".join(lines)
 
 

@@ -57,7 +57,8 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--no-advice", action="store_true",
                    help="the op table only: no hotspots, interruptions, fusion candidates, roofline")
     p.add_argument("--timings", action="store_true",
-                   help="print the wall time of each phase (load, analyses, rendering) on stderr at the end")
+                   help="print the wall time of each phase (load, analyses, rendering) on stderr at the end; "
+                        "[beside] marks an analysis run on the other thread, overlapping the rest")
     add_load_args(p)
     add_rank_args(p)
     p.set_defaults(func=run)
