@@ -13,7 +13,10 @@ began in. Per path:
 - ``self``: total less the child frames' totals (pyinstrument's self time: the time this function was
   the innermost Python frame, its ops and runtime calls included);
 - ``python``: the part of ``self`` in no other host event (no op, annotation or runtime call; their
-  union, each cut to the frame): the interpreter itself, what the CPU budget's ``cpu/python`` counts.
+  union, each cut to the frame): the interpreter itself, what the CPU budget's ``cpu/python`` counts;
+- ``waiting``: that part instead, where the frame waits rather than works (a lock's ``acquire``, a
+  ``wait``, a ``sleep``, a ``select``: :mod:`.waiting`, the CPU budget's ``idle/wait``), so a helper
+  thread blocked for the whole trace (tqdm's monitor) is not Python time.
 
 Self times of all paths add up to the roots' totals. The tree is cut to a bounded size: paths under a
 share of all Python time (or beyond the node budget) are folded, per parent, into one ``other`` node
@@ -31,6 +34,7 @@ from .._lazy import lazy_module
 from ._codes import hash_codes
 from ._read import dense_columns
 from .figures import pct, us
+from .waiting import waits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,7 +62,8 @@ class CallNode:
     calls: int
     total_us: float
     self_us: float       # total less the child frames
-    python_us: float     # of self: in no op, annotation or runtime call
+    python_us: float     # of self: in no op, annotation or runtime call (none where the frame waits)
+    waiting_us: float    # of self: in no op, annotation or runtime call, where the frame waits (.waiting)
     folded: int = 0      # a folded node: how many call paths it holds
 
 
@@ -68,7 +73,8 @@ class CallTree:
     largest first; "other" nodes last among their siblings."""
 
     total_us: float      # the roots' totals: all recorded Python time, every thread's
-    python_us: float     # of it, in no op, annotation or runtime call
+    python_us: float     # of it, in no op, annotation or runtime call, in a frame that does not wait
+    waiting_us: float    # of it, in no op, annotation or runtime call, in a frame that waits (.waiting)
     frames: int          # python_function events
     paths: int           # distinct call paths
     threads: int         # threads with Python frames
@@ -95,6 +101,7 @@ class _Paths:
     total: np.ndarray
     self_: np.ndarray
     python: np.ndarray
+    waiting: np.ndarray
 
 
 @dataclass
@@ -325,10 +332,14 @@ def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
     k = len(path_parent)
     first = np.full(k, -1, dtype=np.int64)
     first[path[::-1]] = np.arange(len(f.id))[::-1]  # a frame of each path: its name
-    paths = _Paths(parent=path_parent, name=f.code[first], level=path_level,
+    name = f.code[first]
+    python = np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k)
+    # a path whose frame waits: that time is its waiting, not Python (each distinct name asked once)
+    waiting = np.where(np.asarray([waits(n) for n in f.names], dtype=bool)[name], python, 0.0)
+    paths = _Paths(parent=path_parent, name=name, level=path_level,
                    calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
-                   self_=np.bincount(path, weights=dur - in_frames, minlength=k),
-                   python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
+                   self_=np.bincount(path, weights=dur - in_frames, minlength=k), python=python - waiting,
+                   waiting=waiting)
     return paths, f.names, len(f.id), int(np.count_nonzero(np.bincount(f.thread + 1))) if len(f.id) else 0
 
 
@@ -363,14 +374,15 @@ def _python_parents(f: _Frames) -> tuple[np.ndarray, np.ndarray, list[np.ndarray
     return py_parent, py_depth, [pos[f.parent], pos[f.others["parent"]]]
 
 
-def _subtree_sums(p: _Paths) -> tuple[np.ndarray, np.ndarray]:
-    """Per path: its subtree's python ns and its subtree's path count (itself included)."""
-    python, count = p.python.copy(), np.ones(len(p.parent), dtype=np.int64)
+def _subtree_sums(p: _Paths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per path: its subtree's python ns, waiting ns and path count (itself included)."""
+    python, waiting, count = p.python.copy(), p.waiting.copy(), np.ones(len(p.parent), dtype=np.int64)
     for lv in range(int(p.level.max()) if len(p.level) else 0, 0, -1):
         at = np.flatnonzero(p.level == lv)
         np.add.at(python, p.parent[at], python[at])
+        np.add.at(waiting, p.parent[at], waiting[at])
         np.add.at(count, p.parent[at], count[at])
-    return python, count
+    return python, waiting, count
 
 
 def _kept(p: _Paths, floor_ns: float, max_nodes: int) -> np.ndarray:
@@ -392,7 +404,7 @@ def call_tree(trace: Trace, *, min_share_pct: float = MIN_SHARE_PCT, max_nodes: 
     p, names, frames, threads = _measure(trace)
     total_ns = float(p.total[p.parent < 0].sum()) if len(p.parent) else 0.0
     keep = _kept(p, total_ns * min_share_pct / 100, max_nodes)
-    sub_python, sub_count = _subtree_sums(p)
+    sub_python, sub_waiting, sub_count = _subtree_sums(p)
     children: dict[int, list[int]] = {}
     for i in np.flatnonzero(keep).tolist():
         children.setdefault(int(p.parent[i]), []).append(i)
@@ -407,7 +419,8 @@ def call_tree(trace: Trace, *, min_share_pct: float = MIN_SHARE_PCT, max_nodes: 
         me = len(nodes)
         nodes.append(CallNode(id=me, parent=parent, depth=depth, name=name, function=function, location=location,
                               calls=int(p.calls[path]), total_us=us(float(p.total[path]) / 1e3),
-                              self_us=us(float(p.self_[path]) / 1e3), python_us=us(float(p.python[path]) / 1e3)))
+                              self_us=us(float(p.self_[path]) / 1e3), python_us=us(float(p.python[path]) / 1e3),
+                              waiting_us=us(float(p.waiting[path]) / 1e3)))
         walk(path, me, depth + 1)
 
     def walk(path: int, parent: int, depth: int) -> None:
@@ -419,9 +432,11 @@ def call_tree(trace: Trace, *, min_share_pct: float = MIN_SHARE_PCT, max_nodes: 
             nodes.append(CallNode(id=len(nodes), parent=parent, depth=depth, name="other", function="other",
                                   location="", calls=int(p.calls[rest].sum()), total_us=us(t / 1e3),
                                   self_us=us(t / 1e3), python_us=us(float(sub_python[rest].sum()) / 1e3),
+                                  waiting_us=us(float(sub_waiting[rest].sum()) / 1e3),
                                   folded=int(sub_count[rest].sum())))
 
     walk(-1, -1, 0)
-    return CallTree(total_us=us(total_ns / 1e3), python_us=us(float(p.python.sum()) / 1e3), frames=frames,
+    return CallTree(total_us=us(total_ns / 1e3), python_us=us(float(p.python.sum()) / 1e3),
+                    waiting_us=us(float(p.waiting.sum()) / 1e3), frames=frames,
                     paths=len(p.parent), threads=threads, folded_paths=sum(n.folded for n in nodes),
                     min_share_pct=pct(min_share_pct), nodes=nodes)

@@ -3,13 +3,12 @@ innermost thing running on the step's thread: ``cpu/<class>`` for an op or annot
 classes of :mod:`.kernel_class`, from its name: ``gloo:all_reduce`` is communication),
 ``cpu/python`` for a Python frame, ``cpu/other`` for anything else; ``idle/wait`` for a frame that
 waits rather than works (an event loop's ``epoll``/``select``, a ``sleep``, a lock's ``acquire``, a
-queue's ``get``: :data:`WAITING`); where the step's thread runs nothing but the step, what another
+queue's ``get``: :mod:`..waiting`); where the step's thread runs nothing but the step, what another
 thread runs there (gloo's collective threads, a worker), and ``idle`` when no thread runs anything.
 No device claim is made. Without steps, the span is the busiest thread's first to last event.
 """
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from ..._lazy import lazy_module
@@ -19,6 +18,7 @@ from ...trace import Trace
 from ...trace.meta import listed_device
 from ..kernel_class import _op_kernel_class
 from ..steps import STEP_WHERE, step_model
+from ..waiting import waits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,17 +30,13 @@ if TYPE_CHECKING:
 
 CPU_CLASSES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "communication", "other")
 CPU_LEAVES = (*(f"cpu/{c}" for c in CPU_CLASSES), "cpu/python", "idle/wait", "idle")
-# Python frames that block waiting (the thread sleeps in the kernel), as torch's Python tracer names them
-WAITING = re.compile(r"epoll|select\.(?:poll|select)|selectors\.py\(\d+\): select|time\.sleep|function sleep>|"
-                     r"'acquire' of '_thread|threading\.py\(\d+\): wait|queue\.py\(\d+\): get|"
-                     r"method 'recv|'accept' of", re.I)
 
 
 def _leaf(kind: str, name: str) -> int:
     if kind in ("cpu_op", "annotation"):
         return CPU_LEAVES.index(f"cpu/{_op_kernel_class(name) or 'other'}")
     if kind == "python":
-        return CPU_LEAVES.index("idle/wait" if WAITING.search(name) else "cpu/python")
+        return CPU_LEAVES.index("idle/wait" if waits(name) else "cpu/python")
     return CPU_LEAVES.index("cpu/other")
 
 

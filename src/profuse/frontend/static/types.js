@@ -66,6 +66,7 @@
  * @property {number} total_us
  * @property {number} self_us
  * @property {number} python_us
+ * @property {number} waiting_us
  * @property {number} folded
  */
 
@@ -75,6 +76,7 @@
  * @typedef {Object} CallTree
  * @property {number} total_us
  * @property {number} python_us
+ * @property {number} waiting_us
  * @property {number} frames
  * @property {number} paths
  * @property {number} threads

@@ -1,0 +1,17 @@
+"""Python frames that wait rather than work: the thread sleeps in the kernel (an event loop's ``epoll`` or
+``select``, a ``sleep``, a lock's ``acquire``, a condition's or an event's ``wait``, a queue's ``get``, a
+socket's ``recv`` or ``accept``), as torch's Python tracer names them. One rule for every view that
+splits Python time: the CPU budget's ``idle/wait`` (diagnosis/cpu_budget.py) and the call tree's waiting
+column (calltree.py), which is then not Python time."""
+from __future__ import annotations
+
+import re
+
+WAITING = re.compile(r"epoll|select\.(?:poll|select)|selectors\.py\(\d+\): select|time\.sleep|function sleep>|"
+                     r"'acquire' of '_thread|threading\.py\(\d+\): wait|queue\.py\(\d+\): get|"
+                     r"method 'recv|'accept' of", re.I)
+
+
+def waits(name: str) -> bool:
+    """Whether a Python frame of this name waits rather than works (:data:`WAITING`)."""
+    return WAITING.search(name) is not None
