@@ -645,7 +645,8 @@ def input_wait_us(path: Path | str) -> float:
 
 
 WAIT_FRAMES = ("epoll", "select.poll", "select.select", "): select", "time.sleep", "function sleep>", "'acquire' of",
-               "): wait", "queue.py(", "method 'recv", "'accept' of")
+               "method acquire of _thread", "): wait", "queue.py(", "method 'recv", "built-in method recv",
+               "'accept' of", "built-in method accept of")
 
 
 def waiting_frame_us(path: Path | str, busy_ops: tuple[str, ...] = ("cpu_op",)) -> float:

@@ -65,11 +65,12 @@ def _parents(events: list[dict]) -> dict[int, int | None]:
     return parent
 
 
-# frames that block rather than work, written out here by file and function (or the built-in's words), not by
-# profuse's pattern: the stdlib waits torch's Python tracer records
+# frames that block rather than work, written out here by file and function (the stdlib's: torch's
+# streams.py(..): wait is a device-side wait, enqueued, and returns at once), or by the built-in's words
 _BLOCKING_FUNCTIONS = {("threading.py", "wait"), ("queue.py", "get"), ("selectors.py", "select")}
 _BLOCKING_BUILTINS = ("epoll", "select.poll", "select.select", "time.sleep", "function sleep>", "'acquire' of '_thread",
-                      "method 'recv", "'accept' of")
+                      "built-in method acquire of _thread", "method 'recv", "built-in method recv", "'accept' of",
+                      "built-in method accept of")
 
 
 def _blocks(name: str) -> bool:

@@ -489,6 +489,48 @@ def test_nothing_running_is_no_work_and_no_lever_claims_it(tmp_path):
     assert not [lv for lv in (*d.levers, *d.small_items) if "idle/no_work" in lv.draws]
 
 
+def _blocked_loop(other_work: bool) -> list[dict]:
+    """A 4 ms step whose launching thread, between two kernels ([30, 330) and [3520, 3820)), sits in a
+    scheduler loop's recv frame [400, 3400) that waits on a queue: queue.get [410, 3390) -> threading's wait ->
+    a lock's acquire, all open, none working; with ``other_work``, a second launching thread runs a 1.5 ms op
+    [1000, 2500) meanwhile, whose kernel runs [2500, 2600) (numbers in µs)."""
+    def py(name, ts, dur, tid=1):
+        return _x("python_function", name, ts, dur, tid=tid)
+
+    ev = [_step(0, 4000), py("scheduler.py(100): event_loop", 0, 4000),
+          _x("cpu_op", "aten::mm", 10, 20), _launch(15, 1), _kernel("sm90_gemm_bf16", 30, 300, 1),
+          py("scheduler.py(120): recv_requests", 400, 3000), py("queue.py(171): get", 410, 2980),
+          py("threading.py(355): wait", 420, 2960),
+          py("<built-in method acquire of _thread.lock object at 0x7f0123456789>", 430, 2940),
+          _x("cpu_op", "aten::mm", 3500, 20), _launch(3505, 2), _kernel("sm90_gemm_bf16", 3520, 300, 2)]
+    if other_work:
+        ev += [_x("cpu_op", "aten::to_tensor_preprocess", 1000, 1500, tid=2), _launch(2490, 3, tid=2),
+               _kernel("sm90_gemm_bf16", 2500, 100, 3)]
+    return ev
+
+
+@pytest.mark.parametrize("other_work", [False, True])
+def test_a_thread_blocked_in_a_wait_is_no_work_not_cpu_work(tmp_path, other_work):
+    # GIVEN the launching thread blocked in a queue's get for 2,980 µs (inside the loop's frames, which enclose
+    # the whole step, and its recv frame)
+    d = diag(_write(tmp_path, _blocked_loop(other_work)))
+    b = leaves(d.budget)
+    # THEN the wait is no work, as the gaps where nothing runs ([0, 10), [330, 400), [3400, 3500), [3820, 4000));
+    # cpu_other is the recv frame's own 10 µs on either side of the wait, and each aten::mm's 11 µs after its
+    # launch call returned (19 to 30, 3509 to 3520)
+    nothing, waiting = 10 + 70 + 100 + 180, 3390 - 410
+    if not other_work:
+        assert b["idle/no_work"] == pytest.approx(nothing + waiting, abs=0.01)
+        assert b["idle/cpu_other"] == pytest.approx(10 + 10 + 11 + 11, abs=0.01)
+        assert not [lv for lv in (*d.levers, *d.small_items) if lv.kind == "cpu_work" and lv.gain_us > 20]
+    else:
+        # AND where another launching thread works meanwhile (its op, then its kernel: 1,600 µs of the wait),
+        # that time is not the wait's; the op's time is CPU work that names it
+        assert b["idle/no_work"] == pytest.approx(nothing + waiting - 1600, abs=0.01)
+        top = next(lv for lv in (*d.levers, *d.small_items) if lv.kind == "cpu_work")
+        assert "aten::to_tensor_preprocess" in top.evidence and top.gain_us > 1000
+
+
 def test_pageable_input_copy_gives_pinned_memory_not_fusion(tmp_path):
     # GIVEN aten::to -> copy_ moving 3 ms of pageable host memory to the device, then a short kernel
     ev = [_step(0, 4000), _x("cpu_op", "aten::to", 10, 40), _x("cpu_op", "aten::copy_", 12, 30),

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 
+# as cProfile names a built-in ("<method 'acquire' of '_thread.lock' objects>") and as torch's tracer does
+# ("<built-in method acquire of _thread.lock object at 0x7f...>", "<built-in function sleep>")
 WAITING = re.compile(r"epoll|select\.(?:poll|select)|selectors\.py\(\d+\): select|time\.sleep|function sleep>|"
-                     r"'acquire' of '_thread|threading\.py\(\d+\): wait|queue\.py\(\d+\): get|"
-                     r"method 'recv|'accept' of", re.I)
+                     r"'acquire' of '_thread|built-in method acquire of _thread|threading\.py\(\d+\): wait|"
+                     r"queue\.py\(\d+\): get|method 'recv|built-in method recv(?:_into|from)? of|'accept' of|"
+                     r"built-in method accept of", re.I)
 
 
 def waits(name: str) -> bool:

@@ -21,8 +21,9 @@ the leaves partition the span to the nanosecond:
   launch: the call alone; spans over 1 ms are a host stall, not launch overhead); ``input`` inside the
   input pipeline's hand-over of the next batch (a DataLoader iterator's ``__next__`` annotation: the
   loop waiting on data); ``cpu_other``
-  inside any other op, Python frame (not one enclosing a whole step) or runtime call; ``no_work``
-  nothing at all.
+  inside any other op, Python frame (not one enclosing a whole step) or runtime call, but not where a
+  thread's innermost one is a frame that waits (a lock, a wait, a sleep, a select: :mod:`..waiting`,
+  :func:`working_runs`); ``no_work`` nothing at all, or only such a wait.
 - **unrecorded/wait**: a ``queued`` wait that the trace cannot show to be idle device time: one
   before any device activity the trace recorded in the step (launched work waited from the step's
   start, and the first recorded activity ended the wait), or one at least :data:`UNRECORDED_SHARE` of
@@ -53,6 +54,7 @@ from ..busy import (  # the queued-wait rule's parts are busy.py's (the step tab
 )
 from ..kernel_class import fp32_matrix, kernel_class
 from ..steps import unrecorded_waits
+from ..waiting import waits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -474,11 +476,53 @@ def labels(w: DeviceWork) -> Labels:
                 arr |= here & covered(merge_runs(a.start[sel], a.end[sel]), cuts)
     for cause, runs in ((QUEUED, waits), (HOST_SYNC, merge_runs(w.sync_ts, w.sync_end)),
                         (LAUNCH_OVERHEAD, w.launch_runs), (INPUT, w.input_runs),
-                        (CPU_OTHER, merge_runs(w.host_ts, w.host_end))):
+                        (CPU_OTHER, working_runs(w))):
         here = (label < 0) & covered(runs, cuts)
         label[here] = cause
     label[label < 0] = NO_WORK
     return Labels(cuts, label, pageable, fp32, graph, w.unrecorded)
+
+
+def working_runs(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
+    """The time the launching threads spend inside their host intervals, merged, less the time a thread's
+    innermost interval is a Python frame that waits (analysis/waiting.py: a lock, a wait, a sleep, a select):
+    blocked there, the thread works at nothing, though the frames around the wait are open. An interval
+    inside such a wait that does not wait (a callback's op) works again."""
+    if not w.host_names:
+        return merge_runs(w.host_ts, w.host_end)
+    frame = ~(w.host_op | w.host_runtime)
+    waiting = frame & np.fromiter((waits(n) for n in w.host_names), dtype=bool, count=len(w.host_names))[w.host_code]
+    if not waiting.any():
+        return merge_runs(w.host_ts, w.host_end)
+    blocked = np.isin(w.host_thread, np.unique(w.host_thread[waiting]))
+    starts, ends = [w.host_ts[~blocked]], [w.host_end[~blocked]]   # threads that never wait: all their time
+    for thread in np.unique(w.host_thread[waiting]).tolist():
+        mine = w.host_thread == thread
+        ws, we = merge_runs(w.host_ts[mine & waiting], w.host_end[mine & waiting])
+        s, e = _less(merge_runs(w.host_ts[mine], w.host_end[mine]), (ws, we))
+        # the intervals of this thread that do not wait and lie inside a wait, deeper than its outermost frame
+        run = np.searchsorted(ws, w.host_ts, side="right") - 1
+        inner = mine & ~waiting & (run >= 0)
+        r = np.clip(run, 0, None)
+        top = np.full(ws.size, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(top, np.searchsorted(ws, w.host_ts[mine & waiting], side="right") - 1,
+                      w.host_depth[mine & waiting])
+        inner &= (w.host_end <= we[r]) & (w.host_depth > top[r])
+        starts += [s, w.host_ts[inner]]
+        ends += [e, w.host_end[inner]]
+    return merge_runs(np.concatenate(starts), np.concatenate(ends))
+
+
+def _less(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The disjoint runs ``a`` less the disjoint runs ``b`` (both in order, as :func:`merge_runs` gives them)."""
+    cuts = np.unique(np.concatenate([*a, *b]))
+    if cuts.size < 2:
+        return cuts[:0], cuts[:0]
+    lo, hi = cuts[:-1], cuts[1:]
+    keep = covered(a, lo) & ~covered(b, lo)   # each elementary piece [lo, hi) is wholly in or out of each run
+    if not keep.any():
+        return lo[:0], hi[:0]
+    return merge_runs(lo[keep], hi[keep])
 
 
 @dataclass(frozen=True)
