@@ -126,10 +126,10 @@ def old_measure(trace: Any) -> tuple[calltree._Paths, list[str], int, int]:
     k = len(path_parent)
     first = np.full(k, -1, dtype=np.int64)
     first[path[::-1]] = np.arange(len(f.id))[::-1]
-    paths = calltree._Paths(parent=path_parent, name=f.code[first], level=level[first],
-                            calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
-                            self_=np.bincount(path, weights=dur - in_frames, minlength=k),
-                            python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
+    paths = calltree.split_waiting(f.names, parent=path_parent, name=f.code[first], level=level[first],
+                                   calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
+                                   self_=np.bincount(path, weights=dur - in_frames, minlength=k),
+                                   python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
     return paths, f.names, len(f.id), int(np.unique(f.thread).size)
 
 
@@ -273,7 +273,7 @@ def _same_measure(trace: Any, monkeypatch: pytest.MonkeyPatch) -> calltree._Path
     old = old_measure(trace)
     new = calltree._measure(trace)
     assert new[1:] == old[1:]
-    for name in ("parent", "name", "level", "calls", "total", "self_", "python"):
+    for name in ("parent", "name", "level", "calls", "total", "self_", "python", "waiting"):
         np.testing.assert_array_equal(getattr(new[0], name), getattr(old[0], name), err_msg=name)
     tree = calltree.call_tree(trace)
     monkeypatch.setattr(calltree, "_measure", old_measure)

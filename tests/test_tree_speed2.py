@@ -88,10 +88,10 @@ def prev_measure(trace: Any) -> tuple[calltree._Paths, list[str], int, int]:
     k = len(path_parent)
     first = np.full(k, -1, dtype=np.int64)
     first[path[::-1]] = np.arange(len(ids))[::-1]
-    paths = calltree._Paths(parent=path_parent, name=code[first], level=path_level,
-                            calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
-                            self_=np.bincount(path, weights=dur - in_frames, minlength=k),
-                            python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
+    paths = calltree.split_waiting(names, parent=path_parent, name=code[first], level=path_level,
+                                   calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
+                                   self_=np.bincount(path, weights=dur - in_frames, minlength=k),
+                                   python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
     return paths, names, len(ids), int(np.count_nonzero(np.bincount(f_thread + 1))) if len(ids) else 0
 
 
@@ -143,7 +143,7 @@ def prev_scopes(con: Any) -> tuple[dict[str, np.ndarray], np.ndarray, list[str |
 def _same_measure(trace: Any, monkeypatch: pytest.MonkeyPatch) -> calltree._Paths:
     old, new = prev_measure(trace), calltree._measure(trace)
     assert new[1:] == old[1:]
-    for name in ("parent", "name", "level", "calls", "total", "self_", "python"):
+    for name in ("parent", "name", "level", "calls", "total", "self_", "python", "waiting"):
         np.testing.assert_array_equal(getattr(new[0], name), getattr(old[0], name), err_msg=name)
     tree = calltree.call_tree(trace)
     whole = calltree.call_tree(trace, min_share_pct=0, max_nodes=10**6)
@@ -228,7 +228,7 @@ def test_the_hash_clash_fallbacks_give_the_same_figures(monkeypatch: pytest.Monk
         got = calltree._measure(trace)
         got_s, got_code, got_names = optable._scopes(trace.con)
     assert got[1:] == want_paths[1:] and got[0].calls.sum() > 1000
-    for name in ("parent", "name", "level", "calls", "total", "self_", "python"):
+    for name in ("parent", "name", "level", "calls", "total", "self_", "python", "waiting"):
         np.testing.assert_array_equal(getattr(got[0], name), getattr(want_paths[0], name), err_msg=name)
     got_by, want_by = np.argsort(got_s["id"]), np.argsort(want_scopes[0]["id"])
     assert got_names == want_scopes[2] and len(set(got_code.tolist())) > 5

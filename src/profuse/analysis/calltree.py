@@ -332,15 +332,19 @@ def _measure(trace: Trace) -> tuple[_Paths, list[str], int, int]:
     k = len(path_parent)
     first = np.full(k, -1, dtype=np.int64)
     first[path[::-1]] = np.arange(len(f.id))[::-1]  # a frame of each path: its name
-    name = f.code[first]
-    python = np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k)
-    # a path whose frame waits: that time is its waiting, not Python (each distinct name asked once)
-    waiting = np.where(np.asarray([waits(n) for n in f.names], dtype=bool)[name], python, 0.0)
-    paths = _Paths(parent=path_parent, name=name, level=path_level,
-                   calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
-                   self_=np.bincount(path, weights=dur - in_frames, minlength=k), python=python - waiting,
-                   waiting=waiting)
+    paths = split_waiting(f.names, parent=path_parent, name=f.code[first], level=path_level,
+                          calls=np.bincount(path, minlength=k), total=np.bincount(path, weights=dur, minlength=k),
+                          self_=np.bincount(path, weights=dur - in_frames, minlength=k),
+                          python=np.bincount(path, weights=np.minimum(dur - in_host, dur - in_frames), minlength=k))
     return paths, f.names, len(f.id), int(np.count_nonzero(np.bincount(f.thread + 1))) if len(f.id) else 0
+
+
+def split_waiting(names: list[str], **columns: np.ndarray) -> _Paths:
+    """:class:`_Paths` from its columns, ``python`` holding all the time in no other host event: a path whose
+    frame waits (:mod:`.waiting`, each distinct name asked once) has that time as its ``waiting`` instead."""
+    python = columns.pop("python")
+    waiting = np.where(np.asarray([waits(n) for n in names], dtype=bool)[columns["name"]], python, 0.0)
+    return _Paths(**columns, python=python - waiting, waiting=waiting)
 
 
 def _in_host(f: _Frames, held: list[np.ndarray]) -> np.ndarray:
