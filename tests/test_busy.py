@@ -290,3 +290,17 @@ def test_a_scope_nested_in_itself_counts_its_kernels_once(tmp_path):
     # THEN the inner call owns k2 and the outer one k1, each once: busy 200; each call's window spans
     # the kernels it owns ([200, 300) and [400, 500)), so the gap between them is in neither
     assert (row.instances, row.kernels_per_instance, row.busy_us, row.idle_us) == (2, 1.0, 200.0, 0.0)
+
+
+def test_minus_runs_equals_a_nanosecond_walk():
+    from profuse.analysis.busy import merge_runs, minus_runs
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        a = merge_runs(*(lambda s: (s, s + rng.integers(1, 20, s.size)))(np.sort(rng.integers(0, 200, 8))))
+        b = merge_runs(*(lambda s: (s, s + rng.integers(1, 20, s.size)))(np.sort(rng.integers(0, 200, 6))))
+        s, e = minus_runs(*a, *b)
+        got = {t for lo, hi in zip(s.tolist(), e.tolist()) for t in range(lo, hi)}
+        inside = lambda runs, t: any(lo <= t < hi for lo, hi in zip(*runs))
+        assert got == {t for t in range(250) if inside(a, t) and not inside(b, t)}
+        assert bool((s[1:] >= e[:-1]).all()) and bool((e > s).all())

@@ -203,6 +203,17 @@ def unrecorded_in(a: Activities, spans: Sequence[tuple[int, int]]) -> tuple[np.n
     return rs[out], re_[out]
 
 
+def minus_runs(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray,
+               b_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The disjoint runs ``a`` less the disjoint runs ``b`` (each in start order): ``a`` intersected with the
+    gaps around ``b``'s runs (:func:`intersect_runs`), in start order."""
+    lo = np.concatenate([np.asarray([np.iinfo(np.int64).min], dtype=np.int64), b_end])
+    hi = np.concatenate([b_start, np.asarray([np.iinfo(np.int64).max], dtype=np.int64)])
+    keep = hi > lo
+    s, e, _ = intersect_runs(a_start, a_end, lo[keep], hi[keep])
+    return s, e
+
+
 def gaps_inside_ns(start: np.ndarray, end: np.ndarray, win_start: np.ndarray,
                    win_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The idle gaps between activities that lie inside the union of the windows [win_start,

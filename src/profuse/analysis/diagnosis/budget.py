@@ -50,6 +50,7 @@ from ..busy import (  # the queued-wait rule's parts are busy.py's (the step tab
     activities,
     launch_calls,
     merge_runs,
+    minus_runs,
     queued_runs,
 )
 from ..kernel_class import fp32_matrix, kernel_class
@@ -499,7 +500,7 @@ def working_runs(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
     for thread in np.unique(w.host_thread[waiting]).tolist():
         mine = w.host_thread == thread
         ws, we = merge_runs(w.host_ts[mine & waiting], w.host_end[mine & waiting])
-        s, e = _less(merge_runs(w.host_ts[mine], w.host_end[mine]), (ws, we))
+        s, e = minus_runs(*merge_runs(w.host_ts[mine], w.host_end[mine]), ws, we)
         # the intervals of this thread that do not wait and lie inside a wait, deeper than its outermost frame
         run = np.searchsorted(ws, w.host_ts, side="right") - 1
         inner = mine & ~waiting & (run >= 0)
@@ -511,18 +512,6 @@ def working_runs(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
         starts += [s, w.host_ts[inner]]
         ends += [e, w.host_end[inner]]
     return merge_runs(np.concatenate(starts), np.concatenate(ends))
-
-
-def _less(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The disjoint runs ``a`` less the disjoint runs ``b`` (both in order, as :func:`merge_runs` gives them)."""
-    cuts = np.unique(np.concatenate([*a, *b]))
-    if cuts.size < 2:
-        return cuts[:0], cuts[:0]
-    lo, hi = cuts[:-1], cuts[1:]
-    keep = covered(a, lo) & ~covered(b, lo)   # each elementary piece [lo, hi) is wholly in or out of each run
-    if not keep.any():
-        return lo[:0], hi[:0]
-    return merge_runs(lo[keep], hi[keep])
 
 
 @dataclass(frozen=True)
