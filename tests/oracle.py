@@ -638,6 +638,24 @@ def _idle_inside(path: Path | str, keep: Any) -> float:
     return total
 
 
+GRAPH_LAUNCH_NAMES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+
+
+def graph_launch_idle_us(path: Path | str) -> float:
+    """Idle time of the steady spans inside graph launch calls, whatever their length."""
+    return _idle_inside(path, lambda e: str(e.get("name", "")).startswith(GRAPH_LAUNCH_NAMES))
+
+
+def launch_cpu_us(path: Path | str, lo: float, hi: float) -> float:
+    """The durations of the launch calls starting in [lo, hi) that launched a device activity, summed: a
+    plain call of at most 1 ms, a graph launch of any length (a longer plain call blocked)."""
+    events = list(exact_events(str(path)))
+    launched = {(d.get("args") or {}).get("correlation") for d in events if is_device_time(d)}
+    return sum(float(e["dur"]) for e in events if category(e) in LAUNCH_CATS and lo <= e["ts"] < hi
+               and (e.get("args") or {}).get("correlation") in launched
+               and (e["dur"] <= 1000 or str(e["name"]).startswith(GRAPH_LAUNCH_NAMES)))
+
+
 def input_wait_us(path: Path | str) -> float:
     """Idle time inside a DataLoader iterator's ``__next__`` (an annotation or Python frame naming both)."""
     return _idle_inside(path, lambda e: "dataloader" in str(e.get("name", "")).lower()

@@ -186,3 +186,27 @@ def test_replay_inside_a_module_under_the_launching_op_takes_that_module(tmp_pat
     assert main(["report", str(p), "--format", "json", "--group-by", "module"]) == 0
     mods = {o["name"]: o for o in json.loads(capsys.readouterr().out)["ops"]}
     assert mods["GraphModule"]["device_total_us"] == pytest.approx(40.0) and mods["GraphModule"]["kernels"] == 2
+
+
+def test_a_graph_launch_over_1_ms_is_launch_work_not_the_hosts_other_work():
+    # GIVEN sglang's decode step on an MI300X: one hipGraphLaunch submits 544 kernels in 1.57 ms (ROCm
+    # submits each node), past the 1 ms a plain launch may take before it is a blocked call
+    import oracle
+
+    from profuse.analysis.advice.interruptions import interruptions
+    from profuse.analysis.diagnosis import diagnose
+
+    path = trace_path("mi300_sglang_decode_cudagraph.json.gz")
+    with profuse.load(path) as t:
+        d, rows = diagnose(t), interruptions(t)
+    # THEN the device's idle inside the call is the graph_launch lever, as the raw JSON shows it
+    levers = {lv.kind: lv for lv in (*d.levers, *d.small_items)}
+    assert levers["graph_launch"].gain_us == pytest.approx(oracle.graph_launch_idle_us(path), abs=1.0)
+    assert levers["graph_launch"].gain_us > 200
+    # AND no CPU-work evidence names the graph launch as the host's other work
+    assert "hipGraphLaunch" not in (levers["cpu_work"].evidence if "cpu_work" in levers else "")
+    # AND the scope's Launch CPU counts the call, as the raw JSON's launch calls inside the scope sum
+    name, lo, hi, _busy = oracle.steady_spans(path)[0]
+    row = next(r for r in rows if r.scope == name)
+    assert row.launch_us == pytest.approx(oracle.launch_cpu_us(path, lo, hi), abs=1.0)
+    assert row.launch_us > 1572

@@ -46,7 +46,8 @@ else:  # numpy loads on first use: the records here are read without it
 LAUNCH_BOUND_BUSY_PCT = 50.0   # the device must be idle for more than half the window ...
 LAUNCH_BOUND_WAIT_PCT = 50.0   # ... and the host must dispatch or launch for over half that idle time
 # A gap longer than this is a host stall (initialisation, autotuning, data loading, a blocking wait),
-# never launch overhead, which costs microseconds per kernel.
+# never launch overhead, which costs microseconds per kernel; so is a launch call longer than this, but a
+# graph launch's (launch_work: the one rule for a call).
 LAUNCH_GAP_MAX_US = 1000.0
 # A launch is picked up within tens of µs (the launch latency: launch_overhead's, a graph removes it);
 # launched work that waits longer while the device idles is waiting on something else.
@@ -287,6 +288,7 @@ class Activities:
     launch_thread: np.ndarray
     id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # each activity's event id
     op: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # the op that launched it (-1: none)
+    graph_launch: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))   # its launch call replays a graph
 
 
 @once_per_trace
@@ -295,12 +297,14 @@ def activities(trace: Trace) -> Activities:
     tables never change after loading; callers only read the arrays)."""
     rows = trace.con.execute(f"""
         SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1),
-               coalesce(l.dur, 0), coalesce(l.thread, -1), d.id, coalesce(d.op, -1)
+               coalesce(l.dur, 0), coalesce(l.thread, -1), d.id, coalesce(d.op, -1),
+               coalesce({graph_launch_sql("l.name")}, false)
         FROM events d LEFT JOIN events l ON l.id = d.launch
         WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
-    start, end, launched, *launch = rows.values()
-    return Activities(np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64),
-                      np.asarray(launched, dtype=bool), *(np.asarray(c, dtype=np.int64) for c in launch))
+    start, end, launched, lid, lts, ldur, lthread, ids, op, graph = (np.asarray(c) for c in rows.values())
+    i64 = np.int64
+    return Activities(start.astype(i64), end.astype(i64), launched.astype(bool), lid.astype(i64), lts.astype(i64),
+                      ldur.astype(i64), lthread.astype(i64), ids.astype(i64), op.astype(i64), graph.astype(bool))
 
 
 def owners(a: Activities, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
@@ -346,13 +350,23 @@ def _disjoint_owner(lts: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndar
     return np.where(inside, live[np.clip(i, 0, None)] if s.size else -1, -1)
 
 
+def launch_work(ns: np.ndarray, graph: np.ndarray) -> np.ndarray:
+    """Whether each launch call's time (``ns`` long; ``graph``: the call replays a graph) is launch work: at most
+    ``LAUNCH_GAP_MAX_US``, or a graph launch of any length, which submits each of its graph's nodes
+    (ROCm's hipGraphLaunch of 544 kernels: 1.57 ms). A longer plain launch blocked (a full launch queue, a
+    module's first load, a pageable copy): a host stall, not launch overhead. The one rule the time budget,
+    the step busy's launch-bound test, the interruptions' Launch CPU and the levers read."""
+    out: np.ndarray = (ns <= LAUNCH_GAP_MAX_US * 1000) | graph
+    return out
+
+
 @once_per_trace
 def launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) of each asynchronous launch call that launched a device activity, in no set order:
-    from the start of the op that made the call (or the call itself, outside any op) to the call's end
-    (at least 1 ns); a graph launch from the call's own start (what runs before it in the op around it,
-    a compiled region's guards and bookkeeping, launches nothing: it is the host's other work). Any
-    thread. Read once per loaded trace (:func:`cpu_work` and the time budget)."""
+    """(start, end) of each asynchronous launch call that launched a device activity and is launch work
+    (:func:`launch_work`), in no set order: from the start of the op that made the call (or the call itself,
+    outside any op) to the call's end (at least 1 ns); a graph launch from the call's own start (what runs
+    before it in the op around it, a compiled region's guards and bookkeeping, launches nothing: it is the
+    host's other work). Any thread. Read once per loaded trace (:func:`cpu_work` and the time budget)."""
     start, end, _name, _graph = _launch_runs(trace)
     return start, end
 
@@ -365,25 +379,26 @@ def _launch_runs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
                l.ts + greatest(l.dur, 1) AS stop, l.name AS name, {graph_launch_sql("l.name")} AS graph
         FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
         WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {launch_call_sql("l.name")}""").fetchnumpy()
-    return (np.asarray(rows["start"], dtype=np.int64), np.asarray(rows["stop"], dtype=np.int64),
-            np.asarray(rows["name"], dtype=object), np.asarray(rows["graph"], dtype=bool))
+    start, stop = np.asarray(rows["start"], dtype=np.int64), np.asarray(rows["stop"], dtype=np.int64)
+    graph = np.asarray(rows["graph"], dtype=bool)
+    keep = launch_work(stop - start, graph)
+    return start[keep], stop[keep], np.asarray(rows["name"], dtype=object)[keep], graph[keep]
 
 
 @once_per_trace
 def named_launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The launch runs the time budget counts (:func:`launch_calls` up to 1 ms) sorted by start, with
-    their call names and whether each is a graph launch: (start, end, name, graph)."""
+    """:func:`launch_calls` sorted by start, with their call names and whether each is a graph launch:
+    (start, end, name, graph)."""
     start, stop, name, graph = _launch_runs(trace)
-    short = (stop - start) <= LAUNCH_GAP_MAX_US * 1000  # the time budget's launch runs (longer: a host stall)
-    order = np.argsort(start[short], kind="stable")
-    return start[short][order], stop[short][order], name[short][order], graph[short][order]
+    order = np.argsort(start, kind="stable")
+    return start[order], stop[order], name[order], graph[order]
 
 
 @once_per_trace
 def cpu_work(trace: Trace) -> CpuWork:
-    """The host's launch work: for each device activity launched by an asynchronous launch call, the
-    time from the start of the op that made the call (or the call itself, outside any op) to the
-    call's end, i.e. the dispatch the device had to wait for. Any thread. Read once per loaded trace."""
+    """The host's launch work: the runs of :func:`launch_calls` (each launch call that is launch work, from the
+    start of the op that made it), i.e. the dispatch the device had to wait for. Any thread. Read once per
+    loaded trace."""
     return CpuWork.of(*launch_calls(trace))
 
 

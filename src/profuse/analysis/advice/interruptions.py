@@ -27,7 +27,6 @@ from ..._progress import timed
 from ...trace import Trace
 from ..busy import (
     LAUNCH_BOUND_BUSY_PCT,
-    LAUNCH_GAP_MAX_US,
     Activities,
     CpuWork,
     activities,
@@ -35,6 +34,7 @@ from ..busy import (
     gaps_inside_ns,
     launch_bound,
     launch_wait_in,
+    launch_work,
     merge_runs,
     owners,
     union_ns,
@@ -125,9 +125,9 @@ def _device_scopes(trace: Trace) -> dict[str, _Scope]:
     # a graph launch starts many activities: its CPU time counts once
     first_of_launch = np.ones(a.launch_id.size, dtype=bool)
     first_of_launch[1:] = a.launch_id[1:] != a.launch_id[:-1]
-    # a call over launch overhead's 1 ms bound is a block (a pageable copy, a synchronising copy), not launch
-    # work: left out of Launch CPU, as the time budget leaves it out of launch_overhead
-    launch_ns = np.where(a.launched & first_of_launch & (a.launch_dur <= LAUNCH_GAP_MAX_US * 1000), a.launch_dur, 0)
+    # a call that is no launch work (busy.launch_work: a plain call over 1 ms blocked) is left out of Launch CPU,
+    # as the time budget leaves it out of launch_overhead
+    launch_ns = np.where(a.launched & first_of_launch & launch_work(a.launch_dur, a.graph_launch), a.launch_dur, 0)
     waits = CpuWork.of(*unrecorded_waits(trace))   # the unrecorded time before any moment, in two searches
     out = {}
     for title, (ts, end, thread) in members.items():

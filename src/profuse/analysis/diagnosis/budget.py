@@ -45,7 +45,6 @@ from ...trace.vocabulary import sync_call_sql
 from .._codes import hash_codes
 from .._read import fetch_columns
 from ..busy import (  # the queued-wait rule's parts are busy.py's (the step table and views read them too)
-    LAUNCH_GAP_MAX_US,
     Activities,
     activities,
     launch_calls,
@@ -159,7 +158,6 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         WHERE c.kind IN ('runtime', 'sync') AND c.thread IN ({tl}) AND c.dur > 0 AND {sync_calls_sql()}
         ORDER BY c.ts, c.id""").fetchnumpy()
     ls, le = launch_calls(trace)  # the launch calls cpu_work reads: one query for both
-    short = (le - ls) <= LAUNCH_GAP_MAX_US * 1000
     host, host_names, around = _host_intervals(trace, tl, step_ts, step_end)
     d = _device_columns(trace, acts, host, host_names, around)
     cls, fp32, pageable = _classes(trace, acts, d)
@@ -170,7 +168,7 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
         acts=acts, cls=cls, name=strings[d["name"]], op_name=strings[d["op"]], pageable=pageable, fp32=fp32,
         graph=d["graph"],
         sync_ts=_i64(sync["ts"]), sync_end=_i64(sync["stop"]), sync_id=_i64(sync["id"]),
-        launch_runs=merge_runs(ls[short], le[short]), host_ts=host["ts"], host_end=host["stop"],
+        launch_runs=merge_runs(ls, le), host_ts=host["ts"], host_end=host["stop"],
         host_depth=host["depth"], host_code=host["code"], host_names=host_names, host_op=host["is_op"],
         host_top=host["top"], host_runtime=host["runtime"], threads=frozenset(threads), host_thread=host["thread"],
         stream=d["stream"], input_runs=merge_runs(_i64(inp["ts"]), _i64(inp["stop"])), host_id=host["id"],
