@@ -60,7 +60,7 @@ def test_report_shows_the_html_report_inline(executed) -> None:
     rows = [r["name"] for r in data["0/ops"]["rows"]]
     linked = {op for lv in advice["diagnosis"]["levers"] for op in lv["ops"]} - set(rows[:25])
     assert len(rows) == 25 + len(linked) and set(rows[25:]) == linked
-    assert "device time" in executed[1].outputs[0].data["text/plain"]
+    assert "CUDA time" in executed[1].outputs[0].data["text/plain"]
 
 
 def _top_ops_by_device_time(n: int) -> list[str]:

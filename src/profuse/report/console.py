@@ -37,14 +37,15 @@ HOTSPOT_NAME_MAX = 60  # cells of a hotspot's name: longer ones keep their head 
 
 
 def render_header(console: Console, view: ReportView) -> None:
-    """The report's first lines: trace, device, events, span and device time."""
+    """The report's first lines: trace, device, events, span and device time (named by the device's label, as
+    the explorer's Overview and the op table's columns name it: "CUDA time", "ROCm time", "CPU time")."""
     doc = view.document
     tr = doc.trace
     dev = safe(tr.device_kind + (f" ({tr.device_name})" if tr.device_name else ""))
     t = Text()
     t.append(f"{safe(tr.path)}\n", style="bold")
     t.append(f"{dev} · {tr.events:,} events · span {fmt_us(tr.span_us)} · "
-             f"device time {fmt_us(doc.totals.device_us)}")
+             f"{safe(doc.device_label)} time {fmt_us(doc.totals.device_us)}")
     if view.from_cache:
         t.append(" · from cache", style="dim")
     console.print(t)

@@ -53,7 +53,7 @@ class NotebookReport:
     def __repr__(self) -> str:
         doc = self.view.document
         return self._shown(f"<profuse report of {doc.trace.path}: {len(doc.ops)} {doc.group_by} rows, "
-                           f"device time {fmt_us(doc.totals.device_us)}>")
+                           f"{doc.device_label} time {fmt_us(doc.totals.device_us)}>")
 
     def _repr_html_(self) -> str:
         """The HTML report in a sandboxed frame: its scripts run there, apart from the notebook's page."""
