@@ -341,6 +341,26 @@ def union_us(intervals: list[tuple[Any, Any]]) -> Any:
     return total
 
 
+def op_totals_once(path: Path | str, name: str) -> tuple[Any, Any]:
+    """An op's CPU total and device total (µs) with each moment once: per thread, the union of its calls
+    (cpu_op or user_annotation named ``name``); the device time of every device event whose launch call
+    (by correlation) lies inside one of those calls on the call's thread, each event once."""
+    events = list(exact_events(str(path)))
+    calls = [e for e in events if category(e) in OP_CATS and e.get("name") == name]
+    by_thread: dict[tuple[Any, Any], list[tuple[Any, Any]]] = {}
+    for c in calls:
+        by_thread.setdefault((c.get("pid"), c.get("tid")), []).append((c["ts"], c["ts"] + c["dur"]))
+    cpu = sum(union_us(iv) for iv in by_thread.values())
+    starts = _launch_starts(events)
+    device = 0
+    for d in events:
+        call = starts.get((d.get("args") or {}).get("correlation")) if is_device_time(d) else None
+        if call is not None and any(same_thread(c, call) and c["ts"] <= call["ts"]
+                                    and call["ts"] + call["dur"] <= c["ts"] + c["dur"] for c in calls):
+            device += d["dur"]
+    return cpu, device
+
+
 def _launch_starts(events: list[Event]) -> dict[Any, Event]:
     return {e["args"]["correlation"]: e for e in events
             if category(e) in LAUNCH_CATS and "correlation" in (e.get("args") or {})}

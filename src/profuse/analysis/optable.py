@@ -174,9 +174,9 @@ def _by_op(trace: Trace) -> list[OpRow]:
         return list(_ops_and_kernels(trace)[0])
     sd, dt = _device_cols(trace)
     where = f"kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)}"
-    found = trace.con.execute(f"""
+    found = _less_nested(trace.con.execute(f"""
         SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels)
-        FROM events WHERE {where} GROUP BY name""").fetchall()
+        FROM events WHERE {where} GROUP BY name""").fetchall(), _nested_again(trace, False), by_shape=False)
     if not has_memory(trace):
         return _records(found)
     memory = _memory_by_name(trace, where)
@@ -216,6 +216,9 @@ def _ops_and_kernels(trace: Trace) -> tuple[list[OpRow], list[OpRow]]:
         # SQL's sum: NULL where every value is
         side[name] = sums if had is None else [None if a is None and b is None else (a or 0) + (b or 0)
                                                 for a, b in zip(had, sums)]
+    for (name,), (ns, device_ns) in _nested_again(trace, False).items():
+        v = ops[name]   # a call inside one of its own name: its time and device total are in that one's already
+        v[2], v[4] = (v[2] or 0) - ns, (v[4] or 0) - device_ns
     mem = has_memory(trace)
     memory = _memory_by_name(trace, f"kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL") if mem else {}
     # a kernel row: its launches, no CPU time, its time as self and total device time
@@ -226,13 +229,44 @@ def _ops_and_kernels(trace: Trace) -> tuple[list[OpRow], list[OpRow]]:
 def _by_shape(trace: Trace) -> list[OpRow]:
     sd, dt = _device_cols(trace)
     mem = has_memory(trace)
-    return _rows(trace, f"""
+    found = trace.con.execute(f"""
         SELECT e.name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels),
                coalesce(s.input_dims, ''){_MEM_SUMS if mem else ""}
         FROM events e LEFT JOIN shapes s USING (id){_MEM_JOIN if mem else ""}
-        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)} GROUP BY e.name, s.input_dims""",
-                 with_shape=True,
-                 with_memory=mem)
+        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{_not_step(trace)}
+        GROUP BY e.name, s.input_dims""").fetchall()
+    return _records(_less_nested(found, _nested_again(trace, True), by_shape=True), True, mem)
+
+
+@once_per_trace
+def _nested_again(trace: Trace, by_shape: bool) -> dict[tuple[Any, ...], tuple[int, int]]:
+    """The op-table calls directly inside a call of their own row: the ``nested_calls`` table's (their parent
+    is an op-table call of the same name: trace/correlate.py ``nested_in_own_name``, the one rule), and by
+    input shapes those whose parent has the same input dims too. Their time and device total are inside the
+    call around them already, so their row's CPU total and device total must not count them again (torch's
+    key_averages() does: sglang's 463 ms blocking ``aten::copy_`` twice in a 474 ms trace). Per row key
+    (name[, input dims]): (time, device total) in ns, each summed; the device total is the time on a CPU-only
+    trace (its device columns are the CPU's)."""
+    device = "e.dur" if trace.cpu_only else "coalesce(e.device_total, 0)"
+    dims = ", coalesce(se.input_dims, '')" if by_shape else ""
+    shapes = (" LEFT JOIN shapes se ON se.id = e.id LEFT JOIN shapes sp ON sp.id = e.parent"
+              " WHERE coalesce(se.input_dims, '') = coalesce(sp.input_dims, '')") if by_shape else ""
+    found = trace.con.execute(f"""SELECT e.name{dims}, sum(e.dur), sum({device})
+        FROM nested_calls n JOIN events e ON e.id = n.id{shapes} GROUP BY ALL""").fetchall()
+    return {tuple(r[:-2]): (int(r[-2] or 0), int(r[-1] or 0)) for r in found}
+
+
+def _less_nested(found: list[tuple[Any, ...]], nested: dict[tuple[Any, ...], tuple[int, int]], *,
+                 by_shape: bool) -> list[tuple[Any, ...]]:
+    """Op rows (name, calls, self CPU, CPU total, self device, device total, kernels[, input dims, ...]) less
+    the calls inside a call of their own row (:func:`_nested_again`'s, keyed by name[, input dims])."""
+    if not nested:
+        return found
+    out = []
+    for r in found:
+        ns, device_ns = nested.get((r[0], r[7]) if by_shape else (r[0],), (0, 0))
+        out.append((*r[:3], (r[3] or 0) - ns, r[4], (r[5] or 0) - device_ns, *r[6:]))
+    return out
 
 
 def _by_module(trace: Trace) -> list[OpRow]:

@@ -76,6 +76,20 @@ def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
     return columns, Reusable(host_order=host_order, table_parent=table_parent)
 
 
+def nested_in_own_name(columns: EventColumns) -> np.ndarray:
+    """The ids of the op-table calls (TABLE_KINDS, nested on their thread) whose parent is an op-table call of
+    the same name: torch records an overload dispatching to another under one name (``aten::sum`` in
+    ``aten::sum``, ``aten::copy_`` in ``aten::copy_``), and an annotation can open again inside itself. Their
+    time and device total are in the call around them: the op table counts them once (the ``nested_calls``
+    table; analysis/optable.py). Ids are row numbers (``columns.id`` is 0..n-1)."""
+    table = kind_mask(columns.kind, *TABLE_KINDS) & (columns.depth >= 0)
+    calls = np.flatnonzero(table & (columns.parent >= 0))
+    parent = columns.parent[calls]
+    keep = table[parent] & (columns.name[parent] == columns.name[calls])
+    out: np.ndarray = calls[keep].astype(np.int64)
+    return out
+
+
 def _narrow_sums(attr: Attribution) -> Attribution:
     """``attr`` with its time sums int32 where every one of a column fits (under 2.1 s: an op's sums nearly
     always), as the ids are: nothing in the load reads them again, and 3 x 8 B per event held through the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .vocabulary import runtime_categories
 
-SCHEMA_VERSION = 16  # bump when tables change: caches with another version are rebuilt (13: device events'
+SCHEMA_VERSION = 17  # bump when tables change: caches with another version are rebuilt (13: device events'
 # module and scope are those holding their launch call; shapes.concrete_inputs; the memory tables;
 # 14: self CPU never negative; 15: a trace with no device activity and no launch is CPU; 16: kinds,
 # graph launches and device recognition from the device vocabulary, graph launches by name prefix)
@@ -129,6 +129,7 @@ CREATE TABLE threads (thread INTEGER, pid VARCHAR, tid VARCHAR, process_name VAR
                       thread_name VARCHAR, labels VARCHAR, is_device BOOLEAN);
 CREATE TABLE instants (name VARCHAR, cat VARCHAR, ts BIGINT, pid VARCHAR, tid VARCHAR);
 CREATE TABLE flows (id VARCHAR, cat VARCHAR, ph VARCHAR, ts BIGINT, thread INTEGER);
+CREATE TABLE nested_calls (id BIGINT);  -- op-table calls whose parent is an op-table call of the same name
 CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);  -- JSON values
 CREATE TABLE memory (        -- torch.profiler [memory] events (profile_memory=True), time order; docs/memory.md
     id BIGINT, device_type VARCHAR, device INTEGER, ts BIGINT, bytes BIGINT, addr BIGINT,
