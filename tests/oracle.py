@@ -684,7 +684,7 @@ def input_wait_us(path: Path | str) -> float:
 
 WAIT_FRAMES = ("epoll", "select.poll", "select.select", "): select", "time.sleep", "function sleep>", "'acquire' of",
                "method acquire of _thread", "): wait", "queue.py(", "method 'recv", "built-in method recv",
-               "'accept' of", "built-in method accept of")
+               "'accept' of", "built-in method accept of", "built-in method run_backward of")
 
 
 def waiting_frame_us(path: Path | str, busy_ops: tuple[str, ...] = ("cpu_op",)) -> float:

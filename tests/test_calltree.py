@@ -70,7 +70,7 @@ def _parents(events: list[dict]) -> dict[int, int | None]:
 _BLOCKING_FUNCTIONS = {("threading.py", "wait"), ("queue.py", "get"), ("selectors.py", "select")}
 _BLOCKING_BUILTINS = ("epoll", "select.poll", "select.select", "time.sleep", "function sleep>", "'acquire' of '_thread",
                       "built-in method acquire of _thread", "method 'recv", "built-in method recv", "'accept' of",
-                      "built-in method accept of")
+                      "built-in method accept of", "built-in method run_backward of")
 
 
 def _blocks(name: str) -> bool:

@@ -59,6 +59,44 @@ def old_merge_runs(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.n
     return s[new_run], reach[last_of_run]
 
 
+def old_working_runs(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
+    """The union over the threads of each thread's host intervals less the moments whose deepest open interval
+    on that thread is a Python frame that waits (analysis/waiting.py's names), found by cutting every waiting
+    frame at the boundaries of the intervals of its thread that overlap it: the slow way, piece by piece."""
+    from profuse.analysis.waiting import waits
+
+    names = np.asarray(w.host_names, dtype=object)[w.host_code] if w.host_names else np.zeros(0, dtype=object)
+    frame = ~(w.host_op | w.host_runtime)
+    waiting = frame & np.asarray([waits(str(n)) for n in names], dtype=bool) if names.size else frame & False
+    blocked: dict[int, list[tuple[int, int]]] = {}
+    for i in np.flatnonzero(waiting).tolist():
+        lo, hi, th = int(w.host_ts[i]), int(w.host_end[i]), int(w.host_thread[i])
+        near = np.flatnonzero((w.host_thread == th) & (w.host_ts < hi) & (w.host_end > lo))
+        cuts = sorted({lo, hi, *(int(t) for t in w.host_ts[near] if lo < t < hi),
+                       *(int(t) for t in w.host_end[near] if lo < t < hi)})
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            open_ = [j for j in near.tolist() if w.host_ts[j] <= a and b <= w.host_end[j]]
+            deepest = max(open_, key=lambda j: (int(w.host_depth[j]), int(w.host_ts[j]), -int(w.host_end[j])))
+            if waiting[deepest]:
+                blocked.setdefault(th, []).append((a, b))
+    starts, ends = [], []
+    for th in np.unique(w.host_thread).tolist():
+        mine = w.host_thread == th
+        for a, b in zip(*(r.tolist() for r in old_merge_runs(w.host_ts[mine], w.host_end[mine]))):
+            cur = a   # each run less the blocked pieces inside it
+            for x, y in sorted(blocked.get(th, [])):
+                if y <= cur or x >= b:
+                    continue
+                if x > cur:
+                    starts.append(cur)
+                    ends.append(x)
+                cur = max(cur, y)
+            if cur < b:
+                starts.append(cur)
+                ends.append(b)
+    return old_merge_runs(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+
+
 def old_labels(w: DeviceWork) -> Labels:
     a = w.acts
     waits = queued_runs(a)
@@ -81,7 +119,7 @@ def old_labels(w: DeviceWork) -> Labels:
                 arr |= here & covered(old_merge_runs(a.start[sel], a.end[sel]), cuts)
     for cause, runs in ((QUEUED, waits), (HOST_SYNC, old_merge_runs(w.sync_ts, w.sync_end)),
                         (LAUNCH_OVERHEAD, w.launch_runs), (INPUT, w.input_runs),
-                        (CPU_OTHER, old_merge_runs(w.host_ts, w.host_end))):
+                        (CPU_OTHER, old_working_runs(w))):
         here = (label < 0) & covered(runs, cuts)
         label[here] = cause
     label[label < 0] = NO_WORK

@@ -1,6 +1,8 @@
 """Python frames that wait rather than work: the thread sleeps in the kernel (an event loop's ``epoll`` or
 ``select``, a ``sleep``, a lock's ``acquire``, a condition's or an event's ``wait``, a queue's ``get``, a
-socket's ``recv`` or ``accept``), as torch's Python tracer names them. One rule for every view that
+socket's ``recv`` or ``accept``), or waits in autograd's ``run_backward`` while the engine's threads run the
+backward (its ops on a device's thread: what runs on this thread inside it is an op, which works), as
+torch's Python tracer names them. One rule for every view that
 splits Python time: the CPU budget's ``idle/wait`` (diagnosis/cpu_budget.py) and the call tree's waiting
 column (calltree.py), which is then not Python time."""
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 WAITING = re.compile(r"epoll|select\.(?:poll|select)|selectors\.py\(\d+\): select|time\.sleep|function sleep>|"
                      r"'acquire' of '_thread|built-in method acquire of _thread|threading\.py\(\d+\): wait|"
                      r"queue\.py\(\d+\): get|method 'recv|built-in method recv(?:_into|from)? of|'accept' of|"
-                     r"built-in method accept of", re.I)
+                     r"built-in method accept of|built-in method run_backward of", re.I)
 
 
 def waits(name: str) -> bool:

@@ -81,7 +81,7 @@ def render_calltree(console: Console, tree: CallTree | None) -> None:
         return
     console.print(Text("\nPython call tree (python_function events)", style="bold underline"))
     waiting = (f";\n{fmt_us(tree.waiting_us)} of it waiting (in a frame that waits: a lock, a wait, a sleep, a "
-               "select; not Python time)" if tree.waiting_us else "")
+               "select, autograd's backward; not Python time)" if tree.waiting_us else "")
     console.print(Text(f"{fmt_us(tree.total_us)} in {tree.frames:,} frames on {tree.threads} thread(s), "
                        f"{tree.paths:,} call paths;\n{fmt_us(tree.python_us)} of it in Python itself "
                        f"(Python column: in no op or runtime call){waiting}", style="dim"))

@@ -426,7 +426,7 @@ async function calltree(main, st) {
   main.append(
     el("p", { class: "muted" }, `${fmtUs(d.total_us)} of Python in ${d.frames} frames on ${d.threads} thread(s), ${d.paths} call paths; ` +
       `${fmtUs(d.python_us)} of it in Python itself (the Python column: in no op or runtime call)` +
-      (d.waiting_us ? `; ${fmtUs(d.waiting_us)} of it waiting (in a frame that waits: a lock, a wait, a sleep, a select; not Python time)` : "") +
+      (d.waiting_us ? `; ${fmtUs(d.waiting_us)} of it waiting (in a frame that waits: a lock, a wait, a sleep, a select, autograd's backward; not Python time)` : "") +
       ". Self: the time in no child frame."),
     el("div", { class: "toolbar" }, filter, el("span", { class: "muted" }, "click a row (or Enter) to open or close it")), holder);
   render();
