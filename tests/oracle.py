@@ -628,9 +628,10 @@ def health_counts(path: Path | str) -> dict[str, int]:
     }
 
 
-# FP32 matrix kernels by name where the trace records no input types: single-precision cuBLAS/cuDNN names,
-# less what a name proves is not FP32 math (TF32, Ampere's tensor-op s1688, a 16-bit template argument)
-_FP32_NAMES = ("sgemm", "f32f32_f32")
+# FP32 matrix kernels by name where the trace records no input types: single-precision cuBLAS/cuDNN names
+# (cuBLAS's <arch>_sgemm_*, cuDNN's <arch>_scudnn_*: the s is single precision; cuBLASLt's f32f32_f32), less
+# what a name proves is not FP32 math (TF32, Ampere's tensor-op s1688, a 16-bit template argument)
+_FP32_NAMES = ("sgemm", "scudnn", "f32f32_f32")
 _NOT_FP32 = ("tf32", "s1688", "bf16", "bfloat16", "half", "f16", "fp8", "int8", "hgemm")
 
 

@@ -11,11 +11,15 @@ from typing import Any
 
 import oracle
 import pytest
+from conftest import TRACES
 
 import profuse
 from profuse.analysis.diagnosis import diagnose
 
 H100_BF16_TFLOPS, H100_GBPS = 989.0, 3350.0
+# V100 SXM2 datasheet: single precision 15.7 TFLOPS, tensor 125 TFLOPS (Volta's tensor cores: FP16 only, no BF16/TF32)
+V100_FP32, V100_FP16 = 15.7, 125.0
+A100_FP32, A100_TF32, A100_BF16 = 19.5, 156.0, 312.0   # A100 datasheet, dense
 FALLBACK_REACHABLE = 0.3  # levers.GEMM_UNKNOWN_SHARE: a GEMM without a model is taken as 30% above its best
 
 
@@ -169,3 +173,71 @@ def test_precision_reads_what_kernel_names_prove(tmp_path: Path) -> None:
     assert "FP32 19.5, TF32 156, BF16 312 TFLOP/s; the gain assumes BF16" in lever.evidence
     assert f"(TF32 alone: up to {fp32 * (1 - 19.5 / 156.0):.1f} µs)" in lever.evidence
     assert lever.kernels == ("ampere_sgemm_128x64_nn",)
+
+
+def _precision(path: Path) -> Any:
+    with profuse.load(path) as tr:
+        d = diagnose(tr)
+    return next(lv for lv in (*d.levers, *d.small_items) if lv.kind == "precision")
+
+
+def _formats(text: str) -> set[str]:
+    """The reduced-precision formats a lever's text names."""
+    up = text.upper()
+    return {f for f, words in (("BF16", ("BF16", "BFLOAT16")), ("TF32", ("TF32",)), ("FP16", ("FP16", "FLOAT16")))
+            if any(w in up for w in words)}
+
+
+@pytest.mark.parametrize("name", ["v100_ns_timestamps.json.gz", "v100_rank1_of2_216k_events.json.gz"])
+def test_precision_on_a_v100_names_fp16_and_no_tf32(name: str) -> None:
+    # GIVEN a real V100 trace spending its time in FP32 cuBLAS/cuDNN kernels (volta_sgemm, volta_scudnn)
+    path = TRACES / name
+    lever = _precision(path)
+    # THEN the gain is those kernels' time (the raw JSON's own count) at FP16's rate, the only faster format
+    # Volta has, and the evidence and advice name FP16 alone: no BF16 autocast, no TF32 setting
+    fp32 = oracle.fp32_matrix_kernel_us(path)
+    assert lever.gain_us == pytest.approx(fp32 * (1 - V100_FP32 / V100_FP16), abs=0.01)
+    assert lever.evidence == (f"{fp32 / 1e3:.2f} ms of FP32 GEMM/conv kernels; datasheet: V100 (dense): "
+                              f"FP32 {V100_FP32:g}, FP16 {V100_FP16:g} TFLOP/s; the gain assumes FP16")
+    assert _formats(lever.evidence) == _formats(lever.how) == {"FP16"}
+    assert "torch.autocast(device_type, dtype=torch.float16)" in lever.how and "GradScaler" in lever.how
+
+
+def test_precision_on_an_a100_keeps_bf16_and_tf32() -> None:
+    # GIVEN a real A100 trace with FP32 cuDNN/cuBLAS kernels
+    path = TRACES / "a100_alexnet.json.gz"
+    lever = _precision(path)
+    # THEN BF16 bounds the gain, TF32 alone is said apart, and the advice names both
+    fp32 = oracle.fp32_matrix_kernel_us(path)
+    assert lever.gain_us == pytest.approx(fp32 * (1 - A100_FP32 / A100_BF16), abs=0.01)
+    assert lever.evidence == (f"{fp32 / 1e3:.2f} ms of FP32 GEMM/conv kernels; datasheet: A100 40GB (dense): FP32 "
+                              f"{A100_FP32:g}, TF32 {A100_TF32:g}, BF16 {A100_BF16:g} TFLOP/s; the gain assumes BF16 "
+                              f"(TF32 alone: up to {fp32 * (1 - A100_FP32 / A100_TF32) / 1e3:.2f} ms)")
+    assert lever.how == ("run the matrix work in lower precision: torch.autocast(device_type, dtype=torch.bfloat16) "
+                         "or a bf16/fp16 model; or allow TF32 (torch.set_float32_matmul_precision('high'), "
+                         "torch.backends.cudnn.allow_tf32 = True)")
+
+
+@pytest.mark.parametrize(("device", "launch", "kernel", "rates", "ratio", "has"), [
+    # T4 datasheet: single precision 8.1 TFLOPS, mixed precision (FP16/FP32) 65; Turing has no BF16 or TF32
+    ("Tesla T4", "cudaLaunchKernel", "volta_sgemm_128x64_nn", "FP32 8.1, FP16 65", 8.1 / 65, ("FP16",)),
+    # MI210 datasheet: FP32 vector 22.6, FP32 matrix 45.3, BF16 181 TFLOPs; CDNA2 has no TF32, and its FP32
+    # Tensile GEMMs (an MFMA tile, MI16x16x1) already run at the FP32 matrix rate
+    ("AMD Instinct MI210", "hipModuleLaunchKernel", "Cijk_Ailk_Bljk_SB_MT64x16x32_MI16x16x1_SN_LDSB0",
+     "FP32 22.6, FP32 matrix 45.3, BF16 181", 45.3 / 181, ("BF16", "FP16")),
+])
+def test_precision_names_only_the_formats_the_device_has(tmp_path: Path, device: str, launch: str, kernel: str,
+                                                         rates: str, ratio: float, has: tuple[str, ...]) -> None:
+    # GIVEN one step with a 100 µs FP32 GEMM (its op's recorded inputs are float) on a device without TF32
+    ev = [_x("user_annotation", "ProfilerStep#1", 0, 200),
+          _x("cpu_op", "aten::mm", 1, 1, **{"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["float", "float"]}),
+          _x("cuda_runtime" if launch.startswith("cuda") else "hip_runtime", launch, 1.2, 0.5, correlation=1),
+          _kernel(kernel, 10, 100, 1)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": device}]}))
+    lever = _precision(p)
+    # THEN the gain is the 100 µs at the fastest format it has (the first of ``has``) over the rate the kernel
+    # runs at now; the evidence quotes that format alone, and the advice names only formats the device has
+    assert lever.gain_us == pytest.approx(100 * (1 - ratio), abs=0.01)
+    assert f"(dense): {rates} TFLOP/s; the gain assumes {has[0]}" in lever.evidence
+    assert _formats(lever.evidence) == {has[0]} and has[0] in _formats(lever.how) <= set(has)

@@ -4,7 +4,8 @@ An op whose FLOPs or bytes profuse cannot model from its recorded shapes (gather
 which touch only part of their tensors; a convolution without its recorded stride, padding and
 groups; unknown ops),
 or whose modelled time would beat the device's peak, is listed as "unknown", never as a percentage.
-The compute peak is the one for the op's element size (FP8, BF16/FP16; FP32 matmuls against TF32).
+The compute peak is the one for the op's element size (FP8, BF16/FP16; FP32 matmuls against TF32, or AMD
+CDNA2's FP32 matrix rate, where the device has it).
 Convolutions and causal attention read their scalar arguments (``Concrete Inputs``): perf_models.
 
 Peaks, in this order: datasheet numbers when the trace names a known device (the device vocabulary's
@@ -36,6 +37,8 @@ class Peaks:
     source: str          # "datasheet: H100" or "measured"
     tflops_tf32: float = 0.0   # fp32 matmuls may run as TF32 (or on AMD's fp32 matrix cores): the higher peak
     tflops_fp8: float = 0.0
+    half_format: str = "BF16"  # the 16-bit format tflops_half is for: "BF16", or "FP16" (Volta, Turing)
+    tf32_kind: str = ""        # what tflops_tf32 is: "TF32", "FP32 matrix", or "" (no such rate)
 
     def compute_tflops(self, elem: int, matrix: bool) -> float:
         """The peak that bounds an op of this element size: the fastest the device can do it."""
@@ -70,7 +73,8 @@ def device_peaks(trace: Trace, measured: MeasuredPeaks | None = None) -> Peaks |
     props = first_device(trace.meta.trace_meta or {})
     sheet = datasheet(trace.meta.device_kind, trace.meta.get("device_name"), props)
     if sheet is not None:
-        return Peaks(sheet.half, sheet.fp32, sheet.gbps, f"datasheet: {sheet.model}", sheet.tf32, sheet.fp8)
+        return Peaks(sheet.half, sheet.fp32, sheet.gbps, f"datasheet: {sheet.model}", sheet.tf32, sheet.fp8,
+                     sheet.half_format, sheet.tf32_kind)
     if measured is not None:
         tf, copy_bw = measured.matmul_tflops_fp32, measured.copy_bandwidth_gbps
         if not (_number(tf) and _number(copy_bw) and copy_bw > 0):

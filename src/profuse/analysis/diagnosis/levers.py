@@ -64,6 +64,18 @@ SLUG = {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm", "softmax": "softmax", "G
         "bias + activation": "bias_activation", "norm + residual add + activation": "norm_residual_activation",
         "multi-kernel norm": "norm", "pointwise chain": "pointwise"}
 
+# the precision lever's advice: the 16-bit format the device's peaks are for (datasheet ``half_format``), and the
+# TF32 setting where the device has TF32 faster than the rate its FP32 matmuls run at
+PRECISION_HOW = {
+    "BF16": "run the matrix work in lower precision: torch.autocast(device_type, dtype=torch.bfloat16) or a "
+            "bf16/fp16 model",
+    "FP16": "run the matrix work in FP16: torch.autocast(device_type, dtype=torch.float16) or an fp16 model "
+            "(model.half()); when training, scale the loss so small gradients do not underflow: "
+            "torch.amp.GradScaler(\"cuda\") (torch.cuda.amp.GradScaler before PyTorch 2.3)",
+}
+TF32_HOW = ("; or allow TF32 (torch.set_float32_matmul_precision('high'), torch.backends.cudnn.allow_tf32 = "
+            "True)")
+
 HOW = {
     "cuda_graphs": "capture the step in a graph: torch.compile(mode=\"reduce-overhead\") or torch.cuda.CUDAGraph "
                    "(HIP graphs on ROCm); serving engines: run without eager mode (vLLM without enforce_eager, "
@@ -93,9 +105,7 @@ HOW = {
                       "device rather than in the loop, and copy batches with .to(device, non_blocking=True)",
     "pinned_memory": "put the host tensors in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)) "
                      "and copy with .to(device, non_blocking=True), or prefetch on a side stream",
-    "precision": "run the matrix work in lower precision: torch.autocast(device_type, dtype=torch.bfloat16) or "
-                 "a bf16/fp16 model; or allow TF32 (torch.set_float32_matmul_precision('high'), "
-                 "torch.backends.cudnn.allow_tf32 = True)",
+    "precision": PRECISION_HOW["BF16"] + TF32_HOW,   # no peak table: what any device may have
     "gemm": "check the GEMM shapes (dimensions multiples of 16/64), the dtype, and the backend's tuning "
             "(PYTORCH_TUNABLEOP_ENABLED=1, hipBLASLt/cuBLASLt tuning, torch.compile(mode=\"max-autotune\"))",
     "memory_bound": "the GEMMs are memory-bound (decode with small batches: each step streams the weights): move "
@@ -1385,24 +1395,41 @@ def _precision(ctx: Context, ns: np.ndarray, idx: np.ndarray, label: np.ndarray)
     v = int(ns[mat & ctx.labels.fp32[idx]].sum())
     if not v:
         return []
-    p = ctx.peaks
-    if p is not None:
-        fast = max(p.tflops_tf32, p.tflops_half)
-        if fast <= p.tflops_fp32:
+    if ctx.peaks is not None:
+        found = _precision_peaks(ctx.peaks, v)
+        if found is None:
             return []
-        gain, conf = v * (1 - p.tflops_fp32 / fast), "medium"
-        # each dtype's own dense peak: the gain is BF16's (autocast), TF32's said apart (a setting, no cast)
-        to = "BF16" if p.tflops_half >= p.tflops_tf32 else "TF32"
-        ev = (f"{_us(v)} of FP32 GEMM/conv kernels; {p.source} (dense): FP32 {p.tflops_fp32:g}, TF32 "
-              f"{p.tflops_tf32:g}, BF16 {p.tflops_half:g} TFLOP/s; the gain assumes {to}")
-        if to == "BF16" and p.tflops_fp32 < p.tflops_tf32 < p.tflops_half:
-            ev += f" (TF32 alone: up to {_us(v * (1 - p.tflops_fp32 / p.tflops_tf32))})"
+        gain, ev, how = found
+        conf = "medium"
     else:
-        gain, conf = v * (1 - 1 / FP32_UNKNOWN_SPEEDUP), "low"
+        gain, conf, how = v * (1 - 1 / FP32_UNKNOWN_SPEEDUP), "low", HOW["precision"]
         ev = f"{_us(v)} of FP32 GEMM/conv kernels; no peak table for this device: assumed {FP32_UNKNOWN_SPEEDUP:g}x"
     kernels = tuple(_kernels(ctx, "gemm", ctx.work.fp32) + _kernels(ctx, "conv", ctx.work.fp32))[:4]
-    return [_lever(ctx, "precision", "FP32 GEMM/conv kernels", gain, conf, ev, HOW["precision"],
+    return [_lever(ctx, "precision", "FP32 GEMM/conv kernels", gain, conf, ev, how,
                    ("busy/gemm", "busy/conv"), kernels=kernels)]
+
+
+def _precision_peaks(p: Any, v: int) -> tuple[float, str, str] | None:
+    """The precision lever's gain (ns), evidence and advice from the device's peaks, naming only the formats
+    the device has (its ``half_format``; TF32 where ``tf32_kind`` says so): ``v`` ns of FP32 matrix kernels at
+    the fastest of them over the rate they run at now (FP32; AMD CDNA2's FP32 matrix rate, which its FP32
+    GEMMs already run at). None where nothing is faster."""
+    tf32 = p.tflops_tf32 if p.tf32_kind == "TF32" else 0.0
+    now = max(p.tflops_fp32, p.tflops_tf32) if p.tf32_kind == "FP32 matrix" else p.tflops_fp32
+    fast = max(tf32, p.tflops_half)
+    if fast <= now:
+        return None
+    # each format's own dense peak: the gain is the 16-bit one's (autocast), TF32's said apart (a setting, no cast)
+    to = p.half_format if p.tflops_half >= tf32 else "TF32"
+    rates = [("FP32", p.tflops_fp32), *([(p.tf32_kind, p.tflops_tf32)] if p.tf32_kind else []),
+             (p.half_format, p.tflops_half)]
+    ev = (f"{_us(v)} of FP32 GEMM/conv kernels; {p.source} (dense): {', '.join(f'{k} {r:g}' for k, r in rates)} "
+          f"TFLOP/s; the gain assumes {to}")
+    if now > p.tflops_fp32:
+        ev += " against the FP32 matrix rate (this device's FP32 GEMMs run on its matrix cores as they are)"
+    if to != "TF32" and now < tf32 < p.tflops_half:
+        ev += f" (TF32 alone: up to {_us(v * (1 - now / tf32))})"
+    return v * (1 - now / fast), ev, PRECISION_HOW[p.half_format] + (TF32_HOW if tf32 > now else "")
 
 
 def _decode_tokens(ctx: Context) -> int | None:

@@ -756,6 +756,8 @@
  * @property {string} source
  * @property {number} tflops_tf32
  * @property {number} tflops_fp8
+ * @property {string} half_format
+ * @property {string} tf32_kind
  */
 
 /**
