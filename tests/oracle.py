@@ -361,6 +361,25 @@ def op_totals_once(path: Path | str, name: str) -> tuple[Any, Any]:
     return cpu, device
 
 
+def queue_delay_us(path: Path | str, scope: str) -> float:
+    """The mean over the instances of an annotation ``scope`` (each launching device activities) of the mean
+    queue delay of the activities whose launch call starts inside the instance: from the call's end to the
+    activity's start, 0 where it started before the call ended; an activity that starts before its call
+    starts (clock skew) is left out."""
+    events = list(exact_events(str(path)))
+    starts = _launch_starts(events)
+    acts = [(d, starts[(d.get("args") or {}).get("correlation")]) for d in events
+            if is_device_time(d) and (d.get("args") or {}).get("correlation") in starts]
+    means = []
+    for inst in (e for e in events if category(e) == "user_annotation" and e.get("name") == scope):
+        lo, hi = inst["ts"], inst["ts"] + inst["dur"]
+        mine = [max(float(d["ts"] - (c["ts"] + c["dur"])), 0.0) for d, c in acts
+                if lo <= c["ts"] < hi and d["ts"] >= c["ts"]]
+        if mine:
+            means.append(sum(mine) / len(mine))
+    return sum(means) / len(means)
+
+
 def _launch_starts(events: list[Event]) -> dict[Any, Event]:
     return {e["args"]["correlation"]: e for e in events
             if category(e) in LAUNCH_CATS and "correlation" in (e.get("args") or {})}

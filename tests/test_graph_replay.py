@@ -210,3 +210,24 @@ def test_a_graph_launch_over_1_ms_is_launch_work_not_the_hosts_other_work():
     row = next(r for r in rows if r.scope == name)
     assert row.launch_us == pytest.approx(oracle.launch_cpu_us(path, lo, hi), abs=1.0)
     assert row.launch_us > 1572
+
+
+@pytest.mark.parametrize(("trace", "scope"), [
+    ("mi300_sglang_decode_cudagraph.json.gz",
+     "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk32785sqsq32sqsk32785)"),
+    ("mi300_normalization_layers.json.gz", "BatchNorm affine=False"),
+])
+def test_queue_delay_runs_from_the_launch_calls_end(trace, scope):
+    # GIVEN a graph replay (kernels queue behind one another after a 1.57 ms hipGraphLaunch) and a scope whose
+    # first launch blocked 331.6 ms loading its module (the kernel started right after the call returned)
+    import oracle
+
+    from profuse.analysis.advice.interruptions import interruptions
+
+    path = trace_path(trace)
+    with profuse.load(path) as t:
+        row = next(r for r in interruptions(t, top=100) if r.scope == scope)
+    # THEN the queue delay is the raw JSON's, counted from each call's end as the budget's queued time is
+    assert row.queue_delay_us == pytest.approx(oracle.queue_delay_us(path, scope), abs=0.01)
+    if "BatchNorm" in scope:
+        assert row.queue_delay_us < 100   # not the blocked call's 331 ms

@@ -176,9 +176,11 @@ def _device_scope(a: Activities, owner: np.ndarray, launch_ns: np.ndarray, trace
     _, first = np.unique(owner[idx], return_index=True)
     ws, we = np.minimum.reduceat(s, first), np.maximum.reduceat(e, first)   # each instance's window
     # A device activity that starts before its launch call does (clock skew between host and device)
-    # has no queue delay to report: it is counted, and left out of the mean, never a negative delay.
-    d = s - a.launch_ts[idx]
-    fine = d >= 0
+    # has no queue delay to report: it is counted, and left out of the mean, never a negative delay. The
+    # delay runs from the call's end, as the budget's queued time does: an activity that starts while its
+    # call still runs waited in no queue (0), and a call that blocked (a module's first load) is not queueing.
+    fine = s >= a.launch_ts[idx]
+    d = np.maximum(s - (a.launch_ts[idx] + a.launch_dur[idx]), 0)
     n_fine = np.add.reduceat(fine.astype(np.int64), first)
     # summed as doubles: delays from clocks or units that disagree (10^18 ns) overflow 64-bit sums negative
     sums = np.add.reduceat(np.where(fine, d, 0).astype(np.float64), first)
