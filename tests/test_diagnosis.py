@@ -640,6 +640,25 @@ def test_launches_without_device_events_give_no_device_data(tmp_path):
     assert "ProfilerActivity.CUDA" in d.levers[0].how
 
 
+def test_a_counter_capture_is_told_apart_from_activity_not_recorded():
+    # GIVEN the A100 trace captured with CUPTI's range profiler (profiler_metrics): launches, no kernel events,
+    # and one cuda_profiler_range event of counters per profiled kernel
+    from profuse.analysis.health import trace_health
+
+    path = trace_path("a100_cupti_counters.json.gz")
+    ranges = sum(1 for e in oracle.complete_events(path) if e.get("cat") == "cuda_profiler_range")
+    assert ranges > 50
+    with profuse.load(path) as t:
+        d, h = diagnose(t), trace_health(t)
+    # THEN the lever and the health finding name the counter capture (with the raw JSON's count) and advise
+    # capturing again without the metrics for timing, not checking who holds CUPTI
+    [lv] = d.levers
+    assert lv.kind == "no_device_data" and f"{ranges} cuda_profiler_range event(s)" in lv.evidence
+    assert "range profiler" in lv.evidence and "without profiler_metrics" in lv.how and "holds CUPTI" not in lv.how
+    [f] = [f for f in h.findings if f.key == "no_device_activity"]
+    assert f"{ranges} cuda_profiler_range" in f.text and "without profiler_metrics" in f.fix
+
+
 def test_warmup_first_step_is_reported_apart(tmp_path):
     # GIVEN a first step of 10 ms (compilation) and three of 1 ms
     ev = []

@@ -76,6 +76,7 @@ class Health:
     python_events: int
     ops: int
     findings: list[Finding] = field(default_factory=list)
+    counter_ranges: int = 0              # CUPTI range-profiler events, counted where launches have no activity
 
 
 def _overlaps(d: DeviceEvents) -> int:
@@ -182,17 +183,41 @@ def trace_health(trace: Trace) -> Health:
     steps, how = _steps(trace)
     h = Health(launches, int(c["devices"] or 0), int(c["linked"] or 0), _without(d),
                sum(idle_names.values()), idle_names,
-               _overlaps(d), before, after, behind, late, steps, how, int(c["python"] or 0), int(c["ops"] or 0))
+               _overlaps(d), before, after, behind, late, steps, how, int(c["python"] or 0), int(c["ops"] or 0),
+               counter_ranges=counter_ranges(trace) if launches and not c["devices"] else 0)
     h.findings.extend(findings(h, cpu_only=trace.cpu_only))
     return h
+
+
+# CUPTI's range profiler (torch.profiler's experimental_config with profiler_metrics) writes one event of this
+# category per profiled kernel, holding its counters, and records no kernel activity: launches, no kernels
+COUNTER_RANGE_CAT = "cuda_profiler_range"
+COUNTER_MODE_NEXT = ("for timing, capture again without profiler_metrics (experimental_config): "
+                     "torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]); keep this "
+                     "capture for the counters it holds")
+
+
+def counter_ranges(trace: Trace) -> int:
+    """The trace's CUPTI range-profiler events (:data:`COUNTER_RANGE_CAT`): asked only of a trace with launches
+    and no device activity, the one case they explain."""
+    (n,), = trace.con.execute("SELECT count(*) FROM events WHERE cat = ?", [COUNTER_RANGE_CAT]).fetchall()
+    return int(n)
+
+
+def counter_mode_text(ranges: int) -> str:
+    """What ``ranges`` range-profiler events say about a trace with no device activity."""
+    return (f"{ranges:,} {COUNTER_RANGE_CAT} event(s): the capture ran CUPTI's range profiler (profiler_metrics), "
+            "which records each kernel's counters in place of its time")
 
 
 def findings(h: Health, *, cpu_only: bool) -> list[Finding]:
     """The health record's findings, each with its effect on the diagnosis and a better capture."""
     out: list[Finding] = []
     if h.launch_calls and not h.device_activities:
-        out.append(Finding("no_device_activity", f"{h.launch_calls:,} launch call(s) but no device activity recorded",
-                           "the diagnosis makes no device claim (idle/not_recorded)",
+        ranges = f" ({counter_mode_text(h.counter_ranges)})" if h.counter_ranges else ""
+        out.append(Finding("no_device_activity", f"{h.launch_calls:,} launch call(s) but no device activity "
+                           f"recorded{ranges}", "the diagnosis makes no device claim (idle/not_recorded)",
+                           COUNTER_MODE_NEXT if h.counter_ranges else
                            "profile with ProfilerActivity.CUDA (or the device's activity) and check that no other "
                            "profiler holds CUPTI/roctracer"))
     missing = sum(h.without_launch.values())

@@ -1543,8 +1543,14 @@ def fusion_levers(ctx: Context, draws: tuple[str, ...], attention_draws: tuple[s
 
 def no_device_data(trace: Trace) -> Lever | None:
     """The lever for a trace with launches and no device activity (it claims no gain)."""
+    from ..health import COUNTER_MODE_NEXT, counter_mode_text, counter_ranges
+
     (n,), = trace.con.execute(f"SELECT count(*) FROM events WHERE kind = 'runtime' AND {launch_call_sql('name')}"
                               ).fetchall()
+    ranges = counter_ranges(trace)
+    if ranges:   # a counter capture: the device ran, the profiler counted rather than timed
+        return Lever("no_device_data", "the trace", 0.0, "high", f"{n:,} launch call(s) but no kernel, copy or "
+                     f"memset event, and {counter_mode_text(ranges)}: the trace holds no device time", COUNTER_MODE_NEXT, ())
     return Lever("no_device_data", "the trace", 0.0, "high",
                  f"{n:,} launch call(s) but no kernel, copy or memset event: device activity was not recorded",
                  HOW["no_device_data"], ())
