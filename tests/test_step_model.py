@@ -261,3 +261,25 @@ def test_no_lever_gains_more_than_its_caps_allow(path: Path) -> None:
         bound = sum(min(have.get(k, 0.0), lv.caps[i]) if i < len(lv.caps) else have.get(k, 0.0)
                     for i, k in enumerate(lv.draws))
         assert 0 <= lv.gain_us <= bound + 1e-3, (lv.kind, lv.target, lv.gain_us, bound)
+
+
+def test_a_cpu_step_counts_the_collective_annotations_its_budget_counts():
+    # GIVEN gloo's CPU-only trace: one step whose thread runs nothing while two gloo threads run
+    # gloo:all_reduce annotations (no op of their own)
+    from conftest import trace_path
+
+    path = trace_path("cpu_only_gloo_rank34.json.gz")
+    events = oracle.complete_events(path)
+    [step] = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    lo, hi = step["ts"], step["ts"] + step["dur"]
+    work = [(max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in events
+            if oracle.category(e) in oracle.OP_CATS and e is not step and lo <= e["ts"] < hi]
+    want_pct = 100.0 * oracle.union_us(work) / step["dur"]
+    assert want_pct > 80
+    with profuse.load(path) as t:
+        [s] = steps_busy(t)
+        d = diagnose(t)
+    # THEN the step's "in ops" share is the raw JSON's union of that work, as the budget's cpu share says
+    assert s.busy_pct == pytest.approx(want_pct, abs=0.01)
+    cpu = sum(leaf.pct for leaf in d.budget if leaf.key.startswith("cpu/"))
+    assert s.busy_pct == pytest.approx(cpu, abs=0.5)

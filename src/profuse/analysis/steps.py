@@ -195,10 +195,11 @@ def step_ids(trace: Trace) -> list[int]:
 
 
 def _cpu_steps(trace: Trace, model: StepModel) -> list[StepBusy]:
-    """Per step of a CPU-only trace: its span's CPU time (window) and the time in ops that start in
-    it, clipped to it; activities counts its outermost ops."""
-    ops = trace.con.execute("""SELECT ts, ts + greatest(dur, 0), parent_op IS NULL FROM events
-        WHERE kind = 'cpu_op' ORDER BY ts""").fetchnumpy()
+    """Per step of a CPU-only trace: its span's CPU time (window) and the time in ops and annotations (the work
+    the CPU budget classes: gloo's ``gloo:all_reduce`` is an annotation; steps' own marks left out) on any
+    thread that start in it, clipped to it; activities counts its outermost ops."""
+    ops = trace.con.execute(f"""SELECT ts, ts + greatest(dur, 0), kind = 'cpu_op' AND parent_op IS NULL FROM events
+        WHERE kind IN ('cpu_op', 'annotation') AND NOT ({STEP_WHERE}) ORDER BY ts""").fetchnumpy()
     ts, end, top = (np.asarray(ops[k]) for k in ops)
     out = []
     for st, (lo, hi) in zip(model.steps, model.spans):

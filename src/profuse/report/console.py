@@ -59,7 +59,7 @@ def _steps_note(steps: list[StepBusy], cpu_only: bool) -> Text | None:
     if cpu_only:  # a step's window is its CPU time
         cpu = sorted(st.window_us for st in judged)
         return Text(f"{len(judged)} profiler step(s): {fmt_us(cpu[0])} to {fmt_us(cpu[-1])} of CPU time each, "
-                    f"{pcts[0]:.0f}% to {pcts[-1]:.0f}% of it in ops", style="dim")
+                    f"{pcts[0]:.0f}% to {pcts[-1]:.0f}% of it in ops or annotations (any thread)", style="dim")
     bound = sum(st.launch_bound for st in judged)
     waits = sum(st.unrecorded_us for st in judged)
     # the device-busy lines name what their shares are of: not the budget's span (a step's host span, or the
