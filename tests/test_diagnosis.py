@@ -881,3 +881,25 @@ def test_a_blocking_copy_through_a_busy_device_is_named_by_the_refill_after_it(t
     with profuse.load(tmp_path / "t.json") as t:
         step = next(r for r in interruptions(t) if r.scope.startswith("ProfilerStep"))
     assert step.launch_us == pytest.approx(2 + 8 * 6, abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["mi300_sglang_decode_cudagraph.json.gz", "h100_bert_small.json.gz"])
+def test_each_levers_share_says_what_it_is_of(name, capsys):
+    # GIVEN sglang's step, 98% of it a wait the trace cannot show (its device window 10.58 ms of a 473.83 ms
+    # span), and BERT's steps, with none
+    with profuse.load(trace_path(name)) as t:
+        d = diagnose(t)
+    # THEN where the window and the span differ, every lever says which its % is of, and the % is of that
+    for lv in (*d.levers, *d.small_items):
+        if d.window_us < d.span_us:
+            assert lv.share_of == ("the span" if "unrecorded/wait" in lv.draws else "the device window")
+        else:
+            assert lv.share_of == ""
+        base = d.span_us if lv.share_of == "the span" else d.window_us
+        assert lv.share_pct == pytest.approx(100 * lv.gain_us / base, abs=0.01)
+    # AND the console says it beside the %
+    from profuse.cli import main
+
+    assert main(["report", str(trace_path(name)), "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert ("% of the span)" in out and "% of the device window)" in out) == (d.window_us < d.span_us)

@@ -112,7 +112,9 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
         line.append(safe(lv.kind), style="bold cyan")
         line.append(" ")
         line.append(text(lv.target))
-        line.append(f"  save up to {fmt_us(lv.gain_us)} ({lv.share_pct:.0f}%) [{lv.confidence}, {lv.grade}]", style="bold")
+        of = f" of {lv.share_of}" if lv.share_of else ""
+        line.append(f"  save up to {fmt_us(lv.gain_us)} ({lv.share_pct:.0f}%{of}) [{lv.confidence}, {lv.grade}]",
+                    style="bold")
         console.print(line)
         console.print(text(f"     {lv.evidence}", style="dim"))
         console.print(text(f"     how: {lv.how}"))

@@ -1563,9 +1563,12 @@ def rank_levers(ctx: Context) -> tuple[tuple[Lever, ...], tuple[Lever, ...], flo
 
 
 def _shared(lv: Lever, window_ns: int, span_ns: int) -> Lever:
-    """``lv`` with its share: of the device window, or of the whole span where it draws the unrecorded wait."""
-    base = span_ns if UNRECORDED_LEAF in lv.draws else window_ns
-    return replace(lv, share_pct=round(100 * lv.gain_us * 1e3 / base, 2) if base else 0.0)
+    """``lv`` with its share: of the device window, or of the whole span where it draws the unrecorded wait, and
+    which of the two it is where they differ (``share_of``: every renderer says it)."""
+    of_span = UNRECORDED_LEAF in lv.draws
+    base = span_ns if of_span else window_ns
+    return replace(lv, share_pct=round(100 * lv.gain_us * 1e3 / base, 2) if base else 0.0,
+                   share_of=("the span" if of_span else "the device window") if window_ns < span_ns else "")
 
 
 def rank(levers: list[Lever], leaves: dict[str, int], window_ns: int) -> tuple[tuple[Lever, ...], tuple[Lever, ...],

@@ -65,6 +65,9 @@ class Lever:
     # gain_us as a % of the device window (the span less its unrecorded wait), or of the span for a lever drawing
     # that wait, which lies outside the window: set by levers.rank, read by every renderer
     share_pct: float = 0.0
+    # what share_pct is of, where the device window and the span differ: "the device window" or "the span"
+    # ("" where they are one: a trace with no unrecorded wait)
+    share_of: str = ""
 
 
 @dataclass(frozen=True)

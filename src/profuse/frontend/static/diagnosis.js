@@ -54,7 +54,7 @@ function card(lv, st, go) {
   }, k.length > 60 ? k.slice(0, 59) + "…" : k));
   return el("div", { class: "card lever", dataset: { kind: lv.kind, gain: String(lv.gain_us) } },
     el("div", {}, el("b", {}, lv.kind), " ", lv.target),
-    el("div", { class: "big" }, `save up to ${fmtUs(lv.gain_us)} (${lv.share_pct.toFixed(0)}%)`),
+    el("div", { class: "big" }, `save up to ${fmtUs(lv.gain_us)} (${lv.share_pct.toFixed(0)}%${lv.share_of ? " of " + lv.share_of : ""})`),
     el("div", { class: "muted" }, `confidence: ${lv.confidence} · evidence: ${lv.grade} · ${lv.evidence}`),
     el("div", { class: "rec" }, lv.how),
     links.length ? el("div", {}, "ops: ", links) : null,

@@ -370,6 +370,7 @@
  * @property {number} python_events
  * @property {number} ops
  * @property {Array<Finding>} findings
+ * @property {number} counter_ranges
  */
 
 /**
@@ -469,6 +470,7 @@
  * @property {Array<number>} caps
  * @property {string} grade
  * @property {number} share_pct
+ * @property {string} share_of
  */
 
 /**
