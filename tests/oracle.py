@@ -686,6 +686,17 @@ def graph_launch_idle_us(path: Path | str) -> float:
     return _idle_inside(path, lambda e: str(e.get("name", "")).startswith(GRAPH_LAUNCH_NAMES))
 
 
+def blocked_launches(path: Path | str) -> tuple[int, float]:
+    """(how many, idle µs inside them) of the kernel launch calls over 1 ms (a blocked launch: a module's first
+    load, a full launch queue; never launch work) that hold idle time of the steady spans."""
+    def blocked(e: Event) -> bool:
+        return category(e) in LAUNCH_CATS and "launchkernel" in str(e.get("name", "")).lower() and e["dur"] > 1000
+
+    calls = [e for e in exact_events(str(path)) if blocked(e)]
+    held = [e for e in calls if _idle_inside(path, lambda x, e=e: x is e) > 0]
+    return len(held), _idle_inside(path, blocked)
+
+
 def launch_cpu_us(path: Path | str, lo: float, hi: float) -> float:
     """The durations of the launch calls starting in [lo, hi) that launched a device activity, summed: a
     plain call of at most 1 ms, a graph launch of any length (a longer plain call blocked)."""

@@ -757,7 +757,8 @@ def test_every_class_cause_and_lever_kind_is_documented():
              "precision", "gemm", "memory_bound", "communication", "attention_kernel", "no_device_data"} | {
                  "fusion:<pattern>"} | set(SLUG.values())
     # host_sync's, cpu_work's and cuda_graphs' texts
-    variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime", "graphs_outside", "elementwise_loop"}
+    variants = {"sync_copy", "sync_wait", "cpu_work_model", "cpu_work_runtime", "cpu_work_blocked", "graphs_outside",
+                "elementwise_loop"}
     assert set(HOW) - variants <= kinds
     for word in (*BUSY_PRIORITY, *IDLE_CAUSES, "not_recorded", "unrecorded/wait", *kinds, *CPU_LEAVES):
         assert f"`{word}`" in doc, word
@@ -775,8 +776,38 @@ def test_cpu_work_inside_runtime_calls_says_warm_up_and_names_the_calls(capsys):
 
     assert main(["report", str(trace_path("a100_alexnet.json.gz")), "--format", "json"]) == 0
     top = json.loads(capsys.readouterr().out)["diagnosis"]["levers"][0]
-    assert top["kind"] == "cpu_work" and "inside runtime calls: cudaDeviceGetStreamPriorityRange" in top["evidence"]
+    assert top["kind"] == "cpu_work"
+    assert "inside runtime calls that neither launch nor synchronise: cudaDeviceGetStreamPriorityRange" in top["evidence"]
     assert "warm-up" in top["how"] and "DataLoader" not in top["how"]
+
+
+@pytest.mark.parametrize(("name", "first_advice"), [("legacy_capitalized_categories.json.gz", "blocked"),
+                                                    ("mi300_normalization_layers.json.gz", "blocked"),
+                                                    ("a100_alexnet.json.gz", "runtime")])
+def test_cpu_work_in_a_blocked_launch_says_so_and_advises_a_warm_up(name, first_advice):
+    # GIVEN traces whose host sat in kernel launch calls over 1 ms while the device idled (the raw JSON: a first
+    # 1.41 ms cudaLaunchKernel; 10 hipLaunchKernel/hipExtModuleLaunchKernel calls up to 331.6 ms; a 3.06 s
+    # cudaLaunchKernel beside 39 s of CUDA context set-up and allocation): no launch work by the 1 ms rule
+    calls, idle_us = oracle.blocked_launches(trace_path(name))
+    assert calls and idle_us > 1000
+    from profuse.units import fmt_us
+
+    d = diag(trace_path(name))
+    work = next(lv for lv in (*d.levers, *d.small_items) if lv.kind == "cpu_work")
+    # THEN cpu_work says that time sits in that many launch calls over 1 ms, blocked ones, as long as the raw JSON
+    # has it, and never calls them runtime calls that neither launch nor synchronise
+    plural = "" if calls == 1 else "s"
+    assert (f"{fmt_us(idle_us)} of it in {calls} launch call{plural} over 1 ms (" in work.evidence
+            and "a blocked launch, such as a module's first load or a full launch queue" in work.evidence), work.evidence
+    assert "outside launches" not in work.evidence
+    named = work.evidence.partition("neither launch nor synchronise: ")[2]
+    assert "LaunchKernel" not in named
+    # AND its advice for them is a warm-up (each kernel once) or eager module loading, after the advice for
+    # the calls that neither launch nor synchronise where those hold more of the time (alexnet's context set-up)
+    blocked = work.how.index("CUDA_MODULE_LOADING=EAGER")
+    assert "run each kernel once first" in work.how and "full launch queue" in work.how
+    runtime = work.how.find("neither launch nor synchronise")
+    assert (runtime == -1 or blocked < runtime) if first_advice == "blocked" else 0 <= runtime < blocked
 
 
 def test_a_step_waiting_on_its_dataloader_gives_input_pipeline(tmp_path):

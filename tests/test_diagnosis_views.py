@@ -65,7 +65,7 @@ def test_console_prints_the_json_numbers(doc, capsys):
 
 @pytest.mark.parametrize("name", ["a100_alexnet.json.gz", "mi300_normalization_layers.json.gz"])
 def test_lever_evidence_writes_durations_as_the_renderers_do(name):
-    # GIVEN a trace whose launching thread worked over a second outside launches
+    # GIVEN a trace whose launching thread spent over a second outside launch overhead while the device idled
     d = json_diagnosis(name)
     texts = [lv["evidence"] for lv in d["levers"]]
     # THEN the evidence writes each duration as fmt_us does ("43.29 s", not "43287.75 ms")

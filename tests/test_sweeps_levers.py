@@ -35,6 +35,7 @@ from profuse.analysis.diagnosis.budget import (
 )
 from profuse.analysis.diagnosis.records import Steady
 from profuse.trace import compiled
+from profuse.trace.vocabulary import is_graph_launch, is_launch
 
 # --- the previous rules, kept here as the oracles -------------------------------------------------------
 
@@ -302,16 +303,28 @@ def old_held_names(w: OldWork, held: np.ndarray, holder: np.ndarray,
     return names, ops
 
 
-def old_runtime_holders(w: OldWork, t: np.ndarray, ns: np.ndarray) -> tuple[Counter[str], np.ndarray]:
-    out: Counter[str] = Counter()
+def old_runtime_holders(w: OldWork, t: np.ndarray, ns: np.ndarray) -> tuple[levers.InCalls, np.ndarray]:
+    """The ns per CUDA/HIP runtime call holding each time, by kind of call, read call by call: a launch call (the
+    device vocabulary's) over 1 ms but a graph launch blocked, a shorter one is left out, any other call neither
+    launches nor synchronises; and how many distinct launch calls of the two kinds held any."""
     held_by = np.zeros(t.size, dtype=bool)
     rt = w.host_runtime
     if rt.size == 0 or not rt.any() or t.size == 0:
-        return out, held_by
+        return levers.InCalls(Counter(), Counter(), Counter(), 0, 0), held_by
     names = w.host_name[rt]
     cuda = old_per_name(names, lambda n: str(n).startswith(("cuda", "hip", "cu")))
-    held = old_covering(w.host_ts[rt][cuda], w.host_end[rt][cuda], t)
-    return old_ns_by_name(names[cuda], held, ns), held >= 0
+    ts, end, names = w.host_ts[rt][cuda], w.host_end[rt][cuda], names[cuda]
+    held = old_covering(ts, end, t)
+    gap = LAUNCH_GAP_MAX_US * 1000
+    kind = [levers.OTHER_CALL if not is_launch(str(n)) else
+            levers.LEFT_OUT_LAUNCH if e - s <= gap or is_graph_launch(str(n)) else levers.BLOCKED_LAUNCH
+            for n, s, e in zip(names.tolist(), ts.tolist(), end.tolist())]
+    of = np.asarray([*kind, levers.OTHER_CALL], dtype=np.int64)[held]
+    parts = [old_ns_by_name(names, np.where(of == k, held, -1), ns)
+             for k in (levers.OTHER_CALL, levers.BLOCKED_LAUNCH, levers.LEFT_OUT_LAUNCH)]
+    calls = [len({int(i) for i, k in zip(held.tolist(), of.tolist()) if i >= 0 and k == want})
+             for want in (levers.BLOCKED_LAUNCH, levers.LEFT_OUT_LAUNCH)]
+    return levers.InCalls(*parts, *calls), held >= 0
 
 
 def old_model_intervals(w: OldWork) -> tuple[np.ndarray, np.ndarray]:
@@ -328,12 +341,13 @@ def old_model_intervals(w: OldWork) -> tuple[np.ndarray, np.ndarray]:
 def old_cpu_other(v: int, w: OldWork, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> levers.CpuOther:
     """levers._cpu_other as it was (``v``: the leaf's ns, ctx.leaf("idle/cpu_other"))."""
     if not v:
-        return levers.CpuOther(0, 0, Counter(), Counter(), Counter(), 0, Counter(), Counter(), Counter())
+        return levers.CpuOther(0, 0, Counter(), Counter(), levers.InCalls(Counter(), Counter(), Counter(), 0, 0), 0,
+                               Counter(), Counter(), Counter())
     m = label == CPU_OTHER
     t, v_ns = start[m], ns[m]
     held, holder = old_holding(w, t)
     names, ops = old_held_names(w, held, holder, v_ns)
-    runtime, in_runtime = old_runtime_holders(w, t, v_ns)
+    calls, in_runtime = old_runtime_holders(w, t, v_ns)
     gap = LAUNCH_GAP_MAX_US * 1000
     long_ = w.host_end - w.host_ts
     top = w.host_top & (long_ > gap) & (old_launch_calls_in(w) * gap < long_)
@@ -343,7 +357,7 @@ def old_cpu_other(v: int, w: OldWork, start: np.ndarray, ns: np.ndarray, label: 
     model_ops = old_ns_by_name(w.host_name[w.host_top], held[inside], v_ns[inside])
     pieces_ns = int(v_ns.sum())
     model_ns = round(v * int(v_ns[inside].sum()) / max(pieces_ns, 1))
-    return levers.CpuOther(v, pieces_ns, names, ops, runtime, model_ns, rest_names, rest_ops, model_ops)
+    return levers.CpuOther(v, pieces_ns, names, ops, calls, model_ns, rest_names, rest_ops, model_ops)
 
 
 # --- helpers -----------------------------------------------------------------------------------------------
@@ -353,8 +367,11 @@ def _same_cpu_other(got: levers.CpuOther, want: levers.CpuOther) -> None:
     """Every figure, and every Counter with its order (most_common breaks ties by it)."""
     for f in ("total_ns", "pieces_ns", "model_ns"):
         assert getattr(got, f) == getattr(want, f), f
-    for f in ("names", "ops", "runtime", "rest_names", "rest_ops", "model_ops"):
+    for f in ("names", "ops", "rest_names", "rest_ops", "model_ops"):
         assert list(getattr(got, f).items()) == list(getattr(want, f).items()), f
+    for f in ("runtime", "blocked", "left_out"):
+        assert list(getattr(got.calls, f).items()) == list(getattr(want.calls, f).items()), f
+    assert (got.calls.blocked_calls, got.calls.left_out_calls) == (want.calls.blocked_calls, want.calls.left_out_calls)
 
 
 def _context(w: DeviceWork, v: int) -> levers.Context:
@@ -465,10 +482,13 @@ def test_cpu_other_is_the_previous_rule_on_hand_built_intervals(in_order: bool, 
         _same_cpu_other(got, want)
         _same_cpu_other(chunked, want)
         assert got.total_ns == v, trial
-        seen.update(f for f in ("names", "runtime", "rest_names", "model_ops") if getattr(got, f))
+        seen.update(f for f in ("names", "rest_names", "model_ops") if getattr(got, f))
+        seen.update(f for f in ("runtime", "blocked", "left_out") if getattr(got.calls, f))
         seen.update(["model_ns"] if 0 < got.model_ns < got.total_ns else [])
-    # (and the trials held every kind of answer: names, runtime calls, the model's share and the rest's)
-    assert set(seen) == {"names", "runtime", "rest_names", "model_ops", "model_ns"} and min(seen.values()) > 10, seen
+    # (and the trials held every kind of answer: names, runtime calls of each kind (launch calls over 1 ms and
+    # shorter, other calls), the model's share and the rest's)
+    assert set(seen) == {"names", "runtime", "blocked", "left_out", "rest_names", "model_ops", "model_ns"}, seen
+    assert min(seen.values()) > 10, seen
 
 
 @pytest.mark.parametrize("in_order", [True, False])

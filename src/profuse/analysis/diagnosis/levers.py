@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace, compiled
-from ...trace.vocabulary import is_graph_launch, launch_call_sql
+from ...trace.vocabulary import is_graph_launch, is_launch, launch_call_sql
 from ...units import fmt_us
 from ..beside import Submit, now
-from ..busy import LAUNCH_GAP_MAX_US, Activities, late, launch_wait, named_launch_calls
+from ..busy import LAUNCH_GAP_MAX_US, Activities, late, launch_wait, launch_work, named_launch_calls
 from ..opclass import op_class
 from ..steps import step_model
 from .budget import (
@@ -95,6 +95,11 @@ HOW = {
                         "the first device call, allocation, device queries): make one device call before the "
                         "profiled steps (warm-up), and allocate once outside the step (reuse buffers) rather than "
                         "per step",
+    "cpu_work_blocked": "the host sat in launch calls that blocked: warm up before the profiled steps (run each "
+                        "kernel once first: a module loads on its first launch), or load every module at start "
+                        "(CUDA_MODULE_LOADING=EAGER; HIP_ENABLE_DEFERRED_LOADING=0 on ROCm); a launch that blocks "
+                        "while the device is busy is a full launch queue instead: the device is the bottleneck, "
+                        "not the host",
     "elementwise_loop": "the host time is a loop of small in-place elementwise ops (an optimizer stepping each "
                         "parameter: mul_, add_, addcmul_): use a foreach or fused optimizer "
                         "(torch.optim.AdamW(..., fused=True) or foreach=True), torch.compile the step "
@@ -804,16 +809,62 @@ def _outer_ops(trace: Trace, ids: list[int]) -> dict[int, str]:
     return {i: (names.get(top[i]) or "") if i in top else "" for i in wanted}
 
 
+# what a CUDA/HIP runtime call holding idle CPU time is (:func:`_call_kinds`): a call that neither launches nor
+# synchronises; a launch call over 1 ms, which blocked (busy.launch_work, the one rule, says it is no launch
+# work); a shorter launch call that rule still leaves out of launch overhead (its op ran over 1 ms before it,
+# or no device work of its was recorded)
+OTHER_CALL, BLOCKED_LAUNCH, LEFT_OUT_LAUNCH = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class InCalls:
+    """The idle CPU time inside CUDA/HIP runtime calls, by kind of call (:data:`BLOCKED_LAUNCH`, ...): ns per
+    call name, and how many distinct calls of each kind held any."""
+
+    runtime: Counter[str]    # ns per name of the calls that neither launch nor synchronise
+    blocked: Counter[str]    # ns per name of the launch calls over 1 ms
+    left_out: Counter[str]   # ns per name of the shorter launch calls launch overhead leaves out
+    blocked_calls: int
+    left_out_calls: int
+
+    @property
+    def total_ns(self) -> int:
+        """The ns inside any of these calls."""
+        return sum(self.runtime.values()) + sum(self.blocked.values()) + sum(self.left_out.values())
+
+
+class _CallTally:
+    """:class:`InCalls` summed over the chunks of idle pieces: each kind's ns per call name, and the calls
+    (host interval indices) of each launch kind seen."""
+
+    def __init__(self) -> None:
+        self.ns: tuple[Counter[str], Counter[str], Counter[str]] = (Counter(), Counter(), Counter())
+        self.calls: tuple[set[int], set[int]] = (set(), set())
+
+    def add(self, names: Sequence[str], code: np.ndarray, kind: np.ndarray, held: np.ndarray, ns: np.ndarray) -> None:
+        """Add the pieces' ns (``code``: each one's holding call's name code, -1 none; ``kind``: that call's kind;
+        ``held``: its host interval index)."""
+        for k, into in enumerate(self.ns):
+            into.update(_ns_by_code(names, code, ns, kind == k))
+        for k, seen in zip((BLOCKED_LAUNCH, LEFT_OUT_LAUNCH), self.calls):
+            seen.update(np.unique(held[(kind == k) & (held >= 0)]).tolist())
+
+    def done(self) -> InCalls:
+        """The sums."""
+        return InCalls(*self.ns, *(len(c) for c in self.calls))
+
+
 @dataclass(frozen=True)
 class CpuOther:
     """The idle CPU time of the launching thread (``idle/cpu_other``): what held it, and how much of it
-    was the model's own ops (a graph capture removes that part) or runtime calls (initialisation)."""
+    was the model's own ops (a graph capture removes that part) or runtime calls (initialisation, blocked
+    launches)."""
 
     total_ns: int
     pieces_ns: int          # the ns of the pieces looked at (the leaf, or the sample of it the pieces are)
     names: Counter[str]     # ns per innermost holder name (top-level op where one holds it)
     ops: Counter[str]       # ns per top-level op
-    runtime: Counter[str]   # ns per runtime call holding it
+    calls: InCalls          # ns per runtime call holding it, by kind of call
     model_ns: int           # the model's share: inside its ops and forward calls, not in a runtime call
     rest_names: Counter[str]  # names and top-level ops of the rest (outside the model)
     rest_ops: Counter[str]
@@ -830,7 +881,7 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
     assert w is not None
     v = ctx.leaf("idle/cpu_other")
     if not v:
-        return CpuOther(0, 0, Counter(), Counter(), Counter(), 0, Counter(), Counter(), Counter())
+        return CpuOther(0, 0, Counter(), Counter(), _CallTally().done(), 0, Counter(), Counter(), Counter())
     # inside the model: under any op or frame of its forward (at any depth: a built-in a forward calls
     # counts), and neither inside a runtime call (initialisation there is a warm-up's, not a graph's) nor
     # inside an op longer than launch overhead's 1 ms bound (a host stall: an allocation, CPU compute)
@@ -844,9 +895,11 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
     top, model, host_top = _Cover(stall), _Cover(_model_intervals(w)), _Cover(w.host_top)
     cuda = _cuda_calls(w)
     runtime_calls = None if cuda is None else _Cover(cuda)
+    kinds = _call_kinds(w)
     code = _Held.codes(w)
     # sums over the chunks, each Counter filled in the order the pieces first name each key (as one pass would)
-    ops, free, runtime, rest_ops, rest_free, model_ops = (Counter[str]() for _ in range(6))
+    ops, free, rest_ops, rest_free, model_ops = (Counter[str]() for _ in range(5))
+    calls = _CallTally()
     pieces_ns = model_in_ns = 0
     for lo in range(0, label.size, CPU_OTHER_CHUNK):
         m = label[lo:lo + CPU_OTHER_CHUNK] == CPU_OTHER
@@ -855,7 +908,7 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
         t, v_ns = start[lo:lo + CPU_OTHER_CHUNK][m], ns[lo:lo + CPU_OTHER_CHUNK][m]
         h = _Held.of(w, t, host_top, code)  # each time's holders, found once for the counts below
         _held_ns(w, h, v_ns, ops, free)
-        in_runtime = _runtime_holders(w, h, v_ns, runtime_calls, runtime)
+        in_runtime = _runtime_holders(w, h, v_ns, runtime_calls, kinds, calls)
         inside = (h.covering(top) < 0) & ~in_runtime
         inside &= h.covering(model) >= 0
         _held_ns(w, h, v_ns, rest_ops, rest_free, ~inside)
@@ -865,7 +918,7 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
         del h, t, v_ns, inside, in_runtime   # before the next chunk's are made
     # the model's share of the leaf, in the leaf's own ns (the pieces may be a sample of it)
     model_ns = round(v * model_in_ns / max(pieces_ns, 1))
-    return CpuOther(v, pieces_ns, ops + free, ops, runtime, model_ns, rest_ops + rest_free, rest_ops, model_ops)
+    return CpuOther(v, pieces_ns, ops + free, ops, calls.done(), model_ns, rest_ops + rest_free, rest_ops, model_ops)
 
 
 def _launch_calls_in(w: DeviceWork, keep: np.ndarray) -> np.ndarray:
@@ -959,16 +1012,15 @@ def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
         return []
     names, ops = (cpu.rest_names, cpu.rest_ops) if graphs_take else (cpu.names, cpu.ops)
     top_names = list(dict.fromkeys(display_name(n) for n in _top(names, 4)))
-    ev = f"the launching thread worked {_us(v)} outside launches while the device was idle"
+    ev = f"the launching thread spent {_us(v)} outside launch overhead and waits while the device was idle"
     if graphs_take:
         ev += f"; {_us(graphs_take)} of it is the model's op dispatch (the cuda_graphs lever's), the other " \
               f"{_us(v - graphs_take)} is not"
     ev += f": {', '.join(top_names)}" if top_names else ""
-    runtime = cpu.runtime
-    if sum(runtime.values()) > cpu.pieces_ns / 2:  # inside runtime calls: initialisation, allocation, queries
-        ev += f" ({100 * sum(runtime.values()) / max(cpu.pieces_ns, 1):.0f}% of it inside runtime " \
-              f"calls: {', '.join(_top(runtime, 3))})"
-        how = HOW["cpu_work_runtime"]
+    in_calls = cpu.calls.total_ns > cpu.pieces_ns / 2   # initialisation, allocation, queries, blocked launches
+    ev += _in_calls_evidence(cpu, in_calls)
+    if in_calls:
+        how = _in_calls_how(cpu.calls)
     elif _elementwise_loop(ops):
         ev += f" ({100 * _loop_share(ops):.0f}% of it in in-place elementwise ops: a per-parameter loop)"
         how = HOW["elementwise_loop"]
@@ -979,6 +1031,49 @@ def _cpu_work(ctx: Context, cpu: CpuOther) -> list[Lever]:
         how = HOW["cpu_work"]
     return [_lever(ctx, "cpu_work", ctx.target, v - graphs_take, "medium", ev, how, ("idle/cpu_other",),
                    ops=tuple(_top(ops, 4)))]
+
+
+CALL_ADVICE_SHARE = 0.05   # a kind of runtime call holding this share of the time inside calls gets its advice
+
+
+def _in_calls_evidence(cpu: CpuOther, runtime: bool) -> str:
+    """What of the idle CPU time sat inside runtime calls: launch calls over 1 ms (blocked) and the shorter
+    launch calls launch overhead leaves out, wherever they hold any (a launch call's time is never left
+    unexplained), and (``runtime``) the calls that neither launch nor synchronise."""
+    c = cpu.calls
+
+    def leaf_ns(part: Counter[str]) -> int:   # the leaf's ns (the pieces may be a sample of it)
+        return round(cpu.total_ns * sum(part.values()) / max(cpu.pieces_ns, 1))
+
+    parts = []
+    if c.blocked:
+        parts.append(f"{_us(leaf_ns(c.blocked))} of it in {c.blocked_calls} launch call{_s(c.blocked_calls)} over "
+                     f"1 ms ({', '.join(_top(c.blocked, 3))}): a blocked launch, such as a module's first load or "
+                     "a full launch queue")
+    if c.left_out:
+        parts.append(f"{_us(leaf_ns(c.left_out))} in {c.left_out_calls} shorter launch call{_s(c.left_out_calls)} "
+                     f"({', '.join(_top(c.left_out, 3))}) that launch overhead leaves out: the op around each ran "
+                     "over 1 ms before it, or no device work of its was recorded")
+    if runtime and c.runtime:
+        pct = 100 * sum(c.runtime.values()) / max(cpu.pieces_ns, 1)
+        parts.append(f"{_us(leaf_ns(c.runtime))} ({f'{pct:.0f}%' if pct >= 0.5 else 'under 1%'}) inside runtime "
+                     f"calls that neither launch nor synchronise: {', '.join(_top(c.runtime, 3))}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _in_calls_how(c: InCalls) -> str:
+    """The advice for idle CPU time mostly inside runtime calls: for blocked launches (a warm-up, eager module
+    loading) and for the calls that neither launch nor synchronise (a warm-up call, allocation outside the
+    step), the larger first, each where it holds at least :data:`CALL_ADVICE_SHARE` of the time in calls."""
+    total = max(c.total_ns, 1)
+    held = sorted(((sum(c.blocked.values()), HOW["cpu_work_blocked"]), (sum(c.runtime.values()), HOW["cpu_work_runtime"])),
+                  key=lambda p: -p[0])
+    advice = [how for ns, how in held if ns >= CALL_ADVICE_SHARE * total]
+    return "; ".join(advice) or HOW["cpu_work"]
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
 
 
 def _input_pipeline(ctx: Context) -> list[Lever]:
@@ -1033,14 +1128,30 @@ def _cuda_calls(w: DeviceWork) -> np.ndarray | None:
     return out
 
 
-def _runtime_holders(w: DeviceWork, h: _Held, ns: np.ndarray, cuda: _Cover | None,
-                     into: Counter[str]) -> np.ndarray:
-    """Add to ``into`` the ns per runtime call name (neither launch nor sync: those are other causes;
-    ``cuda``: :func:`_cuda_calls`) holding each idle time, and return which times a runtime call holds."""
+def _call_kinds(w: DeviceWork) -> np.ndarray:
+    """Each host interval's kind as a runtime call holding idle CPU time (:data:`BLOCKED_LAUNCH`, ...), and a
+    last :data:`OTHER_CALL` (for no interval): a launch call (the device vocabulary's) that is no launch work by
+    :func:`busy.launch_work` on its own length blocked; a shorter one is left out of launch overhead all the
+    same (the budget gives a call's idle time to launch overhead only where the call launched recorded work
+    and its op's dispatch up to it is launch work); any other call neither launches nor synchronises (a
+    synchronising call's time is ``idle/host_sync``)."""
+    launch = _per_name(w, is_launch)
+    kinds = np.zeros(w.host_code.size + 1, dtype=np.int8)
+    if launch.any():
+        graph = _per_name(w, is_graph_launch)[launch]
+        work = launch_work(w.host_end[launch] - w.host_ts[launch], graph)
+        kinds[:-1][launch] = np.where(work, LEFT_OUT_LAUNCH, BLOCKED_LAUNCH)
+    return kinds
+
+
+def _runtime_holders(w: DeviceWork, h: _Held, ns: np.ndarray, cuda: _Cover | None, kinds: np.ndarray,
+                     into: _CallTally) -> np.ndarray:
+    """Add to ``into`` the ns per runtime call holding each idle time, by the call's kind (``kinds``:
+    :func:`_call_kinds`; ``cuda``: :func:`_cuda_calls`), and return which times a runtime call holds."""
     if cuda is None or h.t.size == 0:
         return np.zeros(h.t.size, dtype=bool)
     held = h.covering(cuda)
-    into.update(_ns_by_code(w.host_names, h.code[held], ns))
+    into.add(w.host_names, h.code[held], kinds[held], held, ns)
     out: np.ndarray = held >= 0
     return out
 
