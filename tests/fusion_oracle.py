@@ -179,6 +179,7 @@ class Match:
     saving_ns: float
     confidence: str
     intermediates: list[tuple[str, int]] = field(default_factory=list)
+    model: str = ""   # the model the saving is by (a key of advice.records.SAVING_MODELS)
 
 
 # --- patterns ----------------------------------------------------------------------------------
@@ -444,12 +445,16 @@ MIN_BYTE_BOUND_GBPS = 0.01
 def _match(pattern: str, inst: ScopeInstance, units: list[Unit], cpu: bool) -> Match:
     device_ns = sum(u.device_ns for u in units)
     now, fused, inter = traffic(pattern, units)
+    # the model the saving is by: attention's inner kernels, a multi-kernel norm's kernel count, the bytes where
+    # shapes give them, else (no shapes) the kernel count
+    model = ("kernels between the matmuls" if pattern.startswith("attention") else "norm kernel count"
+             if pattern == "multi-kernel norm" else "memory traffic" if now else "kernel count")
     if pattern == "pointwise chain" and (not now or fused >= now):
         # nothing known to be saved: an unnamed chain's only model is its bytes
-        return Match(pattern, inst, units, device_ns, now, fused, 0.0, "low", inter)
+        return Match(pattern, inst, units, device_ns, now, fused, 0.0, "low", inter, model)
     if cpu and device_ns and (not now or now / device_ns < MIN_BYTE_BOUND_GBPS):
         # on a CPU only bytes that explain the time back a saving; without shapes nothing is known
-        return Match(pattern, inst, units, device_ns, now, fused, 0.0, "low", inter)
+        return Match(pattern, inst, units, device_ns, now, fused, 0.0, "low", inter, model)
     if pattern.startswith("attention"):
         # the matmuls stay; what goes is the scores' round trips through memory (scale, mask, softmax)
         saving = float(sum(u.device_ns for u in units[1:-1]))
@@ -470,7 +475,7 @@ def _match(pattern: str, inst: ScopeInstance, units: list[Unit], cpu: bool) -> M
         # memory traffic, so the byte model is an upper bound, not a prediction (Llama RMSNorm on a CPU:
         # 3.12 ms predicted, 0.34 ms measured with torch.compile); measure it before trusting it
         conf = "low"
-    return Match(pattern, inst, units, device_ns, now, fused, saving, conf, inter)
+    return Match(pattern, inst, units, device_ns, now, fused, saving, conf, inter, model)
 
 
 # Op classes a match can start from: a chain needs a fusible op, attention a matmul, SwiGLU a mul.
@@ -563,7 +568,7 @@ def fusion_candidates(trace: Trace, matches: list[Match] | None = None) -> list[
             confidence=first.confidence, ops=[u.name for u in first.units],
             intermediate_bytes=sum(b for m in ms for _, b in m.intermediates),
             intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
-            shape=json.dumps([list(d) for d in _shapes[0]]) if _shapes else ""))
+            shape=json.dumps([list(d) for d in _shapes[0]]) if _shapes else "", saving_model=first.model))
     out.sort(key=lambda c: -c.predicted_saving_us)
     return out
 

@@ -756,6 +756,30 @@ def kernel_us_of_ops(path: Path | str, op_names: list[str], skip_first_of: str |
     return total
 
 
+def op_runs(path: Path | str, scope: str, names: tuple[str, ...]) -> list[tuple[int, float, bool]]:
+    """Each run of top-level ops named ``names``, one right after another, inside an annotation named ``scope``
+    (on its thread; a top-level op is a cpu_op inside no other cpu_op there): (the kernels their runtime calls
+    launched, those kernels' µs, whether any of the ops recorded input shapes)."""
+    events = list(exact_events(str(path)))
+    by_corr = _launch_starts(events)
+    device = [d for d in events if is_device_time(d)]
+    out = []
+    for a in (e for e in events if category(e) == "user_annotation" and e["name"] == scope):
+        inside = [o for o in events if category(o) == "cpu_op" and same_thread(o, a) and holds(a, o["ts"])]
+        top = sorted((o for o in inside if not any(p is not o and p["ts"] <= o["ts"] and o["ts"] + o["dur"]
+                                                   <= p["ts"] + p["dur"] and (p["dur"] > o["dur"] or p["order"] < o["order"])
+                                                   for p in inside)), key=lambda o: (o["ts"], o["order"]))
+        for i in range(len(top) - len(names) + 1):
+            run = top[i:i + len(names)]
+            if tuple(o["name"] for o in run) != names:
+                continue
+            kernels = [d for d in device if (launch := by_corr.get((d.get("args") or {}).get("correlation")))
+                       is not None and same_thread(launch, a) and any(holds(o, launch["ts"]) for o in run)]
+            out.append((len(kernels), float(sum(d["dur"] for d in kernels)),
+                        any((o.get("args") or {}).get("Input Dims") for o in run)))
+    return out
+
+
 SGLANG_MODES = {"DRAFT_EXTEND": "draft", "DRAFT_EXTEND_V2": "draft", "TARGET_VERIFY": "verify", "DECODE": "decode",
                 "EXTEND": "prefill"}
 

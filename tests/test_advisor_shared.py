@@ -7,6 +7,7 @@ import pytest
 from conftest import trace_path
 from oracle import calls_by_name as oracle_calls
 from oracle import compiled_region_kernel_names, compiled_region_names, module_calls, multi_kernel_norm_ops
+from oracle import op_runs as oracle_runs
 
 import profuse
 from profuse.analysis.advice.fusion import fusion_candidates
@@ -46,6 +47,36 @@ def test_no_norm_or_activation_candidate_where_modules_are_one_kernel(name):
     for c in cands(name):
         assert c.pattern not in NORM_OR_ACT, (c.pattern, c.scope)
         assert not any(m in c.scope for m in ("LayerNorm", "GELU", "Attention")), c.scope
+
+
+@pytest.mark.parametrize("name", ["v100_ns_timestamps.json.gz", "a100_nccl_rank0_of2.json.gz"])
+def test_a_candidate_without_shapes_names_the_kernel_count_rule_it_fell_back_to(name):
+    # GIVEN DDP ResNet traces whose ops recorded no input shapes: in the raw JSON each forward runs
+    # batch_norm -> add_ -> relu_ (3 kernels) at every block, and no op of those runs has Input Dims
+    runs = oracle_runs(trace_path(name), "DistributedDataParallel.forward",
+                       ("aten::batch_norm", "aten::add_", "aten::relu_"))
+    assert runs and not any(shaped for _k, _us, shaped in runs)
+    kernel_us = sum(us for _k, us, _s in runs)
+    rule_us = sum(us * 0.5 * (1 - 1 / k) for k, us, _s in runs)   # half the time of all but one kernel
+    assert {k for k, _us, _s in runs} == {3} and rule_us == pytest.approx(kernel_us / 3)
+    from profuse.analysis.diagnosis import diagnose
+    from profuse.units import fmt_us
+
+    with profuse.load(trace_path(name)) as t:
+        found = fusion_candidates(t)
+        d = diagnose(t, candidates=list(found))
+    # THEN the candidate is those runs, its bytes unknown, and its saving says the kernel-count rule made it
+    [c] = [c for c in found if c.pattern == "norm + residual add + activation"]
+    assert (c.instances, c.kernels_per_instance, c.bytes_now, c.shape) == (len(runs), 3, 0, "[]")
+    assert c.device_us == pytest.approx(kernel_us, abs=0.01)
+    assert c.predicted_saving_us == pytest.approx(rule_us, abs=0.01)
+    assert (c.saving_model, c.confidence) == ("kernel count", "low")
+    # AND its lever names that rule and its assumption, never a memory-traffic model, graded a low-confidence model
+    [lever] = [lv for lv in (*d.levers, *d.small_items) if lv.kind == "fusion:norm_residual_activation"]
+    assert f"a kernel-count rule, not a memory-traffic model, predicts {fmt_us(rule_us)} saved" in lever.evidence
+    assert "no input shapes were recorded" in lever.evidence and "half the time of all but one" in lever.evidence
+    assert "the memory-traffic model" not in lever.evidence
+    assert (lever.grade, lever.confidence) == ("inferred", "low")
 
 
 def test_compiled_region_kernels_and_their_source_ops():

@@ -170,7 +170,7 @@ def _advise_result(scope: str):
     cands = [Candidate(pattern="SiLU (x * sigmoid(x))", scope=scope, instances=4, kernels_per_instance=2.0,
                        recommendation="fuse", confidence="high", ops=["aten::sigmoid", "aten::mul"],
                        intermediates=[], intermediate_bytes=0, bytes_now=0, bytes_fused=0, shape="[8, 64]",
-                       device_us=100.0 + i, predicted_saving_us=50.0) for i in range(7)]
+                       device_us=100.0 + i, predicted_saving_us=50.0, saving_model="memory traffic") for i in range(7)]
     fix = FixResult(pattern=cands[0].pattern, scope=scope, fix="swap in torch.nn.functional.silu",
                     modules_changed=1, predicted_saving_us=5.0, measured_saving_us=12.5, scope_before_us=40.0,
                     scope_after_us=27.5, step_saving_us=11.0, max_abs_err=1.2e-7, max_rel_err=0.0, ok=True,

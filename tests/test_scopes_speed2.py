@@ -43,6 +43,16 @@ def saving_before(f: Facts, device_ns: int, kernels: tuple[int, int], inner_ns: 
     return saving, conf
 
 
+def model_before(f: Facts) -> str:
+    """The saving model the previous rule's branches take (saving_before): attention, a multi-kernel norm, bytes,
+    else no shapes."""
+    if f.pattern.startswith("attention"):
+        return "kernels between the matmuls"
+    if f.pattern == "multi-kernel norm":
+        return "norm kernel count"
+    return "memory traffic" if f.bytes_now else "kernel count"
+
+
 def candidates_before(matches: list[Match]) -> list[Candidate]:
     import json
 
@@ -70,7 +80,8 @@ def candidates_before(matches: list[Match]) -> list[Candidate]:
             confidence=ms[0].confidence, ops=list(first.ops),
             intermediate_bytes=sum(b for m in ms for _, b in m.facts.intermediates),
             intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
-            shape=json.dumps([list(d) for d in first.shapes[0]]) if first.shapes else ""))
+            shape=json.dumps([list(d) for d in first.shapes[0]]) if first.shapes else "",
+            saving_model=model_before(first)))
     out.sort(key=lambda c: -c.predicted_saving_us)
     return out
 

@@ -204,10 +204,11 @@ def render_fusion(console: Console, view: ReportView) -> None:
     cols = [Column("Pattern", name=True), Column("Scope", name=True), Column("Calls", keep=3),
             Column("Kernels/call", keep=1), Column(f"{view.document.device_label} time", keep=4),
             Column("Bytes now -> fused", keep=0), Column("Predicted saving", keep=5),
-            Column("Confidence", left=True, keep=2)]
+            Column("Saving model", left=True, keep=1), Column("Confidence", left=True, keep=2)]
     print_fitted(console, cols, [
         [text(c.pattern), text(c.scope), str(c.instances), f"{c.kernels_per_instance:g}", fmt_us(c.device_us),
-         f"{c.bytes_now / 1e6:.1f} -> {c.bytes_fused / 1e6:.1f} MB", fmt_us(c.predicted_saving_us), c.confidence]
+         f"{c.bytes_now / 1e6:.1f} -> {c.bytes_fused / 1e6:.1f} MB" if c.bytes_now else "not recorded",
+         fmt_us(c.predicted_saving_us), c.saving_model, c.confidence]
         for c in cands[:ADVICE_ROWS]])
     for cand in cands[:3]:
         console.print(text(f"  {cand.pattern} in {cand.scope}: {cand.recommendation}", style="cyan"))

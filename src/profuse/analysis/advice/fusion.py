@@ -5,7 +5,7 @@ fusible work (pointwise, reduction, norm, softmax, copy ops and norm/activation 
 A run is named by the first pattern that matches (RMSNorm, LayerNorm, softmax, GELU, SwiGLU, rotary
 embedding, residual add + norm, bias + activation), attention is found across matmuls, and on
 devices a single norm op that launches several kernels is a candidate too. Instances are grouped
-by (pattern, scope) and carry a memory-traffic model of what fusion saves.
+by (pattern, scope) and carry what fusion saves, with the model it comes from (``saving_model``).
 
 The search runs over the unit table's columns (analysis/scopes.py): what a rule asks of an op's name
 or shapes is answered once per distinct name and shape, the runs, windows and pairs are found by
@@ -13,7 +13,9 @@ sweeps over all instances at once, and a run's pattern and bytes once per distin
 savings and their grouping into candidates are array operations over the matches as columns.
 
 The saving model: a chain of memory-bound kernels takes time in proportion to the bytes it moves,
-so fused time = time now x bytes fused / bytes now. Bytes come from the recorded input shapes.
+so fused time = time now x bytes fused / bytes now. Bytes come from the recorded input shapes; without
+them (and for attention and multi-kernel norms) a saving comes from another rule, and the candidate says
+which (:func:`saving_model`).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from .. import figures
 from ..device_events import device_events
 from ..opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
 from ..scopes import UnitTable, op_parent_rows, op_parents, scope_class, title_of, unit_table
-from .records import Candidate
+from .records import SAVING_MODELS, Candidate
 
 if TYPE_CHECKING:
     import numpy as np
@@ -351,6 +353,19 @@ class Match:
 
 CONFIDENCE = ("low", "medium", "high")
 _MEDIUM = ("pointwise chain", "bias + activation", "residual add + norm")   # named by bytes alone: medium at most
+MODELS = tuple(SAVING_MODELS)   # "memory traffic", "kernels between the matmuls", "norm kernel count", "kernel count"
+
+
+def saving_model(pattern: str, bytes_now: int) -> str:
+    """The model a match's saving comes from (a key of :data:`records.SAVING_MODELS`), first that applies:
+    attention, the time of the kernels between its matmuls; a multi-kernel norm, its kernel count; bytes
+    recorded (input shapes), the memory traffic; else (no shapes) the kernel count. The one rule
+    :func:`_savings` computes by and each candidate names."""
+    if pattern.startswith("attention"):
+        return "kernels between the matmuls"
+    if pattern == MULTI_KERNEL_NORM:
+        return "norm kernel count"
+    return "memory traffic" if bytes_now else "kernel count"
 
 
 def _savings(facts: list[Facts], fact: np.ndarray, device_ns: np.ndarray, kernels: tuple[np.ndarray, np.ndarray],
@@ -366,8 +381,10 @@ def _savings(facts: list[Facts], fact: np.ndarray, device_ns: np.ndarray, kernel
         found: np.ndarray = np.asarray([test(p) for p in pattern], dtype=bool)[fact]
         return found
 
-    chain, attention = which(lambda p: p == "pointwise chain"), which(lambda p: p.startswith("attention"))
-    norm, medium = which(lambda p: p == "multi-kernel norm"), which(lambda p: p in _MEDIUM)
+    chain, medium = which(lambda p: p == "pointwise chain"), which(lambda p: p in _MEDIUM)
+    model = np.asarray([MODELS.index(saving_model(f.pattern, f.bytes_now)) for f in facts], dtype=np.int64)[fact]
+    by_traffic, attention, norm = (model == MODELS.index(m) for m in ("memory traffic", "kernels between the matmuls",
+                                                                      "norm kernel count"))
     d, n, f = device_ns.astype(np.float64), now.astype(np.float64), fused.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         # nothing known to be saved: an unnamed chain's only model is its bytes; on a CPU only bytes that
@@ -376,11 +393,10 @@ def _savings(facts: list[Facts], fact: np.ndarray, device_ns: np.ndarray, kernel
             (cpu & (device_ns != 0) & ((now == 0) | (n / d < MIN_BYTE_BOUND_GBPS)))
         by_bytes = d * np.maximum(0.0, 1 - f / n)
         k = np.maximum(kernels[1], 1)
-        saving = np.where(attention, inner_ns.astype(np.float64),  # the matmuls stay; the scores' round trips go
-                          np.where(norm, d * np.maximum(0.0, 1 - 2 / (k + 1)),
-                                   np.where(now != 0, by_bytes,
-                                            d * 0.5 * (1 - 1 / kernels[0]))))   # no shapes: half of all but one kernel
-    conf = np.where(attention, 1, np.where(norm | (now == 0), 0, np.where(medium, 1, 2)))
+        saving = np.select([attention, norm, by_traffic],   # the matmuls stay; the scores' round trips go
+                           [inner_ns.astype(np.float64), d * np.maximum(0.0, 1 - 2 / (k + 1)), by_bytes],
+                           d * 0.5 * (1 - 1 / kernels[0]))   # no shapes: half of all but one kernel
+    conf = np.where(attention, 1, np.where(by_traffic, np.where(medium, 1, 2), 0))
     # on a CPU the chain's tensors often sit in cache and its ops cost dispatch and compute more than
     # memory traffic, so the byte model is an upper bound, not a prediction (Llama RMSNorm on a CPU:
     # 3.12 ms predicted, 0.34 ms measured with torch.compile); measure it before trusting it
@@ -850,6 +866,7 @@ def fusion_candidates(trace: Trace, matches: list[Match] | None = None) -> list[
             bytes_now=now, bytes_fused=fused, predicted_saving_us=figures.us(float(saved[g]) / 1000),
             recommendation=RECOMMEND[f.pattern], confidence=CONFIDENCE[int(x.confidence[m])], ops=list(f.ops),
             intermediate_bytes=inter_bytes, intermediates=[{"op": k, "bytes_per_instance": v} for k, v in inter.items()],
-            shape=json.dumps([list(d) for d in f.shapes[0]]) if f.shapes else ""))
+            shape=json.dumps([list(d) for d in f.shapes[0]]) if f.shapes else "",
+            saving_model=saving_model(f.pattern, f.bytes_now)))   # the first match's, as its confidence
     out.sort(key=lambda c: -c.predicted_saving_us)
     return out

@@ -31,6 +31,22 @@ class Candidate:
     shape: str              # input shapes of the first op: instances that differ in shape are grouped apart
     device_us: float
     predicted_saving_us: float
+    saving_model: str       # what the prediction comes from: a key of SAVING_MODELS (fusion.saving_model)
+
+
+# The models a fusion candidate's predicted saving comes from (``Candidate.saving_model``; which one a match
+# takes is fusion.saving_model's rule): how a lever's evidence names each, and what it assumes.
+SAVING_MODELS = {
+    "memory traffic": ("the memory-traffic model", "the kernels are memory-bound, so their time goes with the bytes "
+                       "they move, read from the recorded input shapes"),
+    "kernels between the matmuls": ("the kernels between the matmuls", "a fused attention kernel runs none of the "
+                                    "kernels between the two matmuls (scale, mask, softmax): their measured time goes"),
+    "norm kernel count": ("a kernel-count rule, not a memory-traffic model,", "a norm op's k kernels are taken as k + 1 "
+                          "passes over its tensor (a read per kernel, one write) and the fused kernel's as 2, so "
+                          "(k - 1)/(k + 1) of its time goes"),
+    "kernel count": ("a kernel-count rule, not a memory-traffic model,", "no input shapes were recorded, so no bytes: "
+                     "fusing an instance's kernels into one is taken to save half the time of all but one of them"),
+}
 
 
 @dataclass

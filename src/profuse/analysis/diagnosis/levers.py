@@ -1644,13 +1644,24 @@ def fusion_levers(ctx: Context, draws: tuple[str, ...], attention_draws: tuple[s
     for c in ctx.candidates:
         attention = c.pattern.startswith("attention")
         kind = "attention_kernel" if attention else f"fusion:{SLUG.get(c.pattern, 'pointwise')}"
-        ev = (f"{c.instances} instance(s), {c.kernels_per_instance:g} kernels each, {_us(c.device_us * 1e3)} now; "
-              f"the memory-traffic model predicts {_us(c.predicted_saving_us * 1e3)} saved")
+        ev = f"{c.instances} instance(s), {c.kernels_per_instance:g} kernels each, {_us(c.device_us * 1e3)} now; " \
+             + _saving_evidence(c)
         if ctx.cpu:
             ev += " (an upper bound on a CPU, where these ops are seldom memory-bound: measure the fix)"
         out.append(_lever(ctx, kind, f"{c.pattern} in {c.scope}", c.predicted_saving_us * 1e3, c.confidence, ev,
                           c.recommendation, attention_draws if attention else draws, ops=tuple(c.ops)))
     return out
+
+
+def _saving_evidence(c: Any) -> str:
+    """What a fusion candidate's predicted saving comes from: the model it used (``c.saving_model``, a key of
+    ``advice.records.SAVING_MODELS``: the memory traffic where shapes gave the bytes, else the rule it fell back
+    to) and what that model assumes."""
+    from ..advice.records import SAVING_MODELS
+
+    name, assumes = SAVING_MODELS[c.saving_model]
+    moved = f" ({c.bytes_now / 1e6:.1f} -> {c.bytes_fused / 1e6:.1f} MB)" if c.saving_model == "memory traffic" else ""
+    return f"{name}{moved} predicts {_us(c.predicted_saving_us * 1e3)} saved: {assumes}"
 
 
 def no_device_data(trace: Trace) -> Lever | None:

@@ -103,6 +103,7 @@
  * @property {string} shape
  * @property {number} device_us
  * @property {number} predicted_saving_us
+ * @property {string} saving_model
  */
 
 /**

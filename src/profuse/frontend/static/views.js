@@ -85,9 +85,9 @@ function drawOverview(main, o, st, go, pending = false) {
   main.append(
     cands.length ? el("div", { class: "cards", id: "advice" }, cands.map(c => el("div", { class: "card advice" },
       el("div", {}, el("b", {}, c.pattern), " in ", c.scope),
-      el("div", { class: "muted" }, `${c.instances} calls · ${c.kernels_per_instance} kernels per call · ${fmtUs(c.device_us)} · ${fmtBytes(c.bytes_now)} → ${fmtBytes(c.bytes_fused)}`),
+      el("div", { class: "muted" }, `${c.instances} calls · ${c.kernels_per_instance} kernels per call · ${fmtUs(c.device_us)} · ${c.bytes_now ? `${fmtBytes(c.bytes_now)} → ${fmtBytes(c.bytes_fused)}` : "bytes not recorded"}`),
       el("div", { class: "big" }, "save ~" + fmtUs(c.predicted_saving_us)),
-      el("div", { class: "muted" }, `confidence: ${c.confidence}`),
+      el("div", { class: "muted" }, `confidence: ${c.confidence} · model: ${c.saving_model}`),
       el("div", { class: "rec" }, c.recommendation)))) : el("p", { class: "muted" }, "no fusion candidates"),
     el("h2", {}, "Hotspots"),
     table([{ key: "kind", label: "Kind" }, { key: "name", label: "Name", name: true },
