@@ -193,3 +193,27 @@ def test_hotspot_names_keep_head_and_tail(capsys: pytest.CaptureFixture[str]) ->
         assert ELLIPSIS in shown and shown.endswith(name[-10:])
         assert shown in kernels.replace("\n", "")
         assert name[:60] + " " not in kernels
+
+
+def test_hotspot_names_that_would_read_the_same_are_shown_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN sglang's decode on an MI300X, whose hottest kernels include Tensile GEMMs that differ only in the
+    # middle of their names (macro tile MT32x32x256 against MT64x32x256, both ending ..._WS64_WG16_4_4)
+    from conftest import trace_path
+
+    from profuse.report.fit import shorten_apart
+
+    path = str(trace_path("mi300_sglang_decode_cudagraph.json.gz"))
+    code, out = _run(capsys, "report", path, "--format", "json")
+    assert code == 0
+    names = [h["name"] for h in json.loads(out)["hotspots"] if h["kind"] == "kernel"][:5]
+    assert len({shorten_middle(n, 60) for n in names}) < len(set(names))   # the old cut made two of them one
+    # WHEN the console prints its Hotspots
+    code, text = _run(capsys, "report", path)
+    kernels = text[text.index("\nHotspots"):].split("kernels: ", 1)[1].replace("\n", "")
+    # THEN every kernel reads apart from the others, each shown as its head and tail around the ellipsis
+    shown = shorten_apart(names, 60)
+    assert len(set(shown)) == len(set(names))
+    for name, s in zip(names, shown):
+        assert s in kernels and (s == name or (ELLIPSIS in s and name.endswith(s.split(ELLIPSIS)[1])))
+    # AND names that read apart keep the 60-cell cut
+    assert shorten_apart(["a" * 70, "b" * 70], 60) == [shorten_middle("a" * 70, 60), shorten_middle("b" * 70, 60)]

@@ -27,7 +27,7 @@ from ._text import safe, text
 from .console_calltree import render_calltree
 from .console_diagnosis import render_diagnosis
 from .console_memory import fmt_bytes, render_memory
-from .fit import Column, fitted_table, left_out_note, print_fitted, shorten_middle
+from .fit import Column, fitted_table, left_out_note, print_fitted, shorten_apart, shorten_middle
 from .terminal import make_console as make_console  # where it was; the console alone needs no records
 from .terminal import renders_printable
 
@@ -303,7 +303,8 @@ def render_hotspots(console: Console, hotspots: list[Hotspot]) -> None:
     for kind in ("op", "module", "kernel"):
         hs = [h for h in hotspots if h.kind == kind][:5]
         if hs:
-            line = "; ".join(f"{shorten_middle(h.name, HOTSPOT_NAME_MAX)} {h.share_pct:.0f}%" for h in hs)
+            shown = shorten_apart([h.name for h in hs], HOTSPOT_NAME_MAX)
+            line = "; ".join(f"{name} {h.share_pct:.0f}%" for name, h in zip(shown, hs))
             console.print(text(f"  {kind}s: {line}"))
 
 

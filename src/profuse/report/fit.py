@@ -48,6 +48,23 @@ def shorten_middle(s: str, width: int) -> str:
     return f"{out_head}{ELLIPSIS}{out_tail}"
 
 
+def shorten_apart(names: list[str], width: int) -> list[str]:
+    """Each of ``names`` shortened by :func:`shorten_middle` to ``width`` cells, wider where two different names
+    would read the same (kernels that differ only in the middle: Tensile's ``Cijk_..._WG16_4_4``): those are
+    given 20 cells more at a time until they read apart or whole."""
+    out = [shorten_middle(n, width) for n in names]
+    wide = width
+    while True:
+        seen: dict[str, set[str]] = {}
+        for n, o in zip(names, out):
+            seen.setdefault(o, set()).add(n)
+        clash = {o for o, full in seen.items() if len(full) > 1}
+        if not clash or wide >= max(cell_len(n) for n in names):
+            return out
+        wide += 20
+        out = [shorten_middle(n, wide) if o in clash else o for n, o in zip(names, out)]
+
+
 def _take(s: str, cells: int) -> str:
     """The longest prefix of ``s`` at most ``cells`` wide (wide characters count twice)."""
     out, used = [], 0
