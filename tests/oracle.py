@@ -454,14 +454,32 @@ def _held_elsewhere(steps: list[Event], s: Event, launch: Event) -> bool:
     return innermost(holders) is s
 
 
+def _cpu_only(events: list[Event]) -> bool:
+    """No device: neither device activity nor a runtime call."""
+    return not any(is_device_time(e) or category(e) in LAUNCH_CATS for e in events)
+
+
+def _span_work(path: Path | str, spans: list[tuple[str, float, float, float]]) -> list[Any]:
+    """What each span is busy with: its device busy time (step_spans'); on a CPU-only trace the union of
+    the ops and annotations (not a step's own) that start in it, clipped to it."""
+    events = list(exact_events(str(path)))
+    if not _cpu_only(events):
+        return [busy for *_r, busy in spans]
+    ops = [e for e in events if category(e) in OP_CATS and not STEP_NAME.match(str(e.get("name", "")))]
+    return [union_us([(o["ts"], min(o["ts"] + o["dur"], hi)) for o in ops if lo <= o["ts"] < hi])
+            for _n, lo, hi, _b in spans]
+
+
 def steady_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
-    """The step spans without a warm-up first step (over 3x the median of the others' spans)."""
+    """The step spans without a warm-up first step: over 3x the median of the others' spans, while the
+    others are busy at all (device time; op time on a CPU-only trace). A first step that alone holds the
+    work is kept."""
     spans = step_spans(path)
     if len(spans) >= 2:
         others = sorted(hi - lo for _n, lo, hi, _b in spans[1:])
         mid = len(others) // 2
         median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
-        if spans[0][2] - spans[0][1] > 3 * median:
+        if spans[0][2] - spans[0][1] > 3 * median and any(w > 0 for w in _span_work(path, spans)[1:]):
             return spans[1:]
     return spans
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import oracle
 import pytest
-from conftest import ALL_TRACES, trace_id
+from conftest import ALL_TRACES, trace_id, trace_path
 
 import profuse
 from profuse.analysis.compare.diff import diff
@@ -283,3 +283,26 @@ def test_a_cpu_step_counts_the_collective_annotations_its_budget_counts():
     assert s.busy_pct == pytest.approx(want_pct, abs=0.01)
     cpu = sum(leaf.pct for leaf in d.budget if leaf.key.startswith("cpu/"))
     assert s.busy_pct == pytest.approx(cpu, abs=0.5)
+
+
+def _busy_leaves_us(budget: tuple[object, ...]) -> float:
+    return sum(lf.us for lf in budget if lf.key.startswith("busy/"))  # type: ignore[attr-defined]
+
+
+def test_a_first_step_that_alone_holds_the_device_work_is_no_warm_up() -> None:
+    # GIVEN a real ROCm training trace: ProfilerStep#1 (9.29 ms) holds all 16 device activities and every launch,
+    # ProfilerStep#2 (49 µs) none; the first is over 3x the median of the others, but they hold no device work
+    path = trace_path("mi250_rocm_toy_train.json.gz")
+    spans = oracle.step_spans(path)
+    (_a, lo1, hi1, busy1), (_b, lo2, hi2, busy2) = spans
+    assert hi1 - lo1 > 3 * (hi2 - lo2) and busy1 > 0 and busy2 == 0
+    steady = oracle.steady_spans(path)
+    assert steady == spans   # the oracle keeps it: dropping it would leave no device work to read
+    with profuse.load(path) as t:
+        d = diagnose(t)
+    # THEN no step is a warm-up: the budget is both steps', and holds the device work the trace recorded
+    assert [s.warmup for s in d.steps] == [False, False]
+    assert not any("warm-up" in n for n in d.notes)
+    assert d.span_us == pytest.approx(sum(hi - lo for _n, lo, hi, _b in steady), abs=TOL_US)
+    assert _busy_leaves_us(d.budget) == pytest.approx(busy1, abs=TOL_US)
+    assert _busy_leaves_us(d.budget) > 0

@@ -4,7 +4,7 @@ counters per step, as the launch-bound evidence of the diagnosis.
 The MTIA trace is real; the Neuron one is a real CUDA trace written as TorchNeuron writes it
 (test_privateuse1.rewrite), its launches renamed ``nrt_model_submit`` and its memsets
 ``dmem_buf_copyin`` (no Neuron trace with runtime counters is public). Expected counts come from the
-raw JSON: oracle.py's step spans, and the documented call names matched in each event's name.
+raw JSON: oracle.py's steady step spans, and the documented call names matched in each event's name.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from conftest import trace_path
 from test_privateuse1 import rewrite
 
+from profuse.analysis.diagnosis import diagnose
 from profuse.analysis.submissions import submission_notes, submissions
 from profuse.cli import main
 from profuse.trace import load
@@ -28,9 +29,9 @@ RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime", "hip_runtime", "mtia_r
 
 
 def _expected(path: Path, names: tuple[str, ...] | None = None) -> tuple[float, dict[str, float]]:
-    """(submissions per step, per call name) from the raw JSON, or with ``names`` the count per step of
+    """(submissions per steady step, per call name) from the raw JSON, or with ``names`` the count per step of
     events so named (runtime counters, any category)."""
-    spans = [(lo, hi) for _, lo, hi, _ in oracle.step_spans(path)]
+    spans = [(lo, hi) for _, lo, hi, _ in oracle.steady_spans(path)]
     counts: dict[str, int] = {}
     for e in oracle.exact_events(str(path)):
         name, cat = e.get("name") or "", (e.get("cat") or "").lower()
@@ -94,3 +95,19 @@ def test_neuron_runtime_counters_per_step_in_the_launch_bound_lever(tmp_path, ca
 def test_cuda_levers_keep_their_launch_gap_evidence():
     with load(trace_path("h100_bert_small.json.gz"), cache=False) as t:
         assert submission_notes(t) == []
+
+
+def test_submissions_per_step_are_counted_over_the_steps_the_budget_reads():
+    # GIVEN a real ROCm trace whose long first step holds every launch and the short second none
+    path = trace_path("mi250_rocm_toy_train.json.gz")
+    per_step, by_call = _expected(path)
+    steady = oracle.steady_spans(path)
+    with load(path, cache=False) as t:
+        s = submissions(t)
+        d = diagnose(t)
+    # THEN the submissions are counted over the steady steps, the ones the budget describes (both here: the
+    # first is no warm-up, it alone holds the device work), per step: the raw JSON's launch calls in their spans
+    assert s.steps == len(steady) == sum(not st.warmup for st in d.steps) == 2
+    assert s.per_step == pytest.approx(per_step, abs=0.01) and per_step == 7
+    assert dict(s.calls) == pytest.approx(by_call, abs=0.01)
+    assert "7 device submission(s) per step (hipLaunchKernel 6, hipExtModuleLaunchKernel 1)" in d.notes

@@ -34,6 +34,7 @@ from profuse.analysis.diagnosis.budget import (
     covered,
 )
 from profuse.analysis.diagnosis.records import Steady
+from profuse.analysis.steps import steady_spans
 from profuse.trace import compiled
 from profuse.trace.vocabulary import is_graph_launch, is_launch
 
@@ -674,7 +675,7 @@ def test_sweeps_are_the_previous_rules_on_every_trace(path: Path, twins: bool, m
             assert getattr(ctx.labels, f).tolist() == getattr(want, f).tolist(), f
         # and the steady pieces are each steady span's pieces, one after another
         start, ns, idx, label = levers._pieces(ctx)
-        old_parts = [old_pieces(ctx.labels, lo, hi) for lo, hi in _steady_spans(list(model.spans))]
+        old_parts = [old_pieces(ctx.labels, lo, hi) for lo, hi in steady_spans(tr)]
         for got, k in ((start, 0), (ns, 1), (idx, 2), (label, 3)):
             assert got.tolist() == (np.concatenate([p[k] for p in old_parts]).tolist() if old_parts else []), k
         # and the idle CPU time's holders are the previous rule's
@@ -685,13 +686,6 @@ def test_sweeps_are_the_previous_rules_on_every_trace(path: Path, twins: bool, m
         for chunk in (997, 65_536):
             monkeypatch.setattr(levers, "CPU_OTHER_CHUNK", chunk)
             _same_cpu_other(levers._cpu_other(ctx, start, ns, label), want_cpu)
-
-
-def _steady_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    from profuse.analysis.diagnosis.records import warmup_index
-
-    warm = warmup_index([hi - lo for lo, hi in spans])
-    return [s for i, s in enumerate(spans) if i != warm]
 
 
 def _document(path: Path) -> dict[str, Any]:

@@ -25,6 +25,12 @@ never overlap and never add up past the trace. The union rather than cutting eac
 next begins, so that the device work a step launched stays in that step, and the last step is not
 handed the tail of all the others. A CPU-only trace's steps are their annotations, under the same rule.
 
+**The warm-up.** With two steps or more, the first is a warm-up (compilation, allocator growth), left
+out of the steady steps the budget, the levers and the submissions per step describe, when its span is
+over ``WARMUP_FACTOR`` x the median of the others' and the others are busy at all (:func:`span_busy`:
+device time on a device trace, op time on a CPU-only one): a first step that alone holds the work is
+the only step there is to read, never a warm-up to drop.
+
 **Without steps** the whole run is one span: the active window of the model's work (the first start
 to the last end of ops, runtime calls and device activity), not the profiler's envelope (its own
 ``PyTorch Profiler`` annotation and Python frames around the model, which made an idle share of
@@ -33,6 +39,8 @@ the window look like the model's).
 from __future__ import annotations
 
 import re
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +57,9 @@ from .busy import (
     activities,
     busy_of,
     cpu_work,
+    intersect_runs,
     launch_bound,
+    merge_runs,
     owners,
     pct_of,
     reach_before,
@@ -65,6 +75,7 @@ else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
 _NUMBER = re.compile(r"#(\d+)")
+WARMUP_FACTOR = 3.0   # a first step this many times the median of the others' spans is a warm-up
 # what counts as the model's work when a trace has no steps (its active window)
 _WORK_KINDS_SQL = f"'cpu_op', 'runtime', 'sync', {DEVICE_TIME_SQL}"
 
@@ -194,20 +205,98 @@ def step_ids(trace: Trace) -> list[int]:
     return [s.id for s in step_model(trace).steps]
 
 
-def _cpu_steps(trace: Trace, model: StepModel) -> list[StepBusy]:
-    """Per step of a CPU-only trace: its span's CPU time (window) and the time in ops and annotations (the work
-    the CPU budget classes: gloo's ``gloo:all_reduce`` is an annotation; steps' own marks left out) on any
-    thread that start in it, clipped to it; activities counts its outermost ops."""
+@dataclass(frozen=True)
+class SpanRuns:
+    """The device's busy time cut at the step model's spans: the runs of the union of every device activity
+    (any stream, whoever launched it, launched or not) clipped to each span, in time order, with each one's
+    span; and per span how many activities start in it (so each activity is counted once)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    span: np.ndarray
+    starts: np.ndarray   # per span
+
+    def busy(self) -> np.ndarray:
+        """ns of device busy time per span."""
+        out = np.zeros(self.starts.size, dtype=np.int64)
+        np.add.at(out, self.span, self.end - self.start)
+        return out
+
+
+def runs_in_spans(start: np.ndarray, end: np.ndarray, spans: Sequence[tuple[int, int]]) -> SpanRuns:
+    """Activities [start, end) cut at disjoint spans in time order (the step model's): :class:`SpanRuns`."""
+    lo = np.asarray([x for x, _ in spans], dtype=np.int64)
+    hi = np.asarray([x for _, x in spans], dtype=np.int64)
+    start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+    rs, re_ = merge_runs(start, end)
+    s, e, k = intersect_runs(rs, re_, lo, hi)
+    i = np.searchsorted(lo, start, side="right") - 1
+    inside = (i >= 0) & (start < hi[np.clip(i, 0, None)]) if lo.size else np.zeros(start.size, dtype=bool)
+    return SpanRuns(s, e, k.astype(np.int64), np.bincount(i[inside], minlength=lo.size).astype(np.int64))
+
+
+@once_per_trace
+def span_runs(trace: Trace) -> SpanRuns:
+    """The device's busy runs in the step model's spans (:class:`SpanRuns`), found once per trace."""
+    a = activities(trace)
+    return runs_in_spans(a.start, a.end, step_model(trace).spans)
+
+
+@once_per_trace
+def _cpu_ops(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per span of a CPU-only trace: the time in ops and annotations (the work the CPU budget classes: gloo's
+    ``gloo:all_reduce`` is an annotation; steps' own marks left out) on any thread that start in it, clipped to
+    it, and how many of its ops are outermost."""
     ops = trace.con.execute(f"""SELECT ts, ts + greatest(dur, 0), kind = 'cpu_op' AND parent_op IS NULL FROM events
         WHERE kind IN ('cpu_op', 'annotation') AND NOT ({STEP_WHERE}) ORDER BY ts""").fetchnumpy()
     ts, end, top = (np.asarray(ops[k]) for k in ops)
-    out = []
-    for st, (lo, hi) in zip(model.steps, model.spans):
+    busy, tops = [], []
+    for lo, hi in step_model(trace).spans:
         m = (ts >= lo) & (ts < hi)
+        busy.append(union_ns(ts[m].astype(np.int64), np.minimum(end[m], hi).astype(np.int64)) if m.any() else 0)
+        tops.append(int(np.count_nonzero(top[m])))
+    return np.asarray(busy, dtype=np.int64), np.asarray(tops, dtype=np.int64)
+
+
+def span_busy(trace: Trace) -> np.ndarray:
+    """ns busy per span of the step model: the union of the device activity in it (the budget's busy time),
+    or on a CPU-only trace of the ops and annotations that start in it (the step table's busy time)."""
+    return _cpu_ops(trace)[0] if trace.cpu_only else span_runs(trace).busy()
+
+
+def warmup_index(spans: Sequence[int], busy: Sequence[int]) -> int | None:
+    """0 when the first step is a warm-up: its span over WARMUP_FACTOR x the median of the others', and the
+    others busy at all (``busy``: ns per span, :func:`span_busy`); else None. A first step that alone holds
+    the work is the only step there is to read."""
+    if len(spans) < 2 or not any(busy[1:]):
+        return None
+    return 0 if spans[0] > WARMUP_FACTOR * statistics.median(spans[1:]) else None
+
+
+@once_per_trace
+def warmup(trace: Trace) -> int | None:
+    """The index of the step model's warm-up step (:func:`warmup_index`), or None: the one rule the budget, the
+    levers and the submissions per step read to leave it out."""
+    model = step_model(trace)
+    if len(model.steps) < 2:
+        return None
+    return warmup_index([hi - lo for lo, hi in model.spans], span_busy(trace).tolist())
+
+
+def steady_spans(trace: Trace) -> list[tuple[int, int]]:
+    """The step model's spans without the warm-up step's (:func:`warmup`)."""
+    warm = warmup(trace)
+    return [sp for i, sp in enumerate(step_model(trace).spans) if i != warm]
+
+
+def _cpu_steps(trace: Trace, model: StepModel) -> list[StepBusy]:
+    """Per step of a CPU-only trace: its span's CPU time (window) and the time in ops and annotations that start
+    in it (:func:`_cpu_ops`), clipped to it; activities counts its outermost ops."""
+    busy, tops = (x.tolist() for x in _cpu_ops(trace))
+    out = []
+    for st, (lo, hi), b, k in zip(model.steps, model.spans, busy, tops):
         window = int(hi - lo)
-        busy = union_ns(ts[m].astype(np.int64), np.minimum(end[m], hi).astype(np.int64)) if m.any() else 0
-        out.append(StepBusy(st.name, window / 1e3, busy / 1e3, (window - busy) / 1e3,
-                            pct_of(busy, window), False, int(np.count_nonzero(top[m]))))
+        out.append(StepBusy(st.name, window / 1e3, b / 1e3, (window - b) / 1e3, pct_of(b, window), False, k))
     return out
 
 
@@ -265,6 +354,8 @@ def device_steps(steps: tuple[Step, ...], owner: np.ndarray, a: Activities, work
 __all__ = [
     "STEP_SQL",
     "STEP_WHERE",
+    "WARMUP_FACTOR",
+    "SpanRuns",
     "Step",
     "StepModel",
     "StepName",
@@ -273,9 +364,15 @@ __all__ = [
     "find_steps",
     "merge",
     "parse_step",
+    "runs_in_spans",
+    "span_busy",
+    "span_runs",
+    "steady_spans",
     "step_ids",
     "step_model",
     "steps_busy",
     "union_spans",
     "unrecorded_waits",
+    "warmup",
+    "warmup_index",
 ]

@@ -2,9 +2,10 @@
 
 A submission is a runtime call that puts work on a device (the device vocabulary's launch calls,
 trace/vocabulary.py: kernel launches, async copies, graph launches, MTIA's ``runFunction``/``enqueue``,
-Neuron's ``nrt_execute``/``nrt_model_submit``), counted per step (the step model's spans; the active
-window where the trace marks no steps). An eager model submits once per op; a compiled or captured one
-a few times per step: public TorchNeuron material reads 1,050 against 1 ``nrt_model_submit`` per forward.
+Neuron's ``nrt_execute``/``nrt_model_submit``), counted per steady step (the step model's spans but its
+warm-up's, as the budget and the levers read them; the active window where the trace marks no steps). An
+eager model submits once per op; a compiled or captured one a few times per step: public TorchNeuron
+material reads 1,050 against 1 ``nrt_model_submit`` per forward.
 
 On Neuron traces the runtime's own counters are summarised per step too (:data:`RUNTIME_COUNTERS`):
 model submits, DMA copy-ins into device buffers (``dmem_buf_copyin``: 13,785 against 14 per forward in
@@ -20,7 +21,7 @@ from .._lazy import lazy_module
 from ..trace import Trace
 from ..trace.vocabulary import launch_call_sql
 from ._memo import once_per_trace
-from .steps import step_model
+from .steps import steady_spans, step_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,10 +39,10 @@ _TEXT = "lower(name) LIKE '%{}%'"
 
 @dataclass(frozen=True)
 class Submissions:
-    """Submissions per step (mean over the spans), the calls that made them (per step, most first), and
-    the device's runtime counters per step where the vocabulary above lists them."""
+    """Submissions per steady step (mean over their spans), the calls that made them (per step, most first),
+    and the device's runtime counters per step where the vocabulary above lists them."""
 
-    steps: int                              # spans counted (steps, or 1: the active window)
+    steps: int                              # spans counted (steady steps, or 1: the active window)
     per_step: float
     calls: tuple[tuple[str, float], ...]    # (call name, per step)
     counters: tuple[tuple[str, float], ...]  # (counter, per step): RUNTIME_COUNTERS of the device
@@ -61,9 +62,9 @@ def _inside(ts: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
 
 @once_per_trace   # read by the diagnosis's notes and the cuda_graphs lever's evidence: counted once
 def submissions(trace: Trace) -> Submissions:
-    """Count every submission (and the device's runtime counters) inside the step model's spans."""
+    """Count every submission (and the device's runtime counters) inside the steady steps' spans."""
     model = step_model(trace)
-    spans = [(int(lo), int(hi)) for lo, hi in model.spans]
+    spans = [(int(lo), int(hi)) for lo, hi in steady_spans(trace)]
     n = max(len(spans), 1)
     got = trace.con.execute(f"""SELECT name, ts FROM events WHERE kind = 'runtime'
                                 AND {launch_call_sql('name')}""").fetchnumpy()

@@ -1,9 +1,9 @@
 """Diagnosis: every nanosecond of each step given to one cause, and the changes that buy most back.
 
 ``diagnose(trace)`` returns the time budget of each step (the step model, :mod:`.steps`: which
-annotations are steps and the disjoint time each holds), of the steady steps together (a first step
-several times slower than the others is a warm-up, reported apart), or of the active window when the
-trace has no steps; and the
+annotations are steps and the disjoint time each holds), of the steady steps together (the step model's
+warm-up, a first step several times slower than the others while they hold work too, is reported apart),
+or of the active window when the trace has no steps; and the
 levers, ranked by gain, each bounded by the budget leaves it draws from, with the gain of pulling
 them all counted once (:mod:`.levers`). The leaves are defined in :mod:`.budget` (device traces) and
 :mod:`.cpu_budget` (CPU-only traces: op classes, Python, idle; no device claim). docs/advisor.md
@@ -18,7 +18,7 @@ from ..._lazy import lazy_module
 from ...trace import Trace
 from ...units import fmt_us
 from ..beside import Submit, now
-from ..steps import Step, step_model
+from ..steps import WARMUP_FACTOR, Step, step_model, warmup
 from .budget import (
     BUSY_PRIORITY,
     LEAVES,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
-from .records import WARMUP_FACTOR, Diagnosis, Leaf, Lever, Steady, StepBudget, leaves_of, warmup_index
+from .records import Diagnosis, Leaf, Lever, Steady, StepBudget, leaves_of
 
 
 def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: object = None,
@@ -80,7 +80,7 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
         return _not_recorded(trace, steps, list(model.spans))
     lab = labels(w)
     spans = list(model.spans)
-    warm = warmup_index([hi - lo for lo, hi in spans])
+    warm = warmup(trace)
     every, offsets, per_span = spans_pieces(lab, np.asarray([lo for lo, _ in spans], dtype=np.int64),
                                             np.asarray([hi for _, hi in spans], dtype=np.int64))
     out_steps: list[StepBudget] = []
@@ -116,7 +116,7 @@ def _steady(spans: list[tuple[int, int]], warm: int | None, every: Pieces, offse
                     [])
     if keep.all() and spans:
         steady.pieces.append(every)
-    elif keep.any():   # the warm-up's pieces left out: a slice where it is the first span (warmup_index's)
+    elif keep.any():   # the warm-up's pieces left out: a slice where it is the first span (steps.warmup's)
         sel: slice | np.ndarray = slice(int(offsets[1]), None) if warm == 0 else np.repeat(keep, np.diff(offsets))
         steady.pieces.append(Pieces(every.start[sel], every.ns[sel], every.idx[sel], every.label[sel]))
     return steady

@@ -17,7 +17,7 @@ from ...errors import printable
 from ...trace import Trace
 from ...trace.meta import listed_device
 from ..kernel_class import _op_kernel_class
-from ..steps import STEP_WHERE, step_model
+from ..steps import STEP_WHERE, step_model, warmup
 from ..waiting import waits
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
     """The CPU budget of each step (or of the busiest thread) and the fusion levers; no device claim.
     A step's span is the step model's (:mod:`.steps`): its annotation, less what an earlier step holds."""
     from .levers import Context, rank_levers
-    from .records import Diagnosis, Steady, StepBudget, leaves_of, warmup_index
+    from .records import Diagnosis, Steady, StepBudget, leaves_of
 
     model = step_model(trace)
     steps = list(model.steps)
@@ -134,7 +134,7 @@ def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
     if not spans:
         busiest = _busiest_thread(trace)
         spans = [(busiest[0], busiest[1], busiest[2], -1)] if busiest else []
-    warm = warmup_index([hi - lo for _t, lo, hi, _i in spans]) if steps else None
+    warm = warmup(trace) if steps else None
     steady = Steady({k: 0 for k in CPU_LEAVES}, 0, [])
     out = []
     for i, (thread, lo, hi, sid) in enumerate(spans):

@@ -1,9 +1,8 @@
-"""The diagnosis's records (budget leaves, steps, levers, the diagnosis) and the two rules they are
-built with (the warm-up step, the leaves of a span): read by the device and CPU diagnoses and by the
-levers, so none of them imports another to get them."""
+"""The diagnosis's records (budget leaves, steps, levers, the diagnosis) and the rule they are built with
+(the leaves of a span): read by the device and CPU diagnoses and by the levers, so none of them imports
+another to get them. Which step is a warm-up is the step model's (``steps.warmup``)."""
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,9 +14,6 @@ if TYPE_CHECKING:
     from .budget import Pieces
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
-
-WARMUP_FACTOR = 3.0   # a first step this many times the median of the others is a warm-up
-
 
 @dataclass(frozen=True)
 class Leaf:
@@ -99,13 +95,6 @@ GRADES = {"precision": "inferred", "gemm": "inferred", "memory_bound": "inferred
 def grade_of(kind: str) -> str:
     """A lever kind's evidence grade (``fusion:<pattern>`` is fusion's)."""
     return GRADES.get(kind.split(":", 1)[0], "measured")
-
-
-def warmup_index(spans: list[int]) -> int | None:
-    """0 when the first step is a warm-up outlier (over WARMUP_FACTOR x the median of the others)."""
-    if len(spans) < 2:
-        return None
-    return 0 if spans[0] > WARMUP_FACTOR * statistics.median(spans[1:]) else None
 
 
 def leaves_of(keys: tuple[str, ...], ns: np.ndarray | list[int], span_ns: int) -> tuple[Leaf, ...]:
