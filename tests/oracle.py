@@ -484,6 +484,31 @@ def steady_spans(path: Path | str) -> list[tuple[str, float, float, float]]:
     return spans
 
 
+def step_device_windows(path: Path | str) -> list[tuple[str, float, float, float, int]]:
+    """The step table of a device trace, per step span (step_spans): every device activity that runs in the
+    span (any step's, launched or not), clipped to it. (name, window: its first start to its last end,
+    busy: their union, unrecorded: the unrecorded waits (queued_split_us over every span) inside the
+    window, activities: how many start in the span)."""
+    events = list(exact_events(str(path)))
+    device = [e for e in events if is_device_time(e)]
+    spans = step_spans(path)
+    runs: list[tuple[float, float]] = []
+    queued_split_us(path, spans, runs)
+    out = []
+    for name, lo, hi, _busy in spans:
+        clipped = [(max(float(d["ts"]), lo), min(float(d["ts"] + d["dur"]), hi)) for d in device
+                   if float(d["ts"]) < hi and float(d["ts"] + d["dur"]) > lo]
+        clipped = [(s, e) for s, e in clipped if e > s]
+        count = sum(1 for d in device if lo <= float(d["ts"]) < hi)
+        if not clipped:
+            out.append((name, 0.0, 0.0, 0.0, count))
+            continue
+        w_lo, w_hi = min(s for s, _ in clipped), max(e for _, e in clipped)
+        waits = sum(max(0.0, min(e, w_hi) - max(s, w_lo)) for s, e in runs)
+        out.append((name, w_hi - w_lo, float(union_us(clipped)), waits, count))
+    return out
+
+
 def copy_only_op_names(path: Path | str) -> set[str]:
     """Names of ops every call of which launched device work (itself or under it: launch calls on its
     thread inside it) and all of it memcpy/memset, never a kernel."""

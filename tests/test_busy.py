@@ -265,14 +265,16 @@ def test_overlapping_steps_on_two_threads_share_no_kernel(tmp_path):
     # GIVEN two profiler steps that overlap on two threads, with the launches above
     with profuse.load(_write(tmp_path, _overlapping_instances("ProfilerStep#1", "ProfilerStep#2"))) as t:
         one, two = steps_busy(t)
-    # THEN step 1 has k1, k2: window [200, 350) all busy; step 2 has k3, k4, k5: window [340, 610),
-    # busy 60 + 20 + 10 = 90, and its gaps [400, 500) and [520, 600) 180; five activities in all, none
-    # counted twice (k6: no step). In those gaps k4 and k5, launched at 120 and 80, wait to start while
-    # nothing runs, each gap over half the busy time of step 2's span [350, 610) (50 + 20 + 10): the
-    # time budget's unrecorded waits, so the step table calls them unrecorded, not idle
-    assert (one.name, one.activities, one.window_us, one.busy_us, one.idle_us) == ("ProfilerStep#1", 2, 150.0, 150.0, 0.0)
+    # THEN step 1 owns k1, k2 and step 2 k3, k4, k5 (k6: no step), so their spans are [0, 350) and [350, 610);
+    # each row reads its span, as the budget does: step 1 holds k1, k2 and k3's first 10 µs, window [200, 350)
+    # all busy; step 2 the rest of k3, k4 and k5: window [350, 610), busy 50 + 20 + 10 = 80, and its gaps
+    # [400, 500) and [520, 600) 180. Activities count by their start: k1, k2, k3 in step 1, k4, k5 in step 2,
+    # five in all, none counted twice. In those gaps k4 and k5, launched at 120 and 80, wait to start while
+    # nothing runs, each gap over half the busy time of step 2's span (80): the time budget's unrecorded
+    # waits, so the step table calls them unrecorded, not idle
+    assert (one.name, one.activities, one.window_us, one.busy_us, one.idle_us) == ("ProfilerStep#1", 3, 150.0, 150.0, 0.0)
     assert (two.name, two.activities, two.window_us, two.busy_us, two.idle_us + two.unrecorded_us) == (
-        "ProfilerStep#2", 3, 270.0, 90.0, 180.0)
+        "ProfilerStep#2", 2, 260.0, 80.0, 180.0)
     assert (two.idle_us, two.unrecorded_us, one.unrecorded_us) == (0.0, 180.0, 0.0)
 
 

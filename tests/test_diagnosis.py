@@ -17,7 +17,7 @@ from profuse.analysis.advice.findings import trace_findings
 from profuse.analysis.breakdown import device_breakdown
 from profuse.analysis.diagnosis import Diagnosis, diagnose
 from profuse.analysis.health import trace_health
-from profuse.analysis.steps import parse_step
+from profuse.analysis.steps import parse_step, steps_busy
 
 TRACES = sorted(str(p.relative_to(SHARED / "traces")) for p in (SHARED / "traces").rglob("*.json.gz")) + [
     str(p.parent.relative_to(FIXTURES)) for p in H200_TRACES]
@@ -57,6 +57,10 @@ def test_budget_partitions_every_step_and_levers_stay_in_bounds(name):
             if d.device:
                 got_busy = sum(v for k, v in leaves(s.budget).items() if k.startswith("busy/"))
                 assert abs(got_busy - busy) <= TOL_US, s.name
+        if d.device:   # the step table's busy time is the budget's: every activity in the span, whoever launched it
+            with profuse.load(path) as t:
+                table = steps_busy(t)
+            assert [(r.name, r.busy_us) for r in table] == [(n, pytest.approx(b, abs=TOL_US)) for n, _lo, _hi, b in expected]
     assert abs(d.span_us - sum(hi - lo for _n, lo, hi, _b in steady)) <= TOL_US * len(steady)
     assert abs(sum(lf.us for lf in d.budget) - d.span_us) <= TOL_US * len(steady)
     if d.device:

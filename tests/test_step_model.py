@@ -16,8 +16,10 @@ import profuse
 from profuse.analysis.compare.diff import diff
 from profuse.analysis.compare.step_samples import samples, step_count
 from profuse.analysis.diagnosis import diagnose
+from profuse.analysis.health import trace_health
 from profuse.analysis.step_stats import step_stats
 from profuse.analysis.steps import parse_step, step_model, steps_busy
+from profuse.cli import main
 from profuse.payloads.build import compare_of
 
 TOL_US = 0.002
@@ -306,3 +308,38 @@ def test_a_first_step_that_alone_holds_the_device_work_is_no_warm_up() -> None:
     assert d.span_us == pytest.approx(sum(hi - lo for _n, lo, hi, _b in steady), abs=TOL_US)
     assert _busy_leaves_us(d.budget) == pytest.approx(busy1, abs=TOL_US)
     assert _busy_leaves_us(d.budget) > 0
+
+
+@pytest.mark.parametrize("name", ["compare_base.json.gz", "compare_test.json.gz", "mi250_rocm_toy_train.json.gz"])
+def test_the_step_table_reads_each_steps_span_as_the_budget_does(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN real traces whose steps hold device activity they did not launch (compare_*: 16 activities launched
+    # before the capture; compare_test's ProfilerStep#1010 launched one that was not recorded) or none (mi250's #2)
+    path = trace_path(name)
+    want = oracle.step_device_windows(path)
+    with profuse.load(path) as t:
+        table = steps_busy(t)
+        d = diagnose(t)
+        health = trace_health(t)
+    # THEN each step's row is every device activity in its span, clipped to it (the raw JSON's reading)
+    assert [(s.name, s.activities) for s in table] == [(n, k) for n, _w, _b, _u, k in want]
+    for s, (_n, window, busy, waits, _k) in zip(table, want):
+        assert s.window_us == pytest.approx(window, abs=0.01)
+        assert s.busy_us == pytest.approx(busy, abs=0.01)
+        assert s.unrecorded_us == pytest.approx(waits, abs=0.01)
+        assert s.idle_us == pytest.approx(window - busy - waits, abs=0.01)
+        if window - waits > 0:
+            assert s.busy_pct == pytest.approx(100 * busy / (window - waits), abs=0.01)
+        else:
+            assert s.busy_pct is None
+    # and its busy time is the budget's for the same step: the device is busy whoever launched the work
+    assert [s.name for s in d.steps] == [s.name for s in table]
+    for row, step in zip(table, d.steps):
+        assert row.busy_us == pytest.approx(_busy_leaves_us(step.budget), abs=TOL_US)
+    # and the console's line counts every step trace health counts, with the table's shares
+    assert main(["report", str(path), "--no-advice"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "profiler step(s)" in ln)
+    pcts = sorted(s.busy_pct for s in table if s.busy_pct is not None)
+    assert health.steps == len(want)
+    assert line.startswith(f"{health.steps} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}%"), line
+    none = sum(s.busy_pct is None for s in table)
+    assert (f"{none} with none in its span" in line) == bool(none)

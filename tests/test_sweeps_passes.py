@@ -4,13 +4,15 @@ replaced, kept below as the oracle: on every shared trace, and on hand-built ove
 - the call tree's Python time (``calltree._covered``): the union of a frame's children per frame, once a
   Python merge of every group with an overlap, one scan of the whole array per group;
 - the call tree's frames (``calltree._frames``): once a join of every frame on its name;
-- the step table (``steps.steps_busy``): once one scan of every activity per step;
+- the step table (``steps.steps_busy``): its rule written out per step, every activity clipped to the
+  step's span (the sweep once scanned each step's owned activities; the rule is now the span's, as the budget's);
 - trace health's counts (``health._counts`` and ``_window``) and the device counts the summary, the op
   table's total and health share (``optable.device_counts``): once one query per count;
 - interruptions' scope instances (``interruptions._members``): once a Python loop over every instance.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,7 @@ from conftest import ALL_TRACES, trace_id
 import profuse
 from profuse.analysis import calltree, health, steps, summarize
 from profuse.analysis.advice import interruptions
-from profuse.analysis.busy import Activities, CpuWork, activities, cpu_work, step_busy
+from profuse.analysis.busy import CpuWork, activities, cpu_work, step_busy
 from profuse.analysis.optable import total_device_us
 from profuse.analysis.scopes import title_of
 from profuse.trace.schema import DEVICE_TIME_SQL, HOST_KINDS
@@ -76,13 +78,19 @@ def frames_before(trace: profuse.Trace) -> tuple[dict[str, np.ndarray], list[str
     return {k: np.asarray(v) for k, v in frames.items()}, [str(x) for _, x in named], by_id
 
 
-def steps_busy_before(trace: profuse.Trace) -> list[Any]:
-    """steps.steps_busy's device branch as it was: each step's activities by a scan of the owner column."""
+def clipped_busy(name: str, start: np.ndarray, end: np.ndarray, lo: int, hi: int, work: CpuWork) -> Any:
+    """One step's row, the slow way: every activity clipped to the step's span [lo, hi) (pieces of no length
+    dropped), busy.step_busy of those pieces, counting the activities that start in the span."""
+    s, e = np.maximum(start, lo), np.minimum(end, hi)
+    keep = e > s
+    return replace(step_busy(name, s[keep], e[keep], work), activities=int(((start >= lo) & (start < hi)).sum()))
+
+
+def steps_busy_slow(trace: profuse.Trace) -> list[Any]:
+    """steps.steps_busy's device branch (without the unrecorded waits), a scan of every activity per step."""
     model = steps.step_model(trace)
     a, work = activities(trace), cpu_work(trace)
-    assert model.owner is not None
-    return [step_busy(st.name, a.start[model.owner == i], a.end[model.owner == i], work)
-            for i, st in enumerate(model.steps)]
+    return [clipped_busy(st.name, a.start, a.end, lo, hi, work) for st, (lo, hi) in zip(model.steps, model.spans)]
 
 
 def _one(trace: profuse.Trace, sql: str) -> int:
@@ -191,23 +199,24 @@ def test_overlapping_members_by_one_key_are_those_by_two() -> None:
 
 def test_step_table_on_hand_built_activities() -> None:
     rng = np.random.default_rng(11)
-    for trial in range(200):
-        # GIVEN activities on several streams, overlapping, touching, with short and long (> 1 ms) gaps,
-        # some owned by no step and some steps owning none; and host launch work overlapping the gaps
+    for trial in range(300):
+        # GIVEN activities on several streams, overlapping, touching, some of no length, with short and long
+        # (> 1 ms) gaps, some across a span's edge, some outside every span; steps whose intervals overlap, touch
+        # or hold nothing (their spans the step model's union); and host launch work overlapping the gaps
         m, n = int(rng.integers(0, 40)), int(rng.integers(1, 6))
         start = rng.integers(0, 5_000_000, m).astype(np.int64)
         end = start + rng.integers(0, 400_000, m)
-        owner = rng.integers(-1, n, m).astype(np.int64)
+        ts = np.sort(rng.integers(0, 5_000_000, n)).astype(np.int64)
+        spans = steps.union_spans(ts, ts + rng.integers(0, 2_000_000, n))
         ws = rng.integers(0, 5_000_000, 20).astype(np.int64)
         work = CpuWork.of(ws, ws + rng.integers(1, 300_000, 20))
-        zeros = np.zeros(m, dtype=np.int64)
-        a = Activities(start, end, np.ones(m, dtype=bool), zeros, zeros, zeros, zeros)
         st = tuple(steps.Step(i, f"ProfilerStep#{i}", i, 0, 0, 0, 0, steps.parse_step("ProfilerStep#1"))
                    for i in range(n))
         # WHEN the step table is found in one sweep
-        got = steps.device_steps(st, owner, a, work)
-        # THEN each step is busy.step_busy of its own activities
-        assert got == [step_busy(f"ProfilerStep#{i}", start[owner == i], end[owner == i], work) for i in range(n)], trial
+        got = steps.device_steps(st, steps.runs_in_spans(start, end, spans), work)
+        # THEN each step is busy.step_busy of every activity clipped to its span
+        assert got == [clipped_busy(f"ProfilerStep#{i}", start, end, lo, hi, work)
+                       for i, (lo, hi) in enumerate(spans)], trial
 
 
 # --- the shared traces --------------------------------------------------------------------------------
@@ -247,12 +256,12 @@ def test_frames_and_covered_are_the_previous_rules(trace: profuse.Trace) -> None
     assert got.tolist() == want.tolist()
 
 
-def test_step_table_is_the_previous_scan(trace: profuse.Trace) -> None:
+def test_step_table_is_the_rule_written_per_step(trace: profuse.Trace) -> None:
     model = steps.step_model(trace)
     if trace.cpu_only or model.owner is None or not model.steps:
         pytest.skip("no device steps")
     # the sweep without the unrecorded waits (the step table takes them apart after: test_diagnosis.py)
-    assert steps.device_steps(model.steps, model.owner, activities(trace), cpu_work(trace)) == steps_busy_before(trace)
+    assert steps.device_steps(model.steps, steps.span_runs(trace), cpu_work(trace)) == steps_busy_slow(trace)
 
 
 def idle_launches_before(trace: profuse.Trace) -> list[tuple[str, int]]:

@@ -6,9 +6,11 @@ The definitions (docs/advisor.md states them for users):
 - The trace's window runs from the first activity's start to the last one's end; busy is the length
   of the union of all activity intervals, on every stream and device, so overlapping streams are
   never counted twice and busy can never exceed the window.
-- A profiler step's activities are those whose launching runtime call, on any thread, starts inside
-  the step's CPU interval (so backward kernels launched from the autograd thread and kernels of a
-  graph replay count). Its window runs from their first start to their last end.
+- A scope's activities are those whose launching runtime call, on any thread, starts inside one of its
+  calls (so backward kernels launched from the autograd thread and kernels of a graph replay count). Its
+  window runs from their first start to their last end. A profiler step owns its activities by the same
+  rule, which sets how far its span reaches; its row in the step table reads the span
+  (``steps.device_steps``: every activity in it, clipped to it, whoever launched it).
 - Where intervals of the same step or scope overlap (steps on several threads, one scope running on
   several threads at once, a scope nested in itself), each activity belongs to exactly one of them
   (:func:`owners`), so no activity is counted twice.

@@ -31,6 +31,10 @@ over ``WARMUP_FACTOR`` x the median of the others' and the others are busy at al
 device time on a device trace, op time on a CPU-only one): a first step that alone holds the work is
 the only step there is to read, never a warm-up to drop.
 
+**The step table** (:func:`steps_busy`) reads each step's span: its device activities are every one
+that runs in it (whoever launched it: the budget's busy time), clipped to it; its window runs from the
+first of them to the last.
+
 **Without steps** the whole run is one span: the active window of the model's work (the first start
 to the last end of ops, runtime calls and device activity), not the profiler's envelope (its own
 ``PyTorch Profiler`` annotation and Python frames around the model, which made an idle share of
@@ -50,7 +54,6 @@ from ..trace.step_names import STEP_SQL, STEP_WHERE, StepName, merge, parse_step
 from ._memo import once_per_trace
 from .busy import (
     LAUNCH_GAP_MAX_US,
-    Activities,
     Busy,
     CpuWork,
     StepBusy,
@@ -62,7 +65,6 @@ from .busy import (
     merge_runs,
     owners,
     pct_of,
-    reach_before,
     union_ns,
     unrecorded_in,
 )
@@ -301,50 +303,47 @@ def _cpu_steps(trace: Trace, model: StepModel) -> list[StepBusy]:
 
 
 def steps_busy(trace: Trace) -> list[StepBusy]:
-    """The step table: one entry per step of the model, in time order: busy and idle device time over
-    the activities it owns (CPU-only traces: :func:`_cpu_steps`)."""
+    """The step table: one entry per step of the model, in time order: busy and idle device time in its span
+    (CPU-only traces: :func:`_cpu_steps`)."""
     model = step_model(trace)
     if not model.steps:
         return []
     if trace.cpu_only or model.owner is None:
         return _cpu_steps(trace, model)
-    return device_steps(model.steps, model.owner, activities(trace), cpu_work(trace), unrecorded_waits(trace))
+    return device_steps(model.steps, span_runs(trace), cpu_work(trace), unrecorded_waits(trace))
 
 
-def device_steps(steps: tuple[Step, ...], owner: np.ndarray, a: Activities, work: CpuWork,
+def device_steps(steps: tuple[Step, ...], runs: SpanRuns, work: CpuWork,
                  unrecorded: tuple[np.ndarray, np.ndarray] | None = None) -> list[StepBusy]:
-    """:func:`busy.step_busy` of every step at once (one sweep over the activities by step, then start):
-    window, busy (the union of the step's activities), and the idle gaps between its merged runs, with the
-    launch work in those of at most ``LAUNCH_GAP_MAX_US`` (:func:`busy.launch_wait_in`); ``unrecorded``: the
-    unrecorded waits (:func:`unrecorded_waits`), whose time in a window is neither idle nor in busy %'s whole
-    (no activity runs in it, so it lies in the step's gaps)."""
+    """:func:`busy.step_busy` of every step at once over the device's busy runs in its span (``runs``: one
+    sweep, the runs in time order): window (its first run's start to its last run's end), busy (their
+    length), and the idle gaps between them, with the launch work in those of at most ``LAUNCH_GAP_MAX_US``
+    (:func:`busy.launch_wait_in`); ``unrecorded``: the unrecorded waits (:func:`unrecorded_waits`), whose time
+    in a window is neither idle nor in busy %'s whole (no activity runs in it, so it lies in the gaps)."""
     n = len(steps)
-    mine = np.flatnonzero(owner >= 0)
-    order = mine[np.lexsort((a.start[mine], owner[mine]))]
-    g, s, e = owner[order], a.start[order], a.end[order]
-    counts = np.bincount(g, minlength=n)
+    g, s, e = runs.span, runs.start, runs.end
     window = np.zeros(n, dtype=np.int64)
     busy = np.zeros(n, dtype=np.int64)
     idle = np.zeros(n, dtype=np.int64)
     covered = np.zeros(n, dtype=np.int64)
     waits = np.zeros(n, dtype=np.int64)
     if g.size:
-        at, before = reach_before(g, s, e)
-        np.add.at(busy, g, np.maximum(e - np.maximum(s, before), 0))
-        lo_w, hi_w = np.minimum.reduceat(s, at), np.maximum.reduceat(e, at)
+        np.add.at(busy, g, e - s)
+        first = np.concatenate([[True], g[1:] != g[:-1]])
+        at = np.flatnonzero(first)
+        last = np.append(at[1:], g.size) - 1
+        lo_w, hi_w = s[at], e[last]
         window[g[at]] = hi_w - lo_w
         if unrecorded is not None and unrecorded[0].size:
             waits[g[at]] = CpuWork.of(*unrecorded).inside(lo_w, hi_w)
-        first = np.zeros(g.size, dtype=bool)
-        first[at] = True
-        gap = ~first & (s > before)             # a merged run starts here: the gap before it is idle
-        lo, hi, gg = before[gap], s[gap], g[gap]
+        nxt = np.flatnonzero(~first)             # a run after its span's first: the gap before it is idle
+        lo, hi, gg = e[nxt - 1], s[nxt], g[nxt]
         np.add.at(idle, gg, hi - lo)
         short = (hi - lo) <= LAUNCH_GAP_MAX_US * 1000
         np.add.at(covered, gg[short], work.inside(lo[short], hi[short]))
     out = []
     for st, w, b, i, c, k, u in zip(steps, window.tolist(), busy.tolist(), idle.tolist(), covered.tolist(),
-                                    counts.tolist(), waits.tolist()):
+                                    runs.starts.tolist(), waits.tolist()):
         pct = pct_of(b, w - u)
         out.append(StepBusy(st.name, w / 1e3, b / 1e3, (w - b - u) / 1e3, pct, launch_bound(pct, i - u, c), k,
                             u / 1e3))

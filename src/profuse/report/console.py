@@ -52,21 +52,26 @@ def render_header(console: Console, view: ReportView) -> None:
 
 
 def _steps_note(steps: list[StepBusy], cpu_only: bool) -> Text | None:
+    """Every step of the step model (as many as trace health counts), with the range of their busy shares;
+    a step with no device activity in its span has no share, and is named as such."""
     judged = [st for st in steps if st.busy_pct is not None]
     if not judged:
         return None
     pcts = sorted(st.busy_pct for st in judged if st.busy_pct is not None)
     if cpu_only:  # a step's window is its CPU time
         cpu = sorted(st.window_us for st in judged)
-        return Text(f"{len(judged)} profiler step(s): {fmt_us(cpu[0])} to {fmt_us(cpu[-1])} of CPU time each, "
+        return Text(f"{len(steps)} profiler step(s): {fmt_us(cpu[0])} to {fmt_us(cpu[-1])} of CPU time each, "
                     f"{pcts[0]:.0f}% to {pcts[-1]:.0f}% of it in ops or annotations (any thread)", style="dim")
     bound = sum(st.launch_bound for st in judged)
     waits = sum(st.unrecorded_us for st in judged)
+    idle = len(steps) - len(judged)
     # the device-busy lines name what their shares are of: not the budget's span (a step's host span, or the
     # active window), whose shares differ where the device starts late or ends early
-    return Text(f"{len(judged)} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}% of each step "
-                "from its first device activity to its last"
+    return Text(f"{len(steps)} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}% of each step "
+                + ("with device activity " if idle else "")
+                + "from its first device activity to its last"
                 + (f" less its unrecorded wait ({fmt_us(waits)} in all)" if waits else "")
+                + (f"; {idle} with none in its span" if idle else "")
                 + (f"; {bound} launch-bound" if bound else ""), style="dim")
 
 
