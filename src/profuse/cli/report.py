@@ -37,15 +37,19 @@ cross-rank report
 
 def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``profuse report``."""
-    p = subs.add_parser("report", help="op table with device time correlated", epilog=HELP,
-                        description="Show where time goes: every op with its CPU time and the device time of the\n"
-                                    "kernels it launched.",
+    p = subs.add_parser("report", help="where the time went, the levers to pull, the op table", epilog=HELP,
+                        description="Show where time goes: each step's time budget, the levers ranked by what\n"
+                                    "they buy back (each with its evidence), and every op with its CPU time and\n"
+                                    "the device time of the kernels it launched.",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", help="a Kineto trace (.json / .json.gz), a profuse bundle folder, a folder or glob "
-                                "of several rank traces, or a neuron-explorer Parquet folder")
+                                "of several rank traces, a neuron-explorer Parquet folder, or a "
+                                "torch.cuda.memory._dump_snapshot pickle")
     p.add_argument("--format", choices=("table", "json", "html"), default="table",
                    help="html: one self-contained file (needs -o), viewable offline")
-    p.add_argument("--group-by", choices=GROUPS, default="op")
+    p.add_argument("--group-by", choices=GROUPS, default="op",
+                   help="the op table's rows: per op (default), per op and input shapes, per nn.Module class, "
+                        "or per kernel")
     p.add_argument("--sort", choices=SORT_KEYS, default="self_device", metavar="KEY",
                    help=f"order the rows by KEY: {', '.join(SORT_KEYS)} (default %(default)s)")
     p.add_argument("--top", type=count, default=25,
@@ -55,7 +59,8 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    help="keep values that look secret (passwords, tokens, keys in command lines, URLs and "
                         "trace metadata); by default they are shown as [redacted]")
     p.add_argument("--no-advice", action="store_true",
-                   help="the op table only: no hotspots, interruptions, fusion candidates, roofline")
+                   help="the op table only: no time budget, levers, hotspots, interruptions, fusion "
+                        "candidates, roofline")
     p.add_argument("--timings", action="store_true",
                    help="print the wall time of each phase (load, analyses, rendering) on stderr at the end; "
                         "[beside] marks an analysis run on the other thread, overlapping the rest")

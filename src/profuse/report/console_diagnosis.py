@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.diagnosis.records import Leaf
+from ..analysis.diagnosis.records import GRADE_MEANINGS, Leaf
 from ..payloads.diagnosis import BudgetDiff, DiagnosisPayload, StepGroup
 from ..units import fmt_us
 from ._text import safe, signed_us, text
@@ -107,6 +107,9 @@ def render_diagnosis(console: Console, d: DiagnosisPayload) -> None:
         return
     console.print(Text(f"Levers (pulling all: {fmt_us(d.combined_gain_us)} of {fmt_us(d.span_us)}, "
                        f"no time counted twice{_outside(d.combined_outside_us)})", style="bold underline"))
+    grades = dict.fromkeys(lv.grade for lv in d.levers[:SHOWN_LEVERS])
+    console.print(Text("  [confidence, grade] " + "; ".join(f"{g}: {GRADE_MEANINGS.get(g, g)}" for g in grades),
+                       style="dim"))
     for i, lv in enumerate(d.levers[:SHOWN_LEVERS], 1):
         line = Text(f"  {i}. ")
         line.append(safe(lv.kind), style="bold cyan")

@@ -88,6 +88,9 @@ class Diagnosis:
 # of it (what lower precision, GEMM tuning or a fused kernel would take); "outside the trace", the cause
 # is not in it (a stream that waited on work the trace does not show, or a clock offset). A lever graded
 # outside the trace is never ranked above one the trace shows.
+# what each grade says of a lever's cause (docs/advisor.md), as the console's legend prints it
+GRADE_MEANINGS = {"measured": "the trace holds the cause", "inferred": "a model of the cause (precision, tuning, fusion)",
+                  "outside the trace": "the cause is not in the trace"}
 GRADES = {"precision": "inferred", "gemm": "inferred", "memory_bound": "inferred", "fusion": "inferred",
           "stream_wait": "outside the trace", "unrecorded_wait": "outside the trace"}
 
