@@ -61,3 +61,19 @@ def test_a_cpu_only_trace_counts_a_nested_call_once_in_both_totals(tmp_path):
         row = next(r for r in op_table(t).rows if r.name == "aten::sum")
     # THEN 3 calls, CPU total 14 us (the union), device total (the CPU's: its time) the same, self CPU 4 + 6 + 4
     assert (row.calls, row.cpu_total_us, row.device_total_us, row.self_cpu_us) == (3, 14.0, 14.0, 14.0)
+
+
+def test_a_call_under_a_python_frame_inside_its_own_name_counts_once(tmp_path):
+    # GIVEN a record_function block ("decode") opened again inside itself, a Python frame between (with_stack)
+    import json
+
+    def x(cat, name, ts, dur):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [
+        x("user_annotation", "decode", 0, 100), x("python_function", "model.py(10): step", 10, 80),
+        x("user_annotation", "decode", 20, 60), x("cpu_op", "aten::mm", 30, 10)]}))
+    with profuse.load(p) as t:
+        row = next(r for r in op_table(t).rows if r.name == "decode")
+    # THEN its CPU total is the outer call's 100 us, with both calls counted
+    assert (row.calls, row.cpu_total_us) == (2, 100.0)

@@ -240,16 +240,16 @@ def _by_shape(trace: Trace) -> list[OpRow]:
 
 @once_per_trace
 def _nested_again(trace: Trace, by_shape: bool) -> dict[tuple[Any, ...], tuple[int, int]]:
-    """The op-table calls directly inside a call of their own row: the ``nested_calls`` table's (their parent
-    is an op-table call of the same name: trace/correlate.py ``nested_in_own_name``, the one rule), and by
-    input shapes those whose parent has the same input dims too. Their time and device total are inside the
+    """The op-table calls inside a call of their own row: the ``nested_calls`` table's (their nearest op-table
+    ancestor is a call of the same name: trace/correlate.py ``nested_in_own_name``, the one rule), and by
+    input shapes those whose call around them has the same input dims too. Their time and device total are inside the
     call around them already, so their row's CPU total and device total must not count them again (torch's
     key_averages() does: sglang's 463 ms blocking ``aten::copy_`` twice in a 474 ms trace). Per row key
     (name[, input dims]): (time, device total) in ns, each summed; the device total is the time on a CPU-only
     trace (its device columns are the CPU's)."""
     device = "e.dur" if trace.cpu_only else "coalesce(e.device_total, 0)"
     dims = ", coalesce(se.input_dims, '')" if by_shape else ""
-    shapes = (" LEFT JOIN shapes se ON se.id = e.id LEFT JOIN shapes sp ON sp.id = e.parent"
+    shapes = (" LEFT JOIN shapes se ON se.id = e.id LEFT JOIN shapes sp ON sp.id = n.around"
               " WHERE coalesce(se.input_dims, '') = coalesce(sp.input_dims, '')") if by_shape else ""
     found = trace.con.execute(f"""SELECT e.name{dims}, sum(e.dur), sum({device})
         FROM nested_calls n JOIN events e ON e.id = n.id{shapes} GROUP BY ALL""").fetchall()

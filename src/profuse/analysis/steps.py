@@ -253,10 +253,10 @@ def _cpu_ops(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         WHERE kind IN ('cpu_op', 'annotation') AND NOT ({STEP_WHERE}) ORDER BY ts""").fetchnumpy()
     ts, end, top = (np.asarray(ops[k]) for k in ops)
     busy, tops = [], []
-    for lo, hi in step_model(trace).spans:
-        m = (ts >= lo) & (ts < hi)
-        busy.append(union_ns(ts[m].astype(np.int64), np.minimum(end[m], hi).astype(np.int64)) if m.any() else 0)
-        tops.append(int(np.count_nonzero(top[m])))
+    for lo, hi in step_model(trace).spans:   # the ops come sorted by start: each span's are one slice
+        i, j = np.searchsorted(ts, lo, side="left"), np.searchsorted(ts, hi, side="left")
+        busy.append(union_ns(ts[i:j].astype(np.int64), np.minimum(end[i:j], hi).astype(np.int64)) if j > i else 0)
+        tops.append(int(np.count_nonzero(top[i:j])))
     return np.asarray(busy, dtype=np.int64), np.asarray(tops, dtype=np.int64)
 
 

@@ -1,7 +1,8 @@
 """Python frames that wait rather than work: the thread sleeps in the kernel (an event loop's ``epoll`` or
 ``select``, a ``sleep``, a lock's ``acquire``, a condition's or an event's ``wait``, a queue's ``get``, a
 socket's ``recv`` or ``accept``), or waits in autograd's ``run_backward`` while the engine's threads run the
-backward (its ops on a device's thread: what runs on this thread inside it is an op, which works), as
+backward (its ops on a device's thread: what runs on this thread inside it is an op, which works; a CPU
+backward runs its ops on this thread, and the engine's own time between them then reads as waiting too), as
 torch's Python tracer names them. One rule for every view that
 splits Python time: the CPU budget's ``idle/wait`` (diagnosis/cpu_budget.py) and the call tree's waiting
 column (calltree.py), which is then not Python time."""

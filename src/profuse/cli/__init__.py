@@ -17,7 +17,7 @@ COMMANDS = {"report": report, "sql": sql, "run": run, "study": study, "diff": di
             "neff": neff, "mcp": mcp}
 
 EPILOG = """examples:
-  profuse report trace.json.gz       the op table with device time per op
+  profuse report trace.json.gz       where the time went, levers, op table
   profuse report trace.json.gz --group-by module --top 20
   profuse sql trace.json.gz "SELECT name, sum(dur)/1e3 AS us FROM events
     WHERE kind='kernel' GROUP BY 1"

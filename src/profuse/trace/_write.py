@@ -21,7 +21,7 @@ import numpy as np
 from . import compiled
 from ._columns import FLOW_PHASES, Columns
 from ._prepare import Prepared
-from .correlate import device_threads, module_scopes, nested_in_own_name
+from .correlate import device_threads, module_scopes
 from .event_columns import WRITE_RULES, EventColumns, EventStrings, insert_sql
 from .schema import KIND_CODE
 
@@ -290,14 +290,14 @@ def write_instants(con: duckdb.DuckDBPyConnection, *, prepared: Prepared) -> Non
 
 
 def write_correlated_tables(con: duckdb.DuckDBPyConnection, *, cols: Columns, prepared: Prepared,
-                            events: EventColumns) -> None:
-    """The side tables that need the correlated events: ``threads``, ``scopes`` and ``nested_calls``."""
+                            events: EventColumns, nested: tuple[np.ndarray, np.ndarray]) -> None:
+    """The side tables that need the correlated events: ``threads``, ``scopes`` and ``nested_calls`` (``nested``:
+    correlate.nested_in_own_name's ids and the calls around them)."""
     _write_threads(con, cols, prepared, events)
     _write_scopes(con, prepared, events)
-    nested = nested_in_own_name(events)
-    if nested.size:
-        con.register("_nested", {"id": nested})
-        con.execute("INSERT INTO nested_calls SELECT id FROM _nested")
+    if nested[0].size:
+        con.register("_nested", {"id": nested[0], "around": nested[1]})
+        con.execute("INSERT INTO nested_calls SELECT id, around FROM _nested")
         con.unregister("_nested")
 
 

@@ -45,7 +45,7 @@ from .cache import (
     slot_key,
     sql_string,
 )
-from .correlate import UNLINKED, correlated, unmatched_flows
+from .correlate import UNLINKED, correlated, nested_in_own_name, unmatched_flows
 from .event_columns import EventColumns, kind_mask
 from .meta import listed_device
 from .schema import DDL, KIND_CODE, KINDS, SCHEMA_VERSION
@@ -626,11 +626,12 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
             writer.submit(checkpoint_before_events, events=len(prepared.events))
             memory = memory_of()
             events, reused = correlated(prepared.events)
+            nested = nested_in_own_name(events, reused.table_parent)
         _HEAP.trim()  # the passes' freed temporaries back before the events go in (the load's peak was here)
         reusable = reused if memory is not None else None  # only the memory tables ask it again
         del reused
         writer.submit(write_events, events=events, strings=prepared.strings)
-        write_correlated_tables(con, cols=cols, prepared=prepared, events=events)
+        write_correlated_tables(con, cols=cols, prepared=prepared, events=events, nested=nested)
         fp = fp_of()
         meta = _meta(path, cols, prepared, events, top=top, fp=fp, skipped=skipped)
         if memory is not None:

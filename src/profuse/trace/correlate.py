@@ -76,18 +76,18 @@ def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
     return columns, Reusable(host_order=host_order, table_parent=table_parent)
 
 
-def nested_in_own_name(columns: EventColumns) -> np.ndarray:
-    """The ids of the op-table calls (TABLE_KINDS, nested on their thread) whose parent is an op-table call of
-    the same name: torch records an overload dispatching to another under one name (``aten::sum`` in
-    ``aten::sum``, ``aten::copy_`` in ``aten::copy_``), and an annotation can open again inside itself. Their
-    time and device total are in the call around them: the op table counts them once (the ``nested_calls``
-    table; analysis/optable.py). Ids are row numbers (``columns.id`` is 0..n-1)."""
+def nested_in_own_name(columns: EventColumns, table_parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of the op-table calls (TABLE_KINDS, nested on their thread) whose nearest op-table ancestor
+    (``table_parent``: Python frames between pass) is a call of the same name: torch records an overload
+    dispatching to another under one name (``aten::sum`` in ``aten::sum``, ``aten::copy_`` in ``aten::copy_``),
+    and an annotation can open again inside itself. Their time and device total are in the call around them:
+    the op table counts them once (the ``nested_calls`` table; analysis/optable.py). Their ids, and each one's
+    call around it (ids are row numbers: ``columns.id`` is 0..n-1)."""
     table = kind_mask(columns.kind, *TABLE_KINDS) & (columns.depth >= 0)
-    calls = np.flatnonzero(table & (columns.parent >= 0))
-    parent = columns.parent[calls]
-    keep = table[parent] & (columns.name[parent] == columns.name[calls])
-    out: np.ndarray = calls[keep].astype(np.int64)
-    return out
+    calls = np.flatnonzero(table & (table_parent >= 0))
+    above = table_parent[calls]
+    same = columns.name[above] == columns.name[calls]
+    return calls[same].astype(np.int64), above[same].astype(np.int64)
 
 
 def _narrow_sums(attr: Attribution) -> Attribution:

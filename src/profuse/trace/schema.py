@@ -129,7 +129,7 @@ CREATE TABLE threads (thread INTEGER, pid VARCHAR, tid VARCHAR, process_name VAR
                       thread_name VARCHAR, labels VARCHAR, is_device BOOLEAN);
 CREATE TABLE instants (name VARCHAR, cat VARCHAR, ts BIGINT, pid VARCHAR, tid VARCHAR);
 CREATE TABLE flows (id VARCHAR, cat VARCHAR, ph VARCHAR, ts BIGINT, thread INTEGER);
-CREATE TABLE nested_calls (id BIGINT);  -- op-table calls whose parent is an op-table call of the same name
+CREATE TABLE nested_calls (id BIGINT, around BIGINT);  -- op-table calls inside one of their own name (around)
 CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);  -- JSON values
 CREATE TABLE memory (        -- torch.profiler [memory] events (profile_memory=True), time order; docs/memory.md
     id BIGINT, device_type VARCHAR, device INTEGER, ts BIGINT, bytes BIGINT, addr BIGINT,
