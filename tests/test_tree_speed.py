@@ -158,16 +158,40 @@ def old_module_rows(trace: Any) -> list[optable.OpRow]:
         WHERE s.kind = 'module' GROUP BY s.name""")
 
 
+def less_nested_again(trace: Any, found: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Op rows (name, calls, self CPU, CPU total, self device, device total, kernels, ...) less, per name, the
+    time and device total (the time on a CPU-only trace) of the calls whose nearest op-table ancestor is one of
+    the same name, found here by walking each call's parents in SQL one step at a time (a recursive query),
+    the slow way: the rule docs/correlation.md states, not profuse's nested_calls table."""
+    dt = "e.dur" if trace.cpu_only else "coalesce(e.device_total, 0)"
+    table = f"kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL"
+    nested = {name: (int(ns), int(dns)) for name, ns, dns in trace.con.execute(f"""
+        WITH RECURSIVE up(id, name, dur, dt, anc) AS (
+            SELECT e.id, e.name, e.dur, {dt}, e.parent FROM events e WHERE e.{table.replace(" AND ", " AND e.")}
+            UNION ALL
+            SELECT u.id, u.name, u.dur, u.dt, p.parent FROM up u JOIN events p ON p.id = u.anc
+            WHERE NOT (p.{table.replace(" AND ", " AND p.")}))
+        SELECT u.name, sum(u.dur), sum(u.dt) FROM up u JOIN events a ON a.id = u.anc
+        WHERE a.{table.replace(" AND ", " AND a.")} AND a.name = u.name GROUP BY u.name""").fetchall()}
+    out = []
+    for r in found:
+        ns, dns = nested.get(r[0], (0, 0))
+        out.append((*r[:3], (r[3] or 0) - ns, r[4], (r[5] or 0) - dns, *r[6:]))
+    return out
+
+
 def old_op_rows(trace: Any) -> list[optable.OpRow]:
-    """The previous ``optable._by_op``, as it was."""
+    """The previous ``optable._by_op``, as it was, less the calls inside one of their own name (that rule's
+    own walk: :func:`less_nested_again`)."""
     sd, dt = ("self_cpu", "dur") if trace.cpu_only else ("self_device", "device_total")
     mem = has_memory(trace)
     sums = ", sum(m.cpu_mem), sum(m.self_cpu_mem), sum(m.device_mem), sum(m.self_device_mem)" if mem else ""
-    return optable._rows(trace, f"""
+    found = trace.con.execute(f"""
         SELECT name, count(*), sum(self_cpu), sum(dur), sum({sd}), sum({dt}), sum(kernels){sums}
         FROM events{" LEFT JOIN op_memory m USING (id)" if mem else ""}
         WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{optable._not_step(trace)}
-        GROUP BY name""", with_memory=mem)
+        GROUP BY name""").fetchall()
+    return optable._records(less_nested_again(trace, found), with_memory=mem)
 
 
 def old_kernel_rows(trace: Any) -> list[optable.OpRow]:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import ALL_TRACES, trace_id
-from test_tree_speed import HAND, _write, _x, frame_parents
+from test_tree_speed import HAND, _write, _x, frame_parents, less_nested_again
 
 import profuse
 from profuse.analysis import calltree, optable
@@ -117,17 +117,18 @@ def prev_ops_and_kernels(trace: Any) -> tuple[list[optable.OpRow], list[optable.
         had = side.get(name)
         side[name] = sums if had is None else [None if a is None and b is None else (a or 0) + (b or 0)
                                                 for a, b in zip(had, sums)]
-    return (optable._records([(name, *v) for name, v in ops.items()], with_memory=mem),
+    return (optable._records(less_nested_again(trace, [(name, *v) for name, v in ops.items()]), with_memory=mem),
             optable._records([(name, v[0], 0, 0, v[2], v[2], v[0]) for name, v in kernels.items()]))
 
 
 def prev_cpu_op_rows(trace: Any) -> list[optable.OpRow]:
     """The previous ``optable._by_op`` of a CPU-only trace, as it was."""
     mem = has_memory(trace)
-    return optable._rows(trace, f"""
+    found = trace.con.execute(f"""
         SELECT name, count(*), sum(self_cpu), sum(dur), sum(self_cpu), sum(dur), sum(kernels){_MEM_SUMS if mem else ""}
         FROM events{_MEM_JOIN if mem else ""}
-        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{optable._not_step(trace)} GROUP BY name""", with_memory=mem)
+        WHERE kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL{optable._not_step(trace)} GROUP BY name""").fetchall()
+    return optable._records(less_nested_again(trace, found), with_memory=mem)
 
 
 def prev_scopes(con: Any) -> tuple[dict[str, np.ndarray], np.ndarray, list[str | None]]:
