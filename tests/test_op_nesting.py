@@ -77,3 +77,51 @@ def test_a_call_under_a_python_frame_inside_its_own_name_counts_once(tmp_path):
         row = next(r for r in op_table(t).rows if r.name == "decode")
     # THEN its CPU total is the outer call's 100 us, with both calls counted
     assert (row.calls, row.cpu_total_us) == (2, 100.0)
+
+
+def test_a_call_back_under_another_op_inside_its_own_name_counts_once(tmp_path):
+    # GIVEN aten::copy_ (100 us) calling aten::to calling aten::copy_ (40 us), then a lone aten::copy_ (5 us)
+    import json
+
+    def x(name, ts, dur):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+    p = tmp_path / "cpu.json"
+    p.write_text(json.dumps({"traceEvents": [x("aten::copy_", 0, 100), x("aten::to", 10, 80),
+                                             x("aten::copy_", 20, 40), x("aten::copy_", 200, 5)]}))
+    with profuse.load(p) as t:
+        rows = {r.name: r for r in op_table(t).rows}
+        nested = t.con.execute("SELECT id, around FROM nested_calls").fetchall()
+    # THEN the inner copy_ is nested in the outer one (the call two levels up), and copy_'s CPU total is the
+    # union 105 us with its 3 calls counted; aten::to is untouched
+    assert nested == [(2, 0)]
+    assert (rows["aten::copy_"].calls, rows["aten::copy_"].cpu_total_us) == (3, 105.0)
+    assert (rows["aten::to"].calls, rows["aten::to"].cpu_total_us) == (1, 80.0)
+
+
+def _wrapped_linears(tmp_path):
+    """h100_bert_small with every aten::linear wrapped in a new aten::addmm of its own (1 us longer each side):
+    the op's own aten::addmm is then inside an aten::addmm two levels up."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress(trace_path("h100_bert_small.json.gz").read_bytes()))
+    outer = [dict(e, name="aten::addmm", ts=e["ts"] - 1, dur=e["dur"] + 2, args={})
+             for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"] == "aten::linear"]
+    doc["traceEvents"] += outer
+    p = tmp_path / "wrapped.json"
+    p.write_text(json.dumps(doc))
+    return p, len(outer)
+
+
+def test_a_kernel_launched_two_levels_inside_its_own_name_counts_once(tmp_path):
+    # GIVEN a real trace whose aten::addmm calls run inside aten::linear inside another aten::addmm
+    path, wrapped = _wrapped_linears(tmp_path)
+    assert wrapped > 0
+    with profuse.load(path) as t:
+        row = next(r for r in op_table(t).rows if r.name == "aten::addmm")
+    cpu, device = oracle.op_totals_once(path, "aten::addmm")
+    # THEN its CPU total and device total count each moment once (the raw JSON's union), every call counted
+    assert row.cpu_total_us == pytest.approx(float(cpu), abs=0.01)
+    assert row.device_total_us == pytest.approx(float(device), abs=0.01)
+    assert row.calls == oracle.calls_by_name(path, "aten::addmm")
+    assert row.cpu_total_us < _naive_us(path, "aten::addmm") - 1.0

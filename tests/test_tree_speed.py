@@ -160,9 +160,9 @@ def old_module_rows(trace: Any) -> list[optable.OpRow]:
 
 def less_nested_again(trace: Any, found: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Op rows (name, calls, self CPU, CPU total, self device, device total, kernels, ...) less, per name, the
-    time and device total (the time on a CPU-only trace) of the calls whose nearest op-table ancestor is one of
-    the same name, found here by walking each call's parents in SQL one step at a time (a recursive query),
-    the slow way: the rule docs/correlation.md states, not profuse's nested_calls table."""
+    time and device total (the time on a CPU-only trace) of the calls with an op-table ancestor of the same
+    name at any depth, found here by walking each call's parents in SQL one step at a time until one is (a
+    recursive query), the slow way: the rule docs/correlation.md states, not profuse's nested_calls table."""
     dt = "e.dur" if trace.cpu_only else "coalesce(e.device_total, 0)"
     table = f"kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL"
     nested = {name: (int(ns), int(dns)) for name, ns, dns in trace.con.execute(f"""
@@ -170,7 +170,7 @@ def less_nested_again(trace: Any, found: list[tuple[Any, ...]]) -> list[tuple[An
             SELECT e.id, e.name, e.dur, {dt}, e.parent FROM events e WHERE e.{table.replace(" AND ", " AND e.")}
             UNION ALL
             SELECT u.id, u.name, u.dur, u.dt, p.parent FROM up u JOIN events p ON p.id = u.anc
-            WHERE NOT (p.{table.replace(" AND ", " AND p.")}))
+            WHERE NOT (p.{table.replace(" AND ", " AND p.")} AND p.name = u.name))
         SELECT u.name, sum(u.dur), sum(u.dt) FROM up u JOIN events a ON a.id = u.anc
         WHERE a.{table.replace(" AND ", " AND a.")} AND a.name = u.name GROUP BY u.name""").fetchall()}
     out = []

@@ -26,8 +26,9 @@ import duckdb
 import numpy as np
 
 from ..errors import TraceError, UserError
-from ..trace.correlate import attribute, nearest_ancestor, nesting
-from ..trace.schema import DDL, KIND_CODE, SCHEMA_VERSION
+from ..trace.correlate import attribute, nearest_ancestor, nested_in_own_name_of, nesting
+from ..trace.event_columns import kind_mask
+from ..trace.schema import DDL, KIND_CODE, SCHEMA_VERSION, TABLE_KINDS
 from ..trace.trace import Trace
 
 SCHEMA_BUILT_FROM = "7.4.0"
@@ -332,6 +333,7 @@ def _write(con: duckdb.DuckDBPyConnection, folder: Path, r: dict[str, np.ndarray
         "self_device": attr.self_device, "device_total": attr.device_total, "kernels": attr.kernels,
         "kernels_total": attr.kernels_total, "seq": seq, "python_id": seq, "python_parent_id": seq,
         "bytes": r["bytes"], "flops": seq})
+    _nested_calls(con, kind, depth, r["name"], parent)
     why_list = [w for w in why.tolist() if w is not None]
     reasons = {w: why_list.count(w) for w in sorted(set(why_list))}
     kind_counts = dict(zip(*np.unique(r["kind"].astype(str), return_counts=True))) if n else {}
@@ -345,6 +347,15 @@ def _write(con: duckdb.DuckDBPyConnection, folder: Path, r: dict[str, np.ndarray
             "trace_meta": {}}
     _insert(con, "meta", {"key": np.array(list(meta), dtype=object),
                           "value": np.array([json.dumps(v) for v in meta.values()], dtype=object)})
+
+
+def _nested_calls(con: duckdb.DuckDBPyConnection, kind: np.ndarray, depth: np.ndarray, names: np.ndarray,
+                  parent: np.ndarray) -> None:
+    """The ``nested_calls`` table: op-table calls inside one of their own name, by the load's rule
+    (trace/correlate.py ``nested_in_own_name_of``), so the op table counts them once here too."""
+    table_parent = nearest_ancestor(parent, kind_mask(kind, *TABLE_KINDS), include_self=False)
+    ids, around = nested_in_own_name_of(kind, depth, names, table_parent)
+    _insert(con, "nested_calls", {"id": ids, "around": around})
 
 
 def _runtime_ops(flows: np.ndarray, kind: np.ndarray, runtime: np.ndarray, op_of_host: np.ndarray) -> np.ndarray:

@@ -19,8 +19,8 @@ from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, KIND_CODE, TABLE_KINDS
 from .vocabulary import is_graph_launch
 
 __all__ = ["LINK_HOW", "NONE", "UNLINKED", "Attribution", "Flows", "Links", "Reusable", "attribute", "correlate",
-           "correlated", "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nesting",
-           "nesting_in_order", "unmatched_flows"]
+           "correlated", "device_threads", "link_device_events", "name_flags", "nearest_ancestor", "nested_in_own_name",
+           "nested_in_own_name_of", "nesting", "nesting_in_order", "unmatched_flows"]
 
 _accel = compiled.accel  # tests turn it off here
 MODULE_PREFIX = "nn.Module: "
@@ -77,17 +77,41 @@ def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
 
 
 def nested_in_own_name(columns: EventColumns, table_parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The ids of the op-table calls (TABLE_KINDS, nested on their thread) whose nearest op-table ancestor
-    (``table_parent``: Python frames between pass) is a call of the same name: torch records an overload
-    dispatching to another under one name (``aten::sum`` in ``aten::sum``, ``aten::copy_`` in ``aten::copy_``),
-    and an annotation can open again inside itself. Their time and device total are in the call around them:
-    the op table counts them once (the ``nested_calls`` table; analysis/optable.py). Their ids, and each one's
-    call around it (ids are row numbers: ``columns.id`` is 0..n-1)."""
-    table = kind_mask(columns.kind, *TABLE_KINDS) & (columns.depth >= 0)
+    """:func:`nested_in_own_name_of` over a trace's correlated columns."""
+    return nested_in_own_name_of(columns.kind, columns.depth, columns.name, table_parent)
+
+
+def nested_in_own_name_of(kind: np.ndarray, depth: np.ndarray, name: np.ndarray,
+                          table_parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of the op-table calls (TABLE_KINDS, nested on their thread) with an op-table ancestor of the same
+    name (``table_parent``: each event's nearest op-table ancestor; Python frames between pass), at any depth:
+    torch records an overload dispatching to another under one name (``aten::sum`` in ``aten::sum``,
+    ``aten::copy_`` in ``aten::copy_``), an annotation can open again inside itself, and a call can come back
+    under another (``aten::copy_`` in ``aten::to`` in ``aten::copy_``). Their time and device total are in the
+    call around them: the op table counts them once (the ``nested_calls`` table; analysis/optable.py). Their
+    ids (ascending), and each one's nearest such ancestor, the call around it (ids are row numbers: 0..n-1).
+    One step up the chains at a time, for the calls not yet placed: as many steps as the op-table depth; past
+    the first, only the calls of a name that holds another call somewhere (the others have no ancestor of it)."""
+    table = kind_mask(kind, *TABLE_KINDS) & (depth >= 0)
     calls = np.flatnonzero(table & (table_parent >= 0))
-    above = table_parent[calls]
-    same = columns.name[above] == columns.name[calls]
-    return calls[same].astype(np.int64), above[same].astype(np.int64)
+    own, above = name[calls], table_parent[calls]
+    if name.dtype.kind in "iu":   # name codes: a flag per code
+        holds = np.zeros(int(name.max()) + 1 if name.size else 0, dtype=bool)
+        holds[name[above]] = True
+        holder = holds[own]
+    else:
+        holder = np.isin(own, name[above])
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    while calls.size:
+        same = name[above] == own
+        found.append((calls[same], above[same]))
+        up = table_parent[above]
+        go = ~same & (up >= 0) & holder
+        calls, own, above, holder = calls[go], own[go], up[go], holder[go]
+    ids = np.concatenate([c for c, _ in found]).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
+    around = np.concatenate([a for _, a in found]).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    return ids[order], around[order]
 
 
 def _narrow_sums(attr: Attribution) -> Attribution:
