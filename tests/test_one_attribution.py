@@ -130,3 +130,26 @@ def test_a_cpu_only_op_table_has_one_column_set_and_no_step_rows(name: str, caps
     assert [s["name"] for s in doc["steps"]] == steps and steps
     assert not set(steps) & {o["name"] for o in doc["ops"]}
     assert sum(o["self_device_us"] for o in doc["ops"]) == pytest.approx(doc["totals"]["device_us"], abs=0.01)
+
+
+@pytest.mark.parametrize(("base", "new"), [("compare_base", "compare_test"),
+                                           ("v100_ns_timestamps", "v100_rank1_of2_216k_events")])
+def test_diff_device_busy_per_step_is_the_step_tables(base: str, new: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN two traces whose steps hold device work they did not launch themselves (compare_*: each step
+    # launched one 4 µs kernel, while 1.47 ms of copies run in its span)
+    import json
+    import statistics
+
+    from conftest import trace_path
+
+    from profuse.cli import main
+
+    a, b = trace_path(f"{base}.json.gz"), trace_path(f"{new}.json.gz")
+    assert main(["diff", str(a), str(b), "--format", "json"]) == 0
+    (v,) = [v for v in json.loads(capsys.readouterr().out)["verdicts"] if v["metric"] == "device_busy"]
+    # THEN the diff's device_busy samples are each step's busy time as the step table counts it: the union of
+    # every device activity in the step's span (raw JSON), whoever launched it
+    for side, path in (("a", a), ("b", b)):
+        busy = [w for _n, _lo, _hi, w in oracle.step_spans(path)]
+        assert v[f"{side}_steps"] == len(busy)
+        assert v[f"{side}_median_us"] == pytest.approx(statistics.median(busy), abs=0.01)

@@ -2,9 +2,9 @@
 
 The steps are the step model's (:mod:`.steps`: ``ProfilerStep#N``, vLLM and sglang scheduler steps).
 Metrics: ``step`` (the time each step holds in the model: its host interval to its last device
-activity, never overlapping the others), ``device_busy`` (the device's busy time
-over the activities each step launched; on a CPU-only trace the CPU's own op time inside the
-step), an op class (``matmul``, ``attention``, ... from ``opclass.op_class``) or an op name (the
+activity, never overlapping the others), ``device_busy`` (the busy time in each step's span, as the step
+table and the time budget count it: the device's, whoever launched the work; on a CPU-only trace the time in
+ops and annotations), an op class (``matmul``, ``attention``, ... from ``opclass.op_class``) or an op name (the
 self device time of those ops, per step). A trace with no step is one sample: the whole trace.
 """
 from __future__ import annotations
@@ -14,10 +14,9 @@ import bisect
 from ...errors import UserError
 from ...trace import Trace
 from ...trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
-from ..busy import activities, union_ns
 from ..opclass import op_class
-from ..optable import op_table, total_device_us
-from ..steps import device_busy, step_model
+from ..optable import op_table
+from ..steps import span_busy, step_model
 
 CLASSES = ("pointwise", "reduction", "norm", "softmax", "copy", "matmul", "attention", "view", "compiled", "other")
 BUILTIN = ("step", "device_busy")
@@ -74,15 +73,10 @@ def _op_time_per_step(trace: Trace, names: list[str]) -> list[float]:
 
 
 def _busy_per_step(trace: Trace) -> list[float]:
-    if trace.cpu_only:
-        return _op_time_per_step(trace, _op_names(trace)) if _steps(trace) else [total_device_us(trace)]
-    model = step_model(trace)
-    if not model.steps or model.owner is None:
-        busy = device_busy(trace)
-        return [busy.busy_us if busy is not None else 0.0]
-    # each activity belongs to the one step that owns it (the step model's, as the report's steps)
-    a = activities(trace)
-    return [union_ns(a.start[model.owner == i], a.end[model.owner == i]) / 1e3 for i in range(len(model.steps))]
+    """The busy time in each step's span, as the step table and the time budget count it (``steps.span_busy``,
+    the one rule): the device's busy time (every activity, whoever launched it), on a CPU-only trace the time in
+    ops and annotations; with no step, the active window's."""
+    return [ns / 1e3 for ns in span_busy(trace).tolist()]
 
 
 def known(trace: Trace, metric: str) -> bool:
