@@ -148,6 +148,34 @@ def test_unmodelled_gemms_stay_a_tuning_lever_off_a_small_decode(tmp_path: Path,
     assert "no FLOP model" in lever.evidence and "30% of this time is reachable" in lever.evidence
 
 
+def test_gemms_of_ops_without_recorded_shapes_say_so(tmp_path: Path) -> None:
+    # GIVEN a step whose bf16 GEMMs aten::mm launched eagerly, recorded without input shapes (record_shapes off)
+    ev = [_x("user_annotation", "ProfilerStep#1", 0, 1000)]
+    for i in range(4):
+        ev += [_x("cpu_op", "aten::mm", 1 + i, 1), _x("cuda_runtime", "cudaLaunchKernel", 1.2 + i, 0.5, correlation=i + 1),
+               _kernel("nvjet_hsh_256x128", 10 + 200 * i, 200, i + 1)]
+    with profuse.load(_write(tmp_path, ev), cache=False) as tr:
+        d = diagnose(tr)
+    lever = next(lv for lv in (*d.levers, *d.small_items) if lv.kind == "gemm")
+    # THEN the evidence names the missing shapes and the ops, not graph replays or compiled regions
+    assert "(aten::mm) ran with no input shapes recorded" in lever.evidence
+    assert "graph replays" not in lever.evidence
+    assert lever.gain_us == pytest.approx(800.0 * FALLBACK_REACHABLE, abs=0.01)
+
+
+def test_v100_gemms_name_the_missing_shapes() -> None:
+    # GIVEN the V100 216k-event trace: every GEMM launched by an op (aten::mm, addmm, bmm), no op with Input Dims
+    path = TRACES / "v100_rank1_of2_216k_events.json.gz"
+    events = oracle.complete_events(path)
+    assert not any("Input Dims" in (e.get("args") or {}) for e in events)
+    with profuse.load(path) as tr:
+        d = diagnose(tr)
+    lever = next(lv for lv in (*d.levers, *d.small_items) if lv.kind == "gemm")
+    # THEN its GEMM lever says so, naming those ops
+    assert "ran with no input shapes recorded" in lever.evidence and "aten::mm" in lever.evidence
+    assert "graph replays" not in lever.evidence
+
+
 def test_precision_reads_what_kernel_names_prove(tmp_path: Path) -> None:
     # GIVEN an A100 step with three 100 µs GEMMs named by what they compute: a TF32 tensor-op s1688 kernel,
     # a bf16 cuDNN "sgemm", and a plain FP32 sgemm (no input types recorded)

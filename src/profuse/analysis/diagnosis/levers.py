@@ -1553,15 +1553,32 @@ def _decode_tokens(ctx: Context) -> int | None:
     return max(c for c in counts if c is not None)
 
 
+def _no_flop_model(ctx: Context) -> str:
+    """Why the GEMMs have no FLOP model: no peaks for the device; ops that launched them (not in a graph replay)
+    where the trace records no input shapes at all (the profile ran without ``record_shapes``); else no op with
+    recorded shapes launched them (graph replays, compiled regions)."""
+    if ctx.peaks is None:
+        return "no peaks for this device"
+    w = ctx.work
+    assert w is not None
+    eager = (w.cls == BUSY_PRIORITY.index("gemm")) & ~w.graph & (w.op_name != "")
+    shaped = ctx.trace.con.execute("SELECT count(*) FROM shapes WHERE input_dims IS NOT NULL").fetchall()[0][0]
+    if eager.any() and not shaped:
+        c: Counter[str] = Counter()
+        for op, s, e in zip(w.op_name[eager].tolist(), w.acts.start[eager].tolist(), w.acts.end[eager].tolist()):
+            c[op] += e - s
+        return (f"their ops ({', '.join(_top(c))}) ran with no input shapes recorded (the profile's record_shapes "
+                "was off): no FLOP model")
+    return "no op with recorded shapes launched them (graph replays, compiled regions): no FLOP model"
+
+
 def _unmodelled_gemm(ctx: Context, gemm: int, kernels: tuple[str, ...]) -> Lever:
     """The GEMM lever where no op with a FLOP model launched the GEMMs (graph replays, compiled regions): the
     stated fallback share of their time, confidence low. Where every step is a decode step whose tokens are
     under the device's ridge point (16-bit peak over bandwidth, FLOP per byte), the GEMMs stream their
     weights (a 16-bit weight read once serves at most that many tokens: about that many FLOP per byte): named
     ``memory_bound``, whose advice is fewer bytes per token, not GEMM tuning."""
-    why = ("no peaks for this device" if ctx.peaks is None else
-           "no op with recorded shapes launched them (graph replays, compiled regions): no FLOP model")
-    ev = f"GEMMs take {_us(gemm)} of a device-bound window; {why}"
+    ev = f"GEMMs take {_us(gemm)} of a device-bound window; {_no_flop_model(ctx)}"
     reach = f"the gain assumes {100 * GEMM_UNKNOWN_SHARE:.0f}% of this time is reachable"
     tokens = _decode_tokens(ctx) if ctx.peaks is not None and ctx.peaks.gbps > 0 else None
     ridge = ctx.peaks.tflops_half * 1e3 / ctx.peaks.gbps if tokens is not None else 0.0
