@@ -323,7 +323,7 @@ def _write_shapes(con: duckdb.DuckDBPyConnection, cols: Columns) -> None:
 
 def _write_threads(con: duckdb.DuckDBPyConnection, cols: Columns, prepared: Prepared, events: EventColumns) -> None:
     keys = prepared.threads.keys
-    on_device = device_threads(events.kind, events.thread, len(keys))
+    on_device = device_threads(events.kind, events.thread, len(keys), prepared.events.pid_of_thread)
     rows = []
     for i, (pid, tid) in enumerate(keys):
         pm = cols.thread_meta.get((pid, ""), {})

@@ -45,7 +45,8 @@ def correlated(events: DecodedEvents) -> tuple[EventColumns, Reusable]:
     kind, n = events.kind, len(events)
     row = row_type(n)  # ids of events and counts of them: int32 where the trace's events fit it, from the start
     is_device = kind_mask(kind, *DEVICE_KINDS)
-    host = ~is_device & ~device_threads(kind, events.thread, len(events.pid_of_thread))[events.thread]
+    host = ~is_device & ~device_threads(kind, events.thread, len(events.pid_of_thread),
+                                       events.pid_of_thread)[events.thread]
     parent, depth, host_order = nesting_in_order(events.thread, events.ts, events.dur, host, index=row)
     op_of_host = nearest_ancestor(parent, kind_mask(kind, "cpu_op", "annotation"), include_self=True, index=row)
     graph_launch = name_flags(events.names, is_graph_launch)[events.name]
@@ -127,10 +128,22 @@ def _narrow_sums(attr: Attribution) -> Attribution:
     return Attribution(times[0], times[1], times[2], kernels, kernels_total)
 
 
-def device_threads(kind: np.ndarray, thread: np.ndarray, count: int) -> np.ndarray:
-    """A flag per thread number: it carries device events (its host-kind events are not nested either)."""
+def device_threads(kind: np.ndarray, thread: np.ndarray, count: int,
+                   pid_of_thread: np.ndarray | None = None) -> np.ndarray:
+    """A flag per thread number: it carries device events (its host-kind events are not nested either), or it
+    holds nothing but ``sync`` records in a process (``pid_of_thread``: a number, -1 for none) whose other
+    threads carry device events: CUPTI's device-side synchronisation records (Kineto's ``cuda_sync``: a
+    ``Context Sync`` on a row of its own, tid -1, beside the streams' ``Stream Sync``), not host calls."""
     out = np.zeros(count, dtype=bool)
     out[thread[kind_mask(kind, *DEVICE_KINDS)]] = True
+    if pid_of_thread is None or not out.any():
+        return out
+    sync = kind_mask(kind, "sync")
+    if sync.any():
+        held = np.bincount(thread[sync], minlength=count)
+        only_sync = (held > 0) & (held == np.bincount(thread, minlength=count))
+        device_pids = pid_of_thread[out & (pid_of_thread >= 0)]
+        out |= only_sync & (pid_of_thread >= 0) & np.isin(pid_of_thread, device_pids)
     return out
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from .vocabulary import runtime_categories
 
-SCHEMA_VERSION = 18  # bump when tables change: caches with another version are rebuilt (13: device events'
+SCHEMA_VERSION = 19  # bump when tables change: caches with another version are rebuilt (13: device events'
 # module and scope are those holding their launch call; shapes.concrete_inputs; the memory tables;
 # 14: self CPU never negative; 15: a trace with no device activity and no launch is CPU; 16: kinds,
 # graph launches and device recognition from the device vocabulary, graph launches by name prefix; 17: the
-# nested_calls table; 18: nested_calls holds a call inside its own name at any depth)
+# nested_calls table; 18: nested_calls holds a call inside its own name at any depth; 19: a row of
+# device-side sync records alone in a device's process is a device row)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ... Each device
 # family's runtime categories are the device vocabulary's (trace/vocabulary.py): see category_kind.
