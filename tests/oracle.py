@@ -361,6 +361,39 @@ def op_totals_once(path: Path | str, name: str) -> tuple[Any, Any]:
     return cpu, device
 
 
+def kernels_under_op(path: Path | str, name: str) -> dict[str, tuple[int, Any]]:
+    """Per kernel name, the device activities under an op name and their µs (exact): those whose launch call (by
+    correlation) lies inside a call (cpu_op or user_annotation) named ``name`` on the call's thread, each once
+    however many such calls hold it (``op_totals_once``'s device rule, by kernel name)."""
+    events = list(exact_events(str(path)))
+    calls = [e for e in events if category(e) in OP_CATS and e.get("name") == name]
+    starts = _launch_starts(events)
+    out: dict[str, tuple[int, Any]] = {}
+    for d in events:
+        call = starts.get((d.get("args") or {}).get("correlation")) if is_device_time(d) else None
+        if call is not None and any(same_thread(c, call) and c["ts"] <= call["ts"]
+                                    and call["ts"] + call["dur"] <= c["ts"] + c["dur"] for c in calls):
+            n, us = out.get(d["name"], (0, 0))
+            out[d["name"]] = (n + 1, us + d["dur"])
+    return out
+
+
+def kernels_under_module_class(path: Path | str, cls: str) -> dict[str, tuple[int, Any]]:
+    """Per kernel name, the device activities under an nn.Module class and their µs (exact): those whose launch
+    call's start (by correlation) some ``nn.Module: cls`` frame on the call's thread holds, each once however many
+    frames of the class hold it (``device_us_by_module_class``'s rule, for one class, by kernel name)."""
+    events = list(exact_events(str(path)))
+    frames = [e for e in events if is_module(e) and module_class(e["name"]) == cls]
+    starts = _launch_starts(events)
+    out: dict[str, tuple[int, Any]] = {}
+    for d in events:
+        call = starts.get((d.get("args") or {}).get("correlation")) if is_device_time(d) else None
+        if call is not None and any(same_thread(m, call) and holds(m, call["ts"]) for m in frames):
+            n, us = out.get(d["name"], (0, 0))
+            out[d["name"]] = (n + 1, us + d["dur"])
+    return out
+
+
 def queue_delay_us(path: Path | str, scope: str) -> float:
     """The mean over the instances of an annotation ``scope`` (each launching device activities) of the mean
     queue delay of the activities whose launch call starts inside the instance: from the call's end to the

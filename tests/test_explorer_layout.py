@@ -9,7 +9,7 @@ import pytest
 import test_explorer_browser as explorer_browser
 from conftest import trace_path
 from explorer_util import running
-from test_explorer_browser import kernels_of_op_by_sql, open_view
+from test_explorer_browser import kernels_under_op, open_view
 
 import profuse
 
@@ -56,7 +56,7 @@ def test_an_ops_kernels_open_right_under_its_row_and_in_view(page, bert):
         assert box["y"] >= 0 and box["y"] + min(box["height"], 100) <= 700
         listed = page.locator("#op-kernels tbody tr").evaluate_all(
             "rs => rs.map(r => [r.cells[0].textContent, r.cells[1].textContent])")
-        assert {n: int(c) for n, c in listed} == kernels_of_op_by_sql(bert, names[i])
+        assert {n: int(c) for n, c in listed} == kernels_under_op(bert, names[i])
         # AND sorting the table keeps the list under its row
         page.locator("main table").first.locator("thead th", has_text="Calls").first.click()
         opened = page.locator("main table").first.locator(":scope > tbody > tr.sel")

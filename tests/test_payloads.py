@@ -205,16 +205,21 @@ def test_ranks_document_is_its_record(tmp_path):
         ranks_payload({**msgspec.to_builtins(doc), "ranks_found": "two"})
 
 
-@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "mi300_sglang_decode_cudagraph.json.gz"])
-def test_every_rows_kernels_add_up_to_its_kernel_count(name):
-    # the kernels listed under a row are exactly the device events counted in its `kernels` column
+@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "mi300_sglang_decode_cudagraph.json.gz",
+                                  "mi300_torch_compile_triton.json.gz", "mtia_inference.json.gz",
+                                  "h100_vit_falconsai.json.gz"])
+def test_every_rows_kernels_add_up_to_its_device_total(name):
+    # the kernels listed under a row are exactly the device events its device total counts, and their self parts
+    # the events counted in its `kernels` column and its self device time
     with profuse.load(trace_path(name)) as t:
         for group in ("op", "shape", "module", "kernel"):
             ops = build.ops_of(t, group_by=group)
             found = build.op_kernels_of(t, ops)
             assert set(found) == {r.key for r in ops.rows} and len(found) == len(ops.rows), "keys name rows once"
             for row in ops.rows:
-                assert sum(k.calls for k in found[row.key].kernels) == row.kernels, (group, row.key)
-                if group in ("op", "shape", "kernel"):
-                    assert sum(k.device_us for k in found[row.key].kernels) == pytest.approx(
-                        row.self_device_us, abs=1e-3 * (1 + len(found[row.key].kernels)))
+                kernels = found[row.key].kernels
+                tol = 1e-3 * (1 + len(kernels))
+                assert sum(k.self_calls for k in kernels) == row.kernels, (group, row.key)
+                assert sum(k.self_device_us for k in kernels) == pytest.approx(row.self_device_us, abs=tol), (group, row.key)
+                assert sum(k.device_us for k in kernels) == pytest.approx(row.device_total_us, abs=tol), (group, row.key)
+                assert all(0 <= k.self_calls <= k.calls and k.self_device_us <= k.device_us for k in kernels)

@@ -182,20 +182,22 @@ def _row(ops: Ops, wanted: str, what: str, path: str) -> OpsRow:
 
 
 def _kernels_under(entry: _Open, ops: Ops, row: OpsRow) -> list[Any]:
-    """The kernels under one op-table row, most device time first."""
+    """The kernels under one op-table row (summing to its device total; each with the part the row launched
+    itself), most device time first."""
     from ..payloads.build import op_kernels_of
 
     return list(op_kernels_of(entry.trace, msgspec.structs.replace(ops, rows=[row]))[row.key].kernels)
 
 
 def _launchers(entry: _Open, group_by: str, kernel: str) -> list[dict[str, Any]]:
-    """The rows of the op table grouped by ``group_by`` (op, module) that launched ``kernel``."""
+    """The rows of the op table grouped by ``group_by`` (op, module) that launched ``kernel`` themselves (the
+    innermost op or module: their self parts)."""
     from ..payloads.build import op_kernels_of
 
     ops = _ops(entry, group_by)
     under = entry.once(f"kernels:{group_by}", lambda: op_kernels_of(entry.trace, ops))
-    found = [{group_by: key, "calls": k.calls, "device_us": k.device_us}
-             for key, row in under.items() for k in row.kernels if k.name == kernel]
+    found = [{group_by: key, "calls": k.self_calls, "device_us": k.self_device_us}
+             for key, row in under.items() for k in row.kernels if k.name == kernel and k.self_calls]
     return sorted(found, key=lambda f: (-f["device_us"], f[group_by]))
 
 
@@ -326,7 +328,8 @@ class Answers:
 
     def op(self, path: PathArg, name: NameArg, limit: LimitArg = LIST_CAP) -> str:
         """One op of the op table (e.g. aten::addmm): its row (calls, self and total CPU and device µs,
-        kernels launched), the kernels it launched, and its rows by input shapes, most device time first."""
+        kernels launched), the kernels under it (calls and µs under it, summing to its device total; self_calls
+        and self_device_us: the part it launched itself), and its rows by input shapes, most device time first."""
         entry = self.traces.get(path)
         ops = _ops(entry, "op")
         row = _row(ops, name, "op", path)
@@ -352,7 +355,8 @@ class Answers:
                limit: LimitArg = LIST_CAP) -> str:
         """One nn.Module: each path of class names it runs at (calls, device and CPU µs under it), its row of
         the op table grouped by module (every path of the class together; self device µs: the kernels whose
-        innermost module it is) with those kernels, and the modules directly under it."""
+        innermost module it is) with the kernels under it (summing to its device total, each with that self
+        part), and the modules directly under it."""
         from ..payloads.build import modules_of
 
         entry = self.traces.get(path)

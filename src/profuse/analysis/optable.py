@@ -249,11 +249,17 @@ def _nested_again(trace: Trace, by_shape: bool) -> dict[tuple[Any, ...], tuple[i
     trace (its device columns are the CPU's)."""
     device = "e.dur" if trace.cpu_only else "coalesce(e.device_total, 0)"
     dims = ", coalesce(se.input_dims, '')" if by_shape else ""
+    found = trace.con.execute(f"""SELECT e.name{dims}, sum(e.dur), sum({device})
+        {nested_calls_from(by_shape)} GROUP BY ALL""").fetchall()
+    return {tuple(r[:-2]): (int(r[-2] or 0), int(r[-1] or 0)) for r in found}
+
+
+def nested_calls_from(by_shape: bool) -> str:
+    """SQL ``FROM ... [WHERE ...]`` of the op-table calls (``e``; by shape, ``se`` their shapes row) that their row
+    counts once, inside the call around them (:func:`_nested_again`'s rule; analysis/op_kernels.py walks past them)."""
     shapes = (" LEFT JOIN shapes se ON se.id = e.id LEFT JOIN shapes sp ON sp.id = n.around"
               " WHERE coalesce(se.input_dims, '') = coalesce(sp.input_dims, '')") if by_shape else ""
-    found = trace.con.execute(f"""SELECT e.name{dims}, sum(e.dur), sum({device})
-        FROM nested_calls n JOIN events e ON e.id = n.id{shapes} GROUP BY ALL""").fetchall()
-    return {tuple(r[:-2]): (int(r[-2] or 0), int(r[-1] or 0)) for r in found}
+    return f"FROM nested_calls n JOIN events e ON e.id = n.id{shapes}"
 
 
 def _less_nested(found: list[tuple[Any, ...]], nested: dict[tuple[Any, ...], tuple[int, int]], *,
@@ -277,34 +283,47 @@ def _by_module(trace: Trace) -> list[OpRow]:
     Two reads (the scopes, the timed events' module and time), then numpy: each module instance's time
     added to every scope above it, one step up the scope chains at a time."""
     con = trace.con
-    s, code, names = _scopes(con)
+    ms = module_scopes(con)
     dev, kinds = ("self_cpu", TABLE_KINDS_SQL) if trace.cpu_only else ("dur", DEVICE_TIME_SQL)
     t = dense_columns(con, f"SELECT module, coalesce({dev}, 0) AS t FROM events "
                            f"WHERE kind IN ({kinds}) AND module IS NOT NULL")
-    n = len(code)
-    at = _positions(s["id"], t["module"])
+    n = len(ms.code)
+    at = scope_positions(ms.ids, t["module"])
     own = np.bincount(at[at >= 0], weights=t["t"][at >= 0], minlength=n)
     timed = np.bincount(at[at >= 0], minlength=n)
-    # a NULL name equals none, its own class's included
-    named = np.where(code == names.index(None), -1, code) if None in names else code
-    total, inner = _up_the_scopes(_positions(s["id"], s["parent"]), s["module"], named, own)
-    m = np.flatnonzero(s["module"])
-    g = code[m]
+    total = _totals_up(ms.up, ms.module, own)
+    m = np.flatnonzero(ms.module)
+    g = ms.code[m]
+    names = ms.names
     calls = np.bincount(g, minlength=len(names))
     sums = [np.bincount(g, weights=w, minlength=len(names))
-            for w in (np.where(inner, 0, s["dur"])[m], own[m], np.where(inner, 0, total)[m], timed[m])]
+            for w in (np.where(ms.inner, 0, ms.dur)[m], own[m], np.where(ms.inner, 0, total)[m], timed[m])]
     return _records([(names[i], int(calls[i]), 0, *(round(float(v[i])) for v in sums))
                      for i in np.flatnonzero(calls).tolist()])
+
+
+class ModuleScopes(NamedTuple):
+    """The scopes table as the module rows read it: per scope its id, its parent's position (-1: none), whether
+    it is an nn.Module, its duration, its name's code into ``names`` (NULL last), and whether it is a module
+    inside another module of its own class (``inner``: that one's instance holds its time; a NULL name equals
+    none, its own included)."""
+
+    ids: np.ndarray
+    up: np.ndarray
+    module: np.ndarray
+    dur: np.ndarray
+    code: np.ndarray
+    names: list[str | None]
+    inner: np.ndarray
 
 
 _SCOPE_ROWS = ("SELECT id, coalesce(parent, -1) AS parent, coalesce(kind = 'module', false) AS module, "
                "coalesce(dur, 0) AS dur")
 
 
-def _scopes(con: Any) -> tuple[dict[str, np.ndarray], np.ndarray, list[str | None]]:
-    """The scopes (id, parent or -1, whether a module, dur), each one's name code, and their names by code
-    (NULL last). Codes from the names' hashes (:func:`hash_codes`); where two names share one, by ranking the
-    names themselves."""
+def module_scopes(con: Any) -> ModuleScopes:
+    """The scopes (:class:`ModuleScopes`), read once. Name codes from the names' hashes (:func:`hash_codes`); where
+    two names share one, by ranking the names themselves."""
     named = con.execute("SELECT name, hash(name) FROM (SELECT DISTINCT name FROM scopes) ORDER BY name NULLS LAST"
                         ).fetchall()
     s = dense_columns(con, f"{_SCOPE_ROWS}, hash(name) AS h FROM scopes")
@@ -312,10 +331,15 @@ def _scopes(con: Any) -> tuple[dict[str, np.ndarray], np.ndarray, list[str | Non
     if code is None:
         s = dense_columns(con, f"{_SCOPE_ROWS}, dense_rank() OVER (ORDER BY name NULLS LAST) - 1 AS code FROM scopes")
         code = s["code"].astype(np.int64)
-    return s, code, [n for n, _ in named]
+    names = [n for n, _ in named]
+    up = scope_positions(s["id"], s["parent"])
+    module = s["module"].astype(bool)
+    own_class = np.where(code == names.index(None), -1, code) if None in names else code
+    return ModuleScopes(ids=s["id"], up=up, module=module, dur=s["dur"], code=code, names=names,
+                        inner=_inside_own_class(up, module, own_class))
 
 
-def _positions(ids: np.ndarray, query: np.ndarray) -> np.ndarray:
+def scope_positions(ids: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Each of ``query``'s position in ``ids`` (-1: not there)."""
     order = np.argsort(ids, kind="stable")
     known = ids[order]
@@ -324,24 +348,35 @@ def _positions(ids: np.ndarray, query: np.ndarray) -> np.ndarray:
     return np.where(found, order[at] if len(known) else -1, -1)
 
 
-def _up_the_scopes(parent: np.ndarray, module: np.ndarray, code: np.ndarray,
-                   own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per scope: the time of every module instance at or under it (``own`` summed up the chains), and
-    whether it is a module inside another module of its own class."""
-    n = len(parent)
+def _totals_up(up: np.ndarray, module: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Per scope: the time of every module instance at or under it (``own`` summed up the chains)."""
+    n = len(up)
     me = np.flatnonzero(module)
     total = np.bincount(me, weights=own[me], minlength=n)
-    inner = np.zeros(n, dtype=bool)
-    cur = parent[me]
+    cur = up[me]
     for _ in range(n):   # a chain is at most every scope long
         keep = cur >= 0
         if not keep.any():
             break
         me, cur = me[keep], cur[keep]
         total += np.bincount(cur, weights=own[me], minlength=n)
-        inner[me[module[cur] & (code[cur] == code[me]) & (code[me] >= 0)]] = True
-        cur = parent[cur]
-    return total, inner
+        cur = up[cur]
+    return total
+
+
+def _inside_own_class(up: np.ndarray, module: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """Per scope: whether it is a module with a module of its own class (``code``, -1: none) above it."""
+    inner = np.zeros(len(up), dtype=bool)
+    me = np.flatnonzero(module & (code >= 0))
+    cur = up[me]
+    for _ in range(len(up)):
+        keep = cur >= 0
+        if not keep.any():
+            break
+        me, cur = me[keep], cur[keep]
+        inner[me[module[cur] & (code[cur] == code[me])]] = True
+        cur = up[cur]
+    return inner
 
 
 def _by_kernel(trace: Trace) -> list[OpRow]:

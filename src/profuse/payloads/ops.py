@@ -4,8 +4,11 @@ from __future__ import annotations
 import msgspec
 from msgspec import Struct, UnsetType
 
-from ..analysis.op_kernels import RowKernels
+from ..analysis.op_kernels import NO_MODULE, RowKernels
 from ..analysis.optable import OpRow, OpTable
+from ..trace.schema import not_linked
+
+NO_MODULE_TEXT = "ran inside no nn.Module"  # after the count of device events under no module
 
 
 class OpsRow(OpRow, frozen=True, kw_only=True, omit_defaults=True):
@@ -28,21 +31,34 @@ class Ops(Struct):
 
 
 class OpKernel(Struct):
-    """One kernel name under an ops row."""
+    """One kernel name under an ops row: its calls and device time under the row (its part of the row's device
+    total), and the part the row launched itself (of the row's self device time and ``kernels`` count)."""
 
     name: str
     calls: int
     device_us: float
+    self_calls: int
+    self_device_us: float
+
+
+class UnderNoRow(Struct):
+    """The trace's device events under no row of a grouping for one reason: ``reason`` (``events.unlinked``'s,
+    or ``no_module``), how many, and the words the console prints after the count (``text``)."""
+
+    reason: str
+    events: int
+    text: str
 
 
 class OpKernels(Struct):
-    """The kernels under one ops row, most device time first. ``unlinked`` counts the trace's device
-    events that are under no row of this grouping (no op, or no module): no list can show those."""
+    """The kernels under one ops row, most device time first: they sum to the row's device total, their self
+    parts to its self device time. ``unlinked`` holds the trace's device events under no row of this grouping
+    (no op launched them, or no module ran them), per reason: no list can show those."""
 
     key: str
     group_by: str
     kernels: list[OpKernel]
-    unlinked: int
+    unlinked: list[UnderNoRow]
 
 
 def row_key(name: str, shape: str | None) -> str:
@@ -68,11 +84,14 @@ def ops_payload(table: OpTable, top: int | None = None) -> Ops:
 
 
 def op_kernels_payload(ops: Ops, found: RowKernels) -> dict[str, OpKernels]:
-    """Row key -> its kernels, for every row of ``ops`` (a row that launched nothing: an empty list)."""
+    """Row key -> its kernels, for every row of ``ops`` (a row with no device time under it: an empty list)."""
+    unlinked = [UnderNoRow(reason=r, events=n, text=NO_MODULE_TEXT if r == NO_MODULE else not_linked(r))
+                for r, n in found.unlinked.items()]
     out = {}
     for row in ops.rows:
         shape = None if isinstance(row.shape, UnsetType) else row.shape
         kernels = found.rows.get((row.name, shape), [])
-        out[row.key] = OpKernels(key=row.key, group_by=ops.group_by, unlinked=found.unlinked, kernels=[
-            OpKernel(name=k.name, calls=k.calls, device_us=k.device_us) for k in kernels])
+        out[row.key] = OpKernels(key=row.key, group_by=ops.group_by, unlinked=unlinked, kernels=[
+            OpKernel(name=k.name, calls=k.calls, device_us=k.device_us, self_calls=k.self_calls,
+                     self_device_us=k.self_device_us) for k in kernels])
     return out

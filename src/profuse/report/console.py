@@ -21,7 +21,7 @@ from ..analysis.compiled import NeffBrief
 from ..analysis.health import Health
 from ..payloads.ops import OpsRow as OpRow
 from ..payloads.report import ReportDocument, ReportView
-from ..trace.schema import UNLINKED_REASONS
+from ..trace.schema import not_linked
 from ..units import fmt_us
 from ._text import safe, text
 from .console_calltree import render_calltree
@@ -106,7 +106,7 @@ def notes(doc: ReportDocument) -> list[Text]:
     if steps is not None:
         out.append(steps)
     for reason, n in sorted(doc.totals.unlinked.items(), key=lambda kv: -kv[1]):
-        out.append(text(f"  {n:,} not linked: {UNLINKED_REASONS.get(reason, reason)}", style="yellow"))
+        out.append(text(f"  {n:,} {not_linked(reason)}", style="yellow"))
     if doc.skipped:
         what = ", ".join(f"{n:,} {r}" for r, n in doc.skipped.items())
         out.append(text(f"--lenient skipped events: {what}", style="red"))

@@ -76,6 +76,11 @@ UNLINKED_REASONS = {
 }
 
 
+def not_linked(reason: str) -> str:
+    """What the reports print after a count of device events left unlinked for ``reason`` (``events.unlinked``)."""
+    return f"not linked: {UNLINKED_REASONS.get(reason, reason)}"
+
+
 DDL = """
 CREATE TABLE events (
     id BIGINT,                -- position among the trace's complete ('X') events, file order

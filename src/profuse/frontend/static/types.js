@@ -631,21 +631,25 @@
  */
 
 /**
- * One kernel name under an ops row.
+ * One kernel name under an ops row: its calls and device time under the row (its part of the row's device
+ * total), and the part the row launched itself (of the row's self device time and ``kernels`` count).
  * @typedef {Object} OpKernel
  * @property {string} name
  * @property {number} calls
  * @property {number} device_us
+ * @property {number} self_calls
+ * @property {number} self_device_us
  */
 
 /**
- * The kernels under one ops row, most device time first. ``unlinked`` counts the trace's device
- * events that are under no row of this grouping (no op, or no module): no list can show those.
+ * The kernels under one ops row, most device time first: they sum to the row's device total, their self
+ * parts to its self device time. ``unlinked`` holds the trace's device events under no row of this grouping
+ * (no op launched them, or no module ran them), per reason: no list can show those.
  * @typedef {Object} OpKernels
  * @property {string} key
  * @property {string} group_by
  * @property {Array<OpKernel>} kernels
- * @property {number} unlinked
+ * @property {Array<UnderNoRow>} unlinked
  */
 
 /**
@@ -1028,6 +1032,15 @@
  * @property {(string|null)} device_name
  * @property {number} events
  * @property {number} span_us
+ */
+
+/**
+ * The trace's device events under no row of a grouping for one reason: ``reason`` (``events.unlinked``'s,
+ * or ``no_module``), how many, and the words the console prints after the count (``text``).
+ * @typedef {Object} UnderNoRow
+ * @property {string} reason
+ * @property {number} events
+ * @property {string} text
  */
 
 /**

@@ -128,6 +128,28 @@ function launchCell(launches, name, which) {
   return fmtDim(found[0][which]) + (others ? ` (+${others} other)` : "");
 }
 
+/**
+ * An ops row's kernels: what they sum to (the row's device total, as its cell shows it) and the list, each kernel
+ * with the part the row launched itself (its self device time) unless the row is a kernel.
+ * @param {OpKernels} k @param {OpsRow} r @param {Ops} d @param {((x: any) => any)|null} withLaunch
+ */
+function kernelList(k, r, d, withLaunch) {
+  const dev = d.device_label, group = d.group_by;
+  if (d.cpu_only) return el("p", { class: "muted" }, "a CPU-only trace has no kernels");
+  if (!k.kernels.length) return el("p", { class: "muted" }, `no device work under it (${dev} total ${fmtUs(r.device_total_us)})`);
+  const what = group === "module" ? `run inside ${r.name}` : `launched by ${r.name} or the ops under it`;
+  const self = group === "module" ? `with ${r.name} as their innermost nn.Module` : "its own calls launched";
+  const sum = el("p", { class: "muted", id: "kernels-sum" }, group === "kernel" ? `${dev} total ${fmtUs(r.device_total_us)}`
+    : `${dev} total ${fmtUs(r.device_total_us)}: the ${k.kernels.length} kernel name(s) below, ${what}. ` +
+      `Self: the part ${self} (self ${dev} ${fmtUs(r.self_device_us)}).`);
+  /** @type {Column[]} */
+  const kcols = [{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
+    { key: "device_us", label: `${dev} time`, fmt: fmtUs }];
+  if (group !== "kernel") kcols.push({ key: "self_calls", label: "Self calls" }, { key: "self_device_us", label: `Self ${dev}`, fmt: fmtUs });
+  if (withLaunch) kcols.push({ key: "grid", label: "Grid" }, { key: "block", label: "Block" });
+  return el("div", {}, sum, table(kcols, withLaunch ? k.kernels.map(withLaunch) : k.kernels));
+}
+
 async function ops(main, st, go) {
   const d = await get(`/api/${st.run}/ops?group_by=${st.group || "op"}`);
   if (!d) return main.append(el("p", {}, "no data"));
@@ -174,15 +196,14 @@ async function ops(main, st, go) {
     const k = isReport() ? found && found[r.key] : found;
     kernelsBox.replaceChildren(el("h2", {}, `Kernels under ${r.name}${r.shape ? " " + r.shape : ""}`));
     if (!k) return kernelsBox.append(el("p", { class: "muted" }, "no kernel list for this row"));
-    /** @type {Column[]} */
-    const kcols = [{ key: "name", label: "Kernel", name: true }, { key: "calls", label: "Calls" },
-      { key: "device_us", label: `${dev} time`, fmt: fmtUs }];
-    if (hasLaunches) kcols.push({ key: "grid", label: "Grid" }, { key: "block", label: "Block" });
-    kernelsBox.append(k.kernels.length ? table(kcols, hasLaunches ? k.kernels.map(withLaunch) : k.kernels)
-      : el("p", { class: "muted" }, d.cpu_only ? "a CPU-only trace has no kernels" : "launched no device work"));
-    // why some device events are in no row depends on the grouping: no op launched them, or no module ran them
-    const why = group === "module" ? "ran inside no nn.Module" : "have no op (not linked to a launch)";
-    if (k.unlinked) kernelsBox.append(el("p", { class: "muted" }, `${k.unlinked} device event(s) of this trace ${why}, so no row lists them`));
+    kernelsBox.append(kernelList(k, r, d, hasLaunches ? withLaunch : null));
+    // the device events no row holds, per reason, in the console's words
+    if (k.unlinked.length) {
+      const n = k.unlinked.reduce((a, u) => a + u.events, 0);
+      kernelsBox.append(el("div", { class: "muted", id: "under-no-row" },
+        el("p", {}, `${n.toLocaleString("en-US")} device event(s) of this trace are under no row, so no list shows them:`),
+        el("ul", {}, k.unlinked.map(u => el("li", { dataset: { reason: u.reason } }, `${u.events.toLocaleString("en-US")} ${u.text}`)))));
+    }
     kernelsBox.scrollIntoView({ block: "nearest" });
   };
   const render = () => {
