@@ -160,17 +160,44 @@ def test_explorer_overview_shows_the_json_numbers(page):
                 "launched them") in main_text
 
 
-def test_the_overview_legend_lists_the_leaves_its_bars_draw(page):
-    # GIVEN a compiled trace whose budget has an idle/queued leaf of 0.01 µs (0.00% of the window)
-    name = "mi300_torch_compile_triton.json.gz"
+def _legend(page) -> list[tuple[str, str]]:
+    """The Overview legend's entries: (leaf key, its text)."""
+    return [tuple(e) for e in page.eval_on_selector_all(
+        "#diagnosis .legend .leg", "ns => ns.map(n => [n.dataset.key, n.textContent])")]
+
+
+def test_the_overview_legend_lists_every_leaf_with_time(page):
+    # GIVEN a100_alexnet, whose 43.42 s active window makes its 2.02 ms elementwise, 0.92 ms reduction and 2.13 ms
+    # host_sync leaves 0.0% once rounded (JSON: pct 0.0, us > 0)
+    name = "a100_alexnet.json.gz"
     budget = json_diagnosis(name)["budget"]
-    assert any(lf["pct"] == 0 and lf["us"] > 0 for lf in budget)
+    small = [lf["key"] for lf in budget if lf["pct"] == 0 and lf["us"] >= 900]
+    assert {"busy/elementwise", "busy/reduction", "idle/host_sync"} <= set(small)
     with profuse.load(trace_path(name)) as t, running([t]) as url:
         page.goto(url.at("/#view=overview"))
         wait_ready(page, "overview")
-        shown = page.eval_on_selector_all("#diagnosis .legend .leg", "ns => ns.map(n => n.dataset.key)")
-    # THEN the legend names the leaves with a share, as the bar draws them and the console's letters do
-    assert shown == [lf["key"] for lf in budget if lf["pct"] > 0]
+        shown = _legend(page)
+    # THEN the legend lists every leaf of the JSON report's budget with time (by its µs, not its rounded share),
+    # each with its time, a share under 0.01% saying so
+    assert [k for k, _ in shown] == [lf["key"] for lf in budget if lf["us"] > 0]
+    for (_, text), lf in zip(shown, (lf for lf in budget if lf["us"] > 0)):
+        assert text == f"{lf['key']} {fmt_us(lf['us'])} ({lf['pct'] if lf['pct'] > 0 else '<0.01'}%)"
+
+
+def test_a_leaf_too_small_to_show_in_us_reads_in_ns(page):
+    # GIVEN a compiled trace whose budget has an idle/queued leaf of 0.01 µs (0.00% of the window)
+    name = "mi300_torch_compile_triton.json.gz"
+    budget = json_diagnosis(name)["budget"]
+    tiny = [lf for lf in budget if lf["pct"] == 0 and 0 < lf["us"] < 0.05]
+    assert tiny
+    with profuse.load(trace_path(name)) as t, running([t]) as url:
+        page.goto(url.at("/#view=overview"))
+        wait_ready(page, "overview")
+        shown = dict(_legend(page))
+    # THEN it is listed, in ns (10 ns, not "0.0 µs"), with a share under 0.01%
+    assert set(shown) == {lf["key"] for lf in budget if lf["us"] > 0}
+    for lf in tiny:
+        assert shown[lf["key"]] == f"{lf['key']} {round(lf['us'] * 1000)} ns (<0.01%)"
 
 
 def _json_report(name: str) -> str:

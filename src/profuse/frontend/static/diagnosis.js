@@ -36,10 +36,14 @@ function stack(budget, label) {
       }))));
 }
 
-/** The leaves the bars draw (a share over 0%: an ``idle/queued`` of 0.01 µs is no segment, nor a legend entry). */
+/**
+ * Every leaf with time (by its µs: a leaf's pct is rounded to 0.01%, so a 2 ms leaf of a 43 s window reads 0%),
+ * each with its µs and share; a leaf too small for either to show reads in ns and "<0.01%".
+ */
 function legend(budget) {
-  return el("div", { class: "legend muted" }, budget.filter(l => l.pct > 0).map(l => el("span", { class: "leg", dataset: { key: l.key } },
-    el("span", { class: "swatch", style: `background:${colour(l.key)}` }), `${l.key} ${fmtUs(l.us)} (${l.pct}%)`)));
+  const time = us => (us < 0.05 ? `${Math.round(us * 1e3)} ns` : fmtUs(us));
+  return el("div", { class: "legend muted" }, budget.filter(l => l.us > 0).map(l => el("span", { class: "leg", dataset: { key: l.key, us: String(l.us) } },
+    el("span", { class: "swatch", style: `background:${colour(l.key)}` }), `${l.key} ${time(l.us)} (${l.pct > 0 ? l.pct : "<0.01"}%)`)));
 }
 
 /** A lever's card: gain, how, evidence, and links to the rows it is about. */
