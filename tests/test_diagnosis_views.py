@@ -253,3 +253,35 @@ def test_trace_names_in_lever_cards_are_text_not_markup(page, tmp_path):
     assert HOSTILE in card
     assert page.evaluate("window.__pwned") is None
     assert page.query_selector("#diagnosis img") is None
+
+
+def _overlap_us(path) -> tuple[float, float]:
+    """Raw JSON: the device activities' summed durations and their union (µs)."""
+    import oracle
+
+    acts = [(e["ts"], e["ts"] + e["dur"]) for e in oracle.exact_events(str(path)) if oracle.is_device_time(e)]
+    return float(sum(b - a for a, b in acts)), float(oracle.union_us(acts))
+
+
+@pytest.mark.parametrize("name", ["mtia_inference.json.gz", "a100_nccl_rank0_of2.json.gz", "h100_bert_small.json.gz"])
+def test_the_headers_say_where_the_summed_device_time_overlaps(page, capsys, name):
+    # GIVEN traces whose device activities overlap (MTIA's DMA beside compute; NCCL beside compute) and one whose
+    # activities never do
+    total, busy = _overlap_us(trace_path(name))
+    doc = json.loads(_json_report(name))
+    overlapping = total - busy > 0.005 * total
+    # THEN the JSON's totals give the time counted more than once (the sum less the union, raw JSON), or none
+    assert doc["totals"]["device_us"] == pytest.approx(total, abs=0.01)
+    assert doc["totals"]["overlap_us"] == (pytest.approx(total - busy, abs=0.01) if overlapping else 0.0)
+    assert overlapping == (name != "h100_bert_small.json.gz")
+    # AND the console's and the explorer's headers say it beside the sum, with the busy time
+    said = (f"{fmt_us(doc['totals']['overlap_us'])} of it counted more than once where activities overlap: busy "
+            f"{fmt_us(doc['totals']['device_us'] - doc['totals']['overlap_us'])}")
+    assert main(["report", str(trace_path(name)), "--no-advice"]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    with profuse.load(trace_path(name)) as t, running([t]) as url:
+        page.goto(url.at("/#view=overview"))
+        wait_ready(page, "overview")
+        shown = page.inner_text("main p.muted")
+    for text in (header, shown):
+        assert (said in text) == overlapping, text

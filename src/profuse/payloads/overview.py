@@ -25,12 +25,20 @@ class TraceInfo(Struct):
 
 
 class Totals(Struct):
-    """Device time and how many device events were linked; ``kernels_linked + sum(unlinked) = kernels``."""
+    """Device time (every activity's duration, summed, as key_averages() totals it) and how many device events
+    were linked; ``kernels_linked + sum(unlinked) = kernels``. ``overlap_us``: how much of that sum is time
+    counted twice where activities overlap (streams running at once): the sum less the device's busy time (their
+    union), where that is over :data:`OVERLAP_SHOWN` of the sum, else 0, so the headers that print the sum say
+    it is not the busy time."""
 
     device_us: float
     kernels: int
     kernels_linked: int
     unlinked: dict[str, int]
+    overlap_us: float = 0.0
+
+
+OVERLAP_SHOWN = 0.005   # the share of the summed device time from which its overlap is named
 
 
 class Capture(Struct):
@@ -70,8 +78,11 @@ def trace_info(summary: Summary) -> TraceInfo:
 
 def totals(summary: Summary) -> Totals:
     """Device time and linking counts from the summary."""
+    busy = summary.device_busy.busy_us if summary.device_busy is not None else summary.device_us
+    overlap = summary.device_us - busy
     return Totals(device_us=round(summary.device_us, 3), kernels=summary.kernels,
-                  kernels_linked=summary.kernels_linked, unlinked=dict(summary.unlinked))
+                  kernels_linked=summary.kernels_linked, unlinked=dict(summary.unlinked),
+                  overlap_us=round(overlap, 3) if overlap > OVERLAP_SHOWN * summary.device_us else 0.0)
 
 
 def capture(summary: Summary, *, keep_metadata: bool = False) -> Capture | None:

@@ -20,6 +20,7 @@ from ..analysis.busy import StepBusy
 from ..analysis.compiled import NeffBrief
 from ..analysis.health import Health
 from ..payloads.ops import OpsRow as OpRow
+from ..payloads.overview import Totals
 from ..payloads.report import ReportDocument, ReportView
 from ..trace.schema import not_linked
 from ..units import fmt_us
@@ -45,10 +46,18 @@ def render_header(console: Console, view: ReportView) -> None:
     t = Text()
     t.append(f"{safe(tr.path)}\n", style="bold")
     t.append(f"{dev} · {tr.events:,} events · span {fmt_us(tr.span_us)} · "
-             f"{safe(doc.device_label)} time {fmt_us(doc.totals.device_us)}")
+             f"{safe(doc.device_label)} time {fmt_us(doc.totals.device_us)}{overlap_note(doc.totals)}")
     if view.from_cache:
         t.append(" · from cache", style="dim")
     console.print(t)
+
+
+def overlap_note(totals: Totals) -> str:
+    """After the summed device time: what of it overlaps (payloads ``Totals.overlap_us``), so it is not read as busy."""
+    if not totals.overlap_us:
+        return ""
+    return (f" ({fmt_us(totals.overlap_us)} of it counted more than once where activities overlap: busy "
+            f"{fmt_us(totals.device_us - totals.overlap_us)})")
 
 
 def _steps_note(steps: list[StepBusy], cpu_only: bool) -> Text | None:

@@ -1016,12 +1016,17 @@
  */
 
 /**
- * Device time and how many device events were linked; ``kernels_linked + sum(unlinked) = kernels``.
+ * Device time (every activity's duration, summed, as key_averages() totals it) and how many device events
+ * were linked; ``kernels_linked + sum(unlinked) = kernels``. ``overlap_us``: how much of that sum is time
+ * counted twice where activities overlap (streams running at once): the sum less the device's busy time (their
+ * union), where that is over :data:`OVERLAP_SHOWN` of the sum, else 0, so the headers that print the sum say
+ * it is not the busy time.
  * @typedef {Object} Totals
  * @property {number} device_us
  * @property {number} kernels
  * @property {number} kernels_linked
  * @property {Object<string, number>} unlinked
+ * @property {number} overlap_us
  */
 
 /**

@@ -70,7 +70,7 @@ function drawOverview(main, o, st, go, pending = false) {
   const total = Object.values(o.categories).reduce((a, b) => a + b, 0) || 1;
   main.append(
     el("h2", {}, t.path),
-    el("p", { class: "muted" }, `${t.device_kind}${t.device_name ? " (" + t.device_name + ")" : ""} · ${t.events.toLocaleString("en-US")} events · span ${fmtUs(t.span_us)} · ${dev} time ${fmtUs(n.device_us)} · ${n.kernels_linked.toLocaleString("en-US")} of ${n.kernels.toLocaleString("en-US")} device events linked to the op that launched them`),
+    el("p", { class: "muted" }, `${t.device_kind}${t.device_name ? " (" + t.device_name + ")" : ""} · ${t.events.toLocaleString("en-US")} events · span ${fmtUs(t.span_us)} · ${dev} time ${fmtUs(n.device_us)}${n.overlap_us ? ` (${fmtUs(n.overlap_us)} of it counted more than once where activities overlap: busy ${fmtUs(n.device_us - n.overlap_us)})` : ""} · ${n.kernels_linked.toLocaleString("en-US")} of ${n.kernels.toLocaleString("en-US")} device events linked to the op that launched them`),
     el("h2", {}, o.categories_of === "budget" ? "Where the time went, by category (the budget above)" : `${dev} time by category`),
     el("div", { class: "cards" }, Object.entries(o.categories).map(([k, v]) =>
       el("div", { class: "card", dataset: { category: k } }, el("div", { class: "muted" }, k), el("div", { class: "big" }, fmtUs(v)),
