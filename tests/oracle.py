@@ -288,6 +288,31 @@ def op_memory_by_name(path: Path | str) -> dict[str, tuple[int, int, int, int]]:
     return {k: (v[0], v[1], v[2], v[3]) for k, v in out.items()}
 
 
+def op_self_cpu_us(path: Path | str) -> dict[str, Any]:
+    """Op name -> self CPU time (µs, exact) summed over its calls: each op-table call (``TABLE_CATS``) less the
+    durations of its direct children in the op table, never below 0 (children overlapping or outlasting it).
+    A call's parent is, brute force over its thread's op-table calls, the innermost one holding its start
+    among those outer to it: starting earlier, or as early and longer, or as long and earlier in the file."""
+    events = [e for e in exact_events(str(path)) if category(e) in TABLE_CATS]
+    by_thread: dict[tuple[Any, Any], list[Event]] = {}
+    for e in events:
+        by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    children: dict[int, Any] = {}
+    for group in by_thread.values():
+        for e in group:
+            rank = (e["ts"], -e["dur"], e["order"])
+            outer = [o for o in group if (o["ts"], -o["dur"], o["order"]) < rank and holds(o, e["ts"])]
+            if outer:
+                parent = innermost(outer)
+                assert parent is not None
+                children[parent["order"]] = children.get(parent["order"], 0) + e["dur"]
+    out: dict[str, Any] = {}
+    for e in events:
+        name = e.get("name") or ""
+        out[name] = out.get(name, 0) + max(e["dur"] - children.get(e["order"], 0), 0)
+    return out
+
+
 def peak_allocated_by_device(path: Path | str) -> dict[tuple[int, int], int]:
     """(Device Type, Device Id) -> the largest ``Total Allocated`` its memory events report."""
     out: dict[tuple[int, int], int] = {}

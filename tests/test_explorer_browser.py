@@ -167,6 +167,32 @@ def test_every_view_renders(page, bert):
         assert "Kernel" in page.inner_text("main") or page.locator("tbody tr").count() > 0
 
 
+def ops_column(page, label):
+    """The cells of the ops view's table under the header ``label`` (None: no such column)."""
+    return page.evaluate("""label => {
+      const t = document.querySelector('#main table');
+      const i = [...t.querySelectorAll('thead th')].findIndex(th => th.textContent === label);
+      return i < 0 ? null : [...t.querySelectorAll('tbody > tr:not(.detail)')].map(tr => tr.children[i].textContent);
+    }""", label)
+
+
+@pytest.mark.parametrize(("group", "dashed", "figured"), [("module", ["Self CPU"], ["CPU total"]),
+                                                          ("kernel", ["Self CPU", "CPU total"], [])])
+def test_ops_grouped_by_module_or_kernel_show_a_dash_where_a_cpu_column_does_not_apply(page, bert, group,
+                                                                                         dashed, figured):
+    # GIVEN the explorer on h100_bert_small, its ops grouped by module or by kernel
+    with running([bert]) as url:
+        open_view(page, url, "ops", f"&group={group}")
+        page.wait_for_selector("body[data-ready=ops] table tbody tr")
+        # THEN a CPU column the grouping has no figure for shows "-" on every row (null in the payload, not 0)
+        for label in dashed:
+            cells = ops_column(page, label)
+            assert cells and set(cells) == {"-"}, label
+        # AND one it has shows durations
+        for label in figured:
+            assert all(c.endswith(("µs", "ms", " s")) for c in ops_column(page, label)), label
+
+
 def test_compiled_view_gives_region_device_time_and_events(page):
     # the region's device time is its op-table device total; its 12 device events from the raw JSON
     from oracle import compiled_region_device

@@ -206,6 +206,21 @@ def test_report_grouped_by_module_without_modules_says_why(page, tmp_path):
     assert page.inner_text("#no-modules").startswith("No nn.Module scopes in this trace")
 
 
+def test_report_grouped_by_kernel_shows_a_dash_for_cpu_time_the_json_has_null(page, tmp_path):
+    # GIVEN h100_bert_small's HTML report grouped by kernel: its embedded rows have no CPU figures (null)
+    out = tmp_path / "kernels.html"
+    assert main(["report", str(trace_path("h100_bert_small.json.gz")), "--format", "html", "--group-by", "kernel",
+                 "-o", str(out)]) == 0
+    rows = embedded(out.read_text())["0/ops"]["rows"]
+    assert rows and all(r["self_cpu_us"] is None and r["cpu_total_us"] is None for r in rows)
+    # THEN its ops view shows "-" in both CPU columns of every row, and the device time beside them
+    page.goto(out.as_uri() + "#view=ops")
+    wait_ready(page, "ops")
+    for label in ("Self CPU", "CPU total"):
+        assert set(explorer_browser.ops_column(page, label)) == {"-"}, label
+    assert explorer_browser.ops_column(page, "Self CUDA")[0] == fmt_us(max(r["self_device_us"] for r in rows))
+
+
 def test_report_shows_its_compiled_tab_with_every_kernel_where_the_trace_compiled(page, tmp_path):
     # GIVEN reports of the H200 BERT step compiled (a torch.compile region) and eager (none)
     from conftest import FIXTURES

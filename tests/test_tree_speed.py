@@ -136,7 +136,7 @@ def old_measure(trace: Any) -> tuple[calltree._Paths, list[str], int, int]:
 # ---- the previous op table by module: one SQL query, a recursive walk up the scopes -----------------------
 
 def old_module_rows(trace: Any) -> list[optable.OpRow]:
-    """The previous ``optable._by_module``, as it was."""
+    """The previous ``optable._by_module``, as it was (its self CPU NULL: a module class has none)."""
     dev = "self_cpu" if trace.cpu_only else "dur"
     kinds = TABLE_KINDS_SQL if trace.cpu_only else DEVICE_TIME_SQL
     return optable._rows(trace, f"""
@@ -151,7 +151,7 @@ def old_module_rows(trace: Any) -> list[optable.OpRow]:
                     JOIN scopes a ON a.id = u.anc AND a.kind = 'module' GROUP BY 1),
         inner_same AS (SELECT DISTINCT u.scope FROM up u JOIN scopes a ON a.id = u.anc JOIN scopes s ON s.id = u.scope
                        WHERE u.anc <> u.scope AND a.kind = 'module' AND a.name = s.name)
-        SELECT s.name, count(*), 0, sum(CASE WHEN i.scope IS NULL THEN s.dur ELSE 0 END), sum(coalesce(st.t, 0)),
+        SELECT s.name, count(*), NULL, sum(CASE WHEN i.scope IS NULL THEN s.dur ELSE 0 END), sum(coalesce(st.t, 0)),
                sum(CASE WHEN i.scope IS NULL THEN coalesce(tt.t, 0) ELSE 0 END), sum(coalesce(st.k, 0))
         FROM scopes s LEFT JOIN self_t st ON st.scope = s.id LEFT JOIN total_t tt ON tt.scope = s.id
         LEFT JOIN inner_same i ON i.scope = s.id
@@ -195,11 +195,11 @@ def old_op_rows(trace: Any) -> list[optable.OpRow]:
 
 
 def old_kernel_rows(trace: Any) -> list[optable.OpRow]:
-    """The previous ``optable._by_kernel``, as it was."""
+    """The previous ``optable._by_kernel``, as it was (its CPU columns NULL: a kernel has no CPU time)."""
     if trace.cpu_only:
         return old_op_rows(trace)
     return optable._rows(trace, f"""
-        SELECT name, count(*), 0, 0, sum(dur), sum(dur), count(*)
+        SELECT name, count(*), NULL, NULL, sum(dur), sum(dur), count(*)
         FROM events WHERE kind IN ({DEVICE_TIME_SQL}) GROUP BY name""")
 
 

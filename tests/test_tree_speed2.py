@@ -102,7 +102,7 @@ _MEM_JOIN = " LEFT JOIN op_memory m USING (id)"
 
 
 def prev_ops_and_kernels(trace: Any) -> tuple[list[optable.OpRow], list[optable.OpRow]]:
-    """The previous ``optable._ops_and_kernels``, as it was."""
+    """The previous ``optable._ops_and_kernels``, as it was (a kernel's CPU columns None: it has no CPU time)."""
     mem = has_memory(trace)
     found = trace.con.execute(f"""
         SELECT name, kind, count(*), sum(self_cpu), sum(dur), sum(self_device), sum(device_total),
@@ -118,7 +118,7 @@ def prev_ops_and_kernels(trace: Any) -> tuple[list[optable.OpRow], list[optable.
         side[name] = sums if had is None else [None if a is None and b is None else (a or 0) + (b or 0)
                                                 for a, b in zip(had, sums)]
     return (optable._records(less_nested_again(trace, [(name, *v) for name, v in ops.items()]), with_memory=mem),
-            optable._records([(name, v[0], 0, 0, v[2], v[2], v[0]) for name, v in kernels.items()]))
+            optable._records([(name, v[0], None, None, v[2], v[2], v[0]) for name, v in kernels.items()]))
 
 
 def prev_cpu_op_rows(trace: Any) -> list[optable.OpRow]:

@@ -23,4 +23,10 @@ def fmt_us(us: float) -> str:
     return f"{to_fixed(us, 1)} µs"
 
 
-__all__ = ["fmt_us", "to_fixed"]
+def fmt_us_or_dash(us: float | None) -> str:
+    """:func:`fmt_us`, or "-" where there is no figure (a column that does not apply to the row, a saving not
+    modelled), as the front end's ``fmtUsOrDash`` writes it."""
+    return "-" if us is None else fmt_us(us)
+
+
+__all__ = ["fmt_us", "fmt_us_or_dash", "to_fixed"]

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from .._lazy import lazy_module
-from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from . import figures
-from ._choices import GROUPS, SORT_KEYS
+from ._choices import check_choices
 from ._codes import hash_codes
 from ._memo import once_per_trace
 from ._read import dense_columns
@@ -29,13 +28,15 @@ class OpRow(msgspec.Struct, frozen=True):
     """One row of the op table: an op (or shape, module, kernel) with its calls and times in µs.
 
     A msgspec record, so the payload that every renderer sends (``payloads.ops.OpsRow``) is this row
-    plus its key, with the same field names, rather than a second copy of them.
+    plus its key, with the same field names, rather than a second copy of them. A CPU column is None where it
+    does not apply to the grouping (``_choices.NOT_APPLICABLE``): a module class's self CPU, a kernel's CPU
+    time; never 0, which would read as measured.
     """
 
     name: str
     calls: int
-    self_cpu_us: float
-    cpu_total_us: float
+    self_cpu_us: float | None
+    cpu_total_us: float | None
     self_device_us: float
     device_total_us: float
     kernels: int
@@ -106,14 +107,6 @@ def op_table(trace: Trace, *, group_by: str = "op", sort: str = "self_device") -
     return _op_table(trace, group_by, sort)
 
 
-def check_choices(group_by: str, sort: str) -> None:
-    """A user error unless ``group_by`` and ``sort`` are among the op table's groupings and sort keys."""
-    if group_by not in GROUPS:
-        raise UserError(f"--group-by must be one of {', '.join(GROUPS)} (got {group_by!r})")
-    if sort not in SORT_KEYS:
-        raise UserError(f"--sort must be one of {', '.join(SORT_KEYS)} (got {sort!r})")
-
-
 @once_per_trace
 def _op_table(trace: Trace, group_by: str, sort: str) -> OpTable:
     rows = {"op": _by_op, "shape": _by_shape, "module": _by_module, "kernel": _by_kernel}[group_by](trace)
@@ -150,18 +143,24 @@ def _rows(trace: Trace, query: str, with_shape: bool = False, with_memory: bool 
 
 def _records(found: list[tuple[Any, ...]], with_shape: bool = False, with_memory: bool = False) -> list[OpRow]:
     """Op rows from (name, calls, self CPU, CPU total, self device, device total, kernels[, shape][, the four
-    memory columns]) in ns and bytes."""
+    memory columns]) in ns and bytes; a CPU column None where it does not apply to the rows (module, kernel)."""
     out = []
     for r in found:
         name, calls, self_cpu, cpu_total, self_dev, dev_total, kernels = r[:7]
         mem = [int(v or 0) for v in r[-4:]] if with_memory else [None] * 4
-        out.append(OpRow(name=name or "", calls=int(calls), self_cpu_us=figures.us((self_cpu or 0) / 1000),
-                         cpu_total_us=figures.us((cpu_total or 0) / 1000),
+        out.append(OpRow(name=name or "", calls=int(calls), self_cpu_us=_us_or_none(self_cpu),
+                         cpu_total_us=_us_or_none(cpu_total),
                          self_device_us=figures.us((self_dev or 0) / 1000),
                          device_total_us=figures.us((dev_total or 0) / 1000), kernels=int(kernels or 0),
                          shape=r[7] if with_shape else None, cpu_mem_bytes=mem[0], self_cpu_mem_bytes=mem[1],
                          device_mem_bytes=mem[2], self_device_mem_bytes=mem[3]))
     return out
+
+
+def _us_or_none(ns: Any) -> float | None:
+    """A CPU column's ns in µs; None stays None: the column does not apply to the row (an op-table event's
+    ``self_cpu`` and ``dur`` are never NULL, so an op's sums never are)."""
+    return None if ns is None else figures.us(ns / 1000)
 
 
 # the op_memory columns summed per row, and the join that brings them (analysis.memory.has_memory)
@@ -221,9 +220,9 @@ def _ops_and_kernels(trace: Trace) -> tuple[list[OpRow], list[OpRow]]:
         v[2], v[4] = (v[2] or 0) - ns, (v[4] or 0) - device_ns
     mem = has_memory(trace)
     memory = _memory_by_name(trace, f"kind IN ({TABLE_KINDS_SQL}) AND depth IS NOT NULL") if mem else {}
-    # a kernel row: its launches, no CPU time, its time as self and total device time
+    # a kernel row: its launches, no CPU time (None: not 0), its time as self and total device time
     return (_records([(name, *v, *memory.get(name, _NO_MEMORY)) for name, v in ops.items()], with_memory=mem),
-            _records([(name, v[0], 0, 0, v[2], v[2], v[0]) for name, v in kernels.items()]))
+            _records([(name, v[0], None, None, v[2], v[2], v[0]) for name, v in kernels.items()]))
 
 
 def _by_shape(trace: Trace) -> list[OpRow]:
@@ -276,7 +275,8 @@ def _less_nested(found: list[tuple[Any, ...]], nested: dict[tuple[Any, ...], tup
 
 
 def _by_module(trace: Trace) -> list[OpRow]:
-    """Per nn.Module class: instances, CPU time of the scope, device time under it (self and total).
+    """Per nn.Module class: instances, CPU time of the scope, device time under it (self and total); no self
+    CPU time (None: a module's time holds its child modules' and ops', no op-table self time).
 
     Totals count each class's outermost instances only: a module nested in one of its own class
     (recursion, wrappers) is inside that one's time already, so a class never exceeds the trace.
@@ -298,7 +298,7 @@ def _by_module(trace: Trace) -> list[OpRow]:
     calls = np.bincount(g, minlength=len(names))
     sums = [np.bincount(g, weights=w, minlength=len(names))
             for w in (np.where(ms.inner, 0, ms.dur)[m], own[m], np.where(ms.inner, 0, total)[m], timed[m])]
-    return _records([(names[i], int(calls[i]), 0, *(round(float(v[i])) for v in sums))
+    return _records([(names[i], int(calls[i]), None, *(round(float(v[i])) for v in sums))
                      for i in np.flatnonzero(calls).tolist()])
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis._choices import GROUPS, SORT_KEYS
+from ..analysis._choices import GROUPS, NOT_APPLICABLE, SORT_KEYS, check_choices
 from ..errors import UserError
 from ._common import add_load_args, count, emit, print_view, start_load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
@@ -51,7 +51,8 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    help="the op table's rows: per op (default), per op and input shapes, per nn.Module class, "
                         "or per kernel")
     p.add_argument("--sort", choices=SORT_KEYS, default="self_device", metavar="KEY",
-                   help=f"order the rows by KEY: {', '.join(SORT_KEYS)} (default %(default)s)")
+                   help=f"order the rows by KEY: {', '.join(SORT_KEYS)} (default %(default)s); not by a column "
+                        f"the grouping has no figure for (shown -): {_not_applicable()}")
     p.add_argument("--top", type=count, default=25,
                    help="rows in the table and html formats (default 25; 0 = all); json gives every row")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
@@ -67,6 +68,11 @@ def add_parser(subs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_load_args(p)
     add_rank_args(p)
     p.set_defaults(func=run)
+
+
+def _not_applicable() -> str:
+    """The sort keys refused per grouping, in words: "self_cpu by module, self_cpu or cpu_total by kernel"."""
+    return ", ".join(f"{' or '.join(keys)} by {group}" for group, keys in NOT_APPLICABLE.items())
 
 
 def _import_while_loading(fmt: str) -> None:
@@ -85,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     the phase once the report has taken over 2 s: _progress.py)."""
     if args.format == "html" and not args.output:
         raise UserError("--format html writes a file: add -o report.html")
+    check_choices(args.group_by, args.sort)  # a sort by a column the grouping lacks: refused before any work
     import sys
 
     from .._progress import tracking

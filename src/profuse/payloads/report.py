@@ -100,11 +100,11 @@ class Analysed(NamedTuple):
 def analyse(trace: Trace, *, group_by: str = "op", sort: str = "self_device", advice: bool = True) -> Analysed:
     """Run the report's analyses on a loaded trace, once, for whichever renderer shows them."""
     from ..analysis import op_table, summarize
+    from ..analysis._choices import check_choices
     from ..analysis.advice.findings import trace_findings
     from ..analysis.beside import beside
     from ..analysis.health import trace_health
     from ..analysis.memory import memory_section
-    from ..analysis.optable import check_choices
     from .calltree import call_tree_of
 
     check_choices(group_by, sort)   # a bad choice refused before any work, not after the diagnosis

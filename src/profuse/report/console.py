@@ -23,7 +23,7 @@ from ..payloads.ops import OpsRow as OpRow
 from ..payloads.overview import Totals
 from ..payloads.report import ReportDocument, ReportView
 from ..trace.schema import not_linked
-from ..units import fmt_us
+from ..units import fmt_us, fmt_us_or_dash
 from ._text import safe, text
 from .console_calltree import render_calltree
 from .console_diagnosis import render_diagnosis
@@ -167,7 +167,8 @@ def _op_row(doc: ReportDocument, r: OpRow, memory: bool) -> list[Text | str]:
         cells.append(text(r.shape or ""))
     base = doc.totals.device_us
     pct = 100.0 * r.self_device_us / base if base else 0.0
-    figures = [f"{r.calls:,}", fmt_us(r.self_cpu_us), fmt_us(r.cpu_total_us), f"{pct:.1f}%", fmt_us(r.avg_device_us)]
+    figures = [f"{r.calls:,}", fmt_us_or_dash(r.self_cpu_us), fmt_us_or_dash(r.cpu_total_us), f"{pct:.1f}%",
+               fmt_us(r.avg_device_us)]
     if not doc.cpu_only:
         figures[3:3] = [fmt_us(r.self_device_us), fmt_us(r.device_total_us)]
         figures.append(f"{r.kernels:,}")

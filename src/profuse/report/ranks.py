@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..payloads.ranks import MergedCandidate, RanksDiff, RanksDocument, StepTimes
-from ..units import fmt_us
+from ..units import fmt_us, fmt_us_or_dash
 from ._text import safe, text
 from .fit import Column, print_fitted
 from .terminal import renders_printable
@@ -141,7 +141,7 @@ SAVINGS = ("Saving per rank (median)", "Step-time saving")
 
 
 def _savings(f: MergedCandidate) -> list[str]:
-    return ["-" if v is None else fmt_us(v) for v in (f.saving_per_rank_us, f.step_saving_us)]
+    return [fmt_us_or_dash(v) for v in (f.saving_per_rank_us, f.step_saving_us)]
 
 
 def _print_heat(con: Console, steps: StepTimes, top: int | None) -> None:

@@ -37,6 +37,11 @@ function fmtUs(us) {
   return us.toFixed(1) + " µs";
 }
 
+/** A duration as fmtUs writes it, or "-" where there is no figure (a column that does not apply to the row). */
+function fmtUsOrDash(us) {
+  return us === null || us === undefined ? "-" : fmtUs(us);
+}
+
 function fmtBytes(b) {
   if (b >= 1e9) return (b / 1e9).toFixed(2) + " GB";
   if (b >= 1e6) return (b / 1e6).toFixed(1) + " MB";
@@ -84,5 +89,5 @@ function table(columns, rows, { onRow, selected, sortable = true, detail } = {})
   return el("table", {}, el("thead", {}, head), tbody);
 }
 
-profuse.dom = { el, fmtUs, fmtBytes, table };
+profuse.dom = { el, fmtUs, fmtUsOrDash, fmtBytes, table };
 })(globalThis.profuse = globalThis.profuse || {});

@@ -699,8 +699,8 @@
  * @typedef {Object} OpsRow
  * @property {string} name
  * @property {number} calls
- * @property {number} self_cpu_us
- * @property {number} cpu_total_us
+ * @property {(number|null)} self_cpu_us
+ * @property {(number|null)} cpu_total_us
  * @property {number} self_device_us
  * @property {number} device_total_us
  * @property {number} kernels

@@ -5,7 +5,7 @@
 (function (/** @type {any} the profuse namespace */ profuse) {
 "use strict";
 
-const { el, fmtBytes, fmtUs, table } = profuse.dom;
+const { el, fmtBytes, fmtUs, fmtUsOrDash, table } = profuse.dom;
 const { Timeline } = profuse.timelineView;
 const memBytes = profuse.timelineView.fmtBytes;  // binary units, signed: an op's self memory may be a net free
 
@@ -170,8 +170,9 @@ async function ops(main, st, go) {
   /** @type {Column[]} */
   const cols = [{ key: "name", label: "Name", name: true }];
   if (group === "shape") cols.push({ key: "shape", label: "Input shapes", name: true });
-  cols.push({ key: "calls", label: "Calls" }, { key: "self_cpu_us", label: "Self CPU", fmt: fmtUs },
-    { key: "cpu_total_us", label: "CPU total", fmt: fmtUs });
+  // null: the column does not apply to the grouping (a module class's self CPU, a kernel's CPU time)
+  cols.push({ key: "calls", label: "Calls" }, { key: "self_cpu_us", label: "Self CPU", fmt: fmtUsOrDash },
+    { key: "cpu_total_us", label: "CPU total", fmt: fmtUsOrDash });
   // a CPU-only trace's device is the CPU: its columns once, and no kernels
   if (!d.cpu_only) cols.push({ key: "self_device_us", label: `Self ${dev}`, fmt: fmtUs },
     { key: "device_total_us", label: `${dev} total`, fmt: fmtUs });
@@ -622,8 +623,8 @@ async function ranks(main, st, go) {
     main.append(el("h2", {}, "Fusion candidates, merged over ranks"), table([
       { key: "pattern", label: "Pattern", name: true }, { key: "scope", label: "Scope", name: true },
       { key: "ranks", label: "Ranks" }, { key: "instances", label: "Instances" },
-      { key: "saving_per_rank_us", label: "Saving per rank (median)", fmt: v => v === null ? "-" : fmtUs(v) },
-      { key: "step_saving_us", label: "Step-time saving", fmt: v => v === null ? "-" : fmtUs(v) },
+      { key: "saving_per_rank_us", label: "Saving per rank (median)", fmt: fmtUsOrDash },
+      { key: "step_saving_us", label: "Step-time saving", fmt: fmtUsOrDash },
       { key: "recommendation", label: "Do", name: true }], d.fusion));
   }
 }
