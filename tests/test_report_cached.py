@@ -64,7 +64,7 @@ def test_cached_report_is_the_computed_report_byte_for_byte(name, capsys, _cache
     assert report(capsys, src)[0] == cached_table
     assert uncached_header(report(capsys, src, "--top", "3")[0]) == report(capsys, src, "--top", "3", "--no-cache")[0]
     doc = json.loads(computed_json)
-    assert doc["schema"] == "profuse.report/3" and doc["trace"]["path"] == str(src)
+    assert doc["schema"] == "profuse.report/4" and doc["trace"]["path"] == str(src)
 
 
 def test_a_cached_report_opens_no_tables_and_imports_neither_duckdb_nor_numpy(tmp_path, _cache_dir):
@@ -342,7 +342,7 @@ def test_timings_name_each_phase_and_add_up(capsys, _cache_dir):
     out, err = report(capsys, src, "--format", "json", "--no-cache", "--timings")
     # THEN the document is the report's, and stderr holds one line per phase: the load, the analyses
     # (each inner phase under its parent), the view, the rendering, and a total no phase exceeds
-    assert json.loads(out)["schema"] == "profuse.report/3"
+    assert json.loads(out)["schema"] == "profuse.report/4"
     rows = {}
     for line in err.splitlines()[1:]:
         name, secs = line.rsplit(maxsplit=1)

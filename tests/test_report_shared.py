@@ -17,7 +17,7 @@ OP_KEYS = {"name", "calls", "self_cpu_us", "cpu_total_us", "self_device_us", "de
 def test_report_json_contract(path, capsys):
     assert main(["report", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == "profuse.report/3"
+    assert doc["schema"] == "profuse.report/4"
     assert doc["trace"].keys() >= TRACE_KEYS
     assert doc["totals"].keys() >= TOTAL_KEYS
     assert doc["trace"]["events"] > 0

@@ -168,13 +168,18 @@ def _same_tables(trace: Any) -> None:
         new_ops, new_kernels = optable._ops_and_kernels.__wrapped__(trace)
         old_ops, old_kernels = prev_ops_and_kernels(trace)
         assert _by_name(new_ops) == _by_name(old_ops) and _by_name(new_kernels) == _by_name(old_kernels)
-    s, code, names = optable._scopes(trace.con)
+    ms = optable.module_scopes(trace.con)
     old_s, old_code, old_names = prev_scopes(trace.con)
-    assert names == old_names   # the rows come in another order (the ranking's window sorts them): by id
-    new_by, old_by = np.argsort(s["id"]), np.argsort(old_s["id"])
-    assert code[new_by].tolist() == old_code[old_by].tolist()
-    for k in ("id", "parent", "module", "dur"):
-        assert s[k][new_by].tolist() == old_s[k][old_by].tolist(), k
+    assert ms.names == old_names   # the rows come in another order (the ranking's window sorts them): by id
+    new_by, old_by = np.argsort(ms.ids), np.argsort(old_s["id"])
+    assert ms.code[new_by].tolist() == old_code[old_by].tolist()
+    # a scope's parent as its position among the scopes (-1: none, or a parent not among them)
+    old_up = optable.scope_positions(old_s["id"], old_s["parent"])
+    old_parent = np.where(old_up >= 0, old_s["id"][np.maximum(old_up, 0)], -1)
+    new_parent = np.where(ms.up >= 0, ms.ids[np.maximum(ms.up, 0)], -1)
+    assert new_parent[new_by].tolist() == old_parent[old_by].tolist()
+    for new_col, k in ((ms.ids, "id"), (ms.module, "module"), (ms.dur, "dur")):
+        assert new_col[new_by].tolist() == old_s[k][old_by].tolist(), k
 
 
 @pytest.mark.parametrize("path", ALL_TRACES, ids=trace_id)
@@ -223,18 +228,18 @@ def test_the_hash_clash_fallbacks_give_the_same_figures(monkeypatch: pytest.Monk
     """Where two names share a hash, frames are coded by a join on the names and scopes by ranking them."""
     path = next(p for p in ALL_TRACES if p.name == "h100_bert_small.json.gz")
     with profuse.load(path) as trace:
-        want_paths, want_scopes = calltree._measure(trace), optable._scopes(trace.con)
+        want_paths, want = calltree._measure(trace), optable.module_scopes(trace.con)
         monkeypatch.setattr(calltree, "hash_codes", lambda *a: None)
         monkeypatch.setattr(optable, "hash_codes", lambda *a: None)
         got = calltree._measure(trace)
-        got_s, got_code, got_names = optable._scopes(trace.con)
+        got_s = optable.module_scopes(trace.con)
     assert got[1:] == want_paths[1:] and got[0].calls.sum() > 1000
     for name in ("parent", "name", "level", "calls", "total", "self_", "python", "waiting"):
         np.testing.assert_array_equal(getattr(got[0], name), getattr(want_paths[0], name), err_msg=name)
-    got_by, want_by = np.argsort(got_s["id"]), np.argsort(want_scopes[0]["id"])
-    assert got_names == want_scopes[2] and len(set(got_code.tolist())) > 5
-    assert got_code[got_by].tolist() == want_scopes[1][want_by].tolist()
-    assert got_s["id"][got_by].tolist() == want_scopes[0]["id"][want_by].tolist()
+    got_by, want_by = np.argsort(got_s.ids), np.argsort(want.ids)
+    assert got_s.names == want.names and len(set(got_s.code.tolist())) > 5
+    assert got_s.code[got_by].tolist() == want.code[want_by].tolist()
+    assert got_s.ids[got_by].tolist() == want.ids[want_by].tolist()
 
 
 def test_paths_equal_the_previous_numbering_on_random_forests() -> None:

@@ -1,6 +1,6 @@
 """``profuse report`` from the cache: the report's document, kept as a derived entry of the trace.
 
-A report (table or JSON) stores its ``profuse.report/3`` document with ``Trace.derived`` (written behind,
+A report (table or JSON) stores its ``profuse.report/4`` document with ``Trace.derived`` (written behind,
 never before the report is printed); the next report of the same trace bytes with the same options
 finds it by hashing the trace alone, and renders it without opening the tables, importing DuckDB or
 numpy, or running an analysis. The entry's key names everything the document depends on besides the

@@ -1,4 +1,4 @@
-"""The ``profuse report --format json`` document, schema ``profuse.report/3`` (docs/schema.md)."""
+"""The ``profuse report --format json`` document, schema ``profuse.report/4`` (docs/schema.md)."""
 from __future__ import annotations
 
 from dataclasses import fields
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # signatures only: decoding a stored report needs none of the
     from ..analysis.summary import Summary
     from ..trace import Trace
 
-SCHEMA = "profuse.report/3"
+SCHEMA = "profuse.report/4"
 
 
 class ReportDocument(Struct, kw_only=True):

@@ -1,4 +1,4 @@
-"""``profuse report --format json``: the stable ``profuse.report/3`` document (``payloads.report``)."""
+"""``profuse report --format json``: the stable ``profuse.report/4`` document (``payloads.report``)."""
 from __future__ import annotations
 
 import msgspec
