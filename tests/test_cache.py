@@ -370,7 +370,7 @@ def test_a_big_trace_is_built_into_its_cache_file(tmp_path, _cache_dir, monkeypa
         assert not t.from_cache and t.writer is None and t.wait_for_cache() is None
         assert len(caches(_cache_dir)) == 1 and not list(_cache_dir.glob(".*"))
         assert _all_tables(t) == want and sorted(want) == sorted(
-            ["events", "flows", "instants", "memory", "memory_blocks", "memory_frames", "memory_segments",
+            ["directions", "events", "flows", "instants", "memory", "memory_blocks", "memory_frames", "memory_segments",
              "meta", "nested_calls", "op_memory", "scopes", "shapes", "threads"])
         assert t.con.execute("SELECT id FROM events").fetchnumpy()["id"].tolist() == in_file_order
         # AND no write through its connection reaches the cache

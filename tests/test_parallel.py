@@ -21,6 +21,7 @@ def test_parallel_equals_sequential(name, monkeypatch):
     seq = one.con.execute(Q).fetchall()
     seq_threads = one.con.execute("SELECT * FROM threads ORDER BY thread").fetchall()
     seq_shapes = one.con.execute("SELECT * FROM shapes ORDER BY id").fetchall()
+    seq_directions = one.con.execute("SELECT * FROM directions ORDER BY id").fetchall()
     seq_meta = one.meta
     one.close()
     monkeypatch.setenv("PROFUSE_WORKERS", "2")
@@ -34,6 +35,7 @@ def test_parallel_equals_sequential(name, monkeypatch):
     assert two.con.execute(Q).fetchall() == seq
     assert two.con.execute("SELECT * FROM threads ORDER BY thread").fetchall() == seq_threads
     assert two.con.execute("SELECT * FROM shapes ORDER BY id").fetchall() == seq_shapes
+    assert two.con.execute("SELECT * FROM directions ORDER BY id").fetchall() == seq_directions
     assert {k: v for k, v in two.meta.items() if k != "source"} == {k: v for k, v in seq_meta.items()
                                                                      if k != "source"}
     two.close()

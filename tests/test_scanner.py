@@ -24,7 +24,7 @@ from profuse.trace import _decode, _native
 
 pytestmark = pytest.mark.skipif(not _native.available(), reason="compiled scanner not built (pure-Python install)")
 
-TABLES = ("events", "shapes", "scopes", "threads", "instants", "flows")
+TABLES = ("events", "shapes", "directions", "scopes", "threads", "instants", "flows")
 
 
 def _load_tables(path: Path, *, scanner: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -106,6 +106,54 @@ def test_shapes_of_two_halves_equal_those_of_one_pass():
         assert (json.loads(dims) if dims is not None else None) == (args.get("Input Dims") or None)
         assert (json.loads(types) if types is not None else None) == (args.get("Input type") or None)
         assert (json.loads(grid) if grid is not None else None) == args.get("grid")
+
+
+def _directions(cols: Any) -> list[tuple[int, str]]:
+    return [(int(r), str(v)) for d in cols.directions for r, v in zip(d.rows.tolist(), d.values().tolist())]
+
+
+@pytest.mark.parametrize("document", [False, True])
+def test_directions_of_two_halves_equal_those_of_one_pass(document: bool, monkeypatch: pytest.MonkeyPatch):
+    # GIVEN the MTIA trace, whose DMA requests record args.direction (all in the file's second half: rows the
+    # tail's scan numbers from its own start), scanned whole and in two halves (the events array alone, or
+    # the document with its halves' event columns joined in place)
+    from profuse.trace import _parallel
+
+    path = trace_path("mtia_inference.json.gz")
+    data = _decode.read_bytes(str(path))
+    merged, real = [], _parallel.merge
+    monkeypatch.setattr(_parallel, "merge", lambda d, s: (merged.append(len(s.directions)), real(d, s)))
+    if document:
+        one, two = (r[0] if r is not None else None
+                    for r in (_native.scan_document(data, threads=1), _native.scan_document(data, threads=2)))
+    else:
+        doc = _decode.split_document(str(path), data)
+        one, two = _native.scan_columns(doc, threads=1), _native.scan_columns(doc, threads=2)
+    assert one is not None and two is not None
+    # THEN the merged halves give each event's direction as json reads it from the file, at its row
+    events = [e for e in json.loads(data)["traceEvents"] if e.get("ph") == "X"]
+    want = [(k, e["args"]["direction"]) for k, e in enumerate(events) if "direction" in e.get("args", {})]
+    assert _directions(two) == _directions(one) == want and len(want) == 877
+    assert merged == [1], "the tail's directions were merged after the head's events"
+
+
+def test_directions_of_every_json_type_are_read_as_the_reference_reads_them(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    # GIVEN copies whose args.direction is a string (one escaped), a number, null, an object, or absent
+    values = ['"HOST_TO_DEVICE"', '"DEVICE\\u005fTO_HOST"', "7", "null", '{"a": 1}', None]
+    events = []
+    for i, v in enumerate(values):
+        direction = "" if v is None else f', "direction": {v}'
+        events.append(f'{{"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "pid": 1, "tid": 2, '
+                      f'"ts": {i}, "dur": 1, "args": {{"stream": 3{direction}}}}}')
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [' + ", ".join(events) + "]}")
+    assert "\\u005f" in path.read_text()
+    assert _native.scan_columns(_decode.split_document(str(path), path.read_bytes()), threads=1) is not None
+    # THEN the scanner keeps the strings alone, unescaped, as the reference decoder does
+    fast = _load_tables(path, scanner=True, monkeypatch=monkeypatch)
+    assert fast["directions"] == _load_tables(path, scanner=False, monkeypatch=monkeypatch)["directions"]
+    assert fast["directions"] == [(0, "HOST_TO_DEVICE"), (1, "DEVICE_TO_HOST")]
 
 
 def test_document_scan_two_threads_equals_one_and_the_reference_split():

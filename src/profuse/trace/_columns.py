@@ -115,6 +115,30 @@ class ShapeColumns:
         return list(zip(self.rows.tolist(), *(c.tolist() for c in self.text_columns())))
 
 
+@dataclass(frozen=True)
+class RowTexts:
+    """One text per event for some of a chunk's events (how the scanner hands over ``args.direction``):
+    each event's row, and a code into ``texts`` (every distinct text once)."""
+
+    rows: np.ndarray   # int64: the event's row
+    codes: np.ndarray  # int32
+    texts: list[str]
+
+    @staticmethod
+    def of(pairs: list[tuple[int, str]]) -> RowTexts:
+        """(row, text) pairs as rows and codes."""
+        codes, texts = factorize([t for _r, t in pairs])
+        return RowTexts(rows=np.array([r for r, _t in pairs], dtype=np.int64), codes=codes, texts=texts)
+
+    def shifted(self, offset: int) -> RowTexts:
+        """The same texts for events ``offset`` rows later."""
+        return RowTexts(rows=self.rows + offset, codes=self.codes, texts=self.texts)
+
+    def values(self) -> np.ndarray:
+        """Each row's text (object array)."""
+        return np.array(self.texts, dtype=object)[self.codes] if self.texts else np.empty(0, dtype=object)
+
+
 @dataclass
 class Coded:
     """A list of values as codes into a table (the scanner's per-flow categories): value k is
@@ -172,6 +196,7 @@ class Columns:
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
     shapes: list[ShapeRow] = field(default_factory=list)
     shape_columns: ShapeColumns | None = None  # the scanner's shapes (then ``shapes`` is empty)
+    directions: list[RowTexts] = field(default_factory=list)  # args.direction where a string, in row order
     thread_meta: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     flow_ids: list[str] = field(default_factory=list)
     flow_cats: list[str | None] = field(default_factory=list)
@@ -268,6 +293,7 @@ def _ns_of(events: list[Event], idx: list[int], precise: np.ndarray | None) -> n
 
 
 _get_flops, _get_dims, _get_grid = attrgetter("flops"), attrgetter("input_dims"), attrgetter("grid")
+_get_direction = attrgetter("direction")
 
 
 def _float_column(values: list[Any], what: str, ignored: dict[str, int]) -> np.ndarray:
@@ -331,8 +357,8 @@ def add_chunk(
 
 
 def _add_args(cols: Columns, path: str, args: list[Any], beyond: Skipped | None) -> None:
-    """The ``args`` columns of a chunk's kept complete events (ids, device, stream, flops) and their
-    shapes; numbers beyond 64 bits are read as absent and counted in ``beyond``, or refused (None)."""
+    """The ``args`` columns of a chunk's kept complete events (ids, device, stream, flops), their recorded
+    directions and their shapes; numbers beyond 64 bits are read as absent and counted in ``beyond``, or refused (None)."""
     n = len(args)
     for key in _ARG_INTS:
         cols.add(key, int_column(map(attrgetter(key), args), n, key, path, cols.ignored_args, skipped=beyond))
@@ -343,6 +369,11 @@ def _add_args(cols: Columns, path: str, args: list[Any], beyond: Skipped | None)
     stream = [a.stream if a.stream is not None else a.stream_id for a in args]
     cols.add("stream", int_column(stream, n, "stream", path, cols.ignored_args, skipped=beyond))
     cols.add("flops", _float_column(list(map(_get_flops, args)), "flops", cols.ignored_args))
+    directions = list(map(_get_direction, args))
+    if directions.count(None) < n:  # most traces record none: one count, not a test per event
+        pairs = [(cols.n + k, d) for k, d in enumerate(directions) if isinstance(d, str)]
+        if pairs:
+            cols.directions.append(RowTexts.of(pairs))
     dims, grids = list(map(_get_dims, args)), list(map(_get_grid, args))
     for k in [k for k, (d, g) in enumerate(zip(dims, grids)) if d or g]:
         a = args[k]

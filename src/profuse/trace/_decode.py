@@ -53,6 +53,7 @@ class Args(Struct, gc=False, frozen=True):
     flops: Any = msgspec.field(name="flops", default=None)
     name: Any = None
     labels: Any = None
+    direction: Any = None   # a copy's direction as the device writes it (MTIA DMA: HOST_TO_DEVICE, ...)
 
 
 _NO_ARGS = Args()

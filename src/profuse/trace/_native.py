@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import _decode
-from ._columns import FLOW_PHASES, THREAD_SHIFT, Coded, Columns, ShapeColumns, thread_key
+from ._columns import FLOW_PHASES, THREAD_SHIFT, Coded, Columns, RowTexts, ShapeColumns, thread_key
 from .cache import hasher
 from .compiled import load_extension
 
@@ -284,6 +284,9 @@ def _columns(r: dict[str, Any] | None, *, events: bool = True) -> Columns | None
     cols.shape_columns = ShapeColumns(rows=np.frombuffer(r["shape_rows"], dtype=np.int64),
                                       codes=np.frombuffer(r["shape_codes"], dtype=np.int32).reshape(-1, 5),
                                       texts=r["shape_texts"])
+    if len(r["dir_rows"]):
+        cols.directions = [RowTexts(rows=np.frombuffer(r["dir_rows"], dtype=np.int64),
+                                    codes=np.frombuffer(r["dir_codes"], dtype=np.int32), texts=r["dir_texts"])]
     for pid, tid, name, arg_name, labels in r["metas"]:  # the reference's rule, in file order
         where = thread_key(pid, tid if name and name.startswith("thread") else "")
         value = arg_name if arg_name is not None else labels

@@ -87,6 +87,7 @@ def merge(dst: Columns, src: Columns) -> None:
                 arr = threads(arr)
             dst.add(key, arr)
     _merge_shapes(dst, src)
+    dst.directions.extend(d.shifted(dst.n) for d in src.directions)
     for k, v in src.thread_meta.items():
         dst.thread_meta.setdefault(k, {}).update(v)
     for ph, c in src.phase_counts.items():

@@ -234,6 +234,7 @@ static const char *const MEM_NAMES[N_MEM] = {"mem_bytes", "mem_addr", "mem_total
                                              "mem_device_type", "mem_device"};
 
 typedef struct { int64_t row; int32_t text[5]; } Shape;   /* ids in Scan.shape_texts, -1: absent */
+typedef struct { int64_t row; int32_t text; } Direction;  /* a string args.direction: its id in Scan.dir_texts */
 
 /* Concrete Inputs that say nothing (every entry an empty string: `["", "", ""]`) are not kept. */
 static int blank_concrete(const char *p, Py_ssize_t n) {
@@ -260,9 +261,11 @@ typedef struct {
     Intern names, cats, pids, tids, phs, fcats;
     Intern shape_texts;                   /* the raw texts of Input Dims, Input type, ... (they repeat) */
     Intern fids;                          /* flow ids (each start and finish share one) */
+    Intern dir_texts;                     /* the args.direction strings (HOST_TO_DEVICE, ...) */
     Vec i64[N_I64];
     Vec name, cat, pid, tid, flops;       /* int32 x4, double */
     Vec shapes, fixes, metas, flows;
+    Vec dirs;                             /* Direction: the complete events with a string args.direction */
     Vec inst_name, inst_cat, inst_pid, inst_tid, inst_ts;
     Vec ph_counts;                        /* int64 per phs id */
     Vec members;                          /* document mode: top-level (key, value span) other than traceEvents */
@@ -698,12 +701,12 @@ static int key_index(const Tok *k, const KeySet *ks) {
 }
 
 enum { A_EXT, A_EXT_LC, A_CORR, A_DEV, A_STREAM, A_STREAM_ID, A_DIMS, A_TYPE, A_GRID, A_BLOCK, A_PYID, A_PYPID,
-       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, A_CONC,
+       A_SEQ, A_FWD, A_BYTES, A_FLOPS, A_NAME, A_LABELS, A_CONC, A_DIR,
        A_MEM, A_MEM_LAST = A_MEM + N_MEM - 1, N_ARGS };
 static const char *const ARG_KEYS[N_ARGS] = {
     "External id", "external id", "correlation", "device", "stream", "stream_id", "Input Dims", "Input type",
     "grid", "block", "Python id", "Python parent id", "Sequence number", "Fwd thread id", "bytes", "flops",
-    "name", "labels", "Concrete Inputs",
+    "name", "labels", "Concrete Inputs", "direction",
     "Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id"};
 static KeySet ARG_SET;
 
@@ -1030,6 +1033,11 @@ static int parse_event(Scan *s) {
             }
             if (VEC_PUSH(&s->shapes, Shape, sh)) goto nomem;
         }
+        if (a[A_DIR].type == T_STR) {   /* any other value the reference reads as absent too */
+            Direction dr = {row, 0};
+            if (intern_tok(s, &s->dir_texts, &a[A_DIR], &dr.text) || VEC_PUSH(&s->dirs, Direction, dr))
+                goto nomem;
+        }
         return 0;
     }
     /* every other phase is counted by its name */
@@ -1166,11 +1174,12 @@ static void scan_free(Scan *s) {
     arena_free(&s->arena);
     intern_free(&s->names); intern_free(&s->cats); intern_free(&s->pids); intern_free(&s->tids);
     intern_free(&s->phs); intern_free(&s->fcats); intern_free(&s->shape_texts); intern_free(&s->fids);
+    intern_free(&s->dir_texts);
     for (int k = 0; k < N_I64; k++) vec_free(&s->i64[k]);
     for (int k = 0; k < N_MEM; k++) vec_free(&s->mem_v[k]);
     vec_free(&s->mem_ts); vec_free(&s->mem_pid); vec_free(&s->mem_tid);
-    Vec *v[] = {&s->name, &s->cat, &s->pid, &s->tid, &s->flops, &s->shapes, &s->fixes, &s->metas, &s->flows,
-                &s->inst_name, &s->inst_cat, &s->inst_pid, &s->inst_tid, &s->inst_ts, &s->ph_counts};
+    Vec *v[] = {&s->name, &s->cat, &s->pid, &s->tid, &s->flops, &s->shapes, &s->dirs, &s->fixes, &s->metas,
+                &s->flows, &s->inst_name, &s->inst_cat, &s->inst_pid, &s->inst_tid, &s->inst_ts, &s->ph_counts};
     for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++) vec_free(v[k]);
     vec_free(&s->members);
 }
@@ -1345,6 +1354,19 @@ static PyObject *build(Scan *s) {
         if (put(d, "shape_rows", rows)) { Py_DECREF(codes); goto fail; }
         if (put(d, "shape_codes", codes) || put(d, "shape_texts", table_list(&s->shape_texts))) goto fail;
     }
+    {   /* args.direction as columns: event rows (int64), a code per row into dir_texts (int32) */
+        Direction *dr = (Direction *)s->dirs.data;
+        size_t n = s->dirs.len;
+        PyObject *rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
+        PyObject *codes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 * n));
+        if (!rows || !codes) { Py_XDECREF(rows); Py_XDECREF(codes); goto fail; }
+        for (size_t k = 0; k < n; k++) {
+            memcpy(PyBytes_AS_STRING(rows) + 8 * k, &dr[k].row, 8);
+            memcpy(PyBytes_AS_STRING(codes) + 4 * k, &dr[k].text, 4);
+        }
+        if (put(d, "dir_rows", rows)) { Py_DECREF(codes); goto fail; }
+        if (put(d, "dir_codes", codes) || put(d, "dir_texts", table_list(&s->dir_texts))) goto fail;
+    }
     {
         Meta *m = (Meta *)s->metas.data;
         PyObject *l = PyList_New((Py_ssize_t)s->metas.len);
@@ -1433,7 +1455,8 @@ static void scan_init(Scan *s) {
     for (int k = 0; k < N_MEM; k++) s->mem_v[k].item = 8;
     s->mem_ts.item = 8;
     s->mem_pid.item = s->mem_tid.item = 4;
-    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats, &s->shape_texts, &s->fids};
+    Intern *tables[] = {&s->names, &s->cats, &s->pids, &s->tids, &s->phs, &s->fcats, &s->shape_texts, &s->fids,
+                        &s->dir_texts};
     for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++) tables[k]->entries.item = sizeof(Entry);
     s->name.item = s->cat.item = s->pid.item = s->tid.item = 4;
     s->inst_name.item = s->inst_cat.item = s->inst_pid.item = s->inst_tid.item = 4;
@@ -1441,6 +1464,7 @@ static void scan_init(Scan *s) {
     s->inst_ts.item = 8;
     s->ph_counts.item = 8;
     s->shapes.item = sizeof(Shape);
+    s->dirs.item = sizeof(Direction);
     s->fixes.item = sizeof(FloatFix);
     s->metas.item = sizeof(Meta);
     s->flows.item = sizeof(Flow);

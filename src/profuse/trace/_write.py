@@ -278,6 +278,17 @@ def write_shapes(con: duckdb.DuckDBPyConnection, *, cols: Columns) -> None:
     _write_shapes(con, cols)
 
 
+def write_directions(con: duckdb.DuckDBPyConnection, *, cols: Columns) -> None:
+    """The ``directions`` table (each event's ``args.direction`` where it is a string): it needs only the
+    decoded columns. Few events carry one (MTIA's DMA requests), most traces none."""
+    if not cols.directions:
+        return
+    con.register("_directions", {"id": np.concatenate([d.rows for d in cols.directions]),
+                                 "direction": np.concatenate([d.values() for d in cols.directions])})
+    con.execute("INSERT INTO directions SELECT id, direction FROM _directions")
+    con.unregister("_directions")
+
+
 def write_flows(con: duckdb.DuckDBPyConnection, *, prepared: Prepared) -> None:
     """The ``flows`` table (from the prepared events)."""
     _write_flows(con, prepared)

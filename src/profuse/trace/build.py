@@ -29,6 +29,7 @@ from ._privateuse1 import privateuse1_name
 from ._write import (
     checkpoint_before_events,
     write_correlated_tables,
+    write_directions,
     write_events,
     write_flows,
     write_instants,
@@ -607,8 +608,8 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
     (``fp_of`` gives it, and ``memory_of`` the memory events, once needed: either may be computed on
     another thread meanwhile), which is returned.
 
-    A writer thread (its own cursor; DuckDB works without the GIL) writes ``shapes`` while this one
-    prepares the events (shapes need only the decoded columns), then ``flows`` and ``instants`` while it
+    A writer thread (its own cursor; DuckDB works without the GIL) writes ``shapes`` and ``directions`` while
+    this one prepares the events (they need only the decoded columns), then ``flows`` and ``instants`` while it
     correlates them (and compresses them there, where the events go in checkpointed batches: see
     _write.checkpoint_before_events), then the ``events`` table, the longest write, which starts when correlate ends,
     while this one writes the correlated side tables and the memory tables: the two threads end about
@@ -619,6 +620,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
     writer = _Writer(con, parallel=parallel and not os.environ.get("PROFUSE_SERIAL_WRITE"))
     try:
         writer.submit(write_shapes, cols=cols)
+        writer.submit(write_directions, cols=cols)
         with _HEAP.reusing():  # big temporaries reused, not faulted in anew each (see _GlibcHeap)
             prepared = prepare(path, cols, base_ns)
             writer.submit(write_flows, prepared=prepared)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from .vocabulary import runtime_categories
 
-SCHEMA_VERSION = 19  # bump when tables change: caches with another version are rebuilt (13: device events'
+SCHEMA_VERSION = 20  # bump when tables change: caches with another version are rebuilt (13: device events'
 # module and scope are those holding their launch call; shapes.concrete_inputs; the memory tables;
 # 14: self CPU never negative; 15: a trace with no device activity and no launch is CPU; 16: kinds,
 # graph launches and device recognition from the device vocabulary, graph launches by name prefix; 17: the
 # nested_calls table; 18: nested_calls holds a call inside its own name at any depth; 19: a row of
-# device-side sync records alone in a device's process is a device row)
+# device-side sync records alone in a device's process is a device row; 20: the directions table)
 
 # Kineto category (lower-cased) -> profuse kind. Legacy traces wrote `Kernel`, `Runtime`, ... Each device
 # family's runtime categories are the device vocabulary's (trace/vocabulary.py): see category_kind.
@@ -137,6 +137,7 @@ CREATE TABLE threads (thread INTEGER, pid VARCHAR, tid VARCHAR, process_name VAR
 CREATE TABLE instants (name VARCHAR, cat VARCHAR, ts BIGINT, pid VARCHAR, tid VARCHAR);
 CREATE TABLE flows (id VARCHAR, cat VARCHAR, ph VARCHAR, ts BIGINT, thread INTEGER);
 CREATE TABLE nested_calls (id BIGINT, around BIGINT);  -- op-table calls inside one of their own name (around)
+CREATE TABLE directions (id BIGINT, direction VARCHAR);  -- args.direction as recorded (MTIA DMA: HOST_TO_DEVICE, ...)
 CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);  -- JSON values
 CREATE TABLE memory (        -- torch.profiler [memory] events (profile_memory=True), time order; docs/memory.md
     id BIGINT, device_type VARCHAR, device INTEGER, ts BIGINT, bytes BIGINT, addr BIGINT,
