@@ -676,6 +676,62 @@ def queued_split_us(path: Path | str, spans: list[tuple[str, float, float, float
     return queued, unrecorded
 
 
+# a copy's direction, as docs/advisor.md reads it: the event's own args.direction, else its name, else its
+# launch call's name (by correlation id); none of them: unknown (never device to device)
+COPY_DIRECTIONS = {"HOST_TO_DEVICE": "h2d", "DEVICE_TO_HOST": "d2h", "DEVICE_TO_DEVICE": "d2d"}
+_COPY_WORDS = (("h2d", ("HtoD", "Host -> Device")), ("d2h", ("DtoH", "Device -> Host")),
+               ("d2d", ("DtoD", "Device -> Device", "PtoP")))
+COPY_ORDER = ("h2d", "d2h", "d2d", "unknown")  # the budget's priority among copies
+
+
+def is_copy(e: Event) -> bool:
+    """A memcpy: Kineto's gpu_memcpy, or an MTIA command-processor DMA (``dma_request``)."""
+    if category(e) == "mtia_ccp_events":
+        return str(e.get("name", "")).lower().startswith("dma")
+    return category(e) in ("gpu_memcpy", "memcpy")
+
+
+def copy_direction(e: Event, launch: Event | None) -> str:
+    recorded = (e.get("args") or {}).get("direction")
+    if recorded in COPY_DIRECTIONS:
+        return COPY_DIRECTIONS[recorded]
+    for text in (str(e.get("name", "")), str((launch or {}).get("name", ""))):
+        for way, words in _COPY_WORDS:
+            if any(w in text for w in words):
+                return way
+    return "unknown"
+
+
+def exposed_copy_us(path: Path | str) -> dict[str, float]:
+    """The budget's ``busy/memcpy_<direction>`` leaves (µs), summed over the steady spans: each direction's
+    copies, clipped to the span, where no other device activity runs (every device-time event that is not a
+    copy or memset: compute and communication come first) nor a copy of a direction before it (COPY_ORDER)."""
+    from decimal import Decimal
+
+    events = list(exact_events(str(path)))
+    by_corr = _launch_starts(events)
+    device = [e for e in events if is_device_time(e)]
+    ways: dict[str, list[tuple[Any, Any]]] = {w: [] for w in COPY_ORDER}   # exact µs (Decimal)
+    above: list[tuple[Any, Any]] = []
+    for d in device:
+        iv = (d["ts"], d["ts"] + d["dur"])
+        if is_copy(d):
+            ways[copy_direction(d, by_corr.get((d.get("args") or {}).get("correlation")))].append(iv)
+        elif category(d) not in ("gpu_memset", "memset"):
+            above.append(iv)
+    out = dict.fromkeys(COPY_ORDER, 0.0)
+    for _name, start, end, _busy in steady_spans(path):
+        lo, hi = Decimal(repr(start)), Decimal(repr(end))
+
+        def inside(xs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+            return _merged([(max(s, lo), min(e, hi)) for s, e in xs if s < hi and e > lo])
+        before = inside(above)
+        for way in COPY_ORDER:
+            out[way] += float(sum(e - s for s, e in _minus(inside(ways[way]), before)))
+            before = _merged(before + inside(ways[way]))
+    return out
+
+
 def device_us_by_module_class(path: Path | str) -> dict[str, float]:
     """µs of device time per nn.Module class: each device activity (graph replays included: their
     kernels carry the graph launch's correlation id) counts once for every class of the module frames

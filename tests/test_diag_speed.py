@@ -32,9 +32,10 @@ OLD_DEVICE_SQL = f"""
            coalesce(l.ts, -1) AS lts, coalesce(l.dur, 0) AS ldur, coalesce(l.thread, -1) AS lthread,
            d.kind AS kind, coalesce(d.name, '') AS name, coalesce(o.name, '') AS op_name,
            coalesce(l.name, '') AS launch_name, coalesce(s.input_types, '') AS input_types,
-           coalesce(d.link = 'graph', false) AS graph, coalesce(d.stream, -1) AS stream
+           coalesce(d.link = 'graph', false) AS graph, coalesce(d.stream, -1) AS stream,
+           coalesce(r.direction, '') AS direction
     FROM events d LEFT JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = d.op
-    LEFT JOIN shapes s ON s.id = d.op
+    LEFT JOIN shapes s ON s.id = d.op LEFT JOIN directions r ON r.id = d.id
     WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id"""
 
 # budget._host_intervals' rows: every op, frame and runtime call of the threads, a string per row
@@ -46,14 +47,15 @@ OLD_HOST_SQL = """
 
 
 def old_classes(kind: np.ndarray, name: np.ndarray, op_name: np.ndarray, launch_name: np.ndarray,
-                input_types: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                input_types: np.ndarray, direction: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     prio = {c: i for i, c in enumerate(BUSY_PRIORITY)}
-    keys = list(zip(kind.tolist(), name.tolist(), op_name.tolist(), launch_name.tolist(), input_types.tolist()))
+    keys = list(zip(kind.tolist(), name.tolist(), op_name.tolist(), launch_name.tolist(), input_types.tolist(),
+                    direction.tolist()))
     codes = {k: i for i, k in enumerate(dict.fromkeys(keys))}
     code = np.fromiter(map(codes.__getitem__, keys), dtype=np.int64, count=len(keys))
     per_cls, per_fp32, per_pageable = [], [], []
-    for k, n, op, launch, types in codes:
-        c = kernel_class(k, n, op or None, launch or None)
+    for k, n, op, launch, types, way in codes:
+        c = kernel_class(k, n, op or None, launch or None, way or None)
         per_cls.append(prio[c])
         per_fp32.append(c in ("gemm", "conv") and fp32_matrix(n, types or None))
         per_pageable.append(k == "memcpy" and "pageable" in n.lower())
@@ -85,15 +87,17 @@ def old_cpu_fallbacks(trace: Trace) -> list[levers.Fallback]:
     from profuse.analysis.kernel_class import memcpy_class
 
     tops = old_holding_top_ops(trace, "SELECT launch FROM events WHERE kind = 'memcpy' AND launch IS NOT NULL")
-    copies = [(name, ts, end, thread, tops.get(int(launch))) for name, ts, end, thread, launch in trace.con.execute("""
-        SELECT d.name, d.ts, d.ts + d.dur, l.thread, l.id
-        FROM events d JOIN events l ON l.id = d.launch WHERE d.kind = 'memcpy' ORDER BY d.ts, d.id""").fetchall()]
+    copies = [(name, ts, end, thread, tops.get(int(launch)), call, recorded)
+              for name, ts, end, thread, launch, call, recorded in trace.con.execute("""
+        SELECT d.name, d.ts, d.ts + d.dur, l.thread, l.id, l.name, r.direction
+        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN directions r ON r.id = d.id
+        WHERE d.kind = 'memcpy' ORDER BY d.ts, d.id""").fetchall()]
     d2h: dict[int, tuple[str, int, int]] = {}
     h2d: dict[int, tuple[str, int, int]] = {}
     held: dict[int, int] = {}
-    for name, ts, end, _thread, top in copies:
+    for name, ts, end, _thread, top, call, recorded in copies:
         if top is not None:
-            way = memcpy_class(name)
+            way = memcpy_class(name, call, recorded)
             held[int(top)] = held.get(int(top), 0) + 1
             (d2h if way == "memcpy_d2h" else h2d if way == "memcpy_h2d" else {}).setdefault(int(top), (name, ts, end))
     if not d2h or not h2d:
@@ -158,7 +162,7 @@ def _check_device(tr: Trace, w: DeviceWork) -> None:
     assert np.asarray(d["op_name"], dtype=object).tolist() == w.op_name.tolist()
     cls, fp32, pageable = old_classes(np.asarray(d["kind"], dtype=object), np.asarray(d["name"], dtype=object),
                                       np.asarray(d["op_name"], dtype=object), np.asarray(d["launch_name"], dtype=object),
-                                      np.asarray(d["input_types"], dtype=object))
+                                      np.asarray(d["input_types"], dtype=object), np.asarray(d["direction"], dtype=object))
     assert cls.tolist() == w.cls.tolist() and fp32.tolist() == w.fp32.tolist()
     assert pageable.tolist() == w.pageable.tolist()
 

@@ -7,6 +7,7 @@ import oracle
 import pytest
 from conftest import SHARED
 
+import profuse
 from profuse.analysis.kernel_class import KERNEL_CLASSES, fp32_matrix, kernel_class
 
 CASES = [  # trace, kind, start of a kernel name in it, launching op (None: by name only), class
@@ -59,6 +60,46 @@ def test_real_kernel_names_get_their_class(trace, kind, name, op, cls):
 def test_mtia_dma_takes_its_direction_from_the_launch_call():
     assert kernel_class("memcpy", "dma_request", None, "enqueueCommand memcpyHtoDAsync") == "memcpy_h2d"
     assert kernel_class("memcpy", "dma_request", None, "enqueueCommand memcpyDtoHAsync") == "memcpy_d2h"
+
+
+def test_a_copy_takes_the_direction_it_records_first_and_is_never_guessed_device_to_device():
+    # the DMA's own args.direction decides, before its launch call's name
+    assert kernel_class("memcpy", "dma_request", None, None, "HOST_TO_DEVICE") == "memcpy_h2d"
+    assert kernel_class("memcpy", "dma_request", None, "enqueueCommand memcpyHtoDAsync", "DEVICE_TO_HOST") == "memcpy_d2h"
+    assert kernel_class("memcpy", "dma_request", None, None, "DEVICE_TO_DEVICE") == "memcpy_d2d"
+    # a copy that names no direction anywhere is of unknown direction, whatever launched it
+    assert kernel_class("memcpy", "dma_request", None, None) == "memcpy_unknown"
+    assert kernel_class("memcpy", "Memcpy", "aten::copy_", "cudaMemcpyAsync") == "memcpy_unknown"
+    # names that say device to device still are (CUDA peer-to-peer copies too)
+    assert kernel_class("memcpy", "Memcpy PtoP (Device -> Device)", None, "cudaMemcpyPeerAsync") == "memcpy_d2d"
+    assert "memcpy_unknown" in KERNEL_CLASSES
+
+
+MTIA = SHARED / "traces" / "mtia_inference.json.gz"
+
+
+def test_mtia_copy_leaves_are_the_directions_its_dma_requests_record():
+    # GIVEN the MTIA trace, whose 877 dma_request copies each record args.direction (HOST_TO_DEVICE or
+    # DEVICE_TO_HOST), 220 of them with no correlation id, so no launch call whose name says the direction
+    from profuse.analysis.diagnosis import diagnose
+
+    # WHEN it is diagnosed
+    with profuse.load(MTIA, cache=False) as t:
+        leaves = {lf.key: lf.us for lf in diagnose(t).budget}
+    # THEN the budget's copy leaves are the copies of each recorded direction not under compute (the oracle
+    # reads args.direction from the JSON), none of them device to device nor of unknown direction
+    expected = oracle.exposed_copy_us(MTIA)
+    assert expected["d2d"] == expected["unknown"] == 0 and expected["h2d"] > 7000
+    got = {way: leaves.get(f"busy/memcpy_{way}", 0.0) for way in oracle.COPY_ORDER}
+    assert got == pytest.approx(expected, abs=0.001)
+
+
+def test_the_directions_table_holds_each_events_recorded_direction():
+    recorded = [(i, e["args"]["direction"]) for i, e in enumerate(oracle.complete_events(MTIA))
+                if isinstance((e.get("args") or {}).get("direction"), str)]
+    with profuse.load(MTIA, cache=False) as t:
+        table = t.con.execute("SELECT id, direction FROM directions ORDER BY id").fetchall()
+    assert table == recorded and len(table) == 877
 
 
 def test_fp32_matrix_kernels():

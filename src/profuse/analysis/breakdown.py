@@ -37,11 +37,11 @@ def device_breakdown(trace: Trace, busy: Busy | None) -> Breakdown:
             "'annotation'").fetchall()
         return Breakdown(compute_us=(top or 0) / 1e3, memory_copy_us=0.0, communication_us=0.0, idle_us=None)
     sums = {"compute": 0.0, "copy": 0.0, "comm": 0.0}
-    for kind, name, op, launch, dur in trace.con.execute(f"""
-            SELECT d.kind, coalesce(d.name, ''), o.name, l.name, sum(d.dur) FROM events d
-            LEFT JOIN events o ON o.id = d.op LEFT JOIN events l ON l.id = d.launch
-            WHERE d.kind IN ({DEVICE_TIME_SQL}) GROUP BY 1, 2, 3, 4""").fetchall():
-        cls = kernel_class(kind, name, op, launch)
+    for kind, name, op, launch, direction, dur in trace.con.execute(f"""
+            SELECT d.kind, coalesce(d.name, ''), o.name, l.name, r.direction, sum(d.dur) FROM events d
+            LEFT JOIN events o ON o.id = d.op LEFT JOIN events l ON l.id = d.launch LEFT JOIN directions r ON r.id = d.id
+            WHERE d.kind IN ({DEVICE_TIME_SQL}) GROUP BY 1, 2, 3, 4, 5""").fetchall():
+        cls = kernel_class(kind, name, op, launch, direction)
         category = "comm" if cls == "communication" else "copy" if cls.startswith("mem") else "compute"
         sums[category] += (dur or 0) / 1e3
     return Breakdown(compute_us=sums["compute"], memory_copy_us=sums["copy"], communication_us=sums["comm"],

@@ -2,11 +2,12 @@
 
 One class per activity, from this fixed list (docs/advisor.md states each rule):
 ``gemm attention conv norm elementwise reduction communication memcpy_h2d memcpy_d2h memcpy_d2d
-memset other``. Names decide first, by the device vocabulary's kernel names (trace/vocabulary.py: each
-family's vendor libraries, cuBLAS ``*gemm*``, ``nvjet``, CUTLASS, hipBLASLt/Tensile ``Cijk_*``, cuDNN,
-MIOpen, NCCL/RCCL, and ``PORTABLE``'s: inductor's Triton templates ``triton_tem_*mm*``, flash/``attn_fwd``/
-paged attention, ATen's elementwise and reduction kernels); a generic name (``elementwise_kernel``,
-MTIA ``pe_exe``, a CUTLASS kernel under a convolution) takes its launching op's class.
+memcpy_unknown memset other`` (a copy's direction: :func:`memcpy_class`). Names decide first, by the
+device vocabulary's kernel names (trace/vocabulary.py: each family's vendor libraries, cuBLAS ``*gemm*``,
+``nvjet``, CUTLASS, hipBLASLt/Tensile ``Cijk_*``, cuDNN, MIOpen, NCCL/RCCL, and ``PORTABLE``'s: inductor's
+Triton templates ``triton_tem_*mm*``, flash/``attn_fwd``/paged attention, ATen's elementwise and reduction
+kernels); a generic name (``elementwise_kernel``, MTIA ``pe_exe``, a CUTLASS kernel under a convolution)
+takes its launching op's class.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..trace.vocabulary import CLASS_ORDER, dtype_fields, generation, kernel_fra
 from .opclass import op_class, short
 
 KERNEL_CLASSES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "communication",
-                  "memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memset", "other")
+                  "memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_unknown", "memset", "other")
 
 
 
@@ -58,15 +59,27 @@ def is_collective(name: str) -> bool:
     return bool(_patterns(generation()).by_class[0][1].search(name))
 
 
-def memcpy_class(name: str) -> str:
-    """The direction of a copy from its name (``Memcpy HtoD (Pageable -> Device)``, MTIA
-    ``memcpyDtoHAsync``); a copy that names no direction is device to device."""
-    low = name.lower().replace(" ", "")
-    if "htod" in low or "h2d" in low or "host->device" in low:
-        return "memcpy_h2d"
-    if "dtoh" in low or "d2h" in low or "device->host" in low:
-        return "memcpy_d2h"
-    return "memcpy_d2d"
+# a copy's direction as a text names it (lower case, no spaces or underscores): CUDA/ROCm copy names
+# (``Memcpy HtoD (Pageable -> Device)``, ``Memcpy PtoP (Device -> Device)``: peer to peer), MTIA's launch calls
+# (``memcpyDtoHAsync``) and its DMA requests' ``args.direction`` (``HOST_TO_DEVICE``)
+_DIRECTIONS = (("memcpy_h2d", ("htod", "h2d", "host->device", "hosttodevice")),
+               ("memcpy_d2h", ("dtoh", "d2h", "device->host", "devicetohost")),
+               ("memcpy_d2d", ("dtod", "d2d", "device->device", "devicetodevice", "ptop")))
+
+
+def _direction_named(text: str | None) -> str | None:
+    if not text:
+        return None
+    low = text.lower().replace(" ", "").replace("_", "")
+    return next((cls for cls, words in _DIRECTIONS if any(w in low for w in words)), None)
+
+
+def memcpy_class(name: str, launch: str | None = None, recorded: str | None = None) -> str:
+    """The direction of a copy: the one the trace records for it (``recorded``: its ``args.direction``, the
+    ``directions`` table), else the one its ``name`` names, else its ``launch`` call's (MTIA's ``enqueueCommand
+    memcpyHtoDAsync``); a copy none of them names is ``memcpy_unknown``, never called device to device."""
+    return (_direction_named(recorded) or _direction_named(name) or _direction_named(launch)
+            or "memcpy_unknown")
 
 
 def _op_kernel_class(op: str | None) -> str | None:
@@ -81,19 +94,21 @@ def _op_kernel_class(op: str | None) -> str | None:
     return _OP_CLASS.get(op_class(op))
 
 
-def kernel_class(kind: str, name: str, op: str | None = None, launch: str | None = None) -> str:
+def kernel_class(kind: str, name: str, op: str | None = None, launch: str | None = None,
+                 direction: str | None = None) -> str:
     """The class of one device activity: ``kind`` (kernel, memcpy, memset), its ``name``, the name of
-    the ``op`` that launched it and of its ``launch`` runtime call (MTIA names a DMA's direction there)."""
-    return _kernel_class(kind, name, op, launch, generation())
+    the ``op`` that launched it and of its ``launch`` runtime call, and a copy's recorded ``direction``
+    (:func:`memcpy_class`)."""
+    return _kernel_class(kind, name, op, launch, direction, generation())
 
 
 @lru_cache(maxsize=65536)
-def _kernel_class(kind: str, name: str, op: str | None, launch: str | None, _generation: int) -> str:
+def _kernel_class(kind: str, name: str, op: str | None, launch: str | None, direction: str | None,
+                  _generation: int) -> str:
     if kind == "memset":
         return "memset"
     if kind == "memcpy":
-        cls = memcpy_class(name)
-        return cls if cls != "memcpy_d2d" or not launch else memcpy_class(launch)
+        return memcpy_class(name, launch, direction)
     by_op = _op_kernel_class(op)
     named = _named(name)
     if by_op == "conv" and named == "gemm":

@@ -63,7 +63,7 @@ else:  # numpy loads on first use: the records here are read without it
 
 # where streams overlap, the time goes to the first class here that is running
 BUSY_PRIORITY = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "other", "communication",
-                 "memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memset")
+                 "memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_unknown", "memset")
 IDLE_CAUSES = ("queued", "host_sync", "launch_overhead", "input", "cpu_other", "no_work")
 UNRECORDED_LEAF = "unrecorded/wait"
 LEAVES = tuple(f"busy/{c}" for c in BUSY_PRIORITY) + tuple(f"idle/{c}" for c in IDLE_CAUSES) + (UNRECORDED_LEAF,)
@@ -186,32 +186,37 @@ def shared_work(trace: Trace) -> DeviceWork | None:
 
 def _device_columns(trace: Trace, acts: Activities, host: dict[str, np.ndarray], host_names: tuple[str, ...],
                     around: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Per activity (``acts`` order): its kind, graph flag and stream, and its kernel name, launching op's
-    name and launch call's name as codes into ``strings`` (every name met, listed once). The activities are
-    read grouped by (kind, name, graph, stream), so each name is read once; the ops' and calls' names are
-    those of the host intervals with their ids (an id not among them is read by itself: few)."""
+    """Per activity (``acts`` order): its kind, graph flag and stream, its recorded copy direction (the
+    ``directions`` table's) as a code into ``directions`` (0: none), and its kernel name, launching op's name
+    and launch call's name as codes into ``strings`` (every name met, listed once). The activities are read
+    grouped by (kind, name, graph, stream, direction), so each name is read once; the ops' and calls' names
+    are those of the host intervals with their ids (an id not among them is read by itself: few)."""
     n = acts.start.size
     groups = trace.con.execute(f"""
-        SELECT kind, coalesce(name, '') AS name, coalesce(link = 'graph', false) AS graph,
-               coalesce(stream, -1) AS stream, list(id) AS ids
-        FROM events WHERE kind IN ({DEVICE_TIME_SQL}) GROUP BY ALL""").fetchall()
+        SELECT e.kind, coalesce(e.name, '') AS name, coalesce(e.link = 'graph', false) AS graph,
+               coalesce(e.stream, -1) AS stream, coalesce(r.direction, '') AS direction, list(e.id) AS ids
+        FROM events e LEFT JOIN directions r ON r.id = e.id
+        WHERE e.kind IN ({DEVICE_TIME_SQL}) GROUP BY ALL""").fetchall()
     strings: dict[str, int] = {nm: i for i, nm in enumerate(host_names)}
+    directions: dict[str, int] = {"": 0}
     out: dict[str, Any] = {"kind": np.zeros(n, dtype=np.int8), "name": np.zeros(n, dtype=np.int64),
-                           "graph": np.zeros(n, dtype=bool), "stream": np.full(n, -1, dtype=np.int64)}
+                           "graph": np.zeros(n, dtype=bool), "stream": np.full(n, -1, dtype=np.int64),
+                           "direction": np.zeros(n, dtype=np.int64)}
     by_id = np.argsort(acts.id, kind="stable")
-    for kind, name, graph, stream, ids in groups:
+    for kind, name, graph, stream, direction, ids in groups:
         rows = by_id[np.searchsorted(acts.id, np.asarray(ids, dtype=np.int64), sorter=by_id)]
         out["kind"][rows] = DEVICE_TIME_KINDS.index(kind)
         out["name"][rows] = strings.setdefault(name, len(strings))
         out["graph"][rows] = bool(graph)
         out["stream"][rows] = stream
+        out["direction"][rows] = directions.setdefault(direction, len(directions))
     ids = np.concatenate([host["id"], around["id"]]) if around else host["id"]
     codes = np.concatenate([host["code"], around["code"]]) if around else host["code"]
     at = np.full(int(ids.max()) + 1 if ids.size else 0, -1, dtype=np.int64)   # an event id -> its host row
     at[ids] = np.arange(ids.size)
     out["op"] = _names_by_id(trace, at, codes, acts.op, strings)
     out["launch"] = _names_by_id(trace, at, codes, np.where(acts.launched, acts.launch_id, -1), strings)
-    out["strings"] = list(strings)
+    out["strings"], out["directions"] = list(strings), list(directions)
     return out
 
 
@@ -329,15 +334,18 @@ def _by_start(ts: np.ndarray, ids: np.ndarray) -> np.ndarray:
 def _classes(trace: Trace, acts: Activities, d: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each activity's class (index into BUSY_PRIORITY), whether it is an FP32 gemm/conv and whether it is a
     copy to or from pageable memory (``d``: :func:`_device_columns`): worked out once per distinct kind, kernel
-    name, launching op and launch call, and, for gemm and conv kernels, per distinct input types of their ops
-    (read for those ops alone)."""
+    name, launching op, launch call and recorded direction, and, for gemm and conv kernels, per distinct input
+    types of their ops (read for those ops alone)."""
     prio = {c: i for i, c in enumerate(BUSY_PRIORITY)}
-    strings = d["strings"]
-    combos, code = _distinct_rows([d["kind"].astype(np.int64), d["name"], d["op"], d["launch"]], len(strings))
+    strings, directions, kinds = d["strings"], d["directions"], len(DEVICE_TIME_KINDS)
+    way_kind = d["kind"].astype(np.int64) + kinds * d["direction"]   # the few directions ride on the kind
+    combos, code = _distinct_rows([way_kind, d["name"], d["op"], d["launch"]],
+                                  max(len(strings), kinds * len(directions)))
     per_cls, per_pageable = [], []
     for k, n, op, launch in combos:
-        kind, name = DEVICE_TIME_KINDS[k], strings[n]
-        per_cls.append(prio[kernel_class(kind, name, strings[op] or None, strings[launch] or None)])
+        kind, name = DEVICE_TIME_KINDS[k % kinds], strings[n]
+        per_cls.append(prio[kernel_class(kind, name, strings[op] or None, strings[launch] or None,
+                                         directions[k // kinds] or None)])
         per_pageable.append(kind == "memcpy" and "pageable" in name.lower())
     cls = np.asarray(per_cls, dtype=np.int64)[code]
     matrix = np.flatnonzero((cls == prio["gemm"]) | (cls == prio["conv"]))

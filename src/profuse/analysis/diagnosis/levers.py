@@ -1371,15 +1371,16 @@ def cpu_fallbacks(trace: Trace) -> list[Fallback]:
     from ..kernel_class import memcpy_class
 
     tops = holding_top_ops(trace, "SELECT launch FROM events WHERE kind = 'memcpy' AND launch IS NOT NULL")
-    copies = [(name, ts, end, thread, tops.get(int(launch))) for name, ts, end, thread, launch in trace.con.execute("""
-        SELECT d.name, d.ts, d.ts + d.dur, l.thread, l.id
-        FROM events d JOIN events l ON l.id = d.launch WHERE d.kind = 'memcpy' ORDER BY d.ts, d.id""").fetchall()]
+    copies = [(name, ts, end, thread, tops.get(int(launch)), memcpy_class(name, call, recorded))
+              for name, ts, end, thread, launch, call, recorded in trace.con.execute("""
+        SELECT d.name, d.ts, d.ts + d.dur, l.thread, l.id, l.name, r.direction
+        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN directions r ON r.id = d.id
+        WHERE d.kind = 'memcpy' ORDER BY d.ts, d.id""").fetchall()]
     d2h: dict[int, tuple[str, int, int]] = {}
     h2d: dict[int, tuple[str, int, int]] = {}
     held: dict[int, int] = {}   # top op -> copies it launched
-    for name, ts, end, _thread, top in copies:
+    for name, ts, end, _thread, top, way in copies:
         if top is not None:
-            way = memcpy_class(name)
             held[int(top)] = held.get(int(top), 0) + 1
             (d2h if way == "memcpy_d2h" else h2d if way == "memcpy_h2d" else {}).setdefault(int(top), (name, ts, end))
     if not d2h or not h2d:

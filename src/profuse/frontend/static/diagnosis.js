@@ -12,7 +12,7 @@ const COLOURS = {
   "busy/gemm": "#1b7f3b", "busy/attention": "#2e9e5b", "busy/conv": "#4fb36f", "busy/norm": "#7cc68f",
   "busy/elementwise": "#a5d8a9", "busy/reduction": "#5f9ea0", "busy/other": "#8fb8c9",
   "busy/communication": "#3a6fb0", "busy/memcpy_h2d": "#c9a227", "busy/memcpy_d2h": "#d9b54a",
-  "busy/memcpy_d2d": "#e6cb7a", "busy/memset": "#efdca6", "idle/queued": "#7a1f5c", "idle/host_sync": "#b00020",
+  "busy/memcpy_d2d": "#e6cb7a", "busy/memcpy_unknown": "#eed591", "busy/memset": "#efdca6", "idle/queued": "#7a1f5c", "idle/host_sync": "#b00020",
   "idle/launch_overhead": "#e0583b", "idle/input": "#d4a017", "idle/cpu_other": "#f08c6c", "idle/no_work": "#bdbdbd",
   "idle/not_recorded": "#8d8d8d", idle: "#bdbdbd", "unrecorded/wait": "#c8b6d8",
   // a CPU-only trace's leaves: the CPU's classes, each its own colour, Python apart
