@@ -21,7 +21,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1296,6 +1298,27 @@ static int put(PyObject *d, const char *key, PyObject *o) {
     return r;
 }
 
+/* Sparse per-event values (Shape, Direction: an int64 event row, then its int32 codes at ``at``) as columns under
+ * ``<prefix>_rows`` (int64), ``<prefix>_codes`` (``width`` bytes per row) and ``<prefix>_texts`` (the interned texts). */
+static int put_sparse(PyObject *d, const void *data, size_t n, size_t stride, size_t at, size_t width,
+                      const char *prefix, Intern *texts) {
+    const char *base = (const char *)data;
+    PyObject *rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(width * n));
+    if (!rows || !codes) { Py_XDECREF(rows); Py_XDECREF(codes); return -1; }
+    for (size_t k = 0; k < n; k++) {
+        memcpy(PyBytes_AS_STRING(rows) + 8 * k, base + stride * k, 8);
+        memcpy(PyBytes_AS_STRING(codes) + width * k, base + stride * k + at, width);
+    }
+    char key[32];
+    snprintf(key, sizeof key, "%s_rows", prefix);
+    if (put(d, key, rows)) { Py_DECREF(codes); return -1; }
+    snprintf(key, sizeof key, "%s_codes", prefix);
+    if (put(d, key, codes)) return -1;
+    snprintf(key, sizeof key, "%s_texts", prefix);
+    return put(d, key, table_list(texts));
+}
+
 static PyObject *members_list(Scan *s) {
     Member *m = (Member *)s->members.data;
     PyObject *l = PyList_New((Py_ssize_t)s->members.len);
@@ -1341,32 +1364,12 @@ static PyObject *build(Scan *s) {
         put(d, "inst_pid", vec_bytes(&s->inst_pid)) || put(d, "inst_tid", vec_bytes(&s->inst_tid)) ||
         put(d, "inst_ts", vec_bytes(&s->inst_ts)))
         goto fail;
-    {   /* shapes as columns: event rows (int64), five codes per row into shape_texts (int32, -1: absent) */
-        Shape *sh = (Shape *)s->shapes.data;
-        size_t n = s->shapes.len;
-        PyObject *rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
-        PyObject *codes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(20 * n));
-        if (!rows || !codes) { Py_XDECREF(rows); Py_XDECREF(codes); goto fail; }
-        for (size_t k = 0; k < n; k++) {
-            memcpy(PyBytes_AS_STRING(rows) + 8 * k, &sh[k].row, 8);
-            memcpy(PyBytes_AS_STRING(codes) + 20 * k, sh[k].text, 20);
-        }
-        if (put(d, "shape_rows", rows)) { Py_DECREF(codes); goto fail; }
-        if (put(d, "shape_codes", codes) || put(d, "shape_texts", table_list(&s->shape_texts))) goto fail;
-    }
-    {   /* args.direction as columns: event rows (int64), a code per row into dir_texts (int32) */
-        Direction *dr = (Direction *)s->dirs.data;
-        size_t n = s->dirs.len;
-        PyObject *rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
-        PyObject *codes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 * n));
-        if (!rows || !codes) { Py_XDECREF(rows); Py_XDECREF(codes); goto fail; }
-        for (size_t k = 0; k < n; k++) {
-            memcpy(PyBytes_AS_STRING(rows) + 8 * k, &dr[k].row, 8);
-            memcpy(PyBytes_AS_STRING(codes) + 4 * k, &dr[k].text, 4);
-        }
-        if (put(d, "dir_rows", rows)) { Py_DECREF(codes); goto fail; }
-        if (put(d, "dir_codes", codes) || put(d, "dir_texts", table_list(&s->dir_texts))) goto fail;
-    }
+    /* shapes: five codes per row into shape_texts (int32, -1: absent); args.direction: one into dir_texts */
+    if (put_sparse(d, s->shapes.data, s->shapes.len, sizeof(Shape), offsetof(Shape, text), sizeof(((Shape *)0)->text),
+                   "shape", &s->shape_texts) ||
+        put_sparse(d, s->dirs.data, s->dirs.len, sizeof(Direction), offsetof(Direction, text), sizeof(int32_t),
+                   "dir", &s->dir_texts))
+        goto fail;
     {
         Meta *m = (Meta *)s->metas.data;
         PyObject *l = PyList_New((Py_ssize_t)s->metas.len);
