@@ -93,11 +93,18 @@ def test_holders_match_the_previous_rule_on_every_shared_trace(path):
 def test_what_correlate_hands_on_is_what_the_memory_tables_worked_out_themselves(path):
     # GIVEN a shared trace's correlated events
     events, reusable = _correlated(str(path))
-    # THEN the host order is the nested events (not device kinds, not on a device thread) by thread, start,
+    # THEN the host order is the nested events (not device kinds, not on a device thread: one with device events,
+    # or one holding only cuda_sync records in a process whose threads carry device events) by thread, start,
     # the longer first, then id: worked out here with one lexsort
     dev = kind_mask(events.kind, *DEVICE_KINDS)
     device_thread = np.zeros(int(events.thread.max(initial=0)) + 1, dtype=bool)
     device_thread[events.thread[dev]] = True
+    pids = _decoded_again(str(path)).pid_of_thread
+    device_pids = {int(p) for p in pids[np.flatnonzero(device_thread)] if p >= 0}
+    for t in range(device_thread.size):
+        kinds = set(events.kind[events.thread == t].tolist())
+        if kinds == {KIND_CODE["sync"]} and int(pids[t]) in device_pids:
+            device_thread[t] = True
     nested = np.flatnonzero(~dev & ~device_thread[events.thread])
     end = events.ts[nested] + np.maximum(events.dur[nested], 1)
     want = nested[np.lexsort((nested, -end, events.ts[nested], events.thread[nested]))]
