@@ -4,6 +4,9 @@ docs/schema.md describes every table and column for users; keep the two in step.
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 from .vocabulary import runtime_categories
 
 SCHEMA_VERSION = 20  # bump when tables change: caches with another version are rebuilt (13: device events'
@@ -153,3 +156,26 @@ CREATE VIEW links AS
     SELECT d.id AS device_event, d.kind, d.name, d.dur, d.launch, d.op, d.module, d.scope, d.link, d.unlinked
     FROM events d WHERE d.kind IN ('kernel', 'memcpy', 'memset');
 """
+
+
+_EVENTS = re.search(r"^CREATE TABLE events \(\n.*?\n\);", DDL, re.S | re.M)
+assert _EVENTS is not None
+_COLUMN = re.compile(r"^    (\w+) (\w+)", re.M)
+_BYTES = {"BIGINT": 8, "INTEGER": 4}
+
+
+def events_integer_columns() -> dict[str, int]:
+    """The ``events`` table's integer columns and the bytes of each value (BIGINT 8, INTEGER 4), in table order."""
+    assert _EVENTS is not None
+    return {m[1]: _BYTES[m[2]] for m in _COLUMN.finditer(_EVENTS[0]) if m[2] in _BYTES}
+
+
+def events_ddl(compression: Mapping[str, str]) -> str:
+    """DDL's ``CREATE TABLE events`` with each column named in ``compression`` stored by that DuckDB method
+    (``USING COMPRESSION``: ``rle``, ``bitpacking``); DuckDB chooses the others' at each checkpoint."""
+    assert _EVENTS is not None
+
+    def column(m: re.Match[str]) -> str:
+        how = compression.get(m[1])
+        return m[0] if how is None else f"{m[0]} USING COMPRESSION {how}"
+    return _COLUMN.sub(column, _EVENTS[0])
