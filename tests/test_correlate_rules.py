@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from profuse.trace import _native
-from profuse.trace.correlate import LINK_HOW, UNLINKED, correlate, nesting
+from profuse.trace.correlate import LINK_HOW, UNLINKED, correlate, nesting, nesting_in_order
 from profuse.trace.event_columns import DecodedEvents, EventColumns, Flows, column_names, insert_sql
 from profuse.trace.schema import DDL, KIND_CODE
 
@@ -195,6 +195,27 @@ def test_nesting_matches_the_rule_on_random_overlaps():
                                 np.array([e[1] for e in events], dtype=np.int64),
                                 np.array([e[2] for e in events], dtype=np.int64), np.ones(len(events), dtype=bool))
         assert (parent.tolist(), depth.tolist()) == _stack_reference(events), events
+
+
+def test_nesting_in_order_with_int32_threads_and_ids_and_unnested_rows():
+    # GIVEN random events as a load holds them: int32 threads, int32 ids and parents, some rows not nested
+    # (device events), ts and dur int64
+    rng = random.Random(11)
+    for _ in range(500):
+        events = [(rng.randint(0, 2), rng.choice([0, 1_000, rng.randint(0, 20_000)]),
+                   rng.choice([0, 1, 1_000, rng.randint(0, 15_000)])) for _ in range(rng.randint(1, 25))]
+        mask = np.array([rng.random() < 0.8 for _ in events])
+        parent, depth, order = nesting_in_order(np.array([e[0] for e in events], dtype=np.int32),
+                                                np.array([e[1] for e in events], dtype=np.int64),
+                                                np.array([e[2] for e in events], dtype=np.int64), mask, index=np.int32)
+        # THEN the nested rows are nested as the rule nests them alone, the others untouched, all int32
+        kept = [i for i in range(len(events)) if mask[i]]
+        want_parent, want_depth = _stack_reference([events[i] for i in kept])
+        assert [parent[i] for i in kept] == [kept[p] if p >= 0 else -1 for p in want_parent], events
+        assert [depth[i] for i in kept] == want_depth, events
+        assert all(parent[i] == -1 and depth[i] == -1 for i in range(len(events)) if not mask[i])
+        assert parent.dtype == order.dtype == np.int32 and depth.dtype == np.int32
+        assert sorted(order.tolist()) == kept
 
 
 def test_kernel_linked_by_flow_only():

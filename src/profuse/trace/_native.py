@@ -45,16 +45,25 @@ def enabled() -> bool:
     return _scan is not None and os.environ.get("PROFUSE_SCANNER", "1") != "0"
 
 
-def nest_sorted(thread: np.ndarray, start: np.ndarray, end: np.ndarray,
-                overhang: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Parent (position, -1 for none) and depth of host events sorted by (thread, start, longer first),
-    by the extension's stack pass (see correlate.nesting); None where the scanner is off or not built."""
-    if not enabled() or not hasattr(_scan, "nest"):
-        return None
-    parent, depth = np.empty(len(start), dtype=np.int64), np.empty(len(start), dtype=np.int64)
-    _scan.nest(np.ascontiguousarray(thread, dtype=np.int64), np.ascontiguousarray(start, dtype=np.int64),
-               np.ascontiguousarray(end, dtype=np.int64), parent, depth, overhang)
-    return parent, depth
+def nest_ids(ids: np.ndarray, thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, parent: np.ndarray,
+             depth: np.ndarray, overhang: int) -> bool:
+    """Parent and depth of host events by the extension's stack pass (correlate.nesting_in_order's rule) over
+    the events' own columns, ``ids`` the events to nest in (thread, start, longer first, id) order:
+    ``parent[id]`` (an event id, -1 for none) and ``depth[id]`` written in place for each (``parent`` int32 or
+    int64, ``depth`` int32, one row per event); False (nothing written) where the scanner is off or not built."""
+    if not enabled() or not hasattr(_scan, "nest_ids"):
+        return False
+    if parent.dtype not in _INDEX or depth.dtype != np.int32 or not (parent.flags.c_contiguous and depth.flags.c_contiguous):
+        raise ValueError("nest_ids writes int32 or int64 parents and int32 depths in place")
+
+    def index(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=a.dtype if a.dtype in _INDEX else np.int64)
+    _scan.nest_ids(index(ids), index(thread), np.ascontiguousarray(ts, dtype=np.int64),
+                   np.ascontiguousarray(dur, dtype=np.int64), parent, depth, overhang)
+    return True
+
+
+_INDEX = (np.dtype(np.int32), np.dtype(np.int64))
 
 
 def _threads(size: int) -> int:

@@ -1584,66 +1584,98 @@ static PyObject *document_rest(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* --- nesting: one thread's host events by an explicit stack (correlate.nesting's rule) ---------- */
+/* --- nesting: each thread's host events by an explicit stack (correlate.nesting's rule), in place --- */
 
-PyDoc_STRVAR(nest_doc,
-"nest(thread, start, end, parent, depth, slack)\n\n"
-"Events sorted by (thread, start, longer first, file order) as int64 buffers: fills parent (the\n"
-"index of the innermost earlier event on the same thread still open at the start, -1 if none) and\n"
-"depth. An event ending more than slack ns after its parent then belongs to the nearest ancestor\n"
-"that holds it (within slack). All five buffers must be the same length; the GIL is released.");
+PyDoc_STRVAR(nest_ids_doc,
+"nest_ids(ids, thread, ts, dur, parent, depth, slack)\n\n"
+"ids (int32 or int64) lists the events to nest, sorted by (thread, start, longer first, id); thread\n"
+"(int32 or int64), ts and dur (int64) are every event's columns, an event's end ts + max(dur, 1).\n"
+"Writes parent[id] (the innermost earlier listed event on the same thread still open at its start, -1\n"
+"if none; int32 or int64) and depth[id] (int32) for each listed id, leaving the other rows as they are:\n"
+"no sorted copy of the columns and no array per event beside them. An event ending more than slack ns\n"
+"after its parent belongs to the nearest ancestor that holds it (within slack). ids must be distinct\n"
+"and in range; the GIL is released.");
 
-static PyObject *nest(PyObject *self, PyObject *args) {
-    PyObject *objs[5];
+static inline int64_t at_int(const void *p, Py_ssize_t size, Py_ssize_t i) {
+    return size == 4 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];
+}
+
+static inline int64_t end_of(const int64_t *ts, const int64_t *dur, int64_t i) {
+    return ts[i] + (dur[i] > 1 ? dur[i] : 1);
+}
+
+static PyObject *nest_ids(PyObject *self, PyObject *args) {
+    PyObject *objs[6];
     long long slack;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOOOL:nest", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &slack))
+    if (!PyArg_ParseTuple(args, "OOOOOOL:nest_ids", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &slack))
         return NULL;
-    Py_buffer v[5];
+    /* ids, thread, ts, dur, parent, depth: the item sizes each may have */
+    static const int sizes[6][2] = {{4, 8}, {4, 8}, {8, 8}, {8, 8}, {4, 8}, {4, 4}};
+    Py_buffer v[6];
     int got = 0;
-    for (; got < 5; got++) {
-        int flags = got >= 3 ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) : (PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
+    for (; got < 6; got++) {
+        int flags = got >= 4 ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) : PyBUF_C_CONTIGUOUS;
         if (PyObject_GetBuffer(objs[got], &v[got], flags) < 0) break;
-        const char *f = v[got].format;
-        if (v[got].itemsize != 8 || !f || (strcmp(f, "l") && strcmp(f, "q") && strcmp(f, "=q") && strcmp(f, "<q")) ||
-            v[got].len != v[0].len) {
-            PyErr_SetString(PyExc_ValueError, "nest takes five int64 arrays of one length");
+        Py_ssize_t sz = v[got].itemsize;
+        int ok = (sz == sizes[got][0] || sz == sizes[got][1]) && v[got].len % sz == 0;
+        if (ok && got >= 2) ok = v[got].len / sz == v[1].len / v[1].itemsize;  /* one row per event */
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "nest_ids: ids, thread, parent int32 or int64, ts and dur int64, "
+                                              "depth int32; thread, ts, dur, parent and depth one row per event");
             PyBuffer_Release(&v[got]);
             break;
         }
     }
-    if (got < 5) {
+    if (got < 6) {
         while (got-- > 0) PyBuffer_Release(&v[got]);
         return NULL;
     }
-    Py_ssize_t n = v[0].len / 8;
-    const int64_t *th = (const int64_t *)v[0].buf, *start = (const int64_t *)v[1].buf, *end = (const int64_t *)v[2].buf;
-    int64_t *parent = (int64_t *)v[3].buf, *depth = (int64_t *)v[4].buf;
-    int64_t *stack = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-    if (!stack) {
-        for (int k = 0; k < 5; k++) PyBuffer_Release(&v[k]);
+    Py_ssize_t m = v[0].len / v[0].itemsize, n = v[1].len / v[1].itemsize;
+    Py_ssize_t s_ids = v[0].itemsize, s_th = v[1].itemsize, s_par = v[4].itemsize;
+    const void *ids = v[0].buf, *th = v[1].buf;
+    const int64_t *ts = (const int64_t *)v[2].buf, *dur = (const int64_t *)v[3].buf;
+    void *parent = v[4].buf;
+    int32_t *depth = (int32_t *)v[5].buf;
+    int bad = 0;
+    for (Py_ssize_t k = 0; k < m && !bad; k++) {
+        int64_t i = at_int(ids, s_ids, k);
+        bad = i < 0 || i >= n;
+    }
+    int64_t *stack = bad ? NULL : (int64_t *)malloc(sizeof(int64_t) * (size_t)(m > 0 ? m : 1));
+    if (bad || !stack) {
+        for (int k = 0; k < 6; k++) PyBuffer_Release(&v[k]);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "nest_ids: an id outside the events");
+            return NULL;
+        }
         return PyErr_NoMemory();
     }
     Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t top = 0;  /* stack[0 .. top) */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i > 0 && th[i] != th[i - 1]) top = 0;
-        while (top > 0 && end[stack[top - 1]] <= start[i]) top--;
-        parent[i] = top > 0 ? stack[top - 1] : -1;
-        depth[i] = top;
-        stack[top++] = i;
-    }
-    /* an event that outlives its parent by more than slack belongs to the nearest ancestor that holds
-       it; parents come earlier, so they are final when their children are looked at */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t p = parent[i];
-        while (p >= 0 && end[i] > end[p] && end[i] - end[p] > slack) p = parent[p];
-        parent[i] = p;
+    Py_ssize_t top = 0;  /* stack[0 .. top): ids */
+    int64_t prev_th = 0;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int64_t i = at_int(ids, s_ids, k), t = at_int(th, s_th, i);
+        if (k > 0 && t != prev_th) top = 0;
+        prev_th = t;
+        while (top > 0 && end_of(ts, dur, stack[top - 1]) <= ts[i]) top--;
+        int64_t p = top > 0 ? stack[top - 1] : -1;
+        /* one that outlives its parent by more than slack belongs to the nearest ancestor that holds it:
+           parents come earlier, so theirs are final (their depths too) */
+        int64_t e = end_of(ts, dur, i);
+        while (p >= 0) {
+            int64_t pe = end_of(ts, dur, p);
+            if (!(e > pe && e - pe > slack)) break;
+            p = at_int(parent, s_par, p);
+        }
+        if (s_par == 4) ((int32_t *)parent)[i] = (int32_t)p;
+        else ((int64_t *)parent)[i] = p;
         depth[i] = p >= 0 ? depth[p] + 1 : 0;
+        stack[top++] = i;
     }
     Py_END_ALLOW_THREADS
     free(stack);
-    for (int k = 0; k < 5; k++) PyBuffer_Release(&v[k]);
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&v[k]);
     Py_RETURN_NONE;
 }
 
@@ -1794,7 +1826,7 @@ static PyMethodDef methods[] = {
     {"join", join, METH_VARARGS, join_doc},
     {"scan", scan, METH_VARARGS, scan_doc},
     {"document_rest", document_rest, METH_VARARGS, rest_doc},
-    {"nest", nest, METH_VARARGS, nest_doc},
+    {"nest_ids", nest_ids, METH_VARARGS, nest_ids_doc},
     {"release", release_pages, METH_VARARGS, release_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -231,13 +231,13 @@ def nesting_in_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: 
     th, start = thread[idx].astype(np.int64, copy=False), ts[idx].astype(np.int64, copy=False)
     end = start + np.maximum(dur[idx], 1)
     order = packed_order(th, start, -end)  # by thread, start, the longer first, then position
-    th, start, end, ids = th[order], start[order], end[order], idx[order].astype(index, copy=False)
-    del idx, order
-    if (nest := _native.nest_sorted(th, start, end, OVERHANG_NS)) is not None:
-        p_loc, d_loc = nest
-        parent[ids] = np.where(p_loc >= 0, ids[np.clip(p_loc, 0, None)], NONE)
-        depth[ids] = d_loc.astype(np.int32)
+    ids = idx[order].astype(index, copy=False)
+    del idx
+    # the compiled pass reads the events' own columns by id: no sorted copies, nothing per event to scatter back
+    if _native.nest_ids(ids, thread, ts, dur, parent, depth, OVERHANG_NS):
         return parent, depth, ids
+    th, start, end = th[order], start[order], end[order]
+    del order
     t0 = start.min()
     span = int(max(end.max() - t0, 1)) + 1
     if (int(th.max()) + 1) * span >= 2**62:  # (thread, time) keys would overflow: nest thread by thread
