@@ -612,7 +612,8 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
     this one prepares the events (they need only the decoded columns), then ``flows`` and ``instants`` while it
     correlates them (and compresses them there, where the events go in checkpointed batches: see
     _write.checkpoint_before_events), then the ``events`` table, the longest write, which starts when correlate ends,
-    while this one writes the correlated side tables and the memory tables: the two threads end about
+    while this one finds the calls nested in their own name and writes the correlated side tables and the
+    memory tables: the two threads end about
     together (vit50, 2 cores). Without ``parallel`` all runs here in turn, as on the msgspec path, which
     may be short of memory for a thread's stack.
     """
@@ -628,11 +629,12 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
             writer.submit(checkpoint_before_events, events=len(prepared.events))
             memory = memory_of()
             events, reused = correlated(prepared.events)
-            nested = nested_in_own_name(events, reused.table_parent)
         _HEAP.trim()  # the passes' freed temporaries back before the events go in (the load's peak was here)
+        writer.submit(write_events, events=events, strings=prepared.strings)
+        # the calls nested in their own name, while the events go in (nothing there reads them)
+        nested = nested_in_own_name(events, reused.table_parent)
         reusable = reused if memory is not None else None  # only the memory tables ask it again
         del reused
-        writer.submit(write_events, events=events, strings=prepared.strings)
         write_correlated_tables(con, cols=cols, prepared=prepared, events=events, nested=nested)
         fp = fp_of()
         meta = _meta(path, cols, prepared, events, top=top, fp=fp, skipped=skipped)
