@@ -44,7 +44,9 @@ def _same(got: np.ndarray | None, want: np.ndarray | None) -> bool:
 
 # --- hash codes --------------------------------------------------------------------------------------------------
 
-def test_hash_codes_are_the_binary_search_of_the_listed_hashes() -> None:
+@pytest.mark.parametrize("scanner", ["1", "0"])   # "1": the slot table looked up in C; "0": by numpy
+def test_hash_codes_are_the_binary_search_of_the_listed_hashes(scanner: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROFUSE_SCANNER", scanner)
     rng = np.random.default_rng(44)
     for trial in range(400):
         # GIVEN listed hashes (few to thousands: the slot table, and past its bound the search) and rows' hashes,
@@ -60,7 +62,9 @@ def test_hash_codes_are_the_binary_search_of_the_listed_hashes() -> None:
         assert _same(hash_codes(listed, rows), old_hash_codes(listed, rows)), trial
 
 
-def test_hash_codes_on_hashes_alike_in_their_low_bits() -> None:
+@pytest.mark.parametrize("scanner", ["1", "0"])
+def test_hash_codes_on_hashes_alike_in_their_low_bits(scanner: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROFUSE_SCANNER", scanner)
     # GIVEN listed hashes equal in their low and middle bits (no slot field near the bottom tells them apart),
     # small ones, and hashes that differ only in their top bit
     low = np.asarray([(i << 50) | 0xABCDEF for i in range(40)], dtype=np.uint64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
+from ..trace import compiled
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,6 +31,10 @@ def hash_codes(name_hashes: np.ndarray, frame_hashes: np.ndarray) -> np.ndarray 
     slots = _slot_table(name_hashes)
     if slots is not None:   # a bit field of the hash tells every listed value apart: one look-up per row
         shift, table = slots
+        if compiled.enabled():   # in one pass, no array per step
+            out = np.empty(frame_hashes.size, dtype=np.int64)
+            listed = np.ascontiguousarray(name_hashes)
+            return out if compiled.accel.slot_codes(np.ascontiguousarray(frame_hashes), table, listed, shift, out) else None
         at = frame_hashes >> np.uint64(shift)
         at &= np.uint64(table.size - 1)
         code: np.ndarray = table[at].astype(np.int64)

@@ -852,6 +852,43 @@ done:
     return ret;
 }
 
+/* ---- slot_codes -------------------------------------------------------------------------------- */
+
+/* slot_codes(hashes, table, listed, shift, out) -> bool: analysis/_codes.py's hash_codes by its slot table in one
+ * pass: out[i] = table[(hashes[i] >> shift) & (len(table) - 1)], the position of hashes[i] among the listed
+ * values' hashes, where listed[out[i]] == hashes[i]; False at the first row that is not listed (out then
+ * unfinished). hashes, listed: uint64; table: int32, a power of two long, -1 for an empty slot; out (as long
+ * as hashes): int64. */
+static PyObject *slot_codes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[4];
+    int shift;
+    if (!PyArg_ParseTuple(args, "y*y*y*iw*", &b[0], &b[1], &b[2], &shift, &b[3])) return NULL;
+    PyObject *ret = NULL;
+    size_t n = (size_t)b[0].len / 8, slots = (size_t)b[1].len / 4, listed = (size_t)b[2].len / 8;
+    if ((size_t)b[0].len != n * 8 || (size_t)b[3].len != n * 8 || (size_t)b[1].len != slots * 4 ||
+        (size_t)b[2].len != listed * 8 || slots == 0 || (slots & (slots - 1)) || shift < 0 || shift > 63) {
+        PyErr_SetString(PyExc_ValueError, "slot_codes: hashes and out one length, a table of 2^k int32 slots");
+        goto done;
+    }
+    const uint64_t *h = b[0].buf, *known = b[2].buf;
+    const int32_t *table = b[1].buf;
+    int64_t *out = b[3].buf;
+    uint64_t mask = (uint64_t)slots - 1;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < n; i++) {
+        int32_t code = table[(h[i] >> shift) & mask];
+        if (code < 0 || (size_t)code >= listed || known[code] != h[i]) { ok = 0; break; }
+        out[i] = code;
+    }
+    Py_END_ALLOW_THREADS
+    ret = PyBool_FromLong(ok);
+done:
+    for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
+    return ret;
+}
+
 /* ---- started, covering ---------------------------------------------------------------------- */
 
 /* started(ts, t, out): out[i] = how many of the sorted ts[0..n) are <= t[i] (numpy's searchsorted(ts, t,
@@ -1700,6 +1737,8 @@ static PyMethodDef methods[] = {
      " kernels_total[, width]): the op-table time columns (trace/correlate.py)."},
     {"holders", holders, METH_VARARGS,
      "holders(ts, end, depth, t, last, is_op, back, out): the interval holding each time (analysis/diagnosis/levers.py)."},
+    {"slot_codes", slot_codes, METH_VARARGS,
+     "slot_codes(hashes, table, listed, shift, out) -> bool: each row's code by a slot table (analysis/_codes.py)."},
     {"started", started, METH_VARARGS,
      "started(ts, t, out): how many of the sorted ts each time follows or equals (analysis/diagnosis/levers.py)."},
     {"tally", tally, METH_VARARGS,
