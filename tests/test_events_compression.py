@@ -16,6 +16,7 @@ import pytest
 from conftest import trace_path
 
 import profuse
+from profuse.trace import build
 from profuse.trace._write import compressed_bytes, integer_compression
 from profuse.trace.event_columns import NONE
 from profuse.trace.schema import events_ddl, events_integer_columns
@@ -43,8 +44,10 @@ def _copy(con: duckdb.DuckDBPyConnection, path: Path, ddl: str) -> dict[str, str
 
 
 @pytest.mark.parametrize("name", TRACES)
-def test_chosen_compression_is_duckdbs_own_at_its_size(name: str, tmp_path: Path):
-    # GIVEN a real trace, loaded: its events table made with the compression profuse chose per column
+def test_chosen_compression_is_duckdbs_own_at_its_size(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # GIVEN a real trace, loaded down the path of a trace of millions of events: its events table made with the
+    # compression profuse chose per column
+    monkeypatch.setattr(build, "COMPRESS_MIN_EVENTS", 10)
     with profuse.load(trace_path(name), cache=False) as t:
         ddl = t.con.execute("SELECT sql FROM duckdb_tables() WHERE table_name = 'events' AND database_name = "
                             "current_database()").fetchone()[0]
@@ -97,3 +100,12 @@ def test_integer_compression_names_every_integer_column():
     assert set(chosen) == set(events_integer_columns())
     assert chosen["thread"] == "rle"
     assert chosen["id"] == "bitpacking"
+
+
+def test_a_small_trace_leaves_the_choice_to_duckdb():
+    # GIVEN a trace of fewer events than a load compresses: its tables are compressed behind the load, as they
+    # are copied to the cache, so no column is told its compression (the sample would cost the load, not save it)
+    with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as t:
+        ddl = t.con.execute("SELECT sql FROM duckdb_tables() WHERE table_name = 'events' AND database_name = "
+                            "current_database()").fetchone()[0]
+    assert "USING COMPRESSION" not in ddl

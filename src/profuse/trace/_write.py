@@ -45,9 +45,11 @@ _ARROW_KIND = {np.dtype(np.int64): "l", np.dtype(np.int32): "i", np.dtype(np.flo
 _MODULE = re.compile(r"^nn\.Module: (?P<cls>.+?)(?:_\d+)?$")
 
 
-def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: EventStrings) -> None:
-    """Make the ``events`` table (its integer columns' compression: :func:`integer_compression`) and insert
-    its rows, in the batches of :func:`insert_batches` (at most INSERT_BATCH rows);
+def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: EventStrings, *,
+                 told: bool = False) -> None:
+    """Insert the ``events`` table's rows (``told``: into the table made again with its integer columns'
+    compression chosen here, :func:`integer_compression`), in the batches of :func:`insert_batches` (at most
+    INSERT_BATCH rows);
     string columns as codes looked up by DuckDB in the (short) lists bound as parameters, or as strings
     (see LOOKUP_MAX).
 
@@ -57,8 +59,9 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
     (build._file_tables), DuckDB compresses the rows into it as they go in.
     """
     arrays, n = events.arrays(), len(events)
-    con.execute("DROP TABLE events")
-    con.execute(events_ddl(integer_compression(arrays)))
+    if told:
+        con.execute("DROP TABLE events")
+        con.execute(events_ddl(integer_compression(arrays)))
     if compiled.enabled() and _write_events_arrow(con, arrays, n, strings):
         return
     params = {k: v for k, v in strings.params().items() if len(v) <= LOOKUP_MAX}
@@ -78,7 +81,10 @@ def write_events(con: duckdb.DuckDBPyConnection, events: EventColumns, strings: 
 # Each integer column's compression, told to DuckDB rather than chosen by it: at a checkpoint DuckDB tries both
 # run-length and bit-packing on every value of a column and keeps the smaller, about an eighth of the events
 # insert's CPU (1 GB trace: 2.9 -> 2.5 CPU-s, the same 96 MB). The same choice made here from a sample of the
-# column (SAMPLE_WINDOWS runs of SAMPLE_ROWS rows, spread over it), by the sizes of the two encodings.
+# column (SAMPLE_WINDOWS runs of SAMPLE_ROWS rows, spread over it), by the sizes of the two encodings. Only where
+# the load compresses the events (build.COMPRESS_MIN_EVENTS and more): a smaller trace's tables are compressed
+# behind the load, as they are copied to the cache, where DuckDB's own choice costs the load nothing and the
+# sample would (9 ms of a 123 k-event trace's 0.17 s load).
 SAMPLE_WINDOWS = 32
 SAMPLE_ROWS = 2048  # DuckDB's bit-packing group: one width per group
 

@@ -630,7 +630,7 @@ def _write_tables(con: duckdb.DuckDBPyConnection, path: str, cols: Columns, top:
             memory = memory_of()
             events, reused = correlated(prepared.events)
         _HEAP.trim()  # the passes' freed temporaries back before the events go in (the load's peak was here)
-        writer.submit(write_events, events=events, strings=prepared.strings)
+        writer.submit(write_events, events=events, strings=prepared.strings, told=len(events) >= COMPRESS_MIN_EVENTS)
         # the calls nested in their own name, while the events go in (nothing there reads them)
         nested = nested_in_own_name(events, reused.table_parent)
         reusable = reused if memory is not None else None  # only the memory tables ask it again
