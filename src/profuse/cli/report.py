@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..analysis._choices import GROUPS, NOT_APPLICABLE, SORT_KEYS, check_choices
 from ..errors import UserError
 from ._common import add_load_args, count, emit, print_view, start_load_trace, warm_imports
 from .ranks import add_rank_args, run_ranks_report
+
+if TYPE_CHECKING:
+    from ..trace import Trace
 
 # raw text (not re-wrapped), each example's comment on the line below it: every line fits 80 columns
 HELP = """examples:
@@ -106,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     """:func:`run`'s work, its phases marked."""
     from .._progress import phase
-    from .report_cached import cached_report, remember
+    from .report_cached import cached_report
 
     # first: one trace whose report the cache holds for these options is printed from it (a snapshot,
     # a folder or glob of ranks never has an entry), before anything else is imported or started
@@ -116,7 +120,6 @@ def _report(args: argparse.Namespace) -> int:
         return done
     # one trace file: its read and scan start now, and the imports below run beside them
     finish_load = start_load_trace(args.path, args)
-    from .._io import atomic_write
     from ..ranks.discover import candidates
     from ..trace.sniff import is_snapshot_path
 
@@ -132,10 +135,22 @@ def _report(args: argparse.Namespace) -> int:
     # the libraries the analysis and the renderer need come in on another thread while the trace's
     # bytes are hashed and its cache opened
     warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
-    with phase("load", quiet=True):  # the load shows its own bar
-        _import_while_loading(args.format)
-        loaded = finish_load()
+    from ..trace.build import analysis_follows
+
+    # what the load frees stays for the analysis, which would fault it all in again (the process ends after)
+    with analysis_follows():
+        with phase("load", quiet=True):  # the load shows its own bar
+            _import_while_loading(args.format)
+            loaded = finish_load()
+        return _analysed_report(args, loaded)
+
+
+def _analysed_report(args: argparse.Namespace, loaded: Trace) -> int:
+    """The report of the loaded trace: analysed, then rendered (:func:`_report`'s second half)."""
+    from .._io import atomic_write
+    from .._progress import phase
     from ..trace.build import bulk_settings
+    from .report_cached import remember
 
     with loaded as trace, bulk_settings():  # the analysis as the load: no cycle collector, no 2 MB pages
         from ..payloads.report import analyse
