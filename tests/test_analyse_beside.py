@@ -138,7 +138,7 @@ def test_an_error_here_drops_the_calls_not_begun_and_interrupts_the_running_quer
         # GIVEN a long query running on the other thread and a call queued behind it
         with pytest.raises(KeyError), beside(tr) as submit:
             first = submit(long_query)
-            submit(lambda: ran.append(1))
+            queued = submit(lambda: ran.append(1))
             assert started.wait(10)
             time.sleep(0.2)
             raise KeyError("an error here")   # WHEN the caller fails
@@ -146,6 +146,10 @@ def test_an_error_here_drops_the_calls_not_begun_and_interrupts_the_running_quer
         # connection still answers
         with pytest.raises(duckdb.InterruptException):
             first()
+        # (and asked for afterwards, the dropped call is not run here either)
+        from concurrent.futures import CancelledError
+        with pytest.raises(CancelledError):
+            queued()
         assert ran == []
         assert tr.con.execute("SELECT count(*) FROM events").fetchall()[0][0] > 0
 
@@ -181,3 +185,33 @@ def test_where_no_thread_can_start_every_call_runs_here(monkeypatch) -> None:
     # THEN every call ran here, at once, and the report is the same
     assert [r() for r in ran_on] == [here] * 3
     assert got == want
+
+
+def test_a_call_not_begun_over_there_runs_here_when_its_result_is_asked() -> None:
+    with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr:
+        release, started = threading.Event(), threading.Event()
+        ran: list[str] = []
+
+        def busy() -> str:
+            started.set()
+            release.wait(10)
+            return threading.current_thread().name
+
+        def queued() -> int:
+            ran.append(threading.current_thread().name)
+            return int(tr.con.execute("SELECT count(*) FROM events").fetchall()[0][0])
+
+        with beside(tr) as submit:
+            # GIVEN the other thread busy, and a call queued behind it
+            first = submit(busy)
+            assert started.wait(10)
+            second = submit(queued)
+            # WHEN the second's result is asked before the other thread is free: it runs here, at once, on this
+            # thread's own connection, and answers as it would have there (asked again: the same, not run again)
+            n = second()
+            assert ran == [threading.current_thread().name]
+            assert n == tr.con.execute("SELECT count(*) FROM events").fetchall()[0][0] and second() == n
+            release.set()
+            # THEN the begun call is waited for, on the other thread
+            assert first().startswith("profuse-analyse")
+        assert len(ran) == 1   # the queued call never ran over there too

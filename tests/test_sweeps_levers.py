@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -681,7 +681,10 @@ def test_sweeps_are_the_previous_rules_on_every_trace(path: Path, twins: bool, m
         # and the idle CPU time's holders are the previous rule's
         v = ctx.leaf("idle/cpu_other")
         want_cpu = old_cpu_other(v, old_work(w), start, ns, label)
+        # as the diagnosis asks (the holders found beforehand, handed to its submit) and found right there
+        assert ctx.cpu_other_holders is not None
         _same_cpu_other(levers._cpu_other(ctx, start, ns, label), want_cpu)
+        _same_cpu_other(levers._cpu_other(replace(ctx, cpu_other_holders=None), start, ns, label), want_cpu)
         # (also a chunk of pieces at a time, as on a big trace: CPU_OTHER_CHUNK)
         for chunk in (997, 65_536):
             monkeypatch.setattr(levers, "CPU_OTHER_CHUNK", chunk)

@@ -36,7 +36,9 @@ def now(fn: Callable[[], R]) -> Callable[[], R]:
 @contextmanager
 def beside(trace: Trace) -> Iterator[Submit]:
     """A :class:`Submit` whose calls run in the order handed, on one other thread querying ``trace`` on a
-    cursor of its own (:meth:`Trace.queried_with`); their phases nest in the caller's (``--timings``). The
+    cursor of its own (:meth:`Trace.queried_with`), unless the caller asks for one's result before that
+    thread has begun it: then it runs on the caller's thread (:func:`_taken`). Their phases nest in the
+    caller's (``--timings``). The
     block's end waits for them; when the block raises (an error, a Ctrl-C), the calls not begun are dropped
     and the running one's queries interrupted until it ends. Where no thread can start, each call runs at once."""
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -61,7 +63,7 @@ def beside(trace: Trace) -> Iterator[Submit]:
                 pool.shutdown(wait=False, cancel_futures=True)
             else:
                 handed.append(future)
-                return future.result
+                return _taken(future, fn)
         return now(fn)
 
     try:
@@ -75,6 +77,22 @@ def beside(trace: Trace) -> Iterator[Submit]:
         finally:
             with suppress(Exception):
                 cur.close()
+
+
+def _taken(future: Any, fn: Callable[[], R]) -> Callable[[], R]:
+    """The getter of a handed call: its result; where the other thread has not begun it yet (busy with those
+    handed before), the call taken back and run here, rather than waited for."""
+    here: list[R] = []
+
+    def get() -> R:
+        if here:
+            return here[0]
+        if not future.done() and future.cancel():   # still queued over there (not dropped): it never will run
+            here.append(fn())
+            return here[0]
+        result: R = future.result()
+        return result
+    return get
 
 
 def _stop(pool: Any, handed: list[Any], cur: Any) -> None:

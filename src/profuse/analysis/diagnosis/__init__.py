@@ -58,18 +58,27 @@ def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: obj
     return _device_diagnosis(trace, candidates, peaks, roofline_rows, submit)
 
 
-def _step_kinds(steps: list[StepBudget]) -> str:
-    kinds: dict[str, int] = defaultdict(int)
-    for s in steps:
-        if not s.warmup:
-            kinds[s.kind] += 1
-    return ", ".join(f"{k} x{n}" for k, n in kinds.items()) or "active window"
+def _step_kinds(kinds: list[str]) -> str:
+    """The steps the levers are for, by kind (``StepBudget.kind`` of each step but the warm-up)."""
+    count: dict[str, int] = defaultdict(int)
+    for k in kinds:
+        count[k] += 1
+    return ", ".join(f"{k} x{n}" for k, n in count.items()) or "active window"
+
+
+def _step_budgets(steps: list[Step], spans: list[tuple[int, int]], per_span: np.ndarray,
+                  warm: int | None) -> list[StepBudget]:
+    """Each step's budget: its span's leaves (``per_span``: ns per leaf, a row per span)."""
+    rows = per_span.tolist()   # plain integers: one conversion, not one per leaf
+    return [StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens, round((hi - lo) / 1e3, 3),
+                       leaves_of(LEAVES, rows[i], hi - lo), i == warm, st.info.kv_tokens)
+            for i, (st, (lo, hi)) in enumerate(zip(steps, spans))]
 
 
 def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
                       roofline_rows: list[object], submit: Submit) -> Diagnosis:
     from ..submissions import submission_notes
-    from .levers import Context, rank_levers
+    from .levers import Context, cpu_other_holders, rank_levers
 
     model = step_model(trace)
     steps = list(model.steps)
@@ -78,30 +87,28 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     w = device_work(trace, {s.thread for s in steps}, sts, send)
     if w.acts.start.size == 0:
         return _not_recorded(trace, steps, list(model.spans))
+    # what the levers read of the work alone, found over there while the time is labelled here
+    holders = submit(lambda: cpu_other_holders(w))
     lab = labels(w)
     spans = list(model.spans)
     warm = warmup(trace)
     every, offsets, per_span = spans_pieces(lab, np.asarray([lo for lo, _ in spans], dtype=np.int64),
                                             np.asarray([hi for _, hi in spans], dtype=np.int64))
-    out_steps: list[StepBudget] = []
-    rows = per_span.tolist()   # plain integers: one conversion, not one per leaf
-    for i, (lo, hi) in enumerate(spans if steps else []):
-        st = steps[i]
-        out_steps.append(StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens, round((hi - lo) / 1e3, 3),
-                                    leaves_of(LEAVES, rows[i], hi - lo), i == warm, st.info.kv_tokens))
+    out_steps = submit(lambda: _step_budgets(steps, spans, per_span, warm))
     steady = _steady(spans, warm, every, offsets, per_span)
     notes = []
     if warm is not None:
         notes.append(f"{steps[warm].name} is a warm-up outlier ({fmt_us((spans[warm][1] - spans[warm][0]) / 1e3)}, "
                      f"over {WARMUP_FACTOR:g}x the median of the other steps): reported apart, levers from the others")
     notes.extend(submission_notes(trace))   # submissions per step: launch-bound evidence beyond CUDA
+    target = _step_kinds([s.info.phase or "step" for i, s in enumerate(steps) if i != warm])
     ctx = Context(trace=trace, work=w, labels=lab, steady=steady, candidates=candidates, peaks=peaks,
-                  roofline_rows=roofline_rows, target=_step_kinds(out_steps), cpu=False, submit=submit)
+                  roofline_rows=roofline_rows, target=target, cpu=False, submit=submit, cpu_other_holders=holders)
     levers, small, combined, outside = rank_levers(ctx)
     budget = leaves_of(LEAVES, np.asarray([steady.leaves[k] for k in LEAVES]), steady.span_ns)
     return Diagnosis(device=True, scope="steps" if steps else "trace", span_us=round(steady.span_ns / 1e3, 3),
                      window_us=round(ctx.window_ns / 1e3, 3),
-                     budget=budget, steps=tuple(out_steps), levers=levers, small_items=small,
+                     budget=budget, steps=tuple(out_steps()), levers=levers, small_items=small,
                      combined_gain_us=combined, notes=tuple(notes), combined_outside_us=outside)
 
 

@@ -155,6 +155,8 @@ class Context:
     target: str
     cpu: bool
     submit: Submit = now   # where levers that read nothing of each other's may run meanwhile (analysis/beside.py)
+    # cpu_other_holders(work), where the diagnosis handed it to ``submit`` as soon as the work was found
+    cpu_other_holders: Callable[[], CpuOtherHolders] | None = None
 
     def leaf(self, *keys: str) -> int:
         """ns in these leaves of the steady budget."""
@@ -876,12 +878,23 @@ class CpuOther:
 CPU_OTHER_CHUNK = 1 << 20
 
 
-def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> CpuOther:
-    w = ctx.work
-    assert w is not None
-    v = ctx.leaf("idle/cpu_other")
-    if not v:
-        return CpuOther(0, 0, Counter(), Counter(), _CallTally().done(), 0, Counter(), Counter(), Counter())
+@dataclass(frozen=True)
+class CpuOtherHolders:
+    """What :func:`_cpu_other` asks of every idle piece, from the work alone (so it may be found on another
+    thread while the time is labelled): masks over the host intervals of the stalls (``stall``), the
+    model's intervals (``model``), the top-level ops (``top``) and the runtime calls (``cuda``, None where
+    none), each interval's kind as a runtime call (:func:`_call_kinds`) and its name code (:meth:`_Held.codes`)."""
+
+    stall: np.ndarray
+    model: np.ndarray
+    top: np.ndarray
+    cuda: np.ndarray | None
+    kinds: np.ndarray
+    code: np.ndarray
+
+
+def cpu_other_holders(w: DeviceWork) -> CpuOtherHolders:
+    """:class:`CpuOtherHolders` of the work ``w``."""
     # inside the model: under any op or frame of its forward (at any depth: a built-in a forward calls
     # counts), and neither inside a runtime call (initialisation there is a warm-up's, not a graph's) nor
     # inside an op longer than launch overhead's 1 ms bound (a host stall: an allocation, CPU compute)
@@ -892,11 +905,20 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
     # autotuning, CPU compute), not dispatch; an op that launched more often, a compiled region's wrapper
     # or an autograd node running a compiled backward, is dispatch however long
     stall[stall] = _launch_calls_in(w, stall) * gap < long_[stall]
-    top, model, host_top = _Cover(stall), _Cover(_model_intervals(w)), _Cover(w.host_top)
-    cuda = _cuda_calls(w)
-    runtime_calls = None if cuda is None else _Cover(cuda)
-    kinds = _call_kinds(w)
-    code = _Held.codes(w)
+    return CpuOtherHolders(stall, _model_intervals(w), w.host_top, _cuda_calls(w), _call_kinds(w), _Held.codes(w))
+
+
+def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> CpuOther:
+    w = ctx.work
+    assert w is not None
+    v = ctx.leaf("idle/cpu_other")
+    if not v:
+        return CpuOther(0, 0, Counter(), Counter(), _CallTally().done(), 0, Counter(), Counter(), Counter())
+    held = ctx.cpu_other_holders() if ctx.cpu_other_holders is not None else cpu_other_holders(w)
+    # each _Cover walks its intervals once over the chunks below: made here, fresh, for this one pass
+    top, model, host_top = _Cover(held.stall), _Cover(held.model), _Cover(held.top)
+    runtime_calls = None if held.cuda is None else _Cover(held.cuda)
+    kinds, code = held.kinds, held.code
     # sums over the chunks, each Counter filled in the order the pieces first name each key (as one pass would)
     ops, free, rest_ops, rest_free, model_ops = (Counter[str]() for _ in range(5))
     calls = _CallTally()
