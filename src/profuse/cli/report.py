@@ -85,8 +85,10 @@ def _import_while_loading(fmt: str) -> None:
 
     renderer = {"json": "json_report", "html": "html", "table": "console"}[fmt]
     for name in ("analysis", "analysis.advice.findings", "analysis.memory", "payloads.report", f"report.{renderer}",
+                 "analysis.diagnosis.levers", "analysis.submissions", "payloads.calltree",
                  *(("payloads.build",) if fmt == "html" else ())):
         importlib.import_module(f"profuse.{name}")
+    importlib.import_module("numpy.ma")   # the analysis's reads of columns with NULLs (analysis/_read.py)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -169,8 +169,10 @@ class _GlibcHeap:
         DuckDB's allocator flushed at the load's end (:func:`_hand_back_freed`), which trims glibc's heap
         too. The analysis would fault every page of its temporaries in again: bert1g (1.01 GB) cold
         report, 2 cores, 0.69-0.71 M -> 0.54-0.56 M page faults, 1.8 -> 1.45 s system time, 5.92-5.98 ->
-        5.47-5.60 s, peak RSS 0.94-0.96 -> 0.90-0.92 GB (the load's peak is the process's). On leaving
-        (the last keeper), the thresholds are as before and the heap's free pages go back."""
+        5.47-5.60 s, peak RSS 0.94-0.96 -> 0.90-0.92 GB (the load's peak is the process's). Nor does the
+        analysis's end (:func:`bulk_settings`) trim the heap: the report's rendering follows, then the process
+        ends (the trim took 44 ms of a 1 GB trace's report). On leaving (the last keeper), the thresholds are as
+        a numpy process has them: glibc trims the heap's top as blocks are freed from then on."""
         libc = self._libc
         with self._lock:
             self._keepers += 1
@@ -181,7 +183,6 @@ class _GlibcHeap:
                 self._keepers -= 1
                 if self._keepers == 0 and libc is not None and self._users == 0:
                     libc.mallopt(self.M_TRIM_THRESHOLD, 2 * self.DYNAMIC_MAX)
-                    libc.malloc_trim(0)
 
     def keeps(self) -> bool:
         """Whether a :meth:`keeping` block is open (a load ending now leaves its freed memory to the analysis)."""
@@ -270,11 +271,12 @@ def analysis_follows() -> contextlib.AbstractContextManager[None]:
 def bulk_settings() -> Iterator[None]:
     """What a report's analysis runs under (cli/report.py): the load's settings (:func:`_load_settings`: no cycle
     collector, no 2 MB pages) and big blocks reused from glibc's heap (:class:`_GlibcHeap`), whose free pages go
-    back to the system at the end. The analysis reads columns of every event several times over; without
-    the reuse each big temporary is faulted in anew."""
+    back to the system at the end (not in a report: :meth:`_GlibcHeap.keeping`). The analysis reads columns of
+    every event several times over; without the reuse each big temporary is faulted in anew."""
     with _load_settings(), _HEAP.reusing():
         yield
-    _HEAP.trim()
+    if not _HEAP.keeps():   # a report's: the process ends soon after (_GlibcHeap.keeping)
+        _HEAP.trim()
 
 
 def _memory_events(path: str, data: _decode.TraceBytes, cols: Columns, *,
