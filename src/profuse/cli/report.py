@@ -173,10 +173,12 @@ def _analysed_report(args: argparse.Namespace, loaded: Trace) -> int:
 
     with phase("view"):
         view = report_view(analysed, top=args.top, keep_metadata=args.keep_metadata)
-    remember(trace, args, view)  # written behind, for the next report of these bytes
     with phase("render", quiet=True):
         if args.format == "json":
             from ..report.json_report import render_json  # each format imports only its own renderer
 
-            return emit(render_json(view.document), args.output)
+            text = render_json(view.document)
+            remember(trace, args, view, text)  # written behind, for the next report of these bytes
+            return emit(text, args.output)
+        remember(trace, args, view)
         return print_view(view, args.output)

@@ -92,12 +92,14 @@ def entry_key(args: argparse.Namespace, src: Path) -> str:
                        "side": side_stamp(src)}, sort_keys=True)
 
 
-def remember(trace: Trace, args: argparse.Namespace, view: ReportView) -> None:
-    """Store the report's document (and the notes about side files) as a derived entry of ``trace``."""
+def remember(trace: Trace, args: argparse.Namespace, view: ReportView, rendered: str | None = None) -> None:
+    """Store the report's document (and the notes about side files) as a derived entry of ``trace``;
+    ``rendered``: the document as :func:`render_json` gives it, where the caller has it already."""
     def encode() -> bytes:
         from ..report.json_report import render_json
 
-        return Entry(list(trace.side_notes), render_json(view.document).encode()).encode()
+        text = rendered if rendered is not None else render_json(view.document)
+        return Entry(list(trace.side_notes), text.encode()).encode()
 
     trace.derived(entry_key(args, trace.path), encode)
 
