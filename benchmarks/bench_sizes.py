@@ -4,7 +4,8 @@
 
 Inputs: h100_bert_small repeated to each size with times and ids shifted (bench_load.scaled_trace: built
 once into the bench folder; 6 GB takes a few minutes to write). Per size, each run with the trace in the
-page cache (bench_load.in_page_cache) and a fresh, empty profuse cache folder:
+page cache (bench_load.in_page_cache), the bench folder's other traces out of it (only_in_page_cache), and a fresh,
+empty profuse cache folder:
 
 - cold load: ``profuse.load`` in a fresh interpreter, imports outside the clock, the cache written behind
   waited for (bench_load.PROFUSE); MB/s = raw size / seconds; peak RSS of that process.
@@ -36,6 +37,7 @@ import bench_load
 from _rows import Row, write_rows
 
 PROFUSE_BIN = bench_load.PROFUSE_BIN
+WORK = bench_load.WORK
 
 
 def bare_python() -> float:
@@ -48,9 +50,21 @@ def bare_python() -> float:
     return best
 
 
+def only_in_page_cache(path: Path) -> None:
+    """The bench folder's other traces out of the page cache (posix_fadvise DONTNEED), so that each size starts with
+    the same free memory whichever ran before it: a 3 GB trace read just before stays cached for about a
+    minute (bench_load.in_page_cache), and the 6 GB runs then took 24-25.4 s to load against 22.1-23.1 s
+    with its pages gone (the kernel reclaiming page cache while the load allocates 4.5 GB)."""
+    for other in WORK.glob("*/*.json"):
+        if other != path:
+            with open(other, "rb") as fh:
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 def measure(key: str, reps: int, hta: bool) -> dict[str, dict]:
     """One size's figures: cold load, cold report, cached report, HTA (each a dict, or {"error": why})."""
     path = bench_load.scaled_trace(key)
+    only_in_page_cache(path)
     cache = Path(tempfile.mkdtemp(prefix="profuse-bench-sizes-"))
     env = {"PROFUSE_CACHE_DIR": str(cache)}
 
