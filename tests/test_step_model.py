@@ -343,3 +343,28 @@ def test_the_step_table_reads_each_steps_span_as_the_budget_does(name: str, caps
     assert line.startswith(f"{health.steps} profiler step(s): device busy {pcts[0]:.1f}% to {pcts[-1]:.1f}%"), line
     none = sum(s.busy_pct is None for s in table)
     assert (f"{none} with none in its span" in line) == bool(none)
+
+
+@pytest.mark.parametrize("launches", [False, True], ids=["cpu-only", "launches-no-device-activity"])
+def test_every_budget_gives_a_step_what_its_name_says(tmp_path: Path, launches: bool) -> None:
+    # GIVEN vLLM decode steps whose names give batch, tokens and KV tokens (sk: 0 in the context part, 32785 in
+    # the generation part), in a CPU-only trace, and in one whose launches recorded no device activity
+    name = "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk32785sqsq32sqsk32785)"
+    ev: list[dict] = []
+    for i in range(3):
+        t = 1000 * i
+        ev += [{"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": t, "dur": 900, "args": {}},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 10, "dur": 20, "args": {}}]
+        if launches:
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": t + 15, "dur": 5, "args": {"correlation": i + 1}})
+    doc: dict = {"traceEvents": ev, **({"deviceProperties": [{"id": 0, "name": "NVIDIA H100"}]} if launches else {})}
+    p = tmp_path / "steps.json"
+    p.write_text(json.dumps(doc))
+    with profuse.load(p, cache=False) as t:
+        d = diagnose(t)
+        first = d.budget[0].key
+    # THEN the CPU budget and the nothing-recorded budget give each step the same figures as the device budget
+    # does (StepBudget.of): before, both left the KV tokens out
+    assert first == ("idle/not_recorded" if launches else "cpu/gemm")
+    assert [(s.phase, s.batch, s.tokens, s.kv_tokens) for s in d.steps] == [("decode", 32, 32, 0 + 32785)] * 3

@@ -70,8 +70,7 @@ def _step_budgets(steps: list[Step], spans: list[tuple[int, int]], per_span: np.
                   warm: int | None) -> list[StepBudget]:
     """Each step's budget: its span's leaves (``per_span``: ns per leaf, a row per span)."""
     rows = per_span.tolist()   # plain integers: one conversion, not one per leaf
-    return [StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens, round((hi - lo) / 1e3, 3),
-                       leaves_of(LEAVES, rows[i], hi - lo), i == warm, st.info.kv_tokens)
+    return [StepBudget.of(st, lo, hi, leaves_of(LEAVES, rows[i], hi - lo), i == warm)
             for i, (st, (lo, hi)) in enumerate(zip(steps, spans))]
 
 
@@ -135,8 +134,7 @@ def _not_recorded(trace: Trace, steps: list[Step], spans: list[tuple[int, int]])
 
     total = sum(hi - lo for lo, hi in spans)
     one = (NOT_RECORDED,)
-    out = tuple(StepBudget(s.name, s.info.phase, s.info.batch, s.info.tokens, round((hi - lo) / 1e3, 3),
-                           leaves_of(one, np.asarray([hi - lo]), hi - lo), False)
+    out = tuple(StepBudget.of(s, lo, hi, leaves_of(one, np.asarray([hi - lo]), hi - lo), False)
                 for s, (lo, hi) in zip(steps, spans))
     lever = no_device_data(trace)
     return Diagnosis(device=False, scope="steps" if steps else "trace", span_us=round(total / 1e3, 3),

@@ -140,9 +140,7 @@ def cpu_diagnosis(trace: Trace, candidates: list[Any]) -> Diagnosis:
     for i, (thread, lo, hi, sid) in enumerate(spans):
         ns = span_ns(trace, thread, lo, hi, sid)
         if steps:
-            st = steps[i]
-            out.append(StepBudget(st.name, st.info.phase, st.info.batch, st.info.tokens, round((hi - lo) / 1e3, 3),
-                                  leaves_of(CPU_LEAVES, ns, hi - lo), i == warm))
+            out.append(StepBudget.of(steps[i], lo, hi, leaves_of(CPU_LEAVES, ns, hi - lo), i == warm))
         if i != warm:
             steady.span_ns += hi - lo
             for k, v in zip(CPU_LEAVES, ns):

@@ -11,6 +11,7 @@ from ..._lazy import lazy_module
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..steps import Step
     from .budget import Pieces
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
@@ -41,6 +42,13 @@ class StepBudget:
     def kind(self) -> str:
         """How steps are grouped for display: the phase of a serving step, else ``step``."""
         return self.phase or "step"
+
+    @classmethod
+    def of(cls, step: Step, lo: int, hi: int, budget: tuple[Leaf, ...], warmup: bool) -> StepBudget:
+        """The row of ``step`` over its span [lo, hi) (ns) with its ``budget``: what its name says of it (phase,
+        batch, tokens, KV tokens: trace/step_names.py) as every budget (device, CPU, nothing recorded) gives it."""
+        i = step.info
+        return cls(step.name, i.phase, i.batch, i.tokens, round((hi - lo) / 1e3, 3), budget, warmup, i.kv_tokens)
 
 
 @dataclass(frozen=True)
