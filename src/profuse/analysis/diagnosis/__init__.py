@@ -86,8 +86,9 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     w = device_work(trace, {s.thread for s in steps}, sts, send)
     if w.acts.start.size == 0:
         return _not_recorded(trace, steps, list(model.spans))
-    # what the levers read of the work alone, found over there while the time is labelled here
-    holders = submit(lambda: cpu_other_holders(w))
+    # what the levers read of the work alone, found over there while the time is labelled here (with no other
+    # thread, only when the levers ask: a trace without idle CPU time never needs it)
+    holders = (lambda: cpu_other_holders(w)) if submit is now else submit(lambda: cpu_other_holders(w))
     lab = labels(w)
     spans = list(model.spans)
     warm = warmup(trace)
