@@ -215,3 +215,28 @@ def test_a_call_not_begun_over_there_runs_here_when_its_result_is_asked() -> Non
             # THEN the begun call is waited for, on the other thread
             assert first().startswith("profuse-analyse")
         assert len(ran) == 1   # the queued call never ran over there too
+
+
+def test_a_call_taken_back_that_fails_raises_its_error_each_time_it_is_asked() -> None:
+    with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr:
+        release, started = threading.Event(), threading.Event()
+        runs: list[int] = []
+
+        def busy() -> None:
+            started.set()
+            release.wait(10)
+
+        def failing() -> None:
+            runs.append(1)
+            raise ValueError("bad input")
+
+        with beside(tr) as submit:
+            first = submit(busy)
+            assert started.wait(10)
+            second = submit(failing)   # queued behind the busy one: taken back when asked
+            for _ in range(2):
+                with pytest.raises(ValueError, match="bad input"):
+                    second()
+            release.set()
+            first()
+        assert runs == [1]

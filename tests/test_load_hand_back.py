@@ -1,6 +1,6 @@
 """After a big build, what DuckDB's allocator kept of the load's freed memory goes back to the system
 (trace/build.py, ``_hand_back_freed``), so the analysis does not start on top of it; unless the analysis
-follows in the same process (``analysis_follows``, a report), which reuses those pages instead of faulting
+follows in the same process (``_glibc.keeping``, a report), which reuses those pages instead of faulting
 its own in again.
 
 Each check runs in a fresh process: its resident set is then its own, not what earlier tests left.
@@ -59,7 +59,8 @@ build._hand_back_freed = lambda con: (calls.append(1), real(con))
 build.COMPRESS_MIN_EVENTS = int(sys.argv[2])
 import contextlib
 import profuse
-with build.analysis_follows() if sys.argv[3:] == ["follows"] else contextlib.nullcontext():
+from profuse.trace import _glibc
+with _glibc.keeping() if sys.argv[3:] == ["follows"] else contextlib.nullcontext():
     with profuse.load(sys.argv[1], cache=False) as trace:
         n = trace.con.execute("SELECT count(*) FROM events").fetchone()[0]
 print(json.dumps({"calls": len(calls), "events": n}))
@@ -75,7 +76,7 @@ def test_a_big_build_hands_back_and_a_small_one_does_not():
 
 
 def test_a_big_build_keeps_its_freed_memory_where_the_analysis_follows():
-    """Inside ``analysis_follows`` (a report) the big build does not hand back: the analysis reuses the pages."""
+    """Inside ``_glibc.keeping`` (a report) the big build does not hand back: the analysis reuses the pages."""
     path: Path = trace_path("h100_bert_small.json.gz")
     kept = _run(_WIRED, str(path), "10", "follows")
     assert kept["events"] >= 10 and kept["calls"] == 0
@@ -84,7 +85,7 @@ def test_a_big_build_keeps_its_freed_memory_where_the_analysis_follows():
 _HEAP = r"""
 import json, sys
 import numpy as np
-from profuse.trace import build
+from profuse.trace import _glibc, build
 
 def rss():
     with open("/proc/self/statm") as f:
@@ -100,14 +101,13 @@ def freed_after_a_pass():
 
 out = {}
 if sys.argv[1] == "follows":
-    with build.analysis_follows():
+    with _glibc.keeping():
         out["inside"] = freed_after_a_pass()
         with build._HEAP.reusing():     # the analysis's temporaries reuse those pages: none faulted in anew
             before = rss()
             b = np.ones(40_000_000)
             out["reused_growth"] = rss() - before
             del b
-        out["held"] = rss()
     # after the block: the thresholds of a numpy process, so the next big block freed at the top goes back
     out["after_block"] = freed_after_a_pass()
 else:
@@ -118,7 +118,7 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(not __import__("profuse.trace._glibc", fromlist=["libc"]).libc(), reason="glibc's malloc")
 def test_the_heap_keeps_a_pass_s_freed_blocks_only_where_the_analysis_follows():
-    """Outside ``analysis_follows`` a big block freed after a pass goes back to the system at once (glibc's trim
+    """Outside ``_glibc.keeping`` a big block freed after a pass goes back to the system at once (glibc's trim
     threshold, as a numpy process has it); inside, it stays on the heap and the next one of its size reuses its
     pages; after the block, such a block goes back at once again."""
     alone = _run(_HEAP, "alone")
@@ -143,7 +143,7 @@ print(json.dumps({"calls": len(calls), "code": code}))
 
 
 def test_a_report_keeps_what_its_big_build_freed(tmp_path: Path):
-    """``profuse report`` loads inside ``analysis_follows``: its big build (the threshold lowered) hands nothing back."""
+    """``profuse report`` loads inside ``_glibc.keeping``: its big build (the threshold lowered) hands nothing back."""
     got = _run(_REPORT, str(trace_path("h100_bert_small.json.gz")), str(tmp_path / "r.json"))
     assert got == {"calls": 0, "code": 0}
     assert json.loads((tmp_path / "r.json").read_text())["ops"]

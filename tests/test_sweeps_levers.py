@@ -681,10 +681,16 @@ def test_sweeps_are_the_previous_rules_on_every_trace(path: Path, twins: bool, m
         # and the idle CPU time's holders are the previous rule's
         v = ctx.leaf("idle/cpu_other")
         want_cpu = old_cpu_other(v, old_work(w), start, ns, label)
-        # as the diagnosis asks (the holders found beforehand, handed to its submit) and found right there
-        assert ctx.cpu_other_holders is not None
+        # found right there (no other thread), and handed in found beforehand (as a report's other thread does)
+        assert ctx.cpu_other_holders is None
         _same_cpu_other(levers._cpu_other(ctx, start, ns, label), want_cpu)
-        _same_cpu_other(levers._cpu_other(replace(ctx, cpu_other_holders=None), start, ns, label), want_cpu)
+        asked: list[int] = []
+        held = levers.cpu_other_holders(w)
+        handed = replace(ctx, cpu_other_holders=lambda: (asked.append(1), held)[1])
+        with monkeypatch.context() as m:
+            m.setattr(levers, "cpu_other_holders", lambda w: pytest.fail("found again though handed in"))
+            _same_cpu_other(levers._cpu_other(handed, start, ns, label), want_cpu)
+        assert asked == ([1] if v else [])   # read where the leaf has time
         # (also a chunk of pieces at a time, as on a big trace: CPU_OTHER_CHUNK)
         for chunk in (997, 65_536):
             monkeypatch.setattr(levers, "CPU_OTHER_CHUNK", chunk)

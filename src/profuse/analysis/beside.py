@@ -1,10 +1,12 @@
 """Analyses run beside the caller's, on one other thread: those the caller does not wait on while it works
-(a report's call tree, summary, op table, health and interruptions, and some of its levers, while its
-diagnosis runs). numpy, DuckDB and profuse's compiled passes release the GIL, so the two overlap on two
-cores. What runs side by side also holds its memory at once: the report runs its call tree there beside
-the fusion search, so its two largest analyses (diagnosis, call tree) barely overlap. Results are the same
-either way: every analysis is a function of the trace's tables, and a result remembered per trace is
-computed once whichever thread asks first (:mod:`._memo`)."""
+(a report's device events, call tree, summary, op table, health and interruptions, and its step budgets and
+some of its levers, while its fusion search and diagnosis run). numpy, DuckDB and profuse's compiled passes
+release the GIL, so the two overlap on two cores. What runs side by side also holds its memory at once: the
+report runs its call tree there beside the end of the fusion search and the start of the diagnosis, so its
+two largest analyses (diagnosis, call tree) overlap little (payloads/report.py). A call the other thread has
+not begun when its result is asked runs on the caller's thread instead, on the caller's connection. Results
+are the same either way: every analysis is a function of the trace's tables, and a result remembered per
+trace is computed once whichever thread asks first (:mod:`._memo`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -81,16 +83,21 @@ def beside(trace: Trace) -> Iterator[Submit]:
 
 def _taken(future: Any, fn: Callable[[], R]) -> Callable[[], R]:
     """The getter of a handed call: its result; where the other thread has not begun it yet (busy with those
-    handed before), the call taken back and run here, rather than waited for."""
-    here: list[R] = []
+    handed before), the call taken back and run here, rather than waited for. Asked again, the same result or
+    the same error, as a future gives."""
+    from concurrent.futures import Future  # loaded already: beside() made the pool
+
+    here: list[Future[R]] = []
 
     def get() -> R:
-        if here:
-            return here[0]
-        if not future.done() and future.cancel():   # still queued over there (not dropped): it never will run
-            here.append(fn())
-            return here[0]
-        result: R = future.result()
+        if not here and not future.done() and future.cancel():   # still queued over there: it never will run
+            ran: Future[R] = Future()
+            try:
+                ran.set_result(fn())
+            except BaseException as err:
+                ran.set_exception(err)
+            here.append(ran)
+        result: R = (here[0] if here else future).result()
         return result
     return get
 

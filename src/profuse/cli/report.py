@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import TYPE_CHECKING
 
 from ..analysis._choices import GROUPS, NOT_APPLICABLE, SORT_KEYS, check_choices
@@ -120,27 +121,31 @@ def _report(args: argparse.Namespace) -> int:
         done = cached_report(args)
     if done is not None:
         return done
-    # one trace file: its read and scan start now, and the imports below run beside them
-    finish_load = start_load_trace(args.path, args)
-    from ..ranks.discover import candidates
-    from ..trace.sniff import is_snapshot_path
+    from ..trace._glibc import keeping
 
-    if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
-        from .snapshot import run_snapshot_report
+    with contextlib.ExitStack() as kept:
+        # what the load frees stays for the analysis after it, which would fault it all in again (the process
+        # ends after the report): from before the load starts, so that it holds whenever the load ends
+        kept.enter_context(keeping())
+        # one trace file: its read and scan start now, and the imports below run beside them
+        finish_load = start_load_trace(args.path, args)
+        from ..ranks.discover import candidates
+        from ..trace.sniff import is_snapshot_path
 
-        with phase("snapshot report", quiet=True):  # it prints as it goes: no line over its output
-            return run_snapshot_report(args)
-    files = candidates(args.path)
-    if files is not None:
-        with phase("ranks report", quiet=True):
-            return run_ranks_report(args, files)
-    # the libraries the analysis and the renderer need come in on another thread while the trace's
-    # bytes are hashed and its cache opened
-    warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
-    from ..trace.build import analysis_follows
+        if is_snapshot_path(args.path):  # a torch.cuda.memory._dump_snapshot pickle
+            from .snapshot import run_snapshot_report
 
-    # what the load frees stays for the analysis, which would fault it all in again (the process ends after)
-    with analysis_follows():
+            kept.close()   # no analysis of a loaded trace follows
+            with phase("snapshot report", quiet=True):  # it prints as it goes: no line over its output
+                return run_snapshot_report(args)
+        files = candidates(args.path)
+        if files is not None:
+            kept.close()   # several traces' loads, each analysed apart: each hands back what it freed
+            with phase("ranks report", quiet=True):
+                return run_ranks_report(args, files)
+        # the libraries the analysis and the renderer need come in on another thread while the trace's
+        # bytes are hashed and its cache opened
+        warm_imports("numpy", *(("msgspec",) if args.format in ("json", "html") else ("rich.console", "rich.table")))
         with phase("load", quiet=True):  # the load shows its own bar
             _import_while_loading(args.format)
             loaded = finish_load()

@@ -159,34 +159,7 @@ class _GlibcHeap:
     def __init__(self) -> None:
         self._libc: Any = _glibc.libc()
         self._users = 0
-        self._keepers = 0
         self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def keeping(self) -> Iterator[None]:
-        """Inside, what a load frees stays with the process for the analysis that follows it in the same
-        process (a report): freed heap blocks are not trimmed when a pass's :meth:`reusing` ends, nor is
-        DuckDB's allocator flushed at the load's end (:func:`_hand_back_freed`), which trims glibc's heap
-        too. The analysis would fault every page of its temporaries in again: bert1g (1.01 GB) cold
-        report, 2 cores, 0.69-0.71 M -> 0.54-0.56 M page faults, 1.8 -> 1.45 s system time, 5.92-5.98 ->
-        5.47-5.60 s, peak RSS 0.94-0.96 -> 0.90-0.92 GB (the load's peak is the process's). Nor does the
-        analysis's end (:func:`bulk_settings`) trim the heap: the report's rendering follows, then the process
-        ends (the trim took 44 ms of a 1 GB trace's report). On leaving (the last keeper), the thresholds are as
-        a numpy process has them: glibc trims the heap's top as blocks are freed from then on."""
-        libc = self._libc
-        with self._lock:
-            self._keepers += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._keepers -= 1
-                if self._keepers == 0 and libc is not None and self._users == 0:
-                    libc.mallopt(self.M_TRIM_THRESHOLD, 2 * self.DYNAMIC_MAX)
-
-    def keeps(self) -> bool:
-        """Whether a :meth:`keeping` block is open (a load ending now leaves its freed memory to the analysis)."""
-        return self._keepers > 0
 
     @contextlib.contextmanager
     def reusing(self) -> Iterator[None]:
@@ -207,7 +180,8 @@ class _GlibcHeap:
                 self._users -= 1
                 if self._users == 0:
                     libc.mallopt(self.M_MMAP_THRESHOLD, self.DYNAMIC_MAX)
-                    libc.mallopt(self.M_TRIM_THRESHOLD, self.MMAP_MAX if self._keepers else 2 * self.DYNAMIC_MAX)
+                    # a report's load leaves its freed blocks to the analysis (_glibc.keeping)
+                    libc.mallopt(self.M_TRIM_THRESHOLD, self.MMAP_MAX if _glibc.keeps() else _glibc.TRIM_AFTER)
 
     def trim(self) -> None:
         """The heap's free pages back to the system (glibc's malloc_trim), where no thread is reusing."""
@@ -261,21 +235,15 @@ def _load_settings() -> Iterator[None]:
                     switch(_huge_was_on)
 
 
-def analysis_follows() -> contextlib.AbstractContextManager[None]:
-    """Around a load and the analysis that follows it in this process (a report): the load leaves what it
-    freed for the analysis (:meth:`_GlibcHeap.keeping`)."""
-    return _HEAP.keeping()
-
-
 @contextlib.contextmanager
 def bulk_settings() -> Iterator[None]:
     """What a report's analysis runs under (cli/report.py): the load's settings (:func:`_load_settings`: no cycle
     collector, no 2 MB pages) and big blocks reused from glibc's heap (:class:`_GlibcHeap`), whose free pages go
-    back to the system at the end (not in a report: :meth:`_GlibcHeap.keeping`). The analysis reads columns of
+    back to the system at the end (not in a report: :func:`_glibc.keeping`). The analysis reads columns of
     every event several times over; without the reuse each big temporary is faulted in anew."""
     with _load_settings(), _HEAP.reusing():
         yield
-    if not _HEAP.keeps():   # a report's: the process ends soon after (_GlibcHeap.keeping)
+    if not _glibc.keeps():   # a report's: the process ends soon after (_glibc.keeping)
         _HEAP.trim()
 
 
@@ -336,7 +304,7 @@ def _build(src: Path, *, cache_folder: Path | None, notes: list[str], lenient: b
             raise _CacheFileFailed(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                                    ) from err
         raise
-    if cols.n >= COMPRESS_MIN_EVENTS and not _HEAP.keeps():
+    if cols.n >= COMPRESS_MIN_EVENTS and not _glibc.keeps():
         _hand_back_freed(con)
     del cols
     slot = CacheSlot(cache_folder, slot_key(fp)) if cache_folder is not None else None
@@ -474,7 +442,7 @@ def _hand_back_freed(con: duckdb.DuckDBPyConnection) -> None:
     Allocator::FlushAll), so the count goes up by one and back. It takes about 2 ms, so it follows only a
     big build (a 1 GB trace's leaves 0.2-0.45 GB behind, a 50 MB trace's 25 MB). A DuckDB that refuses
     the setting keeps its pages: nothing else changes. Not where an analysis follows in the process
-    (:func:`analysis_follows`): it reuses those pages.
+    (:func:`_glibc.keeping`): it reuses those pages.
     """
     with contextlib.suppress(duckdb.Error):
         row = con.execute("SELECT current_setting('threads')").fetchone()

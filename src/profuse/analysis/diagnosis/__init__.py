@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
-from .records import Diagnosis, Leaf, Lever, Steady, StepBudget, leaves_of
+from .records import Diagnosis, Leaf, Lever, Steady, StepBudget, leaves_of, step_kind
 
 
 def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: object = None,
@@ -87,8 +87,8 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     if w.acts.start.size == 0:
         return _not_recorded(trace, steps, list(model.spans))
     # what the levers read of the work alone, found over there while the time is labelled here (with no other
-    # thread, only when the levers ask: a trace without idle CPU time never needs it)
-    holders = (lambda: cpu_other_holders(w)) if submit is now else submit(lambda: cpu_other_holders(w))
+    # thread, by the levers where they ask: a trace without idle CPU time never needs it)
+    holders = None if submit is now else submit(lambda: cpu_other_holders(w))
     lab = labels(w)
     spans = list(model.spans)
     warm = warmup(trace)
@@ -101,7 +101,7 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
         notes.append(f"{steps[warm].name} is a warm-up outlier ({fmt_us((spans[warm][1] - spans[warm][0]) / 1e3)}, "
                      f"over {WARMUP_FACTOR:g}x the median of the other steps): reported apart, levers from the others")
     notes.extend(submission_notes(trace))   # submissions per step: launch-bound evidence beyond CUDA
-    target = _step_kinds([s.info.phase or "step" for i, s in enumerate(steps) if i != warm])
+    target = _step_kinds([step_kind(s.info.phase) for i, s in enumerate(steps) if i != warm])
     ctx = Context(trace=trace, work=w, labels=lab, steady=steady, candidates=candidates, peaks=peaks,
                   roofline_rows=roofline_rows, target=target, cpu=False, submit=submit, cpu_other_holders=holders)
     levers, small, combined, outside = rank_levers(ctx)

@@ -155,7 +155,8 @@ class Context:
     target: str
     cpu: bool
     submit: Submit = now   # where levers that read nothing of each other's may run meanwhile (analysis/beside.py)
-    # cpu_other_holders(work), where the diagnosis handed it to ``submit`` as soon as the work was found
+    # cpu_other_holders(work) as the diagnosis handed it to another thread once the work was found (None: none
+    # was, and _cpu_other finds it where it needs it)
     cpu_other_holders: Callable[[], CpuOtherHolders] | None = None
 
     def leaf(self, *keys: str) -> int:

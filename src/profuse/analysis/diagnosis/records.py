@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 else:  # numpy loads on first use: the records here are read without it
     np = lazy_module("numpy", globals(), "np")
 
+def step_kind(phase: str | None) -> str:
+    """How steps are grouped for display: the phase of a serving step, else ``step``."""
+    return phase or "step"
+
+
 @dataclass(frozen=True)
 class Leaf:
     """One leaf of a budget: its key (``busy/gemm``, ``idle/host_sync``, ``cpu/python``), µs and % of the span."""
@@ -40,8 +45,8 @@ class StepBudget:
 
     @property
     def kind(self) -> str:
-        """How steps are grouped for display: the phase of a serving step, else ``step``."""
-        return self.phase or "step"
+        """How steps are grouped for display: :func:`step_kind`."""
+        return step_kind(self.phase)
 
     @classmethod
     def of(cls, step: Step, lo: int, hi: int, budget: tuple[Leaf, ...], warmup: bool) -> StepBudget:
