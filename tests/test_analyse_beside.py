@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import msgspec
 import pytest
@@ -187,15 +188,23 @@ def test_where_no_thread_can_start_every_call_runs_here(monkeypatch) -> None:
     assert got == want
 
 
+def _kept_busy(submit: Any) -> tuple[threading.Event, Any]:
+    """The other thread kept busy until the event returned is set; the getter of that call (its thread's name)."""
+    release, started = threading.Event(), threading.Event()
+
+    def busy() -> str:
+        started.set()
+        release.wait(10)
+        return threading.current_thread().name
+
+    got = submit(busy)
+    assert started.wait(10)
+    return release, got
+
+
 def test_a_call_not_begun_over_there_runs_here_when_its_result_is_asked() -> None:
     with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr:
-        release, started = threading.Event(), threading.Event()
         ran: list[str] = []
-
-        def busy() -> str:
-            started.set()
-            release.wait(10)
-            return threading.current_thread().name
 
         def queued() -> int:
             ran.append(threading.current_thread().name)
@@ -203,8 +212,7 @@ def test_a_call_not_begun_over_there_runs_here_when_its_result_is_asked() -> Non
 
         with beside(tr) as submit:
             # GIVEN the other thread busy, and a call queued behind it
-            first = submit(busy)
-            assert started.wait(10)
+            release, first = _kept_busy(submit)
             second = submit(queued)
             # WHEN the second's result is asked before the other thread is free: it runs here, at once, on this
             # thread's own connection, and answers as it would have there (asked again: the same, not run again)
@@ -219,20 +227,14 @@ def test_a_call_not_begun_over_there_runs_here_when_its_result_is_asked() -> Non
 
 def test_a_call_taken_back_that_fails_raises_its_error_each_time_it_is_asked() -> None:
     with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr:
-        release, started = threading.Event(), threading.Event()
         runs: list[int] = []
-
-        def busy() -> None:
-            started.set()
-            release.wait(10)
 
         def failing() -> None:
             runs.append(1)
             raise ValueError("bad input")
 
         with beside(tr) as submit:
-            first = submit(busy)
-            assert started.wait(10)
+            release, first = _kept_busy(submit)
             second = submit(failing)   # queued behind the busy one: taken back when asked
             for _ in range(2):
                 with pytest.raises(ValueError, match="bad input"):
