@@ -380,3 +380,16 @@ def test_html_report_without_advice_says_so(page, tmp_path):
     page.wait_for_selector("body[data-ready=ops] tbody tr")
     assert page.locator("main table").first.locator("tbody tr").count() == 3
     assert "3 of " in page.inner_text(".toolbar")
+
+
+def test_overview_names_a_serving_step_as_the_console_report_does(page, tmp_path, capsys):
+    # GIVEN the sglang decode trace, whose step name gives batch 32, tokens 32 and KV tokens 0 + 32785
+    path = trace_path("mi300_sglang_decode_cudagraph.json.gz")
+    main(["report", str(path), "--no-cache"])
+    console = capsys.readouterr().out
+    label = "decode x1 (473.83 ms, batch 32, tokens 32, KV tokens 32,785 per step)"
+    assert label in console
+    with profuse.load(path) as t, running([t]) as url:
+        open_view(page, url, "overview")
+        # THEN the explorer's budget row names it with the same figures, written the same way
+        assert label.replace(" x1 ", " ×1 ") in page.inner_text("#diagnosis")

@@ -5,7 +5,7 @@
 (function (/** @type {any} the profuse namespace */ profuse) {
 "use strict";
 
-const { el, fmtUs } = profuse.dom;
+const { el, fmtUs, fmtCount } = profuse.dom;
 
 // one colour per leaf; busy leaves are greens and blues, idle leaves reds and greys
 const COLOURS = {
@@ -71,7 +71,7 @@ function render(d, st, go) {
   const box = el("section", { id: "diagnosis" });
   box.append(el("h2", {}, `Where the time went (${d.scope === "steps" ? "steady steps" : "active window"}, ${fmtUs(d.span_us)})`));
   const serving = g => [["batch", g.batch], ["tokens", g.tokens], ["KV tokens", g.kv_tokens]]
-    .filter(([, v]) => v !== null && v !== undefined).map(([w, v]) => `${w} ${v}`).join(", ");
+    .filter(([, v]) => v !== null && v !== undefined).map(([w, v]) => `${w} ${fmtCount(v)}`).join(", ");
   const rows = d.groups.length ? d.groups.map(g => stack(g.budget, `${g.kind} ×${g.count} (${fmtUs(g.span_us)}${serving(g) ? ", " + serving(g) + " per step" : ""})`))
     : [stack(d.budget, "active window")];
   box.append(...rows, legend(d.budget));

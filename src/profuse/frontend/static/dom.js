@@ -42,6 +42,13 @@ function fmtUsOrDash(us) {
   return us === null || us === undefined ? "-" : fmtUs(us);
 }
 
+/** A count or a mean of counts as the console writes it (report/console_diagnosis.py): thousands separated,
+ * whole where it is whole, else to one decimal. */
+function fmtCount(v) {
+  const whole = Number.isInteger(v);
+  return v.toLocaleString("en-US", { minimumFractionDigits: whole ? 0 : 1, maximumFractionDigits: whole ? 0 : 1 });
+}
+
 function fmtBytes(b) {
   if (b >= 1e9) return (b / 1e9).toFixed(2) + " GB";
   if (b >= 1e6) return (b / 1e6).toFixed(1) + " MB";
@@ -89,5 +96,5 @@ function table(columns, rows, { onRow, selected, sortable = true, detail } = {})
   return el("table", {}, el("thead", {}, head), tbody);
 }
 
-profuse.dom = { el, fmtUs, fmtUsOrDash, fmtBytes, table };
+profuse.dom = { el, fmtUs, fmtUsOrDash, fmtBytes, fmtCount, table };
 })(globalThis.profuse = globalThis.profuse || {});
