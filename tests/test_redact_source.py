@@ -389,6 +389,26 @@ def test_redacted_copies_what_it_changes_and_keeps_the_rest():
     assert d == {f"k {REDACTED}": 1, f"k {REDACTED} #2": 2, "DB_PASS": REDACTED, "tokens": 3}
 
 
+def test_budget_leaves_pass_whole_and_the_steps_around_them_are_redacted():
+    # GIVEN steps whose names hold a secret, each with a budget of leaves (records that declare no trace text)
+    from profuse.analysis.diagnosis.records import Leaf, StepBudget
+    from profuse.redact import _Walk, redacted
+
+    budget = (Leaf("busy/gemm", 1.0, 50.0), Leaf("idle/cpu_other", 1.0, 50.0))
+    steps = [StepBudget("ProfilerStep#1", None, None, None, 2.0, budget, False),
+             StepBudget("step --token hf_" + "a1" * 10, None, None, None, 2.0, budget, False)]
+    out = redacted(steps)
+    # THEN the secret step is a redacted copy holding the very same budget, the clean step is itself
+    assert out[0] is steps[0] and out[1].name == f"step --token {REDACTED}" and out[1].budget is budget
+    # and a tuple of leaves and numbers is passed whole without looking at a leaf, a mixed one is walked
+    walk = _Walk()
+    assert walk.value(budget) is budget and walk.value((*budget, 3, None)) is not None
+    assert walk.seen == {}
+    mixed = walk.value((*budget, "x hf_" + "b" * 20))
+    assert mixed[:2] == budget and mixed[2] == f"x {REDACTED}"
+    assert walk.holds_text(Leaf) is False and walk.holds_text(StepBudget) is True
+
+
 @pytest.mark.parametrize("text, gone, kept", [
     ("db_pass=hunter2x", "hunter2x", "db_pass="),
     ("DB_PASS=hunter2x MY_SECRET=s3cr3t", "hunter2x", "MY_SECRET="),

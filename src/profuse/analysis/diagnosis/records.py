@@ -4,7 +4,7 @@ another to get them. Which step is a warm-up is the step model's (``steps.warmup
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from ..._lazy import lazy_module
 
@@ -28,6 +28,10 @@ class Leaf:
     key: str
     us: float
     pct: float
+
+    # its key is one of profuse's leaf names (budget.LEAVES, cpu_budget.CPU_LEAVES, NOT_RECORDED), never the
+    # trace's text: the redaction walk passes leaves as they are (redact.redacted)
+    __trace_text__: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
