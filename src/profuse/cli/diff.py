@@ -112,7 +112,7 @@ def _diff_folders(args: argparse.Namespace, files_a: list[Path], files_b: list[P
     entries = verdicts   # the records themselves, figures rounded when made
     d = msgspec.structs.replace(diff_docs(docs[0], docs[1]), verdicts=entries)
     if args.format == "json":
-        emit(render_ranks_json(d), args.output)
+        emit(render_ranks_json(d), args.output, json_document=True)
     elif args.format == "markdown":
         emit(markdown_folders(args.a, args.b, entries), args.output)
     elif args.format == "junit":
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         from ..report.json_report import render_json
 
-        emit(render_json(d), args.output)
+        emit(render_json(d), args.output, json_document=True)
     elif args.format == "markdown":
         from ..report.diff import markdown
 

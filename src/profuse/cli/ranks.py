@@ -53,7 +53,7 @@ def run_ranks_report(args: argparse.Namespace, files: list[Path]) -> int:
     doc = redacted(result.doc, keep=getattr(args, "keep_metadata", False))  # every string, once, as a report's
     if args.format == "json":
         text = render_ranks_json(doc)
-        return emit(text, args.output)
+        return emit(text, args.output, json_document=True)
     if args.format == "html":
         from ..report.html import render_ranks_html
 

@@ -212,6 +212,6 @@ def _rendered(args: argparse.Namespace, trace: Trace, analysed: Analysed) -> int
 
             text = render_json(view.document)
             remember(trace, args, view, text)  # written behind, for the next report of these bytes
-            return emit(text, args.output)
+            return emit(text, args.output, json_document=True)
         remember(trace, args, view)
         return print_view(view, args.output)

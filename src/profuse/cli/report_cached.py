@@ -141,7 +141,7 @@ def _print_json(args: argparse.Namespace, found: Found, entry: Entry) -> int | N
         return None  # other bytes than the entry's: their stat entry is gone, and the report computed
     _print_notes(entry.notes)
     if net is None:
-        return emit(entry.document.decode(), args.output)
+        return emit(entry.document.decode(), args.output, json_document=True)
     net.flush()
     if text is not None:
         net.inner.write(text.decode())
@@ -150,7 +150,7 @@ def _print_json(args: argparse.Namespace, found: Found, entry: Entry) -> int | N
     inner, tee = net.inner, _Tee(net.inner)
     net.inner = tee
     try:
-        code = emit(entry.document.decode(), None)
+        code = emit(entry.document.decode(), None, json_document=True)
         net.flush()
     finally:
         net.inner = inner

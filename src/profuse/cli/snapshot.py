@@ -29,7 +29,7 @@ def run_snapshot_report(args: argparse.Namespace) -> int:
         doc = {"schema": SCHEMA, "path": str(args.path), "counts": counts,
                "memory": msgspec.to_builtins(payload) if payload is not None else {"devices": []},
                "timeline": msgspec.to_builtins(lanes)}
-        return emit(render_json(doc), args.output)
+        return emit(render_json(doc), args.output, json_document=True)
     from rich.text import Text
 
     from ..report.console_memory import render_memory
