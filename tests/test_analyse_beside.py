@@ -242,3 +242,25 @@ def test_a_call_taken_back_that_fails_raises_its_error_each_time_it_is_asked() -
             release.set()
             first()
         assert runs == [1]
+
+
+def test_a_call_handed_first_runs_before_those_not_begun() -> None:
+    with profuse.load(trace_path("h100_bert_small.json.gz"), cache=False) as tr:
+        order: list[str] = []
+
+        def note(what: str) -> Any:
+            return lambda: order.append(what) or threading.current_thread().name
+
+        with beside(tr) as submit:
+            # GIVEN the other thread busy, two calls queued behind it, then two handed first
+            release, busy = _kept_busy(submit)
+            later = [submit(note("a")), submit(note("b"))]
+            sooner = [submit(note("c"), first=True), submit(note("d"), first=True)]
+            release.set()
+            deadline = time.monotonic() + 10
+            while len(order) < 4 and time.monotonic() < deadline:   # asked before they ran, they would run here
+                time.sleep(0.01)
+            # THEN the ones handed first run next, in the order handed, then the others; all over there
+            names = [get() for get in (*later, *sooner)]
+        assert order == ["c", "d", "a", "b"]
+        assert all(n.startswith("profuse-analyse") for n in names) and busy().startswith("profuse-analyse")

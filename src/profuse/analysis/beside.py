@@ -24,12 +24,13 @@ R = TypeVar("R")
 class Submit(Protocol):
     """Hand over a call; get back a getter that waits for its result (and raises its error)."""
 
-    def __call__(self, fn: Callable[[], R], /) -> Callable[[], R]:
-        """``fn`` handed over; the getter of its result."""
+    def __call__(self, fn: Callable[[], R], /, *, first: bool = False) -> Callable[[], R]:
+        """``fn`` handed over; the getter of its result. ``first``: run before the calls handed without it that
+        have not begun (a call whose result the caller needs soon, behind sections it needs only at the end)."""
         ...
 
 
-def now(fn: Callable[[], R]) -> Callable[[], R]:
+def now(fn: Callable[[], R], /, *, first: bool = False) -> Callable[[], R]:
     """:class:`Submit` with no other thread: ``fn`` runs at once."""
     result = fn()
     return lambda: result
@@ -37,20 +38,24 @@ def now(fn: Callable[[], R]) -> Callable[[], R]:
 
 @contextmanager
 def beside(trace: Trace) -> Iterator[Submit]:
-    """A :class:`Submit` whose calls run in the order handed, on one other thread querying ``trace`` on a
-    cursor of its own (:meth:`Trace.queried_with`), unless the caller asks for one's result before that
-    thread has begun it: then it runs on the caller's thread (:func:`_taken`). Their phases nest in the
-    caller's (``--timings``). The
+    """A :class:`Submit` whose calls run in the order handed (those handed ``first`` before the others not begun),
+    on one other thread querying ``trace`` on a cursor of its own (:meth:`Trace.queried_with`), unless the
+    caller asks for one's result before that thread has begun it: then it runs on the caller's thread
+    (:func:`_taken`). Their phases nest in the caller's (``--timings``). The
     block's end waits for them; when the block raises (an error, a Ctrl-C), the calls not begun are dropped
     and the running one's queries interrupted until it ends. Where no thread can start, each call runs at once."""
+    from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 
     cur = trace.cursor()
     pool = ThreadPoolExecutor(1, thread_name_prefix="profuse-analyse")
     handed: list[Future[Any]] = []
+    # the calls handed and not begun: those handed first, then the others; each job of the pool runs the next
+    # (only the other thread takes from them)
+    waiting: tuple[deque[tuple[Future[Any], Callable[[], Any]]], ...] = (deque(), deque())
     alone = False   # no thread could start: every call from then on runs here
 
-    def submit(fn: Callable[[], R]) -> Callable[[], R]:
+    def submit(fn: Callable[[], R], /, *, first: bool = False) -> Callable[[], R]:
         nonlocal alone
         run = carried(fn)
 
@@ -58,9 +63,13 @@ def beside(trace: Trace) -> Iterator[Submit]:
             with trace.queried_with(cur):
                 return run()
         if not alone:
+            future: Future[R] = Future()
+            queue = waiting[0 if first else 1]
+            queue.append((future, task))
             try:
-                future = pool.submit(task)
-            except RuntimeError:  # can't start new thread (short of memory): nothing left queued to run later
+                pool.submit(_run_next, waiting)
+            except RuntimeError:  # can't start new thread (short of memory): no job ran, none will
+                queue.pop()
                 alone = True
                 pool.shutdown(wait=False, cancel_futures=True)
             else:
@@ -79,6 +88,22 @@ def beside(trace: Trace) -> Iterator[Submit]:
         finally:
             with suppress(Exception):
                 cur.close()
+
+
+def _run_next(waiting: tuple[Any, ...]) -> None:
+    """One job of :func:`beside`'s pool: the next call handed and not begun, those handed first before the
+    others, run (a call taken back by the caller is cancelled: passed over)."""
+    while True:
+        try:
+            future, task = (waiting[0] or waiting[1]).popleft()
+        except IndexError:   # every one left taken back, each passed over by an earlier job
+            return
+        if future.set_running_or_notify_cancel():
+            break
+    try:
+        future.set_result(task())
+    except BaseException as err:
+        future.set_exception(err)
 
 
 def _taken(future: Any, fn: Callable[[], R]) -> Callable[[], R]:
@@ -108,6 +133,8 @@ def _stop(pool: Any, handed: list[Any], cur: Any) -> None:
     from concurrent.futures import wait
 
     pool.shutdown(wait=False, cancel_futures=True)
+    for future in handed:   # those not begun: never run (the running one is not cancelled)
+        future.cancel()
     while not all(f.done() for f in handed):
         with suppress(Exception):
             cur.interrupt()

@@ -87,14 +87,15 @@ def _device_diagnosis(trace: Trace, candidates: list[object], peaks: object,
     if w.acts.start.size == 0:
         return _not_recorded(trace, steps, list(model.spans))
     # what the levers read of the work alone, found over there while the time is labelled here (with no other
-    # thread, by the levers where they ask: a trace without idle CPU time never needs it)
-    holders = None if submit is now else submit(lambda: cpu_other_holders(w))
+    # thread, by the levers where they ask: a trace without idle CPU time never needs it); handed first, before
+    # the report's sections queued there, which only its end reads
+    holders = None if submit is now else submit(lambda: cpu_other_holders(w), first=True)
     lab = labels(w)
     spans = list(model.spans)
     warm = warmup(trace)
     every, offsets, per_span = spans_pieces(lab, np.asarray([lo for lo, _ in spans], dtype=np.int64),
                                             np.asarray([hi for _, hi in spans], dtype=np.int64))
-    out_steps = submit(lambda: _step_budgets(steps, spans, per_span, warm))
+    out_steps = submit(lambda: _step_budgets(steps, spans, per_span, warm), first=True)
     steady = _steady(spans, warm, every, offsets, per_span)
     notes = []
     if warm is not None:

@@ -203,12 +203,13 @@ def device_levers(ctx: Context) -> list[Lever]:
     assert ctx.work is not None and ctx.labels is not None
     start, ns, idx, label = _pieces(ctx)
     # the launch calls holding the launch gaps, the waits' and the fallbacks' levers read nothing the others
-    # make: handed to ctx.submit (a report's other thread) while the CPU time is split here; the levers are
-    # listed in the same order either way
-    launches = ctx.submit(lambda: _launch_holders(ctx, start, ns, label))
+    # make: handed to ctx.submit (a report's other thread, ahead of the sections queued there) while the CPU
+    # time is split here; the levers are listed in the same order either way
+    launches = ctx.submit(lambda: _launch_holders(ctx, start, ns, label), first=True)
     waits = ctx.submit(lambda: [*_stream_wait(ctx, start, ns, label), *_unrecorded_wait(ctx, start, ns, label),
-                                *_host_sync(ctx, start, ns, label), *_drained_syncs(ctx, start, ns, label)])
-    fallbacks = ctx.submit(lambda: _cpu_fallback(ctx, start, ns, label))
+                                *_host_sync(ctx, start, ns, label), *_drained_syncs(ctx, start, ns, label)],
+                       first=True)
+    fallbacks = ctx.submit(lambda: _cpu_fallback(ctx, start, ns, label), first=True)
     cpu = _cpu_other(ctx, start, ns, label)
     out = _graphs(ctx, ns, idx, label, cpu, launches())
     out += waits()
