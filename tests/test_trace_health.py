@@ -114,3 +114,37 @@ def test_every_renderer_carries_the_same_health(tmp_path: Path, capsys: pytest.C
     out = capsys.readouterr().out
     assert "Trace health: 17 device activities (1 with their launch call)" in out
     assert all(f.text in out.replace("\n", " ") or f.text[:60] in out for f in h.findings)
+
+
+@pytest.mark.parametrize("names, said", [
+    (["execute_context_0(0)_generation_4(4)", "step[DECODE bs=4]"], "serving steps (sglang, vllm)"),
+    (["execute_context_0(0)_generation_4(4)"], "serving steps (vllm)"),
+    (["ProfilerStep#0", "step[DECODE bs=4]"], "serving steps (sglang)"),
+    (["ProfilerStep#0"], "ProfilerStep marks"),
+])
+def test_steps_are_said_to_come_from_every_engine_whose_annotation_names_them(tmp_path: Path, names: list[str],
+                                                                             said: str) -> None:
+    # GIVEN one step marked by annotations nested one in the next (a vLLM-style name around sglang's, as the
+    # shared MI300X sglang trace records its decode step)
+    ev = [_x("user_annotation", n, i, 100 - 2 * i) for i, n in enumerate(names)] + [_x("cpu_op", "aten::add", 10, 5)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    with profuse.load(p, cache=False) as t:
+        h = trace_health(t)
+    # THEN the health names every engine there, and a ProfilerStep# around a serving step adds none
+    assert (h.steps, h.steps_from) == (1, said)
+
+
+def test_the_shared_sglang_trace_names_both_engines_of_its_step() -> None:
+    import gzip
+    import re
+
+    path = SHARED / "traces" / "mi300_sglang_decode_cudagraph.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    names = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"]
+    formats = {"vllm": any(re.match(r"execute_(\d+_)?context_\d+", n) for n in names),
+               "sglang": any(re.match(r"step\[[A-Z_]+", n) for n in names)}
+    with profuse.load(path, cache=False) as t:
+        h = trace_health(t)
+    assert formats == {"vllm": True, "sglang": True}
+    assert h.steps_from == "serving steps (sglang, vllm)"

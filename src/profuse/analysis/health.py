@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
+from ..trace.step_names import engines
 from ..trace.vocabulary import launch_call_sql
 from ..units import fmt_us
 
@@ -167,8 +168,8 @@ def _steps(trace: Trace) -> tuple[int, str]:
     steps = step_model(trace).steps
     if not steps:
         return 0, "none: the active window"
-    engines = sorted({s.info.engine for s in steps})
-    return len(steps), "ProfilerStep marks" if engines == ["profiler"] else f"serving steps ({', '.join(engines)})"
+    named = sorted({e for s in steps for e in engines(s.info)})
+    return len(steps), "ProfilerStep marks" if named == ["profiler"] else f"serving steps ({', '.join(named)})"
 
 
 def trace_health(trace: Trace) -> Health:

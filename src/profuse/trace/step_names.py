@@ -29,7 +29,7 @@ STEP_WHERE = f"kind = 'annotation' AND {STEP_SQL}"
 class StepName:
     """What a step annotation's name says: its engine and, for serving steps, phase, batch and tokens."""
 
-    engine: str           # profiler | vllm | sglang
+    engine: str           # profiler | vllm | sglang; "sglang, vllm" where nested annotations of both name one step
     phase: str | None     # prefill | decode | mixed | draft | verify (speculative decoding) | None
     batch: int | None     # requests in the batch
     tokens: int | None    # tokens scheduled in the step
@@ -76,9 +76,16 @@ def parse_step(name: str) -> StepName | None:
     return None
 
 
+def engines(info: StepName) -> list[str]:
+    """The engines whose annotations name the step (one, or several where nested annotations did)."""
+    return info.engine.split(", ")
+
+
 def merge(outer: StepName, inner: StepName) -> StepName:
-    """A step's description from its own name and a step annotation nested in it: known fields win."""
-    return StepName(outer.engine if outer.engine != "profiler" else inner.engine,
+    """A step's description from its own name and a step annotation nested in it: known fields win; the engines
+    of both, but a ``ProfilerStep#`` around a serving step's annotation, which names no engine of its own."""
+    named = [e for e in dict.fromkeys([*engines(outer), *engines(inner)]) if e != "profiler"]
+    return StepName(", ".join(sorted(named)) or "profiler",
                     outer.phase or inner.phase, outer.batch if outer.batch is not None else inner.batch,
                     outer.tokens if outer.tokens is not None else inner.tokens,
                     outer.kv_tokens if outer.kv_tokens is not None else inner.kv_tokens)
