@@ -225,13 +225,15 @@ def nesting_in_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: 
     n = len(ts)
     parent = np.full(n, NONE, dtype=index)
     depth = np.full(n, NONE, dtype=np.int32)
-    idx = np.flatnonzero(mask)
-    if idx.size == 0:
-        return parent, depth, idx.astype(index)
-    th, start = thread[idx].astype(np.int64, copy=False), ts[idx].astype(np.int64, copy=False)
-    end = start + np.maximum(dur[idx], 1)
+    # every event masked (a call tree's frames): the columns themselves, not a copy of each through the mask
+    idx = None if mask.all() else np.flatnonzero(mask)
+    if (n if idx is None else idx.size) == 0:
+        return parent, depth, np.zeros(0, dtype=index)
+    th = (thread if idx is None else thread[idx]).astype(np.int64, copy=False)
+    start = (ts if idx is None else ts[idx]).astype(np.int64, copy=False)
+    end = start + np.maximum(dur if idx is None else dur[idx], 1)
     order = packed_order(th, start, -end)  # by thread, start, the longer first, then position
-    ids = idx[order].astype(index, copy=False)
+    ids = (order if idx is None else idx[order]).astype(index, copy=False)
     del idx
     # the compiled pass reads the events' own columns by id: no sorted copies, nothing per event to scatter back
     if _native.nest_ids(ids, thread, ts, dur, parent, depth, OVERHANG_NS):
