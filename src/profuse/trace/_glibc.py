@@ -16,7 +16,8 @@ from typing import Any
 
 M_ARENA_MAX = -8
 M_TRIM_THRESHOLD = -1
-TRIM_AFTER = 2 * (32 << 20)   # glibc's trim threshold once a numpy process has its mmap threshold at the most
+DYNAMIC_MAX = 32 << 20         # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
+TRIM_AFTER = 2 * DYNAMIC_MAX   # glibc's trim threshold once a numpy process has its mmap threshold at the most
 _keepers = 0
 _keep_lock = threading.Lock()
 

@@ -152,9 +152,9 @@ class _GlibcHeap:
     events went in beside the memory tables), and again once the main thread's part is done.
     """
 
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = _glibc.M_TRIM_THRESHOLD, -3
     MMAP_MAX = 1 << 30       # blocks up to this come from the heap while reusing, and as much is kept free
-    DYNAMIC_MAX = 32 << 20   # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
+    DYNAMIC_MAX = _glibc.DYNAMIC_MAX
 
     def __init__(self) -> None:
         self._libc: Any = _glibc.libc()
