@@ -140,19 +140,15 @@ def emit(text: str, output: str | None, *, json_document: bool = False) -> int:
     redacts line by line (:func:`profuse.redact.redact_json`: the same text, in a fraction of the time)."""
     from ..redact import output_redacted, redact_json, write_passed
 
-    if json_document and output_redacted():
-        text = redact_json(text)   # what passes the boundary: written beneath it
-        if output:
-            from .._io import atomic_write
-
-            atomic_write(output, (text + "\n").encode())
-        else:
-            write_passed(sys.stdout, text + "\n")
-        return 0
+    passed = json_document and output_redacted()
+    if passed:
+        text = redact_json(text)   # what passes the boundary: written beneath it (bytes: atomic_write's raw path)
     if output:
         from .._io import atomic_write
 
-        atomic_write(output, text + "\n")
+        atomic_write(output, (text + "\n").encode() if passed else text + "\n")
+    elif passed:
+        write_passed(sys.stdout, text + "\n")
     else:
         print(text)
     return 0
