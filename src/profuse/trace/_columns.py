@@ -51,7 +51,13 @@ def packed_order(major: np.ndarray, minor: np.ndarray, tie: np.ndarray | None = 
     bits = max(int(minor.max()) - minor_lo, 1).bit_length()
     if bits > 62 or int(major.max()) - major_lo >= 1 << (63 - bits):
         return np.lexsort(keys)
-    key = ((major.astype(np.int64, copy=False) - major_lo) << bits) | (minor.astype(np.int64, copy=False) - minor_lo)
+    key = major.astype(np.int64)   # a fresh array, keyed in place (each temporary as long as the events)
+    key -= major_lo
+    key <<= bits
+    low = minor.astype(np.int64)
+    low -= minor_lo
+    key |= low
+    del low
     order = _stable_argsort(key, major, major_lo)
     if tie is None:
         return order

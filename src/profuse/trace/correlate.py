@@ -229,16 +229,24 @@ def nesting_in_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: 
     idx = None if mask.all() else np.flatnonzero(mask)
     if (n if idx is None else idx.size) == 0:
         return parent, depth, np.zeros(0, dtype=index)
-    th = (thread if idx is None else thread[idx]).astype(np.int64, copy=False)
+    # the threads in their own integer type (packed_order widens what it keys); each end made in one array
+    th = thread if idx is None else thread[idx]
     start = (ts if idx is None else ts[idx]).astype(np.int64, copy=False)
-    end = start + np.maximum(dur if idx is None else dur[idx], 1)
-    order = packed_order(th, start, -end)  # by thread, start, the longer first, then position
+    if idx is None:
+        end = np.maximum(dur, 1).astype(np.int64, copy=False)
+    else:   # a fresh copy: worked in place
+        end = dur[idx].astype(np.int64, copy=False)
+        np.maximum(end, 1, out=end)
+    end += start
+    np.negative(end, out=end)
+    order = packed_order(th, start, end)  # by thread, start, the longer first (end negated), then position
+    np.negative(end, out=end)
     ids = (order if idx is None else idx[order]).astype(index, copy=False)
     del idx
     # the compiled pass reads the events' own columns by id: no sorted copies, nothing per event to scatter back
     if _native.nest_ids(ids, thread, ts, dur, parent, depth, OVERHANG_NS):
         return parent, depth, ids
-    th, start, end = th[order], start[order], end[order]
+    th, start, end = th[order].astype(np.int64, copy=False), start[order], end[order]
     del order
     t0 = start.min()
     span = int(max(end.max() - t0, 1)) + 1
