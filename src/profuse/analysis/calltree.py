@@ -261,13 +261,14 @@ def _paths(py_parent: np.ndarray, depth: np.ndarray, code: np.ndarray,
     renumbered level by level, by key: the order of the paths does not depend on the order of the frames."""
     nf = len(code)
     order = np.argsort(_small(depth), kind="stable")
-    at = np.empty(nf + 1, dtype=np.int64)       # each frame's place in that order; no parent: the slot after
-    at[order] = np.arange(nf)
+    place = np.int32 if nf < 2**31 - 1 else np.int64   # positions among the frames: int32 where they fit
+    at = np.empty(nf + 1, dtype=place)          # each frame's place in that order; no parent: the slot after
+    at[order] = np.arange(nf, dtype=place)
     at[nf] = nf
     up = at[py_parent[order]]
     name = code[order]
     base = np.zeros(nf + 1, dtype=np.int64)     # per frame in order: (its path + 1) * n_names; the slot after: 0
-    in_order = np.empty(nf, dtype=np.int64)     # per frame in order: its path
+    in_order = np.empty(nf, dtype=place)        # per frame in order: its path
     known = np.zeros(0, dtype=np.int64)         # the keys met, ascending, and the path id of each
     met = np.zeros(0, dtype=np.int64)
     counts = np.bincount(depth) if nf else np.zeros(0, dtype=np.int64)   # the frames of each depth: a slice each
@@ -282,7 +283,7 @@ def _paths(py_parent: np.ndarray, depth: np.ndarray, code: np.ndarray,
         ids = met[np.searchsorted(known, keys)]
         in_order[lo:hi] = ids[inverse]
         base[lo:hi] = ((ids + 1) * n_names)[inverse]
-    path = np.empty(nf, dtype=np.int64)
+    path = np.empty(nf, dtype=place)
     path[order] = in_order
     key = np.empty(len(known), dtype=np.int64)  # each path's key, by path id
     key[met] = known
@@ -369,9 +370,12 @@ def _python_parents(f: _Frames) -> tuple[np.ndarray, np.ndarray, list[np.ndarray
     """Each frame's Python parent (the innermost frame that holds it on its thread: the load's nesting over
     the frames alone) as a position among the frames (-1: none) and its depth among them, and the position
     of the frame each frame and each other event sits right in (-1: its parent is no frame)."""
-    from ..trace.correlate import nesting
+    from ..trace.correlate import nesting_in_order
 
-    py_parent, py_depth = nesting(f.thread, f.ts, f.end - f.ts, np.ones(len(f.id), dtype=bool))
+    # positions among the frames: int32 where they fit (each array here is as long as the trace has frames)
+    index = np.int32 if len(f.id) < 2**31 - 1 else np.int64
+    py_parent, py_depth, _ = nesting_in_order(f.thread, f.ts, f.end - f.ts, np.ones(len(f.id), dtype=bool),
+                                              index=index)
     # one slot more, -1, where index -1 (no parent) lands. Events not read are roots and no frames.
     pos = np.full(f.events + 1, -1, dtype=np.int64)
     pos[f.id] = np.arange(len(f.id))

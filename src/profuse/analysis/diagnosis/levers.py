@@ -885,7 +885,8 @@ class CpuOtherHolders:
     """What :func:`_cpu_other` asks of every idle piece, from the work alone (so it may be found on another
     thread while the time is labelled): masks over the host intervals of the stalls (``stall``), the
     model's intervals (``model``), the top-level ops (``top``) and the runtime calls (``cuda``, None where
-    none), each interval's kind as a runtime call (:func:`_call_kinds`) and its name code (:meth:`_Held.codes`)."""
+    none), each interval's kind as a runtime call (:func:`_call_kinds`), its name code (:meth:`_Held.codes`) and
+    its depth as the compiled walk reads it (int64: widened once, not once per chunk of idle pieces)."""
 
     stall: np.ndarray
     model: np.ndarray
@@ -893,6 +894,7 @@ class CpuOtherHolders:
     cuda: np.ndarray | None
     kinds: np.ndarray
     code: np.ndarray
+    depth: np.ndarray
 
 
 def cpu_other_holders(w: DeviceWork) -> CpuOtherHolders:
@@ -907,7 +909,8 @@ def cpu_other_holders(w: DeviceWork) -> CpuOtherHolders:
     # autotuning, CPU compute), not dispatch; an op that launched more often, a compiled region's wrapper
     # or an autograd node running a compiled backward, is dispatch however long
     stall[stall] = _launch_calls_in(w, stall) * gap < long_[stall]
-    return CpuOtherHolders(stall, _model_intervals(w), w.host_top, _cuda_calls(w), _call_kinds(w), _Held.codes(w))
+    return CpuOtherHolders(stall, _model_intervals(w), w.host_top, _cuda_calls(w), _call_kinds(w), _Held.codes(w),
+                           w.host_depth.astype(np.int64))
 
 
 def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarray) -> CpuOther:
@@ -930,7 +933,7 @@ def _cpu_other(ctx: Context, start: np.ndarray, ns: np.ndarray, label: np.ndarra
         if not m.any():
             continue
         t, v_ns = start[lo:lo + CPU_OTHER_CHUNK][m], ns[lo:lo + CPU_OTHER_CHUNK][m]
-        h = _Held.of(w, t, host_top, code)  # each time's holders, found once for the counts below
+        h = _Held.of(w, t, host_top, code, held.depth)  # each time's holders, found once for the counts below
         _held_ns(w, h, v_ns, ops, free)
         in_runtime = _runtime_holders(w, h, v_ns, runtime_calls, kinds, calls)
         inside = (h.covering(top) < 0) & ~in_runtime
@@ -984,14 +987,14 @@ class _Held:
         return np.append(w.host_code, -1).astype(np.int32, copy=False)
 
     @classmethod
-    def of(cls, w: DeviceWork, t: np.ndarray, host_top: _Cover, code: np.ndarray) -> _Held:
+    def of(cls, w: DeviceWork, t: np.ndarray, host_top: _Cover, code: np.ndarray, depth: np.ndarray) -> _Held:
         """The holders of each time t (``host_top``: the top-level host intervals, ``w.host_top``; ``code``:
-        :meth:`codes` of ``w``)."""
+        :meth:`codes` of ``w``; ``depth``: ``w.host_depth`` as int64)."""
         after = _started(w.host_ts, t)
         scratch = host_top.covering(w.host_end, after, t)
         op_code = code[scratch]
         after -= 1   # the last interval started by each time, for the walk (and back after it)
-        holder = _holders(w.host_ts, w.host_end, w.host_depth, w.host_op, t, after, out=scratch)
+        holder = _holders(w.host_ts, w.host_end, depth, w.host_op, t, after, out=scratch)
         after += 1
         free_code = code[holder]
         free_code[op_code >= 0] = -1
