@@ -9,7 +9,8 @@ empty profuse cache folder:
 
 - cold load: ``profuse.load`` in a fresh interpreter, imports outside the clock, the cache written behind
   waited for (bench_load.PROFUSE); MB/s = raw size / seconds; peak RSS of that process. Its runs and the cold
-  report's alternate (load, report, load, report, ...), so the ratio compares runs of the same minutes.
+  report's alternate (load, report, load, report, ...), so the ratio compares runs of the same minutes; each
+  pair's ratio (a report over the load just before it) is printed beside, the spread the machine's minutes gave.
 - cold report: ``profuse report PATH --format json`` as a whole process, the first of a user (a fresh,
   empty cache folder: its tables cache written before the process ends); its ratio to the cold load of the
   same run, and its peak RSS / raw size; the same with ``--no-cache`` beside it.
@@ -77,9 +78,14 @@ def measure(key: str, reps: int, hta: bool) -> dict[str, dict]:
 
     report = [str(PROFUSE_BIN), "report", str(path), "--format", "json"]
     out: dict[str, dict] = {"cold load": {}, "cold report": {}}
+    pairs = []
     for _ in range(reps):   # in turns: a drift of the machine's speed (5-10% within minutes) reaches both alike
-        out["cold load"] = fastest(out["cold load"], bench_load.child(bench_load.PROFUSE, path, env=env, before=clear))
-        out["cold report"] = fastest(out["cold report"], bench_load.process(report, env=env, before=clear, reads=path))
+        load = bench_load.child(bench_load.PROFUSE, path, env=env, before=clear)
+        rep = bench_load.process(report, env=env, before=clear, reads=path)
+        out["cold load"], out["cold report"] = fastest(out["cold load"], load), fastest(out["cold report"], rep)
+        if "seconds" in load and "seconds" in rep:
+            pairs.append(rep["seconds"] / load["seconds"])
+    out["pairs"] = {"ratios": pairs}   # each report over the load just before it: how far the minutes moved
     out["no-cache report"] = bench_load.process([*report, "--no-cache"], env=env, reps=reps, reads=path)
     clear()
     for _ in range(2):  # the entry stored, then the stat entry recorded (the trace hashed once)
@@ -125,8 +131,10 @@ def rows_of(key: str, r: dict[str, dict], bare: float) -> list[Row]:
         ratio = rep["seconds"] / load["seconds"]
         plain = r.get("no-cache report", {})
         plain_txt = f"; --no-cache {plain['seconds']:.2f} s" if "seconds" in plain else ""
+        pairs = r.get("pairs", {}).get("ratios", [])
+        pairs_txt = f"; pairs {min(pairs):.2f}-{max(pairs):.2f}x" if len(pairs) > 1 else ""
         rows.append(Row(f"{gb}: cold report / cold load", f"{rep['seconds']:.2f} s = {ratio:.2f}x", "<= 1.5x",
-                        ratio <= 1.5, f"load {load['seconds']:.2f} s{plain_txt}"))
+                        ratio <= 1.5, f"load {load['seconds']:.2f} s{pairs_txt}{plain_txt}"))
         rows.append(Row(f"{gb}: cold report peak RSS / raw", f"{rep['peak_rss'] / size:.2f}x", "<= 1x",
                         rep["peak_rss"] <= size, f"{rep['peak_rss'] / 1e9:.2f} GB"))
     if "error" not in cached:
