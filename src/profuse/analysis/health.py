@@ -73,7 +73,7 @@ class Health:
     device_behind_us: float | None       # how far at least the device clock runs behind the host's (None: not seen)
     all_late_us: float | None            # the least wait where every launched activity waited over 100 µs
     steps: int
-    steps_from: str                      # ProfilerStep marks | serving steps (vllm, sglang) | none: active window
+    steps_from: str                      # ProfilerStep marks | serving steps (sglang, vllm: sorted) | none: ...
     python_events: int
     ops: int
     findings: list[Finding] = field(default_factory=list)
