@@ -238,14 +238,15 @@ def forget_kept_views(path: Path) -> int:
     """Remove what an earlier open kept of ``path``'s first views (the explorer's derived entries, see
     explorer/server.py ``KEPT``), so the next open is a first one; how many entries were removed."""
     import profuse
-    from profuse.explorer.server import KEPT
+    from profuse.explorer.server import KEPT, overview_key
     from profuse.trace.cache import derived_path
 
     with profuse.load(path) as trace:
         folder, fp = trace.cache_folder, trace.meta.source
         if folder is None:
             return 0
-        keys = [f"{KEPT}timeline-head", f"{KEPT}memory", *(f"{KEPT}timeline-full/{1 << k}" for k in range(51))]
+        keys = [f"{KEPT}timeline-head", f"{KEPT}memory", *(f"{KEPT}timeline-full/{1 << k}" for k in range(51)),
+                *(overview_key(later=later, keep_metadata=keep) for later in (False, True) for keep in (False, True))]
         gone = 0
         for key in keys:
             found = derived_path(folder, fp, key)

@@ -424,11 +424,17 @@ def _group_by(request: Request) -> str:
     return group
 
 
+def overview_key(*, later: bool, keep_metadata: bool) -> str:
+    """The derived entry's key of a kept Overview: its head alone (``later``: without the advice) or whole, with
+    the trace's metadata kept or redacted."""
+    return f"{KEPT}overview{'-head' if later else ''}{'-kept-metadata' if keep_metadata else ''}"
+
+
 def _overview(run: Loaded, request: Request, opts: Options) -> Any:
     """The Overview, kept per trace; ``?advice=later``: without its advice (the summary, the device time by
     category and the trace's health: what the page draws while the diagnosis is computed)."""
     later = request.query_params.get("advice") == "later"
-    key = f"{KEPT}overview{'-head' if later else ''}{'-kept-metadata' if opts.keep_metadata else ''}"
+    key = overview_key(later=later, keep_metadata=opts.keep_metadata)
 
     def compute() -> Overview:
         summary = run.once("summary", lambda: summarize(run.trace))
