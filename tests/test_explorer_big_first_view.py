@@ -132,3 +132,39 @@ def build_overview(trace):
     from profuse.payloads import build
 
     return build.overview_of(trace)
+
+
+def test_the_models_build_waits_for_a_request_computing_on_its_run_unless_wanted(monkeypatch):
+    # GIVEN a run of the explorer on a real trace, its model's build waiting for the first view (no timer)
+    import threading
+    import time
+
+    monkeypatch.setattr(server, "WANT_WITHIN_S", 600.0)
+    path = trace_path("v100_ns_timestamps.json.gz")
+    with profuse.load(path) as t:
+        run = server.Run(t, threading.Event())
+        # WHEN a request computes on the run (it holds the run's lock) while the first view is answered, and
+        # goes on well past the grace after which the build is due
+        with run.held():
+            run.want_model()
+            time.sleep(server.VIEWED_GRACE_S + 0.7)
+            # THEN the build has not started beside it: the model's memory and the request's do not add up
+            waited = not run._building.built() and run._building._thread.is_alive()
+        # AND once the request ends the build goes on by itself and the model is built
+        deadline = time.monotonic() + 60
+        while not run._building.built() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        after_release = run._building.built()
+        # AND a second run, wanted while a request holds it (a timeline request needs the model), builds at once
+        other = server.Run(t, threading.Event())
+        with other.held():
+            other._building.want()
+            deadline = time.monotonic() + 60
+            while not other._building.built() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            wanted_while_held = other._building.built()
+        other._building.close()
+        run._building.close()
+    assert waited
+    assert after_release
+    assert wanted_while_held
