@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
-from ..trace.step_names import engines
 from ..trace.vocabulary import launch_call_sql
 from ..units import fmt_us
 
@@ -168,7 +167,7 @@ def _steps(trace: Trace) -> tuple[int, str]:
     steps = step_model(trace).steps
     if not steps:
         return 0, "none: the active window"
-    named = sorted({e for s in steps for e in engines(s.info)})
+    named = sorted({e for s in steps for e in s.info.engines})
     return len(steps), "ProfilerStep marks" if named == ["profiler"] else f"serving steps ({', '.join(named)})"
 
 

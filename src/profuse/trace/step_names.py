@@ -29,11 +29,16 @@ STEP_WHERE = f"kind = 'annotation' AND {STEP_SQL}"
 class StepName:
     """What a step annotation's name says: its engine and, for serving steps, phase, batch and tokens."""
 
-    engine: str           # profiler | vllm | sglang; "sglang, vllm" where nested annotations of both name one step
+    engines: tuple[str, ...]   # ("profiler",) | ("vllm",) | ("sglang",); sorted, several where nested annotations name it
     phase: str | None     # prefill | decode | mixed | draft | verify (speculative decoding) | None
     batch: int | None     # requests in the batch
     tokens: int | None    # tokens scheduled in the step
     kv_tokens: int | None = None   # key/value tokens the step's attention reads (vLLM's sk), where annotated
+
+    @property
+    def engine(self) -> str:
+        """The engines as one label (``sglang, vllm`` where both name the step)."""
+        return ", ".join(self.engines)
 
 
 def _count(text: str | None) -> int | None:
@@ -62,30 +67,25 @@ def _vllm_tokens(m: re.Match[str]) -> int | None:
 def parse_step(name: str) -> StepName | None:
     """The step a name describes, or None when it is not a step annotation."""
     if name.startswith("ProfilerStep#"):
-        return StepName("profiler", None, None, None)
+        return StepName(("profiler",), None, None, None)
     m = _VLLM.match(name)
     if m:
         ctx, gen = int(m["ctx"]), int(m["gen"])
         phase = "mixed" if ctx and gen else "prefill" if ctx else "decode" if gen else None
-        return StepName("vllm", phase, ctx + gen, _vllm_tokens(m), _sum(_stat(m["ctx_t"], "sk"), _stat(m["gen_t"], "sk")))
+        return StepName(("vllm",), phase, ctx + gen, _vllm_tokens(m), _sum(_stat(m["ctx_t"], "sk"), _stat(m["gen_t"], "sk")))
     m = _SGLANG.match(name)
     if m:
         fields = {f["key"]: int(f["val"]) for f in _FIELD.finditer(m["rest"])}
-        return StepName("sglang", _SGLANG_PHASE.get(m["mode"]), fields.get("bs"),
+        return StepName(("sglang",), _SGLANG_PHASE.get(m["mode"]), fields.get("bs"),
                         fields.get("toks", fields.get("tokens")))
     return None
-
-
-def engines(info: StepName) -> list[str]:
-    """The engines whose annotations name the step (one, or several where nested annotations did)."""
-    return info.engine.split(", ")
 
 
 def merge(outer: StepName, inner: StepName) -> StepName:
     """A step's description from its own name and a step annotation nested in it: known fields win; the engines
     of both, but a ``ProfilerStep#`` around a serving step's annotation, which names no engine of its own."""
-    named = [e for e in dict.fromkeys([*engines(outer), *engines(inner)]) if e != "profiler"]
-    return StepName(", ".join(sorted(named)) or "profiler",
+    named = tuple(sorted({*outer.engines, *inner.engines} - {"profiler"}))
+    return StepName(named or ("profiler",),
                     outer.phase or inner.phase, outer.batch if outer.batch is not None else inner.batch,
                     outer.tokens if outer.tokens is not None else inner.tokens,
                     outer.kv_tokens if outer.kv_tokens is not None else inner.kv_tokens)
