@@ -259,9 +259,11 @@ def _paths(py_parent: np.ndarray, depth: np.ndarray, code: np.ndarray,
     frame's Python parent is one level up, so one vectorised step per depth (over the frames sorted by it,
     each step a slice) finds each frame's key from its parent's path; the keys met are kept. Ids are then
     renumbered level by level, by key: the order of the paths does not depend on the order of the frames."""
+    from ..trace.event_columns import row_type
+
     nf = len(code)
     order = np.argsort(_small(depth), kind="stable")
-    place = np.int32 if nf < 2**31 - 1 else np.int64   # positions among the frames: int32 where they fit
+    place = row_type(nf + 1)                    # positions among the frames (and the slot after): int32 where they fit
     at = np.empty(nf + 1, dtype=place)          # each frame's place in that order; no parent: the slot after
     at[order] = np.arange(nf, dtype=place)
     at[nf] = nf
@@ -371,11 +373,11 @@ def _python_parents(f: _Frames) -> tuple[np.ndarray, np.ndarray, list[np.ndarray
     the frames alone) as a position among the frames (-1: none) and its depth among them, and the position
     of the frame each frame and each other event sits right in (-1: its parent is no frame)."""
     from ..trace.correlate import nesting_in_order
+    from ..trace.event_columns import row_type
 
     # positions among the frames: int32 where they fit (each array here is as long as the trace has frames)
-    index = np.int32 if len(f.id) < 2**31 - 1 else np.int64
     py_parent, py_depth, _ = nesting_in_order(f.thread, f.ts, f.end - f.ts, np.ones(len(f.id), dtype=bool),
-                                              index=index)
+                                              index=row_type(len(f.id)))
     # one slot more, -1, where index -1 (no parent) lands. Events not read are roots and no frames.
     pos = np.full(f.events + 1, -1, dtype=np.int64)
     pos[f.id] = np.arange(len(f.id))
