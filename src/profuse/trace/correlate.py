@@ -232,11 +232,8 @@ def nesting_in_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: 
     # the threads in their own integer type (packed_order widens what it keys); each end made in one array
     th = thread if idx is None else thread[idx]
     start = (ts if idx is None else ts[idx]).astype(np.int64, copy=False)
-    if idx is None:
-        end = np.maximum(dur, 1).astype(np.int64, copy=False)
-    else:   # a fresh copy: worked in place
-        end = dur[idx].astype(np.int64, copy=False)
-        np.maximum(end, 1, out=end)
+    end = (dur if idx is None else dur[idx]).astype(np.int64, copy=idx is None)   # a fresh array: worked in place
+    np.maximum(end, 1, out=end)
     end += start
     np.negative(end, out=end)
     order = packed_order(th, start, end)  # by thread, start, the longer first (end negated), then position
