@@ -165,7 +165,7 @@ class ModelBuild:
     wanted, a due build also waits while ``busy()`` (a request computes on the run: :meth:`released` says
     when one ends), so that the model's memory and a diagnosis's do not peak together."""
 
-    def __init__(self, trace: Trace, after: SourceCheck | None, busy: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, trace: Trace, after: SourceCheck | None, busy: Callable[[], bool]) -> None:
         self._busy = busy
         self._model: TimelineModel | None = None
         self._failed: BaseException | None = None
