@@ -349,6 +349,10 @@ def test_timings_name_each_phase_and_add_up(capsys, _cache_dir):
         rows[(len(name) - len(name.lstrip()), name.strip())] = float(secs)
     assert {"load", "analyse", "view", "render", "total"} <= {n for _, n in rows}
     assert any(n == "fusion candidates" and depth > 2 for depth, n in rows)
+    # AND each analysis of the report is named under "analyse", those run on the other thread marked so
+    inner = {n for depth, n in rows if depth > 2}
+    assert {"diagnosis", "roofline", "call tree [beside]", "summary [beside]", "op table [beside]", "memory [beside]",
+            "health [beside]", "device events [beside]"} <= inner
     total = rows[(2, "total")]
     assert all(0 <= s <= total + 1e-3 for s in rows.values())
     top = sum(s for (depth, n), s in rows.items() if depth == 2 and n != "total")

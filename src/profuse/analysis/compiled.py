@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._progress import timed
 from ..trace import Trace
 from ..trace.artifacts import read_artifacts, read_side_bytes, side_files
 from ._memo import once_per_trace
@@ -158,6 +159,7 @@ def _is_inductor(name: str) -> bool:
 
 
 @once_per_trace
+@timed("compiled regions")
 def compiled_regions(trace: Trace) -> CompiledSummary:
     """The torch.compile regions of a trace with their kernels, graph breaks and the eager ops between them.
 

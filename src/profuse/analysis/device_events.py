@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
+from .._progress import timed
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from ._memo import once_per_trace
@@ -53,6 +54,7 @@ _QUERY = f"""SELECT id, ts, dur, kind <> 'kernel' AS copy, {", ".join(_NULLABLE)
 
 
 @once_per_trace
+@timed("device events")
 def device_events(trace: Trace) -> DeviceEvents:
     """The trace's :class:`DeviceEvents` (callers only read the arrays): one scan, each launch call's start and
     duration from :func:`busy.activities` (read once per trace, with the launch calls joined)."""

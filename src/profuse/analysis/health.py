@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
+from .._progress import timed
 from ..trace.vocabulary import launch_call_sql
 from ..units import fmt_us
 
@@ -171,6 +172,7 @@ def _steps(trace: Trace) -> tuple[int, str]:
     return len(steps), "ProfilerStep marks" if named == ["profiler"] else f"serving steps ({', '.join(named)})"
 
 
+@timed("health")
 def trace_health(trace: Trace) -> Health:
     """The trace's health record (see the module docstring)."""
     from .device_events import device_events

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .._lazy import lazy_module
+from .._progress import timed
 from ._memo import once_per_trace
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class MemorySection(msgspec.Struct, frozen=True):
     devices: list[DevicePeak]
 
 
+@timed("memory")
 def memory_section(trace: Trace, live_rows: int = 20) -> MemorySection | None:
     """The memory section of a loaded trace, or None for a trace without memory events."""
     peaks = memory_peaks(trace, live_rows)

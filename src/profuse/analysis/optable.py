@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from .._lazy import lazy_module
+from .._progress import timed
 from ..trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from . import figures
 from ._choices import check_choices
@@ -100,6 +101,7 @@ def device_counts(trace: Trace) -> DeviceCounts:
     return DeviceCounts(*(int(v or 0) for v in (row or (0, 0, 0, 0))))
 
 
+@timed("op table")
 def op_table(trace: Trace, *, group_by: str = "op", sort: str = "self_device") -> OpTable:
     """The op table grouped and sorted as asked; built once per loaded trace and (group, sort), since
     the report and the advisor's hotspots ask for the same one (callers only read it)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._progress import timed
 from ..errors import printable
 from .busy import Busy, StepBusy
 from .optable import device_counts, total_device_us
@@ -38,6 +39,7 @@ class Summary:
     steps: list[StepBusy] = field(default_factory=list)  # per step of the step model (analysis/steps.py)
 
 
+@timed("summary")
 def summarize(trace: Trace) -> Summary:
     """Totals of one trace: events, span, device time, linked kernels and what was skipped, and a
     bundle's capture status."""

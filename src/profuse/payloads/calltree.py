@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._progress import timed
 from ..analysis.calltree import CallNode, CallTree
 from ..analysis.event_detail import EventDetail, KernelLaunches, LaunchConfig, StackFrame
 from ..analysis.timeline_search import Match, TimelineMatches
@@ -18,6 +19,7 @@ __all__ = ["CallNode", "CallTree", "EventDetail", "KernelLaunches", "LaunchConfi
            "TimelineMatches", "call_tree_of", "event_detail_of", "kernel_launches_of", "search_of"]
 
 
+@timed("call tree")
 def call_tree_of(trace: Trace) -> CallTree | None:
     """The trace's Python call tree, or None where it has no ``python_function`` events."""
     from ..analysis.calltree import call_tree

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..._progress import timed
 from ...trace import Trace
 from ..optable import op_table
 
@@ -18,6 +19,7 @@ class Hotspot:
     share_pct: float
 
 
+@timed("hotspots")
 def hotspots(trace: Trace, *, top: int = 10) -> list[Hotspot]:
     """The ``top`` ops, modules and kernels by device time (self time for ops and kernels)."""
     out: list[Hotspot] = []

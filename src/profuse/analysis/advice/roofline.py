@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..._progress import timed
 from ...trace import Trace
 from ...trace.meta import first_device
 from ...trace.vocabulary import datasheet
@@ -96,6 +97,7 @@ ROOFLINE_TOP = 15        # rows the report's roofline section shows
 ALL_ROWS = 1 << 30       # every op (the diagnosis's GEMM bound reads them all)
 
 
+@timed("roofline")
 def roofline(trace: Trace, peaks: Peaks | None, *, top: int = ROOFLINE_TOP) -> list[RooflineRow]:
     """The ops that took the most time against the device's peaks, largest time first.
 

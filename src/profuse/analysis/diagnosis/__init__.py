@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ..._lazy import lazy_module
+from ..._progress import timed
 from ...trace import Trace
 from ...units import fmt_us
 from ..beside import Submit, now
@@ -38,6 +39,7 @@ else:  # numpy loads on first use: the records here are read without it
 from .records import Diagnosis, Leaf, Lever, Steady, StepBudget, leaves_of, step_kind
 
 
+@timed("diagnosis")
 def diagnose(trace: Trace, *, candidates: list[object] | None = None, peaks: object = None,
              roofline_rows: list[object] | None = None, submit: Submit = now) -> Diagnosis:
     """The diagnosis of a loaded trace; ``candidates``, ``peaks`` and ``roofline_rows`` are the
