@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _bytecode import current_bytecode
 from _rows import Row, write_rows
 
 import profuse
@@ -44,6 +45,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rows", help="write make bench's rows (benchmarks/_rows.py) to this JSON file")
     args = ap.parse_args()
+    current_bytecode()
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bytecode import current_bytecode
 from _rows import Row, read_rows
 
 HERE = Path(__file__).resolve().parent
@@ -84,6 +85,7 @@ def main() -> int:
     ap.add_argument("--only", action="append", choices=names, help="run only these benchmarks")
     ap.add_argument("--skip", action="append", choices=names, default=[], help="leave these out")
     args = ap.parse_args()
+    current_bytecode()
     logs = WORK / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     start = os.getloadavg()

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import bench_load  # the scaled traces and the bench folder
+from _bytecode import current_bytecode
 from _rows import Row, write_rows
 
 PROFUSE = [sys.executable, "-m", "profuse"]
@@ -92,6 +93,7 @@ def main() -> int:
     ap.add_argument("--no-big", action="store_true", help="bert50 instead of bert1g")
     ap.add_argument("--rows", help="write make bench's rows here (benchmarks/_rows.py)")
     args = ap.parse_args()
+    current_bytecode()
     inputs = args.only or ["bert50" if args.no_big else "bert1g", "tiny"]
     rows: list[Row] = []
     for name in inputs:

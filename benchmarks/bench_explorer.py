@@ -45,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_load
+from _bytecode import current_bytecode
 from _rows import Row, write_rows
 
 CHROMIUM = "/usr/bin/chromium"
@@ -357,6 +358,7 @@ def main() -> int:
     ap.add_argument("--rows", help="write make bench's rows here (JSON)")
     ap.add_argument("--serve", help=argparse.SUPPRESS)  # the explorer's own process (serve_child)
     args = ap.parse_args()
+    current_bytecode()
     if args.serve:
         return serve_child(args.serve)
     import profuse

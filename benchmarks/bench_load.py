@@ -33,6 +33,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
+from _bytecode import current_bytecode
 from _rows import Row, write_rows
 
 HERE = Path(__file__).resolve().parent
@@ -469,6 +470,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write the raw measurements here")
     ap.add_argument("--rows", help="write issue 23's rows here (benchmarks/_rows.py) for make bench")
     args = ap.parse_args()
+    current_bytecode()
     if not SRC.exists():
         print(f"missing {SRC}", file=sys.stderr)
         return 2

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _bytecode import current_bytecode
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 SHARED = Path(os.environ.get("PROFUSE_SHARED", HERE.parent / "tests" / "data")) / "traces"
@@ -80,6 +82,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--baseline", type=Path, help="another checkout's src folder to compare with")
     args = ap.parse_args()
+    current_bytecode()
     for name, path in inputs().items():
         times = load_seconds([SRC, *([args.baseline] if args.baseline else [])], path, args.reps)
         here = times[0]

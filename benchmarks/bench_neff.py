@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _bytecode import current_bytecode
+
 HERE = Path(__file__).resolve().parent
 REAL = HERE.parent / "tests" / "data" / "neuron" / "matmul_small.neff"
 
@@ -44,6 +46,7 @@ def main() -> int:
     ap.add_argument("--instructions", type=int, default=2000)
     ap.add_argument("--fan", type=int, default=50_000)
     args = ap.parse_args()
+    current_bytecode()
     sys.path.insert(0, str(HERE.parent / "tests"))
     from test_neff import _archive
     from test_neuron_hostile import _fan_out, _tar_level, _with_payload  # the tests' builders

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bytecode import current_bytecode
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "tests" / "data" / "traces" / "v100_rank1_of2_216k_events.json.gz"
 WORK = Path(os.environ.get("PROFUSE_BENCH_DIR", Path(tempfile.gettempdir()) / "profuse-bench"))
@@ -103,6 +105,7 @@ def main() -> None:
     ap.add_argument("--as-gib", type=float, default=4.0)
     ap.add_argument("--keep", action="store_true", help="keep the generated trace for the next run")
     args = ap.parse_args()
+    current_bytecode()
     t0 = time.perf_counter()
     path = noisy_trace(args.gb)
     size = path.stat().st_size

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bytecode import current_bytecode
 from _rows import Row, write_rows
 from bench_load import hta_python
 
@@ -141,6 +142,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write the raw measurements here")
     ap.add_argument("--rows", help="write make bench's rows (benchmarks/_rows.py) here")
     args = ap.parse_args()
+    current_bytecode()
     if not SRC.exists():
         print(f"missing {SRC}", file=sys.stderr)
         return 0

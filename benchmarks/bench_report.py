@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import bench_load  # the same process timing, shared traces and closing lines
+from _bytecode import current_bytecode
 from _rows import Row, write_rows
 
 INPUTS = {"v100_216k": "v100_rank1_of2_216k_events.json.gz", "v100_ns": "v100_ns_timestamps.json.gz",
@@ -191,6 +192,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write the raw measurements here")
     ap.add_argument("--rows", help="write make bench's rows (benchmarks/_rows.py) here")
     args = ap.parse_args()
+    current_bytecode()
     work = Path(tempfile.mkdtemp(prefix="profuse-bench-report-"))
     env = {"PROFUSE_CACHE_DIR": str(work / "cache")}
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores "

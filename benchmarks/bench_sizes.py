@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import bench_load
+from _bytecode import current_bytecode
 from _rows import Row, write_rows
 
 PROFUSE_BIN = bench_load.PROFUSE_BIN
@@ -153,6 +154,7 @@ def main() -> int:
     ap.add_argument("--hta-all", action="store_true", help="HTA on every size (needs ~6 GB of RAM per GB)")
     ap.add_argument("--rows", help="write make bench's rows here (benchmarks/_rows.py)")
     args = ap.parse_args()
+    current_bytecode()
     sizes = list(dict.fromkeys([*args.sizes, *(["10g"] if args.ten else [])]))
     bare = bare_python()
     rows: list[Row] = []
