@@ -36,9 +36,8 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
 from ..trace import Trace
-from ..trace.schema import DEVICE_TIME_SQL
-from ..trace.vocabulary import graph_launch_sql, launch_call_sql
 from ._memo import once_per_trace
+from .device_events import device_events
 
 if TYPE_CHECKING:
     import numpy as np
@@ -295,18 +294,16 @@ class Activities:
 
 @once_per_trace
 def activities(trace: Trace) -> Activities:
-    """The trace's device activities (see :class:`Activities`), read once per loaded trace (its
-    tables never change after loading; callers only read the arrays)."""
-    rows = trace.con.execute(f"""
-        SELECT d.ts, d.ts + d.dur, l.id IS NOT NULL, coalesce(l.id, -1), coalesce(l.ts, -1),
-               coalesce(l.dur, 0), coalesce(l.thread, -1), d.id, coalesce(d.op, -1),
-               coalesce({graph_launch_sql("l.name")}, false)
-        FROM events d LEFT JOIN events l ON l.id = d.launch
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) ORDER BY l.id IS NULL, l.ts, l.id, d.ts, d.id""").fetchnumpy()
-    start, end, launched, lid, lts, ldur, lthread, ids, op, graph = (np.asarray(c) for c in rows.values())
-    i64 = np.int64
-    return Activities(start.astype(i64), end.astype(i64), launched.astype(bool), lid.astype(i64), lts.astype(i64),
-                      ldur.astype(i64), lthread.astype(i64), ids.astype(i64), op.astype(i64), graph.astype(bool))
+    """The trace's device activities (see :class:`Activities`), from :func:`device_events` (read once per
+    loaded trace; its tables never change after loading; callers only read the arrays)."""
+    d = device_events(trace)
+    launch_id = np.where(d.launched, d.launch, -1)
+    launch_ts = np.where(d.launched, d.launch_ts, -1)
+    # launch order: those launched first, by the call's start and id, then each activity's start and id
+    order = np.lexsort((d.id, d.ts, launch_id, launch_ts, ~d.launched))
+    return Activities(d.ts[order], (d.ts + d.dur)[order], d.launched[order], launch_id[order], launch_ts[order],
+                      d.launch_dur[order], d.launch_thread[order], d.id[order], np.where(d.has_op, d.op, -1)[order],
+                      d.graph_launch[order])
 
 
 def owners(a: Activities, ts: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
@@ -375,16 +372,16 @@ def launch_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 @once_per_trace
 def _launch_runs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    rows = trace.con.execute(f"""
-        SELECT DISTINCT l.id,
-               CASE WHEN {graph_launch_sql("l.name")} THEN l.ts ELSE coalesce(least(o.ts, l.ts), l.ts) END AS start,
-               l.ts + greatest(l.dur, 1) AS stop, l.name AS name, {graph_launch_sql("l.name")} AS graph
-        FROM events d JOIN events l ON l.id = d.launch LEFT JOIN events o ON o.id = l.parent_op
-        WHERE d.kind IN ({DEVICE_TIME_SQL}) AND {launch_call_sql("l.name")}""").fetchnumpy()
-    start, stop = np.asarray(rows["start"], dtype=np.int64), np.asarray(rows["stop"], dtype=np.int64)
-    graph = np.asarray(rows["graph"], dtype=bool)
+    """Each launch call that launched a device activity and is launch work, by id: (start, end, name, graph)."""
+    d = device_events(trace)
+    calls = np.flatnonzero(d.launched & d.launch_call)
+    _ids, first = np.unique(d.launch[calls], return_index=True)   # a call once, whichever of its activities
+    at = calls[first]
+    lts, graph = d.launch_ts[at], d.graph_launch[at]
+    start = np.where(graph | ~d.has_launch_op[at], lts, np.minimum(d.launch_op_ts[at], lts))
+    stop = lts + np.maximum(d.launch_dur[at], 1)
     keep = launch_work(stop - start, graph)
-    return start[keep], stop[keep], np.asarray(rows["name"], dtype=object)[keep], graph[keep]
+    return start[keep], stop[keep], d.launch_name[at][keep], graph[keep]
 
 
 @once_per_trace
