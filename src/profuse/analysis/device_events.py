@@ -25,7 +25,7 @@ else:  # numpy loads on first use
 @dataclass(frozen=True)
 class DeviceEvents:
     """Every device activity (``kind`` in DEVICE_TIME_KINDS), by id, as columns: ``id``,
-    ``ts``, ``dur``, ``copy`` (not a kernel), ``scope``/``op``/``launch``/``device``/``stream`` with a
+    ``ts``, ``dur``, ``copy`` (not a kernel), ``scope``/``op``/``launch``/``device``/``stream``/``module`` with a
     ``has_*`` mask each (False: NULL), ``not_graph`` (a ``link`` other than ``graph``; NULL: False),
     ``unlinked`` (the reason as recorded, None for NULL), and where ``launched`` (the launch event is in the
     trace) the launch call's ``launch_ts``/``launch_dur``/``launch_thread`` (0, 0, -1 where not; a NULL
@@ -47,6 +47,8 @@ class DeviceEvents:
     has_device: np.ndarray
     stream: np.ndarray
     has_stream: np.ndarray
+    module: np.ndarray
+    has_module: np.ndarray
     not_graph: np.ndarray
     unlinked: np.ndarray
     launched: np.ndarray
@@ -60,7 +62,7 @@ class DeviceEvents:
     has_launch_op: np.ndarray
 
 
-_NULLABLE = ("scope", "op", "launch", "device", "stream")
+_NULLABLE = ("scope", "op", "launch", "device", "stream", "module")
 def _query() -> str:
     """The one query (built per load: the launch-call and graph-launch rules read the vocabulary as it is then)."""
     return f"""SELECT d.id, d.ts, d.dur, d.kind <> 'kernel' AS copy, {", ".join(f"d.{c}" for c in _NULLABLE)},

@@ -14,6 +14,7 @@ from ._choices import check_choices
 from ._codes import hash_codes
 from ._memo import once_per_trace
 from ._read import dense_columns
+from .device_events import device_events
 from .memory import has_memory
 from .steps import STEP_WHERE
 
@@ -94,11 +95,12 @@ class DeviceCounts(NamedTuple):
 
 @once_per_trace
 def device_counts(trace: Trace) -> DeviceCounts:
-    """The trace's :class:`DeviceCounts`, in one scan read once per loaded trace (the summary, the op
-    table's total and trace health each ask)."""
-    row = trace.con.execute(f"SELECT count(*), count(op), count(launch), sum(dur) FROM events "
-                            f"WHERE kind IN ({DEVICE_TIME_SQL})").fetchone()
-    return DeviceCounts(*(int(v or 0) for v in (row or (0, 0, 0, 0))))
+    """The trace's :class:`DeviceCounts`, counted once per loaded trace (the summary, the op table's total and
+    trace health each ask) from the device activities as :func:`.device_events.device_events` read them (a NULL
+    duration counts 0, as SQL's sum leaves it out)."""
+    d = device_events(trace)
+    return DeviceCounts(int(d.id.size), int(np.count_nonzero(d.has_op)), int(np.count_nonzero(d.has_launch)),
+                        int(d.dur.sum()))
 
 
 @timed("op table")
@@ -282,13 +284,17 @@ def _by_module(trace: Trace) -> list[OpRow]:
 
     Totals count each class's outermost instances only: a module nested in one of its own class
     (recursion, wrappers) is inside that one's time already, so a class never exceeds the trace.
-    Two reads (the scopes, the timed events' module and time), then numpy: each module instance's time
-    added to every scope above it, one step up the scope chains at a time."""
+    Two reads (the scopes, the timed events' module and time: on a device trace, the device activities as read
+    once per trace), then numpy: each module instance's time added to every scope above it, one step up the
+    scope chains at a time."""
     con = trace.con
     ms = module_scopes(con)
-    dev, kinds = ("self_cpu", TABLE_KINDS_SQL) if trace.cpu_only else ("dur", DEVICE_TIME_SQL)
-    t = dense_columns(con, f"SELECT module, coalesce({dev}, 0) AS t FROM events "
-                           f"WHERE kind IN ({kinds}) AND module IS NOT NULL")
+    if trace.cpu_only:
+        t = dense_columns(con, f"SELECT module, coalesce(self_cpu, 0) AS t FROM events "
+                               f"WHERE kind IN ({TABLE_KINDS_SQL}) AND module IS NOT NULL")
+    else:   # the device activities as read once per trace
+        d = device_events(trace)
+        t = {"module": d.module[d.has_module], "t": d.dur[d.has_module]}
     n = len(ms.code)
     at = scope_positions(ms.ids, t["module"])
     own = np.bincount(at[at >= 0], weights=t["t"][at >= 0], minlength=n)
