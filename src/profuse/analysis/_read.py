@@ -6,6 +6,9 @@ pandas (~0.3 s), more than any read saves.
 """
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
@@ -32,3 +35,20 @@ def fetch_columns(con: Any, query: str, params: list[Any] | None = None) -> dict
 def dense_columns(con: Any, query: str, params: list[Any] | None = None) -> dict[str, np.ndarray]:
     """:func:`fetch_columns` for a query none of whose columns holds NULL: plain numpy arrays."""
     return {k: np.asarray(v) for k, v in fetch_columns(con, query, params).items()}
+
+
+_ID_TABLES = itertools.count()
+
+
+@contextmanager
+def id_table(con: Any, ids: np.ndarray) -> Iterator[str]:
+    """``ids`` as a table of one BIGINT column ``id`` that SQL on ``con`` reads by the name given, for the block:
+    DuckDB scans the array itself, where a list parameter (``unnest(?::BIGINT[])``) binds each id as a value
+    (bert3g's 272 k gemm ops: 0.29 s bound as a list, 0.06 s as a table). The name is this call's own; the table
+    is gone after the block."""
+    name = f"_profuse_ids_{next(_ID_TABLES)}"
+    con.register(name, {"id": np.ascontiguousarray(ids, dtype=np.int64)})
+    try:
+        yield name
+    finally:
+        con.unregister(name)

@@ -43,7 +43,7 @@ from ...trace import Trace, compiled
 from ...trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL
 from ...trace.vocabulary import sync_call_sql
 from .._codes import hash_codes
-from .._read import fetch_columns
+from .._read import fetch_columns, id_table
 from ..busy import (  # the queued-wait rule's parts are busy.py's (the step table and views read them too)
     Activities,
     activities,
@@ -361,8 +361,9 @@ def _classes(trace: Trace, acts: Activities, d: dict[str, Any]) -> tuple[np.ndar
     fp32 = np.zeros(cls.size, dtype=bool)
     if matrix.size:   # per distinct (kernel name, input types of its op)
         ops = acts.op[matrix]
-        types = trace.con.execute("""SELECT coalesce(input_types, '') AS t, list(id) AS ids FROM shapes
-            WHERE id IN (SELECT unnest(?::BIGINT[])) GROUP BY 1""", [np.unique(ops[ops >= 0]).tolist()]).fetchall()
+        with id_table(trace.con, np.unique(ops[ops >= 0])) as wanted:
+            types = trace.con.execute(f"""SELECT coalesce(input_types, '') AS t, list(id) AS ids FROM shapes
+                WHERE id IN (SELECT id FROM {wanted}) GROUP BY 1""").fetchall()
         listed = ["", *(t for t, _ids in types)]   # code 0: no shapes row
         with_types = np.asarray([i for _t, ids in types for i in ids], dtype=np.int64)
         type_code = np.repeat(np.arange(1, len(listed)), [len(ids) for _t, ids in types])
