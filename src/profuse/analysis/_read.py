@@ -43,9 +43,9 @@ _ID_TABLES = itertools.count()
 @contextmanager
 def id_table(con: Any, ids: np.ndarray) -> Iterator[str]:
     """``ids`` as a table of one BIGINT column ``id`` that SQL on ``con`` reads by the name given, for the block:
-    DuckDB scans the array itself, where a list parameter (``unnest(?::BIGINT[])``) binds each id as a value
-    (bert3g's 272 k gemm ops: 0.29 s bound as a list, 0.06 s as a table). The name is this call's own; the table
-    is gone after the block."""
+    DuckDB scans the array itself, where a list parameter (``unnest(?::BIGINT[])``) binds each id as a value (on
+    hundreds of thousands of ids, several times slower). The name is this call's own; the table is gone after
+    the block."""
     name = f"_profuse_ids_{next(_ID_TABLES)}"
     con.register(name, {"id": np.ascontiguousarray(ids, dtype=np.int64)})
     try:
