@@ -13,7 +13,7 @@ import pytest
 from conftest import ALL_TRACES, trace_id
 
 import profuse
-from profuse.analysis import figures, scopes
+from profuse.analysis import _codes, figures, scopes
 from profuse.analysis._read import fetch_columns
 from profuse.analysis.advice import fusion
 from profuse.analysis.advice.fusion import MIN_BYTE_BOUND_GBPS, RECOMMEND, Facts, Match
@@ -237,8 +237,9 @@ def test_positions_are_the_first_row_of_each_id() -> None:
         sid = np.sort(rng.choice(200, n, replace=False)) if trial % 3 == 0 else rng.integers(0, 60, n)
         asked = rng.integers(-5, 210, int(rng.integers(0, 50)))
         # THEN each is found at its first row, -1 where it is not there
-        got = scopes._positions(sid.astype(np.int64))(asked.astype(np.int64))
+        got = _codes.position_lookup(sid.astype(np.int64))(asked.astype(np.int64))
         assert got.tolist() == positions_before(sid.tolist(), asked.tolist()), trial
+        assert _codes.positions(sid.astype(np.int64), asked.astype(np.int64)).tolist() == got.tolist(), trial
 
 
 def _shapes_table(rng: random.Random) -> tuple[Any, np.ndarray, str]:

@@ -15,7 +15,7 @@ from conftest import ALL_TRACES, trace_id
 from test_tree_speed import HAND, _write, _x, frame_parents, less_nested_again
 
 import profuse
-from profuse.analysis import calltree, optable
+from profuse.analysis import _codes, calltree, optable
 from profuse.analysis._codes import hash_codes
 from profuse.analysis._read import dense_columns
 from profuse.analysis.memory import has_memory
@@ -174,7 +174,7 @@ def _same_tables(trace: Any) -> None:
     new_by, old_by = np.argsort(ms.ids), np.argsort(old_s["id"])
     assert ms.code[new_by].tolist() == old_code[old_by].tolist()
     # a scope's parent as its position among the scopes (-1: none, or a parent not among them)
-    old_up = optable.scope_positions(old_s["id"], old_s["parent"])
+    old_up = _codes.positions(old_s["id"], old_s["parent"])
     old_parent = np.where(old_up >= 0, old_s["id"][np.maximum(old_up, 0)], -1)
     new_parent = np.where(ms.up >= 0, ms.ids[np.maximum(ms.up, 0)], -1)
     assert new_parent[new_by].tolist() == old_parent[old_by].tolist()

@@ -2,6 +2,7 @@
 so that a query need not join on the values themselves."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
@@ -63,3 +64,24 @@ def _slot_table(name_hashes: np.ndarray) -> tuple[int, np.ndarray] | None:
             table[slot] = np.arange(n, dtype=np.int32)
             return shift, table
     return None
+
+
+def position_lookup(ids: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A lookup from values to their position in ``ids`` (-1 for a value not there; of repeated values, the
+    first): ``ids`` sorted once (not at all where ascending already), each lookup one binary search."""
+    order = None if bool((ids[1:] > ids[:-1]).all()) else np.argsort(ids, kind="stable")   # None: ascending
+    keys = ids if order is None else ids[order]
+
+    def lookup(values: np.ndarray) -> np.ndarray:
+        if keys.size == 0:
+            return np.full(np.shape(values), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(keys, values), keys.size - 1)
+        found: np.ndarray = np.where(keys[at] == values, at if order is None else order[at], -1).astype(np.int64, copy=False)
+        return found
+
+    return lookup
+
+
+def positions(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each of ``values``' position in ``ids`` (-1: not there): :func:`position_lookup` asked once."""
+    return position_lookup(ids)(values)

@@ -14,6 +14,7 @@ from .._progress import timed
 from ..trace import Trace
 from ..trace.schema import DEVICE_TIME_SQL
 from ..trace.vocabulary import graph_launch_sql, launch_call_sql
+from ._codes import positions
 from ._memo import once_per_trace
 from ._read import fetch_columns, id_table
 
@@ -104,25 +105,16 @@ def _filled(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _by_ids(trace: Trace, ids: np.ndarray, query: Callable[[str], str]) -> dict[str, Any]:
-    """``query`` of a table of ``ids`` (:func:`id_table`), its rows by id."""
+    """``query`` of a table of ``ids`` (:func:`id_table`): its columns."""
     with id_table(trace.con, ids) as name:
-        found = fetch_columns(trace.con, query(name))
-    order = np.argsort(np.asarray(found["id"]), kind="stable")
-    return {k: v[order] for k, v in found.items()}
-
-
-def _rows_of(ids: np.ndarray, want: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per ``want`` (where ``has``): its row among the ascending ``ids`` and whether it is there."""
-    if not ids.size:
-        return np.zeros(want.size, dtype=np.int64), np.zeros(want.size, dtype=bool)
-    at = np.minimum(np.searchsorted(ids, want), ids.size - 1)
-    return at, has & (ids[at] == want)
+        return fetch_columns(trace.con, query(name))
 
 
 def _launch_columns(trace: Trace, launch: np.ndarray, has: np.ndarray) -> dict[str, np.ndarray]:
     """:class:`DeviceEvents`' columns of each activity's launch call (``launch``, where ``has``)."""
     c = _by_ids(trace, np.unique(launch[has]), _calls_query)
-    at, launched = _rows_of(np.asarray(c["id"]).astype(np.int64), launch, has)
+    at = np.where(has, positions(np.asarray(c["id"]).astype(np.int64), launch), -1)
+    launched = at >= 0
     calls: dict[str, tuple[np.ndarray, Any]] = {
         "launch_ts": (np.asarray(c["ts"]).astype(np.int64), 0), "launch_dur": (np.asarray(c["dur"]).astype(np.int64), 0),
         "launch_thread": (np.asarray(c["thread"]).astype(np.int64), -1),
@@ -131,7 +123,8 @@ def _launch_columns(trace: Trace, launch: np.ndarray, has: np.ndarray) -> dict[s
     # the start of the op that made each call (where the call has one and the trace holds it)
     parent, has_parent = _filled(c["parent_op"])
     o = _by_ids(trace, np.unique(parent[has_parent]), _OP_STARTS.format)
-    op_at, op_found = _rows_of(np.asarray(o["id"]).astype(np.int64), parent, has_parent)
+    op_at = np.where(has_parent, positions(np.asarray(o["id"]).astype(np.int64), parent), -1)
+    op_found = op_at >= 0
     op_ts, op_has = _filled(o["ts"])
     op_found[op_found] &= op_has[op_at[op_found]]
     calls["launch_op_ts"] = (np.where(op_found, op_ts[op_at] if op_ts.size else 0, 0), 0)

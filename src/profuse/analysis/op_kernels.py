@@ -19,9 +19,10 @@ from ..errors import UserError
 from ..trace.schema import DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from . import figures
 from ._choices import GROUPS
+from ._codes import positions
 from ._memo import once_per_trace
 from ._read import dense_columns
-from .optable import module_scopes, nested_calls_from, scope_positions
+from .optable import module_scopes, nested_calls_from
 
 if TYPE_CHECKING:
     import numpy as np
@@ -143,7 +144,7 @@ def _under_modules(trace: Trace) -> Tally:
     but a module inside one of its own class once, in that one (the module rows' ``inner``)."""
     ms = module_scopes(trace.con)
     k, kernels = _device_events(trace, "module", "module IS NOT NULL")
-    at = scope_positions(ms.ids, k["at"])
+    at = positions(ms.ids, k["at"])
     k = {c: v[at >= 0] for c, v in {**k, "at": at}.items()}
     code = np.where(ms.module & ~ms.inner, ms.code, -1)
     return _tally(k, kernels, code, ms.up, [(n or "", None) for n in ms.names])

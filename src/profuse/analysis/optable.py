@@ -11,7 +11,7 @@ from .._progress import timed
 from ..trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL, TABLE_KINDS_SQL
 from . import figures
 from ._choices import check_choices
-from ._codes import hash_codes
+from ._codes import hash_codes, positions
 from ._memo import once_per_trace
 from ._read import dense_columns
 from .device_events import device_events
@@ -296,7 +296,7 @@ def _by_module(trace: Trace) -> list[OpRow]:
         d = device_events(trace)
         t = {"module": d.module[d.has_module], "t": d.dur[d.has_module]}
     n = len(ms.code)
-    at = scope_positions(ms.ids, t["module"])
+    at = positions(ms.ids, t["module"])
     own = np.bincount(at[at >= 0], weights=t["t"][at >= 0], minlength=n)
     timed = np.bincount(at[at >= 0], minlength=n)
     total = _totals_up(ms.up, ms.module, own)
@@ -340,20 +340,11 @@ def module_scopes(con: Any) -> ModuleScopes:
         s = dense_columns(con, f"{_SCOPE_ROWS}, dense_rank() OVER (ORDER BY name NULLS LAST) - 1 AS code FROM scopes")
         code = s["code"].astype(np.int64)
     names = [n for n, _ in named]
-    up = scope_positions(s["id"], s["parent"])
+    up = positions(s["id"], s["parent"])
     module = s["module"].astype(bool)
     own_class = np.where(code == names.index(None), -1, code) if None in names else code
     return ModuleScopes(ids=s["id"], up=up, module=module, dur=s["dur"], code=code, names=names,
                         inner=_inside_own_class(up, module, own_class))
-
-
-def scope_positions(ids: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Each of ``query``'s position in ``ids`` (-1: not there)."""
-    order = np.argsort(ids, kind="stable")
-    known = ids[order]
-    at = np.minimum(np.searchsorted(known, query), max(len(known) - 1, 0))
-    found = (known[at] == query) if len(known) else np.zeros(len(query), dtype=bool)
-    return np.where(found, order[at] if len(known) else -1, -1)
 
 
 def _totals_up(up: np.ndarray, module: np.ndarray, own: np.ndarray) -> np.ndarray:

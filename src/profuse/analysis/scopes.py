@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_module
 from .._progress import timed
 from ..trace import Trace
-from ._codes import hash_codes
+from ._codes import hash_codes, position_lookup
 from ._memo import once_per_trace
 from ._read import fetch_columns
 from .device_events import device_events
@@ -163,7 +163,7 @@ def op_parent_rows(trace: Trace) -> np.ndarray:
     found = _UP.get(trace)
     if found is None:
         ids, parent = op_parents(trace)
-        found = _UP[trace] = _positions(ids)(parent)
+        found = _UP[trace] = position_lookup(ids)(parent)
     return found
 
 
@@ -238,7 +238,7 @@ def _op_units(con: Any) -> tuple[tuple[dict[str, np.ndarray], list[str], Pairs],
     if code is None or shaped is None:
         return _op_units_joined(con, names), None
     ids, parent, scope = (e[k].astype(np.int64) for k in ("id", "parent_op", "scope"))
-    at = _positions(ids)(parent)
+    at = position_lookup(ids)(parent)
     # a unit: no enclosing op, or one whose scope differs (a NULL scope, or an enclosing op not among the
     # cpu_ops, compares as NO_PARENT: SQL's IS DISTINCT FROM)
     keep = (parent == -1) | (np.where(at >= 0, scope[np.maximum(at, 0)], NO_PARENT) != scope)
@@ -270,7 +270,7 @@ def _shape_codes(con: Any, ids: np.ndarray) -> tuple[np.ndarray, Pairs] | None:
     if s_id.size == ids.size and np.array_equal(s_id, ids):   # every op has its row, in the same order
         of_op = pair
     else:
-        row = _positions(s_id)(ids)        # each op's shapes row, -1 for none
+        row = position_lookup(s_id)(ids)        # each op's shapes row, -1 for none
         of_op = np.where(row >= 0, pair[np.maximum(row, 0)] if pair.size else -1, -1)
     used = np.flatnonzero(np.bincount(of_op[of_op >= 0], minlength=known.size))   # the pairs the ops have
     renumber = np.zeros(known.size + 1, dtype=np.int64)   # the last: an op without shapes (-1)
@@ -309,7 +309,7 @@ def _unit_table(trace: Trace) -> UnitTable:
     parent = np.concatenate([_ids(sc["parent"]), np.full(neg.size, NO_PARENT, dtype=np.int64)])
     ts = np.concatenate([np.asarray(sc["ts"], dtype=np.int64), np.asarray(ops["ts"], dtype=np.int64)[top_at]])
     dur = np.concatenate([np.asarray(sc["dur"], dtype=np.int64), np.zeros(neg.size, dtype=np.int64)])
-    pos = _positions(sid)
+    pos = position_lookup(sid)
     par = pos(parent)                                     # parent's row, -1 for none (or one not in the table)
     o_inst = pos(o_sid)
     o_dev, o_kern, own_dev, own_kern = _own_figures(trace, ops, sid, o_inst, pos)
@@ -383,21 +383,6 @@ def _ids(col: np.ndarray) -> np.ndarray:
     if np.ma.isMaskedArray(col):
         return np.asarray(col.filled(NO_PARENT), dtype=np.int64)
     return np.asarray(col, dtype=np.int64)
-
-
-def _positions(sid: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """A lookup from ids to their row in ``sid`` (-1 for an id not there)."""
-    order = None if bool((sid[1:] > sid[:-1]).all()) else np.argsort(sid, kind="stable")   # None: ascending
-    keys = sid if order is None else sid[order]
-
-    def pos(ids: np.ndarray) -> np.ndarray:
-        if keys.size == 0:
-            return np.full(ids.shape, -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(keys, ids), keys.size - 1)
-        found: np.ndarray = np.where(keys[at] == ids, at if order is None else order[at], -1).astype(np.int64, copy=False)
-        return found
-
-    return pos
 
 
 def _device_own(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

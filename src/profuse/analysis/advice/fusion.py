@@ -29,6 +29,7 @@ from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace
 from .. import figures
+from .._codes import positions
 from ..device_events import device_events
 from ..opclass import ACTIVATIONS, FUSIBLE, NORM, Tensor, base, io_bytes, op_class
 from ..scopes import UnitTable, op_parent_rows, op_parents, scope_class, title_of, unit_table
@@ -440,7 +441,7 @@ def _op_tree(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     up = op_parent_rows(trace)
     ascending = bool((ids[1:] > ids[:-1]).all())
     known = ids if ascending else np.sort(ids)
-    missing = np.unique(np.concatenate([ops[_rows_of(known, ops) < 0], parent[(up < 0) & (parent != -1)]]))
+    missing = np.unique(np.concatenate([ops[positions(known, ops) < 0], parent[(up < 0) & (parent != -1)]]))
     if ascending and not missing.size:
         return ids, up
     all_ids, all_parent = [ids], [parent]
@@ -455,16 +456,7 @@ def _op_tree(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         missing = nxt[~np.isin(nxt, np.concatenate(all_ids))]
     flat = np.concatenate(all_ids)
     order = np.argsort(flat, kind="stable")
-    return flat[order], _rows_of(flat[order], np.concatenate(all_parent)[order])
-
-
-def _rows_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Each of ``wanted``'s row in the ascending ``ids`` (-1: not there)."""
-    if not ids.size:
-        return np.full(wanted.size, -1, dtype=np.int64)
-    at = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
-    found: np.ndarray = np.where(ids[at] == wanted, at, -1)
-    return found
+    return flat[order], positions(flat[order], np.concatenate(all_parent)[order])
 
 
 def _climb(mark: np.ndarray, up: np.ndarray, rows: np.ndarray) -> None:
