@@ -232,13 +232,17 @@ def test_address_order_is_the_lexsort_of_type_device_address_and_position() -> N
 
 
 def test_distinct_and_kind_mask_answer_as_numpy_does() -> None:
-    from profuse.trace._columns import distinct
+    from profuse.trace.arrays import distinct, distinct_codes
     from profuse.trace.event_columns import kind_mask
     from profuse.trace.schema import KINDS
     rng = np.random.default_rng(2)
     for _ in range(100):
-        values = rng.integers(-3, int(rng.integers(1, 50)), int(rng.integers(0, 40)))
+        values = rng.integers(-3, int(rng.choice([1, 50, 2**40])), int(rng.integers(0, 40)))
         assert distinct(values).tolist() == np.unique(values).tolist()
+        found, at = distinct_codes(values)
+        assert found.tolist() == np.unique(values).tolist() and found[at].tolist() == values.tolist()
+        hashes = values.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)   # DuckDB hash values: uint64, any bits
+        assert distinct(hashes).tolist() == np.unique(hashes).tolist()
         kind = rng.integers(0, len(KINDS), len(values)).astype(np.int32)
         some = [k for k in KINDS if rng.random() < 0.4]
         assert kind_mask(kind, *some).tolist() == np.isin(kind, [KINDS.index(k) for k in some]).tolist()

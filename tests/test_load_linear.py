@@ -17,9 +17,10 @@ from conftest import ALL_TRACES
 from test_correlate_rules import nesting_path  # noqa: F401
 
 from profuse.trace import build
-from profuse.trace._columns import distinct, packed_order
+from profuse.trace._columns import packed_order
 from profuse.trace._prepare import base_time_ns, prepare
 from profuse.trace._write import INSERT_BATCH, insert_batches
+from profuse.trace.arrays import distinct
 from profuse.trace.correlate import correlate, correlated, nearest_ancestor_numpy
 from profuse.trace.event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask
 from profuse.trace.memory import _holders

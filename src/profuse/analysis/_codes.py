@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
 from ..trace import compiled
+from ..trace.arrays import distinct
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,7 +60,7 @@ def _slot_table(name_hashes: np.ndarray) -> tuple[int, np.ndarray] | None:
     mask = np.uint64((1 << bits) - 1)
     for shift in range(0, 64 - bits + 1, 3):
         slot = (name_hashes >> np.uint64(shift)) & mask
-        if np.unique(slot).size == n:
+        if distinct(slot).size == n:
             table = np.full(1 << bits, -1, dtype=np.int32)
             table[slot] = np.arange(n, dtype=np.int32)
             return shift, table

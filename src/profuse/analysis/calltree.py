@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
+from ..trace.arrays import distinct
 from ._codes import hash_codes
 from ._read import dense_columns
 from .figures import pct, us
@@ -191,7 +192,7 @@ def _covered(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarr
     out = np.bincount(group, weights=length, minlength=n)
     g, s, e = _overlapping(group, start, end, length, n)
     if g.size:
-        out[np.unique(g)] = union_per_group(g, s, e)[0]
+        out[distinct(g)] = union_per_group(g, s, e)[0]
     return out
 
 
@@ -219,7 +220,7 @@ def _overlapping(group: np.ndarray, start: np.ndarray, end: np.ndarray, length: 
     ke = length[order]
     del order
     ke += ks
-    bad = np.unique(ks[1:][ks[1:] < ke[:-1]] // width)
+    bad = distinct(ks[1:][ks[1:] < ke[:-1]] // width)
     # each bad group's members are one run of the sorted keys
     first = np.searchsorted(ks, bad * width)
     count = np.searchsorted(ks, (bad + 1) * width) - first

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_module
 from .._progress import timed
 from ..trace import Trace
+from ..trace.arrays import distinct
 from ..trace.schema import DEVICE_TIME_SQL
 from ..trace.vocabulary import graph_launch_sql, launch_call_sql
 from ._codes import positions
@@ -112,7 +113,7 @@ def _by_ids(trace: Trace, ids: np.ndarray, query: Callable[[str], str]) -> dict[
 
 def _launch_columns(trace: Trace, launch: np.ndarray, has: np.ndarray) -> dict[str, np.ndarray]:
     """:class:`DeviceEvents`' columns of each activity's launch call (``launch``, where ``has``)."""
-    c = _by_ids(trace, np.unique(launch[has]), _calls_query)
+    c = _by_ids(trace, distinct(launch[has]), _calls_query)
     at = np.where(has, positions(np.asarray(c["id"]).astype(np.int64), launch), -1)
     launched = at >= 0
     calls: dict[str, tuple[np.ndarray, Any]] = {
@@ -122,7 +123,7 @@ def _launch_columns(trace: Trace, launch: np.ndarray, has: np.ndarray) -> dict[s
         "launch_call": (np.asarray(c["call"]).astype(bool), False), "launch_name": (_text(c["name"]), None)}
     # the start of the op that made each call (where the call has one and the trace holds it)
     parent, has_parent = _filled(c["parent_op"])
-    o = _by_ids(trace, np.unique(parent[has_parent]), _OP_STARTS.format)
+    o = _by_ids(trace, distinct(parent[has_parent]), _OP_STARTS.format)
     op_at = np.where(has_parent, positions(np.asarray(o["id"]).astype(np.int64), parent), -1)
     op_found = op_at >= 0
     op_ts, op_has = _filled(o["ts"])

@@ -31,13 +31,6 @@ def factorize(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
     return np.fromiter(map(code, values), dtype=np.int32, count=len(values)), distinct
 
 
-def distinct(values: np.ndarray) -> np.ndarray:
-    """The sorted distinct integers of ``values``: ``np.unique(values)`` without its check for a masked
-    array, whose first call imports numpy.ma (11-38 ms CPU, in the middle of a load)."""
-    ordered = np.sort(values, axis=None)
-    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
-
-
 def packed_order(major: np.ndarray, minor: np.ndarray, tie: np.ndarray | None = None) -> np.ndarray:
     """``np.lexsort(([tie,] minor, major))``: by major, then minor, then tie, then position. As one stable
     argsort of ``(major - min) << bits | (minor - min)`` where that fits in 63 bits (any real trace's

@@ -36,6 +36,7 @@ from ._write import (
     write_meta,
     write_shapes,
 )
+from .arrays import distinct
 from .cache import (
     CacheSlot,
     CacheWriter,
@@ -731,7 +732,7 @@ def detect_device(kind: np.ndarray, cats: set[str], runtime_names: np.ndarray, t
 def _launches(prepared: Prepared, events: EventColumns) -> bool:
     """Whether a runtime call launches, copies or sets device memory (each distinct name of every
     runtime event looked at once)."""
-    codes = np.unique(events.name[kind_mask(events.kind, "runtime", "sync")])
+    codes = distinct(events.name[kind_mask(events.kind, "runtime", "sync")])
     return any(moves_work(str(n)) for n in prepared.events.names[codes])
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from . import _native, compiled
-from ._columns import distinct, packed_order
+from ._columns import packed_order
+from .arrays import distinct
 from .event_columns import NONE, DecodedEvents, EventColumns, Flows, kind_mask, narrowed, row_type
 from .schema import DEVICE_KINDS, DEVICE_TIME_KINDS, KIND_CODE, TABLE_KINDS
 from .vocabulary import is_graph_launch

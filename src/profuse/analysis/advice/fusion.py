@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace
+from ...trace.arrays import distinct, distinct_codes
 from .. import figures
 from .._codes import positions
 from ..device_events import device_events
@@ -157,7 +158,7 @@ class Chain:
     @cached_property
     def n(self) -> set[str]:
         """The names the units carry: ops' base names, child scopes' ``<class>``."""
-        return {self.r.words[i] for i in distinct(self.words)[0].tolist()}
+        return {self.r.words[i] for i in distinct(self.words).tolist()}
 
     def count(self, word: str) -> int:
         """Units named ``word``."""
@@ -298,7 +299,7 @@ def traffic(pattern: str, c: Chain) -> tuple[int, int, list[tuple[str, int]]]:
     n_in, n_out = EXTERNAL.get(pattern, (1, 1))
     last_dim = main.dims[-1] if main.dims else 1
     params: dict[tuple[int, ...], Tensor] = {}
-    seen = distinct(shapes)[1]
+    seen = distinct_codes(shapes)[1]
     at = np.full(seen.max() + 1, shapes.size, dtype=np.int64)
     np.minimum.at(at, seen, np.arange(shapes.size))
     for sh in shapes[np.sort(at)].tolist():   # each distinct shape at its first op: the first tensor per dims
@@ -425,7 +426,7 @@ def copy_only_ops(trace: Trace) -> frozenset[int]:
         return frozenset()
     d = device_events(trace)
     op, copy = d.op[d.has_op], d.copy[d.has_op]
-    ids, up = _op_tree(trace, np.unique(op))
+    ids, up = _op_tree(trace, distinct(op))
     at = np.searchsorted(ids, op)            # every op is among ids
     kernel, copied = np.zeros(ids.size, dtype=bool), np.zeros(ids.size, dtype=bool)
     _climb(kernel, up, at[~copy])
@@ -441,7 +442,7 @@ def _op_tree(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     up = op_parent_rows(trace)
     ascending = bool((ids[1:] > ids[:-1]).all())
     known = ids if ascending else np.sort(ids)
-    missing = np.unique(np.concatenate([ops[positions(known, ops) < 0], parent[(up < 0) & (parent != -1)]]))
+    missing = distinct(np.concatenate([ops[positions(known, ops) < 0], parent[(up < 0) & (parent != -1)]]))
     if ascending and not missing.size:
         return ids, up
     all_ids, all_parent = [ids], [parent]
@@ -452,7 +453,7 @@ def _op_tree(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         gone = missing[~np.isin(missing, more[:, 0])]
         all_ids += [more[:, 0], gone]
         all_parent += [more[:, 1], np.full(gone.size, -1, dtype=np.int64)]
-        nxt = np.unique(more[:, 1][more[:, 1] != -1])
+        nxt = distinct(more[:, 1][more[:, 1] != -1])
         missing = nxt[~np.isin(nxt, np.concatenate(all_ids))]
     flat = np.concatenate(all_ids)
     order = np.argsort(flat, kind="stable")
@@ -474,15 +475,6 @@ def _climb(mark: np.ndarray, up: np.ndarray, rows: np.ndarray) -> None:
 
 
 # --- the sweeps --------------------------------------------------------------------------------
-
-
-def distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of an integer array, ascending, and where each element's value is among them."""
-    if not x.size:
-        return x, np.zeros(0, dtype=np.int64)
-    v = np.sort(x)
-    v = v[np.concatenate([[True], v[1:] != v[:-1]])]
-    return v, np.searchsorted(v, x)
 
 
 def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -635,7 +627,7 @@ def chains(u: _Units, r: Reading, cpu: bool, ids: np.ndarray, copies: frozenset[
     k, p = k[live], p[live]
     if k.size:   # flows asked once per distinct pair of shapes
         n = len(r.table.shapes)
-        pairs, back = distinct(u.shape[j[p]] * n + u.shape[j[k]])
+        pairs, back = distinct_codes(u.shape[j[p]] * n + u.shape[j[k]])
         flows = np.asarray([r.flows_into(x // n, x % n) for x in pairs.tolist()], dtype=bool)
         new[k] |= ~flows[back]
     run = np.cumsum(new) - 1
@@ -670,7 +662,7 @@ def _windows(u: _Units, r: Reading, cpu: bool, ids: np.ndarray, copies: frozense
     rest, rest_run = cj[~mk], crun[~mk]
     size = np.bincount(rest_run, minlength=first.size)
     rest, rest_run = rest[size[rest_run] >= 2], rest_run[size[rest_run] >= 2]
-    runs = distinct(rest_run)[0]
+    runs = distinct(rest_run)
     groups = [(att, att_of, a0, 0, np.zeros(a0.size, dtype=np.int64)),
               (np.stack([s0, s1], axis=1).ravel(), np.repeat(np.arange(s0.size), 2), s0, 1, np.zeros(s0.size, np.int64)),
               (cj[mk], np.arange(int(mk.sum())), first[crun[mk]], 2, cj[mk]),
@@ -786,7 +778,7 @@ def _distinct_facts(u: _Units, r: Reading, pos: np.ndarray, starts: np.ndarray,
     phase = np.asarray([_PHASES[p] for p in patterns], dtype=np.int64)
     facts: list[Facts] = []
     fact = np.zeros(size.size, dtype=np.int64)
-    for n in distinct(size)[0].tolist():   # the matches of n units side by side: one row each
+    for n in distinct(size).tolist():   # the matches of n units side by side: one row each
         ms = np.flatnonzero(size == n)
         rows = np.column_stack([phase[ms], code[starts[ms][:, None] + np.arange(n)]])
         first, back = distinct_rows(rows)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..._lazy import lazy_module
 from ...trace import Trace, compiled
+from ...trace.arrays import distinct
 from ...trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL
 from ...trace.vocabulary import sync_call_sql
 from .._codes import hash_codes
@@ -151,7 +152,7 @@ def device_work(trace: Trace, step_threads: set[int], step_ts: np.ndarray, step_
     the launching ops and calls are those of the host intervals, by code, so no string is read per row)."""
     con = trace.con
     acts = activities(trace)   # read once per trace (the step model's)
-    threads = set(np.unique(acts.launch_thread[acts.launched]).tolist()) | step_threads
+    threads = set(distinct(acts.launch_thread[acts.launched]).tolist()) | step_threads
     tl = ", ".join(str(t) for t in sorted(threads)) or "-1"
     sync = con.execute(f"""
         SELECT c.ts AS ts, c.ts + c.dur AS stop, c.id AS id FROM events c
@@ -240,7 +241,7 @@ def _names_by_id(trace: Trace, at: np.ndarray, codes: np.ndarray, want: np.ndarr
     missing = np.flatnonzero(~found & (want >= 0))
     if missing.size:
         named = dict(trace.con.execute("SELECT id, coalesce(name, '') FROM events WHERE id IN (SELECT unnest(?::BIGINT[]))",
-                                       [np.unique(want[missing]).tolist()]).fetchall())
+                                       [distinct(want[missing]).tolist()]).fetchall())
         out[missing] = [strings.setdefault(named.get(int(i), ""), len(strings)) for i in want[missing].tolist()]
     return out
 
@@ -361,7 +362,7 @@ def _classes(trace: Trace, acts: Activities, d: dict[str, Any]) -> tuple[np.ndar
     fp32 = np.zeros(cls.size, dtype=bool)
     if matrix.size:   # per distinct (kernel name, input types of its op)
         ops = acts.op[matrix]
-        with id_table(trace.con, np.unique(ops[ops >= 0])) as wanted:
+        with id_table(trace.con, distinct(ops[ops >= 0])) as wanted:
             types = trace.con.execute(f"""SELECT coalesce(input_types, '') AS t, list(id) AS ids FROM shapes
                 WHERE id IN (SELECT id FROM {wanted}) GROUP BY 1""").fetchall()
         listed = ["", *(t for t, _ids in types)]   # code 0: no shapes row
@@ -511,9 +512,9 @@ def working_runs(w: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
     waiting = frame & np.fromiter((waits(n) for n in w.host_names), dtype=bool, count=len(w.host_names))[w.host_code]
     if not waiting.any():
         return merge_runs(w.host_ts, w.host_end)
-    blocked = np.isin(w.host_thread, np.unique(w.host_thread[waiting]))
+    blocked = np.isin(w.host_thread, distinct(w.host_thread[waiting]))
     starts, ends = [w.host_ts[~blocked]], [w.host_end[~blocked]]   # threads that never wait: all their time
-    for thread in np.unique(w.host_thread[waiting]).tolist():
+    for thread in distinct(w.host_thread[waiting]).tolist():
         mine = w.host_thread == thread
         ws, we = merge_runs(w.host_ts[mine & waiting], w.host_end[mine & waiting])
         s, e = minus_runs(*merge_runs(w.host_ts[mine], w.host_end[mine]), ws, we)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace, compiled
+from ...trace.arrays import distinct
 from ...trace.vocabulary import is_graph_launch, is_launch, launch_call_sql
 from ...units import fmt_us
 from ..beside import Submit, now
@@ -326,8 +327,8 @@ def _launch_holders(ctx: Context, start: np.ndarray, ns: np.ndarray,
     rest = held_g < 0
     held_o = _covering(ls[~graph], le[~graph], t[rest])
     by_name = _ns_by_name(names[graph], held_g, v) + _ns_by_name(names[~graph], held_o, v[rest])
-    calls = Counter(names[graph][np.unique(held_g[held_g >= 0])].tolist())
-    calls += Counter(names[~graph][np.unique(held_o[held_o >= 0])].tolist())
+    calls = Counter(names[graph][distinct(held_g[held_g >= 0])].tolist())
+    calls += Counter(names[~graph][distinct(held_o[held_o >= 0])].tolist())
     return by_name, calls, int(v.sum())
 
 
@@ -784,16 +785,16 @@ def holding_top_ops(trace: Trace, calls_sql: str) -> dict[int, int]:
     if not len(c["id"]):
         return out
     cthread = np.asarray(c["thread"], dtype=np.int64)
-    shared = _host_candidates(trace, {int(t) for t in np.unique(cthread)}, False, np.asarray(c["ts"], dtype=np.int64),
+    shared = _host_candidates(trace, {int(t) for t in distinct(cthread)}, False, np.asarray(c["ts"], dtype=np.int64),
                               np.asarray(c["e"], dtype=np.int64))
     if shared is not None:
         o = {"id": shared[0]["id"], "thread": shared[0]["thread"], "ts": shared[0]["ts"], "e": shared[0]["stop"]}
     else:
-        threads = ", ".join(str(int(t)) for t in np.unique(cthread))
+        threads = ", ".join(str(int(t)) for t in distinct(cthread))
         o = trace.con.execute(f"""SELECT id, thread, ts, ts + dur AS e FROM events WHERE kind = 'cpu_op'
                                   AND {TOP_OP.format(e="events")} AND thread IN ({threads})""").fetchnumpy()
     othread = np.asarray(o["thread"], dtype=np.int64)
-    for t in np.unique(cthread):
+    for t in distinct(cthread):
         cm, om = cthread == t, othread == t
         top = first_holding(np.asarray(o["id"], dtype=np.int64)[om], np.asarray(o["ts"], dtype=np.int64)[om],
                             np.asarray(o["e"], dtype=np.int64)[om], np.asarray(c["ts"], dtype=np.int64)[cm],
@@ -851,7 +852,7 @@ class _CallTally:
         for k, into in enumerate(self.ns):
             into.update(_ns_by_code(names, code, ns, kind == k))
         for k, seen in zip((BLOCKED_LAUNCH, LEFT_OUT_LAUNCH), self.calls):
-            seen.update(np.unique(held[(kind == k) & (held >= 0)]).tolist())
+            seen.update(distinct(held[(kind == k) & (held >= 0)]).tolist())
 
     def done(self) -> InCalls:
         """The sums."""
@@ -955,7 +956,7 @@ def _launch_calls_in(w: DeviceWork, keep: np.ndarray) -> np.ndarray:
     lts, lthr = a.launch_ts[a.launched][first], a.launch_thread[a.launched][first]
     hts, hend, hthread = w.host_ts[keep], w.host_end[keep], w.host_thread[keep]
     out = np.zeros(hts.size, dtype=np.int64)
-    for thread in np.unique(hthread):
+    for thread in distinct(hthread):
         mine = hthread == thread
         ts = np.sort(lts[lthr == thread])
         out[mine] = np.searchsorted(ts, hend[mine], side="left") - np.searchsorted(ts, hts[mine], side="left")
@@ -1438,7 +1439,7 @@ def _ops_after_copies(trace: Trace, threads: set[int], d2h: dict[int, tuple[str,
         ids, thread, ts = ids[mine], thread[mine], ts[mine]
     order = np.lexsort((ids, ts, thread))
     at = np.flatnonzero(np.isin(ids[order], np.fromiter(d2h, dtype=np.int64, count=len(d2h))))
-    take = np.unique(np.concatenate([at, at + 1, at + 2]))
+    take = distinct(np.concatenate([at, at + 1, at + 2]))
     take = take[take < order.size]
     rows = {int(r[0]): r for r in trace.con.execute("""
         SELECT id, name, ts, dur, thread, coalesce(kernels_total, 0) FROM events
