@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
 from ..trace.arrays import distinct
-from ._codes import hash_codes
+from ._codes import hash_codes, positions
 from ._read import dense_columns
 from .figures import pct, us
 from .waiting import waits
@@ -160,8 +160,8 @@ def frame_codes(con: Any, names: list[str], ids: np.ndarray) -> np.ndarray:
         JOIN (SELECT unnest(?::VARCHAR[]) AS name, unnest(range(?)) AS code) nm ON nm.name = e.name
         WHERE e.kind = 'python'""", [names, len(names)]).fetchnumpy()
     code = np.zeros(len(ids), dtype=np.int64)
-    at = np.argsort(ids)
-    code[at[np.searchsorted(ids[at], np.asarray(rows["id"], dtype=np.int64))]] = np.asarray(rows["code"], dtype=np.int64)
+    at = positions(ids, np.asarray(rows["id"], dtype=np.int64))   # each row is a frame's (both kind 'python')
+    code[at[at >= 0]] = np.asarray(rows["code"], dtype=np.int64)[at >= 0]
     return code
 
 

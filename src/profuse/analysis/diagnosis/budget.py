@@ -43,7 +43,7 @@ from ...trace import Trace, compiled
 from ...trace.arrays import distinct
 from ...trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL
 from ...trace.vocabulary import sync_call_sql
-from .._codes import hash_codes
+from .._codes import hash_codes, position_lookup, positions
 from .._read import fetch_columns, id_table
 from ..busy import (  # the queued-wait rule's parts are busy.py's (the step table and views read them too)
     Activities,
@@ -203,9 +203,9 @@ def _device_columns(trace: Trace, acts: Activities, host: dict[str, np.ndarray],
     out: dict[str, Any] = {"kind": np.zeros(n, dtype=np.int8), "name": np.zeros(n, dtype=np.int64),
                            "graph": np.zeros(n, dtype=bool), "stream": np.full(n, -1, dtype=np.int64),
                            "direction": np.zeros(n, dtype=np.int64)}
-    by_id = np.argsort(acts.id, kind="stable")
+    row_of = position_lookup(acts.id)   # every id listed is an activity's (the same kinds)
     for kind, name, graph, stream, direction, ids in groups:
-        rows = by_id[np.searchsorted(acts.id, np.asarray(ids, dtype=np.int64), sorter=by_id)]
+        rows = row_of(np.asarray(ids, dtype=np.int64))
         out["kind"][rows] = DEVICE_TIME_KINDS.index(kind)
         out["name"][rows] = strings.setdefault(name, len(strings))
         out["graph"][rows] = bool(graph)
@@ -369,11 +369,8 @@ def _classes(trace: Trace, acts: Activities, d: dict[str, Any]) -> tuple[np.ndar
         with_types = np.asarray([i for _t, ids in types for i in ids], dtype=np.int64)
         type_code = np.repeat(np.arange(1, len(listed)), [len(ids) for _t, ids in types])
         tcode = np.zeros(ops.size, dtype=np.int64)
-        if with_types.size:
-            order = np.argsort(with_types)
-            at = order[np.minimum(np.searchsorted(with_types, ops, sorter=order), with_types.size - 1)]
-            hit = with_types[at] == ops
-            tcode[hit] = type_code[at[hit]]
+        at = positions(with_types, ops)
+        tcode[at >= 0] = type_code[at[at >= 0]]
         pairs, back = _distinct_rows([d["name"][matrix], tcode], max(len(strings), len(listed)))
         per = [fp32_matrix(strings[n], listed[t] or None) for n, t in pairs]
         fp32[matrix] = np.asarray(per, dtype=bool)[back]
