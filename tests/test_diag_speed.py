@@ -268,7 +268,7 @@ def test_diagnosis_reads_are_the_previous_reads_on_nested_intervals(tmp_path: Pa
 
 # --- the packed sorts and codes ------------------------------------------------------------------------------------
 
-def test_by_start_is_the_lexsort_and_distinct_rows_are_np_unique() -> None:
+def test_by_start_is_the_lexsort() -> None:
     rng = np.random.default_rng(5)
     for trial in range(300):
         # GIVEN starts with ties (and spans too wide to pack, now and then) and unique ids in any order
@@ -278,16 +278,6 @@ def test_by_start_is_the_lexsort_and_distinct_rows_are_np_unique() -> None:
         ids = rng.permutation(3 * n + 1)[:n].astype(np.int64)
         # WHEN sorted by (ts, id) THEN the order is the lexsort's
         assert budget._by_start(ts, ids).tolist() == np.lexsort((ids, ts)).tolist(), trial
-        # GIVEN integer columns WHEN their distinct rows are found THEN they are np.unique's, and map back
-        cols = [rng.integers(0, 4, n).astype(np.int64) for _ in range(int(rng.integers(1, 5)))]
-        radix = 2 ** 40 if wide else 4
-        rows, back = budget._distinct_rows(cols, radix)
-        if n:
-            want = np.unique(np.stack(cols, axis=1), axis=0)
-            assert sorted(rows) == [tuple(r) for r in want.tolist()], trial
-            assert [rows[b] for b in back.tolist()] == [tuple(r) for r in np.stack(cols, axis=1).tolist()], trial
-        else:
-            assert rows == [] and back.size == 0
 
 
 def test_holds_any_on_sorted_intervals_is_the_search_per_interval() -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..._lazy import lazy_module
 from ..._progress import timed
 from ...trace import Trace
-from ...trace.arrays import distinct, distinct_codes
+from ...trace.arrays import distinct, distinct_codes, distinct_rows
 from .. import figures
 from .._codes import positions
 from ..device_events import device_events
@@ -475,23 +475,6 @@ def _climb(mark: np.ndarray, up: np.ndarray, rows: np.ndarray) -> None:
 
 
 # --- the sweeps --------------------------------------------------------------------------------
-
-
-def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of a 2-D integer array in ascending (lexicographic) order, as the index of each one's
-    first row, and each row's index among them: ``np.unique(rows, axis=0, return_index=True,
-    return_inverse=True)[1:]``, by one stable sort on the columns (no row made a structured value)."""
-    n = rows.shape[0]
-    if not n:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    order = np.lexsort(rows.T[::-1])   # stable: equal rows stay in their order, the first one leading
-    s = rows[order]
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.any(s[1:] != s[:-1], axis=1, out=new[1:])
-    back = np.empty(n, dtype=np.int64)
-    back[order] = np.cumsum(new) - 1
-    return order[new].astype(np.int64, copy=False), back
 
 
 @dataclass(frozen=True)

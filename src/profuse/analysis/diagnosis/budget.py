@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..._lazy import lazy_module
 from ...trace import Trace, compiled
-from ...trace.arrays import distinct
+from ...trace.arrays import distinct, distinct_rows
 from ...trace.schema import DEVICE_TIME_KINDS, DEVICE_TIME_SQL
 from ...trace.vocabulary import sync_call_sql
 from .._codes import hash_codes, position_lookup, positions
@@ -349,10 +349,10 @@ def _classes(trace: Trace, acts: Activities, d: dict[str, Any]) -> tuple[np.ndar
     prio = {c: i for i, c in enumerate(BUSY_PRIORITY)}
     strings, directions, kinds = d["strings"], d["directions"], len(DEVICE_TIME_KINDS)
     way_kind = d["kind"].astype(np.int64) + kinds * d["direction"]   # the few directions ride on the kind
-    combos, code = _distinct_rows([way_kind, d["name"], d["op"], d["launch"]],
-                                  max(len(strings), kinds * len(directions)))
+    rows = np.column_stack([way_kind, d["name"], d["op"], d["launch"]])
+    first, code = distinct_rows(rows)
     per_cls, per_pageable = [], []
-    for k, n, op, launch in combos:
+    for k, n, op, launch in rows[first].tolist():
         kind, name = DEVICE_TIME_KINDS[k % kinds], strings[n]
         per_cls.append(prio[kernel_class(kind, name, strings[op] or None, strings[launch] or None,
                                          directions[k // kinds] or None)])
@@ -371,28 +371,11 @@ def _classes(trace: Trace, acts: Activities, d: dict[str, Any]) -> tuple[np.ndar
         tcode = np.zeros(ops.size, dtype=np.int64)
         at = positions(with_types, ops)
         tcode[at >= 0] = type_code[at[at >= 0]]
-        pairs, back = _distinct_rows([d["name"][matrix], tcode], max(len(strings), len(listed)))
-        per = [fp32_matrix(strings[n], listed[t] or None) for n, t in pairs]
+        pairs = np.column_stack([d["name"][matrix], tcode])
+        first, back = distinct_rows(pairs)
+        per = [fp32_matrix(strings[n], listed[t] or None) for n, t in pairs[first].tolist()]
         fp32[matrix] = np.asarray(per, dtype=bool)[back]
     return cls, fp32, np.asarray(per_pageable, dtype=bool)[code]
-
-
-def _distinct_rows(cols: list[np.ndarray], radix: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
-    """The distinct rows of the columns ``cols`` (non-negative integers under ``radix``, one value per row
-    each) and each row's index among them: the columns packed into one integer where they fit."""
-    n = cols[0].size if cols else 0
-    if not n:
-        return [], np.zeros(0, dtype=np.int64)
-    if radix ** len(cols) < 2 ** 62:
-        key = np.zeros(n, dtype=np.int64)
-        for c in cols:
-            key *= radix
-            key += c
-        _once, first, back = np.unique(key, return_index=True, return_inverse=True)
-        rows = np.stack(cols, axis=1)[first]
-    else:
-        rows, back = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    return [tuple(r) for r in rows.tolist()], np.asarray(back, dtype=np.int64).reshape(-1)
 
 
 def _encloses_step(ts: np.ndarray, end: np.ndarray, step_ts: np.ndarray, step_end: np.ndarray) -> np.ndarray:
